@@ -1,0 +1,171 @@
+"""Model folders: where checkpoints, VAEs, LoRAs, embeddings... are looked up.
+
+A `ModelFolders` object is built once by the host (server, command line, notebook) from a base
+directory plus any ComfyUI-format `extra_model_paths.yaml` files, then passed explicitly. The
+yaml format is ComfyUI's: top-level sections (`comfyui:`, `a111:`, anything) each with an
+optional `base_path`, an optional `is_default`, and `kind: path` entries whose value may hold
+several paths, one per line. Relative paths resolve against `base_path`, which itself resolves
+against the yaml file's own folder. The `a111` section names AUTOMATIC1111's folders
+(`checkpoints: models/Stable-diffusion`, `loras: models/Lora`, ...).
+
+This module does not import torch, so the graph engine may use it too.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import yaml
+
+# Folder kind -> the file extensions it lists. ComfyUI's `supported_pt_extensions`.
+MODEL_EXTENSIONS: frozenset[str] = frozenset({".ckpt", ".pt", ".pt2", ".bin", ".pth", ".safetensors", ".pkl", ".sft"})
+
+DEFAULT_KINDS: Mapping[str, str] = {
+    # kind -> sub-folder of the models directory
+    "checkpoints": "checkpoints",
+    "vae": "vae",
+    "loras": "loras",
+    "embeddings": "embeddings",
+    "clip": "clip",
+    "text_encoders": "text_encoders",
+    "diffusion_models": "diffusion_models",
+    "unet": "unet",
+    "upscale_models": "upscale_models",
+    "controlnet": "controlnet",
+    "vae_approx": "vae_approx",
+}
+
+# ComfyUI's aliases: some kinds share folders under two names.
+_ALIASES: Mapping[str, str] = {"unet": "diffusion_models", "clip": "text_encoders"}
+
+
+class ModelFolderError(ValueError):
+    """An unknown folder kind, an unreadable yaml file, or a file that does not exist."""
+
+
+@dataclass
+class ModelFolders:
+    """Search paths per model kind, in priority order."""
+
+    models_dir: Path
+    _paths: dict[str, list[Path]] = field(default_factory=dict)
+
+    @classmethod
+    def default(cls, models_dir: str | os.PathLike) -> "ModelFolders":
+        root = Path(models_dir).resolve()
+        folders = cls(root)
+        for kind, sub in DEFAULT_KINDS.items():
+            folders._paths.setdefault(kind, []).append(root / sub)
+        return folders
+
+    def kinds(self) -> list[str]:
+        return sorted(self._paths)
+
+    def add(self, kind: str, path: str | os.PathLike, first: bool = False) -> None:
+        resolved = Path(path).resolve()
+        paths = self._paths.setdefault(kind, [])
+        if resolved in paths:
+            paths.remove(resolved)
+        if first:
+            paths.insert(0, resolved)
+        else:
+            paths.append(resolved)
+
+    def paths(self, kind: str) -> list[Path]:
+        if kind not in self._paths:
+            raise ModelFolderError(f"unknown model folder kind {kind!r}; known: {', '.join(self.kinds())}")
+        merged = list(self._paths[kind])
+        alias = _ALIASES.get(kind)
+        for extra in self._paths.get(alias, []) if alias else []:
+            if extra not in merged:
+                merged.append(extra)
+        return merged
+
+    def filenames(self, kind: str, extensions: Iterable[str] | None = MODEL_EXTENSIONS) -> list[str]:
+        """Every file under the kind's folders, relative, with forward slashes, sorted, unique."""
+        exts = {e.lower() for e in extensions} if extensions is not None else None
+        found: set[str] = set()
+        for root in self.paths(kind):
+            if not root.is_dir():
+                continue
+            for dirpath, dirnames, files in os.walk(root, followlinks=True):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                for name in files:
+                    if name.startswith("."):
+                        continue
+                    if exts is not None and Path(name).suffix.lower() not in exts:
+                        continue
+                    rel = os.path.relpath(os.path.join(dirpath, name), root)
+                    found.add(rel.replace(os.sep, "/"))
+        return sorted(found)
+
+    def full_path(self, kind: str, name: str) -> Path | None:
+        """The first existing file called `name` (relative) in the kind's folders; never outside them."""
+        rel = Path(name.replace("\\", "/"))
+        if rel.is_absolute() or ".." in rel.parts:
+            return None
+        for root in self.paths(kind):
+            candidate = (root / rel).resolve()
+            try:
+                candidate.relative_to(root.resolve())
+            except ValueError:
+                continue
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def full_path_or_raise(self, kind: str, name: str) -> Path:
+        path = self.full_path(kind, name)
+        if path is None:
+            where = ", ".join(str(p) for p in self.paths(kind))
+            raise ModelFolderError(f"model {name!r} not found in {kind} folders ({where})")
+        return path
+
+    def extend_from_yaml(self, yaml_path: str | os.PathLike) -> list[Path]:
+        """Add every folder named in an extra_model_paths.yaml; returns its custom_nodes folders."""
+        mapping, custom_nodes = load_extra_model_paths(yaml_path)
+        for kind, paths in mapping.items():
+            for path in paths:
+                self.add(kind, path)
+        return custom_nodes
+
+
+def load_extra_model_paths(yaml_path: str | os.PathLike) -> tuple[dict[str, list[Path]], list[Path]]:
+    """Parse a ComfyUI-format extra_model_paths.yaml.
+
+    Returns `(kind -> [paths], custom_nodes folders)`, every path absolute. Paths are resolved
+    against the section's `base_path`, and a relative `base_path` against the yaml's folder.
+    """
+    yaml_file = Path(yaml_path).resolve()
+    try:
+        config = yaml.safe_load(yaml_file.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ModelFolderError(f"cannot read {yaml_file}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{yaml_file}: expected a mapping of sections, got {type(config).__name__}")
+    mapping: dict[str, list[Path]] = {}
+    custom_nodes: list[Path] = []
+    for section_name, section in config.items():
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ModelFolderError(f"{yaml_file}: section {section_name!r} must be a mapping")
+        base = Path(os.path.expandvars(os.path.expanduser(str(section.get("base_path", "")))))
+        if not base.is_absolute():
+            base = yaml_file.parent / base
+        for kind, value in section.items():
+            if kind in ("base_path", "is_default"):
+                continue
+            for line in str(value).splitlines():
+                line = line.strip()
+                if not line:
+                    continue
+                path = Path(os.path.expandvars(os.path.expanduser(line)))
+                full = (path if path.is_absolute() else base / path).resolve()
+                if kind == "custom_nodes":
+                    custom_nodes.append(full)
+                else:
+                    mapping.setdefault(kind, []).append(full)
+    return mapping, custom_nodes

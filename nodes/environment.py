@@ -1,0 +1,54 @@
+"""What the built-in nodes may know about their host: folders, devices, preview settings.
+
+The host (server, command line, test) builds one `Environment` and hands it to the executor;
+nodes reach it through `current_env()`, which reads the running node's context. There is no
+module-level default instance: outside the executor a fresh default is built on each call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from comfy_core.folders import ModelFolders
+from graph.context import current
+
+
+@dataclass
+class Environment:
+    folders: ModelFolders
+    output_dir: Path
+    input_dir: Path
+    temp_dir: Path
+    user_dir: Path
+    preview_method: str = "latent2rgb"  # "latent2rgb" | "none"
+    memory: Any = None  # comfy_core.memory.MemoryManager, when the host manages devices
+    dtype_policy: Any = None  # comfy_core loading options (e.g. force fp16), or None for defaults
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def rooted_at(cls, base: str | Path, **overrides: Any) -> "Environment":
+        """ComfyUI's layout under one folder: models/, output/, input/, temp/, user/."""
+        root = Path(base).resolve()
+        values: dict[str, Any] = dict(
+            folders=ModelFolders.default(root / "models"),
+            output_dir=root / "output",
+            input_dir=root / "input",
+            temp_dir=root / "temp",
+            user_dir=root / "user",
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    def ensure_dirs(self) -> None:
+        for path in (self.output_dir, self.input_dir, self.temp_dir, self.user_dir):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+def current_env() -> Environment:
+    """The running node's environment, or a default rooted at the working directory."""
+    ctx = current()
+    env = ctx.env if ctx is not None else None
+    if isinstance(env, Environment):
+        return env
+    return Environment.rooted_at(Path.cwd())

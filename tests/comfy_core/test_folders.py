@@ -1,0 +1,66 @@
+from pathlib import Path
+
+import pytest
+
+from comfy_core.folders import ModelFolderError, ModelFolders, load_extra_model_paths
+
+
+def test_default_layout_lists_model_files_relative_and_sorted(tmp_path: Path):
+    folders = ModelFolders.default(tmp_path / "models")
+    ckpts = tmp_path / "models" / "checkpoints"
+    (ckpts / "sub").mkdir(parents=True)
+    (ckpts / "b.safetensors").write_bytes(b"x")
+    (ckpts / "sub" / "a.ckpt").write_bytes(b"x")
+    (ckpts / "notes.txt").write_text("not a model")
+    (ckpts / ".hidden.safetensors").write_bytes(b"x")
+    assert folders.filenames("checkpoints") == ["b.safetensors", "sub/a.ckpt"]
+    assert folders.full_path("checkpoints", "sub/a.ckpt") == (ckpts / "sub" / "a.ckpt").resolve()
+
+
+def test_full_path_never_leaves_the_folder(tmp_path: Path):
+    folders = ModelFolders.default(tmp_path / "models")
+    (tmp_path / "models" / "loras").mkdir(parents=True)
+    (tmp_path / "secret.safetensors").write_bytes(b"x")
+    assert folders.full_path("loras", "../../secret.safetensors") is None
+    assert folders.full_path("loras", str(tmp_path / "secret.safetensors")) is None
+    with pytest.raises(ModelFolderError, match="not found"):
+        folders.full_path_or_raise("loras", "missing.safetensors")
+
+
+def test_unknown_kind_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(ModelFolderError, match="unknown model folder kind"):
+        ModelFolders.default(tmp_path).paths("nope")
+
+
+def test_extra_model_paths_yaml_resolves_relative_to_the_yaml(tmp_path: Path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    yaml_file = conf / "extra_model_paths.yaml"
+    yaml_file.write_text(
+        "a111:\n"
+        "    base_path: ../webui\n"
+        "    checkpoints: models/Stable-diffusion\n"
+        "    loras: |\n"
+        "        models/Lora\n"
+        "        models/LyCORIS\n"
+        "other:\n"
+        "    custom_nodes: my_nodes\n"
+    )
+    mapping, custom = load_extra_model_paths(yaml_file)
+    webui = (tmp_path / "webui").resolve()
+    assert mapping["checkpoints"] == [webui / "models" / "Stable-diffusion"]
+    assert mapping["loras"] == [webui / "models" / "Lora", webui / "models" / "LyCORIS"]
+    assert custom == [(conf / "my_nodes").resolve()]
+
+    folders = ModelFolders.default(tmp_path / "models")
+    folders.extend_from_yaml(yaml_file)
+    (webui / "models" / "Stable-diffusion").mkdir(parents=True)
+    (webui / "models" / "Stable-diffusion" / "v1.safetensors").write_bytes(b"x")
+    assert "v1.safetensors" in folders.filenames("checkpoints")
+
+
+def test_bad_yaml_is_a_typed_error(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ModelFolderError, match="mapping"):
+        load_extra_model_paths(bad)

@@ -1,0 +1,1 @@
+"""The aiohttp server: routes, WebSocket hub, queue worker, history store, static frontend."""
