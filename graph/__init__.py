@@ -1,5 +1,31 @@
 """The graph engine: node specs, registry, validation, ordering, caching, execution, events.
 
-This package never imports torch (tests/graph/test_no_torch.py proves it), so it can be used and
-tested on its own.
+This package never imports torch (tests/graph/test_graph_no_torch.py proves it), so it can be
+used and tested on its own. Modules, one concept each:
+
+    spec          NodeSpec / InputSpec / OutputSpec / NodeBehaviour (frozen node descriptions)
+    native        @node(...) declarations on plain functions
+    v1            ComfyUI V1 class -> NodeSpec adapter
+    registry      Registry: add_native / add_v1 / add_spec / get / object_info
+    object_info   NodeSpec -> ComfyUI /object_info V1 JSON
+    packs         load_custom_nodes(registry, dirs, ...) -> [PackResult]
+    prompt        DynamicPrompt (prompt + expanded nodes), is_link
+    types         wire-type matching (`*`, unions, __ne__-overriding type objects)
+    validation    validate_prompt(prompt, registry, ...) -> ValidationResult (ComfyUI error shapes)
+    signature     id-free Merkle cache signatures (IS_CHANGED, constants, ancestors)
+    cache         CacheConfig and the classic / lru / none / ram strategies
+    schedule      which node runs next (topological dissolve, ComfyUI's pick order)
+    inputs        argument assembly and list mapping
+    results       return values -> outputs, UI, expansions
+    expansion     ExecutionBlocker, GraphBuilder
+    context       NodeContext (progress, interrupt, env, send), expansion prefix
+    events        Event(type, data) with ComfyUI's WebSocket message types and fields
+    progress      progress_state bookkeeping
+    invoke        calling node code with context and hooks
+    relay         delivering events to the caller's event loop
+    node_step     executing one node
+    run           one prompt's run (the main loop)
+    executor      Executor(registry, cache=..., env=...).execute(...) -> ExecutionOutcome
+    outcome       ExecutionOutcome
+    errors        typed exceptions
 """

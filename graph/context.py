@@ -6,6 +6,20 @@ concurrent prompts never see each other's context.
 
 `env` is whatever the host (server, command line, test) passed to the executor: the engine never
 looks inside it. The built-in nodes use it for model folders, the output folder and so on.
+
+Expansion ids (ComfyUI's `GraphBuilder.set_default_prefix` protocol): right before each call of
+a node's function (once per list element), in the task that makes the call (the prompt's own
+thread and event loop, see graph/executor.py), the executor
+
+1. sets `ExpansionPrefix(unique_id, call_index, graph_index=0)` in a context variable, read with
+   `expansion_prefix()`; `graph.expansion.GraphBuilder` allocates its default id prefix
+   `"{unique_id}.{call_index}.{graph_index}."` from it, so expanded ids are deterministic per
+   (parent node, list index) and expanded subgraphs hit the cache on the next run;
+2. calls every hook given as `Executor(..., before_node_call=[hook])` with
+   `hook(unique_id, call_index, graph_index)`; the compat layer registers ComfyUI's
+   `GraphBuilder.set_default_prefix` there. Each async call runs in its own task with its own
+   copy of the context, so a hook that stores the prefix in a context variable is safe when
+   async nodes overlap; a class-level attribute (ComfyUI's way) is only safe for sync calls.
 """
 from __future__ import annotations
 
@@ -59,3 +73,34 @@ def set_current(ctx: NodeContext | None) -> contextvars.Token:
 
 def reset_current(token: contextvars.Token) -> None:
     _current.reset(token)
+
+
+@dataclass
+class ExpansionPrefix:
+    """Where default expansion ids come from for the node call running in this context."""
+
+    unique_id: str
+    call_index: int
+    graph_index: int = 0
+
+    def allocate(self) -> str:
+        """The next default prefix, `"{unique_id}.{call_index}.{graph_index}."`."""
+        prefix = f"{self.unique_id}.{self.call_index}.{self.graph_index}."
+        self.graph_index += 1
+        return prefix
+
+
+_prefix: contextvars.ContextVar[ExpansionPrefix | None] = contextvars.ContextVar("graph_expansion_prefix", default=None)
+
+
+def expansion_prefix() -> ExpansionPrefix | None:
+    """The expansion prefix of the node call running in this context, or None."""
+    return _prefix.get()
+
+
+def set_expansion_prefix(prefix: ExpansionPrefix | None) -> contextvars.Token:
+    return _prefix.set(prefix)
+
+
+def reset_expansion_prefix(token: contextvars.Token) -> None:
+    _prefix.reset(token)

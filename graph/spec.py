@@ -121,6 +121,13 @@ class NodeSpec:
     origin: str = "native"
     # The original declaration (V1 class, V3 class or function), for packs that introspect.
     source: Any = None
+    # For declarations whose inputs may change while the server runs (V1 `INPUT_TYPES()` lists
+    # files): returns the inputs as of now. The validator and executor read it once per prompt
+    # and node type; `inputs` keeps the declaration-time snapshot.
+    input_source: Callable[[], tuple[InputSpec, ...]] | None = None
+    # Optional custom `/object_info` renderer `render_info(env) -> dict` (the V1 adapter returns
+    # `INPUT_TYPES()` verbatim through it, the V3 adapter its own V1 shape).
+    render_info: Callable[[Any], dict] | None = None
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]
@@ -128,6 +135,10 @@ class NodeSpec:
             raise ValueError(f"node {self.node_id!r}: duplicate input names in {names}")
         if not self.display_name:
             object.__setattr__(self, "display_name", self.node_id)
+
+    def current_inputs(self) -> tuple[InputSpec, ...]:
+        """The inputs as of now (re-read for V1 classes); may raise what `INPUT_TYPES` raises."""
+        return self.input_source() if self.input_source is not None else self.inputs
 
     def input(self, name: str) -> InputSpec | None:
         for spec in self.inputs:

@@ -1,0 +1,137 @@
+"""The executor: runs a validated prompt, reusing cached outputs, emitting ComfyUI's events.
+
+`Executor` holds what survives between prompts (output cache, V1 node instances); each
+`execute()` builds a `Run` (graph/run.py) that holds one prompt's state. Semantics follow
+ComfyUI's `execution.py: PromptExecutor` (reference/comfyui-contract.md §5), see graph/run.py.
+
+Threads: like ComfyUI's prompt worker, each prompt runs on the executor's worker thread under
+its own event loop (with a copy of the caller's context variables). Sync node code therefore
+never blocks the caller's (server's) loop; async nodes run concurrently on the prompt's loop.
+Events reach `sink` on the caller's loop, in order (graph/relay.py), all of them before
+`execute()` returns. Cancelling `execute()` stops the prompt before its next node.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+from graph.cache import CacheConfig, make_cache
+from graph.errors import GraphError
+from graph.events import Event
+from graph.invoke import BeforeNodeCall
+from graph.outcome import ExecutionOutcome
+from graph.progress import SCOPES
+from graph.registry import Registry
+from graph.relay import EventRelay
+from graph.run import Run
+
+Sink = Callable[[Event], Any]
+
+
+class _Stop:
+    """The interrupt the run sees: the caller's flag, or the caller having cancelled execute()."""
+
+    def __init__(self, interrupt: Any) -> None:
+        self._interrupt = interrupt
+        self.cancelled = False
+
+    def is_set(self) -> bool:
+        return self.cancelled or (self._interrupt is not None and bool(self._interrupt.is_set()))
+
+
+class ObjectCache:
+    """V1 node instances, kept per (node id, class_type) across prompts, as ComfyUI does."""
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple[str, str], Any] = {}
+        self._owner: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def begin_prompt(self, keys: set[tuple[str, str]]) -> None:
+        """Keep instances of nodes still in the prompt (and of nodes they expanded)."""
+        for key in [k for k in self._objects if k not in keys and self._owner.get(k) not in keys]:
+            del self._objects[key]
+            self._owner.pop(key, None)
+
+    def get_or_make(self, key: tuple[str, str], owner: tuple[str, str], make: Callable[[], Any]) -> Any:
+        if key not in self._objects:
+            self._objects[key] = make()
+            self._owner[key] = owner
+        return self._objects[key]
+
+    def clear(self) -> None:
+        self._objects.clear()
+        self._owner.clear()
+
+
+class Executor:
+    """Runs prompts against a registry; one prompt at a time per executor."""
+
+    def __init__(self, registry: Registry, *, cache: CacheConfig = CacheConfig(), env: Any = None,
+                 before_node_call: Sequence[BeforeNodeCall] = (), progress_state: str = "all") -> None:
+        """`progress_state`: "all" (ComfyUI's messages) or "active" (linear; see graph/progress.py)."""
+        if progress_state not in SCOPES:
+            raise ValueError(f"progress_state must be one of {SCOPES}, got {progress_state!r}")
+        self.progress_scope = progress_state
+        self.registry = registry
+        self.cache_config = cache
+        self.env = env
+        self.before_node_call = list(before_node_call)
+        self.outputs = make_cache(cache)
+        self.objects = ObjectCache()
+        self._running = False
+
+    @property
+    def busy(self) -> bool:
+        """True while a prompt runs (also after a cancelled `execute()`, until the run stops)."""
+        return self._running
+
+    def reset(self) -> None:
+        """Drop every cached output and node instance (ComfyUI's /free free_memory)."""
+        self.outputs.clear()
+        self.objects.clear()
+
+    async def execute(self, prompt: Mapping[str, dict], prompt_id: str, *, outputs: Iterable[str],
+                      extra_data: Mapping[str, Any] | None = None, sink: Sink | None = None,
+                      interrupt: Any = None) -> ExecutionOutcome:
+        """Run the nodes that `outputs` need; see graph/run.py for the semantics."""
+        if self._running:
+            raise GraphError("this Executor is already running a prompt; use one executor per worker")
+        outputs = list(outputs)
+        missing = [o for o in outputs if o not in prompt]
+        if missing:
+            raise GraphError(f"outputs {missing} are not nodes of prompt {prompt_id}")
+        stop = _Stop(interrupt)
+        relay = EventRelay(asyncio.get_running_loop(), sink) if sink is not None else None
+        run = Run(self, dict(prompt), prompt_id, extra_data=dict(extra_data or {}),
+                  emit=relay.put if relay is not None else None, interrupt=stop)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        context = contextvars.copy_context()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            self._running = False
+            if not future.done():
+                future.set_exception(error) if error is not None else future.set_result(result)
+
+        def worker() -> None:
+            # Scheduled after every event the run queued, so the sink has seen them all.
+            try:
+                result = context.run(asyncio.run, run.run(outputs))
+            except BaseException as ex:  # noqa: BLE001 -- handed to the caller
+                loop.call_soon_threadsafe(settle, None, ex)
+            else:
+                loop.call_soon_threadsafe(settle, result, None)
+
+        self._running = True
+        threading.Thread(target=worker, name=f"graph-prompt-{prompt_id}", daemon=True).start()
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            stop.cancelled = True
+            raise
+
+    def cache_keys(self) -> set[Hashable]:
+        """The signatures currently cached (for tests and diagnostics)."""
+        return self.outputs.keys()

@@ -1,0 +1,129 @@
+"""Assembling a node's call arguments and mapping a node over list inputs.
+
+Semantics of ComfyUI's `execution.py: get_input_data`, `_async_map_node_over_list` and
+`merge_result_data` (reference/comfyui-contract.md §5.3), written here as pure functions:
+
+* every input value is a list (a constant `c` becomes `[c]`, a linked output is the producer's
+  per-slot list); an unavailable link (lazy, or not produced yet) becomes `[None]` and is
+  recorded as missing;
+* undeclared linked inputs are passed through; undeclared constants are dropped;
+* `rawLink` inputs receive the link itself; hidden inputs are filled from the prompt context;
+* without `INPUT_IS_LIST`, the node is called `max(len)` times, call i taking element i of each
+  input or the last element of a shorter list (no inputs, or only empty lists: one call).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from graph.expansion import ExecutionBlocker
+from graph.prompt import is_link
+from graph.spec import (HIDDEN, HIDDEN_DYNPROMPT, HIDDEN_EXTRA_PNGINFO, HIDDEN_PROMPT, HIDDEN_UNIQUE_ID,
+                        InputSpec)
+
+HIDDEN_AUTH_TOKEN = "AUTH_TOKEN_COMFY_ORG"
+HIDDEN_API_KEY = "API_KEY_COMFY_ORG"
+
+
+@dataclass
+class AssembledInputs:
+    values: dict[str, list] = field(default_factory=dict)  # name -> list of per-call values
+    missing: set[str] = field(default_factory=set)  # linked inputs whose value is not available
+
+
+def assemble_inputs(node_inputs: Mapping[str, Any], specs: Mapping[str, InputSpec], unique_id: str, *,
+                    get_output: Callable[[str, int], list | None] | None,
+                    original_prompt: Any = None, dynprompt: Any = None,
+                    extra_data: Mapping[str, Any] | None = None) -> AssembledInputs:
+    """Build the list-valued inputs of one node.
+
+    `get_output(source_id, slot)` returns the producer's per-slot list or None when it is not
+    available; passing `get_output=None` treats every link as missing (validation, IS_CHANGED).
+    """
+    extra = extra_data or {}
+    out = AssembledInputs()
+    for name, value in node_inputs.items():
+        spec = specs.get(name)
+        if is_link(value) and not (spec is not None and spec.raw_link):
+            produced = get_output(value[0], int(value[1])) if get_output is not None else None
+            if produced is None:
+                out.missing.add(name)
+                out.values[name] = [None]
+            else:
+                out.values[name] = produced
+        elif spec is not None:
+            out.values[name] = [value]
+    for spec in specs.values():
+        if spec.section != HIDDEN:
+            continue
+        kind = spec.type
+        if kind == HIDDEN_PROMPT:
+            out.values[spec.name] = [original_prompt if original_prompt is not None else {}]
+        elif kind == HIDDEN_DYNPROMPT:
+            out.values[spec.name] = [dynprompt]
+        elif kind == HIDDEN_EXTRA_PNGINFO:
+            out.values[spec.name] = [extra.get("extra_pnginfo")]
+        elif kind == HIDDEN_UNIQUE_ID:
+            out.values[spec.name] = [unique_id]
+        elif kind == HIDDEN_AUTH_TOKEN:
+            out.values[spec.name] = [extra.get("auth_token_comfy_org")]
+        elif kind == HIDDEN_API_KEY:
+            out.values[spec.name] = [extra.get("api_key_comfy_org")]
+    return out
+
+
+def call_slices(values: Mapping[str, list], input_is_list: bool) -> list[dict[str, Any]]:
+    """The keyword arguments of each call (see the module docstring)."""
+    if input_is_list:
+        return [dict(values)]
+    count = max((len(v) for v in values.values()), default=0)
+    if count == 0:
+        return [{}]
+    return [{k: v[i if len(v) > i else -1] for k, v in values.items()} for i in range(count)]
+
+
+def blocker_in(kwargs: Mapping[str, Any], input_is_list: bool) -> ExecutionBlocker | None:
+    """The first `ExecutionBlocker` among one call's arguments (inside lists for INPUT_IS_LIST)."""
+    for value in kwargs.values():
+        if input_is_list and isinstance(value, (list, tuple)):
+            for element in value:
+                if isinstance(element, ExecutionBlocker):
+                    return element
+        if isinstance(value, ExecutionBlocker):
+            return value
+    return None
+
+
+def merge_ui(uis: list[Mapping[str, Any]]) -> dict:
+    """Merge the UI dicts of several calls key-wise by list concatenation."""
+    merged: dict[str, list] = {}
+    for ui in uis:
+        for key, value in ui.items():
+            merged.setdefault(key, []).extend(value if isinstance(value, (list, tuple)) else [value])
+    return merged
+
+
+def merge_outputs(results: list[tuple], output_is_list: tuple[bool, ...]) -> list[list]:
+    """Per-slot lists from the per-call result tuples (OUTPUT_IS_LIST slots are concatenated)."""
+    if not results:
+        return []
+    merged: list[list] = []
+    for i in range(len(results[0])):
+        if i < len(output_is_list) and output_is_list[i]:
+            slot: list = []
+            for result in results:
+                if isinstance(result[i], ExecutionBlocker):
+                    slot.append(result[i])
+                else:
+                    slot.extend(result[i])
+            merged.append(slot)
+        else:
+            merged.append([result[i] for result in results])
+    return merged
+
+
+def format_value(value: Any) -> Any:
+    """How a current input is shown in `execution_error.current_inputs` (ComfyUI's format_value)."""
+    if value is None or isinstance(value, (int, float, bool, str)):
+        return value
+    return str(value)

@@ -1,0 +1,282 @@
+"""One prompt's execution (ComfyUI's `execution.py: PromptExecutor.execute_async` and
+`execute`, reference/comfyui-contract.md §5), as a small state object.
+
+Order of events: `execution_start`, then IS_CHANGED and signatures of every node of the prompt,
+`execution_cached` (every prompt node whose output is cached), then for each node that really
+runs `executing`, `progress_state`, (`progress`...), `executed` when it has UI output, and
+finally `execution_success`, or `execution_error` / `execution_interrupted` at the first
+failure (outputs computed so far stay cached). Cached output nodes replay `executed` with their
+cached UI. `execution_start`, `execution_cached` and the final event carry a timestamp and are
+recorded in `messages` (history `status.messages`).
+
+A node returns to PENDING (and announces `executing` again when restaged) when its lazy inputs
+are requested, when it expanded into a subgraph, or while its async calls run; other ready
+nodes run meanwhile, so independent async nodes overlap.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Hashable
+
+from graph import events as ev
+from graph.cache import CacheEntry
+from graph.context import Interrupted, NodeContext
+from graph.errors import DependencyCycleError
+from graph.invoke import call_sync
+from graph.node_step import FAILURE, PENDING, execute_node
+from graph.outcome import ExecutionOutcome
+from graph.progress import ProgressState
+from graph.prompt import DynamicPrompt, is_link
+from graph.schedule import Schedule
+from graph.signature import Signatures, Unique
+from graph.spec import InputSpec, NodeSpec
+
+if TYPE_CHECKING:
+    from graph.executor import Executor
+
+log = logging.getLogger(__name__)
+
+
+class Run:
+    """The state of one prompt's execution; `run()` is its main loop."""
+
+    def __init__(self, executor: "Executor", prompt: dict, prompt_id: str, *, extra_data: dict,
+                 emit: Callable[[ev.Event], None] | None, interrupt: Any) -> None:
+        self.executor = executor
+        self.registry = executor.registry
+        self.cache = executor.outputs
+        self.prompt_id = prompt_id
+        self.dynprompt = DynamicPrompt(prompt)
+        self.extra_data = extra_data
+        self._emit = emit
+        self.interrupt = interrupt
+        self.messages: list[tuple[str, dict]] = []
+        self.executed: dict[str, None] = {}
+        self.ui_outputs: dict[str, dict] = {}
+        self.local: dict[str, CacheEntry] = {}
+        self.consumers: dict[str, set[str]] = {}
+        # Producers an expanding node reads its results from (links in its "result").
+        self.expansion_sources: dict[str, set[str]] = {}
+        self.pending_async: dict[str, list] = {}
+        self.pending_subgraph: dict[str, list] = {}
+        self._specs: dict[str, NodeSpec] = {}
+        self._inputs: dict[str, dict[str, InputSpec]] = {}
+        self._node_specs: dict[str, NodeSpec] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self.async_done: asyncio.Event | None = None
+        self.waiters: set[asyncio.Task] = set()
+        self.progress = ProgressState(prompt_id, self.dynprompt, self.emit, executor.progress_scope)
+        self.signatures = Signatures(self.dynprompt, self.spec, self.inputs_of, extra_data=extra_data,
+                                     call=call_sync)
+        self.schedule = Schedule(self.dynprompt, is_cached=self.is_cached, is_lazy=self.is_lazy,
+                                 is_output=lambda n: self.spec_of_node(n).output_node,
+                                 is_async=lambda n: self.spec_of_node(n).behaviour.is_coroutine)
+
+    # -- lookups ------------------------------------------------------------------------------
+    def spec(self, class_type: str) -> NodeSpec:
+        spec = self._specs.get(class_type)
+        if spec is None:
+            spec = self._specs[class_type] = self.registry.get(class_type)
+        return spec
+
+    def inputs_of(self, class_type: str) -> dict[str, InputSpec]:
+        specs = self._inputs.get(class_type)
+        if specs is None:
+            specs = self._inputs[class_type] = {s.name: s for s in self.spec(class_type).current_inputs()}
+        return specs
+
+    def spec_of_node(self, node_id: str) -> NodeSpec:
+        spec = self._node_specs.get(node_id)
+        if spec is None:
+            spec = self._node_specs[node_id] = self.spec(self.dynprompt.get_node(node_id)["class_type"])
+        return spec
+
+    def is_lazy(self, node_id: str, name: str) -> bool:
+        ispec = self.inputs_of(self.dynprompt.get_node(node_id)["class_type"]).get(name)
+        return ispec is not None and ispec.lazy
+
+    def sig(self, node_id: str) -> Hashable:
+        return self.signatures.get(node_id)
+
+    def owner_sig(self, node_id: str) -> Hashable:
+        return self.sig(self.dynprompt.get_real_node_id(node_id))
+
+    def is_cached(self, node_id: str) -> bool:
+        if node_id in self.local:
+            return True
+        sig = self.sig(node_id)
+        return not isinstance(sig, Unique) and self.cache.contains(sig)
+
+    def cached_entry(self, node_id: str) -> CacheEntry | None:
+        entry = self.local.get(node_id)
+        if entry is None:
+            sig = self.sig(node_id)
+            if not isinstance(sig, Unique):
+                entry = self.cache.get(sig)
+                if entry is not None:
+                    self.local[node_id] = entry
+        return entry
+
+    def output_slot(self, node_id: str, slot: int) -> list | None:
+        entry = self.cached_entry(node_id)
+        if entry is None or slot >= len(entry.outputs):
+            return None
+        return entry.outputs[slot]
+
+    # -- events -------------------------------------------------------------------------------
+    def emit(self, event: ev.Event) -> None:
+        """Send an event to the caller (thread-safe, order preserved)."""
+        if self._emit is not None:
+            self._emit(event)
+
+    def message(self, event: ev.Event) -> None:
+        """An event that also goes into history `status.messages`."""
+        self.messages.append((event.type, event.data))
+        self.emit(event)
+
+    def node_context(self, node_id: str, list_index: int | None) -> NodeContext:
+        display = self.dynprompt.get_display_node_id(node_id)
+
+        def report(value: float, total: float, preview: Any) -> None:
+            self.emit_progress(node_id, value, total, preview)
+
+        def send(event_type: str, data: Any) -> None:
+            self.emit(ev.Event(event_type, data))
+
+        return NodeContext(prompt_id=self.prompt_id, node_id=node_id, display_node_id=display,
+                           list_index=list_index, env=self.executor.env, report=report,
+                           is_interrupted=self.interrupt.is_set, send=send)
+
+    def emit_progress(self, node_id: str, value: float, total: float, preview: Any = None) -> None:
+        """progress_state, progress, then the preview image, as one ordered batch."""
+        if threading.get_ident() != self._loop_thread and self._loop is not None:
+            # Progress from a thread the node started: handle it on the prompt's loop.
+            self._loop.call_soon_threadsafe(self.emit_progress, node_id, value, total, preview)
+            return
+        self.progress.update(node_id, value, total)
+        self.emit(ev.progress(self.prompt_id, node_id, value, total))
+        if preview is not None:
+            fmt, image, max_size = preview
+            self.emit(ev.Event(ev.PREVIEW, {
+                "image": image, "format": fmt, "max_size": max_size, "prompt_id": self.prompt_id,
+                "node_id": node_id, "display_node_id": self.dynprompt.get_display_node_id(node_id),
+                "parent_node_id": self.dynprompt.get_parent_node_id(node_id),
+                "real_node_id": self.dynprompt.get_real_node_id(node_id)}))
+
+    # -- the loop -----------------------------------------------------------------------------
+    async def run(self, outputs: list[str]) -> ExecutionOutcome:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.async_done = asyncio.Event()
+        self.message(ev.execution_start(self.prompt_id))
+        prompt = self.dynprompt.original_prompt
+        await self.signatures.prepare(prompt)
+        keys = {self.sig(n) for n in prompt}
+        self.cache.begin_prompt({k for k in keys if not isinstance(k, Unique)})
+        self.executor.objects.begin_prompt({(n, node["class_type"]) for n, node in prompt.items()})
+        cached_nodes = [n for n in prompt if self.is_cached(n)]
+        self.message(ev.execution_cached(self.prompt_id, cached_nodes))
+        for node_id, node in prompt.items():
+            self._add_consumers(node_id, node)
+
+        status, error = "success", None
+        try:
+            for output_id in outputs:
+                self.schedule.add_node(output_id)
+            while not self.schedule.is_empty():
+                node_id = self.schedule.stage()
+                if node_id is None:
+                    if self.schedule.has_external_blocks:
+                        await self.async_done.wait()
+                        self.async_done.clear()
+                        continue
+                    details, ex = self._cycle_error()
+                    status, error = self._fail(details, ex, cached_nodes)
+                    break
+                result, details, ex = await self.execute_node(node_id)
+                if result == FAILURE:
+                    status, error = self._fail(details, ex, cached_nodes)
+                    break
+                if result == PENDING:
+                    self.schedule.unstage()
+                else:
+                    self.schedule.complete()
+                    self._completed(node_id)
+                self.cache.poll()
+            else:
+                self.message(ev.execution_success(self.prompt_id))
+        finally:
+            for task in list(self.pending_tasks()):
+                task.cancel()
+        return ExecutionOutcome(
+            status=status,
+            ui_outputs={n: info["output"] for n, info in self.ui_outputs.items()},
+            meta={n: info["meta"] for n, info in self.ui_outputs.items()},
+            messages=self.messages, executed=list(self.executed), error=error)
+
+    def pending_tasks(self) -> list[asyncio.Task]:
+        return [t for results in self.pending_async.values() for t in results
+                if isinstance(t, asyncio.Task) and not t.done()]
+
+    def _add_consumers(self, node_id: str, node: dict) -> None:
+        inputs = node.get("inputs")
+        if not isinstance(inputs, dict):
+            return  # only in nodes that failed validation, which never run
+        for value in inputs.values():
+            if is_link(value):
+                self.consumers.setdefault(value[0], set()).add(node_id)
+
+    def _completed(self, node_id: str) -> None:
+        """Release producers whose every consumer has now run (the `none` strategy frees them)."""
+        node = self.dynprompt.get_node(node_id)
+        sources = {v[0] for v in (node.get("inputs") or {}).values() if is_link(v)}
+        sources |= self.expansion_sources.pop(node_id, set())
+        for source in sources:
+            waiting = self.consumers.get(source)
+            if waiting is None:
+                continue
+            waiting.discard(node_id)
+            if not waiting and source in self.local:
+                self._release(source)
+        if not self.consumers.get(node_id) and node_id in self.local:
+            self._release(node_id)
+
+    def _release(self, node_id: str) -> None:
+        self.local.pop(node_id, None)
+        sig = self.sig(node_id)
+        if not isinstance(sig, Unique):
+            self.cache.release(sig)
+
+    def _cycle_error(self) -> tuple[dict, Exception]:
+        cycle = self.schedule.nodes_in_cycle()
+        blamed = cycle[0] if cycle else next(iter(self.schedule.pending))
+        for node_id in cycle:
+            display = self.dynprompt.get_display_node_id(node_id)
+            if display != node_id:
+                blamed = display
+                break
+        ex = DependencyCycleError("Dependency cycle detected")
+        return ({"node_id": blamed, "exception_message": str(ex), "exception_type": "graph.DependencyCycleError",
+                 "traceback": [], "current_inputs": []}, ex)
+
+    def _fail(self, details: dict, ex: BaseException, current_outputs: list[str]) -> tuple[str, dict]:
+        node_id = details["node_id"]
+        node_type = self.dynprompt.get_node(node_id)["class_type"] if self.dynprompt.has_node(node_id) else ""
+        if isinstance(ex, Interrupted):
+            event = ev.execution_interrupted(self.prompt_id, node_id, node_type, list(self.executed))
+            self.message(event)
+            return "interrupted", event.data
+        event = ev.execution_error(
+            self.prompt_id, node_id, node_type, list(self.executed),
+            exception_message=details["exception_message"], exception_type=details["exception_type"],
+            traceback=details["traceback"], current_inputs=details["current_inputs"],
+            current_outputs=list(current_outputs))
+        self.message(event)
+        return "error", event.data
+
+    # -- one node -----------------------------------------------------------------------------
+    async def execute_node(self, node_id: str) -> tuple[str, dict | None, BaseException | None]:
+        return await execute_node(self, node_id)

@@ -1,0 +1,180 @@
+"""Cache signatures: what a node's output depends on, independent of node ids.
+
+ComfyUI's key (`caching.py: CacheKeySetInputSignature`, reference §5.4) lists the node's class,
+IS_CHANGED result and constants plus those of *all* its ancestors, ancestors named by position;
+building it is quadratic in a chain. We compute the same information as a Merkle hash instead:
+
+    sig(N) = H(class_type, is_changed(N), [N's id if NOT_IDEMPOTENT or hidden UNIQUE_ID],
+               for each input key in sorted order: (key, constant) or (key, sig(source), slot))
+
+so each node costs O(its inputs) once per prompt (memoised), node ids never enter the key (a
+renumbered or duplicated subgraph hits the cache), and equal sub-chains share entries. A value
+that cannot be encoded (a tensor constant, a NaN IS_CHANGED, an IS_CHANGED that raised, a link
+to a missing node or around a cycle) gives a fresh `Unique` key that never matches anything,
+and so does everything downstream of it, as ComfyUI's NaN does.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import math
+from typing import Any, Awaitable, Callable, Hashable, Iterable, Mapping
+
+from graph.expansion import ExecutionBlocker
+from graph.inputs import assemble_inputs, call_slices
+from graph.prompt import DynamicPrompt, is_link
+from graph.spec import HIDDEN, HIDDEN_UNIQUE_ID, InputSpec, NodeSpec
+
+log = logging.getLogger(__name__)
+
+
+class Unique:
+    """A key equal only to itself: the node never hits the cache."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<Unique {id(self):#x}>"
+
+
+class _Unencodable(Exception):
+    pass
+
+
+def canonical(value: Any) -> Any:
+    """A deterministic, repr-stable encoding of a JSON-like value (raises `_Unencodable`)."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise _Unencodable("NaN")
+        return value
+    if isinstance(value, (list, tuple)):
+        return ("L", tuple(canonical(v) for v in value))
+    if isinstance(value, dict):
+        try:
+            items = sorted(value.items())
+        except TypeError:
+            raise _Unencodable("dict with unsortable keys") from None
+        return ("D", tuple((canonical(k), canonical(v)) for k, v in items))
+    raise _Unencodable(type(value).__name__)
+
+
+def _digest(parts: Any) -> bytes:
+    return hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class Signatures:
+    """Signatures of the nodes of one prompt run, memoised; `prepare` computes IS_CHANGED first."""
+
+    def __init__(self, dynprompt: DynamicPrompt, spec_of: Callable[[str], NodeSpec],
+                 inputs_of: Callable[[str], Mapping[str, InputSpec]], *,
+                 extra_data: Mapping[str, Any] | None = None,
+                 call: Callable[[Callable, dict], Awaitable[Any]] | None = None) -> None:
+        self.dynprompt = dynprompt
+        self.spec_of = spec_of  # class_type -> spec
+        self.inputs_of = inputs_of  # class_type -> {name: InputSpec}
+        self.extra_data = extra_data or {}
+        self._call = call
+        self._is_changed: dict[str, Any] = {}
+        self._sigs: dict[str, Hashable] = {}
+
+    # -- IS_CHANGED ---------------------------------------------------------------------------
+    async def prepare(self, node_ids: Iterable[str]) -> None:
+        """Compute IS_CHANGED for the given nodes (constants only; links arrive as None)."""
+        for node_id in node_ids:
+            if node_id in self._is_changed or not self.dynprompt.has_node(node_id):
+                continue
+            node = self.dynprompt.get_node(node_id)
+            spec = self.spec_of(node["class_type"])
+            fn = spec.behaviour.is_changed
+            if fn is None:
+                self._is_changed[node_id] = False
+                continue
+            self._is_changed[node_id] = await self._run_is_changed(node_id, node, spec, fn)
+
+    async def _run_is_changed(self, node_id: str, node: dict, spec: NodeSpec, fn: Callable) -> Any:
+        results = []
+        try:
+            assembled = assemble_inputs(node.get("inputs") or {}, self.inputs_of(spec.node_id), node_id,
+                                        get_output=None, original_prompt=self.dynprompt.get_original_prompt(),
+                                        dynprompt=self.dynprompt, extra_data=self.extra_data)
+            for kwargs in call_slices(assembled.values, spec.input_is_list):
+                result = await self._call(fn, kwargs) if self._call else fn(**kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                results.append(None if isinstance(result, ExecutionBlocker) else result)
+        except Exception as ex:  # noqa: BLE001 -- ComfyUI: an exception means "always changed"
+            log.warning("IS_CHANGED of node %s (%s) raised %s: %s; the node will always run",
+                        node_id, spec.node_id, type(ex).__name__, ex)
+            return float("nan")
+        return results
+
+    # -- signatures ---------------------------------------------------------------------------
+    def get(self, node_id: str) -> Hashable:
+        """The signature of `node_id` (IS_CHANGED must have been prepared for it and its ancestors)."""
+        sig = self._sigs.get(node_id)
+        if sig is not None:
+            return sig
+        # Iterative post-order over links, so a 10 000-node chain needs no deep recursion.
+        visiting: set[str] = set()
+        stack = [node_id]
+        while stack:
+            current = stack[-1]
+            if current in self._sigs:
+                stack.pop()
+                continue
+            if not self.dynprompt.has_node(current):
+                self._sigs[current] = Unique()
+                stack.pop()
+                continue
+            inputs = self.dynprompt.get_node(current).get("inputs")
+            if not isinstance(inputs, dict):  # a node that failed validation: never cached
+                self._sigs[current] = Unique()
+                stack.pop()
+                continue
+            pending = [v[0] for v in inputs.values() if is_link(v) and v[0] not in self._sigs]
+            if current not in visiting:
+                visiting.add(current)
+                unresolved = [p for p in pending if p not in visiting]
+                if unresolved:
+                    stack.extend(unresolved)
+                    continue
+            # Either all sources are known, or the rest are on the stack: a cycle.
+            self._sigs[current] = self._immediate(current, cyclic=bool(pending))
+            visiting.discard(current)
+            stack.pop()
+        return self._sigs[node_id]
+
+    def _immediate(self, node_id: str, cyclic: bool) -> Hashable:
+        if cyclic:
+            return Unique()
+        node = self.dynprompt.get_node(node_id)
+        class_type = node["class_type"]
+        spec = self.spec_of(class_type)
+        is_changed = self._is_changed.get(node_id, False)
+        parts: list[Any] = [class_type]
+        try:
+            parts.append(canonical(is_changed))
+        except _Unencodable:
+            return Unique()
+        if spec.not_idempotent or any(i.section == HIDDEN and i.type == HIDDEN_UNIQUE_ID
+                                      for i in self.inputs_of(class_type).values()):
+            parts.append(("id", node_id))
+        inputs = node.get("inputs") or {}
+        for key in sorted(inputs):
+            value = inputs[key]
+            if is_link(value):
+                source = self._sigs[value[0]]
+                if isinstance(source, Unique):
+                    return Unique()
+                parts.append((key, "@", source, int(value[1])))
+            else:
+                try:
+                    parts.append((key, canonical(value)))
+                except _Unencodable:
+                    return Unique()
+        return _digest(parts)
