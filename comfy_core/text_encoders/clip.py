@@ -1,0 +1,139 @@
+"""The CLIP wire object: tokenizer + text-encoder set behind a `ClipPatcher`, with ComfyUI's API.
+
+Nodes never mutate a CLIP they receive: `clone()` shares the encoders and the tokenizer and copies
+the patcher's patch containers (cheap), so "clone, change, return" keeps cached outputs valid.
+Encoding always happens inside `with self.patcher.applied() as encoders:`, so LoRA weight patches
+and object patches apply for that call only. Clip skip is a patcher option (`clip_layer`), so it is
+part of the patcher's signature.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from comfy_core.patching import ClipPatcher
+from comfy_core.text_encoders.encoder_set import EncoderOptions, TextEncoderSet, with_clip_layer
+from comfy_core.text_encoders.sd_tokenizer import EmbeddingLookup, FamilyTokenizer
+
+CLIP_LAYER_OPTION = "clip_layer"
+
+
+class CLIP:
+    """ComfyUI's CLIP object (`comfy/sd.py: CLIP`), over our encoders.
+
+    `tokenize`, `encode_from_tokens`, `encode_from_tokens_scheduled`, `encode`, `clone`,
+    `clip_layer`, `add_patches`, `get_key_patches`, `load_model`, `get_sd`, `load_sd`,
+    `.patcher`, `.tokenizer`, `.cond_stage_model`, `.layer_idx`.
+    """
+
+    def __init__(self, patcher: ClipPatcher, tokenizer: FamilyTokenizer) -> None:
+        if not isinstance(patcher.model, TextEncoderSet):
+            raise TypeError(f"CLIP: the patcher's model must be a TextEncoderSet, got {type(patcher.model).__name__}")
+        self.patcher = patcher
+        self._tokenizer = tokenizer
+        # Held here, not in patcher options: options are deep-copied on clone, a lookup is shared.
+        self._embedding_lookup: EmbeddingLookup | None = None
+
+    @classmethod
+    def from_encoders(cls, encoders: TextEncoderSet, tokenizer: FamilyTokenizer,
+                      load_device: torch.device | str | None = None,
+                      offload_device: torch.device | str | None = None) -> "CLIP":
+        return cls(ClipPatcher(encoders, load_device, offload_device), tokenizer)
+
+    # --- ComfyUI attributes ---
+
+    @property
+    def cond_stage_model(self) -> TextEncoderSet:
+        return self.patcher.model
+
+    @property
+    def tokenizer(self) -> FamilyTokenizer:
+        """The tokenizer, with this clone's embedding lookup (if one was set) wired in."""
+        lookup = self._embedding_lookup
+        return self._tokenizer if lookup is None else self._tokenizer.with_embedding_lookup(lookup)
+
+    @property
+    def layer_idx(self) -> int | None:
+        return self.patcher.model_options.get(CLIP_LAYER_OPTION)
+
+    @layer_idx.setter
+    def layer_idx(self, value: int | None) -> None:
+        self.clip_layer(value)
+
+    @property
+    def family(self) -> str:
+        return self.cond_stage_model.spec.name
+
+    # --- cloning and patches ---
+
+    def clone(self) -> "CLIP":
+        n = CLIP(self.patcher.clone(), self._tokenizer)
+        n._embedding_lookup = self._embedding_lookup
+        return n
+
+    def clip_layer(self, layer_idx: int | None) -> None:
+        """Clip skip: use the hidden state of layer `layer_idx` (negative, from the end) of every encoder."""
+        if layer_idx is not None and not isinstance(layer_idx, int):
+            raise TypeError(f"clip_layer: layer index must be an int or None, got {layer_idx!r}")
+        if layer_idx is None:
+            self.patcher.model_options.pop(CLIP_LAYER_OPTION, None)
+        else:
+            self.patcher.set_option(CLIP_LAYER_OPTION, layer_idx)
+
+    def set_embedding_lookup(self, lookup: EmbeddingLookup | None) -> None:
+        """Resolve `embedding:NAME` in prompts with `lookup(name, embedding_key, width)` (this clone only)."""
+        self._embedding_lookup = lookup
+
+    def add_patches(self, patches: dict, strength_patch: float = 1.0, strength_model: float = 1.0) -> list:
+        return self.patcher.add_patches(patches, strength_patch, strength_model)
+
+    def get_key_patches(self) -> dict:
+        return self.patcher.get_key_patches()
+
+    def load_model(self) -> ClipPatcher:
+        """ComfyUI packs call this before using `cond_stage_model`; loading happens in `applied()`."""
+        return self.patcher
+
+    def get_sd(self) -> dict[str, torch.Tensor]:
+        return self.patcher.model_state_dict()
+
+    def encoder_options(self, slot: str) -> EncoderOptions:
+        """Pad token, layer and final-norm choice in force for encoder `slot` (clip skip included)."""
+        return with_clip_layer(self.cond_stage_model.spec.options(slot), self.layer_idx)
+
+    # --- encoding ---
+
+    def tokenize(self, text: str, return_word_ids: bool = False, **kwargs: Any) -> dict[str, list]:
+        return self.tokenizer.tokenize_with_weights(text, return_word_ids, **kwargs)
+
+    def encode_from_tokens(self, tokens: Mapping[str, Any], return_pooled: bool | str = False,
+                           return_dict: bool = False) -> Any:
+        """tokens -> cond [1, T, W]; with `return_pooled` also the pooled output
+        (`"unprojected"` skips the text projection); `return_dict` gives
+        `{"cond": cond, "pooled_output": pooled}`."""
+        projected = return_pooled != "unprojected"
+        with self.patcher.applied() as encoders:
+            with torch.no_grad():
+                cond, pooled = encoders.encode_token_weights(tokens, layer_idx=self.layer_idx,
+                                                             projected_pooled=projected)
+        if return_dict:
+            return {"cond": cond, "pooled_output": pooled}
+        if return_pooled:
+            return cond, pooled
+        return cond
+
+    def encode_from_tokens_scheduled(self, tokens: Mapping[str, Any], unprojected: bool = False,
+                                     add_dict: Mapping[str, Any] | None = None, show_pbar: bool = True) -> list:
+        """tokens -> CONDITIONING `[[cond, {"pooled_output": pooled, **add_dict}]]` (no hook schedules)."""
+        out = self.encode_from_tokens(tokens, return_pooled="unprojected" if unprojected else True,
+                                      return_dict=True)
+        cond = out.pop("cond")
+        out.update(add_dict or {})
+        return [[cond, out]]
+
+    def encode(self, text: str) -> torch.Tensor:
+        return self.encode_from_tokens(self.tokenize(text))
+
+    def __repr__(self) -> str:
+        return f"CLIP(family={self.family!r}, layer_idx={self.layer_idx!r}, patches={len(self.patcher.patches)})"

@@ -1,0 +1,155 @@
+"""Which encoders a model family uses, how each is run, and how their outputs combine.
+
+Per-encoder choices follow ComfyUI (`comfy/sd1_clip.py`, `sd2_clip.py`, `sdxl_clip.py`) and match
+AUTOMATIC1111 (reference a1111-prompt.md §3.1, §3.7):
+
+| set          | encoders        | token key | pad | default layer           | final norm on hidden |
+|--------------|-----------------|-----------|-----|-------------------------|----------------------|
+| sd1          | clip_l          | l         | EOS | last (after final norm) | yes                  |
+| sd2          | clip_h          | h         | 0   | -2 (penultimate)        | yes                  |
+| sdxl         | clip_l, clip_g  | l, g      | EOS, 0 | -2, -2               | no, no               |
+| sdxl_refiner | clip_g          | g         | 0   | -2                      | no                   |
+
+Clip skip (`CLIP.clip_layer(n)`, CLIPSetLastLayer) overrides the layer of every encoder of the set,
+keeping each one's final-norm choice. Several encoders: hidden states are concatenated along the
+channel axis (in slot order l, g), cut to the shorter token count; the pooled output comes from the
+set's pooling encoder (CLIP-G for SDXL), from its first chunk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from comfy_core.text_encoders.encoder import ClipTextEncoder, EmbeddingOverride
+from comfy_core.text_encoders.errors import TextEncoderDetectionError, TokenizeError
+from comfy_core.text_encoders.weighting import encode_token_weights
+
+PAD_EOS = 49407
+PAD_ZERO = 0
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    """How one encoder of a set is tokenized and run."""
+
+    slot: str
+    token_key: str  # ComfyUI's key in the tokens dict
+    pad_token: int
+    layer_idx: int | None  # None = final output after the final layer norm
+    layer_norm_hidden: bool
+    projected_pooled: bool = True
+
+
+@dataclass(frozen=True)
+class EncoderSetSpec:
+    name: str
+    encoders: tuple[EncoderOptions, ...]
+    pooled_from: str  # slot whose pooled output the set returns
+
+    def options(self, slot: str) -> EncoderOptions:
+        for option in self.encoders:
+            if option.slot == slot:
+                return option
+        raise KeyError(slot)
+
+
+ENCODER_SETS: tuple[EncoderSetSpec, ...] = (
+    EncoderSetSpec("sd1", (EncoderOptions("clip_l", "l", PAD_EOS, None, True),), "clip_l"),
+    EncoderSetSpec("sd2", (EncoderOptions("clip_h", "h", PAD_ZERO, -2, True),), "clip_h"),
+    EncoderSetSpec("sdxl", (EncoderOptions("clip_l", "l", PAD_EOS, -2, False),
+                            EncoderOptions("clip_g", "g", PAD_ZERO, -2, False)), "clip_g"),
+    EncoderSetSpec("sdxl_refiner", (EncoderOptions("clip_g", "g", PAD_ZERO, -2, False),), "clip_g"),
+)
+
+
+def spec_for_slots(slots: Sequence[str]) -> EncoderSetSpec:
+    """The encoder-set definition whose encoders are exactly `slots`."""
+    wanted = set(slots)
+    for spec in ENCODER_SETS:
+        if {o.slot for o in spec.encoders} == wanted:
+            return spec
+    raise TextEncoderDetectionError(
+        f"no known text-encoder set has exactly the encoders {sorted(wanted)}; known sets: "
+        + ", ".join(f"{s.name}={[o.slot for o in s.encoders]}" for s in ENCODER_SETS))
+
+
+def with_clip_layer(options: EncoderOptions, layer_idx: int | None) -> EncoderOptions:
+    """Options with clip skip applied (None leaves the encoder's default)."""
+    return options if layer_idx is None else replace(options, layer_idx=layer_idx)
+
+
+class TextEncoderSet(nn.Module):
+    """The module a `ClipPatcher` wraps: encoders as children named by slot (`clip_l`, `clip_h`, `clip_g`)."""
+
+    def __init__(self, spec: EncoderSetSpec, encoders: Mapping[str, ClipTextEncoder]) -> None:
+        super().__init__()
+        if set(encoders) != {o.slot for o in spec.encoders}:
+            raise TextEncoderDetectionError(f"encoder set {spec.name} needs {[o.slot for o in spec.encoders]}, "
+                                            f"got {sorted(encoders)}")
+        self.spec = spec
+        for option in spec.encoders:
+            self.add_module(option.slot, encoders[option.slot])
+
+    def encoder(self, slot: str) -> ClipTextEncoder:
+        return getattr(self, slot)
+
+    def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
+                             projected_pooled: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """ComfyUI tokens dict {key: chunks} -> (cond [1, T, sum of widths], pooled [1, P])."""
+        outputs: list[torch.Tensor] = []
+        pooled = None
+        for base in self.spec.encoders:
+            options = with_clip_layer(base, layer_idx)
+            if options.token_key not in tokens:
+                raise TokenizeError(f"tokens for encoder set {self.spec.name} lack key {options.token_key!r} "
+                                    f"({options.slot}); got keys {sorted(tokens)}")
+            encoder = self.encoder(options.slot)
+
+            def encode_chunks(chunks: list[list[Any]], _enc=encoder, _opt=options) -> tuple[torch.Tensor, torch.Tensor]:
+                ids, overrides = chunks_to_ids(chunks, _enc.width)
+                out = _enc.encode_ids(ids, overrides, layer_idx=_opt.layer_idx,
+                                      layer_norm_hidden=_opt.layer_norm_hidden,
+                                      projected=projected_pooled and _opt.projected_pooled)
+                return out.hidden, out.pooled
+
+            cond, encoder_pooled = encode_token_weights(encode_chunks, tokens[options.token_key], options.pad_token)
+            outputs.append(cond)
+            if options.slot == self.spec.pooled_from:
+                pooled = encoder_pooled
+        if len(outputs) == 1:
+            return outputs[0], pooled
+        length = min(o.shape[1] for o in outputs)
+        return torch.cat([o[:, :length] for o in outputs], dim=-1), pooled
+
+
+def chunks_to_ids(chunks: Sequence[Sequence[Any]], width: int) -> tuple[torch.Tensor, list[EmbeddingOverride]]:
+    """Token chunks (ints, or embedding vectors [width]) -> ids [B, T] and embedding overrides.
+
+    An embedding vector takes one position; its id is the placeholder 0 (as in A1111).
+    """
+    lengths = {len(c) for c in chunks}
+    if len(lengths) != 1:
+        raise TokenizeError(f"token chunks must all have the same length, got lengths {sorted(lengths)}")
+    rows: list[list[int]] = []
+    overrides: list[EmbeddingOverride] = []
+    for row, chunk in enumerate(chunks):
+        ids: list[int] = []
+        for position, token in enumerate(chunk):
+            if isinstance(token, torch.Tensor):
+                vector = token.reshape(-1) if token.dim() == 2 and token.shape[0] == 1 else token
+                if vector.dim() != 1 or vector.shape[0] != width:
+                    raise TokenizeError(f"embedding token at chunk {row}, position {position} has shape "
+                                        f"{tuple(token.shape)}; this encoder expects vectors of width {width}")
+                overrides.append(EmbeddingOverride(row, position, vector[None]))
+                ids.append(0)
+            else:
+                try:
+                    ids.append(int(token))
+                except (TypeError, ValueError):
+                    raise TokenizeError(f"token at chunk {row}, position {position} is neither an id nor an "
+                                        f"embedding vector: {token!r}") from None
+        rows.append(ids)
+    return torch.tensor(rows, dtype=torch.long), overrides

@@ -1,0 +1,49 @@
+"""The raw CLIP BPE tokenizer: text -> ids, without BOS/EOS, no padding, no truncation.
+
+It is transformers' `CLIPTokenizer` (backed by the `tokenizers` library) built in memory from the
+vocabulary derived in `vocab.py`, so no file or hub access happens. This is the tokenizer ComfyUI
+uses for every CLIP encoder (SD1 CLIP-L, SD2 ViT-H, SDXL L and bigG): NFC normalisation,
+whitespace collapsed, lower case, CLIP's pre-tokenisation regex, byte-level BPE.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from comfy_core.text_encoders.vocab import ClipVocabulary, load_vocabulary
+
+# Far above any prompt: we chunk ourselves, so the library must neither truncate nor warn.
+_NO_LIMIT = 1 << 30
+
+
+class ClipTokenizer:
+    """Text -> CLIP BPE ids. Cheap to share: it holds no per-prompt state."""
+
+    def __init__(self, vocabulary: ClipVocabulary) -> None:
+        from transformers import CLIPTokenizer  # heavy import, kept out of module import time
+
+        self.vocabulary = vocabulary
+        self._backend = CLIPTokenizer(vocab=dict(vocabulary.vocab), merges=list(vocabulary.merges),
+                                      model_max_length=_NO_LIMIT)
+        self.bos_id = vocabulary.bos_id
+        self.eos_id = vocabulary.eos_id
+        self._inverse = {index: token for token, index in vocabulary.vocab.items()}
+
+    @classmethod
+    def from_file(cls, path: str | Path | None = None) -> "ClipTokenizer":
+        """Build from a `bpe_simple_vocab_16e6.txt.gz` (default: the one shipped by `openai-clip`)."""
+        return cls(load_vocabulary(path))
+
+    def encode(self, text: str) -> list[int]:
+        """The BPE ids of `text`, without BOS/EOS."""
+        return list(self._backend(text, add_special_tokens=False)["input_ids"])
+
+    def encode_with_specials(self, text: str) -> list[int]:
+        """BOS + ids + EOS, unpadded (what `CLIPTokenizer(text)` returns)."""
+        return [self.bos_id, *self.encode(text), self.eos_id]
+
+    def token_text(self, token_id: int) -> str:
+        """The vocabulary entry of one id (e.g. `cat</w>`), for untokenize/debugging."""
+        return self._inverse[token_id]
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocabulary.vocab)
