@@ -1,0 +1,157 @@
+"""Server benchmark: prints figures, asserts nothing about speed.
+
+    .venv/bin/python bench/server.py [--clients 50] [--prompts 20] [--latency-runs 20]
+
+1. start-up: seconds from `python main.py` to the first `/object_info` answer;
+2. latency: POST /prompt -> `executing {node: null}` for a trivial two-node workflow;
+3. load: N WebSocket clients each submit M prompts over the socket at once (`queue_prompt`);
+   checks that every prompt finishes and is in the history, prints prompts per second.
+
+The server runs as a subprocess on a free loopback port, in a temporary folder, with the test
+node pack (tests/web/web_test_pack) as its only custom nodes.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.web.web_test_pack import srv_prompt  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _startup(base: Path, port: int) -> tuple[subprocess.Popen, float]:
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "--base-directory", str(base), "--port",
+                             str(port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/object_info"
+    async with aiohttp.ClientSession() as session:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited with status {proc.returncode}")
+            try:
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        await resp.read()
+                        return proc, time.perf_counter() - started
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.02)
+
+
+def _torch_import_seconds() -> float:
+    """The part of start-up that built-in nodes cannot avoid (they import torch)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - started
+
+
+async def _wait_done(ws, prompt_id: str) -> None:
+    async for msg in ws:
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            data = json.loads(msg.data)
+            if data["type"] == "executing" and data["data"].get("node") is None \
+                    and data["data"].get("prompt_id") == prompt_id:
+                return
+    raise RuntimeError("socket closed before the prompt finished")
+
+
+async def _latency(base_url: str, runs: int) -> list[float]:
+    times = []
+    async with aiohttp.ClientSession() as session:
+        ws = await session.ws_connect(f"{base_url}/ws?clientId=latency")
+        for n in range(runs):
+            started = time.perf_counter()
+            async with session.post(f"{base_url}/prompt", json={"prompt": srv_prompt(n % 256, prefix="lat"),
+                                                                "client_id": "latency"}) as resp:
+                body = await resp.json()
+            await _wait_done(ws, body["prompt_id"])
+            times.append(time.perf_counter() - started)
+        await ws.close()
+    return times
+
+
+async def _client(session: aiohttp.ClientSession, base_url: str, index: int, prompts: int) -> list[str]:
+    ws = await session.ws_connect(f"{base_url}/ws?clientId=load{index}")
+    for n in range(prompts):
+        await ws.send_json({"type": "queue_prompt", "data": {"prompt": srv_prompt(n, prefix=f"load{index}")}})
+    queued, finished = [], set()
+    async for msg in ws:
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            continue
+        data = json.loads(msg.data)
+        if data["type"] == "prompt_queued":
+            queued.append(data["data"]["prompt_id"])
+        elif data["type"] == "prompt_rejected":
+            raise RuntimeError(f"client {index}: prompt rejected: {data['data']}")
+        elif data["type"] == "executing" and data["data"].get("node") is None:
+            finished.add(data["data"]["prompt_id"])
+            if len(finished) == prompts:
+                break
+    await ws.close()
+    assert set(queued) == finished, f"client {index}: {len(queued)} queued, {len(finished)} finished"
+    return queued
+
+
+async def _load(base_url: str, clients: int, prompts: int) -> tuple[float, int, int]:
+    connector = aiohttp.TCPConnector(limit=clients + 10)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        started = time.perf_counter()
+        results = await asyncio.gather(*(_client(session, base_url, i, prompts) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+        async with session.get(f"{base_url}/history") as resp:
+            history = await resp.json()
+    ids = [pid for ids in results for pid in ids]
+    in_history = sum(1 for pid in ids if history.get(pid, {}).get("status", {}).get("completed"))
+    return elapsed, len(ids), in_history
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--latency-runs", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
+        base = Path(tmp)
+        shutil.copytree(REPO / "tests" / "web" / "web_test_pack", base / "custom_nodes" / "web_test_pack")
+        port = _free_port()
+        proc, startup = await _startup(base, port)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            print(f"start-up to first /object_info answer: {startup:.2f} s "
+                  f"(for scale: a bare `python -c 'import torch'` takes {_torch_import_seconds():.2f} s here)")
+            lat = sorted(await _latency(url, args.latency_runs))
+            p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
+            print(f"POST -> finished latency, trivial workflow ({len(lat)} runs): "
+                  f"median {statistics.median(lat) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms")
+            elapsed, total, in_history = await _load(url, args.clients, args.prompts)
+            print(f"{args.clients} WebSocket clients x {args.prompts} prompts: {total} queued, "
+                  f"{in_history} finished and in history, {elapsed:.2f} s, {total / elapsed:.1f} prompts/s")
+            if in_history != args.clients * args.prompts:
+                raise SystemExit("some prompts were lost")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,61 @@
+"""build_state/build_environment: flags reach the environment, executor cache, packs and store."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from web.bootstrap import build_environment, build_registry, build_state, cache_config
+from web.config import CacheSettings, ServerConfig
+
+PACK = Path(__file__).resolve().parent / "web_test_pack"
+
+
+def test_folders_preview_method_and_cpu_reach_the_environment(tmp_path):
+    config = ServerConfig(base_dir=tmp_path, output_dir=tmp_path / "out", temp_dir=tmp_path / "t" / "temp",
+                          preview_method="none", cpu=True)
+    env, custom_dirs = build_environment(config)
+    assert env.output_dir == (tmp_path / "out").resolve() and env.output_dir.is_dir()
+    assert env.temp_dir == (tmp_path / "t" / "temp").resolve()
+    assert env.input_dir == tmp_path.resolve() / "input" and env.user_dir == tmp_path.resolve() / "user"
+    assert env.preview_method == "none"
+    assert env.memory is not None and env.memory.device.type == "cpu"
+    assert custom_dirs == [tmp_path.resolve() / "custom_nodes"]
+
+
+def test_extra_model_paths_add_model_and_custom_node_folders(tmp_path):
+    yaml_file = tmp_path / "extra.yaml"
+    yaml_file.write_text("mine:\n  base_path: shared\n  loras: my_loras\n  custom_nodes: my_nodes\n")
+    env, custom_dirs = build_environment(ServerConfig(base_dir=tmp_path, extra_model_paths=(yaml_file,)))
+    assert (tmp_path / "shared" / "my_loras").resolve() in env.folders.paths("loras")
+    assert (tmp_path / "shared" / "my_nodes").resolve() in custom_dirs
+
+
+def test_cache_flags_become_the_executor_cache():
+    assert cache_config(ServerConfig(cache=CacheSettings("none"))).kind == "none"
+    assert cache_config(ServerConfig(cache=CacheSettings("lru", size=0))).kind == "classic"  # ComfyUI: lru 0
+    lru = cache_config(ServerConfig(cache=CacheSettings("lru", size=7)))
+    assert (lru.kind, lru.size) == ("lru", 7)
+    ram = cache_config(ServerConfig(cache=CacheSettings("ram", ram_headroom_gb=2.0)))
+    assert (ram.kind, ram.ram_headroom_gb) == ("ram", 2.0)
+
+
+def test_custom_nodes_load_unless_disabled_and_whitelist_still_loads(tmp_path):
+    shutil.copytree(PACK, tmp_path / "custom_nodes" / "web_test_pack")
+    dirs = [tmp_path / "custom_nodes"]
+    registry, packs = build_registry(ServerConfig(base_dir=tmp_path), dirs)
+    assert "SrvConst" in registry and [p.name for p in packs] == ["web_test_pack"]
+    registry, packs = build_registry(ServerConfig(base_dir=tmp_path, disable_all_custom_nodes=True), dirs)
+    assert "SrvConst" not in registry and packs == []
+    registry, packs = build_registry(ServerConfig(base_dir=tmp_path, disable_all_custom_nodes=True,
+                                                  whitelist_custom_nodes=("web_test_pack",)), dirs)
+    assert "SrvConst" in registry
+
+
+def test_state_uses_the_user_directory_for_its_store(tmp_path):
+    from tests.web.web_test_nodes import make_test_registry
+
+    state = build_state(ServerConfig(base_dir=tmp_path, user_dir=tmp_path / "u", custom_node_dirs=()),
+                        registry=make_test_registry())
+    assert state.store.path == (tmp_path / "u").resolve() / "comfy_engine_queue.sqlite3"
+    assert state.executor.env is state.env and state.queue.remaining == 0
+    state.store.close()

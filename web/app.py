@@ -1,0 +1,134 @@
+"""The aiohttp app factory and the serve loop. No server singleton: each call builds a new app
+around the `AppState` it is given, so tests can run several servers in one process.
+
+Route tables are registered twice, bare and under `/api` (ComfyUI's `add_routes`): scripts call
+`/prompt`, the editor calls `/api/prompt`. Packs' routes (`state.extra_routes`, or the
+`extra_routes` argument) get the same treatment, before the app starts.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Iterable
+
+from aiohttp import web
+
+from web import frontend as editor
+from web.middlewares import middlewares_for
+from web.routes_files import file_routes
+from web.routes_info import extension_urls, info_routes
+from web.routes_jobs import jobs_routes
+from web.routes_prompt import prompt_routes
+from web.state import STATE_KEY, AppState
+from web.userdata import add_userdata_routes
+from web.worker import PromptWorker
+from web.ws import ws_routes
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api"
+
+
+def add_api_routes(app: web.Application, routes: Iterable[web.AbstractRouteDef]) -> None:
+    """Register each route at its path and at `/api` + path (static definitions once)."""
+    for route in routes:
+        if isinstance(route, web.RouteDef):
+            kwargs = dict(route.kwargs)
+            allow_head = kwargs.pop("allow_head", False)
+            for prefix in ("", API_PREFIX):
+                path = prefix + route.path
+                if route.method == "GET" and allow_head:
+                    app.router.add_get(path, route.handler, **kwargs)
+                else:
+                    app.router.add_route(route.method, path, route.handler, **kwargs)
+        else:
+            route.register(app.router)
+
+
+def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (), frontend: bool = True
+               ) -> web.Application:
+    """The server application for `state`. `frontend=False` leaves out the browser editor
+    (tests that only speak HTTP, and machines without the editor package)."""
+    app = web.Application(client_max_size=state.config.max_upload_bytes,
+                          middlewares=middlewares_for(state.config))
+    app[STATE_KEY] = state
+    tables = [prompt_routes(), jobs_routes(), info_routes(), file_routes(), ws_routes()]
+    for table in [*tables, *state.extra_routes, *extra_routes]:
+        add_api_routes(app, table)
+    add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)
+    served_editor = False
+    if frontend:
+        try:
+            editor.add_frontend_routes(app, state)
+            served_editor = True
+        except editor.FrontendError as exc:
+            log.warning("browser editor not served: %s", exc)
+    if not served_editor:
+        async def list_extensions(request: web.Request) -> web.Response:
+            return web.json_response(extension_urls(state, editor.OWN_EXTENSION_DIR))
+        add_api_routes(app, [web.get("/extensions", list_extensions)])
+    app.on_startup.append(_on_startup)
+    app.on_shutdown.append(_on_shutdown)
+    app.on_cleanup.append(_on_cleanup)
+    return app
+
+
+async def _on_startup(app: web.Application) -> None:
+    state = app[STATE_KEY]
+    state.hub.attach(asyncio.get_running_loop())
+    state.worker = PromptWorker(state)
+    state.worker.start()
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    state = app[STATE_KEY]
+    if state.worker is not None:  # the running prompt is interrupted and recorded first
+        await state.worker.stop()
+    await state.hub.close_all()
+
+
+async def _on_cleanup(app: web.Application) -> None:
+    app[STATE_KEY].store.close()
+
+
+async def start_server(state: AppState, *, frontend: bool = True,
+                       extra_routes: Iterable[web.RouteTableDef] = ()) -> tuple[web.AppRunner, list[str]]:
+    """Start listening on every `--listen` address; returns the runner and the bound URLs
+    (port 0 picks a free port, which the URLs then show)."""
+    app = create_app(state, extra_routes=extra_routes, frontend=frontend)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    for host in state.config.listen:
+        await web.TCPSite(runner, host, state.config.port).start()
+    urls = []
+    for address in runner.addresses:
+        host, port = address[0], address[1]
+        urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    return runner, urls
+
+
+async def serve_forever(state: AppState, *, frontend: bool = True,
+                        on_ready: Callable[[list[str]], Awaitable[None] | None] | None = None,
+                        stop_signals: Iterable[int] = ()) -> None:
+    """Serve until cancelled or until one of `stop_signals` (main.py: SIGINT, SIGTERM) arrives;
+    then shut down cleanly: the running prompt is recorded as interrupted."""
+    runner, urls = await start_server(state, frontend=frontend)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in stop_signals:
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such signal here
+            pass
+    try:
+        if on_ready is not None:
+            result = on_ready(urls)
+            if asyncio.iscoroutine(result):
+                await result
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()

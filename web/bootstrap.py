@@ -1,0 +1,123 @@
+"""Building a server's state from a `ServerConfig`: environment, registry, packs, executor, store.
+
+`build_environment` and `build_registry` are shared with the headless `main.py run`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from web.config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+
+def build_environment(config: ServerConfig) -> tuple[Any, list[Path]]:
+    """The node environment and the custom-node folders (default + extra_model_paths yaml)."""
+    from nodes.environment import Environment
+
+    overrides = {name: Path(value).resolve() for name, value in (
+        ("output_dir", config.output_dir), ("input_dir", config.input_dir),
+        ("temp_dir", config.temp_dir), ("user_dir", config.user_dir)) if value is not None}
+    env = Environment.rooted_at(config.base_dir, preview_method=config.preview_method, **overrides)
+    custom_dirs = [Path(config.base_dir).resolve() / "custom_nodes"]
+    for yaml_path in config.extra_model_paths:
+        custom_dirs.extend(env.folders.extend_from_yaml(yaml_path))
+    if config.custom_node_dirs is not None:
+        custom_dirs = [Path(p).resolve() for p in config.custom_node_dirs]
+    env.memory = _memory_manager(config)
+    env.ensure_dirs()
+    return env, custom_dirs
+
+
+def _memory_manager(config: ServerConfig) -> Any:
+    """comfy_core's memory manager when that module exists (None otherwise: nodes then load to CPU)."""
+    try:
+        from comfy_core import memory
+    except ImportError:
+        return None
+    factory = getattr(memory, "MemoryManager", None)
+    if factory is None:
+        return None
+    return factory(cpu_only=config.cpu)
+
+
+def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_session: Any = None
+                   ) -> tuple[Any, list[Any]]:
+    """Built-in nodes plus custom-node packs (unless disabled; the whitelist still loads).
+
+    With a `compat_session` (compat.install), packs load into its registry with ComfyUI's import
+    surface, prestartup scripts and V3 entry points (compat/session.py)."""
+    from graph.registry import Registry
+    from nodes import register_builtin_nodes
+
+    registry = compat_session.registry if compat_session is not None else Registry()
+    register_builtin_nodes(registry)
+    packs: list[Any] = []
+    whitelist = list(config.whitelist_custom_nodes)
+    if config.disable_all_custom_nodes and not whitelist:
+        return registry, packs
+    existing = [d for d in custom_dirs if d.is_dir()]
+    if existing:
+        from graph.packs import load_custom_nodes
+
+        kwargs = {"whitelist": whitelist} if config.disable_all_custom_nodes else {}
+        if compat_session is not None:
+            packs = list(compat_session.load_packs(existing, **kwargs))
+        else:
+            packs = list(load_custom_nodes(registry, existing, **kwargs))
+        for pack in packs:
+            mark = "" if pack.ok else " (IMPORT FAILED)"
+            log.info("%8.3f seconds: %s%s", pack.seconds, pack.path, mark)
+    return registry, packs
+
+
+def cache_config(config: ServerConfig) -> Any:
+    from graph.cache import CacheConfig
+
+    c = config.cache
+    # ComfyUI: `--cache-lru 0` is the classic cache.
+    kind = "classic" if c.kind == "lru" and c.size <= 0 else c.kind
+    return CacheConfig(kind=kind, size=c.size, ram_headroom_gb=c.ram_headroom_gb)
+
+
+def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] | None = None) -> Any:
+    """Everything a server needs, ready for `web.app.create_app`; prompts a dead server left
+    running are recorded as interrupted, pending ones are queued again.
+
+    `registry` (with `packs`) replaces the built-in + custom-node registry (tests, embedders).
+    """
+    from graph.executor import Executor
+    from web.hub import WebSocketHub
+    from web.prompt_queue import PromptQueue
+    from web.state import AppState
+    from web.store import PromptStore
+
+    import compat
+    from graph.registry import Registry
+
+    started = time.perf_counter()
+    env, custom_dirs = build_environment(config)
+    if registry is None:
+        session = compat.install(env, Registry())  # ComfyUI's import surface for packs
+        registry, packs = build_registry(config, custom_dirs, compat_session=session)
+    else:
+        session = compat.install(env, registry)
+    packs = list(packs or [])
+    executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call])
+    store = PromptStore.open(env.user_dir, max_history=config.max_history)
+    recovered = store.recover_interrupted()
+    for prompt_id in recovered:
+        log.warning("prompt %s was running when the server stopped; recorded as interrupted", prompt_id)
+    queue = PromptQueue(store)
+    queue.restore(store.pending_items())
+    hub = WebSocketHub(lambda: {"exec_info": {"queue_remaining": queue.remaining}})
+    queue.on_change = hub.broadcast_status
+    log.info("state built in %.2f s: %d node types, %d packs, %d prompts pending",
+             time.perf_counter() - started, len(registry), len(packs), len(queue.pending()))
+    state = AppState(config=config, env=env, registry=registry, executor=executor, store=store, queue=queue,
+                     hub=hub, packs=packs)
+    session.bind(state)  # packs' routes, on_prompt handlers, send_sync, GET /custom_nodes/status
+    return state

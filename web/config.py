@@ -1,0 +1,87 @@
+"""The server's settings, as parsed from the command line (see main.py), as one frozen object.
+
+Nothing here reads `sys.argv` or the environment: main.py builds a `ServerConfig` from its flags
+and tests build one directly, so every server in a process can have its own settings.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_PORT = 8188
+DEFAULT_MAX_UPLOAD_MB = 100.0
+DEFAULT_PREVIEW_SIZE = 512
+# ComfyUI's MAXIMUM_HISTORY_SIZE: older entries are dropped first.
+DEFAULT_MAX_HISTORY = 10000
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for `localhost`, `127.0.0.0/8`, `::1` (brackets and zone ids tolerated)."""
+    name = host.strip().strip("[]").split("%", 1)[0].lower().rstrip(".")
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """Which executor cache to build (`graph.cache.CacheConfig` is made from this)."""
+
+    kind: str = "classic"  # "classic" | "lru" | "none" | "ram"
+    size: int = 0  # --cache-lru N
+    ram_headroom_gb: float = 4.0  # --cache-ram [GB]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server needs to know that is not code.
+
+    `base_dir` roots the default `models/`, `output/`, `input/`, `temp/`, `user/` and
+    `custom_nodes/` folders (ComfyUI's layout); the `*_dir` fields override single folders.
+    """
+
+    base_dir: Path = field(default_factory=Path.cwd)
+    listen: tuple[str, ...] = ("127.0.0.1",)
+    port: int = DEFAULT_PORT
+    output_dir: Path | None = None
+    input_dir: Path | None = None
+    temp_dir: Path | None = None
+    user_dir: Path | None = None
+    extra_model_paths: tuple[Path, ...] = ()
+    cpu: bool = False
+    cache: CacheSettings = CacheSettings()
+    disable_all_custom_nodes: bool = False
+    whitelist_custom_nodes: tuple[str, ...] = ()
+    custom_node_dirs: tuple[Path, ...] | None = None  # None: base_dir/custom_nodes + yaml entries
+    max_upload_size_mb: float = DEFAULT_MAX_UPLOAD_MB
+    cors_origin: str | None = None  # --enable-cors-header [ORIGIN]; None keeps the origin check
+    preview_method: str = "latent2rgb"  # "latent2rgb" | "none"
+    preview_size: int = DEFAULT_PREVIEW_SIZE
+    max_history: int = DEFAULT_MAX_HISTORY
+    verbose: bool = False
+    quick_test_for_ci: bool = False
+    argv: tuple[str, ...] = ()
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_size_mb * 1024 * 1024)
+
+    @property
+    def loopback_only(self) -> bool:
+        """The server listens on loopback addresses only (the default)."""
+        return all(is_loopback_host(h) for h in self.listen)
+
+    def url(self) -> str:
+        """The address to print at start-up (the first listen address; all-interfaces -> 127.0.0.1)."""
+        host = self.listen[0] if self.listen else "127.0.0.1"
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"

@@ -1,0 +1,109 @@
+"""The prompt queue: a priority heap in memory, mirrored row by row in the `PromptStore`.
+
+Lives on the server's event loop (no locks): route handlers put and delete, the worker takes.
+`on_change` is called after every change of the queue's length (the hub broadcasts `status`).
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+from typing import Callable, Iterable
+
+from web.queue_item import QueueItem, now_ms
+from web.store import PromptStore
+
+
+class DuplicatePromptError(ValueError):
+    """A prompt id that is already pending or running was submitted again."""
+
+
+class PromptQueue:
+    def __init__(self, store: PromptStore, *, on_change: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.on_change = on_change or (lambda: None)
+        self._heap: list[QueueItem] = []
+        self._ids: set[str] = set()
+        self.running: QueueItem | None = None
+        self.running_since: int | None = None
+        self._wakeup = asyncio.Event()
+        highest = store.max_number()
+        # ComfyUI's counter restarts at 0; ours continues after the stored numbers so that prompts
+        # recovered from the database keep their place ahead of new ones.
+        self._counter = int(highest) + 1 if highest is not None and highest >= 0 else 0
+
+    def restore(self, items: Iterable[QueueItem]) -> None:
+        """Put back prompts read from the store (they are already stored)."""
+        for item in items:
+            heapq.heappush(self._heap, item)
+            self._ids.add(item.prompt_id)
+        self._wakeup.set()
+
+    def next_number(self, front: bool) -> int:
+        """ComfyUI's priority for a prompt without `number`: a counter, negated for `front`."""
+        n = self._counter
+        self._counter += 1
+        return -n if front else n
+
+    def contains(self, prompt_id: str) -> bool:
+        return prompt_id in self._ids or (self.running is not None and self.running.prompt_id == prompt_id)
+
+    def put(self, item: QueueItem) -> None:
+        if self.contains(item.prompt_id):
+            raise DuplicatePromptError(f"prompt_id {item.prompt_id!r} is already queued or running")
+        self.store.add_pending(item)
+        heapq.heappush(self._heap, item)
+        self._ids.add(item.prompt_id)
+        self._wakeup.set()
+        self.on_change()
+
+    async def get(self) -> QueueItem:
+        """Wait for the next prompt; it becomes `running` (in memory and in the store)."""
+        while not self._heap:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        item = heapq.heappop(self._heap)
+        self._ids.discard(item.prompt_id)
+        self.running = item
+        self.running_since = now_ms()
+        self.store.mark_running(item.prompt_id, self.running_since)
+        return item
+
+    def task_done(self) -> None:
+        """The running prompt is finished (its history entry is already stored)."""
+        self.running = None
+        self.running_since = None
+        self.on_change()
+
+    def interrupt(self, prompt_id: str | None = None) -> bool:
+        """Ask the running prompt to stop (only if it is `prompt_id`, when given)."""
+        item = self.running
+        if item is None or (prompt_id is not None and item.prompt_id != prompt_id):
+            return False
+        item.interrupt.set()
+        return True
+
+    def pending(self) -> list[QueueItem]:
+        return sorted(self._heap)
+
+    @property
+    def remaining(self) -> int:
+        """Pending plus running (ComfyUI's queue_remaining)."""
+        return len(self._heap) + (1 if self.running is not None else 0)
+
+    def delete(self, prompt_ids: Iterable[str]) -> list[str]:
+        """Remove pending prompts (a running one is left alone); returns the ids removed."""
+        wanted = {pid for pid in prompt_ids if pid in self._ids}
+        if not wanted:
+            return []
+        self._heap = [item for item in self._heap if item.prompt_id not in wanted]
+        heapq.heapify(self._heap)
+        self._ids -= wanted
+        self.store.remove_pending(wanted)
+        self.on_change()
+        return sorted(wanted)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._ids.clear()
+        self.store.clear_pending()
+        self.on_change()

@@ -1,0 +1,109 @@
+"""Routes for prompts, the queue, interrupts, history and /free (ComfyUI's shapes, §1.2–§1.4)."""
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from web.bodies import BadRequestBody, read_json
+from web.state import state_of
+from web.submission import request_error, submit_prompt
+from web.worker import FreeRequest
+
+
+def _id_list(body: dict, key: str) -> list[str]:
+    value = body.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRequestBody(f"'{key}' must be a list of prompt id strings, got {type(value).__name__}",
+                             "invalid_request")
+    return value
+
+
+def _int_query(request: web.Request, name: str, default: int | None) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequestBody(f"query parameter '{name}' must be an integer, got {raw!r}", "invalid_query") from None
+
+
+def prompt_routes() -> web.RouteTableDef:
+    routes = web.RouteTableDef()
+
+    @routes.get("/prompt")
+    async def get_prompt(request: web.Request) -> web.Response:
+        return web.json_response({"exec_info": {"queue_remaining": state_of(request).queue.remaining}})
+
+    @routes.post("/prompt")
+    async def post_prompt(request: web.Request) -> web.Response:
+        try:
+            body = await read_json(request)
+        except BadRequestBody as exc:  # keep /prompt's error shape: {error, node_errors}
+            return web.json_response(request_error("invalid_prompt", "Invalid request body", exc.message),
+                                     status=400)
+        status, payload = await submit_prompt(state_of(request), body)
+        return web.json_response(payload, status=status)
+
+    @routes.get("/queue")
+    async def get_queue(request: web.Request) -> web.Response:
+        queue = state_of(request).queue
+        running = [queue.running.wire()] if queue.running is not None else []
+        return web.json_response({"queue_running": running, "queue_pending": [i.wire() for i in queue.pending()]})
+
+    @routes.post("/queue")
+    async def post_queue(request: web.Request) -> web.Response:
+        body = await read_json(request, expect=dict)
+        queue = state_of(request).queue
+        if body.get("clear"):
+            queue.clear()
+        if "delete" in body:
+            queue.delete(_id_list(body, "delete"))
+        return web.Response(status=200)
+
+    @routes.post("/interrupt")
+    async def post_interrupt(request: web.Request) -> web.Response:
+        # ComfyUI: an invalid or empty body counts as {} (a global interrupt).
+        try:
+            body: Any = await read_json(request, empty={})
+        except BadRequestBody:
+            body = {}
+        prompt_id = body.get("prompt_id") if isinstance(body, dict) else None
+        state_of(request).queue.interrupt(prompt_id if isinstance(prompt_id, str) else None)
+        return web.Response(status=200)
+
+    @routes.post("/free")
+    async def post_free(request: web.Request) -> web.Response:
+        body = await read_json(request, empty={}, expect=dict)
+        state = state_of(request)
+        free = FreeRequest(unload_models=bool(body.get("unload_models")), free_memory=bool(body.get("free_memory")))
+        if state.worker is not None:
+            state.worker.request_free(free)
+        return web.Response(status=200)
+
+    @routes.get("/history")
+    async def get_history(request: web.Request) -> web.Response:
+        max_items = _int_query(request, "max_items", None)
+        offset = _int_query(request, "offset", -1)
+        if max_items is not None and max_items < 0:
+            raise BadRequestBody(f"query parameter 'max_items' must not be negative, got {max_items}", "invalid_query")
+        return web.json_response(state_of(request).store.history(max_items, offset))
+
+    @routes.get("/history/{prompt_id}")
+    async def get_history_entry(request: web.Request) -> web.Response:
+        prompt_id = request.match_info["prompt_id"]
+        entry = state_of(request).store.history_entry(prompt_id)
+        return web.json_response({prompt_id: entry} if entry is not None else {})
+
+    @routes.post("/history")
+    async def post_history(request: web.Request) -> web.Response:
+        body = await read_json(request, expect=dict)
+        store = state_of(request).store
+        if body.get("clear"):
+            store.clear_history()
+        if "delete" in body:
+            store.delete_history(_id_list(body, "delete"))
+        return web.Response(status=200)
+
+    return routes

@@ -1,0 +1,89 @@
+"""The typed state of one server: what every route handler, the WebSocket hub and the queue
+worker share. There is no server singleton; each `aiohttp.web.Application` holds one `AppState`
+under `STATE_KEY`.
+
+For route authors (the frontend/userdata routes, node packs through the compat layer):
+
+    from web.state import STATE_KEY
+    async def handler(request):
+        state = request.app[STATE_KEY]
+        state.env.user_dir          # pathlib.Path, created at start-up
+        state.config.max_upload_bytes
+
+Fields (stable; add, don't rename):
+  config       web.config.ServerConfig — flags (listen, port, cors_origin, max_upload_size_mb, ...)
+  env          nodes.environment.Environment — folders: output_dir, input_dir, temp_dir,
+               user_dir, model folders (`env.folders`), preview_method, memory
+  registry     graph.registry.Registry — every node type (`registry.object_info(env)`)
+  executor     graph.executor.Executor — the one executor (its caches live across prompts)
+  store        web.store.PromptStore — SQLite (WAL) queue + history in `env.user_dir`
+  queue        web.prompt_queue.PromptQueue — pending/running prompts (mirrors the store)
+  hub          web.hub.WebSocketHub — connected sockets by client id
+  worker       web.worker.PromptWorker — runs the queue (started by the app's on_startup)
+  packs        list of graph.packs.PackResult — loaded custom-node packs (`.web_directory`)
+  extra_routes list of aiohttp RouteTableDef — routes added before start (packs); each one is
+               registered bare and under /api by the app factory (web.app.create_app)
+  on_prompt_handlers  list of callables `(body: dict) -> dict` that may rewrite every POST
+               /prompt body before validation (ComfyUI's add_on_prompt_handler); an exception in
+               one is logged and that handler skipped
+
+Thread-safe methods (callable from node worker threads):
+  state.send(event_type, data, client_id=None)  JSON event `{"type", "data"}` to one client
+               (or to all with client_id=None); an `int` event_type with `bytes` data sends a
+               binary frame `[u32 type][data]`
+  state.running_client_id / state.running_prompt_id   the running prompt's owner and id, or None
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from aiohttp import web
+
+from web.config import ServerConfig
+
+if TYPE_CHECKING:  # imported for annotations only: keeps `web.state` light to import
+    from graph.executor import Executor
+    from graph.registry import Registry
+    from nodes.environment import Environment
+    from web.hub import WebSocketHub
+    from web.prompt_queue import PromptQueue
+    from web.store import PromptStore
+    from web.worker import PromptWorker
+
+
+@dataclass
+class AppState:
+    config: ServerConfig
+    env: "Environment"
+    registry: "Registry"
+    executor: "Executor"
+    store: "PromptStore"
+    queue: "PromptQueue"
+    hub: "WebSocketHub"
+    worker: "PromptWorker | None" = None
+    packs: list[Any] = field(default_factory=list)
+    extra_routes: list[web.RouteTableDef] = field(default_factory=list)
+    on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)
+
+    def send(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
+        """Send an event to `client_id` (None: every socket). Safe from any thread."""
+        self.hub.send_threadsafe(event_type, data, client_id)
+
+    @property
+    def running_client_id(self) -> str | None:
+        item = self.queue.running
+        return item.client_id if item is not None else None
+
+    @property
+    def running_prompt_id(self) -> str | None:
+        item = self.queue.running
+        return item.prompt_id if item is not None else None
+
+
+STATE_KEY: web.AppKey[AppState] = web.AppKey("comfy_engine_state", AppState)
+
+
+def state_of(request: web.Request) -> AppState:
+    """The `AppState` of the application that received `request`."""
+    return request.app[STATE_KEY]

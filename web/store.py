@@ -1,0 +1,246 @@
+"""Durable queue and history: one SQLite database (standard library, WAL) in the user directory.
+
+Two tables:
+  queue    every prompt accepted and not finished: `state` is 'pending' or 'running'
+  history  finished prompts, ComfyUI's history entry as JSON, in insertion order (`seq`)
+
+Every change is one short transaction. With WAL and `synchronous=NORMAL` a committed
+transaction survives the process being killed (not necessarily a power cut), which is what
+"restart durability" needs: on `open()`, a prompt left 'running' by a dead server becomes a
+history entry with status `interrupted` (its prompt kept, so it can be queued again) and the
+'pending' ones are handed back to the queue in their order.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from web.queue_item import QueueItem, now_ms, public_extra_data
+
+DB_NAME = "comfy_engine_queue.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queue (
+    prompt_id   TEXT PRIMARY KEY,
+    number      REAL NOT NULL,
+    prompt      TEXT NOT NULL,
+    extra_data  TEXT NOT NULL,
+    outputs     TEXT NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'pending',
+    create_ms   INTEGER NOT NULL,
+    start_ms    INTEGER
+);
+CREATE TABLE IF NOT EXISTS history (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    prompt_id   TEXT NOT NULL UNIQUE,
+    entry       TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    number      REAL NOT NULL,
+    create_ms   INTEGER NOT NULL,
+    start_ms    INTEGER,
+    end_ms      INTEGER NOT NULL
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The database file cannot be opened or is not ours."""
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One finished prompt, with the columns `/jobs` needs besides the entry itself."""
+
+    prompt_id: str
+    entry: dict
+    status: str  # "success" | "error" | "interrupted"
+    number: float
+    create_ms: int
+    start_ms: int | None
+    end_ms: int
+
+
+def _dumps(value: Any) -> str:
+    # `default=str`: a node's UI dict may hold something JSON cannot (a Path, a numpy scalar);
+    # the history must still be written.
+    return json.dumps(value, default=str)
+
+
+class PromptStore:
+    """SQLite-backed queue and history. All methods are short and thread-safe."""
+
+    def __init__(self, path: Path, *, max_history: int = 10000) -> None:
+        self.path = Path(path)
+        self.max_history = max_history
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, user_dir: Path, *, max_history: int = 10000) -> "PromptStore":
+        store = cls(Path(user_dir) / DB_NAME, max_history=max_history)
+        store.connect()
+        return store
+
+    def connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open queue/history database {self.path}: {exc}") from exc
+        self._db = db
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError(f"queue/history database {self.path} is closed")
+        return self._db
+
+    # -- queue -----------------------------------------------------------------------------
+    def add_pending(self, item: QueueItem) -> None:
+        with self._lock:
+            self.db.execute(
+                "INSERT OR REPLACE INTO queue (prompt_id, number, prompt, extra_data, outputs, state, create_ms)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                (item.prompt_id, item.number, _dumps(item.prompt), _dumps(public_extra_data(item.extra_data)),
+                 _dumps(item.outputs), item.create_time),
+            )
+
+    def mark_running(self, prompt_id: str, start_ms: int) -> None:
+        with self._lock:
+            self.db.execute("UPDATE queue SET state='running', start_ms=? WHERE prompt_id=?", (start_ms, prompt_id))
+
+    def remove_pending(self, prompt_ids: Iterable[str]) -> None:
+        with self._lock:
+            self.db.executemany("DELETE FROM queue WHERE prompt_id=? AND state='pending'",
+                                [(pid,) for pid in prompt_ids])
+
+    def clear_pending(self) -> None:
+        with self._lock:
+            self.db.execute("DELETE FROM queue WHERE state='pending'")
+
+    def pending_items(self) -> list[QueueItem]:
+        """The prompts still waiting, in queue order."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT number, prompt_id, prompt, extra_data, outputs, create_ms FROM queue"
+                " WHERE state='pending' ORDER BY number, prompt_id").fetchall()
+        return [QueueItem(number=r[0], prompt_id=r[1], prompt=json.loads(r[2]), extra_data=json.loads(r[3]),
+                          outputs=json.loads(r[4]), create_time=r[5]) for r in rows]
+
+    def max_number(self) -> float | None:
+        with self._lock:
+            row = self.db.execute(
+                "SELECT MAX(n) FROM (SELECT MAX(number) AS n FROM queue UNION ALL SELECT MAX(number) FROM history)"
+            ).fetchone()
+        return row[0] if row else None
+
+    def recover_interrupted(self) -> list[str]:
+        """Turn prompts a dead server left 'running' into `interrupted` history entries.
+
+        Returns their prompt ids. The entry keeps the prompt, so a client can queue it again.
+        """
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT number, prompt_id, prompt, extra_data, outputs, create_ms, start_ms FROM queue"
+                " WHERE state='running'").fetchall()
+        recovered = []
+        for number, prompt_id, prompt, extra, outputs, create_ms, start_ms in rows:
+            item = QueueItem(number=number, prompt_id=prompt_id, prompt=json.loads(prompt),
+                             extra_data=json.loads(extra), outputs=json.loads(outputs), create_time=create_ms)
+            end = now_ms()
+            messages = [
+                ["execution_start", {"prompt_id": prompt_id, "timestamp": start_ms or end}],
+                ["execution_interrupted", {"prompt_id": prompt_id, "node_id": None, "node_type": None,
+                                           "executed": [], "timestamp": end,
+                                           "reason": "the server stopped while this prompt was running"}],
+            ]
+            entry = {"prompt": item.wire(), "outputs": {}, "meta": {},
+                     "status": {"status_str": "error", "completed": False, "messages": messages}}
+            self.finish(item, entry, "interrupted", start_ms, end)
+            recovered.append(prompt_id)
+        return recovered
+
+    # -- history ---------------------------------------------------------------------------
+    def finish(self, item: QueueItem, entry: dict, status: str, start_ms: int | None, end_ms: int) -> None:
+        """Atomically: the prompt leaves the queue and its history entry is written (replacing an
+        older entry with the same id, which then moves to the end)."""
+        with self._lock:
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM queue WHERE prompt_id=?", (item.prompt_id,))
+                db.execute("DELETE FROM history WHERE prompt_id=?", (item.prompt_id,))
+                db.execute(
+                    "INSERT INTO history (prompt_id, entry, status, number, create_ms, start_ms, end_ms)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (item.prompt_id, _dumps(entry), status, item.number, item.create_time, start_ms, end_ms),
+                )
+                excess = db.execute("SELECT COUNT(*) FROM history").fetchone()[0] - self.max_history
+                if excess > 0:
+                    db.execute("DELETE FROM history WHERE seq IN (SELECT seq FROM history ORDER BY seq LIMIT ?)",
+                               (excess,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def history(self, max_items: int | None = None, offset: int = -1) -> dict[str, dict]:
+        """ComfyUI's windowing: offset < 0 with max_items gives the last max_items entries;
+        otherwise from `offset`, at most `max_items`; an offset past the end gives {}."""
+        with self._lock:
+            total = self.db.execute("SELECT COUNT(*) FROM history").fetchone()[0]
+            if offset < 0 and max_items is not None:
+                offset = max(0, total - max_items)
+            offset = max(offset, 0)
+            if offset >= total:
+                return {}
+            limit = -1 if max_items is None else max_items
+            rows = self.db.execute("SELECT prompt_id, entry FROM history ORDER BY seq LIMIT ? OFFSET ?",
+                                   (limit, offset)).fetchall()
+        return {pid: json.loads(entry) for pid, entry in rows}
+
+    def history_entry(self, prompt_id: str) -> dict | None:
+        with self._lock:
+            row = self.db.execute("SELECT entry FROM history WHERE prompt_id=?", (prompt_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def history_records(self) -> list[HistoryRecord]:
+        """Every finished prompt, oldest first (for /jobs)."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT prompt_id, entry, status, number, create_ms, start_ms, end_ms FROM history ORDER BY seq"
+            ).fetchall()
+        return [HistoryRecord(r[0], json.loads(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+    def history_record(self, prompt_id: str) -> HistoryRecord | None:
+        with self._lock:
+            r = self.db.execute(
+                "SELECT prompt_id, entry, status, number, create_ms, start_ms, end_ms FROM history WHERE prompt_id=?",
+                (prompt_id,)).fetchone()
+        return HistoryRecord(r[0], json.loads(r[1]), r[2], r[3], r[4], r[5], r[6]) if r else None
+
+    def delete_history(self, prompt_ids: Iterable[str]) -> None:
+        with self._lock:
+            self.db.executemany("DELETE FROM history WHERE prompt_id=?", [(pid,) for pid in prompt_ids])
+
+    def clear_history(self) -> None:
+        with self._lock:
+            self.db.execute("DELETE FROM history")
+
+    def history_count(self) -> int:
+        with self._lock:
+            return self.db.execute("SELECT COUNT(*) FROM history").fetchone()[0]
