@@ -1,0 +1,43 @@
+"""Emphasis modes: how per-token multipliers are applied to an encoded chunk.
+
+AUTOMATIC1111's `modules/sd_emphasis.py` (webui 1.10), written here from
+`shared/reference/a1111-prompt.md` section 3.6. For one chunk index across the batch encoded
+together, `z` is `[B, 77, C]` and `m` the `[B, 77]` multipliers:
+
+- "Original": `z1 = z * m`, then `z1 * (mean(z) / mean(z1))`, both means over all B*77*C values;
+- "No norm": `z * m`;
+- "Ignore": brackets are parsed (and removed) but `z` is left unchanged;
+- "None": brackets are not parsed at all (they are tokens); `z` unchanged.
+"""
+from __future__ import annotations
+
+import torch
+
+EMPHASIS_MODES = ("Original", "No norm", "Ignore", "None")
+DEFAULT_EMPHASIS = "Original"
+
+
+def check_emphasis_mode(mode: str) -> str:
+    if mode not in EMPHASIS_MODES:
+        raise ValueError(f"emphasis mode must be one of {list(EMPHASIS_MODES)}, got {mode!r}")
+    return mode
+
+
+def parses_brackets(mode: str) -> bool:
+    """Whether the prompt goes through `parse_prompt_attention` in this mode."""
+    return check_emphasis_mode(mode) != "None"
+
+
+def apply_emphasis(z: torch.Tensor, multipliers: torch.Tensor, mode: str) -> torch.Tensor:
+    """Apply `multipliers` [B, T] to `z` [B, T, C] in `mode`; returns a new tensor (or `z` itself)."""
+    check_emphasis_mode(mode)
+    if mode in ("Ignore", "None"):
+        return z
+    if multipliers.shape != z.shape[:2]:
+        raise ValueError(f"multipliers of shape {tuple(multipliers.shape)} do not match "
+                         f"encoded chunk of shape {tuple(z.shape)}")
+    weighted = z * multipliers.to(z.dtype)[..., None]  # [B, T, C]
+    if mode == "No norm":
+        return weighted
+    # Restore the chunk's overall mean so emphasis changes direction, not overall scale.
+    return weighted * (z.mean() / weighted.mean())

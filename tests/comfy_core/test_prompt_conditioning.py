@@ -1,0 +1,86 @@
+"""A1111 prompt -> CONDITIONING entries: AND weights, schedules as percent ranges, negatives."""
+import pytest
+import safetensors.torch
+import torch
+
+from comfy_core.prompt import PromptSyntaxError
+from comfy_core.prompt.conditioning import PromptOptions, check_prompt, encode_prompt
+from comfy_core.prompt.encode import encode_texts
+from comfy_core.prompt.timeline import schedule_ranges
+from comfy_core.text_encoders.factory import build_clip, detect_text_encoders
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; on a shared, busy machine many threads thrash."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def sd1(tiny_sd1_ckpt):
+    sd = safetensors.torch.load_file(str(tiny_sd1_ckpt))
+    return build_clip(detect_text_encoders(sd), sd)
+
+
+def test_plain_prompt_is_one_plain_entry(sd1):
+    [[cond, meta]] = encode_prompt(sd1, "a cat")
+    assert cond.shape == (1, 77, 64)
+    assert set(meta) == {"pooled_output"}
+    assert torch.allclose(cond, encode_texts(sd1, ["a cat"]).cond)
+
+
+def test_and_parts_carry_composable_weights(sd1):
+    entries = encode_prompt(sd1, "a cat AND a dog:0.5")
+    assert [meta["composable_weight"] for _, meta in entries] == [1.0, 0.5]
+    assert torch.allclose(entries[1][0], encode_texts(sd1, [" a dog"]).cond)
+
+
+def test_trailing_weight_without_and_is_composable(sd1):
+    [[cond, meta]] = encode_prompt(sd1, "a photo, cat:1.5")
+    assert meta["composable_weight"] == 1.5
+    assert torch.allclose(cond, encode_texts(sd1, ["a photo, cat"]).cond)
+
+
+def test_duplicate_and_parts_both_count(sd1):
+    entries = encode_prompt(sd1, "a AND a")
+    assert len(entries) == 2 and [m["composable_weight"] for _, m in entries] == [1.0, 1.0]
+
+
+def test_negative_prompt_is_not_split(sd1):
+    [[cond, meta]] = encode_prompt(sd1, "a AND b:2", PromptOptions(negative=True))
+    assert "composable_weight" not in meta
+    assert torch.allclose(cond, encode_texts(sd1, ["a AND b:2"]).cond)
+
+
+def test_schedule_becomes_percent_ranges_from_one_batch(sd1):
+    entries = encode_prompt(sd1, "a [(cat:1.3):dog:4]", PromptOptions(steps=10, scheduler="karras"))
+    batch = encode_texts(sd1, ["a (cat:1.3)", "a dog"]).cond  # one batch: shared emphasis mean
+    assert torch.allclose(entries[0][0], batch[0:1]) and torch.allclose(entries[1][0], batch[1:2])
+    spans = [(m["start_percent"], m["end_percent"]) for _, m in entries]
+    assert spans == schedule_ranges([4, 10], 10, "karras")
+
+
+def test_alternation_cycles_and_merges_repeats(sd1):
+    entries = encode_prompt(sd1, "[cat|dog]", PromptOptions(steps=4))
+    assert len(entries) == 4
+    assert torch.allclose(entries[0][0], entries[2][0]) and not torch.allclose(entries[0][0], entries[1][0])
+    assert len(encode_prompt(sd1, "[cat|cat]", PromptOptions(steps=4))) == 1
+
+
+def test_extra_keys_are_added(sd1):
+    [[_, meta]] = encode_prompt(sd1, "x", PromptOptions(extra={"width": 640, "target_height": 512}))
+    assert meta["width"] == 640 and meta["target_height"] == 512
+
+
+def test_check_prompt_and_options():
+    check_prompt("a [b:c:3] AND (d:1.2)")
+    with pytest.raises(PromptSyntaxError):
+        check_prompt("a [(b:1.2.3):c:3]")
+    check_prompt("(b:1.2.3)", emphasis="None")
+    with pytest.raises(ValueError, match="emphasis"):
+        PromptOptions(emphasis="bogus")
+    with pytest.raises(ValueError, match="steps"):
+        PromptOptions(steps=0)
