@@ -69,8 +69,11 @@ class Run:
         self.async_done: asyncio.Event | None = None
         self.waiters: set[asyncio.Task] = set()
         self.progress = ProgressState(prompt_id, self.dynprompt, self.emit, executor.progress_scope)
+        # IS_CHANGED is node code too: it runs with the host's environment in its context.
+        helper_context = NodeContext(prompt_id=prompt_id, node_id="", display_node_id="", list_index=None,
+                                     env=executor.env)
         self.signatures = Signatures(self.dynprompt, self.spec, self.inputs_of, extra_data=extra_data,
-                                     call=call_sync)
+                                     call=lambda fn, kwargs: call_sync(fn, kwargs, helper_context))
         self.schedule = Schedule(self.dynprompt, is_cached=self.is_cached, is_lazy=self.is_lazy,
                                  is_output=lambda n: self.spec_of_node(n).output_node,
                                  is_async=lambda n: self.spec_of_node(n).behaviour.is_coroutine)

@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from graph.context import NodeContext, reset_current, set_current
 from graph.errors import DependencyCycleError
 from graph.expansion import ExecutionBlocker
 from graph.inputs import assemble_inputs, call_slices
@@ -261,11 +262,18 @@ class _Validator:
         if behaviour.validate_takes_input_types:
             filtered["input_types"] = [received_types]
         results = []
-        for kwargs in call_slices(filtered, spec.input_is_list):
-            result = behaviour.validate_inputs(**kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            results.append(result)
+        # A context carrying the host's environment, so node code can find its folders
+        # (e.g. LoadImage checks that its file exists) exactly as it does when it runs.
+        token = set_current(NodeContext(prompt_id="", node_id=node_id, display_node_id=node_id,
+                                        list_index=None, env=self.env))
+        try:
+            for kwargs in call_slices(filtered, spec.input_is_list):
+                result = behaviour.validate_inputs(**kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                results.append(result)
+        finally:
+            reset_current(token)
         errors = []
         # One error per named input and failed call: ComfyUI's shape, kept as is.
         for name in filtered:
