@@ -1,0 +1,152 @@
+"""Classifier-free guidance on x0 predictions, and the guided denoiser the samplers call.
+
+CFG (Ho & Salimans 2022, "Classifier-Free Diffusion Guidance") on denoised predictions:
+`uncond + (cond - uncond) * cfg` (for eps/v models the same as guidance on eps, since x0 is affine
+in eps at fixed x and sigma). At cfg == 1 the negative pass is skipped (ComfyUI's optimisation,
+off when `model_options["disable_cfg1_optimization"]`). ComfyUI's `model_options` hooks are
+honoured: `sampler_calc_cond_batch_function` (replaces the batching), `sampler_pre_cfg_function`
+(list), `sampler_cfg_function` (noise-space), `sampler_post_cfg_function` (list), plus
+`model_function_wrapper` (in cond_batch.py).
+
+Composable diffusion (AUTOMATIC1111's AND; Liu et al. 2022): positive entries with a
+`composable_weight` make the effective positive prediction `uncond + sum_i w_i (cond_i - uncond)`,
+so CFG yields `uncond + cfg * sum_i w_i (cond_i - uncond)`; entries without it form one more term
+of weight 1 (ComfyUI's averaged positive).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from comfy_core.sampling.cond_batch import calc_composable, calc_cond_batch
+
+
+def cfg_combine(cond_pred: torch.Tensor, uncond_pred: torch.Tensor, cond_scale: float) -> torch.Tensor:
+    """`uncond + (cond - uncond) * cond_scale` on x0 predictions."""
+    return uncond_pred + (cond_pred - uncond_pred) * cond_scale
+
+
+def composable_positive(uncond_pred: torch.Tensor, terms: list[tuple[torch.Tensor, torch.Tensor, float]],
+                        plain: torch.Tensor | None) -> torch.Tensor:
+    """Effective positive `uncond + sum_i w_i (cond_i - uncond)` (+ `plain - uncond` when present).
+
+    A term contributes only where its area/mask covers (`coverage`), elsewhere it equals uncond.
+    """
+    out = uncond_pred.clone()
+    for pred, coverage, weight in terms:
+        out = out + torch.where(coverage, pred - uncond_pred, torch.zeros_like(pred)) * weight
+    if plain is not None:
+        out = out + (plain - uncond_pred)
+    return out
+
+
+def cfg_function(model: Any, cond_pred: torch.Tensor, uncond_pred: torch.Tensor, cond_scale: float,
+                 x: torch.Tensor, sigma: torch.Tensor, model_options: dict,
+                 cond: Any = None, uncond: Any = None) -> torch.Tensor:
+    """ComfyUI's `cfg_function`: the custom noise-space CFG hook if any, then post-CFG hooks."""
+    custom = model_options.get("sampler_cfg_function")
+    if custom is not None:
+        args = {"cond": x - cond_pred, "uncond": x - uncond_pred, "cond_scale": cond_scale, "timestep": sigma,
+                "input": x, "sigma": sigma, "cond_denoised": cond_pred, "uncond_denoised": uncond_pred,
+                "model": model, "model_options": model_options}
+        result = x - custom(args)
+    else:
+        result = cfg_combine(cond_pred, uncond_pred, cond_scale)
+    for fn in model_options.get("sampler_post_cfg_function", []):
+        args = {"denoised": result, "cond": cond, "uncond": uncond, "cond_scale": cond_scale, "model": model,
+                "uncond_denoised": uncond_pred, "cond_denoised": cond_pred, "sigma": sigma,
+                "model_options": model_options, "input": x}
+        result = fn(args)
+    return result
+
+
+def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: list[dict] | None,
+                      cond: list[dict] | None, cond_scale: float, model_options: dict | None = None) -> torch.Tensor:
+    """The guided x0 prediction D(x, sigma) for prepared entries (ComfyUI `sampling_function`).
+
+    `model.apply_model(x, sigma, c_crossattn=..., y=..., transformer_options=...) -> denoised`.
+    """
+    model_options = {} if model_options is None else model_options
+    skip_uncond = math.isclose(cond_scale, 1.0) and not model_options.get("disable_cfg1_optimization", False)
+    composable = cond is not None and any("composable_weight" in e for e in cond)
+    if composable:
+        # The composable sum needs the negative prediction whatever the scale.
+        terms, plain, uncond_pred = calc_composable(model.apply_model, cond, uncond, x, sigma, model_options)
+        out = [composable_positive(uncond_pred, terms, plain), uncond_pred]
+        uncond_ = uncond
+    else:
+        uncond_ = None if skip_uncond else uncond
+        custom_batch = model_options.get("sampler_calc_cond_batch_function")
+        if custom_batch is not None:
+            out = custom_batch({"model": model, "conds": [cond, uncond_], "input": x, "sigma": sigma,
+                                "model_options": model_options})
+        else:
+            out = calc_cond_batch(model.apply_model, [cond, uncond_], x, sigma, model_options)
+    conds = [cond, uncond_]
+    for fn in model_options.get("sampler_pre_cfg_function", []):
+        args = {"conds": conds, "conds_out": out, "cond_scale": cond_scale, "timestep": sigma, "input": x,
+                "sigma": sigma, "model": model, "model_options": model_options}
+        out = fn(args)
+    return cfg_function(model, out[0], out[1], cond_scale, x, sigma, model_options, cond=cond, uncond=uncond_)
+
+
+class GuiderView:
+    """What ComfyUI-written samplers reach through `model.inner_model`: the CFG guider, whose
+    `inner_model` is the diffusion model and `model_patcher` the MODEL patcher."""
+
+    def __init__(self, model: Any, model_patcher: Any) -> None:
+        self.inner_model = model
+        self.model_patcher = model_patcher
+
+    @property
+    def model_sampling(self) -> Any:
+        return self.inner_model.model_sampling
+
+
+class GuidedDenoiser:
+    """`D(x, sigma, **extra_args)`: the denoiser samplers call (k-diffusion convention).
+
+    Holds the diffusion model (patched), the prepared positive/negative entries and the CFG scale;
+    `extra_args` may carry `model_options` (a sampler may add hooks), `seed` and `denoise_mask`.
+    With a denoise mask (inpainting), the unmasked region is kept at the original latent re-noised
+    to sigma (ComfyUI `KSamplerX0Inpaint`); `latent_image` and `noise` must then be set.
+    `inner_model` mirrors ComfyUI's object chain (`model.inner_model.inner_model.model_sampling`,
+    `model.inner_model.model_patcher`) for samplers written against ComfyUI.
+    """
+
+    def __init__(self, model: Any, positive: list[dict], negative: list[dict], cfg: float,
+                 model_options: dict | None = None, latent_image: torch.Tensor | None = None,
+                 noise: torch.Tensor | None = None, model_patcher: Any = None) -> None:
+        self.model = model
+        self.inner_model = GuiderView(model, model_patcher)
+        self.positive = positive
+        self.negative = negative
+        self.cfg = cfg
+        self.model_options = {} if model_options is None else model_options
+        self.latent_image = latent_image
+        self.noise = noise
+
+    @property
+    def model_sampling(self) -> Any:
+        return self.model.model_sampling
+
+    def predict(self, x: torch.Tensor, sigma: torch.Tensor, model_options: dict | None = None) -> torch.Tensor:
+        options = self.model_options if model_options is None else model_options
+        return sampling_function(self.model, x, sigma, self.negative, self.positive, self.cfg, options)
+
+    def __call__(self, x: torch.Tensor, sigma: torch.Tensor, denoise_mask: torch.Tensor | None = None,
+                 model_options: dict | None = None, seed: int | None = None, **_: Any) -> torch.Tensor:
+        if denoise_mask is None:
+            return self.predict(x, sigma, model_options)
+        options = self.model_options if model_options is None else model_options
+        mask_fn = options.get("denoise_mask_function")
+        if mask_fn is not None:
+            denoise_mask = mask_fn(sigma, denoise_mask, extra_options={"model": self.model, "sigmas": sigma})
+        keep = 1.0 - denoise_mask
+        s = sigma.reshape([sigma.shape[0]] + [1] * (x.ndim - 1))
+        renoised = self.model_sampling.noise_scaling(s, self.noise, self.latent_image)
+        x = x * denoise_mask + renoised * keep
+        out = self.predict(x, sigma, options)
+        return out * denoise_mask + self.latent_image * keep

@@ -1,0 +1,251 @@
+"""Running prepared conditioning entries through the model in as few forward passes as possible.
+
+For one sampler step at noise level sigma, every active entry (inside its start/end range) gives
+an input crop (its `area`, or the whole latent), a weight map `mult` (strength x mask, or a linear
+feather on area edges that are not on the border) and its model conditioning. Entries whose inputs
+and conditioning can be concatenated run in one batch (cross-attention contexts of different
+lengths are repeated to their least common multiple, which leaves attention unchanged, when that is
+at most 4x the shorter). Outputs are accumulated per conditioning list as `sum(out*mult)/sum(mult)`.
+
+Entries carrying `composable_weight` (AUTOMATIC1111's AND, Liu et al. 2022, "Compositional Visual
+Generation with Composable Diffusion Models") are instead kept as separate terms; `cfg.py` combines
+them as `uncond + sum_i w_i (cond_i - uncond)`.
+
+Follows ComfyUI `comfy/samplers.py` (`get_area_and_mult`, `can_concat_cond`, `_calc_cond_batch`)
+and `comfy/conds.py`; batch order is ComfyUI's (candidates popped from the end, so the negative rows
+usually come first).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+FEATHER = 8  # area-edge feather in latent pixels (at most a quarter of the area side)
+
+
+@dataclass
+class CondRun:
+    """One entry's contribution at one step."""
+    input_x: torch.Tensor  # [B, C, h, w] crop of x
+    mult: torch.Tensor  # [B, C, h, w] weights
+    conditioning: dict[str, torch.Tensor]  # model_conds repeated to the batch
+    area: tuple[int, int, int, int] | None  # (h, w, y, x) or None for the full latent
+    slot: int  # index of the output accumulator (which cond list / composable term)
+    uuid: Any = None
+    control: Any = None
+    patches: Any = None
+
+
+@dataclass
+class CondOutputs:
+    """Accumulated outputs per slot; `count` is the sum of weights (starts at 1e-37 like ComfyUI)."""
+    sums: list[torch.Tensor] = field(default_factory=list)
+    counts: list[torch.Tensor] = field(default_factory=list)
+
+    def results(self) -> list[torch.Tensor]:
+        return [s / c for s, c in zip(self.sums, self.counts)]
+
+
+def repeat_to_batch_size(tensor: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Trim or tile along dim 0 to `batch_size` rows (ComfyUI `comfy.utils.repeat_to_batch_size`)."""
+    if tensor.shape[0] > batch_size:
+        return tensor[:batch_size]
+    if tensor.shape[0] < batch_size:
+        reps = [math.ceil(batch_size / tensor.shape[0])] + [1] * (tensor.ndim - 1)
+        return tensor.repeat(reps)[:batch_size]
+    return tensor
+
+
+def in_timestep_range(entry: dict, sigma: torch.Tensor) -> bool:
+    """Whether `entry` is active at this step's sigma (its start/end percents, as sigmas)."""
+    if "timestep_start" in entry and sigma[0] > entry["timestep_start"]:
+        return False
+    if "timestep_end" in entry and sigma[0] < entry["timestep_end"]:
+        return False
+    return True
+
+
+def get_area_and_mult(entry: dict, x: torch.Tensor, sigma: torch.Tensor, slot: int) -> CondRun | None:
+    """The crop, weight map and conditioning of one entry at this step, or None when inactive."""
+    if not in_timestep_range(entry, sigma):
+        return None
+    strength = entry.get("strength", 1.0)
+    area = None
+    input_x = x
+    if "area" in entry:
+        h, w, y0, x0 = (int(v) for v in entry["area"])
+        h = min(x.shape[2] - y0, h)
+        w = min(x.shape[3] - x0, w)
+        area = (h, w, y0, x0)
+        input_x = x[:, :, y0:y0 + h, x0:x0 + w]
+    if "mask" in entry:
+        mask = entry["mask"][: input_x.shape[0]]
+        if area is not None:
+            mask = mask[:, area[2]:area[2] + area[0], area[3]:area[3] + area[1]]
+        mask = mask * entry.get("mask_strength", 1.0)
+        mask = mask.unsqueeze(1).repeat(input_x.shape[0] // mask.shape[0], input_x.shape[1], 1, 1)
+    else:
+        mask = torch.ones_like(input_x)
+    mult = mask * strength
+    if "mask" not in entry and area is not None:
+        _feather(mult, area, x.shape)
+    conditioning = {k: repeat_to_batch_size(v, x.shape[0]).to(x.device) for k, v in entry["model_conds"].items()}
+    return CondRun(input_x, mult, conditioning, area, slot, entry.get("uuid"), entry.get("control"), entry.get("patches"))
+
+
+def _feather(mult: torch.Tensor, area: tuple[int, int, int, int], full_shape: torch.Size) -> None:
+    """Ramp the weights linearly over up to 8 latent pixels on area edges inside the latent (in place)."""
+    h, w, y0, x0 = area
+    for dim, (size, offset, full) in enumerate(((h, y0, full_shape[2]), (w, x0, full_shape[3]))):
+        rr = min(FEATHER, mult.shape[2 + dim] // 4)
+        if offset != 0:
+            for t in range(rr):
+                mult.narrow(2 + dim, t, 1).mul_((1.0 / rr) * (t + 1))
+        if size + offset < full:
+            for t in range(rr):
+                mult.narrow(2 + dim, size - 1 - t, 1).mul_((1.0 / rr) * (t + 1))
+
+
+def _crossattn_can_concat(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape == b.shape:
+        return True
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
+        return False
+    return math.lcm(a.shape[1], b.shape[1]) // min(a.shape[1], b.shape[1]) <= 4
+
+
+def can_concat(a: CondRun, b: CondRun) -> bool:
+    """Whether two runs can share one forward pass (same input shape and compatible conditioning)."""
+    if a.input_x.shape != b.input_x.shape:
+        return False
+    if (a.control is None) != (b.control is None) or (a.control is not None and a.control is not b.control):
+        return False
+    if (a.patches is None) != (b.patches is None) or (a.patches is not None and a.patches is not b.patches):
+        return False
+    if a.conditioning.keys() != b.conditioning.keys():
+        return False
+    for k, va in a.conditioning.items():
+        vb = b.conditioning[k]
+        if k == "c_crossattn":
+            if not _crossattn_can_concat(va, vb):
+                return False
+        elif va.shape != vb.shape:
+            return False
+    return True
+
+
+def concat_conditioning(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Concatenate per-run conditioning along the batch; contexts repeated to the LCM token length."""
+    out: dict[str, torch.Tensor] = {}
+    for k in items[0]:
+        tensors = [it[k] for it in items]
+        if k == "c_crossattn":
+            length = 1
+            for t in tensors:
+                length = math.lcm(length, t.shape[1])
+            tensors = [t.repeat(1, length // t.shape[1], 1) if t.shape[1] < length else t for t in tensors]
+        out[k] = torch.cat(tensors)
+    return out
+
+
+ApplyModel = Callable[..., torch.Tensor]
+
+
+def run_batches(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, sigma: torch.Tensor,
+                outputs: CondOutputs, slot_kind: list[int], model_options: dict) -> None:
+    """Evaluate `runs` in concatenated batches and accumulate into `outputs` (in place).
+
+    `slot_kind[slot]` is ComfyUI's cond_or_uncond marker for that slot (0 cond, 1 uncond), passed
+    to the model in `transformer_options["cond_or_uncond"]`.
+    """
+    to_run = list(runs)
+    while to_run:
+        first = to_run[0]
+        batch_idx = [i for i, r in enumerate(to_run) if can_concat(r, first)]
+        batch_idx.reverse()
+        batch = [to_run.pop(i) for i in batch_idx]
+        input_x = torch.cat([r.input_x for r in batch])  # [sum B, C, h, w]
+        c: dict[str, Any] = concat_conditioning([r.conditioning for r in batch])
+        sigma_ = torch.cat([sigma] * len(batch))
+        cond_or_uncond = [slot_kind[r.slot] for r in batch]
+        transformer_options = dict(model_options.get("transformer_options", {}))
+        patches = batch[-1].patches
+        if patches is not None:
+            merged = dict(transformer_options.get("patches", {}))
+            for name, plist in patches.items():
+                merged[name] = merged.get(name, []) + list(plist)
+            transformer_options["patches"] = merged
+        transformer_options["cond_or_uncond"] = cond_or_uncond[:]
+        transformer_options["uuids"] = [r.uuid for r in batch]
+        transformer_options["sigmas"] = sigma
+        c["transformer_options"] = transformer_options
+        control = batch[-1].control
+        if control is not None:
+            c["control"] = control.get_control(input_x, sigma_, c, len(cond_or_uncond), transformer_options)
+        wrapper = model_options.get("model_function_wrapper")
+        if wrapper is not None:
+            out = wrapper(apply_model, {"input": input_x, "timestep": sigma_, "c": c, "cond_or_uncond": cond_or_uncond})
+        else:
+            out = apply_model(input_x, sigma_, **c)
+        for r, o in zip(batch, out.chunk(len(batch))):
+            s, n = outputs.sums[r.slot], outputs.counts[r.slot]
+            if r.area is not None:
+                h, w, y0, x0 = r.area
+                s = s[:, :, y0:y0 + h, x0:x0 + w]
+                n = n[:, :, y0:y0 + h, x0:x0 + w]
+            s += o * r.mult
+            n += r.mult
+
+
+def calc_cond_batch(apply_model: ApplyModel, conds: list[list[dict] | None], x: torch.Tensor,
+                    sigma: torch.Tensor, model_options: dict) -> list[torch.Tensor]:
+    """The weighted-average model output for each conditioning list (ComfyUI `calc_cond_batch`).
+
+    `conds[0]` is the positive list, `conds[1]` the negative (None: skipped, result 0).
+    """
+    outputs = CondOutputs([torch.zeros_like(x) for _ in conds], [torch.full_like(x, 1e-37) for _ in conds])
+    runs = []
+    for slot, entries in enumerate(conds):
+        for e in entries or ():
+            r = get_area_and_mult(e, x, sigma, slot)
+            if r is not None:
+                runs.append(r)
+    run_batches(apply_model, runs, x, sigma, outputs, [min(i, 1) for i in range(len(conds))], model_options)
+    return outputs.results()
+
+
+def calc_composable(apply_model: ApplyModel, cond: list[dict], uncond: list[dict] | None, x: torch.Tensor,
+                    sigma: torch.Tensor, model_options: dict) -> tuple[list[tuple[torch.Tensor, torch.Tensor, float]],
+                                                                       torch.Tensor | None, torch.Tensor]:
+    """Evaluate a positive list with `composable_weight` entries, all in shared batches.
+
+    Returns `(terms, plain, uncond)`: `terms` = [(prediction, coverage, weight)] for each composable
+    entry (coverage = where its weights are non-zero), `plain` = the weighted average of the other
+    positive entries (or None), `uncond` = the negative's average.
+    """
+    composable = [e for e in cond if "composable_weight" in e]
+    plain = [e for e in cond if "composable_weight" not in e]
+    # slot 0: plain positive, 1: negative, 2..: one per composable entry
+    n_slots = 2 + len(composable)
+    outputs = CondOutputs([torch.zeros_like(x) for _ in range(n_slots)], [torch.full_like(x, 1e-37) for _ in range(n_slots)])
+    runs = []
+    for slot, entries in ((0, plain), (1, uncond or [])):
+        for e in entries:
+            r = get_area_and_mult(e, x, sigma, slot)
+            if r is not None:
+                runs.append(r)
+    active = []
+    for j, e in enumerate(composable):
+        r = get_area_and_mult(e, x, sigma, 2 + j)
+        if r is not None:
+            runs.append(r)
+            active.append(j)
+    slot_kind = [0, 1] + [0] * len(composable)
+    run_batches(apply_model, runs, x, sigma, outputs, slot_kind, model_options)
+    results = outputs.results()
+    terms = [(results[2 + j], outputs.counts[2 + j] > 1e-30, float(composable[j]["composable_weight"])) for j in active]
+    has_plain = any(in_timestep_range(e, sigma) for e in plain)
+    return terms, (results[0] if has_plain else None), results[1]

@@ -1,0 +1,134 @@
+"""Sampler nodes: KSampler and KSamplerAdvanced, with ComfyUI's names, inputs and semantics.
+
+Thin: noise for the seed (`comfy_core.sampling.noise.prepare_noise`, honouring the latent's
+`batch_index`), then `comfy_core.sampling.driver.sample`. The bridge to the engine is the step
+callback: one `progress(step, total, preview)` per step on the running node's context, with a
+latent2rgb JPEG preview unless the host's `preview_method` is "none"; that call raises
+`graph.context.Interrupted` when the prompt is interrupted, which unwinds sampling (the model's
+patches are removed by the driver's context manager).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from comfy_core.sampling.driver import sample
+from comfy_core.sampling.noise import prepare_noise
+from comfy_core.sampling.preview import Latent2RGBPreviewer
+from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
+from comfy_core.sampling.schedulers import SCHEDULER_NAMES
+from graph.context import current
+from graph.native import Combo, Float, Input, Int, Output, node
+
+MAX_SEED = 0xFFFFFFFFFFFFFFFF
+
+_TIPS = {
+    "model": "The model used for denoising the input latent.",
+    "seed": "The random seed used for creating the noise.",
+    "steps": "The number of steps used in the denoising process.",
+    "cfg": ("The Classifier-Free Guidance scale balances creativity and adherence to the prompt. Higher values "
+            "result in images more closely matching the prompt however too high values will negatively impact quality."),
+    "sampler_name": "The algorithm used when sampling, this can affect the quality, speed, and style of the generated output.",
+    "scheduler": "The scheduler controls how noise is gradually removed to form the image.",
+    "positive": "The conditioning describing the attributes you want to include in the image.",
+    "negative": "The conditioning describing the attributes you want to exclude from the image.",
+    "latent_image": "The latent image to denoise.",
+    "denoise": ("The amount of denoising applied, lower values will maintain the structure of the initial image "
+                "allowing for image to image sampling."),
+}
+
+
+class SamplingNodeError(ValueError):
+    """A sampler node input of the wrong kind (names the node, input, expected and received)."""
+
+    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
+        self.node = node_name
+        self.input_name = input_name
+        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
+
+
+def _latent_samples(latent: Any, node_name: str) -> torch.Tensor:
+    if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
+        raise SamplingNodeError(node_name, "latent_image", "a LATENT ({'samples': tensor})", type(latent).__name__)
+    samples = latent["samples"]
+    if samples.ndim != 4:
+        raise SamplingNodeError(node_name, "latent_image", "samples [B, C, h, w]", f"shape {tuple(samples.shape)}")
+    return samples
+
+
+def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, int], None] | None:
+    """A step callback reporting progress (and a preview) to the running node, or None outside one."""
+    ctx = current()
+    if ctx is None:
+        return None
+    method = getattr(ctx.env, "preview_method", "latent2rgb")
+    previewer = None
+    if method != "none":
+        getter = getattr(model, "get_model_object", None)
+        latent_format = getter("latent_format") if getter is not None else None
+        previewer = Latent2RGBPreviewer(latent_format) if latent_format is not None else None
+
+    def report(step: int, x0: torch.Tensor, x: torch.Tensor, total: int) -> None:
+        preview = previewer.preview(x0) if previewer is not None else None
+        ctx.progress(step + 1, total, preview)  # raises graph.context.Interrupted to stop
+
+    return report
+
+
+def common_ksampler(node_name: str, model: Any, seed: int, steps: int, cfg: float, sampler_name: str,
+                    scheduler: str, positive: Any, negative: Any, latent: dict, denoise: float = 1.0,
+                    disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
+                    force_full_denoise: bool = False) -> tuple[dict]:
+    """ComfyUI's `common_ksampler`: seeded noise, noise mask, progress callback, sampling."""
+    samples = _latent_samples(latent, node_name)
+    if disable_noise:
+        noise = torch.zeros(samples.size(), dtype=samples.dtype, layout=samples.layout, device="cpu")
+    else:
+        noise = prepare_noise(samples, seed, latent.get("batch_index"))
+    out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,
+                         denoise=denoise, start_step=start_step, last_step=last_step,
+                         force_full_denoise=force_full_denoise, noise_mask=latent.get("noise_mask"),
+                         callback=progress_callback(model), seed=seed)
+    out = dict(latent)
+    out["samples"] = out_samples
+    return (out,)
+
+
+def _common_inputs(seed_name: str) -> list:
+    return [
+        Input("model", "MODEL", tooltip=_TIPS["model"]),
+        Int(seed_name, default=0, min=0, max=MAX_SEED, control_after_generate=True, tooltip=_TIPS["seed"]),
+        Int("steps", default=20, min=1, max=10000, tooltip=_TIPS["steps"]),
+        Float("cfg", default=8.0, min=0.0, max=100.0, step=0.1, round=0.01, tooltip=_TIPS["cfg"]),
+        Combo("sampler_name", list(SAMPLER_NAMES), tooltip=_TIPS["sampler_name"]),
+        Combo("scheduler", list(SCHEDULER_NAMES), tooltip=_TIPS["scheduler"]),
+        Input("positive", "CONDITIONING", tooltip=_TIPS["positive"]),
+        Input("negative", "CONDITIONING", tooltip=_TIPS["negative"]),
+        Input("latent_image", "LATENT", tooltip=_TIPS["latent_image"]),
+    ]
+
+
+@node("KSampler", category="sampling", display_name="KSampler",
+      description="Uses the provided model, positive and negative conditioning to denoise the latent image.",
+      inputs=_common_inputs("seed") + [Float("denoise", default=1.0, min=0.0, max=1.0, step=0.01, tooltip=_TIPS["denoise"])],
+      outputs=[Output("LATENT", tooltip="The denoised latent.")])
+def ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str, scheduler: str, positive: Any,
+             negative: Any, latent_image: dict, denoise: float = 1.0) -> tuple[dict]:
+    return common_ksampler("KSampler", model, seed, steps, cfg, sampler_name, scheduler, positive, negative,
+                           latent_image, denoise=denoise)
+
+
+@node("KSamplerAdvanced", category="sampling", display_name="KSampler (Advanced)",
+      inputs=[Input("model", "MODEL", tooltip=_TIPS["model"]), Combo("add_noise", ["enable", "disable"])]
+      + _common_inputs("noise_seed")[1:]
+      + [Int("start_at_step", default=0, min=0, max=10000), Int("end_at_step", default=10000, min=0, max=10000),
+         Combo("return_with_leftover_noise", ["disable", "enable"])],
+      outputs=[Output("LATENT")])
+def ksampler_advanced(model: Any, add_noise: str, noise_seed: int, steps: int, cfg: float, sampler_name: str,
+                      scheduler: str, positive: Any, negative: Any, latent_image: dict, start_at_step: int,
+                      end_at_step: int, return_with_leftover_noise: str, denoise: float = 1.0) -> tuple[dict]:
+    return common_ksampler("KSamplerAdvanced", model, noise_seed, steps, cfg, sampler_name, scheduler, positive,
+                           negative, latent_image, denoise=denoise, disable_noise=add_noise == "disable",
+                           start_step=start_at_step, last_step=end_at_step,
+                           force_full_denoise=return_with_leftover_noise != "enable")
