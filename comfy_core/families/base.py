@@ -1,0 +1,115 @@
+"""A model family definition: everything that differs between SD1.x, SD2.x, SDXL, ... as data.
+
+After stable-diffusion.cpp's convention (one definition per version, detected from tensor names
+and shapes, never from the file name): a family holds its detection `Signature`, where its
+components live in a single-file checkpoint, the facts weights cannot show (attention head
+layout), its latent geometry and format, its sampling policy and its key conversions. The loader
+(`comfy_core.checkpoint.load`) is generic over families; adding a family is one file plus its
+registration (see `comfy_core/families/README.md`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from comfy_core.models.latent_formats import LatentFormat
+from comfy_core.models.unet import UNetConfig
+
+if TYPE_CHECKING:
+    from comfy_core.checkpoint.keys import KeyConversion
+    from comfy_core.checkpoint.reader import CheckpointFile
+
+PREDICTIONS = ("eps", "v")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a checkpoint must look like to belong to a family (names and shapes only).
+
+    `required_prefixes`: each must start at least one tensor name; `forbidden_prefixes`: none may;
+    `unet`: (fact, value) pairs the UNet structure must show, facts being `UNetConfig` fields plus
+    `has_adm` (a label embedding is present). Two families with equal signatures conflict.
+    """
+
+    required_prefixes: tuple[str, ...] = ()
+    forbidden_prefixes: tuple[str, ...] = ()
+    unet: tuple[tuple[str, Any], ...] = ()
+
+    def matches(self, names: frozenset[str] | Any, unet_facts: Mapping[str, Any] | None) -> bool:
+        for prefix in self.required_prefixes:
+            if not any(n.startswith(prefix) for n in names):
+                return False
+        for prefix in self.forbidden_prefixes:
+            if any(n.startswith(prefix) for n in names):
+                return False
+        if self.unet:
+            if unet_facts is None:
+                return False
+            return all(unet_facts.get(k) == v for k, v in self.unet)
+        return True
+
+
+def unet_facts(config: UNetConfig) -> dict[str, Any]:
+    """The facts a `Signature.unet` may test."""
+    facts = dataclasses.asdict(config)
+    facts["has_adm"] = config.adm_in_channels is not None
+    facts["channel_mult"] = tuple(config.channel_mult)
+    return facts
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    """How the model was trained to be sampled. `prediction` "eps" or "v"; the DDPM schedule is
+    scaled-linear from `linear_start` to `linear_end` over `timesteps`."""
+
+    prediction: str = "eps"
+    linear_start: float = 0.00085
+    linear_end: float = 0.012
+    timesteps: int = 1000
+    default_sampler: str = "euler"
+    default_scheduler: str = "normal"
+
+    def __post_init__(self) -> None:
+        if self.prediction not in PREDICTIONS:
+            raise ValueError(f"SamplingPolicy.prediction must be one of {PREDICTIONS}, got {self.prediction!r}")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    latent_channels: int = 4
+    downscale: int = 8  # pixels per latent pixel along each side
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family. See the module docstring; `name` is the registry key."""
+
+    name: str
+    display_name: str
+    signature: Signature
+    latent_format: LatentFormat
+    sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
+    geometry: Geometry = field(default_factory=Geometry)
+    unet_prefix: str = "model.diffusion_model."
+    vae_prefix: str = "first_stage_model."
+    # Head layout (weights cannot show it): exactly one of these is positive.
+    num_heads: int = -1
+    num_head_channels: int = -1
+    adm: str = "none"  # "none" | "sdxl" | "sdxl_refiner" (see comfy_core.models.diffusion)
+    # Optional: read the prediction type from tensor data (SD2's one allowed read), given the open
+    # checkpoint; returns "eps", "v" or None (keep `sampling.prediction`).
+    prediction_from_weights: Callable[["CheckpointFile", str], str | None] | None = None
+    key_conversions: tuple["KeyConversion", ...] = ()
+    # A marker tensor whose presence means the schedule is rescaled to zero terminal SNR
+    # (Lin et al. 2023); SDXL v-prediction fine-tunes carry `ztsnr`, as ComfyUI reads it.
+    zsnr_marker: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.num_heads > 0) == (self.num_head_channels > 0):
+            raise ValueError(f"family {self.name!r}: set exactly one of num_heads / num_head_channels")
+
+    def unet_config(self, tensors: Mapping[str, Any]) -> UNetConfig:
+        """The UNet config of a checkpoint of this family (structure from weights, heads from here)."""
+        config = UNetConfig.detect_from_weights(tensors, self.unet_prefix)
+        return dataclasses.replace(config, num_heads=self.num_heads, num_head_channels=self.num_head_channels)

@@ -1,0 +1,105 @@
+"""`FamilyRegistry`: the known model families, and detection of a checkpoint's family.
+
+A registry is an object passed around explicitly (no module-level instance); `default_registry()`
+in `comfy_core.families` builds one holding the built-in families. Registration refuses a second
+family with the same name and a family whose signature equals a registered one (they could
+never be told apart). Detection refuses a file no family matches, or more than one.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from comfy_core.checkpoint.errors import AmbiguousFamilyError, UnknownFamilyError
+from comfy_core.families.base import Family, unet_facts
+from comfy_core.models.unet import UNetConfig, UNetConfigError
+
+log = logging.getLogger(__name__)
+
+
+class FamilyRegistrationError(ValueError):
+    """A family definition duplicates or conflicts with a registered one."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    family: Family
+    unet_config: UNetConfig | None  # None when the file has no UNet
+
+
+class FamilyRegistry:
+    def __init__(self, families: tuple[Family, ...] | list[Family] = ()) -> None:
+        self._families: dict[str, Family] = {}
+        for family in families:
+            self.register(family)
+
+    def register(self, family: Family) -> None:
+        if not isinstance(family, Family):
+            raise FamilyRegistrationError(f"expected a Family, got {type(family).__name__}")
+        if family.name in self._families:
+            raise FamilyRegistrationError(f"family {family.name!r} is already registered")
+        for other in self._families.values():
+            if other.signature == family.signature:
+                raise FamilyRegistrationError(
+                    f"family {family.name!r} has the same detection signature as {other.name!r}; "
+                    "they could never be told apart")
+        self._families[family.name] = family
+
+    def get(self, name: str) -> Family:
+        try:
+            return self._families[name]
+        except KeyError:
+            raise KeyError(f"no model family {name!r}; known: {sorted(self._families)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._families
+
+    def __iter__(self) -> Iterator[Family]:
+        return iter(self._families.values())
+
+    def __len__(self) -> int:
+        return len(self._families)
+
+    def names(self) -> list[str]:
+        return list(self._families)
+
+    def detect(self, tensors: Mapping[str, Any], path: str | Path = "<memory>") -> Detection:
+        """The one family whose signature matches `tensors` (name -> object with `.shape`).
+
+        Reads names and shapes only. Raises `UnknownFamilyError` / `AmbiguousFamilyError`
+        naming `path`.
+        """
+        names = frozenset(tensors)
+        facts_by_prefix: dict[str, dict[str, Any] | None] = {}
+        structure_errors: dict[str, str] = {}
+        matched: list[tuple[Family, dict[str, Any] | None]] = []
+        for family in self._families.values():
+            prefix = family.unet_prefix
+            if prefix not in facts_by_prefix:
+                facts_by_prefix[prefix] = None
+                if any(n.startswith(prefix) for n in names):
+                    try:
+                        facts_by_prefix[prefix] = unet_facts(UNetConfig.detect_from_weights(tensors, prefix))
+                    except UNetConfigError as exc:
+                        structure_errors[prefix] = str(exc)
+            if family.signature.matches(names, facts_by_prefix[prefix]):
+                matched.append((family, facts_by_prefix[prefix]))
+        if not matched:
+            hint = f" (UNet structure: {'; '.join(structure_errors.values())})" if structure_errors else ""
+            raise UnknownFamilyError(
+                path, f"no known model family matches its {len(names)} tensors{hint}; known families: "
+                      f"{', '.join(self._families)}")
+        if len(matched) > 1:
+            raise AmbiguousFamilyError(
+                path, f"matches several model families: {', '.join(f.name for f, _ in matched)}")
+        family, facts = matched[0]
+        config = family.unet_config(tensors) if facts is not None else None
+        if config is not None:
+            log.info("%s: %s (UNet %d ch x %s, %d res blocks, depth %s, context %d, %s projections%s)",
+                     Path(str(path)).name, family.display_name, config.model_channels, list(config.channel_mult),
+                     config.num_res_blocks, list(config.transformer_depth), config.context_dim,
+                     "linear" if config.use_linear_in_transformer else "conv",
+                     f", ADM {config.adm_in_channels}" if config.adm_in_channels else "")
+        return Detection(family, config)

@@ -1,0 +1,38 @@
+"""SDXL base 1.0 (Podell et al. 2023): three-level UNet with per-level transformer depth
+(0, 2, 10), linear projections, 64-channel heads and a label embedding of pooled text + size
+conditions; text from OpenAI CLIP ViT-L (`conditioner.embedders.0.transformer.*`) and OpenCLIP
+ViT-bigG (`conditioner.embedders.1.model.*`); latents scaled by 0.13025."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
+from comfy_core.families.base import Family, SamplingPolicy, Signature
+from comfy_core.models.latent_formats import sdxl_latent_format
+
+if TYPE_CHECKING:
+    from comfy_core.checkpoint.reader import CheckpointFile
+
+
+def prediction_from_markers(checkpoint: "CheckpointFile", unet_prefix: str) -> str | None:
+    """ComfyUI honours a `v_pred` marker tensor in SDXL files (v-prediction fine-tunes)."""
+    return "v" if "v_pred" in checkpoint.tensors else None
+
+
+def definition() -> Family:
+    return Family(
+        name="sdxl",
+        display_name="Stable Diffusion XL",
+        signature=Signature(
+            required_prefixes=("model.diffusion_model.input_blocks.0.0.", "conditioner.embedders.0.transformer.",
+                               "conditioner.embedders.1.model."),
+            unet=(("use_linear_in_transformer", True), ("has_adm", True), ("in_channels", 4)),
+        ),
+        latent_format=sdxl_latent_format(),
+        sampling=SamplingPolicy(prediction="eps"),
+        num_head_channels=64,
+        adm="sdxl",
+        prediction_from_weights=prediction_from_markers,
+        zsnr_marker="ztsnr",
+        key_conversions=(vae_attention_linear_to_conv(),),
+    )

@@ -1,0 +1,25 @@
+"""SDXL refiner 1.0 (Podell et al. 2023, sec. 2.5): UNet conditioned on OpenCLIP ViT-bigG only
+(`conditioner.embedders.0.model.*`) with a label embedding of pooled text + size + aesthetic
+score; SDXL latents."""
+from __future__ import annotations
+
+from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
+from comfy_core.families.base import Family, SamplingPolicy, Signature
+from comfy_core.models.latent_formats import sdxl_latent_format
+
+
+def definition() -> Family:
+    return Family(
+        name="sdxl_refiner",
+        display_name="Stable Diffusion XL refiner",
+        signature=Signature(
+            required_prefixes=("model.diffusion_model.input_blocks.0.0.", "conditioner.embedders.0.model."),
+            forbidden_prefixes=("conditioner.embedders.1.",),
+            unet=(("use_linear_in_transformer", True), ("has_adm", True), ("in_channels", 4)),
+        ),
+        latent_format=sdxl_latent_format(),
+        sampling=SamplingPolicy(prediction="eps"),
+        num_head_channels=64,
+        adm="sdxl_refiner",
+        key_conversions=(vae_attention_linear_to_conv(),),
+    )

@@ -1,0 +1,62 @@
+"""Latent formats: how a family's first-stage latents are scaled for the diffusion model and
+previewed.
+
+The scale factors make the VAE latents roughly unit-variance for the diffusion model (Rombach
+et al. 2022, sec. 4.3.2 / appendix: 0.18215 for the SD1/SD2 autoencoder, 0.13025 for SDXL's,
+Podell et al. 2023). LATENT values on the wire are unscaled, as in ComfyUI; samplers call
+`process_in` before and `process_out` after. The RGB factors are the linear latent-to-RGB
+approximations ComfyUI's previews use (`comfy/latent_formats.py`), so previews look the same.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LatentFormat:
+    name: str
+    channels: int
+    scale_factor: float
+    shift_factor: float = 0.0
+    latent_rgb_factors: tuple[tuple[float, float, float], ...] = ()  # [channels][3]
+    latent_rgb_factors_bias: tuple[float, float, float] | None = None
+    taesd_decoder_name: str | None = None
+
+    def process_in(self, latent: torch.Tensor) -> torch.Tensor:
+        """Raw first-stage latent -> the diffusion model's space."""
+        return (latent - self.shift_factor) * self.scale_factor
+
+    def process_out(self, latent: torch.Tensor) -> torch.Tensor:
+        """The diffusion model's space -> raw first-stage latent."""
+        return latent / self.scale_factor + self.shift_factor
+
+    def latent_to_rgb(self, latent: torch.Tensor) -> torch.Tensor:
+        """Cheap preview: latent [B, C, h, w] (raw or model space) -> RGB [B, h, w, 3] in 0..1."""
+        factors = torch.tensor(self.latent_rgb_factors, dtype=torch.float32, device=latent.device)  # [C, 3]
+        rgb = torch.einsum("bchw,cr->bhwr", latent.float(), factors)
+        if self.latent_rgb_factors_bias is not None:
+            rgb = rgb + torch.tensor(self.latent_rgb_factors_bias, device=latent.device)
+        return ((rgb + 1.0) / 2.0).clamp(0.0, 1.0)
+
+
+def sd15_latent_format() -> LatentFormat:
+    """SD1.x / SD2.x: 4 channels, scale 0.18215."""
+    return LatentFormat(
+        name="SD15", channels=4, scale_factor=0.18215,
+        latent_rgb_factors=((0.3512, 0.2297, 0.3227), (0.3250, 0.4974, 0.2350),
+                            (-0.2829, 0.1762, 0.2721), (-0.2120, -0.2616, -0.7177)),
+        taesd_decoder_name="taesd_decoder",
+    )
+
+
+def sdxl_latent_format() -> LatentFormat:
+    """SDXL (base and refiner): 4 channels, scale 0.13025."""
+    return LatentFormat(
+        name="SDXL", channels=4, scale_factor=0.13025,
+        latent_rgb_factors=((0.3651, 0.4232, 0.4341), (-0.2533, -0.0042, 0.1068),
+                            (0.1076, 0.1111, -0.0362), (-0.3165, -0.2492, -0.2188)),
+        latent_rgb_factors_bias=(0.1084, -0.0175, -0.0011),
+        taesd_decoder_name="taesdxl_decoder",
+    )

@@ -1,0 +1,177 @@
+"""Latent nodes: EmptyLatentImage, VAEDecode, VAEEncode, LatentUpscale, SaveLatent, LoadLatent.
+
+Semantics are ComfyUI's (`nodes.py` at the reference snapshot, described in
+`shared/reference/comfyui-contract.md`): LATENT is `{"samples": [B, 4, H/8, W/8]}` in the VAE's
+raw space; `.latent` files are safetensors with `latent_tensor` and the marker
+`latent_format_version_0` (files without the marker hold latents pre-multiplied by 0.18215 and
+are divided back on load), so files move freely between ComfyUI and this engine.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
+from nodes.environment import Environment, current_env
+from nodes.image import confined_file, file_sha256, save_location, upscale_samples
+
+LATENT_UPSCALE_METHODS = ["nearest-exact", "bilinear", "area", "bicubic", "bislerp"]
+LATENT_CROP = ["disabled", "center"]
+FORMAT_MARKER = "latent_format_version_0"
+# Latents saved before the marker existed were stored multiplied by SD1's scale factor.
+LEGACY_SCALE = 0.18215
+
+
+class LatentNodeError(ValueError):
+    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
+        self.node = node_name
+        self.input_name = input_name
+        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
+
+
+def _center_crop(samples: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """The centred region of `samples` with the aspect ratio of width x height (ComfyUI's
+    `common_upscale` crop)."""
+    old_h, old_w = samples.shape[-2], samples.shape[-1]
+    old_aspect, new_aspect = old_w / old_h, width / height
+    x = y = 0
+    if old_aspect > new_aspect:
+        x = round((old_w - old_w * (new_aspect / old_aspect)) / 2)
+    elif old_aspect < new_aspect:
+        y = round((old_h - old_h * (old_aspect / new_aspect)) / 2)
+    return samples.narrow(-2, y, old_h - y * 2).narrow(-1, x, old_w - x * 2)
+
+
+def _samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
+    if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
+        raise LatentNodeError(node_name, input_name, "a LATENT ({'samples': tensor})", type(latent).__name__)
+    samples = latent["samples"]
+    if samples.ndim != 4:
+        raise LatentNodeError(node_name, input_name, "samples [B, C, h, w]", f"shape {tuple(samples.shape)}")
+    return samples
+
+
+@node("EmptyLatentImage", category="latent", display_name="Empty Latent Image",
+      inputs=[Int("width", default=512, min=16, max=MAX_RESOLUTION, step=8),
+              Int("height", default=512, min=16, max=MAX_RESOLUTION, step=8),
+              Int("batch_size", default=1, min=1, max=4096)],
+      outputs=[Output("LATENT")])
+def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[dict]:
+    latent = torch.zeros([batch_size, 4, height // 8, width // 8])
+    return ({"samples": latent},)
+
+
+@node("VAEDecode", category="latent", display_name="VAE Decode",
+      inputs=[Input("samples", "LATENT"), Input("vae", "VAE")], outputs=[Output("IMAGE")])
+def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
+    images = vae.decode(_samples(samples, "VAEDecode"))  # [B, H, W, 3]
+    return (images,)
+
+
+@node("VAEEncode", category="latent", display_name="VAE Encode",
+      inputs=[Input("pixels", "IMAGE"), Input("vae", "VAE")], outputs=[Output("LATENT")])
+def vae_encode(pixels: torch.Tensor, vae: Any) -> tuple[dict]:
+    if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4:
+        raise LatentNodeError("VAEEncode", "pixels", "an IMAGE [B, H, W, C]",
+                              f"shape {tuple(pixels.shape)}" if isinstance(pixels, torch.Tensor) else type(pixels).__name__)
+    return ({"samples": vae.encode(pixels[:, :, :, :3])},)
+
+
+@node("LatentUpscale", category="latent", display_name="Upscale Latent",
+      inputs=[Input("samples", "LATENT"), Combo("upscale_method", LATENT_UPSCALE_METHODS),
+              Int("width", default=512, min=0, max=MAX_RESOLUTION, step=8),
+              Int("height", default=512, min=0, max=MAX_RESOLUTION, step=8),
+              Combo("crop", LATENT_CROP)],
+      outputs=[Output("LATENT")])
+def latent_upscale(samples: dict, upscale_method: str, width: int, height: int, crop: str) -> tuple[dict]:
+    """Resize to width x height pixels (latent / 8); a 0 side keeps the aspect ratio (min 64 px),
+    both 0 return the input, as ComfyUI's LatentUpscale."""
+    latent = _samples(samples, "LatentUpscale")
+    if upscale_method not in LATENT_UPSCALE_METHODS:
+        raise LatentNodeError("LatentUpscale", "upscale_method", f"one of {LATENT_UPSCALE_METHODS}", repr(upscale_method))
+    if width == 0 and height == 0:
+        return (samples,)
+    if width == 0:
+        height = max(64, height)
+        width = max(64, round(latent.shape[-1] * height / latent.shape[-2]))
+    elif height == 0:
+        width = max(64, width)
+        height = max(64, round(latent.shape[-2] * width / latent.shape[-1]))
+    out = dict(samples)
+    if upscale_method == "bislerp":
+        from comfy_core.models.latent_resize import bislerp
+
+        cropped = _center_crop(latent, width // 8, height // 8) if crop == "center" else latent
+        out["samples"] = bislerp(cropped, width // 8, height // 8)
+    else:
+        out["samples"] = upscale_samples(latent, width // 8, height // 8, upscale_method, crop)
+    return (out,)
+
+
+@node("SaveLatent", category="_for_testing", display_name="Save Latent", output_node=True,
+      inputs=[Input("samples", "LATENT"), String("filename_prefix", default="latents/ComfyUI"),
+              Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
+def save_latent(samples: dict, filename_prefix: str = "latents/ComfyUI", prompt: Any = None,
+                extra_pnginfo: Any = None) -> dict:
+    """Write `<prefix>_<counter:05>_.latent` in the output folder with the workflow as metadata."""
+    from safetensors.torch import save_file
+
+    latent = _samples(samples, "SaveLatent")
+    env = current_env()
+    folder, filename, counter, subfolder = save_location(env.output_dir, filename_prefix, 0, 0, node="SaveLatent")
+    metadata: dict[str, str] = {}
+    if prompt is not None:
+        metadata["prompt"] = json.dumps(prompt)
+    if isinstance(extra_pnginfo, dict):
+        for key, value in extra_pnginfo.items():
+            metadata[key] = json.dumps(value)
+    name = f"{filename}_{counter:05}_.latent"
+    tensors = {"latent_tensor": latent.contiguous(), FORMAT_MARKER: torch.tensor([])}
+    save_file(tensors, str(folder / name), metadata=metadata)
+    return {"ui": {"latents": [{"filename": name, "subfolder": subfolder, "type": "output"}]}}
+
+
+def list_latent_files(env: Any = None) -> list[str]:
+    """`.latent` files directly in the input folder, sorted (LoadLatent's combo)."""
+    env = env if isinstance(env, Environment) else current_env()
+    folder = env.input_dir
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.endswith(".latent"))
+
+
+def _latent_path(latent: str) -> Path:
+    return confined_file(current_env().input_dir, latent, node="LoadLatent", input_name="latent")
+
+
+def _latent_hash(latent: str, **_: Any) -> str:
+    return file_sha256(_latent_path(latent))
+
+
+def _latent_exists(latent: str) -> bool | str:
+    try:
+        path = _latent_path(latent)
+    except ValueError as exc:
+        return str(exc)
+    return True if path.is_file() else f"Invalid latent file: {latent}"
+
+
+@node("LoadLatent", category="_for_testing", display_name="Load Latent",
+      inputs=[Combo("latent", list_latent_files)], outputs=[Output("LATENT")],
+      is_changed=_latent_hash, validate_inputs=_latent_exists)
+def load_latent(latent: str) -> tuple[dict]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = _latent_path(latent)
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except (SafetensorError, OSError) as exc:
+        raise LatentNodeError("LoadLatent", "latent", "a .latent (safetensors) file", f"{latent!r}: {exc}") from None
+    if "latent_tensor" not in tensors:
+        raise LatentNodeError("LoadLatent", "latent", "a file holding 'latent_tensor'", f"{latent!r} with keys {sorted(tensors)}")
+    multiplier = 1.0 if FORMAT_MARKER in tensors else 1.0 / LEGACY_SCALE
+    return ({"samples": tensors["latent_tensor"].float() * multiplier},)

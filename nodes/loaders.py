@@ -1,0 +1,109 @@
+"""Loader nodes: CheckpointLoaderSimple, CheckpointLoader, VAELoader (ComfyUI's names and sockets).
+
+File lists come from the environment's model folders (`models/checkpoints`, `models/vae`, and
+the folders of `extra_model_paths.yaml`), evaluated whenever the node definitions are rendered.
+The work is `comfy_core.checkpoint.load_checkpoint` / `load_vae`; these nodes only resolve names.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from graph.native import Combo, Output, node
+from nodes.environment import Environment, current_env
+
+
+class LoaderNodeError(ValueError):
+    """A loader node's input names no usable file."""
+
+    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
+        self.node = node_name
+        self.input_name = input_name
+        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
+
+
+def _env(env: Any) -> Environment:
+    return env if isinstance(env, Environment) else current_env()
+
+
+def _files(kind: str) -> Callable[[Any], list[str]]:
+    """A combo's live options: the files of one model-folder kind."""
+    def options(env: Any = None) -> list[str]:
+        return _env(env).folders.filenames(kind)
+    return options
+
+
+def _path(kind: str, name: str, node_name: str, input_name: str) -> Path:
+    path = current_env().folders.full_path(kind, name)
+    if path is None:
+        raise LoaderNodeError(node_name, input_name, f"a file in the {kind} folders", repr(name))
+    return path
+
+
+def _options(weight_dtype: str = "default", prediction: str = "auto") -> Any:
+    """Load options from the environment's dtype policy plus the node's explicit choices."""
+    import torch
+
+    from comfy_core.checkpoint.dtype import DtypePolicy
+    from comfy_core.checkpoint.load import LoadOptions
+
+    env = current_env()
+    policy = env.dtype_policy
+    if not isinstance(policy, DtypePolicy):
+        # No explicit policy: the defaults of the device the memory manager computes on.
+        device = getattr(env.memory, "device", None)
+        policy = DtypePolicy(device=str(device) if device is not None else "cpu")
+    if weight_dtype != "default":
+        policy = dataclasses.replace(policy, unet={"fp32": torch.float32, "fp16": torch.float16,
+                                                   "bf16": torch.bfloat16}[weight_dtype])
+    return LoadOptions(dtype_policy=policy, prediction=None if prediction == "auto" else prediction)
+
+
+def _track(*patchers: Any) -> None:
+    """Hand the loaded patchers to the host's memory manager, when it has one."""
+    memory = current_env().memory
+    if memory is None:
+        return
+    for patcher in patchers:
+        if patcher is not None:
+            memory.track(getattr(patcher, "patcher", patcher))  # CLIP objects hold their patcher
+
+
+@node("CheckpointLoaderSimple", category="loaders", display_name="Load Checkpoint",
+      description="Loads a diffusion model checkpoint; the model family is detected from its weights.",
+      inputs=[Combo("ckpt_name", _files("checkpoints"), tooltip="The name of the checkpoint (model) to load.")],
+      outputs=[Output("MODEL", tooltip="The model used for denoising latents."),
+               Output("CLIP", tooltip="The CLIP model used for encoding text prompts."),
+               Output("VAE", tooltip="The VAE model used for encoding and decoding images to and from latent space.")])
+def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
+    from comfy_core.checkpoint.load import load_checkpoint
+
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"), _options())
+    _track(*loaded)
+    return loaded
+
+
+@node("CheckpointLoader", category="loaders", display_name="Load Checkpoint (typed)",
+      description="Loads a checkpoint with explicit choices: UNet weight dtype and prediction type.",
+      inputs=[Combo("ckpt_name", _files("checkpoints")),
+              Combo("weight_dtype", ["default", "fp32", "fp16", "bf16"], default="default", optional=True),
+              Combo("prediction", ["auto", "eps", "v"], default="auto", optional=True)],
+      outputs=[Output("MODEL"), Output("CLIP"), Output("VAE")])
+def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction: str = "auto") -> tuple[Any, Any, Any]:
+    from comfy_core.checkpoint.load import load_checkpoint
+
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
+                             _options(weight_dtype, prediction))
+    _track(*loaded)
+    return loaded
+
+
+@node("VAELoader", category="loaders", display_name="Load VAE",
+      inputs=[Combo("vae_name", _files("vae"))], outputs=[Output("VAE")])
+def vae_loader(vae_name: str) -> tuple[Any]:
+    from comfy_core.checkpoint.load import load_vae
+
+    vae = load_vae(_path("vae", vae_name, "VAELoader", "vae_name"), _options())
+    _track(vae)
+    return (vae,)
