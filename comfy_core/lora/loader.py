@@ -1,0 +1,161 @@
+"""Turn a LoRA file's tensors into weight patches, and apply them to MODEL and CLIP patchers.
+
+`parse_lora(tensors, key_map)` groups the file's keys by layer (the part before a known suffix),
+looks each layer up in the key map (`comfy_core.lora.keymap`) and builds one adapter per target
+weight. Keys whose layer matches nothing, or whose suffix is unknown, are returned as unmatched:
+`load_lora_for_models` logs them once, with a count, never silently. (The file formats are those
+ComfyUI reads in comfy/lora.py and comfy/weight_adapter/; the parser is written here.)
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from comfy_core.lora.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
+from comfy_core.patching.errors import PatchDataError
+
+log = logging.getLogger(__name__)
+
+# Suffix -> (record kind, component). Longest suffixes first so `.lora.up.weight` wins over `.weight`.
+_SUFFIXES: tuple[tuple[str, str, str], ...] = (
+    (".lora_up.weight", "lora", "up"), (".lora_down.weight", "lora", "down"),
+    (".lora_mid.weight", "lora", "mid"),
+    (".lora.up.weight", "lora", "up"), (".lora.down.weight", "lora", "down"),
+    (".lora_B.weight", "lora", "up"), (".lora_A.weight", "lora", "down"),
+    (".lora_linear_layer.up.weight", "lora", "up"), (".lora_linear_layer.down.weight", "lora", "down"),
+    (".hada_w1_a", "loha", "w1a"), (".hada_w1_b", "loha", "w1b"),
+    (".hada_w2_a", "loha", "w2a"), (".hada_w2_b", "loha", "w2b"),
+    (".hada_t1", "loha", "t1"), (".hada_t2", "loha", "t2"),
+    (".lokr_w1_a", "lokr", "w1a"), (".lokr_w1_b", "lokr", "w1b"),
+    (".lokr_w2_a", "lokr", "w2a"), (".lokr_w2_b", "lokr", "w2b"),
+    (".lokr_w1", "lokr", "w1"), (".lokr_w2", "lokr", "w2"), (".lokr_t2", "lokr", "t2"),
+    (".diff_b", "diff_b", "diff_b"), (".diff", "diff", "diff"),
+    (".alpha", "*", "alpha"), (".dora_scale", "*", "dora_scale"),
+)
+# Old diffusers attention-processor names: `attn1.processor.to_q_lora.up.weight` -> `attn1.to_q.lora.up.weight`.
+_PROCESSOR = re.compile(r"\.processor\.(to_q|to_k|to_v|to_out)_lora\.(up|down)\.weight$")
+# PEFT adapters may carry the adapter name: `.lora_A.default.weight`.
+_PEFT_NAMED = re.compile(r"\.(lora_[AB])\.[^.]+\.weight$")
+
+
+@dataclass
+class LoraParse:
+    """What a LoRA file holds, resolved against one key map."""
+
+    patches: dict[str, Any] = field(default_factory=dict)  # parameter name -> adapter / ("diff", (t,))
+    unmatched: list[str] = field(default_factory=list)  # file keys that patch nothing
+
+
+def _normalise(key: str) -> str:
+    key = _PROCESSOR.sub(lambda m: f".{m.group(1)}{'.0' if m.group(1) == 'to_out' else ''}.lora.{m.group(2)}.weight", key)
+    return _PEFT_NAMED.sub(lambda m: f".{m.group(1)}.weight", key)
+
+
+def _split(key: str) -> tuple[str, str, str] | None:
+    for suffix, kind, part in _SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)], kind, part
+    return None
+
+
+def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], name: str = "") -> LoraParse:
+    """Resolve a LoRA state dict against `key_map` (LoRA layer name -> parameter name)."""
+    layers: dict[str, dict[str, tuple[str, torch.Tensor]]] = {}
+    raw_keys: dict[str, list[str]] = {}
+    result = LoraParse()
+    for raw_key, tensor in tensors.items():
+        split = _split(_normalise(raw_key))
+        if split is None:
+            result.unmatched.append(raw_key)
+            continue
+        layer, kind, part = split
+        layers.setdefault(layer, {})[part] = (kind, tensor)
+        raw_keys.setdefault(layer, []).append(raw_key)
+    for layer, parts in layers.items():
+        target = key_map.get(layer)
+        if target is None:
+            result.unmatched.extend(raw_keys[layer])
+            continue
+        for param, record in _records(layer, parts, target, name):
+            result.patches[param] = record
+    return result
+
+
+def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str, name: str) -> list[tuple[str, Any]]:
+    kinds = {kind for kind, _ in parts.values()} - {"*"}
+    get = lambda p: parts[p][1] if p in parts else None  # noqa: E731
+    alpha_t = get("alpha")
+    alpha = None if alpha_t is None else float(alpha_t.float().item())
+    label = f"{name}:{layer}" if name else layer
+    records: list[tuple[str, Any]] = []
+    if "lora" in kinds:
+        if get("up") is None or get("down") is None:
+            raise PatchDataError(f"LoRA {label!r}: needs both up and down weights, has {sorted(parts)}")
+        records.append((target, LoraAdapter(get("up"), get("down"), alpha, get("mid"), get("dora_scale"), label)))
+    elif "loha" in kinds:
+        missing = {"w1a", "w1b", "w2a", "w2b"} - set(parts)
+        if missing:
+            raise PatchDataError(f"LoHa {label!r}: missing {sorted(missing)}")
+        records.append((target, LohaAdapter(get("w1a"), get("w1b"), get("w2a"), get("w2b"), alpha,
+                                             get("t1"), get("t2"), label)))
+    elif "lokr" in kinds:
+        records.append((target, LokrAdapter(get("w1"), get("w2"), get("w1a"), get("w1b"), get("w2a"),
+                                            get("w2b"), get("t2"), alpha, label)))
+    elif "diff" in kinds:
+        records.append((target, ("diff", (get("diff"),))))
+    if "diff_b" in kinds and target.endswith(".weight"):
+        records.append((target[: -len(".weight")] + ".bias", ("diff", (get("diff_b"),))))
+    if not records:
+        raise PatchDataError(f"LoRA {label!r}: only {sorted(parts)}, no weights to apply")
+    return records
+
+
+@dataclass
+class LoraReport:
+    """What applying one LoRA file did."""
+
+    model_keys: int = 0
+    clip_keys: int = 0
+    unmatched: list[str] = field(default_factory=list)
+
+
+def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tensor],
+                         strength_model: float, strength_clip: float, name: str = "") -> tuple[Any, Any, LoraReport]:
+    """Clone `model` (a ModelPatcher) and `clip` (CLIP object or ClipPatcher) with the LoRA added.
+
+    ComfyUI's semantics (comfy/sd.py: load_lora_for_models): either may be None, which skips it;
+    strengths scale each side. Returns the clones and a report; unmatched keys are logged once.
+    """
+    key_map: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    if model is not None:
+        for k, v in unet_key_map(model.model).items():
+            key_map[k], owner[k] = v, "model"
+    clip_patcher = getattr(clip, "patcher", clip) if clip is not None else None
+    if clip_patcher is not None:
+        for k, v in text_encoder_key_map(clip_patcher.model).items():
+            key_map[k], owner[k] = v, "clip"
+    model_map = {k: v for k, v in key_map.items() if owner[k] == "model"}
+    clip_map = {k: v for k, v in key_map.items() if owner[k] == "clip"}
+    report = LoraReport()
+    model_parse = parse_lora(tensors, model_map, name)
+    clip_parse = parse_lora(tensors, clip_map, name)
+    new_model, new_clip = model, clip
+    if model is not None:
+        new_model = model.clone()
+        report.model_keys = len(new_model.add_patches(model_parse.patches, strength_model))
+    if clip is not None:
+        new_clip = clip.clone()
+        report.clip_keys = len(new_clip.add_patches(clip_parse.patches, strength_clip))
+    # A key is unmatched when neither side used it.
+    report.unmatched = sorted(set(model_parse.unmatched) & set(clip_parse.unmatched))
+    if report.unmatched:
+        shown = ", ".join(report.unmatched[:5]) + (", ..." if len(report.unmatched) > 5 else "")
+        log.warning("LoRA %s: %d of %d keys matched no weight and were not loaded: %s",
+                    name or "(unnamed)", len(report.unmatched), len(tensors), shown)
+    return new_model, new_clip, report

@@ -1,0 +1,294 @@
+"""The generic reversible patcher: a shared base module plus patches kept as data.
+
+ComfyUI's semantics (comfy/model_patcher.py): `clone()` shares the module and copies the patch
+containers, `add_patches` records weight patches keyed by parameter name, `add_object_patch`
+records attribute replacements, `model_options` carries options and hooks. Application follows
+InvokeAI's context-manager style: `with patcher.applied(device) as module:` moves the module to
+the device, applies everything, sets the attention backend for this context only, and restores
+every original tensor object and attribute on exit, whatever ends the block.
+
+Applying the same weight patch set again costs no arithmetic: the patched tensors of the last
+set are cached (per base module, keyed by the weight signature) and swapped back in.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any, Hashable, Iterator
+
+import torch
+from torch import nn
+
+from comfy_core.attention import AttentionChoice, require_backend, use_backend
+from comfy_core.patching.errors import ObjectPatchError, PatchDataError
+from comfy_core.patching.signature import freeze
+from comfy_core.patching.state import BaseModuleState, PatchStats
+from comfy_core.patching.weights import Offset, PatchEntry, calculate_weight
+
+ATTENTION_BACKEND = "attention_backend"
+ATTENTION_OPTIONS = "attention_options"
+
+
+class Patcher:
+    """A base `nn.Module` shared between clones, with weight patches, object patches and options.
+
+    `load_device` is where `applied()` runs the module by default; `offload_device` is where the
+    memory manager parks it. Nothing here mutates the module outside `applied()`.
+    """
+
+    def __init__(self, model: nn.Module, load_device: torch.device | str | None = None,
+                 offload_device: torch.device | str | None = None, *, cache_patched_weights: bool = True) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"{type(self).__name__}: the base model must be a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.load_device = torch.device(load_device if load_device is not None else "cpu")
+        self.offload_device = torch.device(offload_device if offload_device is not None else "cpu")
+        self.patches: dict[str, list[PatchEntry]] = {}
+        self.object_patches: dict[str, Any] = {}
+        self.model_options: dict[str, Any] = {"transformer_options": {}}
+        self.parent: Patcher | None = None
+        self.cache_patched_weights = cache_patched_weights
+        # A comfy_core.memory.MemoryManager (set by its `track()`), told before each use.
+        self.memory: Any = None
+        self._state = BaseModuleState.of(model)
+        self._explicit: contextlib.ExitStack | None = None
+
+    # --- cloning ---
+
+    def clone(self) -> "Patcher":
+        """A new patcher over the same module; patch containers copied, options deep-copied."""
+        n = self.__class__.__new__(self.__class__)
+        n.__dict__.update(self.__dict__)
+        n.patches = {k: list(v) for k, v in self.patches.items()}
+        n.object_patches = dict(self.object_patches)
+        n.model_options = copy.deepcopy(self.model_options)
+        n.parent = self
+        n._explicit = None
+        return n
+
+    def is_clone(self, other: Any) -> bool:
+        """True when `other` patches the same base module."""
+        return isinstance(other, Patcher) and other.model is self.model
+
+    def clone_has_same_weights(self, other: Any) -> bool:
+        return self.is_clone(other) and self.weight_signature() == other.weight_signature()
+
+    # --- weight patches ---
+
+    def weight_keys(self) -> set[str]:
+        """Names of the base module's parameters and buffers, the keys weight patches may use."""
+        names = {n for n, _ in self.model.named_parameters()}
+        names.update(n for n, _ in self.model.named_buffers())
+        return names
+
+    def add_patches(self, patches: dict[Any, Any], strength_patch: float = 1.0,
+                    strength_model: float = 1.0) -> list:
+        """Record weight patches; returns the keys that name a weight of the module (ComfyUI's rule).
+
+        A key is a parameter name, or `(name, (dim, start, length))` / `(name, offset, function)`
+        for a patch that covers part of a weight. Keys naming nothing are skipped and not returned:
+        the caller reports them.
+        """
+        known = self.weight_keys()
+        applied = []
+        for raw_key, data in patches.items():
+            key, offset, function = _split_key(raw_key)
+            if key not in known:
+                continue
+            self.patches.setdefault(key, []).append(
+                PatchEntry(float(strength_patch), data, float(strength_model), offset, function))
+            applied.append(raw_key)
+        return applied
+
+    def get_key_patches(self, filter_prefix: str | None = None) -> dict[str, list]:
+        """For each weight: `[(original,), *patch entries]` (ComfyUI's form, used by model merging)."""
+        result = {}
+        for key, tensor in self.model_state_dict(filter_prefix).items():
+            result[key] = [(tensor,)] + list(self.patches.get(key, ()))
+        return result
+
+    def model_state_dict(self, filter_prefix: str | None = None) -> dict[str, torch.Tensor]:
+        """The base module's original tensors (never patched ones), optionally by name prefix."""
+        sd = {n: p.detach() for n, p in self.model.named_parameters()}
+        sd.update((n, b) for n, b in self.model.named_buffers())
+        if filter_prefix is not None:
+            sd = {k: v for k, v in sd.items() if k.startswith(filter_prefix)}
+        return sd
+
+    # --- object patches ---
+
+    def add_object_patch(self, name: str, obj: Any) -> None:
+        """Replace the attribute at dotted path `name` (relative to the base module) while applied."""
+        if not isinstance(name, str) or not name:
+            raise ObjectPatchError(f"object patch name must be a non-empty dotted path, got {name!r}")
+        self.object_patches[name] = obj
+
+    def get_model_object(self, name: str) -> Any:
+        """The object at `name` as this patcher would see it: its object patch, else the module's."""
+        if name in self.object_patches:
+            return self.object_patches[name]
+        return _get_attr(self.model, name)
+
+    # --- options ---
+
+    def set_option(self, key: str, value: Any) -> None:
+        self.model_options[key] = value
+
+    def set_attention_backend(self, name: str, **options: Any) -> None:
+        """Make attention run on backend `name` (with its options) inside this patcher's `applied()`."""
+        choice = AttentionChoice.of(name, options)
+        self.model_options[ATTENTION_BACKEND] = choice.name
+        self.model_options[ATTENTION_OPTIONS] = dict(choice.options)
+
+    def attention_choice(self) -> AttentionChoice:
+        name = self.model_options.get(ATTENTION_BACKEND)
+        if name is None:
+            return AttentionChoice()
+        return AttentionChoice.of(name, self.model_options.get(ATTENTION_OPTIONS))
+
+    # --- signatures ---
+
+    def weight_signature(self) -> Hashable:
+        return tuple(sorted((key, tuple(_entry_signature(e) for e in entries))
+                            for key, entries in self.patches.items() if entries))
+
+    def object_signature(self) -> Hashable:
+        return tuple(sorted((name, id(obj)) for name, obj in self.object_patches.items()))
+
+    def signature(self) -> Hashable:
+        """Identifies the base module and the whole patch set (weights, objects, options)."""
+        return (type(self).__name__, self._state.token, self.weight_signature(),
+                self.object_signature(), freeze(self.model_options))
+
+    # --- application ---
+
+    @property
+    def patch_stats(self) -> PatchStats:
+        return self._state.stats
+
+    @property
+    def in_use(self) -> bool:
+        return self._state.in_use
+
+    def drop_weight_cache(self) -> int:
+        """Forget cached patched weights of this base module; returns bytes freed."""
+        return self._state.clear_cache()
+
+    def weight_cache_bytes(self) -> int:
+        """Bytes held by cached patched weights of this base module."""
+        return self._state.cache.nbytes()
+
+    def model_size(self) -> int:
+        """Bytes of the base module's parameters and buffers."""
+        return sum(t.numel() * t.element_size() for t in self.model_state_dict().values())
+
+    def current_device(self) -> torch.device:
+        for t in self.model.parameters():
+            return t.device
+        return self.offload_device
+
+    @contextlib.contextmanager
+    def applied(self, device: torch.device | str | None = None) -> Iterator[nn.Module]:
+        """Patch the module for the duration of the block and yield it; restore bit-exactly after.
+
+        Moves the module to `device` (default `load_device`), applies object patches, then weight
+        patches, and sets this patcher's attention backend for the current context only.
+        """
+        if self.memory is not None:
+            device = self.memory.prepare(self, device)
+        device = torch.device(device) if device is not None else self.load_device
+        choice = self.attention_choice()
+        require_backend(choice.name, device)  # fail before patching: names what is missing
+        weight_sig = self.weight_signature()
+        config = (weight_sig, self.object_signature(), str(device))
+        with self._state.hold(config, lambda: self._apply(device, weight_sig)):
+            with use_backend(choice):
+                yield self.model
+
+    def patch_model(self, device_to: torch.device | str | None = None, *_args: Any, **_kwargs: Any) -> nn.Module:
+        """ComfyUI's explicit form: apply until `unpatch_model()` (same thread). Prefer `applied()`."""
+        if self._explicit is not None:
+            return self.model
+        stack = contextlib.ExitStack()
+        module = stack.enter_context(self.applied(device_to))
+        self._explicit = stack
+        return module
+
+    def unpatch_model(self, device_to: torch.device | str | None = None, *_args: Any, **_kwargs: Any) -> None:
+        if self._explicit is not None:
+            stack, self._explicit = self._explicit, None
+            stack.close()
+        if device_to is not None and not self.in_use:
+            self.model.to(device_to)
+
+    def _apply(self, device: torch.device, weight_sig: Hashable) -> None:
+        state = self._state
+        if self.current_device() != device:
+            self.model.to(device)
+        for name, obj in self.object_patches.items():
+            parent, attr = _resolve_parent(self.model, name)
+            state.set_object(parent, attr, obj)
+        if not weight_sig:
+            return
+        reuse = self.cache_patched_weights and state.cache.signature == weight_sig
+        if not reuse:
+            state.clear_cache()  # before computing: never hold two sets of patched weights at once
+        cache = state.cache
+        fresh: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            for key, entries in self.patches.items():
+                if not entries:
+                    continue
+                owner, attr = _resolve_parent(self.model, key)
+                original = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
+                if original is None:
+                    raise PatchDataError(f"weight patch {key!r}: the module has no tensor there")
+                patched = cache.tensors.get(key) if reuse else None
+                if patched is None or patched.device != original.device or patched.dtype != original.dtype:
+                    patched = calculate_weight(original.detach(), entries, key)
+                    if attr in owner._parameters:
+                        patched = nn.Parameter(patched, requires_grad=original.requires_grad)
+                    state.stats.weights_computed += 1
+                else:
+                    state.stats.weights_from_cache += 1
+                fresh[key] = patched
+                state.swap_weight(owner, attr, key, patched)
+        if self.cache_patched_weights:
+            cache.signature, cache.tensors = weight_sig, fresh
+            cache.pin = {k: list(v) for k, v in self.patches.items()}
+        else:
+            state.clear_cache()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({type(self.model).__name__}, {len(self.patches)} weight patches, "
+                f"{len(self.object_patches)} object patches, load_device={self.load_device})")
+
+
+def _split_key(raw: Any) -> tuple[str, Offset | None, Any]:
+    if isinstance(raw, str):
+        return raw, None, None
+    if isinstance(raw, tuple) and raw and isinstance(raw[0], str):
+        offset = Offset(*raw[1]) if len(raw) > 1 and raw[1] is not None else None
+        function = raw[2] if len(raw) > 2 else None
+        return raw[0], offset, function
+    raise PatchDataError(f"weight patch key must be a name or (name, offset[, function]), got {raw!r}")
+
+
+def _entry_signature(entry: PatchEntry) -> Hashable:
+    return (entry.strength_patch, id(entry.data), entry.strength_model,
+            tuple(entry.offset) if entry.offset else None, id(entry.function) if entry.function else None)
+
+
+def _get_attr(root: Any, dotted: str) -> Any:
+    obj = root
+    for part in dotted.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ObjectPatchError(f"{type(root).__name__} has no attribute path {dotted!r} (failed at {part!r})") from None
+    return obj
+
+
+def _resolve_parent(root: Any, dotted: str) -> tuple[Any, str]:
+    head, _, last = dotted.rpartition(".")
+    return (_get_attr(root, head) if head else root), last

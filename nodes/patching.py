@@ -1,0 +1,144 @@
+"""Model patching nodes with ComfyUI's names and semantics: LoraLoader, LoraLoaderModelOnly,
+and ours, SetAttentionBackend (MODEL: the UNet's self and cross attention) and
+SetVAEAttentionBackend (VAE).
+
+Each returns clones with one more patch; inputs are never mutated, so cached outputs stay valid.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from comfy_core.attention import available_backends, backend_names, unavailable_reason
+from comfy_core.lora import load_lora_for_models
+from graph.native import Combo, Float, Input, Output, node
+from nodes.environment import current_env
+
+log = logging.getLogger(__name__)
+
+
+class PatchNodeInputError(ValueError):
+    """A patching node got an input of the wrong kind or a file it cannot read."""
+
+
+def _lora_names(env: Any = None) -> list[str]:
+    folders = env.folders if env is not None and hasattr(env, "folders") else current_env().folders
+    return folders.filenames("loras")
+
+
+def load_lora_file(path: Path, node_name: str) -> dict[str, torch.Tensor]:
+    """A LoRA file's tensors (`.safetensors`, or a pickled `.ckpt`/`.pt` read with weights_only)."""
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path), device="cpu")
+        data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise PatchNodeInputError(f"{node_name}: cannot read LoRA file {path.name!r}: {exc}") from exc
+    if isinstance(data, dict) and "state_dict" in data and isinstance(data["state_dict"], dict):
+        data = data["state_dict"]
+    if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise PatchNodeInputError(f"{node_name}: LoRA file {path.name!r} does not hold a name -> tensor mapping")
+    return data
+
+
+def _require(value: Any, what: str, node_name: str, attr: str) -> None:
+    if value is not None and not hasattr(value, attr):
+        raise PatchNodeInputError(f"{node_name}: input {what!r} must be a {what.upper()} object, got {type(value).__name__}")
+
+
+def _apply_lora(node_name: str, model: Any, clip: Any, lora_name: str,
+                strength_model: float, strength_clip: float) -> tuple[Any, Any]:
+    _require(model, "model", node_name, "add_patches")
+    _require(clip, "clip", node_name, "add_patches")
+    if strength_model == 0 and strength_clip == 0:
+        return model, clip  # ComfyUI's shortcut: nothing to load
+    path = current_env().folders.full_path("loras", lora_name)
+    if path is None:
+        raise PatchNodeInputError(f"{node_name}: LoRA file {lora_name!r} not found in the loras folders")
+    tensors = load_lora_file(Path(path), node_name)
+    new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip, lora_name)
+    log.info("%s: %s patched %d model and %d clip weights", node_name, lora_name, report.model_keys, report.clip_keys)
+    return new_model, new_clip
+
+
+@node("LoraLoader", category="loaders", display_name="Load LoRA",
+      description="LoRAs modify diffusion and CLIP models, altering the way in which latents are denoised, "
+                  "such as applying styles. Multiple LoRA nodes can be linked together.",
+      inputs=[Input("model", "MODEL", tooltip="The diffusion model the LoRA will be applied to."),
+              Input("clip", "CLIP", tooltip="The CLIP model the LoRA will be applied to."),
+              Combo("lora_name", _lora_names, tooltip="The name of the LoRA."),
+              Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01,
+                    tooltip="How strongly to modify the diffusion model. This value can be negative."),
+              Float("strength_clip", default=1.0, min=-100.0, max=100.0, step=0.01,
+                    tooltip="How strongly to modify the CLIP model. This value can be negative.")],
+      outputs=[Output("MODEL", tooltip="The modified diffusion model."),
+               Output("CLIP", tooltip="The modified CLIP model.")])
+def lora_loader(model: Any, clip: Any, lora_name: str, strength_model: float, strength_clip: float) -> tuple:
+    return _apply_lora("LoraLoader", model, clip, lora_name, strength_model, strength_clip)
+
+
+@node("LoraLoaderModelOnly", category="loaders", display_name="LoraLoaderModelOnly",
+      description="LoRAs modify diffusion models; this loader applies one to the MODEL only.",
+      inputs=[Input("model", "MODEL"), Combo("lora_name", _lora_names),
+              Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01)],
+      outputs=[Output("MODEL")])
+def lora_loader_model_only(model: Any, lora_name: str, strength_model: float) -> tuple:
+    return (_apply_lora("LoraLoaderModelOnly", model, None, lora_name, strength_model, 0.0)[0],)
+
+
+def _backend_options(env: Any = None) -> list[str]:
+    memory = getattr(env, "memory", None)
+    return available_backends(getattr(memory, "device", None))
+
+
+def _validate_backend(backend: str) -> bool | str:
+    # Runs at validation time (the combo check is off for `backend`, so this message is the one shown).
+    if backend not in backend_names():
+        return f"unknown attention backend {backend!r}; available here: {available_backends()}"
+    memory = getattr(current_env(), "memory", None)
+    reason = unavailable_reason(backend, getattr(memory, "device", None))
+    return True if reason is None else f"attention backend {backend!r} is not available: {reason}"
+
+
+@node("SetAttentionBackend", category="advanced/model", display_name="Set Attention Backend",
+      description="Returns a clone of the model whose attention (self and cross, UNet) runs on the chosen "
+                  "backend, for this clone's runs only.",
+      inputs=[Input("model", "MODEL"),
+              Combo("backend", _backend_options, default="sdpa",
+                    tooltip="sdpa: PyTorch fused attention (default); sub_quadratic: chunked, memory bounded; "
+                            "split: sliced to fit free memory; naive: reference; xformers: optional extra.")],
+      outputs=[Output("MODEL")],
+      validate_inputs=_validate_backend)
+def set_attention_backend(model: Any, backend: str) -> tuple:
+    _require(model, "model", "SetAttentionBackend", "set_attention_backend")
+    if model is None:
+        raise PatchNodeInputError("SetAttentionBackend: input 'model' is None")
+    reason = unavailable_reason(backend)
+    if reason is not None:
+        raise PatchNodeInputError(f"SetAttentionBackend: attention backend {backend!r} is not available: {reason}")
+    patched = model.clone()
+    patched.set_attention_backend(backend)
+    return (patched,)
+
+
+@node("SetVAEAttentionBackend", category="advanced/model", display_name="Set VAE Attention Backend",
+      description="Returns a clone of the VAE whose attention runs on the chosen backend, for this clone only.",
+      inputs=[Input("vae", "VAE"),
+              Combo("backend", _backend_options, default="sdpa")],
+      outputs=[Output("VAE")],
+      validate_inputs=_validate_backend)
+def set_vae_attention_backend(vae: Any, backend: str) -> tuple:
+    _require(vae, "vae", "SetVAEAttentionBackend", "set_attention_backend")
+    if vae is None:
+        raise PatchNodeInputError("SetVAEAttentionBackend: input 'vae' is None")
+    reason = unavailable_reason(backend)
+    if reason is not None:
+        raise PatchNodeInputError(f"SetVAEAttentionBackend: attention backend {backend!r} is not available: {reason}")
+    patched = vae.clone()
+    patched.set_attention_backend(backend)
+    return (patched,)
