@@ -25,3 +25,11 @@ def register_builtin_nodes(registry) -> None:
     """Add the built-in nodes to a `graph.registry.Registry`."""
     for fn in builtin_node_functions():
         registry.add_native(fn, builtin=True)
+
+
+def __getattr__(name: str):
+    # ComfyUI's `nodes` module names for packs (MAX_RESOLUTION, NODE_CLASS_MAPPINGS, KSampler, ...):
+    # see nodes/_comfy_facade.py.
+    if name.startswith("_"):  # submodules being imported, dunder probes
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module("nodes._comfy_facade").attribute(name)

@@ -1,0 +1,8 @@
+"""ComfyUI's pinned `comfy_api.v0_0_1`: the same V3 API as `comfy_api.latest` here (compat/v3/)."""
+from compat.v3 import io, ui
+from compat.v3.api import ComfyAPI, ComfyAPISync, ComfyExtension
+
+IO = io
+UI = ui
+
+__all__ = ["io", "ui", "IO", "UI", "ComfyExtension", "ComfyAPI", "ComfyAPISync"]

@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy_execution` package for node packs: a compatibility surface (compat/)."""

@@ -1,0 +1,55 @@
+"""The import hook: ComfyUI's top-level module names resolve to the files in `comfy_surface/`.
+
+A meta-path finder placed first on `sys.meta_path` answers only for the names in `TOP_LEVEL`
+(submodules such as `comfy.utils` are then found through the package's `__path__`, as usual).
+It stays installed once a server installed it, because packs also import lazily while nodes
+run. It also remembers the most recently installed `CompatSession`, the fallback of
+`compat.session.active()`.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from pathlib import Path
+from typing import Any
+
+SURFACE = Path(__file__).resolve().parent / "comfy_surface"
+# ComfyUI's module names that packs import (our `nodes` package answers `import nodes` itself).
+TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "latent_preview",
+                       "node_helpers"})
+
+
+class ComfyModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds `TOP_LEVEL` modules in `SURFACE` only."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in TOP_LEVEL:
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])
+
+
+def _installed() -> ComfyModuleFinder | None:
+    for entry in sys.meta_path:
+        if isinstance(entry, ComfyModuleFinder):
+            return entry
+    return None
+
+
+def install(session: Any) -> ComfyModuleFinder:
+    """Put the finder first on `sys.meta_path` (once) and make `session` its fallback session."""
+    found = _installed()
+    if found is None:
+        found = ComfyModuleFinder(session)
+        sys.meta_path.insert(0, found)
+    found.session = session
+    return found
+
+
+def installed_session() -> Any:
+    """The session of the most recent `install`, or None."""
+    found = _installed()
+    return found.session if found is not None else None

@@ -1,0 +1,59 @@
+"""`node_helpers` for packs (ComfyUI's node_helpers.py behaviour)."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def conditioning_set_values(conditioning: list, values: dict | None = None, append: bool = False) -> list:
+    """A new CONDITIONING whose entries' option dicts carry `values` (with `append`, list values
+    are added to the existing lists); the input is never mutated (cached outputs stay valid)."""
+    values = values or {}
+    out = []
+    for entry in conditioning:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[1], dict):
+            raise TypeError(f"conditioning_set_values: expected CONDITIONING entries [tensor, dict], got {entry!r}")
+        options = dict(entry[1])
+        for key, value in values.items():
+            if append and key in options:
+                options[key] = list(options[key]) + list(value)
+            else:
+                options[key] = value
+        out.append([entry[0], options])
+    return out
+
+
+def pillow(fn: Callable[[Any], T], arg: Any) -> T:
+    """`fn(arg)`, retried once with Pillow's truncated-image loading when the file is damaged."""
+    from PIL import ImageFile
+
+    try:
+        return fn(arg)
+    except (OSError, UnicodeDecodeError, ValueError):
+        previous = ImageFile.LOAD_TRUNCATED_IMAGES
+        ImageFile.LOAD_TRUNCATED_IMAGES = True
+        try:
+            return fn(arg)
+        finally:
+            ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
+def hasher() -> Callable[..., Any]:
+    """The file hash ComfyUI uses by default (sha256)."""
+    return hashlib.sha256
+
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+           "fp8_e4m3fn": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
+
+
+def string_to_torch_dtype(string: str) -> torch.dtype:
+    dtype = _DTYPES.get(string)
+    if dtype is None:
+        raise ValueError(f"string_to_torch_dtype: expected one of {sorted(k for k, v in _DTYPES.items() if v)}, "
+                         f"got {string!r}")
+    return dtype

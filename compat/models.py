@@ -1,0 +1,104 @@
+"""`comfy.sd`, `comfy.samplers`, `comfy.sample` for packs, over comfy_core's loader and sampler.
+
+ComfyUI's entry points of the same names (comfy/sd.py, comfy/samplers.py, comfy/sample.py);
+the objects returned are ours (`ModelPatcher`, CLIP, `VaePatcher`), which the built-in nodes
+accept, so a pack that loads a model itself and feeds it to KSampler works.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from compat.session import active
+
+
+def _track(*patchers: Any) -> None:
+    memory = getattr(active().env, "memory", None)
+    if memory is None:
+        return
+    for patcher in patchers:
+        if patcher is not None:
+            memory.track(getattr(patcher, "patcher", patcher))
+
+
+def load_checkpoint_guess_config(ckpt_path: str, output_vae: bool = True, output_clip: bool = True,
+                                 output_clipvision: bool = False, embedding_directory: Any = None,
+                                 output_model: bool = True, model_options: Mapping | None = None,
+                                 te_model_options: Mapping | None = None) -> tuple[Any, Any, Any, Any]:
+    """`(model, clip, vae, clipvision)`: the family is detected from the weights; CLIP vision is
+    not provided (always None)."""
+    from comfy_core.checkpoint.load import load_checkpoint
+
+    model, clip, vae = load_checkpoint(ckpt_path, output_vae=output_vae, output_clip=output_clip)
+    _track(model, clip, vae)
+    return (model if output_model else None), clip, vae, None
+
+
+def load_lora_for_models(model: Any, clip: Any, lora: Mapping[str, torch.Tensor], strength_model: float,
+                         strength_clip: float) -> tuple[Any, Any]:
+    """Clones of `model` and `clip` with the LoRA state dict `lora` added as patches."""
+    from comfy_core.lora.loader import load_lora_for_models as ours
+
+    new_model, new_clip, _report = ours(model, clip, lora, strength_model, strength_clip)
+    return new_model, new_clip
+
+
+def sampler_names() -> list[str]:
+    from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
+
+    return list(SAMPLER_NAMES)
+
+
+def scheduler_names() -> list[str]:
+    from comfy_core.sampling.schedulers import SCHEDULER_NAMES
+
+    return list(SCHEDULER_NAMES)
+
+
+class KSampler:
+    """Only the class attributes packs read: `KSampler.SAMPLERS`, `KSampler.SCHEDULERS`."""
+
+    SAMPLERS: list[str] = []
+    SCHEDULERS: list[str] = []
+    DISCARD_PENULTIMATE_SIGMA_SAMPLERS = {"dpm_2", "dpm_2_ancestral", "uni_pc", "uni_pc_bh2"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("comfy.samplers.KSampler objects are not provided; use comfy.sample.sample "
+                                  "or the KSampler node (nodes.KSampler().sample(...))")
+
+
+KSampler.SAMPLERS = sampler_names()
+KSampler.SCHEDULERS = scheduler_names()
+
+
+def calculate_sigmas(model_sampling: Any, scheduler_name: str, steps: int) -> torch.Tensor:
+    from comfy_core.sampling.schedulers import calculate_sigmas as ours
+
+    return ours(model_sampling, scheduler_name, steps)
+
+
+def prepare_noise(latent_image: torch.Tensor, seed: int, noise_inds: Any = None) -> torch.Tensor:
+    from comfy_core.sampling.noise import prepare_noise as ours
+
+    return ours(latent_image, seed, noise_inds)
+
+
+def fix_empty_latent_channels(model: Any, latent_image: torch.Tensor) -> torch.Tensor:
+    """ComfyUI widens an all-zero latent to the model's channels; our families are all 4-channel."""
+    return latent_image
+
+
+def sample(model: Any, noise: torch.Tensor, steps: int, cfg: float, sampler_name: str, scheduler: str,
+           positive: Any, negative: Any, latent_image: torch.Tensor, denoise: float = 1.0,
+           disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
+           force_full_denoise: bool = False, noise_mask: torch.Tensor | None = None, sigmas: Any = None,
+           callback: Any = None, disable_pbar: bool = False, seed: int | None = None) -> torch.Tensor:
+    """ComfyUI's `comfy.sample.sample`: the denoised latent `[B, C, h, w]`."""
+    from comfy_core.sampling.driver import sample as ours
+
+    if disable_noise:
+        noise = torch.zeros_like(latent_image)
+    return ours(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, latent_image, denoise=denoise,
+                start_step=start_step, last_step=last_step, force_full_denoise=force_full_denoise,
+                noise_mask=noise_mask, sigmas=sigmas, callback=callback, seed=seed)

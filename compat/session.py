@@ -1,0 +1,191 @@
+"""The per-server state that ComfyUI's module-level APIs read (folders, routes, registry, sockets).
+
+ComfyUI keeps this state in module globals (`folder_paths.folder_names_and_paths`,
+`PromptServer.instance`, `nodes.NODE_CLASS_MAPPINGS`). Here it lives in one `CompatSession`
+per server, and the facades look it up with `active()`:
+
+1. the session set in a context variable: around pack imports (`import_context`), before
+   every node call (`before_node_call`, which the executor runs in the calling task), in the
+   context that binds the server (`bind`, so the server's request handlers inherit it) and
+   around packs' route handlers; so two servers in one process (tests) each see their own;
+2. otherwise the session of the most recent `install` (held by the import hook itself), for
+   code that runs outside both, e.g. a thread a pack started, or VALIDATE_INPUTS.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from compat import finder
+
+if TYPE_CHECKING:
+    from graph.packs import PackResult
+    from graph.registry import Registry
+
+log = logging.getLogger(__name__)
+
+_active: contextvars.ContextVar["CompatSession | None"] = contextvars.ContextVar("compat_session", default=None)
+
+
+class CompatNotInstalledError(RuntimeError):
+    """A ComfyUI facade was used before any server installed the compat layer."""
+
+
+def active() -> "CompatSession":
+    """The session packs' code should see now (see the module docstring)."""
+    session = _active.get()
+    if session is None:
+        session = finder.installed_session()
+    if session is None:
+        raise CompatNotInstalledError(
+            "the ComfyUI compatibility layer is not installed: call compat.install(env, registry) first")
+    return session
+
+
+class CompatSession:
+    """What one server exposes to packs; see the module docstring."""
+
+    def __init__(self, env: Any, registry: "Registry") -> None:
+        from aiohttp import web
+
+        self.env = env
+        self.registry = registry
+        self.routes = web.RouteTableDef()  # PromptServer.instance.routes
+        self.on_prompt_handlers: list[Any] = []
+        self.state: Any = None  # web.state.AppState once bound
+        self.packs: list["PackResult"] = []
+        self.prestartup: list[Any] = []  # compat.startup.PrestartupResult
+        self.v3_nodes: dict[str, list[str]] = {}  # pack name -> node ids from comfy_entrypoint
+        self.v3_errors: dict[str, str] = {}  # pack name -> traceback of a failed comfy_entrypoint
+        # folder kinds packs declare (folder_paths.folder_names_and_paths) -> file extensions
+        self.extensions: dict[str, set[str]] = {}
+        self.prompt_server: Any = None  # compat.prompt_server.PromptServer, made on first use
+
+    @classmethod
+    def install(cls, env: Any, registry: "Registry") -> "CompatSession":
+        session = cls(env, registry)
+        finder.install(session)
+        return session
+
+    # -- making this session the one packs see ------------------------------------------------
+    @contextlib.contextmanager
+    def activate(self) -> Iterator["CompatSession"]:
+        """This session (and its registry, for `nodes.NODE_CLASS_MAPPINGS`) for the block."""
+        from nodes._comfy_facade import bind_registry, unbind_registry
+
+        token = _active.set(self)
+        reg_token = bind_registry(self.registry, self.env)
+        try:
+            yield self
+        finally:
+            unbind_registry(reg_token)
+            _active.reset(token)
+
+    def import_context(self) -> contextlib.AbstractContextManager:
+        """graph.packs' `import_context`: the import hook is in place and this session active."""
+        finder.install(self)
+        return self.activate()
+
+    def before_node_call(self, unique_id: str, call_index: int, graph_index: int) -> None:
+        """The executor's hook before each node call (in the calling task): selects this session
+        and sets ComfyUI's `GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)`."""
+        from compat.graph_builder import GraphBuilder
+        from nodes._comfy_facade import bind_registry
+
+        _active.set(self)
+        bind_registry(self.registry, self.env)
+        GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)
+
+    # -- loading packs --------------------------------------------------------------------------
+    def load_packs(self, dirs: Iterable[str | os.PathLike], *, whitelist: Iterable[str] | None = None
+                   ) -> list["PackResult"]:
+        """Prestartup scripts, then every pack (ComfyUI's start-up order); results are kept for
+        GET /custom_nodes/status."""
+        from compat.startup import run_prestartup_scripts
+        from graph.packs import load_custom_nodes
+
+        dirs = [Path(d) for d in dirs]
+        allowed = list(whitelist) if whitelist is not None else None
+        _forget_modules_under(dirs)
+        with self.import_context():
+            self.prestartup = run_prestartup_scripts(dirs, whitelist=allowed)
+        self.packs = load_custom_nodes(self.registry, dirs, whitelist=allowed, import_context=self.import_context,
+                                       module_hooks=[self.module_hook])
+        return self.packs
+
+    def module_hook(self, module: ModuleType, pack_name: str, registry: "Registry") -> None:
+        """graph.packs' module hook: registers a V3 pack's `comfy_entrypoint()` nodes."""
+        from compat.v3.discovery import register_entrypoint
+
+        register_entrypoint(self, module, pack_name, registry)
+
+    # -- the server -----------------------------------------------------------------------------
+    def bind(self, state: Any) -> None:
+        """Attach to a built server state (web.state.AppState) before its app is created: packs'
+        routes and on_prompt handlers are served, send_sync reaches its sockets, and
+        GET /custom_nodes/status lists the packs."""
+        from compat.status import status_routes
+
+        self.state = state
+        state.extra_routes.append(self._routes_in_session())
+        state.extra_routes.append(status_routes(self))
+        state.on_prompt_handlers.extend(self.on_prompt_handlers)
+        self.on_prompt_handlers = state.on_prompt_handlers  # later additions go straight there
+        # The caller goes on to start the server in this context, so the server's tasks (request
+        # handlers: validation, /object_info's INPUT_TYPES) inherit this session.
+        from nodes._comfy_facade import bind_registry
+
+        _active.set(self)
+        bind_registry(self.registry, self.env)
+
+    def _routes_in_session(self) -> Any:
+        """Packs' routes, each handler run with this session active (so its `folder_paths` and
+        `PromptServer.instance` are this server's even when several servers share a process)."""
+        import functools
+        import inspect
+
+        from aiohttp import web
+
+        table = web.RouteTableDef()
+        for route in self.routes:
+            if isinstance(route, web.RouteDef) and inspect.iscoroutinefunction(route.handler):
+                @functools.wraps(route.handler)
+                async def handler(request: Any, _inner: Any = route.handler) -> Any:
+                    with self.activate():
+                        return await _inner(request)
+                table.route(route.method, route.path, **route.kwargs)(handler)
+            else:  # static folders, class-based views: as they are
+                table._items.append(route)  # noqa: SLF001 -- RouteTableDef has no public add
+        return table
+
+    # -- folders ----------------------------------------------------------------------------
+    @property
+    def folders(self) -> Any:
+        return self.env.folders
+
+    def directory(self, kind: str) -> Path:
+        """output / input / temp / user folder of the environment."""
+        return Path(getattr(self.env, f"{kind}_dir"))
+
+    @property
+    def preview_size(self) -> int:
+        config = getattr(self.state, "config", None)
+        return int(getattr(config, "preview_size", 512))
+
+
+def _forget_modules_under(dirs: list[Path]) -> None:
+    """Drop modules an earlier load imported from these folders (a pack's submodules), so a
+    second server in the same process imports each pack afresh, as a new process would: its
+    import-time registrations (routes, folders) then reach this session too."""
+    import sys
+
+    roots = [str(d.resolve()) + os.sep for d in dirs]
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and any(os.path.abspath(file).startswith(root) for root in roots):
+            del sys.modules[name]

@@ -1,0 +1,60 @@
+"""Running packs' `prestartup_script.py` files before any pack is imported (ComfyUI's main.py).
+
+Each pack folder's `prestartup_script.py` runs once, in folder then name order (packs that are
+disabled, `.disabled` or not whitelisted are skipped), with its own globals; a script that
+raises is logged ("PRESTARTUP FAILED") and the others still run.
+"""
+from __future__ import annotations
+
+import logging
+import runpy
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+log = logging.getLogger(__name__)
+
+SCRIPT = "prestartup_script.py"
+
+
+@dataclass
+class PrestartupResult:
+    name: str
+    path: Path
+    ok: bool
+    error: str | None
+    seconds: float
+
+
+def run_prestartup_scripts(dirs: Iterable[Path], *, whitelist: Iterable[str] | None = None
+                           ) -> list[PrestartupResult]:
+    from graph.packs import discover, pack_name
+
+    allowed = set(whitelist) if whitelist is not None else None
+    results: list[PrestartupResult] = []
+    for pack in discover(dirs):
+        script = pack / SCRIPT
+        if not pack.is_dir() or not script.is_file():
+            continue
+        name = pack_name(pack)
+        if allowed is not None and name not in allowed:
+            continue
+        started = time.perf_counter()
+        try:
+            runpy.run_path(str(script), run_name=f"{name}.prestartup_script")
+        except BaseException as exc:  # noqa: BLE001 -- a script may raise anything, even SystemExit
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            error = traceback.format_exc()
+            log.error("Failed to execute startup-script: %s\n%s", script, error)
+            results.append(PrestartupResult(name, script, False, error, time.perf_counter() - started))
+            continue
+        results.append(PrestartupResult(name, script, True, None, time.perf_counter() - started))
+    if results:
+        lines = ["Prestartup times for custom nodes:"]
+        for r in results:
+            lines.append(f"{r.seconds:6.1f} seconds{'' if r.ok else ' (PRESTARTUP FAILED)'}: {r.path.parent}")
+        log.info("\n".join(lines))
+    return results

@@ -1,0 +1,344 @@
+"""`comfy_api.latest.io`: the V3 node schema (ComfyUI's comfy_api/latest/_io.py, from its
+documented behaviour, reference §4.4).
+
+A node subclasses `ComfyNode` and defines classmethods: `define_schema() -> Schema`,
+`execute(**inputs) -> NodeOutput` (sync or async), optionally `validate_inputs`,
+`fingerprint_inputs` (= IS_CHANGED) and `check_lazy_status`. Inputs and outputs are typed
+objects (`Int.Input("steps", default=20, min=1)`, `Image.Output()`); each type class carries its
+wire name in `io_type`. compat/v3/adapter.py turns the schema into a `NodeSpec`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from graph.expansion import ExecutionBlocker  # noqa: F401 -- re-exported for packs
+
+
+class NumberDisplay(str, Enum):
+    number = "number"
+    slider = "slider"
+
+
+class Hidden(str, Enum):
+    """Hidden inputs the executor fills in; the value is ComfyUI's V1 hidden kind."""
+
+    unique_id = "UNIQUE_ID"
+    prompt = "PROMPT"
+    extra_pnginfo = "EXTRA_PNGINFO"
+    dynprompt = "DYNPROMPT"
+    auth_token_comfy_org = "AUTH_TOKEN_COMFY_ORG"
+    api_key_comfy_org = "API_KEY_COMFY_ORG"
+
+
+class HiddenHolder:
+    """`cls.hidden` during `execute`: `cls.hidden.unique_id`, `.prompt`, ... (None when absent)."""
+
+    def __init__(self, **values: Any) -> None:
+        for member in Hidden:
+            setattr(self, member.name, values.get(member.name))
+
+
+class SchemaError(TypeError):
+    """A V3 schema that cannot become a node (names the node and the problem)."""
+
+
+def _drop_none(**values: Any) -> dict:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class Input:
+    """One input socket or widget; `options()` is its V1 option dict."""
+
+    io_type: str = "*"
+
+    def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
+                 tooltip: str | None = None, lazy: bool | None = None, extra_dict: dict | None = None,
+                 raw_link: bool | None = None, advanced: bool | None = None, **options: Any) -> None:
+        if not isinstance(id, str) or not id:
+            raise SchemaError(f"{type(self).__qualname__}: an input id must be a non-empty string, got {id!r}")
+        self.id = id
+        self.display_name = display_name
+        self.optional = optional
+        self.extra = _drop_none(tooltip=tooltip, lazy=lazy, rawLink=raw_link, advanced=advanced,
+                                display_name=display_name, **options)
+        self.extra.update(extra_dict or {})
+
+    def get_io_type(self) -> Any:
+        return self.io_type
+
+    def options(self) -> dict:
+        return dict(self.extra)
+
+
+class WidgetInput(Input):
+    def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
+                 tooltip: str | None = None, lazy: bool | None = None, default: Any = None,
+                 socketless: bool | None = None, force_input: bool | None = None, **options: Any) -> None:
+        super().__init__(id, display_name, optional, tooltip, lazy, default=default, socketless=socketless,
+                         forceInput=force_input, **options)
+
+
+class Output:
+    io_type: str = "*"
+
+    def __init__(self, id: str | None = None, display_name: str | None = None, tooltip: str | None = None,  # noqa: A002
+                 is_output_list: bool = False) -> None:
+        self.id = id
+        self.display_name = display_name
+        self.tooltip = tooltip
+        self.is_output_list = is_output_list
+
+    def get_io_type(self) -> Any:
+        return self.io_type
+
+
+class ComfyType:
+    """A wire type: `Type.Input(...)`, `Type.Output(...)`; `io_type` is its wire name."""
+
+    io_type: str = "*"
+    Input = Input
+    Output = Output
+
+
+def comfytype(io_type: str) -> Any:
+    """Class decorator (ComfyUI's `@comfytype(io_type=...)`): binds `io_type` on the class and
+    on its nested Input/Output classes (made if missing)."""
+    def decorate(cls: type) -> type:
+        cls.io_type = io_type
+        base_in = cls.__dict__.get("Input", Input)
+        base_out = cls.__dict__.get("Output", Output)
+        cls.Input = type(f"{cls.__name__}.Input", (base_in,), {"io_type": io_type, "__qualname__": f"{cls.__name__}.Input"})
+        cls.Output = type(f"{cls.__name__}.Output", (base_out,), {"io_type": io_type,
+                                                                   "__qualname__": f"{cls.__name__}.Output"})
+        return cls
+    return decorate
+
+
+def Custom(io_type: str) -> type:  # noqa: N802 -- ComfyUI's name
+    """A pack's own wire type: `io.Custom("MY_TYPE").Input("x")`."""
+    return comfytype(io_type)(type(f"Custom_{io_type}", (ComfyType,), {}))
+
+
+@comfytype("INT")
+class Int(ComfyType):
+    class Input(WidgetInput):
+        def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
+                     tooltip: str | None = None, lazy: bool | None = None, default: int | None = None,
+                     min: int | None = None, max: int | None = None, step: int | None = None,  # noqa: A002
+                     control_after_generate: bool | None = None, display_mode: NumberDisplay | None = None,
+                     **kw: Any) -> None:
+            super().__init__(id, display_name, optional, tooltip, lazy, default, min=min, max=max, step=step,
+                             control_after_generate=control_after_generate,
+                             display=display_mode.value if isinstance(display_mode, Enum) else display_mode, **kw)
+
+
+@comfytype("FLOAT")
+class Float(ComfyType):
+    class Input(WidgetInput):
+        def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
+                     tooltip: str | None = None, lazy: bool | None = None, default: float | None = None,
+                     min: float | None = None, max: float | None = None, step: float | None = None,  # noqa: A002
+                     round: float | None = None, display_mode: NumberDisplay | None = None,  # noqa: A002
+                     **kw: Any) -> None:
+            super().__init__(id, display_name, optional, tooltip, lazy, default, min=min, max=max, step=step,
+                             round=round, display=display_mode.value if isinstance(display_mode, Enum) else display_mode,
+                             **kw)
+
+
+@comfytype("STRING")
+class String(ComfyType):
+    class Input(WidgetInput):
+        def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
+                     tooltip: str | None = None, lazy: bool | None = None, default: str | None = None,
+                     multiline: bool | None = None, placeholder: str | None = None,
+                     dynamic_prompts: bool | None = None, **kw: Any) -> None:
+            super().__init__(id, display_name, optional, tooltip, lazy, default, multiline=multiline,
+                             placeholder=placeholder, dynamicPrompts=dynamic_prompts, **kw)
+
+
+@comfytype("BOOLEAN")
+class Boolean(ComfyType):
+    class Input(WidgetInput):
+        def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
+                     tooltip: str | None = None, lazy: bool | None = None, default: bool | None = None,
+                     label_on: str | None = None, label_off: str | None = None, **kw: Any) -> None:
+            super().__init__(id, display_name, optional, tooltip, lazy, default, label_on=label_on,
+                             label_off=label_off, **kw)
+
+
+@comfytype("COMBO")
+class Combo(ComfyType):
+    class Input(WidgetInput):
+        """`options`: a list of values or an Enum class (its values)."""
+
+        def __init__(self, id: str, options: Any = None, display_name: str | None = None,  # noqa: A002
+                     optional: bool = False, tooltip: str | None = None, lazy: bool | None = None,
+                     default: Any = None, control_after_generate: bool | None = None, **kw: Any) -> None:
+            if isinstance(options, type) and issubclass(options, Enum):
+                options = [m.value for m in options]
+                default = default.value if isinstance(default, Enum) else default
+            if options is None or isinstance(options, (str, bytes)) or not hasattr(options, "__iter__"):
+                raise SchemaError(f"Combo.Input({id!r}): options must be a list or an Enum, got {options!r}")
+            self.values = list(options)
+            super().__init__(id, display_name, optional, tooltip, lazy, default,
+                             control_after_generate=control_after_generate, **kw)
+
+
+def _plain(name: str, io_type: str) -> type:
+    return comfytype(io_type)(type(name, (ComfyType,), {}))
+
+
+Image = _plain("Image", "IMAGE")
+Mask = _plain("Mask", "MASK")
+Latent = _plain("Latent", "LATENT")
+Conditioning = _plain("Conditioning", "CONDITIONING")
+Model = _plain("Model", "MODEL")
+Clip = _plain("Clip", "CLIP")
+Vae = _plain("Vae", "VAE")
+Sampler = _plain("Sampler", "SAMPLER")
+Sigmas = _plain("Sigmas", "SIGMAS")
+Noise = _plain("Noise", "NOISE")
+Guider = _plain("Guider", "GUIDER")
+ClipVision = _plain("ClipVision", "CLIP_VISION")
+ClipVisionOutput = _plain("ClipVisionOutput", "CLIP_VISION_OUTPUT")
+ControlNet = _plain("ControlNet", "CONTROL_NET")
+UpscaleModel = _plain("UpscaleModel", "UPSCALE_MODEL")
+Audio = _plain("Audio", "AUDIO")
+Video = _plain("Video", "VIDEO")
+AnyType = _plain("AnyType", "*")
+
+
+class MultiType:
+    """An input accepting several wire types: `MultiType.Input("x", types=[io.Image, io.Mask])`."""
+
+    class Input(Input):
+        def __init__(self, id: str | Input, types: list, display_name: str | None = None,  # noqa: A002
+                     optional: bool = False, tooltip: str | None = None, **kw: Any) -> None:
+            if isinstance(id, Input):  # ComfyUI also takes a template input
+                display_name, optional, tooltip, id = id.display_name, id.optional, id.extra.get("tooltip"), id.id
+            names = [t if isinstance(t, str) else t.io_type for t in types]
+            self.io_type = ",".join(names)
+            super().__init__(id, display_name, optional, tooltip, **kw)
+
+
+@dataclass
+class Schema:
+    """A V3 node's declaration (ComfyUI's `io.Schema` fields)."""
+
+    node_id: str
+    display_name: str | None = None
+    category: str = "sd"
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    hidden: list = field(default_factory=list)
+    description: str = ""
+    is_input_list: bool = False
+    is_output_node: bool = False
+    is_deprecated: bool = False
+    is_experimental: bool = False
+    is_api_node: bool = False
+    not_idempotent: bool = False
+    enable_expand: bool = False
+    search_aliases: list = field(default_factory=list)
+
+
+class NodeOutput:
+    """What `execute` returns: the output values, plus `ui`, `expand` (a subgraph) or
+    `block_execution` (a message: every consumer is blocked, as with ExecutionBlocker)."""
+
+    def __init__(self, *args: Any, ui: Any = None, expand: dict | None = None,
+                 block_execution: str | None = None) -> None:
+        self.args = args
+        self.ui = ui
+        self.expand = expand
+        self.block_execution = block_execution
+
+    @property
+    def result(self) -> tuple | None:
+        return self.args if self.args else None
+
+
+def _v1_face(cls: type, name: str) -> Any:
+    """ComfyUI V1 attributes of a V3 class, from its schema (see `_ComfyNodeMeta`)."""
+    schema = cls.define_schema()
+    outputs = schema.outputs
+    if name == "RETURN_TYPES":
+        return tuple(o.get_io_type() for o in outputs)
+    if name == "RETURN_NAMES":
+        return tuple(o.display_name or o.id or str(o.get_io_type()) for o in outputs)
+    if name == "OUTPUT_IS_LIST":
+        return tuple(o.is_output_list for o in outputs)
+    if name == "OUTPUT_TOOLTIPS":
+        return tuple(o.tooltip or "" for o in outputs) if any(o.tooltip for o in outputs) else None
+    simple = {"CATEGORY": schema.category, "DESCRIPTION": schema.description, "OUTPUT_NODE": schema.is_output_node,
+              "INPUT_IS_LIST": schema.is_input_list, "NOT_IDEMPOTENT": schema.not_idempotent,
+              "DEPRECATED": schema.is_deprecated, "EXPERIMENTAL": schema.is_experimental,
+              "API_NODE": schema.is_api_node}
+    return simple[name]
+
+
+_V1_NAMES = frozenset({"RETURN_TYPES", "RETURN_NAMES", "OUTPUT_IS_LIST", "OUTPUT_TOOLTIPS", "CATEGORY", "DESCRIPTION",
+                       "OUTPUT_NODE", "INPUT_IS_LIST", "NOT_IDEMPOTENT", "DEPRECATED", "EXPERIMENTAL", "API_NODE"})
+_V1_HOOKS = {"VALIDATE_INPUTS": "validate_inputs", "IS_CHANGED": "fingerprint_inputs"}
+
+
+class _ComfyNodeMeta(type):
+    """Gives V3 classes ComfyUI's V1 face (`RETURN_TYPES`, `FUNCTION`, `VALIDATE_INPUTS` when
+    overridden, ...), so a pack may also list a V3 class in `NODE_CLASS_MAPPINGS`, as ComfyUI allows;
+    the V1 adapter (graph/v1.py) then runs it through `EXECUTE_NORMALIZED`."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name in _V1_NAMES:
+            return _v1_face(cls, name)
+        if name in _V1_HOOKS and cls.overrides(_V1_HOOKS[name]):
+            return getattr(cls, _V1_HOOKS[name])
+        raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
+
+
+class ComfyNode(metaclass=_ComfyNodeMeta):
+    """Base class of V3 nodes; every method is a classmethod (the class is the node)."""
+
+    hidden: HiddenHolder = HiddenHolder()
+    FUNCTION = "EXECUTE_NORMALIZED"
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict:  # noqa: N802 -- ComfyUI's V1 name
+        from compat.v3.adapter import v1_input_types
+
+        return v1_input_types(cls)
+
+    @classmethod
+    def EXECUTE_NORMALIZED(cls, **kwargs: Any) -> Any:  # noqa: N802 -- ComfyUI's V1 entry point
+        from compat.v3.adapter import execute_v3
+
+        return execute_v3(cls, kwargs)
+
+    @classmethod
+    def define_schema(cls) -> Schema:
+        raise NotImplementedError(f"{cls.__name__} must define the classmethod define_schema()")
+
+    @classmethod
+    def execute(cls, **kwargs: Any) -> NodeOutput:
+        raise NotImplementedError(f"{cls.__name__} must define the classmethod execute()")
+
+    @classmethod
+    def validate_inputs(cls, **kwargs: Any) -> bool | str:
+        return True
+
+    @classmethod
+    def fingerprint_inputs(cls, **kwargs: Any) -> Any:
+        return None
+
+    @classmethod
+    def check_lazy_status(cls, **kwargs: Any) -> list[str]:
+        return []
+
+    @classmethod
+    def overrides(cls, name: str) -> bool:
+        """True when the node class defines `name` itself (not inherited from ComfyNode)."""
+        return getattr(cls, name).__func__ is not getattr(ComfyNode, name).__func__
+
+
+ComfyNodeV3 = ComfyNode  # an older spelling some packs use

@@ -1,0 +1,86 @@
+"""`comfy_api.latest.ui`: UI outputs for V3 nodes (ComfyUI's comfy_api/latest/_ui.py behaviour).
+
+Each helper has `as_dict()`, the node's `"ui"` record (`{"images": [...]}`, `{"text": [...]}`).
+`PreviewImage` writes PNGs into the server's temp folder, like the PreviewImage node.
+"""
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class SavedResult(dict):
+    """`{"filename", "subfolder", "type"}`, the file record the editor shows."""
+
+    def __init__(self, filename: str, subfolder: str, type: str) -> None:  # noqa: A002
+        super().__init__(filename=filename, subfolder=subfolder, type=type)
+
+
+class _UIOutput:
+    def as_dict(self) -> dict:
+        raise NotImplementedError
+
+
+class SavedImages(_UIOutput):
+    def __init__(self, results: list, is_animated: bool = False) -> None:
+        self.results = list(results)
+        self.is_animated = is_animated
+
+    def as_dict(self) -> dict:
+        return {"images": [dict(r) for r in self.results], "animated": [self.is_animated]}
+
+
+def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str) -> list[SavedResult]:
+    from PIL import Image
+
+    from compat.folders import get_save_image_path
+    from compat.session import active
+
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise TypeError(f"ui.PreviewImage: expected an IMAGE tensor [B, H, W, C], got "
+                        f"{getattr(images, 'shape', type(images).__name__)}")
+    root = str(active().directory(folder_type))
+    folder, filename, counter, subfolder, _ = get_save_image_path(prefix, root, images.shape[2], images.shape[1])
+    results = []
+    for image in images:  # [H, W, C]
+        pixels = np.clip(255.0 * image.detach().cpu().float().numpy(), 0, 255).astype(np.uint8)
+        name = f"{filename}_{counter:05}_.png"
+        Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(
+            os.path.join(folder, name), compress_level=1)
+        results.append(SavedResult(name, subfolder, folder_type))
+        counter += 1
+    return results
+
+
+class PreviewImage(_UIOutput):
+    """Temp-folder previews of an IMAGE batch `[B, H, W, C]`."""
+
+    def __init__(self, image: torch.Tensor, animated: bool = False, cls: Any = None, **kwargs: Any) -> None:
+        suffix = "".join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
+        self.values = _save_pngs(image, "temp", f"ComfyUI_temp_{suffix}")
+        self.animated = animated
+
+    def as_dict(self) -> dict:
+        return {"images": [dict(v) for v in self.values], "animated": [self.animated]}
+
+
+class PreviewMask(PreviewImage):
+    """A MASK `[B, H, W]` previewed as a grey image."""
+
+    def __init__(self, mask: torch.Tensor, animated: bool = False, cls: Any = None, **kwargs: Any) -> None:
+        if not isinstance(mask, torch.Tensor) or mask.ndim not in (2, 3):
+            raise TypeError(f"ui.PreviewMask: expected a MASK tensor [B, H, W], got {getattr(mask, 'shape', mask)!r}")
+        mask = mask.reshape(-1, mask.shape[-2], mask.shape[-1])
+        super().__init__(mask.unsqueeze(-1).expand(-1, -1, -1, 3), animated, cls)
+
+
+class PreviewText(_UIOutput):
+    def __init__(self, value: str, **kwargs: Any) -> None:
+        self.value = value
+
+    def as_dict(self) -> dict:
+        return {"text": [self.value]}

@@ -1,0 +1,168 @@
+"""ComfyUI's `nodes` module, as packs import it: `import nodes; nodes.MAX_RESOLUTION`,
+`nodes.NODE_CLASS_MAPPINGS["KSampler"]`, `nodes.KSampler().sample(...)`, `nodes.common_ksampler`.
+
+Our built-in package is also called `nodes`; `nodes/__init__.py` forwards unknown attribute
+names here (PEP 562 `__getattr__`). Built-in (native) nodes get V1-shaped facade classes made
+from their `NodeSpec` (`INPUT_TYPES`, `RETURN_TYPES`, `FUNCTION` with ComfyUI's method name,
+...), whose method calls the node's function. Pack nodes appear as the pack's own class, as in
+ComfyUI.
+
+Which registry `NODE_CLASS_MAPPINGS` lists (and which environment facades' `INPUT_TYPES()`
+list model files from) is bound by the host (the compat layer does it around pack imports and
+node calls) through `bind_registry`, a context variable; unbound, the built-in nodes alone are
+listed, with the default environment. This module never imports compat.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from typing import Any, Callable
+
+from graph.native import MAX_RESOLUTION
+from graph.spec import NodeSpec
+
+# (registry, environment) bound by the host, or None
+_bound: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("nodes_facade_binding", default=None)
+
+# ComfyUI's FUNCTION names of its core nodes (nodes.py), so `nodes.X().<method>(...)` works.
+COMFY_FUNCTION_NAMES: dict[str, str] = {
+    "KSampler": "sample", "KSamplerAdvanced": "sample",
+    "CheckpointLoaderSimple": "load_checkpoint", "CheckpointLoader": "load_checkpoint",
+    "VAELoader": "load_vae", "LoraLoader": "load_lora", "LoraLoaderModelOnly": "load_lora_model_only",
+    "CLIPTextEncode": "encode", "CLIPSetLastLayer": "set_last_layer",
+    "ConditioningCombine": "combine", "ConditioningSetArea": "append",
+    "VAEDecode": "decode", "VAEEncode": "encode",
+    "EmptyLatentImage": "generate", "LatentUpscale": "upscale",
+    "SaveLatent": "save", "LoadLatent": "load",
+    "SaveImage": "save_images", "PreviewImage": "save_images",
+    "LoadImage": "load_image", "LoadImageMask": "load_image", "ImageScale": "upscale",
+    "RebatchImages": "rebatch",
+}
+DEFAULT_FUNCTION = "execute"
+
+
+def bind_registry(registry: Any, env: Any = None) -> contextvars.Token:
+    """Make `registry` the one `NODE_CLASS_MAPPINGS` lists in this context, and `env` (a
+    nodes.environment.Environment) the one facades' `INPUT_TYPES()` list model files from."""
+    return _bound.set((registry, env))
+
+
+def unbind_registry(token: contextvars.Token) -> None:
+    _bound.reset(token)
+
+
+def _builtin_registry() -> Any:
+    from graph.registry import Registry
+    from nodes import register_builtin_nodes
+
+    registry = Registry()
+    register_builtin_nodes(registry)
+    return registry
+
+
+def _current_registry() -> Any:
+    bound = _bound.get()
+    return bound[0] if bound is not None else _builtin_registry()
+
+
+def _current_env() -> Any:
+    bound = _bound.get()
+    return bound[1] if bound is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def _facade_for_function(fn: Callable, spec_id: int) -> type:
+    # Keyed by the node function (stable for a process), so `nodes.KSampler is nodes.KSampler`.
+    return _make_facade(fn.__node_spec__, fn)
+
+
+def _make_facade(spec: NodeSpec, fn: Callable) -> type:
+    """A V1 class over a native node function."""
+    method_name = COMFY_FUNCTION_NAMES.get(spec.node_id, DEFAULT_FUNCTION)
+    signature = inspect.signature(fn)
+
+    def input_types(cls: type) -> dict:
+        from graph.object_info import node_info
+
+        return node_info(spec, _current_env())["input"]
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Positional arguments follow INPUT_TYPES order, which is the function's parameter order.
+        bound = signature.bind(*args, **kwargs)
+        return fn(*bound.args, **bound.kwargs)
+
+    call.__name__ = method_name
+    attrs: dict[str, Any] = {
+        "__doc__": spec.description or f"ComfyUI-style facade of the built-in node {spec.node_id}.",
+        "__module__": "nodes",
+        "INPUT_TYPES": classmethod(input_types),
+        "RETURN_TYPES": tuple(o.type for o in spec.outputs),
+        "RETURN_NAMES": tuple(o.name for o in spec.outputs),
+        "OUTPUT_IS_LIST": tuple(o.is_list for o in spec.outputs),
+        "FUNCTION": method_name,
+        "CATEGORY": spec.category,
+        "DESCRIPTION": spec.description,
+        "OUTPUT_NODE": spec.output_node,
+        "INPUT_IS_LIST": spec.input_is_list,
+        method_name: call,
+    }
+    return type(spec.node_id, (), attrs)
+
+
+def class_for(spec: NodeSpec) -> type | None:
+    """The class packs see for `spec`: the pack's own class, or a facade over a function."""
+    source = spec.source
+    if isinstance(source, type):
+        return source
+    if callable(source) and getattr(source, "__node_spec__", None) is spec:
+        return _facade_for_function(source, id(spec))
+    return None
+
+
+def node_class_mappings() -> dict[str, type]:
+    registry = _current_registry()
+    out: dict[str, type] = {}
+    for spec in registry.specs():
+        cls = class_for(spec)
+        if cls is not None:
+            out[spec.node_id] = cls
+    return out
+
+
+def node_display_name_mappings() -> dict[str, str]:
+    return {spec.node_id: spec.display_name for spec in _current_registry().specs()}
+
+
+def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str, scheduler: str,
+                    positive: Any, negative: Any, latent: dict, denoise: float = 1.0, disable_noise: bool = False,
+                    start_step: int | None = None, last_step: int | None = None,
+                    force_full_denoise: bool = False) -> tuple[dict]:
+    """ComfyUI's `nodes.common_ksampler` (same parameters), over the built-in sampler."""
+    from nodes.sampling import common_ksampler as ours
+
+    return ours("common_ksampler", model, seed, steps, cfg, sampler_name, scheduler, positive, negative, latent,
+                denoise=denoise, disable_noise=disable_noise, start_step=start_step, last_step=last_step,
+                force_full_denoise=force_full_denoise)
+
+
+def attribute(name: str) -> Any:
+    """The value of `nodes.<name>` for ComfyUI's names; AttributeError otherwise."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'nodes' has no attribute {name!r}")
+    if name == "MAX_RESOLUTION":
+        return MAX_RESOLUTION
+    if name == "NODE_CLASS_MAPPINGS":
+        return node_class_mappings()
+    if name == "NODE_DISPLAY_NAME_MAPPINGS":
+        return node_display_name_mappings()
+    if name == "common_ksampler":
+        return common_ksampler
+    from nodes import builtin_node_functions
+
+    for fn in builtin_node_functions():
+        spec = fn.__node_spec__
+        if spec.node_id == name:
+            return _facade_for_function(fn, id(spec))
+    raise AttributeError(f"module 'nodes' has no attribute {name!r} (not a built-in node or a ComfyUI name "
+                         f"this engine provides)")

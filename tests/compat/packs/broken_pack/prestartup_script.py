@@ -1,0 +1,1 @@
+raise RuntimeError("prestartup of broken_pack failed on purpose")
