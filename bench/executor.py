@@ -7,6 +7,7 @@ row gives the measured scaling exponent in time ~ N^k, a least-squares fit over 
 (1.0 = linear in nodes + edges).
 
     .venv/bin/python bench/executor.py [--sizes 100 1000 10000] [--repeat 3] [--progress-state all|active]
+                                       [--nodes v1|native] [--clock cpu|wall]
 
 Times are process CPU time by default (`--clock cpu`: all threads of this process, stable on a
 shared machine); `--clock wall` gives elapsed time.
@@ -14,6 +15,13 @@ shared machine); `--clock wall` gives elapsed time.
 `--progress-state all` (the default) sends ComfyUI's progress_state messages, which list every
 node that has started so far: that traffic alone is quadratic in N. `active` lists only running
 nodes (see graph/progress.py) and shows the engine's own scaling.
+
+`--nodes v1` (default) declares the trivial nodes as V1 classes, as custom-node packs do;
+`--nodes native` declares the same nodes with `graph.native.node`, so the two rows compare the
+V1 adapter's cost per node with the native path's.
+
+Each figure is the best of `--repeat` runs; the machine is shared, so compare figures printed
+by one run (or medians of several runs), never single figures across runs.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graph.executor import Executor  # noqa: E402
+from graph.native import Input, Int, Output, node  # noqa: E402
 from graph.registry import Registry  # noqa: E402
 from graph.validation import validate_prompt  # noqa: E402
 
@@ -83,6 +92,30 @@ def make_sum(width: int) -> type:
             return {"ui": {"value": [sum(values.values())]}}
 
     return Sum
+
+
+def native_nodes(widths: list[int]) -> list:
+    """The same trivial nodes, declared natively (no V1 class, instance or INPUT_TYPES call)."""
+    @node("Const", inputs=[Int("value", default=0, min=-10**9, max=10**9)], outputs=[Output("INT")])
+    def const(value):
+        return (value,)
+
+    @node("Inc", inputs=[Input("value", "INT"), Int("step", default=1)], outputs=[Output("INT")])
+    def inc(value, step):
+        return (value + step,)
+
+    @node("Show", inputs=[Input("value", "INT")], output_node=True)
+    def show(value):
+        return {"ui": {"value": [value]}}
+
+    def make_native_sum(width: int):
+        @node(f"Sum{width}", inputs=[Input(f"in{i}", "INT", optional=True) for i in range(width)],
+              output_node=True)
+        def total(**values):
+            return {"ui": {"value": [sum(values.values())]}}
+        return total
+
+    return [const, inc, show] + [make_native_sum(w) for w in widths]
 
 
 def chain(n: int) -> dict:
@@ -147,16 +180,21 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--progress-state", choices=("all", "active"), default="all")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--nodes", choices=("v1", "native"), default="v1")
     args = parser.parse_args()
     registry = Registry()
-    for name, cls in (("Const", Const), ("Inc", Inc), ("Show", Show)):
-        registry.add_v1(name, cls)
-    for n in args.sizes:
-        registry.add_v1(f"Sum{n - 1}", make_sum(n - 1))
+    if args.nodes == "native":
+        for fn in native_nodes([n - 1 for n in args.sizes]):
+            registry.add_native(fn)
+    else:
+        for name, cls in (("Const", Const), ("Inc", Inc), ("Show", Show)):
+            registry.add_v1(name, cls)
+        for n in args.sizes:
+            registry.add_v1(f"Sum{n - 1}", make_sum(n - 1))
 
     phases = ("validate", "cold", "cached", "changed")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"progress_state={args.progress_state} clock={args.clock}")
+    print(f"progress_state={args.progress_state} clock={args.clock} nodes={args.nodes}")
     print(f"{'shape':8} {'N':>6} " + " ".join(f"{p + ' ms':>12}" for p in phases))
     for shape, build, root in (("chain", chain, "0"), ("fan-in", fan_in, "0")):
         rows = []

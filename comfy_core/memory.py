@@ -183,6 +183,18 @@ class MemoryManager:
 
     unload_all = free_all
 
+    def recover(self, exc: BaseException) -> bool:
+        """The executor's retry hook: on out-of-memory, unload every model and say "retry".
+
+        Returns True after freeing when `exc` is an out-of-memory error (the caller then runs
+        the failed call once more), False for any other error, which is left untouched.
+        """
+        if not is_out_of_memory(exc):
+            return False
+        log.warning("out of memory (%s); unloading models before the node is retried", exc)
+        self.free_all()
+        return True
+
     def retry_on_oom(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call `fn`; on out-of-memory, unload every model and call it once more (then let it raise)."""
         try:

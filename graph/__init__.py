@@ -21,11 +21,12 @@ used and tested on its own. Modules, one concept each:
     context       NodeContext (progress, interrupt, env, send), expansion prefix
     events        Event(type, data) with ComfyUI's WebSocket message types and fields
     progress      progress_state bookkeeping
-    invoke        calling node code with context and hooks
-    relay         delivering events to the caller's event loop
+    invoke        calling node code with context, hooks and the recover (retry) hook
+    relay         delivering events to the caller's event loop, coalesced
+    worker        the long-lived prompt thread and its event loop
     node_step     executing one node
     run           one prompt's run (the main loop)
-    executor      Executor(registry, cache=..., env=...).execute(...) -> ExecutionOutcome
+    executor      Executor(registry, cache=..., env=..., recover=...).execute(...) -> ExecutionOutcome
     outcome       ExecutionOutcome
     errors        typed exceptions
 """

@@ -4,8 +4,8 @@
 `execute()` builds a `Run` (graph/run.py) that holds one prompt's state. Semantics follow
 ComfyUI's `execution.py: PromptExecutor` (reference/comfyui-contract.md §5), see graph/run.py.
 
-Threads: like ComfyUI's prompt worker, each prompt runs on the executor's worker thread under
-its own event loop (with a copy of the caller's context variables). Sync node code therefore
+Threads: like ComfyUI's prompt worker, each prompt runs on the executor's worker thread and its
+event loop (graph/worker.py; kept between prompts), in a copy of the caller's context variables. Sync node code therefore
 never blocks the caller's (server's) loop; async nodes run concurrently on the prompt's loop.
 Events reach `sink` on the caller's loop, in order (graph/relay.py), all of them before
 `execute()` returns. Cancelling `execute()` stops the prompt before its next node.
@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
+import weakref
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from graph.cache import CacheConfig, make_cache
 from graph.errors import GraphError
 from graph.events import Event
-from graph.invoke import BeforeNodeCall
+from graph.invoke import BeforeNodeCall, Recover
 from graph.outcome import ExecutionOutcome
 from graph.progress import SCOPES
 from graph.registry import Registry
 from graph.relay import EventRelay
 from graph.run import Run
+from graph.worker import PromptWorker
 
 Sink = Callable[[Event], Any]
 
@@ -69,8 +70,15 @@ class Executor:
     """Runs prompts against a registry; one prompt at a time per executor."""
 
     def __init__(self, registry: Registry, *, cache: CacheConfig = CacheConfig(), env: Any = None,
-                 before_node_call: Sequence[BeforeNodeCall] = (), progress_state: str = "all") -> None:
-        """`progress_state`: "all" (ComfyUI's messages) or "active" (linear; see graph/progress.py)."""
+                 before_node_call: Sequence[BeforeNodeCall] = (), progress_state: str = "all",
+                 recover: Recover | None = None) -> None:
+        """`progress_state`: "all" (ComfyUI's messages) or "active" (linear; see graph/progress.py).
+
+        `recover(exc) -> bool`: asked when a node's main call raises (never for `Interrupted`);
+        True means "I freed what I could, retry": the call runs once more and a second failure
+        is reported as usual (graph/invoke.py). The server passes its memory manager's
+        `recover`, which unloads models on out-of-memory errors.
+        """
         if progress_state not in SCOPES:
             raise ValueError(f"progress_state must be one of {SCOPES}, got {progress_state!r}")
         self.progress_scope = progress_state
@@ -78,9 +86,15 @@ class Executor:
         self.cache_config = cache
         self.env = env
         self.before_node_call = list(before_node_call)
+        if recover is not None and not callable(recover):
+            raise TypeError(f"Executor recover must be a callable (exception) -> bool, got {recover!r}")
+        self.recover = recover
         self.outputs = make_cache(cache)
         self.objects = ObjectCache()
         self._running = False
+        self._worker = PromptWorker(f"graph-prompt-{id(self):x}")
+        # An executor dropped without close() still lets its idle thread go at once.
+        weakref.finalize(self, self._worker.close)
 
     @property
     def busy(self) -> bool:
@@ -108,29 +122,31 @@ class Executor:
                   emit=relay.put if relay is not None else None, interrupt=stop)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
-        context = contextvars.copy_context()
 
         def settle(result: Any, error: BaseException | None) -> None:
             self._running = False
+            if relay is not None:
+                relay.flush()  # every event the run queued reaches the sink before we return
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
-        def worker() -> None:
-            # Scheduled after every event the run queued, so the sink has seen them all.
+        def done(result: Any, error: BaseException | None) -> None:
             try:
-                result = context.run(asyncio.run, run.run(outputs))
-            except BaseException as ex:  # noqa: BLE001 -- handed to the caller
-                loop.call_soon_threadsafe(settle, None, ex)
-            else:
-                loop.call_soon_threadsafe(settle, result, None)
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:  # the caller's loop is closed: nobody waits for the result
+                self._running = False
 
         self._running = True
-        threading.Thread(target=worker, name=f"graph-prompt-{prompt_id}", daemon=True).start()
+        self._worker.submit(run.run(outputs), contextvars.copy_context(), done)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             stop.cancelled = True
             raise
+
+    def close(self) -> None:
+        """Let the prompt thread go (after the running prompt, if any); a later prompt restarts it."""
+        self._worker.close()
 
     def cache_keys(self) -> set[Hashable]:
         """The signatures currently cached (for tests and diagnostics)."""

@@ -76,7 +76,9 @@ def call_slices(values: Mapping[str, list], input_is_list: bool) -> list[dict[st
     """The keyword arguments of each call (see the module docstring)."""
     if input_is_list:
         return [dict(values)]
-    count = max((len(v) for v in values.values()), default=0)
+    count = max(map(len, values.values()), default=0)
+    if count == 1:
+        return [{k: v[0] for k, v in values.items()}]  # an empty list raises, as in ComfyUI
     if count == 0:
         return [{}]
     return [{k: v[i if len(v) > i else -1] for k, v in values.items()} for i in range(count)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from graph import events as ev
@@ -66,16 +67,16 @@ async def execute_node(run: "Run", node_id: str) -> tuple[str, dict | None, Base
                                         original_prompt=dynprompt.get_original_prompt(), dynprompt=dynprompt,
                                         extra_data=run.extra_data)
             run.emit(ev.executing(run.prompt_id, node_id, display_id))
+            owner_type = class_type if real_id == node_id else dynprompt.get_node(real_id)["class_type"]
             instance = run.executor.objects.get_or_make(
-                (node_id, class_type), (real_id, dynprompt.get_node(real_id)["class_type"]),
-                spec.behaviour.make_instance)
+                (node_id, class_type), (real_id, owner_type), spec.behaviour.make_instance)
             if spec.behaviour.check_lazy_status is not None:
                 needed = await _lazy_inputs(run, node_id, spec, instance, assembled)
                 if needed:
                     for name in needed:
                         run.schedule.make_input_strong_link(node_id, name)
                     return PENDING, None, None
-            returns = await _map_calls(run, node_id, spec, instance, assembled)
+            returns = await _map_calls(run, node_id, display_id, spec, instance, assembled)
             if any(isinstance(r, asyncio.Task) for r in returns):
                 run.pending_async[node_id] = returns
                 _await_tasks(run, node_id, [r for r in returns if isinstance(r, asyncio.Task)])
@@ -140,10 +141,13 @@ def _check_interrupt(run: "Run") -> None:
         raise Interrupted(f"prompt {run.prompt_id} interrupted")
 
 
-async def _map_calls(run: "Run", node_id: str, spec: NodeSpec, instance: Any,
+async def _map_calls(run: "Run", node_id: str, display_id: str, spec: NodeSpec, instance: Any,
                      assembled: AssembledInputs) -> list[Any]:
     """One call per list element (or one call with whole lists); async calls may stay running."""
     behaviour = spec.behaviour
+    call = partial(behaviour.call, instance)
+    hooks = run.executor.before_node_call
+    recover = run.executor.recover
     returns: list[Any] = []
     for index, kwargs in enumerate(call_slices(assembled.values, spec.input_is_list)):
         _check_interrupt(run)
@@ -151,15 +155,13 @@ async def _map_calls(run: "Run", node_id: str, spec: NodeSpec, instance: Any,
         if block is not None:
             returns.append(_blocked(run, node_id, block))
             continue
-        ctx = run.node_context(node_id, index)
-        call = behaviour.call
-        hooks = run.executor.before_node_call
+        ctx = run.node_context(node_id, index, display_id)
         if behaviour.is_coroutine:
-            task = start_async(lambda **kw: call(instance, **kw), kwargs, ctx, index, hooks)
+            task = start_async(call, kwargs, ctx, index, hooks, recover)
             await asyncio.sleep(0)  # let it finish at once if it can, as ComfyUI does
             returns.append(task.result() if task.done() else task)
         else:
-            returns.append(await call_sync(lambda **kw: call(instance, **kw), kwargs, ctx, index, hooks))
+            returns.append(await call_sync(call, kwargs, ctx, index, hooks, recover))
     return returns
 
 
@@ -215,7 +217,7 @@ async def _expand(run: "Run", node_id: str, expansions: list[tuple[dict | None, 
                 links.append((item[0], int(item[1])))
     await run.signatures.prepare(new_ids)
     for new_id in new_ids:
-        run._add_consumers(new_id, dynprompt.get_node(new_id))
+        run._add_consumers(new_id)
     for source, _slot in links:
         run.consumers.setdefault(source, set()).add(node_id)
         run.expansion_sources.setdefault(node_id, set()).add(source)

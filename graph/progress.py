@@ -35,14 +35,23 @@ class ProgressState:
         # (a shallow copy of this dict) never changes afterwards.
         self._nodes: dict[str, dict] = {}
         self._running: dict[str, dict] = {}
+        self._identities: dict[str, dict] = {}
+
+    def _identity(self, node_id: str) -> dict:
+        """The fields of a node's entry that never change during the prompt (looked up once)."""
+        identity = self._identities.get(node_id)
+        if identity is None:
+            dynprompt = self.dynprompt
+            identity = self._identities[node_id] = {
+                "node_id": node_id, "prompt_id": self.prompt_id,
+                "display_node_id": dynprompt.get_display_node_id(node_id),
+                "parent_node_id": dynprompt.get_parent_node_id(node_id),
+                "real_node_id": dynprompt.get_real_node_id(node_id),
+            }
+        return identity
 
     def _set(self, node_id: str, state: str, value: float, total: float) -> None:
-        entry = self._nodes[node_id] = {
-            "value": value, "max": total, "state": state, "node_id": node_id, "prompt_id": self.prompt_id,
-            "display_node_id": self.dynprompt.get_display_node_id(node_id),
-            "parent_node_id": self.dynprompt.get_parent_node_id(node_id),
-            "real_node_id": self.dynprompt.get_real_node_id(node_id),
-        }
+        entry = self._nodes[node_id] = {"value": value, "max": total, "state": state, **self._identity(node_id)}
         if state == RUNNING:
             self._running[node_id] = entry
         else:

@@ -25,15 +25,29 @@ class DynamicPrompt:
         self.ephemeral_prompt: dict[str, dict] = {}
         self.ephemeral_parents: dict[str, str] = {}
         self.ephemeral_display: dict[str, str] = {}
+        self._links: dict[str, tuple[tuple[str, str, int], ...]] = {}
 
     def get_node(self, node_id: str) -> dict:
-        node = self.ephemeral_prompt.get(node_id)
-        if node is not None:
-            return node
-        node = self.original_prompt.get(node_id)
+        node = self.find_node(node_id)
         if node is None:
             raise KeyError(f"node {node_id!r} is not in the prompt")
         return node
+
+    def find_node(self, node_id: str) -> dict | None:
+        """The node, or None when there is no such node (ids never repeat between the two maps)."""
+        node = self.original_prompt.get(node_id)
+        return node if node is not None else self.ephemeral_prompt.get(node_id)
+
+    def links(self, node_id: str) -> tuple[tuple[str, str, int], ...]:
+        """`(input name, source id, slot)` of each linked input, in input order (memoised: the
+        executor asks for them several times per node, and nodes do not change during a run)."""
+        links = self._links.get(node_id)
+        if links is None:
+            inputs = self.get_node(node_id).get("inputs")
+            links = self._links[node_id] = tuple(
+                (name, value[0], int(value[1])) for name, value in inputs.items() if is_link(value)
+            ) if isinstance(inputs, dict) else ()
+        return links
 
     def has_node(self, node_id: str) -> bool:
         return node_id in self.original_prompt or node_id in self.ephemeral_prompt

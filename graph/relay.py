@@ -2,8 +2,15 @@
 
 The prompt runs on its own thread and event loop (as in ComfyUI, where every prompt runs under
 `asyncio.run` on the worker thread), so sync node code never blocks the server's loop. Events are
-appended under a lock and delivered on the caller's loop in batches: one wake-up per batch,
-order preserved.
+appended under a lock and delivered on the caller's loop in batches, order preserved.
+
+Coalescing: waking another thread's loop costs a write to its self-pipe plus a loop iteration
+on both sides, which for trivial nodes (three or four events each) used to be most of the
+executor's time. The first event of a batch therefore wakes the caller's loop, which delivers
+the batch `delay` seconds later (2 ms by default: far below what a person or a progress bar can
+see), so a fast prompt costs one wake-up per `delay` instead of one per event. `flush()`
+delivers what is queued at once; the executor calls it before `execute()` returns, so the sink
+has seen every event by then.
 """
 from __future__ import annotations
 
@@ -14,11 +21,17 @@ from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
+DEFAULT_DELAY_S = 0.002
+
 
 class EventRelay:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sink: Callable[[Any], Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sink: Callable[[Any], Any], *,
+                 delay: float = DEFAULT_DELAY_S) -> None:
+        if delay < 0:
+            raise ValueError(f"EventRelay delay must be >= 0 seconds, got {delay}")
         self._loop = loop
         self._sink = sink
+        self._delay = delay
         self._lock = threading.Lock()
         self._pending: list[Any] = []
         self._scheduled = False
@@ -32,11 +45,19 @@ class EventRelay:
                 return
             self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._drain)
+            self._loop.call_soon_threadsafe(self._arm)
         except RuntimeError:  # the caller's loop is closed: nobody is listening any more
             log.warning("event loop closed; dropping prompt events")
 
-    def _drain(self) -> None:
+    def _arm(self) -> None:
+        """On the caller's loop: deliver this batch after the coalescing delay."""
+        if self._delay:
+            self._loop.call_later(self._delay, self.flush)
+        else:
+            self.flush()
+
+    def flush(self) -> None:
+        """Deliver every queued event now (on the caller's loop)."""
         with self._lock:
             batch, self._pending = self._pending, []
             self._scheduled = False

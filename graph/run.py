@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from graph import events as ev
@@ -28,7 +29,7 @@ from graph.invoke import call_sync
 from graph.node_step import FAILURE, PENDING, execute_node
 from graph.outcome import ExecutionOutcome
 from graph.progress import ProgressState
-from graph.prompt import DynamicPrompt, is_link
+from graph.prompt import DynamicPrompt
 from graph.schedule import Schedule
 from graph.signature import Signatures, Unique
 from graph.spec import InputSpec, NodeSpec
@@ -64,6 +65,7 @@ class Run:
         self._specs: dict[str, NodeSpec] = {}
         self._inputs: dict[str, dict[str, InputSpec]] = {}
         self._node_specs: dict[str, NodeSpec] = {}
+        self._lazy: dict[str, frozenset[str]] = {}  # class_type -> names of its lazy inputs
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.async_done: asyncio.Event | None = None
@@ -74,9 +76,9 @@ class Run:
                                      env=executor.env)
         self.signatures = Signatures(self.dynprompt, self.spec, self.inputs_of, extra_data=extra_data,
                                      call=lambda fn, kwargs: call_sync(fn, kwargs, helper_context))
-        self.schedule = Schedule(self.dynprompt, is_cached=self.is_cached, is_lazy=self.is_lazy,
-                                 is_output=lambda n: self.spec_of_node(n).output_node,
-                                 is_async=lambda n: self.spec_of_node(n).behaviour.is_coroutine)
+        self._computed = self.signatures.computed
+        self.schedule = Schedule(self.dynprompt, is_cached=self.is_cached, lazy_inputs=self.lazy_inputs,
+                                 is_output=self.is_output, is_async=self.is_async)
 
     # -- lookups ------------------------------------------------------------------------------
     def spec(self, class_type: str) -> NodeSpec:
@@ -97,12 +99,23 @@ class Run:
             spec = self._node_specs[node_id] = self.spec(self.dynprompt.get_node(node_id)["class_type"])
         return spec
 
-    def is_lazy(self, node_id: str, name: str) -> bool:
-        ispec = self.inputs_of(self.dynprompt.get_node(node_id)["class_type"]).get(name)
-        return ispec is not None and ispec.lazy
+    def lazy_inputs(self, node_id: str) -> frozenset[str]:
+        """Names of the node's lazy inputs."""
+        class_type = self.dynprompt.get_node(node_id)["class_type"]
+        lazy = self._lazy.get(class_type)
+        if lazy is None:
+            lazy = self._lazy[class_type] = frozenset(s.name for s in self.inputs_of(class_type).values() if s.lazy)
+        return lazy
+
+    def is_output(self, node_id: str) -> bool:
+        return self.spec_of_node(node_id).output_node
+
+    def is_async(self, node_id: str) -> bool:
+        return self.spec_of_node(node_id).behaviour.is_coroutine
 
     def sig(self, node_id: str) -> Hashable:
-        return self.signatures.get(node_id)
+        sig = self._computed.get(node_id)
+        return sig if sig is not None else self.signatures.get(node_id)
 
     def owner_sig(self, node_id: str) -> Hashable:
         return self.sig(self.dynprompt.get_real_node_id(node_id))
@@ -140,18 +153,17 @@ class Run:
         self.messages.append((event.type, event.data))
         self.emit(event)
 
-    def node_context(self, node_id: str, list_index: int | None) -> NodeContext:
-        display = self.dynprompt.get_display_node_id(node_id)
-
-        def report(value: float, total: float, preview: Any) -> None:
-            self.emit_progress(node_id, value, total, preview)
-
-        def send(event_type: str, data: Any) -> None:
-            self.emit(ev.Event(event_type, data))
-
+    def node_context(self, node_id: str, list_index: int | None, display: str | None = None) -> NodeContext:
+        if display is None:
+            display = self.dynprompt.get_display_node_id(node_id)
         return NodeContext(prompt_id=self.prompt_id, node_id=node_id, display_node_id=display,
-                           list_index=list_index, env=self.executor.env, report=report,
-                           is_interrupted=self.interrupt.is_set, send=send)
+                           list_index=list_index, env=self.executor.env,
+                           report=partial(self.emit_progress, node_id),
+                           is_interrupted=self.interrupt.is_set, send=self.send)
+
+    def send(self, event_type: str, data: Any) -> None:
+        """A custom event from node code (packs' `send_sync`)."""
+        self.emit(ev.Event(event_type, data))
 
     def emit_progress(self, node_id: str, value: float, total: float, preview: Any = None) -> None:
         """progress_state, progress, then the preview image, as one ordered batch."""
@@ -182,8 +194,8 @@ class Run:
         self.executor.objects.begin_prompt({(n, node["class_type"]) for n, node in prompt.items()})
         cached_nodes = [n for n in prompt if self.is_cached(n)]
         self.message(ev.execution_cached(self.prompt_id, cached_nodes))
-        for node_id, node in prompt.items():
-            self._add_consumers(node_id, node)
+        for node_id in prompt:
+            self._add_consumers(node_id)
 
         status, error = "success", None
         try:
@@ -199,7 +211,7 @@ class Run:
                     details, ex = self._cycle_error()
                     status, error = self._fail(details, ex, cached_nodes)
                     break
-                result, details, ex = await self.execute_node(node_id)
+                result, details, ex = await execute_node(self, node_id)
                 if result == FAILURE:
                     status, error = self._fail(details, ex, cached_nodes)
                     break
@@ -224,19 +236,22 @@ class Run:
         return [t for results in self.pending_async.values() for t in results
                 if isinstance(t, asyncio.Task) and not t.done()]
 
-    def _add_consumers(self, node_id: str, node: dict) -> None:
-        inputs = node.get("inputs")
-        if not isinstance(inputs, dict):
-            return  # only in nodes that failed validation, which never run
-        for value in inputs.values():
-            if is_link(value):
-                self.consumers.setdefault(value[0], set()).add(node_id)
+    def _add_consumers(self, node_id: str) -> None:
+        # Nodes that failed validation (inputs not a dict) have no links and never run.
+        consumers = self.consumers
+        for _name, source, _slot in self.dynprompt.links(node_id):
+            waiting = consumers.get(source)
+            if waiting is None:
+                consumers[source] = {node_id}
+            else:
+                waiting.add(node_id)
 
     def _completed(self, node_id: str) -> None:
         """Release producers whose every consumer has now run (the `none` strategy frees them)."""
-        node = self.dynprompt.get_node(node_id)
-        sources = {v[0] for v in (node.get("inputs") or {}).values() if is_link(v)}
-        sources |= self.expansion_sources.pop(node_id, set())
+        sources = {source for _name, source, _slot in self.dynprompt.links(node_id)}
+        expanded = self.expansion_sources.pop(node_id, None)
+        if expanded:
+            sources |= expanded
         for source in sources:
             waiting = self.consumers.get(source)
             if waiting is None:
@@ -279,7 +294,3 @@ class Run:
             current_outputs=list(current_outputs))
         self.message(event)
         return "error", event.data
-
-    # -- one node -----------------------------------------------------------------------------
-    async def execute_node(self, node_id: str) -> tuple[str, dict | None, BaseException | None]:
-        return await execute_node(self, node_id)

@@ -10,7 +10,7 @@ nothing is ready and nothing is running, the remaining nodes are in a dependency
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Container
 
 from graph.errors import NodeInputError
 from graph.prompt import DynamicPrompt, is_link
@@ -20,11 +20,11 @@ _BUCKETS = 4
 
 class Schedule:
     def __init__(self, dynprompt: DynamicPrompt, *, is_cached: Callable[[str], bool],
-                 is_lazy: Callable[[str, str], bool], is_output: Callable[[str], bool],
+                 lazy_inputs: Callable[[str], Container[str]], is_output: Callable[[str], bool],
                  is_async: Callable[[str], bool]) -> None:
         self.dynprompt = dynprompt
         self._is_cached = is_cached
-        self._is_lazy = is_lazy
+        self._lazy_inputs = lazy_inputs  # node id -> names of its lazy inputs
         self._is_output = is_output
         self._is_async = is_async
         self.pending: dict[str, None] = {}  # insertion-ordered
@@ -52,14 +52,12 @@ class Schedule:
             self.block_count[current] = 0
             self.blocking[current] = {}
             added.append(current)
-            for name, value in (self.dynprompt.get_node(current).get("inputs") or {}).items():
-                if not is_link(value):
-                    continue
-                if not self._is_lazy(current, name):
-                    source = value[0]
+            lazy = self._lazy_inputs(current)
+            for name, source, slot in self.dynprompt.links(current):
+                if name not in lazy:
                     if not self._is_cached(source):
                         stack.append(source)
-                    links.append((source, int(value[1]), current))
+                    links.append((source, slot, current))
         for source, slot, consumer in links:
             self.add_strong_link(source, slot, consumer)
         for current in added:

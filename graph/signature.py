@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable, Hashable, Iterable, Mapping
 
 from graph.expansion import ExecutionBlocker
 from graph.inputs import assemble_inputs, call_slices
-from graph.prompt import DynamicPrompt, is_link
+from graph.prompt import DynamicPrompt
 from graph.spec import HIDDEN, HIDDEN_UNIQUE_ID, InputSpec, NodeSpec
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,11 @@ class Unique:
 
 class _Unencodable(Exception):
     pass
+
+
+# Constants that `canonical` returns unchanged (float is not here: NaN must be refused).
+_PLAIN = frozenset({int, str, bool, bytes, type(None)})
+_NO_LINKS: dict[str, tuple[str, int]] = {}
 
 
 def canonical(value: Any) -> Any:
@@ -81,6 +86,7 @@ class Signatures:
         self._call = call
         self._is_changed: dict[str, Any] = {}
         self._sigs: dict[str, Hashable] = {}
+        self._keyed_by_id: dict[str, bool] = {}  # class_type -> its key includes the node id
 
     # -- IS_CHANGED ---------------------------------------------------------------------------
     async def prepare(self, node_ids: Iterable[str]) -> None:
@@ -114,29 +120,34 @@ class Signatures:
         return results
 
     # -- signatures ---------------------------------------------------------------------------
+    @property
+    def computed(self) -> Mapping[str, Hashable]:
+        """The signatures computed so far (read-only by convention; a fast path for callers)."""
+        return self._sigs
+
     def get(self, node_id: str) -> Hashable:
         """The signature of `node_id` (IS_CHANGED must have been prepared for it and its ancestors)."""
         sig = self._sigs.get(node_id)
         if sig is not None:
             return sig
         # Iterative post-order over links, so a 10 000-node chain needs no deep recursion.
+        sigs = self._sigs
+        dynprompt = self.dynprompt
         visiting: set[str] = set()
         stack = [node_id]
         while stack:
             current = stack[-1]
-            if current in self._sigs:
+            if current in sigs:
                 stack.pop()
                 continue
-            if not self.dynprompt.has_node(current):
-                self._sigs[current] = Unique()
+            node = dynprompt.find_node(current)
+            if node is None or not isinstance(node.get("inputs"), dict):
+                # A link to a missing node, or a node that failed validation: never cached.
+                sigs[current] = Unique()
                 stack.pop()
                 continue
-            inputs = self.dynprompt.get_node(current).get("inputs")
-            if not isinstance(inputs, dict):  # a node that failed validation: never cached
-                self._sigs[current] = Unique()
-                stack.pop()
-                continue
-            pending = [v[0] for v in inputs.values() if is_link(v) and v[0] not in self._sigs]
+            links = dynprompt.links(current)
+            pending = [source for _name, source, _slot in links if source not in sigs]
             if current not in visiting:
                 visiting.add(current)
                 unresolved = [p for p in pending if p not in visiting]
@@ -144,37 +155,43 @@ class Signatures:
                     stack.extend(unresolved)
                     continue
             # Either all sources are known, or the rest are on the stack: a cycle.
-            self._sigs[current] = self._immediate(current, cyclic=bool(pending))
+            sigs[current] = Unique() if pending else self._immediate(current, node, links)
             visiting.discard(current)
             stack.pop()
-        return self._sigs[node_id]
+        return sigs[node_id]
 
-    def _immediate(self, node_id: str, cyclic: bool) -> Hashable:
-        if cyclic:
-            return Unique()
-        node = self.dynprompt.get_node(node_id)
+    def _immediate(self, node_id: str, node: dict, links: tuple[tuple[str, str, int], ...]) -> Hashable:
         class_type = node["class_type"]
-        spec = self.spec_of(class_type)
         is_changed = self._is_changed.get(node_id, False)
         parts: list[Any] = [class_type]
-        try:
-            parts.append(canonical(is_changed))
-        except _Unencodable:
-            return Unique()
-        if spec.not_idempotent or any(i.section == HIDDEN and i.type == HIDDEN_UNIQUE_ID
-                                      for i in self.inputs_of(class_type).values()):
+        if is_changed is not False:
+            try:
+                is_changed = canonical(is_changed)
+            except _Unencodable:
+                return Unique()
+        parts.append(is_changed)
+        by_id = self._keyed_by_id.get(class_type)
+        if by_id is None:
+            by_id = self._keyed_by_id[class_type] = self.spec_of(class_type).not_idempotent or any(
+                i.section == HIDDEN and i.type == HIDDEN_UNIQUE_ID for i in self.inputs_of(class_type).values())
+        if by_id:
             parts.append(("id", node_id))
-        inputs = node.get("inputs") or {}
+        inputs = node["inputs"]
+        linked = {name: (source, slot) for name, source, slot in links} if links else _NO_LINKS
+        sigs = self._sigs
         for key in sorted(inputs):
-            value = inputs[key]
-            if is_link(value):
-                source = self._sigs[value[0]]
+            link = linked.get(key)
+            if link is not None:
+                source = sigs[link[0]]
                 if isinstance(source, Unique):
                     return Unique()
-                parts.append((key, "@", source, int(value[1])))
-            else:
+                parts.append((key, "@", source, link[1]))
+                continue
+            value = inputs[key]
+            if type(value) not in _PLAIN:
                 try:
-                    parts.append((key, canonical(value)))
+                    value = canonical(value)
                 except _Unencodable:
                     return Unique()
+            parts.append((key, value))
         return _digest(parts)
