@@ -3,15 +3,22 @@
 Writes a random SD1.5-shaped fp16 checkpoint (real key names and shapes, ~2.13 GB) to a temp
 folder, then measures, each in a fresh process (so peak RSS is that step's own):
 
-- the floor: `safetensors.torch.load_file` (lazy memory map) and `load_file` + reading every
-  tensor into process memory (`clone`);
-- `comfy_core.load_checkpoint` with fp16 weights kept as stored, and with the CPU default
-  (UNet/VAE upcast to fp32, text encoder fp16);
+- the floor, a plain safetensors read of the whole file into memory. `load_file` alone is not one:
+  safetensors >= 0.4 returns lazy views of a memory map and reads nothing (peak RSS stays at the
+  baseline), so the floors are `floor_read` = `load_file` + reading every page of every tensor
+  (the bytes resident in the process, file-backed: what a zero-copy load delivers) and
+  `floor_clone` = `load_file` + `clone()` of every tensor (the bytes in the process's own
+  memory: what a copying load delivers);
+- `comfy_core.load_checkpoint` with fp16 weights kept as stored (`load_fp16`: zero-copy views of
+  the file map; `load_fp16_copy`: `mmap=False`, copied into process memory), and with the CPU
+  default (`load_default`: UNet/VAE upcast to fp32, text encoder fp16);
 - one UNet forward at a 64x64 latent, batch 2, fp32, 2 threads: ours and diffusers' (if
   installed) on the same weights.
 
 Page-cache pages of the file are dropped with posix_fadvise(DONTNEED) before each load ("cold"
-for this guest). Prints one line per figure. Usage: `.venv/bin/python bench/load.py [--keep DIR]`.
+for this guest). Prints one line per figure. Usage:
+`.venv/bin/python bench/load.py [--keep DIR] [--skip-forward] [--steps floor_read,load_fp16,...]`
+(`--keep` reuses a checkpoint already written there).
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LOAD_STEPS = ("floor_read", "floor_clone", "load_fp16", "load_fp16_copy", "load_default")
 
 
 def _rss_mb() -> float:
@@ -90,7 +98,7 @@ def child(step: str, path: Path) -> dict:
     import torch
 
     torch.set_num_threads(2)
-    if step in ("floor_load_file", "floor_clone"):
+    if step in ("floor_read", "floor_clone"):
         from safetensors.torch import load_file
 
         base = _rss_mb()
@@ -99,10 +107,14 @@ def child(step: str, path: Path) -> dict:
         state = load_file(str(path))
         if step == "floor_clone":
             state = {k: v.clone() for k, v in state.items()}
+        else:  # one byte per 2 KiB reads every page in
+            for v in state.values():
+                if v.numel():
+                    int(v.reshape(-1).view(torch.uint8)[::2048].max())
         seconds = time.perf_counter() - t
         nbytes = sum(v.numel() * v.element_size() for v in state.values())
         return {"seconds": seconds, "peak_mb": _peak_mb(), "base_mb": base, "weights_mb": nbytes / 2**20}
-    if step in ("load_fp16", "load_default"):
+    if step in ("load_fp16", "load_fp16_copy", "load_default"):
         sys.path.insert(0, str(ROOT))
         from comfy_core import load_checkpoint
         from comfy_core.checkpoint.dtype import DtypePolicy
@@ -110,11 +122,13 @@ def child(step: str, path: Path) -> dict:
         import comfy_core.text_encoders  # noqa: F401  (import cost is not load cost)
         import transformers.models.clip.modeling_clip  # noqa: F401
 
-        policy = DtypePolicy(unet=torch.float16, vae=torch.float16) if step == "load_fp16" else DtypePolicy()
+        fp16 = step in ("load_fp16", "load_fp16_copy")
+        policy = DtypePolicy(unet=torch.float16, vae=torch.float16) if fp16 else DtypePolicy()
+        options = LoadOptions(dtype_policy=policy, mmap=step != "load_fp16_copy")
         base = _rss_mb()
         _drop_cache(path)
         t = time.perf_counter()
-        model, clip, vae = load_checkpoint(path, LoadOptions(dtype_policy=policy))
+        model, clip, vae = load_checkpoint(path, options)
         seconds = time.perf_counter() - t
         modules = [model.model, vae.model, clip.patcher.model]
         nbytes = sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
@@ -177,6 +191,8 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("STEP", "PATH"))
     parser.add_argument("--keep", type=Path, help="write the checkpoint here (or reuse it) and keep it")
     parser.add_argument("--skip-forward", action="store_true", help="only the load figures")
+    parser.add_argument("--steps", default=",".join(LOAD_STEPS),
+                        help=f"comma-separated load steps to run (default: all of {','.join(LOAD_STEPS)})")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], Path(args.child[1]))))
@@ -191,16 +207,20 @@ def main() -> None:
             print(f"wrote {path.name}: {os.path.getsize(path) / 1e9:.2f} GB ({nbytes / 1e9:.2f} GB tensors) "
                   f"in {time.perf_counter() - t:.1f}s")
         results = {}
-        for step in ("floor_load_file", "floor_clone", "load_fp16", "load_default"):
+        steps = [s for s in args.steps.split(",") if s]
+        unknown = sorted(set(steps) - set(LOAD_STEPS))
+        if unknown:
+            raise SystemExit(f"unknown --steps {unknown}; choose from {list(LOAD_STEPS)}")
+        for step in steps:
             r = results[step] = run_child(step, path)
             grown = r["peak_mb"] - r["base_mb"]
             print(f"{step:16s} {r['seconds']:6.2f} s   peak RSS {r['peak_mb']:7.0f} MB (+{grown:.0f} over "
                   f"{r['base_mb']:.0f} MB baseline)   weights in memory {r['weights_mb']:.0f} MB   "
                   f"growth/weights {grown / r['weights_mb']:.2f}")
-        for step in ("load_fp16", "load_default"):
-            print(f"{step}: {results[step]['seconds'] / results['floor_clone']['seconds']:.2f}x the read floor "
-                  f"(load_file+clone), {results[step]['seconds'] / results['floor_load_file']['seconds']:.2f}x "
-                  f"lazy load_file")
+        for step in (s for s in steps if s.startswith("load_")):
+            ratios = [f"{results[step]['seconds'] / results[floor]['seconds']:.2f}x {floor}"
+                      for floor in ("floor_read", "floor_clone") if floor in results]
+            print(f"{step}: {', '.join(ratios) or 'no floor measured'}")
         if args.skip_forward:
             return
         ours = run_child("forward_ours", path)

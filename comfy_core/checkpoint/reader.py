@@ -1,19 +1,21 @@
 """Opening a checkpoint file: its tensor table (names, dtypes, shapes) and reading tensors on demand.
 
-`.safetensors`: the header is parsed without touching tensor data; tensors are read straight
-from the file into their destination buffer (`readinto`), in file order, so a load reads each
-byte once, never holds a second copy of a tensor of the same dtype, and leaves no mapped pages
-behind in the process (page-cache pages of a memory map would count towards RSS for as long as
-the map lives). `.ckpt`/`.pt`/`.pth`/`.bin`: only through `torch.load(weights_only=True)`
-(memory-mapped when the zip format allows it); anything that is not tensors in plain containers
-is refused with `UnsafeCheckpointError`.
+`.safetensors`: the header is parsed without touching tensor data (detection reads only that);
+tensor data is reached through one private (copy-on-write) memory map of the file, opened on the
+first data access: `stored_view` is a zero-copy tensor over the file's bytes, `read`/`read_into`
+copy (and cast) out of it, `release_pages` unmaps pages a copy no longer needs so they stop
+counting towards this process's memory. Loading many tensors at once (in parallel, zero-copy
+where the dtype allows) is `comfy_core.checkpoint.bulk.load_tensors`. `.ckpt`/`.pt`/`.pth`/`.bin`:
+only through `torch.load(weights_only=True)` (memory-mapped when the zip format allows it);
+anything that is not tensors in plain containers is refused with `UnsafeCheckpointError`.
 """
 from __future__ import annotations
 
-import io
+import mmap
+import os
 import pickle
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 import torch
 
@@ -24,6 +26,9 @@ from comfy_core.checkpoint.errors import (
     UnsupportedFormatError,
 )
 from comfy_core.checkpoint.header import TensorInfo, read_safetensors_header
+
+if TYPE_CHECKING:
+    from comfy_core.checkpoint.bulk import BulkRead
 
 SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
@@ -38,9 +43,12 @@ DTYPE_NAMES: Mapping[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 
 
 class CheckpointFile:
-    """An open checkpoint: `tensors` (name -> TensorInfo), `metadata`, `read`/`read_into`.
+    """An open checkpoint: `tensors` (name -> TensorInfo), `metadata`, `read`/`read_into`/`stored_view`.
 
-    Use as a context manager or call `close()`; reading after closing reopens the file.
+    Use as a context manager or call `close()`. Closing drops this object's hold on the memory map;
+    tensors handed out by `stored_view` keep the mapping alive for as long as they live (the map
+    is a copy-on-write one, so writing to them never changes the file). Reading after closing
+    maps the file again.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -48,21 +56,24 @@ class CheckpointFile:
         if not self.path.exists():
             raise CheckpointNotFoundError(self.path, "no such file")
         suffix = self.path.suffix.lower()
-        self._file: io.BufferedReader | None = None
         self._pickled: dict[str, torch.Tensor] | None = None
+        self._map: mmap.mmap | None = None
+        self._bytes: torch.Tensor | None = None  # uint8 [file_size] over self._map
+        self._file_size = 0
         if suffix in SAFETENSORS_SUFFIXES:
             self.format = "safetensors"
             header = read_safetensors_header(self.path)
             self.tensors: Mapping[str, TensorInfo] = header.tensors
             self.metadata: Mapping[str, str] = header.metadata
-            self._data_start = header.data_start
+            self.data_start = header.data_start
+            self._file_size = header.file_size
         elif suffix in PICKLE_SUFFIXES:
             self.format = "pickle"
             self._pickled = _torch_load(self.path)
             self.tensors = {k: TensorInfo(DTYPE_NAMES.get(v.dtype, str(v.dtype)), tuple(v.shape))
                             for k, v in self._pickled.items()}
             self.metadata = {}
-            self._data_start = 0
+            self.data_start = 0
         else:
             raise UnsupportedFormatError(
                 self.path, f"unsupported checkpoint format {suffix or '(no suffix)'!r}; expected one of "
@@ -77,9 +88,10 @@ class CheckpointFile:
         self.close()
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        # Not mmap.close(): views handed out may still use the mapping (it would refuse while
+        # buffers are exported). Dropping our references unmaps it once the last view is gone.
+        self._map = None
+        self._bytes = None
 
     # --- reading ---
 
@@ -90,33 +102,77 @@ class CheckpointFile:
         return self.tensors.keys()
 
     def read(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """A new CPU tensor holding `name`, optionally cast to `dtype`."""
-        info = self._info(name)
-        if self._pickled is not None:
-            value = self._pickled[name]
-            return value.to(dtype) if dtype is not None and value.dtype != dtype else value
-        out = torch.empty(info.shape, dtype=dtype or TORCH_DTYPES[info.dtype])
-        self.read_into(name, out)
-        return out
+        """A new CPU tensor (its own memory) holding `name`, optionally cast to `dtype`."""
+        source = self.read_stored(name)
+        return source.to(dtype or source.dtype, copy=True)
 
     def read_into(self, name: str, out: torch.Tensor) -> None:
-        """Fill the contiguous CPU tensor `out` (same shape; any dtype) with tensor `name`."""
+        """Fill the tensor `out` (same shape; any dtype) with tensor `name`."""
         info = self._info(name)
         if tuple(out.shape) != info.shape:
             raise CorruptCheckpointError(self.path, f"tensor {name!r}: stored shape {list(info.shape)} "
                                                     f"does not fit destination {list(out.shape)}")
-        if self._pickled is not None:
-            with torch.no_grad():
-                out.copy_(self._pickled[name])
-            return
-        source_dtype = TORCH_DTYPES[info.dtype]
-        if out.dtype == source_dtype and out.is_contiguous() and out.device.type == "cpu":
-            self._readinto_bytes(name, info, out)
-            return
-        staging = torch.empty(info.shape, dtype=source_dtype)
-        self._readinto_bytes(name, info, staging)
         with torch.no_grad():
-            out.copy_(staging)
+            out.copy_(self.read_stored(name))
+
+    def read_stored(self, name: str) -> torch.Tensor:
+        """Tensor `name` as stored, without a copy where possible (treat it as read-only)."""
+        self._info(name)
+        if self._pickled is not None:
+            return self._pickled[name]
+        view = self.stored_view(name)
+        if view is not None:
+            return view
+        # Misaligned for its dtype (legal in the format, never written by safetensors): copy the
+        # bytes to fresh, aligned memory first.
+        info = self.tensors[name]
+        start = self.data_start + info.begin
+        raw = self.file_bytes()[start:start + info.nbytes].clone()  # [nbytes] uint8
+        return raw.view(TORCH_DTYPES[info.dtype]).view(info.shape)
+
+    def stored_view(self, name: str) -> torch.Tensor | None:
+        """A zero-copy tensor over the bytes of `name` in the (copy-on-write) file mapping, or None
+        when the tensor's offset is not a multiple of its element size (a view cannot express it),
+        or for a pickled checkpoint."""
+        info = self._info(name)
+        if self._pickled is not None:
+            return None
+        dtype = TORCH_DTYPES[info.dtype]
+        start = self.data_start + info.begin
+        if start % dtype.itemsize:
+            return None
+        raw = self.file_bytes()[start:start + info.nbytes]  # [nbytes] uint8
+        return raw.view(dtype).view(info.shape)
+
+    def file_bytes(self) -> torch.Tensor:
+        """The whole file as a uint8 CPU tensor `[file_size]` over a private, copy-on-write memory map."""
+        if self._pickled is not None:
+            raise UnsupportedFormatError(self.path, "file_bytes: only safetensors files are memory-mapped here")
+        if self._bytes is None:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size != self._file_size:
+                    raise CorruptCheckpointError(
+                        self.path, f"file size changed from {self._file_size} to {size} bytes since its header "
+                                   "was read (being rewritten?)")
+                self._map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+            self._bytes = torch.frombuffer(self._map, dtype=torch.uint8)  # keeps the map alive
+        return self._bytes
+
+    def release_pages(self, file_start: int, file_stop: int) -> None:
+        """Unmap the whole pages inside file bytes `[file_start, file_stop)` from this process.
+
+        Only for bytes no view handed out relies on being resident: the data stays in the page
+        cache and a later access maps it again from the file (the map is private and unwritten
+        there), so this changes memory use, never contents.
+        """
+        if self._map is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        first = -(-file_start // page) * page  # round inwards: never a page shared with a neighbour
+        last = file_stop // page * page
+        if last > first:
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def in_file_order(self, names: Iterable[str]) -> list[str]:
         """`names` sorted by position in the file, for sequential reads."""
@@ -128,38 +184,33 @@ class CheckpointFile:
         except KeyError:
             raise CorruptCheckpointError(self.path, f"tensor {name!r} is not in the file") from None
 
-    def _readinto_bytes(self, name: str, info: TensorInfo, out: torch.Tensor) -> None:
-        if info.nbytes == 0:
-            return
-        if self._file is None:
-            self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115 (closed by close())
-        self._file.seek(self._data_start + info.begin)
-        view = memoryview(out.reshape(-1).view(torch.uint8).numpy())  # bytes of `out`, no copy
-        done = 0
-        while done < info.nbytes:  # raw reads may return short counts for large buffers
-            n = self._file.readinto(view[done:])
-            if not n:
-                raise CorruptCheckpointError(
-                    self.path, f"tensor {name!r}: file ended after {done} of {info.nbytes} bytes (truncated?)")
-            done += n
-
 
 class LazyStateDict(Mapping[str, torch.Tensor]):
-    """A read-only name -> tensor mapping over a `CheckpointFile`; each access reads the tensor.
+    """A read-only name -> tensor mapping over a `CheckpointFile`; floating tensors in `dtype`.
 
-    Iteration and `len` come from the header, so consumers that only look at keys read nothing.
+    Tensors requested from `pending` (a `bulk.BulkRead` in the right dtypes) are served from it,
+    the first such access waiting for it to finish; any other access reads its tensor then. Iteration and `len` come from the header,
+    so consumers that only look at keys read nothing.
     """
 
-    def __init__(self, checkpoint: CheckpointFile, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, checkpoint: CheckpointFile, dtype: torch.dtype | None = None,
+                 pending: "BulkRead | None" = None) -> None:
         self._checkpoint = checkpoint
         self._dtype = dtype
+        self._pending = pending
 
     def __getitem__(self, name: str) -> torch.Tensor:
+        if self._pending is not None and name in self._pending.requests:
+            return self._pending.result()[name]
         if name not in self._checkpoint.tensors:
             raise KeyError(name)
+        return self._checkpoint.read(name, self.dtype_for(name))
+
+    def dtype_for(self, name: str) -> torch.dtype | None:
+        """The dtype `name` is served in: `dtype` for floating tensors, else as stored (None)."""
         info = self._checkpoint.tensors[name]
         floating = TORCH_DTYPES.get(info.dtype, torch.float32).is_floating_point
-        return self._checkpoint.read(name, self._dtype if floating else None)
+        return self._dtype if floating else None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._checkpoint.tensors)
