@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, CacheSettings, ServerConfig
+from web.config import (DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, CacheSettings, DtypeSettings,
+                        ServerConfig)
 
 ALL_INTERFACES = "0.0.0.0,::"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -44,6 +45,7 @@ def _add_common_flags(parser: argparse.ArgumentParser) -> None:
     compute.add_argument("--preview-method", choices=("none", "auto", "latent2rgb"), default="latent2rgb",
                          help="live previews while sampling ('auto' = latent2rgb)")
     compute.add_argument("--preview-size", type=int, default=DEFAULT_PREVIEW_SIZE, metavar="PX")
+    _add_precision_flags(parser)
 
     packs = parser.add_argument_group("custom nodes")
     packs.add_argument("--disable-all-custom-nodes", action="store_true")
@@ -52,6 +54,22 @@ def _add_common_flags(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--verbose", nargs="?", const="DEBUG", default="INFO", choices=LOG_LEVELS, metavar="LEVEL",
                         help="log level (bare: DEBUG)")
+
+
+def _add_precision_flags(parser: argparse.ArgumentParser) -> None:
+    """ComfyUI's weight-precision flags, in its mutually exclusive groups (comfy/cli_args.py);
+    the fp8/fp64 variants are not supported here (an unknown flag)."""
+    precision = parser.add_argument_group("precision", "weight dtypes (default: the compute device's)")
+    forced = precision.add_mutually_exclusive_group()
+    forced.add_argument("--force-fp32", action="store_true", help="every component in fp32")
+    forced.add_argument("--force-fp16", action="store_true", help="the diffusion model in fp16")
+    for component, dest, label in (("unet", "unet_dtype", "the diffusion model (UNet)"),
+                                   ("vae", "vae_dtype", "the VAE"),
+                                   ("text-enc", "text_enc_dtype", "the text encoders")):
+        group = precision.add_mutually_exclusive_group()
+        for name in ("fp32", "fp16", "bf16"):
+            group.add_argument(f"--{name}-{component}", dest=dest, action="store_const", const=name, default=None,
+                               help=f"{label} in {name}")
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
@@ -101,6 +119,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         user_dir=args.user_directory,
         extra_model_paths=extra,
         cpu=args.cpu,
+        dtype=DtypeSettings.from_flags(force_fp16=args.force_fp16, force_fp32=args.force_fp32, unet=args.unet_dtype,
+                                       vae=args.vae_dtype, text_enc=args.text_enc_dtype),
         cache=cache,
         disable_all_custom_nodes=args.disable_all_custom_nodes,
         whitelist_custom_nodes=tuple(args.whitelist_custom_nodes),
@@ -153,7 +173,8 @@ def serve(config: ServerConfig) -> int:
               flush=True)
 
     try:
-        asyncio.run(serve_forever(state, on_ready=ready, stop_signals=(signal.SIGINT, signal.SIGTERM)))
+        # warm_up: torch and the nodes' runtime load in the background once the server listens.
+        asyncio.run(serve_forever(state, on_ready=ready, stop_signals=(signal.SIGINT, signal.SIGTERM), warm_up=True))
     except KeyboardInterrupt:
         pass
     except OSError as exc:  # the port is taken, or the address is not this machine's

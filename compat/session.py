@@ -60,6 +60,7 @@ class CompatSession:
         self.state: Any = None  # web.state.AppState once bound
         self.packs: list["PackResult"] = []
         self.prestartup: list[Any] = []  # compat.startup.PrestartupResult
+        self._prestartup_ran_for: tuple[Any, ...] | None = None  # (folders, whitelist) run_prestartup had
         self.v3_nodes: dict[str, list[str]] = {}  # pack name -> node ids from comfy_entrypoint
         self.v3_errors: dict[str, str] = {}  # pack name -> traceback of a failed comfy_entrypoint
         # folder kinds packs declare (folder_paths.folder_names_and_paths) -> file extensions
@@ -102,18 +103,31 @@ class CompatSession:
         GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)
 
     # -- loading packs --------------------------------------------------------------------------
-    def load_packs(self, dirs: Iterable[str | os.PathLike], *, whitelist: Iterable[str] | None = None
-                   ) -> list["PackResult"]:
-        """Prestartup scripts, then every pack (ComfyUI's start-up order); results are kept for
-        GET /custom_nodes/status."""
+    def run_prestartup(self, dirs: Iterable[str | os.PathLike], *, whitelist: Iterable[str] | None = None
+                       ) -> list[Any]:
+        """Packs' prestartup scripts. ComfyUI runs them before it imports torch or any node, so
+        a host calls this first (web/bootstrap.py); `load_packs` then does not run them again."""
         from compat.startup import run_prestartup_scripts
-        from graph.packs import load_custom_nodes
 
         dirs = [Path(d) for d in dirs]
         allowed = list(whitelist) if whitelist is not None else None
         _forget_modules_under(dirs)
         with self.import_context():
             self.prestartup = run_prestartup_scripts(dirs, whitelist=allowed)
+        self._prestartup_ran_for = (tuple(dirs), allowed)
+        return self.prestartup
+
+    def load_packs(self, dirs: Iterable[str | os.PathLike], *, whitelist: Iterable[str] | None = None
+                   ) -> list["PackResult"]:
+        """Prestartup scripts (unless `run_prestartup` ran them for these folders), then every
+        pack (ComfyUI's start-up order); results are kept for GET /custom_nodes/status."""
+        from graph.packs import load_custom_nodes
+
+        dirs = [Path(d) for d in dirs]
+        allowed = list(whitelist) if whitelist is not None else None
+        if self._prestartup_ran_for != (tuple(dirs), allowed):
+            self.run_prestartup(dirs, whitelist=allowed)  # forgets earlier servers' pack modules first
+        self._prestartup_ran_for = None  # a later load_packs (another server's folders) runs them again
         self.packs = load_custom_nodes(self.registry, dirs, whitelist=allowed, import_context=self.import_context,
                                        module_hooks=[self.module_hook])
         return self.packs

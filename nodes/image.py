@@ -22,16 +22,19 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
-from PIL import Image, ImageOps, ImageSequence
-from PIL.PngImagePlugin import PngInfo
+from typing import TYPE_CHECKING, Any
 
 from graph.context import current
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
 from nodes.environment import Environment, current_env
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from PIL.PngImagePlugin import PngInfo
+
+# numpy, torch and Pillow are imported inside the functions that use them: registering these
+# nodes and rendering /object_info must not import torch (server start-up).
 
 UPSCALE_METHODS = ["nearest-exact", "bilinear", "area", "bicubic", "lanczos"]
 CROP_METHODS = ["disabled", "center"]
@@ -58,11 +61,16 @@ class ImageNodeError(ValueError):
 
 def image_to_uint8(image: torch.Tensor) -> np.ndarray:
     """One image `[H, W, C]` in 0..1 to uint8 pixels by `clip(255 * x)` and truncation."""
+    import numpy as np
+    import torch
+
     return np.clip(255.0 * image.detach().to("cpu", torch.float32).numpy(), 0, 255).astype(np.uint8)
 
 
 def check_image_batch(images: Any, node: str, input_name: str = "images") -> torch.Tensor:
     """`images` as an IMAGE batch `[B, H, W, C]` with C in 1, 3, 4 and B, H, W > 0."""
+    import torch
+
     if not isinstance(images, torch.Tensor):
         raise ImageNodeError(node, input_name, "an IMAGE tensor [B, H, W, C]", type(images).__name__)
     if images.ndim != 4 or images.shape[-1] not in (1, 3, 4) or 0 in images.shape:
@@ -127,6 +135,8 @@ def save_location(root: Path, filename_prefix: str, width: int, height: int, *,
 def png_metadata(prompt: Any, extra_pnginfo: Any, node: str = "SaveImage") -> PngInfo:
     """ComfyUI's PNG text chunks: `prompt` (the API prompt as JSON) and one chunk per key of
     `extra_pnginfo` (the editor sends `workflow`), each value as JSON."""
+    from PIL.PngImagePlugin import PngInfo
+
     info = PngInfo()
     if prompt is not None:
         info.add_text("prompt", json.dumps(prompt))
@@ -143,6 +153,8 @@ def save_images(images: torch.Tensor, root: Path, filename_prefix: str, *, folde
                 compress_level: int, prompt: Any = None, extra_pnginfo: Any = None,
                 node: str = "SaveImage") -> list[dict]:
     """Write each image of the batch as PNG; the UI records `{filename, subfolder, type}`."""
+    from PIL import Image
+
     check_image_batch(images, node)
     # images: [B, H, W, C]
     folder, filename, counter, subfolder = save_location(
@@ -225,6 +237,10 @@ def load_image_frames(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     ('I') images are scaled by 1/255; the mask is `1 - alpha` (from the alpha band, or from a
     palette's transparency), and a `[1, 64, 64]` zero mask per frame when there is no alpha.
     """
+    import numpy as np
+    import torch
+    from PIL import Image, ImageOps, ImageSequence
+
     with Image.open(path) as img:
         images, masks = [], []
         size = None
@@ -254,6 +270,10 @@ def load_image_frames(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 def load_mask_channel(path: Path, channel: str) -> torch.Tensor:
     """One channel of the first frame as MASK `[1, H, W]` (ComfyUI's LoadImageMask): the image
     is converted to RGBA first; for alpha the mask is `1 - alpha`."""
+    import numpy as np
+    import torch
+    from PIL import Image, ImageOps
+
     band = channel[0].upper()
     with Image.open(path) as img:
         frame = ImageOps.exif_transpose(img)
@@ -269,6 +289,10 @@ def load_mask_channel(path: Path, channel: str) -> torch.Tensor:
 
 def _lanczos(samples: torch.Tensor, width: int, height: int) -> torch.Tensor:
     """Lanczos resampling through Pillow on uint8 pixels, as ComfyUI does (`comfy.utils.lanczos`)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
     # samples: [B, C, H, W]
     out = []
     for image in samples:
@@ -285,6 +309,8 @@ def upscale_samples(samples: torch.Tensor, width: int, height: int, method: str,
     """Resize `[B, C, H, W]` to `[B, C, height, width]` (ComfyUI's `comfy.utils.common_upscale`
     for these methods): with crop "center", first cut the centred region with the target's
     aspect ratio; then interpolate with `method` (torch's modes, or Pillow's Lanczos)."""
+    import torch
+
     if crop == "center":
         old_h, old_w = samples.shape[-2], samples.shape[-1]
         old_aspect, new_aspect = old_w / old_h, width / height
@@ -302,6 +328,8 @@ def upscale_samples(samples: torch.Tensor, width: int, height: int, method: str,
 def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
     """All images of all input batches, regrouped into batches of `batch_size` (the last may be
     smaller); ComfyUI's ImageRebatch. Images of different sizes cannot share a batch."""
+    import torch
+
     singles = [batch[i:i + 1] for batch in images for i in range(batch.shape[0])]  # each [1, H, W, C]
     out = []
     for start in range(0, len(singles), batch_size):

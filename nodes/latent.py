@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
 from nodes.environment import Environment, current_env
 from nodes.image import confined_file, file_sha256, save_location, upscale_samples
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that run: registering these nodes and rendering
+# /object_info must not import it (server start-up).
 
 LATENT_UPSCALE_METHODS = ["nearest-exact", "bilinear", "area", "bicubic", "bislerp"]
 LATENT_CROP = ["disabled", "center"]
@@ -46,6 +50,8 @@ def _center_crop(samples: torch.Tensor, width: int, height: int) -> torch.Tensor
 
 
 def _samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
+    import torch
+
     if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
         raise LatentNodeError(node_name, input_name, "a LATENT ({'samples': tensor})", type(latent).__name__)
     samples = latent["samples"]
@@ -60,6 +66,8 @@ def _samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.
               Int("batch_size", default=1, min=1, max=4096)],
       outputs=[Output("LATENT")])
 def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[dict]:
+    import torch
+
     latent = torch.zeros([batch_size, 4, height // 8, width // 8])
     return ({"samples": latent},)
 
@@ -74,6 +82,8 @@ def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
 @node("VAEEncode", category="latent", display_name="VAE Encode",
       inputs=[Input("pixels", "IMAGE"), Input("vae", "VAE")], outputs=[Output("LATENT")])
 def vae_encode(pixels: torch.Tensor, vae: Any) -> tuple[dict]:
+    import torch
+
     if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4:
         raise LatentNodeError("VAEEncode", "pixels", "an IMAGE [B, H, W, C]",
                               f"shape {tuple(pixels.shape)}" if isinstance(pixels, torch.Tensor) else type(pixels).__name__)
@@ -117,6 +127,7 @@ def latent_upscale(samples: dict, upscale_method: str, width: int, height: int, 
 def save_latent(samples: dict, filename_prefix: str = "latents/ComfyUI", prompt: Any = None,
                 extra_pnginfo: Any = None) -> dict:
     """Write `<prefix>_<counter:05>_.latent` in the output folder with the workflow as metadata."""
+    import torch
     from safetensors.torch import save_file
 
     latent = _samples(samples, "SaveLatent")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from graph.native import Combo, Output, node
 from nodes.environment import Environment, current_env
@@ -41,22 +41,42 @@ def _path(kind: str, name: str, node_name: str, input_name: str) -> Path:
     return path
 
 
-def _options(weight_dtype: str = "default", prediction: str = "auto") -> Any:
-    """Load options from the environment's dtype policy plus the node's explicit choices."""
+def _torch_dtype(name: Any, node_name: str, what: str) -> Any:
     import torch
 
-    from comfy_core.checkpoint.dtype import DtypePolicy
+    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    if name not in dtypes:
+        raise LoaderNodeError(node_name, what, f"one of {sorted(dtypes)}", repr(name))
+    return dtypes[name]
+
+
+def _options(node_name: str, weight_dtype: str = "default", prediction: str = "auto") -> Any:
+    """Load options from the environment's dtype policy plus the node's explicit choices.
+
+    `env.dtype_policy` is a comfy_core DtypePolicy, None (the compute device's defaults), or
+    `{component: "fp32"|"fp16"|"bf16"}` with components unet, vae, text: the server's precision
+    flags, kept as names so that start-up imports no torch (web/config.py DtypeSettings)."""
+    from comfy_core.checkpoint.dtype import COMPONENTS, DtypePolicy
     from comfy_core.checkpoint.load import LoadOptions
 
     env = current_env()
     policy = env.dtype_policy
     if not isinstance(policy, DtypePolicy):
-        # No explicit policy: the defaults of the device the memory manager computes on.
+        # The defaults of the device the memory manager computes on, with the named overrides.
+        if policy is not None and not isinstance(policy, Mapping):
+            raise LoaderNodeError(node_name, "env.dtype_policy", "a DtypePolicy, {component: dtype name} or None",
+                                  type(policy).__name__)
+        names = dict(policy or {})
+        unknown = sorted(set(names) - set(COMPONENTS))
+        if unknown:
+            raise LoaderNodeError(node_name, "env.dtype_policy", f"components among {list(COMPONENTS)}",
+                                  repr(unknown))
         device = getattr(env.memory, "device", None)
-        policy = DtypePolicy(device=str(device) if device is not None else "cpu")
+        policy = DtypePolicy(device=str(device) if device is not None else "cpu",
+                             **{component: _torch_dtype(name, node_name, f"env.dtype_policy[{component!r}]")
+                                for component, name in names.items()})
     if weight_dtype != "default":
-        policy = dataclasses.replace(policy, unet={"fp32": torch.float32, "fp16": torch.float16,
-                                                   "bf16": torch.bfloat16}[weight_dtype])
+        policy = dataclasses.replace(policy, unet=_torch_dtype(weight_dtype, node_name, "weight_dtype"))
     return LoadOptions(dtype_policy=policy, prediction=None if prediction == "auto" else prediction)
 
 
@@ -79,7 +99,8 @@ def _track(*patchers: Any) -> None:
 def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
     from comfy_core.checkpoint.load import load_checkpoint
 
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"), _options())
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"),
+                             _options("CheckpointLoaderSimple"))
     _track(*loaded)
     return loaded
 
@@ -94,7 +115,7 @@ def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction:
     from comfy_core.checkpoint.load import load_checkpoint
 
     loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
-                             _options(weight_dtype, prediction))
+                             _options("CheckpointLoader", weight_dtype, prediction))
     _track(*loaded)
     return loaded
 
@@ -104,6 +125,6 @@ def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction:
 def vae_loader(vae_name: str) -> tuple[Any]:
     from comfy_core.checkpoint.load import load_vae
 
-    vae = load_vae(_path("vae", vae_name, "VAELoader", "vae_name"), _options())
+    vae = load_vae(_path("vae", vae_name, "VAELoader", "vae_name"), _options("VAELoader"))
     _track(vae)
     return (vae,)

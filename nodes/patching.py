@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from comfy_core.attention import available_backends, backend_names, unavailable_reason
-from comfy_core.lora import load_lora_for_models
 from graph.native import Combo, Float, Input, Output, node
+from nodes._names import ATTENTION_BACKENDS, OPTIONAL_BACKENDS, missing_optional_backends
 from nodes.environment import current_env
+
+if TYPE_CHECKING:
+    import torch
+
+# torch and comfy_core are imported inside the functions that run: registering these nodes and
+# rendering /object_info must not import torch (server start-up, see nodes/_names.py).
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,8 @@ def _lora_names(env: Any = None) -> list[str]:
 
 def load_lora_file(path: Path, node_name: str) -> dict[str, torch.Tensor]:
     """A LoRA file's tensors (`.safetensors`, or a pickled `.ckpt`/`.pt` read with weights_only)."""
+    import torch
+
     try:
         if path.suffix.lower() == ".safetensors":
             from safetensors.torch import load_file
@@ -61,6 +66,8 @@ def _apply_lora(node_name: str, model: Any, clip: Any, lora_name: str,
     if path is None:
         raise PatchNodeInputError(f"{node_name}: LoRA file {lora_name!r} not found in the loras folders")
     tensors = load_lora_file(Path(path), node_name)
+    from comfy_core.lora import load_lora_for_models
+
     new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip, lora_name)
     log.info("%s: %s patched %d model and %d clip weights", node_name, lora_name, report.model_keys, report.clip_keys)
     return new_model, new_clip
@@ -92,12 +99,22 @@ def lora_loader_model_only(model: Any, lora_name: str, strength_model: float) ->
 
 
 def _backend_options(env: Any = None) -> list[str]:
+    """The backends that run here. An optional backend whose package is not installed is left
+    out without importing torch (so /object_info stays torch-free at start-up); when one is
+    installed, comfy_core probes it on the host's compute device."""
+    missing = missing_optional_backends()
+    if len(missing) == len(OPTIONAL_BACKENDS):  # no optional package at all: the others run anywhere
+        return [name for name in ATTENTION_BACKENDS if name not in missing]
+    from comfy_core.attention import available_backends
+
     memory = getattr(env, "memory", None)
     return available_backends(getattr(memory, "device", None))
 
 
 def _validate_backend(backend: str) -> bool | str:
     # Runs at validation time (the combo check is off for `backend`, so this message is the one shown).
+    from comfy_core.attention import available_backends, backend_names, unavailable_reason
+
     if backend not in backend_names():
         return f"unknown attention backend {backend!r}; available here: {available_backends()}"
     memory = getattr(current_env(), "memory", None)
@@ -115,6 +132,8 @@ def _validate_backend(backend: str) -> bool | str:
       outputs=[Output("MODEL")],
       validate_inputs=_validate_backend)
 def set_attention_backend(model: Any, backend: str) -> tuple:
+    from comfy_core.attention import unavailable_reason
+
     _require(model, "model", "SetAttentionBackend", "set_attention_backend")
     if model is None:
         raise PatchNodeInputError("SetAttentionBackend: input 'model' is None")
@@ -133,6 +152,8 @@ def set_attention_backend(model: Any, backend: str) -> tuple:
       outputs=[Output("VAE")],
       validate_inputs=_validate_backend)
 def set_vae_attention_backend(vae: Any, backend: str) -> tuple:
+    from comfy_core.attention import unavailable_reason
+
     _require(vae, "vae", "SetVAEAttentionBackend", "set_attention_backend")
     if vae is None:
         raise PatchNodeInputError("SetVAEAttentionBackend: input 'vae' is None")

@@ -18,19 +18,17 @@ Thin: the language, chunking, emphasis and embeddings live in `comfy_core.prompt
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from comfy_core.prompt.attention import parse_prompt_attention
-from comfy_core.prompt.conditioning import (PromptOptions, check_prompt, encode_prompt, encoder_widths, fits,
-                                            with_embedding)
-from comfy_core.prompt.embedding import load_embedding
-from comfy_core.prompt.emphasis import DEFAULT_EMPHASIS, EMPHASIS_MODES
-from comfy_core.prompt.errors import PromptSyntaxError
-from comfy_core.prompt.library import (EMBEDDINGS_KIND, embedding_files, folder_embeddings, folder_fingerprint,
-                                       folder_resolver)
-from comfy_core.sampling.schedulers import SCHEDULER_NAMES
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Input, Int, Output, String, node
+from nodes._names import DEFAULT_EMPHASIS, EMBEDDINGS_KIND, EMPHASIS_MODES, SCHEDULER_NAMES, embedding_files
 from nodes.environment import Environment, current_env
+
+if TYPE_CHECKING:
+    from comfy_core.prompt.conditioning import PromptOptions
+
+# comfy_core.prompt is imported inside the functions that run: most of it imports torch, and
+# registering these nodes and rendering /object_info must not (server start-up, nodes/_names.py).
 
 
 class PromptNodeError(ValueError):
@@ -57,6 +55,10 @@ def _validate_text(text: Any = None, emphasis: Any = DEFAULT_EMPHASIS) -> Any:
     """
     if not isinstance(text, str) or emphasis == "None":
         return True  # a linked text is checked when the node runs
+    from comfy_core.prompt.attention import parse_prompt_attention
+    from comfy_core.prompt.conditioning import check_prompt
+    from comfy_core.prompt.errors import PromptSyntaxError
+
     try:
         parse_prompt_attention(text)
         check_prompt(text)
@@ -68,11 +70,16 @@ def _validate_text(text: Any = None, emphasis: Any = DEFAULT_EMPHASIS) -> Any:
 def _embeddings_changed(text: Any = None, folder_embeddings: Any = True, **_: Any) -> Any:
     """IS_CHANGED: the embeddings folder's content, when the prompt may use it."""
     if folder_embeddings or (isinstance(text, str) and "embedding:" in text):
+        from comfy_core.prompt.library import folder_fingerprint
+
         return folder_fingerprint(current_env().folders)
     return ""
 
 
 def _encode(node_name: str, clip: Any, text: str, options: PromptOptions, use_folder: bool) -> tuple:
+    from comfy_core.prompt.conditioning import encode_prompt, encoder_widths, fits
+    from comfy_core.prompt.library import folder_embeddings, folder_resolver
+
     clip = _require_clip(clip, node_name)
     if not isinstance(text, str):
         raise PromptNodeError(f"{node_name}: input 'text' must be a string, got {type(text).__name__}")
@@ -108,6 +115,8 @@ _COMMON_INPUTS = [
 def clip_text_encode_weighted(text: str, clip: Any, emphasis: str = DEFAULT_EMPHASIS, steps: int = 20,
                               scheduler: str = "normal", negative: bool = False, comma_backtrack: int = 20,
                               folder_embeddings: bool = True) -> tuple:
+    from comfy_core.prompt.conditioning import PromptOptions
+
     options = PromptOptions(steps=steps, scheduler=scheduler, emphasis=emphasis,
                             comma_backtrack=comma_backtrack, negative=negative)
     return _encode("CLIPTextEncodeWeighted", clip, text, options, folder_embeddings)
@@ -133,6 +142,8 @@ def clip_text_encode_weighted_sdxl(text: str, clip: Any, emphasis: str = DEFAULT
     if "clip_g" not in clip.patcher.encoder_slots():
         raise PromptNodeError(f"CLIPTextEncodeWeightedSDXL: input 'clip' must be an SDXL CLIP (with clip_g), "
                               f"got encoders {clip.patcher.encoder_slots()}")
+    from comfy_core.prompt.conditioning import PromptOptions
+
     size = {"width": width, "height": height, "crop_w": crop_w, "crop_h": crop_h,
             "target_width": target_width, "target_height": target_height}
     options = PromptOptions(steps=steps, scheduler=scheduler, emphasis=emphasis,
@@ -147,6 +158,9 @@ def clip_text_encode_weighted_sdxl(text: str, clip: Any, emphasis: str = DEFAULT
               String("token_name", default="", tooltip="Name to match in prompts; empty: the file name.")],
       outputs=[Output("CLIP")])
 def apply_embedding(clip: Any, embedding: str, token_name: str = "") -> tuple:
+    from comfy_core.prompt.conditioning import with_embedding
+    from comfy_core.prompt.embedding import load_embedding
+
     clip = _require_clip(clip, "ApplyEmbedding")
     path = current_env().folders.full_path(EMBEDDINGS_KIND, embedding)
     if path is None:

@@ -9,17 +9,17 @@ patches are removed by the driver's context manager).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
-from comfy_core.sampling.driver import sample
-from comfy_core.sampling.noise import prepare_noise
-from comfy_core.sampling.preview import Latent2RGBPreviewer
-from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
-from comfy_core.sampling.schedulers import SCHEDULER_NAMES
 from graph.context import current
 from graph.native import Combo, Float, Input, Int, Output, node
+from nodes._names import SAMPLER_NAMES, SCHEDULER_NAMES
+
+if TYPE_CHECKING:
+    import torch
+
+# torch and comfy_core are imported inside the functions that run: registering these nodes and
+# rendering /object_info must not import torch (server start-up, see nodes/_names.py).
 
 MAX_SEED = 0xFFFFFFFFFFFFFFFF
 
@@ -49,6 +49,8 @@ class SamplingNodeError(ValueError):
 
 
 def _latent_samples(latent: Any, node_name: str) -> torch.Tensor:
+    import torch
+
     if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
         raise SamplingNodeError(node_name, "latent_image", "a LATENT ({'samples': tensor})", type(latent).__name__)
     samples = latent["samples"]
@@ -62,6 +64,8 @@ def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, 
     ctx = current()
     if ctx is None:
         return None
+    from comfy_core.sampling.preview import Latent2RGBPreviewer
+
     method = getattr(ctx.env, "preview_method", "latent2rgb")
     previewer = None
     if method != "none":
@@ -81,6 +85,11 @@ def common_ksampler(node_name: str, model: Any, seed: int, steps: int, cfg: floa
                     disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
                     force_full_denoise: bool = False) -> tuple[dict]:
     """ComfyUI's `common_ksampler`: seeded noise, noise mask, progress callback, sampling."""
+    import torch
+
+    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.noise import prepare_noise
+
     samples = _latent_samples(latent, node_name)
     if disable_noise:
         noise = torch.zeros(samples.size(), dtype=samples.dtype, layout=samples.layout, device="cpu")

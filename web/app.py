@@ -4,6 +4,10 @@ around the `AppState` it is given, so tests can run several servers in one proce
 Route tables are registered twice, bare and under `/api` (ComfyUI's `add_routes`): scripts call
 `/prompt`, the editor calls `/api/prompt`. Packs' routes (`state.extra_routes`, or the
 `extra_routes` argument) get the same treatment, before the app starts.
+
+With `warm_up=True` (main.py) the server listens first and then imports torch and the nodes'
+runtime in a worker thread (web/warmup.py); the queue worker starts once that is done, so no
+prompt races the import, while routes and sockets are served throughout.
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ from web.ws import ws_routes
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api"
+_WARM_UP: web.AppKey[bool] = web.AppKey("comfy_engine_warm_up", bool)
+# The warm-up task, once started (a list set up front: an app's keys are frozen once it runs).
+_WARM_UP_TASK: web.AppKey[list] = web.AppKey("comfy_engine_warm_up_task", list)
 
 
 def add_api_routes(app: web.Application, routes: Iterable[web.AbstractRouteDef]) -> None:
@@ -45,13 +52,16 @@ def add_api_routes(app: web.Application, routes: Iterable[web.AbstractRouteDef])
             route.register(app.router)
 
 
-def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (), frontend: bool = True
-               ) -> web.Application:
+def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (), frontend: bool = True,
+               warm_up: bool = False) -> web.Application:
     """The server application for `state`. `frontend=False` leaves out the browser editor
-    (tests that only speak HTTP, and machines without the editor package)."""
+    (tests that only speak HTTP, and machines without the editor package). `warm_up=True`: the
+    queue worker waits for `start_warm_up` (which `start_server(warm_up=True)` calls)."""
     app = web.Application(client_max_size=state.config.max_upload_bytes,
                           middlewares=middlewares_for(state.config))
     app[STATE_KEY] = state
+    app[_WARM_UP] = warm_up
+    app[_WARM_UP_TASK] = []
     tables = [prompt_routes(), jobs_routes(), info_routes(), file_routes(), ws_routes()]
     for table in [*tables, *state.extra_routes, *extra_routes]:
         add_api_routes(app, table)
@@ -77,11 +87,34 @@ async def _on_startup(app: web.Application) -> None:
     state = app[STATE_KEY]
     state.hub.attach(asyncio.get_running_loop())
     state.worker = PromptWorker(state)
-    state.worker.start()
+    if not app[_WARM_UP]:
+        state.worker.start()
+
+
+def start_warm_up(app: web.Application) -> asyncio.Task:
+    """Load torch and the nodes' runtime in a worker thread (web.warmup.warm_up), then start the
+    queue worker; the event loop keeps serving meanwhile. Cancelled on shutdown."""
+    from web.warmup import warm_up
+
+    state = app[STATE_KEY]
+
+    async def run() -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, warm_up, state.env)
+        except Exception:  # noqa: BLE001 -- nodes then load what they need when they run
+            log.exception("loading the runtime in the background failed")
+        if state.worker is not None:
+            state.worker.start()
+
+    task = asyncio.get_running_loop().create_task(run(), name="warm-up")
+    app[_WARM_UP_TASK].append(task)
+    return task
 
 
 async def _on_shutdown(app: web.Application) -> None:
     state = app[STATE_KEY]
+    for task in app[_WARM_UP_TASK]:
+        task.cancel()  # the import thread finishes on its own; the worker is not started
     if state.worker is not None:  # the running prompt is interrupted and recorded first
         await state.worker.stop()
     await state.hub.close_all()
@@ -91,15 +124,18 @@ async def _on_cleanup(app: web.Application) -> None:
     app[STATE_KEY].store.close()
 
 
-async def start_server(state: AppState, *, frontend: bool = True,
-                       extra_routes: Iterable[web.RouteTableDef] = ()) -> tuple[web.AppRunner, list[str]]:
+async def start_server(state: AppState, *, frontend: bool = True, extra_routes: Iterable[web.RouteTableDef] = (),
+                       warm_up: bool = False) -> tuple[web.AppRunner, list[str]]:
     """Start listening on every `--listen` address; returns the runner and the bound URLs
-    (port 0 picks a free port, which the URLs then show)."""
-    app = create_app(state, extra_routes=extra_routes, frontend=frontend)
+    (port 0 picks a free port, which the URLs then show). `warm_up=True`: once listening, load
+    the runtime in the background, then start the queue worker (`start_warm_up`)."""
+    app = create_app(state, extra_routes=extra_routes, frontend=frontend, warm_up=warm_up)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     for host in state.config.listen:
         await web.TCPSite(runner, host, state.config.port).start()
+    if warm_up:
+        start_warm_up(app)
     urls = []
     for address in runner.addresses:
         host, port = address[0], address[1]
@@ -109,10 +145,11 @@ async def start_server(state: AppState, *, frontend: bool = True,
 
 async def serve_forever(state: AppState, *, frontend: bool = True,
                         on_ready: Callable[[list[str]], Awaitable[None] | None] | None = None,
-                        stop_signals: Iterable[int] = ()) -> None:
+                        stop_signals: Iterable[int] = (), warm_up: bool = False) -> None:
     """Serve until cancelled or until one of `stop_signals` (main.py: SIGINT, SIGTERM) arrives;
-    then shut down cleanly: the running prompt is recorded as interrupted."""
-    runner, urls = await start_server(state, frontend=frontend)
+    then shut down cleanly: the running prompt is recorded as interrupted. `warm_up`: see
+    `start_server`."""
+    runner, urls = await start_server(state, frontend=frontend, warm_up=warm_up)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from web.config import ServerConfig
+from web.warmup import DeferredMemoryManager
 
 log = logging.getLogger(__name__)
 
@@ -27,21 +28,12 @@ def build_environment(config: ServerConfig) -> tuple[Any, list[Path]]:
         custom_dirs.extend(env.folders.extend_from_yaml(yaml_path))
     if config.custom_node_dirs is not None:
         custom_dirs = [Path(p).resolve() for p in config.custom_node_dirs]
-    env.memory = _memory_manager(config)
+    # Both stay torch-free until a node needs them (web/warmup.py): the memory manager is built
+    # on first use, and the loaders turn the dtype names into comfy_core's DtypePolicy.
+    env.memory = DeferredMemoryManager(cpu_only=config.cpu)
+    env.dtype_policy = config.dtype.policy_names() or None
     env.ensure_dirs()
     return env, custom_dirs
-
-
-def _memory_manager(config: ServerConfig) -> Any:
-    """comfy_core's memory manager when that module exists (None otherwise: nodes then load to CPU)."""
-    try:
-        from comfy_core import memory
-    except ImportError:
-        return None
-    factory = getattr(memory, "MemoryManager", None)
-    if factory is None:
-        return None
-    return factory(cpu_only=config.cpu)
 
 
 def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_session: Any = None
@@ -54,16 +46,18 @@ def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_sess
     from nodes import register_builtin_nodes
 
     registry = compat_session.registry if compat_session is not None else Registry()
-    register_builtin_nodes(registry)
     packs: list[Any] = []
     whitelist = list(config.whitelist_custom_nodes)
-    if config.disable_all_custom_nodes and not whitelist:
-        return registry, packs
-    existing = [d for d in custom_dirs if d.is_dir()]
+    load_packs = not (config.disable_all_custom_nodes and not whitelist)
+    existing = [d for d in custom_dirs if d.is_dir()] if load_packs else []
+    kwargs = {"whitelist": whitelist} if config.disable_all_custom_nodes else {}
+    if existing and compat_session is not None:
+        # ComfyUI's order: prestartup scripts run before torch or any node module is imported.
+        compat_session.run_prestartup(existing, **kwargs)
+    register_builtin_nodes(registry)
     if existing:
         from graph.packs import load_custom_nodes
 
-        kwargs = {"whitelist": whitelist} if config.disable_all_custom_nodes else {}
         if compat_session is not None:
             packs = list(compat_session.load_packs(existing, **kwargs))
         else:
@@ -106,7 +100,8 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
     else:
         session = compat.install(env, registry)
     packs = list(packs or [])
-    executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call])
+    executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
+                        recover=env.memory.recover if env.memory else None)
     store = PromptStore.open(env.user_dir, max_history=config.max_history)
     recovered = store.recover_interrupted()
     for prompt_id in recovered:

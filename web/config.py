@@ -38,6 +38,50 @@ class CacheSettings:
     ram_headroom_gb: float = 4.0  # --cache-ram [GB]
 
 
+DTYPE_NAMES = ("fp32", "fp16", "bf16")
+
+
+class DtypeSettingsError(ValueError):
+    """Precision flags that contradict each other, or an unknown dtype name."""
+
+
+@dataclass(frozen=True)
+class DtypeSettings:
+    """Weight dtype per component from ComfyUI's precision flags; None keeps the compute device's
+    default (comfy_core.checkpoint.dtype). Names only, so start-up imports no torch."""
+
+    unet: str | None = None  # --fp32-unet / --fp16-unet / --bf16-unet
+    vae: str | None = None  # --fp32-vae / --fp16-vae / --bf16-vae
+    text_enc: str | None = None  # --fp32-text-enc / --fp16-text-enc / --bf16-text-enc
+
+    def __post_init__(self) -> None:
+        for component in ("unet", "vae", "text_enc"):
+            value = getattr(self, component)
+            if value is not None and value not in DTYPE_NAMES:
+                raise DtypeSettingsError(f"DtypeSettings.{component}: expected one of {DTYPE_NAMES} or None, "
+                                         f"got {value!r}")
+
+    @classmethod
+    def from_flags(cls, *, force_fp16: bool = False, force_fp32: bool = False, unet: str | None = None,
+                   vae: str | None = None, text_enc: str | None = None) -> "DtypeSettings":
+        """ComfyUI's precedence (comfy/cli_args.py, comfy/model_management.py): a component's own
+        flag wins; otherwise `--force-fp16` makes the UNet fp16 (ComfyUI sets `fp16_unet`) and
+        `--force-fp32` makes every component fp32."""
+        if force_fp16 and force_fp32:
+            raise DtypeSettingsError("--force-fp16 and --force-fp32 cannot both be set")
+        forced = "fp16" if force_fp16 else "fp32" if force_fp32 else None
+        return cls(unet=unet or forced,
+                   vae=vae or ("fp32" if force_fp32 else None),
+                   text_enc=text_enc or ("fp32" if force_fp32 else None))
+
+    def policy_names(self) -> dict[str, str]:
+        """`{component: dtype name}` for the components set (keys `unet`, `vae`, `text`): what
+        the host puts in `env.dtype_policy`; the loader nodes build comfy_core's DtypePolicy from
+        it on first use."""
+        pairs = (("unet", self.unet), ("vae", self.vae), ("text", self.text_enc))
+        return {component: name for component, name in pairs if name is not None}
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """Everything the server needs to know that is not code.
@@ -55,6 +99,7 @@ class ServerConfig:
     user_dir: Path | None = None
     extra_model_paths: tuple[Path, ...] = ()
     cpu: bool = False
+    dtype: DtypeSettings = DtypeSettings()
     cache: CacheSettings = CacheSettings()
     disable_all_custom_nodes: bool = False
     whitelist_custom_nodes: tuple[str, ...] = ()

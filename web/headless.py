@@ -133,7 +133,8 @@ async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err
         return EXIT_FAILED
     if result.node_errors:
         err.write("warning: some outputs are skipped:\n" + describe_validation_error(None, result.node_errors) + "\n")
-    executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call])
+    executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
+                        recover=env.memory.recover if env.memory else None)
     printer = ProgressPrinter(err, prompt, len(prompt))
     stop = interrupt or threading.Event()
     outcome = await executor.execute(prompt, str(uuid.uuid4()), outputs=list(result.outputs), extra_data={},

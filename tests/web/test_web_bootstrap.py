@@ -59,3 +59,45 @@ def test_state_uses_the_user_directory_for_its_store(tmp_path):
     assert state.store.path == (tmp_path / "u").resolve() / "comfy_engine_queue.sqlite3"
     assert state.executor.env is state.env and state.queue.remaining == 0
     state.store.close()
+
+
+def test_the_memory_manager_is_built_on_first_use_and_tracks_what_loaders_load(tmp_path, tiny_sd1_ckpt):
+    from graph.context import NodeContext, reset_current, set_current
+    from nodes.loaders import checkpoint_loader_simple, vae_loader
+
+    for kind in ("checkpoints", "vae"):
+        (tmp_path / "models" / kind).mkdir(parents=True)
+        shutil.copy(tiny_sd1_ckpt, tmp_path / "models" / kind / "a.safetensors")
+    env, _ = build_environment(ServerConfig(base_dir=tmp_path, cpu=True))
+    assert not env.memory.resolved  # start-up builds nothing that imports torch
+    token = set_current(NodeContext("p", "1", "1", None, env))
+    try:
+        model, clip, vae = checkpoint_loader_simple("a.safetensors")
+        (lone_vae,) = vae_loader("a.safetensors")
+    finally:
+        reset_current(token)
+    manager = env.memory.resolve()
+    assert env.memory.resolved and manager.device.type == "cpu"
+    for patcher in (model, clip.patcher, vae, lone_vae):
+        assert patcher.memory is manager and patcher.load_device == manager.device
+
+
+def test_prestartup_scripts_run_once_before_the_built_in_nodes_register(tmp_path):
+    import compat
+    from graph.registry import Registry
+
+    pack = tmp_path / "custom_nodes" / "counting_pack"
+    pack.mkdir(parents=True)
+    (pack / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    log_file = tmp_path / "order.txt"
+    (pack / "prestartup_script.py").write_text(
+        "import nodes\n"  # ComfyUI's nodes module: the registry being built
+        f"with open({str(log_file)!r}, 'a') as f:\n"
+        "    f.write(str(len(nodes.NODE_CLASS_MAPPINGS)) + '\\n')\n")
+    config = ServerConfig(base_dir=tmp_path)
+    env, dirs = build_environment(config)
+    session = compat.install(env, Registry())
+    registry, packs = build_registry(config, dirs, compat_session=session)
+    assert log_file.read_text().splitlines() == ["0"]  # once, with no built-in node registered yet
+    assert [r.name for r in session.prestartup] == ["counting_pack"] and "KSampler" in registry
+    assert [p.name for p in packs] == ["counting_pack"] and packs[0].ok

@@ -1,0 +1,114 @@
+"""Keeping torch out of server start-up, and loading it in the background once the server listens.
+
+Importing torch (and the comfy_core modules the built-in nodes run) takes seconds, and nothing
+the server needs to print its URL and answer `/object_info` uses it: node modules import their
+runtime inside the functions that run (nodes/_names.py holds the names their combos list).
+Two pieces here finish the job:
+
+- `DeferredMemoryManager` stands in `env.memory` for `comfy_core.memory.MemoryManager` (which
+  imports torch) and builds it on first use; the patchers a loader hands to `track()` hold the
+  real manager, so only the host's own reference goes through this object.
+- `warm_up(env)` imports torch and every module the built-in nodes import lazily, then builds the
+  memory manager; the server runs it in a worker thread after it starts listening
+  (`web.app.start_server(..., warm_up=True)`), so the event loop keeps serving meanwhile and the
+  first prompt does not pay the whole import.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import logging
+import pkgutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+
+class DeferredMemoryManager:
+    """`comfy_core.memory.MemoryManager(cpu_only=...)`, built on first use (thread-safe).
+
+    Attribute reads are forwarded to the real manager (`device`, `track`, `free_all`, ...);
+    `recover` exists up front so the executor can be given it without building the manager.
+    """
+
+    def __init__(self, *, cpu_only: bool = False, factory: Callable[..., Any] | None = None) -> None:
+        self.cpu_only = cpu_only
+        self._factory = factory
+        self._manager: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the real manager exists yet (reading this builds nothing)."""
+        return self._manager is not None
+
+    def resolve(self) -> Any:
+        """The real manager, built (importing torch) on the first call."""
+        manager = self._manager
+        if manager is None:
+            with self._lock:
+                if self._manager is None:
+                    factory = self._factory
+                    if factory is None:
+                        from comfy_core.memory import MemoryManager as factory
+                    self._manager = factory(cpu_only=self.cpu_only)
+                manager = self._manager
+        return manager
+
+    def recover(self, exc: BaseException) -> bool:
+        """The executor's out-of-memory hook (`MemoryManager.recover`)."""
+        return self.resolve().recover(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names this object lacks; private names are never forwarded, so a
+        # half-built instance (copy, pickle) cannot recurse into resolve().
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.resolve(), name)
+
+    def __repr__(self) -> str:
+        state = repr(self._manager) if self._manager is not None else "not built yet"
+        return f"DeferredMemoryManager(cpu_only={self.cpu_only}, {state})"
+
+
+def lazy_imports(package: str) -> list[str]:
+    """Absolute module names imported inside functions of `package`'s modules (found by reading
+    their source, importing nothing), first-seen order: what the built-in nodes load when they
+    run, so warming them up needs no list kept by hand."""
+    root = importlib.import_module(package)
+    names: dict[str, None] = {}
+    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda m: m.name):
+        source = Path(root.__path__[0]) / f"{info.name}.py"
+        if not source.is_file():
+            continue
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for stmt in ast.walk(fn):
+                if isinstance(stmt, ast.Import):
+                    names.update((alias.name, None) for alias in stmt.names)
+                elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
+                    names[stmt.module] = None
+    return list(names)
+
+
+def warm_up(env: Any, modules: Iterable[str] | None = None) -> float:
+    """Import torch and `modules` (default: every lazy import of the built-in nodes), then build
+    `env.memory` if it is deferred; returns the seconds it took. A module that fails to import
+    is logged and skipped: the node that needs it reports the error when it runs."""
+    started = time.perf_counter()
+    for name in ["torch", *(lazy_imports("nodes") if modules is None else modules)]:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- an optional package; its node fails with the real error
+            log.debug("warm-up: cannot import %s", name, exc_info=True)
+    memory = getattr(env, "memory", None)
+    if isinstance(memory, DeferredMemoryManager):
+        memory.resolve()
+    seconds = time.perf_counter() - started
+    log.info("runtime loaded in the background in %.2f s", seconds)
+    return seconds
