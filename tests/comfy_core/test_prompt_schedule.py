@@ -92,31 +92,20 @@ def test_batch_keeps_input_order_and_duplicates():
     assert result == [[[4, "a"]], [[2, ""], [4, "b"]], [[4, "a"]]]
 
 
-# --- the run-compression speed-up must not change any result --------------------------------
+# --- the run-compression speed-up of the Earley reference must not change any result ----------
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-import lark  # noqa: E402
-
-from comfy_core.prompt import schedule as schedule_module  # noqa: E402
-from comfy_core.prompt.schedule import compress_runs  # noqa: E402
+from comfy_core.prompt.schedule import render_schedule  # noqa: E402
+from comfy_core.prompt.schedule_earley import compress_runs, parse_earley  # noqa: E402
 
 
-def uncompressed_schedule(prompt, steps):
-    """The schedule from parsing the prompt as it is (no run compression, no fast path)."""
-    try:
-        tree = schedule_module.schedule_parser().parse(prompt)
-    except lark.exceptions.LarkError:
+def earley_schedule(prompt, steps, *, compress):
+    """The schedule from webui's Earley parse (optionally without run compression)."""
+    tree = parse_earley(prompt, compress=compress)
+    if tree is None:
         return [[steps, prompt]]
-    source = schedule_module._Source(prompt, list(range(len(prompt) + 1)))
-    whens, boundaries = schedule_module._switch_steps(tree, steps, base_steps=steps, hires=False,
-                                                      use_old_scheduling=False)
-    result = []
-    for step in boundaries:
-        out = []
-        schedule_module._render(tree, step, whens, source, out)
-        result.append([step, "".join(out)])
-    return result
+    return render_schedule(tree, steps, base_steps=steps)
 
 
 def test_compress_runs_maps_positions():
@@ -129,13 +118,15 @@ def test_compress_runs_maps_positions():
     "a [mountain:lake:0.25] and [an oak:a christmas tree:0.75][ in foreground::0.6]",
     "word\\[x:y:3] [word\\ more:5]", "[ab  cd|ef\\gh|  ] tail", "[long words here:.5e1]",
     "eee [eee:EEE:1e1] e", "[x:  12  ]", "a\\\nb [c:d:2]", "((abc][:def:ghi [jkl:3]",
+    "[abc:1]]]", "(xyz[abc:2])]",
 ])
 def test_compression_matches_direct_parse(prompt):
-    assert get_learned_conditioning_prompt_schedules([prompt], 10)[0] == uncompressed_schedule(prompt, 10)
+    assert earley_schedule(prompt, 10, compress=True) == earley_schedule(prompt, 10, compress=False)
+    assert g(prompt) == earley_schedule(prompt, 10, compress=False)
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.sampled_from(["ab", "cd ", "  ", "e", "E", "1", ".5", "+", "-", ":", "[", "]", "(", ")",
                                  "|", "\\", "\\[", "x\ty", "BREAK", "\n"]), max_size=14).map("".join))
 def test_compression_matches_direct_parse_fuzzed(prompt):
-    assert get_learned_conditioning_prompt_schedules([prompt], 6)[0] == uncompressed_schedule(prompt, 6)
+    assert earley_schedule(prompt, 6, compress=True) == earley_schedule(prompt, 6, compress=False)
