@@ -82,6 +82,21 @@ def _replacement(patches_replace: dict, kind: str, extra: dict[str, Any]) -> Any
     return table.get(tuple(block))
 
 
+def _patched_attention(kind: str, attn: CrossAttention, n: torch.Tensor, context: torch.Tensor | None,
+                       extra: dict[str, Any], patches: dict, replace: dict) -> torch.Tensor:
+    """One attention sub-block (`kind` "attn1" or "attn2") with ComfyUI's patch points, in
+    ComfyUI's order: `{kind}_patch`es may change the normed input, context and value;
+    `patches_replace[kind]` may replace the attention; `{kind}_output_patch`es post-process it."""
+    value = context
+    for patch in patches.get(f"{kind}_patch", ()):
+        n, context, value = patch(n, context, value, extra)
+    fn = _replacement(replace, kind, extra)
+    n = fn(n, context, value, extra) if fn is not None else attn(n, context, value)
+    for patch in patches.get(f"{kind}_output_patch", ()):
+        n = patch(n, extra)
+    return n
+
+
 class BasicTransformerBlock(nn.Module):
     """Pre-norm self-attention, cross-attention and GEGLU feed-forward, each residual."""
 
@@ -113,24 +128,8 @@ class BasicTransformerBlock(nn.Module):
         replace = transformer_options.get("patches_replace", {})
 
         n = self.norm1(x)
-        context_attn1, value_attn1 = n, n
-        for patch in patches.get("attn1_patch", ()):
-            n, context_attn1, value_attn1 = patch(n, context_attn1, value_attn1, extra)
-        fn = _replacement(replace, "attn1", extra)
-        n = fn(n, context_attn1, value_attn1, extra) if fn is not None else self.attn1(n, context_attn1, value_attn1)
-        for patch in patches.get("attn1_output_patch", ()):
-            n = patch(n, extra)
-        x = x + n
-
-        n = self.norm2(x)
-        context_attn2, value_attn2 = context, context
-        for patch in patches.get("attn2_patch", ()):
-            n, context_attn2, value_attn2 = patch(n, context_attn2, value_attn2, extra)
-        fn = _replacement(replace, "attn2", extra)
-        n = fn(n, context_attn2, value_attn2, extra) if fn is not None else self.attn2(n, context_attn2, value_attn2)
-        for patch in patches.get("attn2_output_patch", ()):
-            n = patch(n, extra)
-        x = x + n
+        x = x + _patched_attention("attn1", self.attn1, n, n, extra, patches, replace)
+        x = x + _patched_attention("attn2", self.attn2, self.norm2(x), context, extra, patches, replace)
         return self.ff(self.norm3(x)) + x
 
 

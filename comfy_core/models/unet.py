@@ -27,6 +27,7 @@ from torch import nn
 
 from comfy_core.models.transformer import SpatialTransformer
 from comfy_core.models.unet_blocks import Downsample, ResBlock, Upsample, timestep_embedding
+from comfy_core.models.weight_shapes import shape_reader
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,7 @@ class UNetConfig:
         Head layout fields keep their defaults: the caller (the family) replaces them.
         Raises `UNetConfigError` naming the key when the weights are incomplete.
         """
-        def shape(key: str) -> tuple[int, ...]:
-            try:
-                return tuple(tensors[prefix + key].shape)
-            except KeyError:
-                raise UNetConfigError(f"UNet key {prefix + key!r} is missing") from None
+        shape = shape_reader(tensors, prefix, UNetConfigError, "UNet")
 
         first = shape("input_blocks.0.0.weight")
         model_channels, in_channels = first[0], first[1]

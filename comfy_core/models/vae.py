@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.attention import attention
+from comfy_core.models.weight_shapes import shape_reader
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +51,7 @@ class VAEConfig:
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "first_stage_model.") -> "VAEConfig":
         """Widths, levels and res blocks of the autoencoder under `prefix`, from names and shapes."""
-        def shape(key: str) -> tuple[int, ...]:
-            try:
-                return tuple(tensors[prefix + key].shape)
-            except KeyError:
-                raise VAEConfigError(f"VAE key {prefix + key!r} is missing") from None
+        shape = shape_reader(tensors, prefix, VAEConfigError, "VAE")
 
         conv_in = shape("encoder.conv_in.weight")
         ch, in_channels = conv_in[0], conv_in[1]

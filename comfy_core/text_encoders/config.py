@@ -111,13 +111,22 @@ def _expect(prefix: str, what: str, shape: tuple[int, ...], expected: tuple[int,
         raise TextEncoderDetectionError(f"{prefix}{what}: expected shape {expected}, got {shape}")
 
 
-def _detect_hf(tensors: Mapping[str, Any], prefix: str, slot: str | None, heads: int | None) -> ClipTextConfig:
-    vocab, width = _shape(tensors, f"{prefix}embeddings.token_embedding.weight")
-    positions, pos_width = _shape(tensors, f"{prefix}embeddings.position_embedding.weight")
-    _expect(prefix, "embeddings.position_embedding.weight", (positions, pos_width), (positions, width))
-    layers = _count_layers(tensors, re.escape(prefix) + r"encoder\.layers\.(\d+)\.")
+def _embeddings_and_layers(tensors: Mapping[str, Any], prefix: str, token_key: str, position_key: str,
+                           layer_stem: str) -> tuple[int, int, int, int]:
+    """(vocab size, width, positions, layers) of a CLIP text tower in either layout: the token and
+    position embeddings (of one width) and the count of `<layer_stem>.N.*` layers (at least one)."""
+    vocab, width = _shape(tensors, prefix + token_key)
+    positions, pos_width = _shape(tensors, prefix + position_key)
+    _expect(prefix, position_key, (positions, pos_width), (positions, width))
+    layers = _count_layers(tensors, re.escape(prefix + layer_stem) + r"\.(\d+)\.")
     if layers == 0:
-        raise TextEncoderDetectionError(f"{prefix}: no encoder.layers.N.* keys")
+        raise TextEncoderDetectionError(f"{prefix}: no {layer_stem}.N.* keys")
+    return vocab, width, positions, layers
+
+
+def _detect_hf(tensors: Mapping[str, Any], prefix: str, slot: str | None, heads: int | None) -> ClipTextConfig:
+    vocab, width, positions, layers = _embeddings_and_layers(
+        tensors, prefix, "embeddings.token_embedding.weight", "embeddings.position_embedding.weight", "encoder.layers")
     intermediate = _shape(tensors, f"{prefix}encoder.layers.0.mlp.fc1.weight")[0]
     # A projection, when present, sits beside `text_model.` (transformers' WithProjection layout).
     projection_key = hf_projection_key(prefix)
@@ -137,12 +146,8 @@ def hf_projection_key(prefix: str) -> str:
 
 
 def _detect_open_clip(tensors: Mapping[str, Any], prefix: str, slot: str | None, heads: int | None) -> ClipTextConfig:
-    vocab, width = _shape(tensors, f"{prefix}token_embedding.weight")
-    positions, pos_width = _shape(tensors, f"{prefix}positional_embedding")
-    _expect(prefix, "positional_embedding", (positions, pos_width), (positions, width))
-    layers = _count_layers(tensors, re.escape(prefix) + r"transformer\.resblocks\.(\d+)\.")
-    if layers == 0:
-        raise TextEncoderDetectionError(f"{prefix}: no transformer.resblocks.N.* keys")
+    vocab, width, positions, layers = _embeddings_and_layers(
+        tensors, prefix, "token_embedding.weight", "positional_embedding", "transformer.resblocks")
     _expect(prefix, "transformer.resblocks.0.attn.in_proj_weight",
             _shape(tensors, f"{prefix}transformer.resblocks.0.attn.in_proj_weight"), (3 * width, width))
     intermediate = _shape(tensors, f"{prefix}transformer.resblocks.0.mlp.c_fc.weight")[0]

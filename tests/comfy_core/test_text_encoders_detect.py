@@ -118,3 +118,17 @@ def test_unknown_encoder_combination_is_refused():
                **_open_clip_tower("conditioner.embedders.1.model.", 64, 2, 64)}
     with pytest.raises(TextEncoderDetectionError, match="no known text-encoder set"):
         detect_text_encoders(tensors)
+
+
+@pytest.mark.parametrize("tower, prefix, stem", [
+    (_hf_tower, "cond_stage_model.transformer.text_model.", "encoder.layers"),
+    (_open_clip_tower, "cond_stage_model.model.", "transformer.resblocks"),
+])
+def test_tower_without_layers_is_refused_in_both_layouts(tower, prefix, stem):
+    tensors = {k: v for k, v in tower(prefix, 64, 2).items() if stem not in k}
+    with pytest.raises(TextEncoderDetectionError, match=rf"no {stem}\.N\.\* keys"):
+        detect_text_encoders(tensors)
+    tensors = tower(prefix, 64, 2)
+    tensors[next(k for k in tensors if "position" in k)] = _Info((77, 32))
+    with pytest.raises(TextEncoderDetectionError, match=r"expected shape \(77, 64\), got \(77, 32\)"):
+        detect_text_encoders(tensors)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from comfy_core.sampling.samplers.common import Denoiser, StepCallback, report
+from comfy_core.sampling.samplers.common import Denoiser, StepCallback, StepDenoiser, derivative_multistep
 
 
 def edm_to_vp_time(sigmas: torch.Tensor, epsilon_s: float = 1e-3, sigma_min: float = 0.002,
@@ -63,25 +63,14 @@ def deis_coefficients(sigmas: torch.Tensor, max_order: int, n_points: int = 1000
 def sample_deis(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                 callback: StepCallback = None, disable: Any = None, max_order: int = 3) -> torch.Tensor:
     """DEIS-tAB of up to `max_order` (see module docstring); Euler on the first and last steps."""
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
+    run = StepDenoiser(model, x, extra_args, callback)
     coeffs = deis_coefficients(sigmas, max_order)
-    history: list[torch.Tensor] = []  # previous derivatives, oldest first
-    for i in range(len(sigmas) - 1):
-        t_cur, t_next = sigmas[i], sigmas[i + 1]
-        denoised = model(x, t_cur * s_in, **extra_args)
-        report(callback, x, i, t_cur, t_cur, denoised)
-        d = (x - denoised) / t_cur
-        order = min(max_order, i + 1)
-        if t_next <= 0:
-            order = 1
-        if order == 1:
-            x_next = x + (t_next - t_cur) * d
-        else:
-            c = [v.to(device=x.device, dtype=x.dtype) for v in coeffs[i]]
-            x_next = x + c[0] * d + sum(c[k] * history[-k] for k in range(1, order))
-        history.append(d)
-        if len(history) > max_order - 1:
-            history.pop(0)
-        x = x_next
-    return x
+
+    def advance(x: torch.Tensor, d: torch.Tensor, denoised: torch.Tensor, i: int, order: int,
+                history: list[torch.Tensor]) -> torch.Tensor:
+        if order == 1 or sigmas[i + 1] <= 0:
+            return x + (sigmas[i + 1] - sigmas[i]) * d
+        c = [v.to(device=x.device, dtype=x.dtype) for v in coeffs[i]]
+        return x + c[0] * d + sum(c[k] * history[-k] for k in range(1, order))
+
+    return derivative_multistep(run, x, sigmas, max_order, advance)

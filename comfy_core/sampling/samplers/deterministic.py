@@ -5,12 +5,74 @@ k-diffusion (`comfy/k_diffusion/sampling.py`) where the two differ (noted per fu
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from scipy import integrate
 
-from comfy_core.sampling.samplers.common import Denoiser, StepCallback, churn, report, to_d
+from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, churn, derivative_multistep,
+                                                 half_log_snr, to_d)
+
+ChurnedStep = Callable[[StepDenoiser, torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor], torch.Tensor]
+
+
+def _churned_ode(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None,
+                 callback: StepCallback, churn_options: tuple[float, float, float, float],
+                 advance: ChurnedStep) -> torch.Tensor:
+    """Karras et al. 2022, Algorithm 2's loop: churn sigma_i up to sigma_hat, evaluate D and the ODE
+    derivative d there, report, then `advance(run, x, d, sigmas, i, sigma_hat) -> x` to sigma_{i+1}.
+
+    `churn_options` is (s_churn, s_tmin, s_tmax, s_noise).
+    """
+    run = StepDenoiser(model, x, extra_args, callback)
+    for i in range(len(sigmas) - 1):
+        x, sigma_hat = churn(x, sigmas, i, *churn_options)
+        d = to_d(x, sigma_hat, run.step(x, sigmas, i, sigma_hat))
+        x = advance(run, x, d, sigmas, i, sigma_hat)
+    return x
+
+
+def _euler_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
+                sigma_hat: torch.Tensor) -> torch.Tensor:
+    return x + d * (sigmas[i + 1] - sigma_hat)
+
+
+def _heun_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
+               sigma_hat: torch.Tensor) -> torch.Tensor:
+    dt = sigmas[i + 1] - sigma_hat
+    if sigmas[i + 1] == 0:
+        return x + d * dt
+    x_2 = x + d * dt
+    d_2 = to_d(x_2, sigmas[i + 1], run(x_2, sigmas[i + 1]))
+    return x + (d + d_2) / 2 * dt
+
+
+def _heunpp2_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
+                  sigma_hat: torch.Tensor) -> torch.Tensor:
+    s_end = sigmas[-1]
+    dt = sigmas[i + 1] - sigma_hat
+    if sigmas[i + 1] == s_end:
+        return x + d * dt
+    x_2 = x + d * dt
+    d_2 = to_d(x_2, sigmas[i + 1], run(x_2, sigmas[i + 1]))
+    if sigmas[i + 2] == s_end:
+        w2 = sigmas[i + 1] / (2 * sigmas[0])
+        return x + (d * (1 - w2) + d_2 * w2) * dt
+    x_3 = x_2 + d_2 * (sigmas[i + 2] - sigmas[i + 1])
+    d_3 = to_d(x_3, sigmas[i + 2], run(x_3, sigmas[i + 2]))
+    w = 3 * sigmas[0]
+    w2, w3 = sigmas[i + 1] / w, sigmas[i + 2] / w
+    return x + ((1 - w2 - w3) * d + w2 * d_2 + w3 * d_3) * dt
+
+
+def _dpm_2_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
+                sigma_hat: torch.Tensor) -> torch.Tensor:
+    if sigmas[i + 1] == 0:
+        return x + d * (sigmas[i + 1] - sigma_hat)
+    sigma_mid = sigma_hat.log().lerp(sigmas[i + 1].log(), 0.5).exp()
+    x_2 = x + d * (sigma_mid - sigma_hat)
+    d_2 = to_d(x_2, sigma_mid, run(x_2, sigma_mid))
+    return x + d_2 * (sigmas[i + 1] - sigma_hat)
 
 
 @torch.no_grad()
@@ -18,15 +80,7 @@ def sample_euler(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_a
                  callback: StepCallback = None, disable: Any = None, s_churn: float = 0.0,
                  s_tmin: float = 0.0, s_tmax: float = float("inf"), s_noise: float = 1.0) -> torch.Tensor:
     """Euler steps on the probability-flow ODE: Karras et al. 2022, Algorithm 2 (Euler variant)."""
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
-    for i in range(len(sigmas) - 1):
-        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
-        denoised = model(x, sigma_hat * s_in, **extra_args)
-        d = to_d(x, sigma_hat, denoised)
-        report(callback, x, i, sigmas[i], sigma_hat, denoised)
-        x = x + d * (sigmas[i + 1] - sigma_hat)
-    return x
+    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _euler_step)
 
 
 @torch.no_grad()
@@ -34,21 +88,7 @@ def sample_heun(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_ar
                 callback: StepCallback = None, disable: Any = None, s_churn: float = 0.0,
                 s_tmin: float = 0.0, s_tmax: float = float("inf"), s_noise: float = 1.0) -> torch.Tensor:
     """Heun's second-order method: Karras et al. 2022, Algorithm 2. Euler on the step to sigma 0."""
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
-    for i in range(len(sigmas) - 1):
-        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
-        denoised = model(x, sigma_hat * s_in, **extra_args)
-        d = to_d(x, sigma_hat, denoised)
-        report(callback, x, i, sigmas[i], sigma_hat, denoised)
-        dt = sigmas[i + 1] - sigma_hat
-        if sigmas[i + 1] == 0:
-            x = x + d * dt
-        else:
-            x_2 = x + d * dt
-            d_2 = to_d(x_2, sigmas[i + 1], model(x_2, sigmas[i + 1] * s_in, **extra_args))
-            x = x + (d + d_2) / 2 * dt
-    return x
+    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _heun_step)
 
 
 @torch.no_grad()
@@ -61,31 +101,7 @@ def sample_heunpp2(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
 
     ComfyUI also draws an unused `randn_like` every step (advancing the global RNG); we do not.
     """
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
-    s_end = sigmas[-1]
-    for i in range(len(sigmas) - 1):
-        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
-        denoised = model(x, sigma_hat * s_in, **extra_args)
-        d = to_d(x, sigma_hat, denoised)
-        report(callback, x, i, sigmas[i], sigma_hat, denoised)
-        dt = sigmas[i + 1] - sigma_hat
-        if sigmas[i + 1] == s_end:
-            x = x + d * dt
-        elif sigmas[i + 2] == s_end:
-            x_2 = x + d * dt
-            d_2 = to_d(x_2, sigmas[i + 1], model(x_2, sigmas[i + 1] * s_in, **extra_args))
-            w2 = sigmas[i + 1] / (2 * sigmas[0])
-            x = x + (d * (1 - w2) + d_2 * w2) * dt
-        else:
-            x_2 = x + d * dt
-            d_2 = to_d(x_2, sigmas[i + 1], model(x_2, sigmas[i + 1] * s_in, **extra_args))
-            x_3 = x_2 + d_2 * (sigmas[i + 2] - sigmas[i + 1])
-            d_3 = to_d(x_3, sigmas[i + 2], model(x_3, sigmas[i + 2] * s_in, **extra_args))
-            w = 3 * sigmas[0]
-            w2, w3 = sigmas[i + 1] / w, sigmas[i + 2] / w
-            x = x + ((1 - w2 - w3) * d + w2 * d_2 + w3 * d_3) * dt
-    return x
+    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _heunpp2_step)
 
 
 @torch.no_grad()
@@ -94,21 +110,7 @@ def sample_dpm_2(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_a
                  s_tmin: float = 0.0, s_tmax: float = float("inf"), s_noise: float = 1.0) -> torch.Tensor:
     """Second-order midpoint steps at the geometric-mean sigma, inspired by DPM-Solver-2
     (Lu et al. 2022, arXiv 2206.00927) and Karras et al. 2022 Algorithm 2 (k-diffusion)."""
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
-    for i in range(len(sigmas) - 1):
-        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
-        denoised = model(x, sigma_hat * s_in, **extra_args)
-        d = to_d(x, sigma_hat, denoised)
-        report(callback, x, i, sigmas[i], sigma_hat, denoised)
-        if sigmas[i + 1] == 0:
-            x = x + d * (sigmas[i + 1] - sigma_hat)
-        else:
-            sigma_mid = sigma_hat.log().lerp(sigmas[i + 1].log(), 0.5).exp()
-            x_2 = x + d * (sigma_mid - sigma_hat)
-            d_2 = to_d(x_2, sigma_mid, model(x_2, sigma_mid * s_in, **extra_args))
-            x = x + d_2 * (sigmas[i + 1] - sigma_hat)
-    return x
+    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _dpm_2_step)
 
 
 def linear_multistep_coeff(order: int, t: Any, i: int, j: int) -> float:
@@ -131,16 +133,14 @@ def sample_lms(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_arg
                callback: StepCallback = None, disable: Any = None, order: int = 4) -> torch.Tensor:
     """Linear multistep (Adams-Bashforth in sigma) of up to `order`, coefficients by quadrature
     (k-diffusion). As ComfyUI, the step to sigma 0 returns the denoised sample."""
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
+    run = StepDenoiser(model, x, extra_args, callback)
     sigmas_cpu = sigmas.detach().cpu().numpy()
     ds: list[torch.Tensor] = []
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        denoised = run.step(x, sigmas, i)
         ds.append(to_d(x, sigmas[i], denoised))
         if len(ds) > order:
             ds.pop(0)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
         if sigmas[i + 1] == 0:
             x = denoised
         else:
@@ -154,13 +154,11 @@ def sample_lms(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_arg
 def sample_dpmpp_2m(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                     callback: StepCallback = None, disable: Any = None) -> torch.Tensor:
     """DPM-Solver++(2M): Lu et al. 2022, "DPM-Solver++" (arXiv 2211.01095), Algorithm 2, in t = -log sigma."""
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
+    run = StepDenoiser(model, x, extra_args, callback)
     old_denoised = None
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
-        t, t_next = -sigmas[i].log(), -sigmas[i + 1].log()
+        denoised = run.step(x, sigmas, i)
+        t, t_next = half_log_snr(sigmas[i]), half_log_snr(sigmas[i + 1])
         h = t_next - t
         ratio = t_next.neg().exp() / t.neg().exp()  # sigma_{i+1}/sigma_i, rounded as ComfyUI
         if old_denoised is None or sigmas[i + 1] == 0:
@@ -173,37 +171,27 @@ def sample_dpmpp_2m(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extr
     return x
 
 
-def _ipndm(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None,
-           callback: StepCallback, max_order: int, variable: bool) -> torch.Tensor:
-    extra_args = {} if extra_args is None else extra_args
-    s_in = x.new_ones([x.shape[0]])
-    history: list[torch.Tensor] = []  # the last max_order - 1 derivatives, oldest first
-    for i in range(len(sigmas) - 1):
-        t_cur, t_next = sigmas[i], sigmas[i + 1]
-        denoised = model(x, t_cur * s_in, **extra_args)
-        report(callback, x, i, t_cur, t_cur, denoised)
-        d = (x - denoised) / t_cur
-        order = min(max_order, i + 1)
-        dt = t_next - t_cur
-        if t_next == 0:
-            x_next = denoised
-        elif order == 1:
-            x_next = x + dt * d
-        elif not variable:
-            # Adams-Bashforth coefficients for equal steps.
-            if order == 2:
-                x_next = x + dt * (3 * d - history[-1]) / 2
-            elif order == 3:
-                x_next = x + dt * (23 * d - 16 * history[-1] + 5 * history[-2]) / 12
-            else:
-                x_next = x + dt * (55 * d - 59 * history[-1] + 37 * history[-2] - 9 * history[-3]) / 24
-        else:
-            x_next = x + dt * _ipndm_v_combination(sigmas, i, order, d, history)
-        history.append(d)
-        if len(history) > max_order - 1:
-            history.pop(0)
-        x = x_next
-    return x
+def _ipndm_step(sigmas: torch.Tensor, variable: bool) -> Callable[..., torch.Tensor]:
+    """iPNDM's step rule for `derivative_multistep`: the denoised sample on the step to sigma 0,
+    else Adams-Bashforth of the available order, with fixed or variable-step coefficients."""
+
+    def advance(x: torch.Tensor, d: torch.Tensor, denoised: torch.Tensor, i: int, order: int,
+                history: list[torch.Tensor]) -> torch.Tensor:
+        dt = sigmas[i + 1] - sigmas[i]
+        if sigmas[i + 1] == 0:
+            return denoised
+        if order == 1:
+            return x + dt * d
+        if variable:
+            return x + dt * _ipndm_v_combination(sigmas, i, order, d, history)
+        # Adams-Bashforth coefficients for equal steps.
+        if order == 2:
+            return x + dt * (3 * d - history[-1]) / 2
+        if order == 3:
+            return x + dt * (23 * d - 16 * history[-1] + 5 * history[-2]) / 12
+        return x + dt * (55 * d - 59 * history[-1] + 37 * history[-2] - 9 * history[-3]) / 24
+
+    return advance
 
 
 def _ipndm_v_combination(sigmas: torch.Tensor, i: int, order: int, d: torch.Tensor,
@@ -236,11 +224,13 @@ def sample_ipndm(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_a
                  callback: StepCallback = None, disable: Any = None, max_order: int = 4) -> torch.Tensor:
     """Improved PNDM (Zhang & Chen 2023, "Fast Sampling of Diffusion Models with Exponential
     Integrator", iPNDM): fixed-coefficient Adams-Bashforth up to 4th order; the last step denoises."""
-    return _ipndm(model, x, sigmas, extra_args, callback, max_order, variable=False)
+    run = StepDenoiser(model, x, extra_args, callback)
+    return derivative_multistep(run, x, sigmas, max_order, _ipndm_step(sigmas, variable=False))
 
 
 @torch.no_grad()
 def sample_ipndm_v(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                    callback: StepCallback = None, disable: Any = None, max_order: int = 4) -> torch.Tensor:
     """iPNDM with variable-step Adams-Bashforth coefficients (Zhang & Chen 2023)."""
-    return _ipndm(model, x, sigmas, extra_args, callback, max_order, variable=True)
+    run = StepDenoiser(model, x, extra_args, callback)
+    return derivative_multistep(run, x, sigmas, max_order, _ipndm_step(sigmas, variable=True))

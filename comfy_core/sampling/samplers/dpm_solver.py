@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.sampling.noise import NoiseSampler, default_noise_sampler
-from comfy_core.sampling.samplers.common import Denoiser, StepCallback, get_ancestral_step
+from comfy_core.sampling.noise import NoiseSampler
+from comfy_core.sampling.samplers.common import Denoiser, StepCallback, get_ancestral_step, seeded_noise_sampler
 
 
 class PIDStepSizeController:
@@ -114,8 +114,7 @@ class DPMSolver:
                         eta: float = 0.0, s_noise: float = 1.0,
                         noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
         """`nfe` model evaluations in steps of order 3 (then 2, 1), uniform in t (section 3.4)."""
-        if noise_sampler is None:
-            noise_sampler = default_noise_sampler(x, seed=self.extra_args.get("seed"))
+        noise_sampler = seeded_noise_sampler(x, self.extra_args, noise_sampler)
         if not t_end > t_start and eta:
             raise ValueError("dpm_fast: eta must be 0 for reverse sampling")
         m = math.floor(nfe / 3) + 1
@@ -147,8 +146,7 @@ class DPMSolver:
                             eta: float = 0.0, s_noise: float = 1.0,
                             noise_sampler: NoiseSampler | None = None) -> tuple[torch.Tensor, dict]:
         """Embedded pairs DPM-Solver-12 / -23 with error control (Algorithm 4)."""
-        if noise_sampler is None:
-            noise_sampler = default_noise_sampler(x, seed=self.extra_args.get("seed"))
+        noise_sampler = seeded_noise_sampler(x, self.extra_args, noise_sampler)
         if order not in (2, 3):
             raise ValueError(f"dpm_adaptive: order must be 2 or 3, got {order}")
         forward = t_end > t_start

@@ -12,17 +12,21 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.sampling.noise import NoiseSampler, default_noise_sampler
-from comfy_core.sampling.samplers.common import Denoiser, StepCallback, get_ancestral_step, report, to_d
+from comfy_core.sampling.noise import NoiseSampler
+from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, get_ancestral_step,
+                                                 half_log_snr, seeded_noise_sampler, sigma_of_half_log_snr, to_d)
 
 
 class CfgPPError(RuntimeError):
     """A CFG++ sampler was given a denoiser that does not run ComfyUI's post-CFG hooks."""
 
 
-def _capture_uncond(extra_args: dict | None) -> tuple[dict, Callable[[], torch.Tensor]]:
-    """Copy `extra_args` with a post-CFG hook recording the unconditional x0 prediction."""
+def _capture_uncond(extra_args: dict | None, enabled: bool = True) -> tuple[dict, Callable[[], torch.Tensor] | None]:
+    """Copy `extra_args` with a post-CFG hook recording the unconditional x0 prediction, and the
+    getter of that prediction (None, and a plain copy, when not `enabled`)."""
     extra_args = dict(extra_args or {})
+    if not enabled:
+        return extra_args, None
     captured: dict[str, torch.Tensor] = {}
 
     def post_cfg(args: dict) -> torch.Tensor:
@@ -43,27 +47,21 @@ def _capture_uncond(extra_args: dict | None) -> tuple[dict, Callable[[], torch.T
     return extra_args, uncond
 
 
-def _lambda(sigma: torch.Tensor) -> torch.Tensor:
-    return sigma.log().neg()
-
-
 @torch.no_grad()
 def sample_euler_ancestral_cfg_pp(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                                   callback: StepCallback = None, disable: Any = None, eta: float = 1.0,
                                   s_noise: float = 1.0, noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
     """Ancestral Euler with CFG++ (Chung et al. 2024): step along the unconditional direction."""
     extra_args, uncond = _capture_uncond(extra_args)
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
-    s_in = x.new_ones([x.shape[0]])
+    run = StepDenoiser(model, x, extra_args, callback)
+    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
+        denoised = run.step(x, sigmas, i)
         if sigmas[i + 1] == 0:
             x = denoised
             continue
-        alpha_s = sigmas[i] * _lambda(sigmas[i]).exp()
-        alpha_t = sigmas[i + 1] * _lambda(sigmas[i + 1]).exp()
+        alpha_s = sigmas[i] * half_log_snr(sigmas[i]).exp()
+        alpha_t = sigmas[i + 1] * half_log_snr(sigmas[i + 1]).exp()
         d = to_d(x, sigmas[i], alpha_s * uncond())
         sigma_down, sigma_up = get_ancestral_step(sigmas[i] / alpha_s, sigmas[i + 1] / alpha_t, eta=eta)
         x = alpha_t * denoised + alpha_t * sigma_down * d
@@ -84,18 +82,17 @@ def sample_dpmpp_2m_cfg_pp(model: Denoiser, x: torch.Tensor, sigmas: torch.Tenso
                            callback: StepCallback = None, disable: Any = None) -> torch.Tensor:
     """DPM-Solver++(2M) (Lu et al. 2022) with CFG++ renoising (Chung et al. 2024)."""
     extra_args, uncond = _capture_uncond(extra_args)
-    s_in = x.new_ones([x.shape[0]])
+    run = StepDenoiser(model, x, extra_args, callback)
     old_uncond = None
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
+        denoised = run.step(x, sigmas, i)
         u = uncond()
-        t, t_next = _lambda(sigmas[i]), _lambda(sigmas[i + 1])
+        t, t_next = half_log_snr(sigmas[i]), half_log_snr(sigmas[i + 1])
         h = t_next - t
         if old_uncond is None or sigmas[i + 1] == 0:
             mix = -torch.exp(-h) * u
         else:
-            r = (t - _lambda(sigmas[i - 1])) / h
+            r = (t - half_log_snr(sigmas[i - 1])) / h
             mix = -torch.exp(-h) * u - torch.expm1(-h) * (1 / (2 * r)) * (denoised - old_uncond)
         x = denoised + mix + torch.exp(-h) * x
         old_uncond = u
@@ -108,13 +105,9 @@ def _res_multistep(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
     """Second-order multistep exponential integrator (Zhang et al. 2023, "Improved order analysis
     and design of exponential integrator for diffusion models sampling", arXiv 2308.02157; the
     "RES" solver), optionally ancestral and/or CFG++."""
-    if cfg_pp:
-        extra_args, uncond = _capture_uncond(extra_args)
-    else:
-        extra_args, uncond = dict(extra_args or {}), None
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
-    s_in = x.new_ones([x.shape[0]])
+    extra_args, uncond = _capture_uncond(extra_args, enabled=cfg_pp)
+    run = StepDenoiser(model, x, extra_args, callback)
+    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
 
     def phi1(t: torch.Tensor) -> torch.Tensor:
         return torch.expm1(t) / t
@@ -124,9 +117,8 @@ def _res_multistep(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
 
     old_sigma_down = old_denoised = None
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        denoised = run.step(x, sigmas, i)
         sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
         u = uncond() if uncond is not None else None
         if sigma_down == 0 or old_denoised is None:
             if cfg_pp:
@@ -134,8 +126,8 @@ def _res_multistep(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
             else:
                 x = x + to_d(x, sigmas[i], denoised) * (sigma_down - sigmas[i])
         else:
-            t, t_old = _lambda(sigmas[i]), _lambda(old_sigma_down)
-            t_next, t_prev = _lambda(sigma_down), _lambda(sigmas[i - 1])
+            t, t_old = half_log_snr(sigmas[i]), half_log_snr(old_sigma_down)
+            t_next, t_prev = half_log_snr(sigma_down), half_log_snr(sigmas[i - 1])
             h = t_next - t
             c2 = (t_prev - t_old) / h
             p1, p2 = phi1(-h), phi2(-h)
@@ -192,16 +184,12 @@ def sample_gradient_estimation(model: Denoiser, x: torch.Tensor, sigmas: torch.T
                                cfg_pp: bool = False) -> torch.Tensor:
     """Euler with a gradient-estimation correction `(gamma - 1)(d - d_prev) dt` (Permenter & Yuan
     2024, "Interpreting and Improving Diffusion Models from an Optimization Perspective")."""
-    if cfg_pp:
-        extra_args, uncond = _capture_uncond(extra_args)
-    else:
-        extra_args, uncond = dict(extra_args or {}), None
-    s_in = x.new_ones([x.shape[0]])
+    extra_args, uncond = _capture_uncond(extra_args, enabled=cfg_pp)
+    run = StepDenoiser(model, x, extra_args, callback)
     old_d = None
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        denoised = run.step(x, sigmas, i)
         d = to_d(x, sigmas[i], uncond() if uncond is not None else denoised)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
         dt = sigmas[i + 1] - sigmas[i]
         if sigmas[i + 1] == 0:
             x = denoised
@@ -229,24 +217,23 @@ def sample_dpmpp_2s_ancestral_cfg_pp(model: Denoiser, x: torch.Tensor, sigmas: t
     """DPM-Solver++(2S) ancestral (Lu et al. 2022) stepping on the unconditional prediction, with the
     guidance `denoised - uncond` added back after each step (CFG++, Chung et al. 2024)."""
     extra_args, uncond = _capture_uncond(extra_args)
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
-    s_in = x.new_ones([x.shape[0]])
+    run = StepDenoiser(model, x, extra_args, callback)
+    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        denoised = run.step(x, sigmas, i)
         u = uncond()
         guidance = denoised - u
         sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
         if sigma_down == 0:
             x = x + to_d(x, sigmas[i], u) * (sigma_down - sigmas[i])
         else:
-            t, t_next = _lambda(sigmas[i]), _lambda(sigma_down)
+            t, t_next = half_log_snr(sigmas[i]), half_log_snr(sigma_down)
             h = t_next - t
             s = t + 0.5 * h
-            x_2 = (s.neg().exp() / t.neg().exp()) * x - (-h * 0.5).expm1() * u
-            model(x_2, s.neg().exp() * s_in, **extra_args)  # refreshes the captured uncond
-            x = (t_next.neg().exp() / t.neg().exp()) * x - (-h).expm1() * uncond()
+            sigma_s, sigma_t = sigma_of_half_log_snr(s), sigma_of_half_log_snr(t)
+            x_2 = (sigma_s / sigma_t) * x - (-h * 0.5).expm1() * u
+            run(x_2, sigma_s)  # refreshes the captured uncond
+            x = (sigma_of_half_log_snr(t_next) / sigma_t) * x - (-h).expm1() * uncond()
         if sigmas[i + 1] > 0:
             x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
         x = x + guidance

@@ -5,13 +5,13 @@ ComfyUI's `comfy/samplers.py` lists them, so workflows and `/object_info` match.
 returned by `sampler_function` takes a sigma list (k-diffusion's convention); `dpm_fast` and
 `dpm_adaptive` are wrapped to turn the list into (sigma_min, sigma_max) as ComfyUI does.
 All 42 are implemented.
+
+The name lists import without torch (the sampler modules are imported on first lookup), so the
+node layer can declare its combos from them before torch is loaded.
 """
 from __future__ import annotations
 
 from typing import Callable
-
-from comfy_core.sampling.samplers import (ancestral, deis, deterministic, dpm_solver, extra, sa_solver, sde,
-                                          stochastic_ei, uni_pc)
 
 
 class UnknownSamplerError(ValueError):
@@ -37,6 +37,9 @@ SamplerFunction = Callable[..., object]
 
 
 def _implemented() -> dict[str, SamplerFunction]:
+    from comfy_core.sampling.samplers import (ancestral, deis, deterministic, dpm_solver, extra, sa_solver, sde,
+                                              stochastic_ei, uni_pc)
+
     return {
         "euler": deterministic.sample_euler,
         "euler_ancestral": ancestral.sample_euler_ancestral,

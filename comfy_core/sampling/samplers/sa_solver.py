@@ -14,8 +14,9 @@ from typing import Any, Callable
 import torch
 
 from comfy_core.sampling.model_sampling import ModelSampling
-from comfy_core.sampling.noise import NoiseSampler, default_noise_sampler
-from comfy_core.sampling.samplers.common import Denoiser, StepCallback
+from comfy_core.sampling.noise import NoiseSampler
+from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, half_log_snr,
+                                                 seeded_noise_sampler)
 
 
 def exponential_coeffs(s: torch.Tensor, t: torch.Tensor, order: int, tau: float) -> torch.Tensor:
@@ -82,14 +83,12 @@ def sample_sa_solver(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, ext
     """SA-Solver predictor-corrector (PEC, or PECE with `use_pece`)."""
     if len(sigmas) <= 1:
         return x
-    extra_args = {} if extra_args is None else extra_args
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
+    run = StepDenoiser(model, x, extra_args, callback)
+    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
     if tau_func is None:
         ms = getattr(model, "model_sampling", None) or ModelSampling()
         tau_func = tau_interval(ms.percent_to_sigma(0.2), ms.percent_to_sigma(0.8), eta=1.0)
-    s_in = x.new_ones([x.shape[0]])
-    lambdas = sigmas.log().neg()
+    lambdas = half_log_snr(sigmas)
     max_order = max(predictor_order, corrector_order)
     x_pred = x
     h: Any = 0.0
@@ -98,9 +97,7 @@ def sample_sa_solver(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, ext
     preds: list[torch.Tensor] = []
     lower_order_to_end = float(sigmas[-1]) == 0
     for i in range(len(sigmas) - 1):
-        denoised = model(x_pred, sigmas[i] * s_in, **extra_args)
-        if callback is not None:
-            callback({"x": x_pred, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
+        denoised = run.step(x_pred, sigmas, i)
         preds = (preds + [denoised])[-max_order:]
         p_order = min(predictor_order, len(preds))
         c_order = 0 if i == 0 or (sigmas[i + 1] == 0 and not use_pece) else min(corrector_order, len(preds))
@@ -118,7 +115,7 @@ def sample_sa_solver(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, ext
             if tau_t > 0 and s_noise > 0:
                 x = x + noise  # the predictor's noise, reused
             if use_pece:
-                denoised = model(x, sigmas[i] * s_in, **extra_args)
+                denoised = run(x, sigmas[i])
                 preds[-1] = denoised
         # Predictor
         if sigmas[i + 1] == 0:

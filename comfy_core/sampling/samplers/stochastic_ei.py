@@ -9,16 +9,10 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.sampling.noise import NoiseSampler, default_noise_sampler
-from comfy_core.sampling.samplers.common import Denoiser, StepCallback, report
-
-
-def _lambda(sigma: torch.Tensor) -> torch.Tensor:
-    return sigma.log().neg()
-
-
-def _sigma(lam: torch.Tensor) -> torch.Tensor:
-    return lam.neg().exp()
+from comfy_core.sampling.noise import NoiseSampler
+from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, half_log_snr,
+                                                 seeded_noise_sampler, sigma_of_half_log_snr)
+from comfy_core.sampling.samplers.exponential import ExponentialStep, sde_decay, sde_first_order
 
 
 def ei_h_phi_1(h: torch.Tensor) -> torch.Tensor:
@@ -42,18 +36,15 @@ def sample_er_sde(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_
                   noise_scaler: Callable[[torch.Tensor], torch.Tensor] | None = None, max_stage: int = 3) -> torch.Tensor:
     """Extended reverse-time SDE solver, VP ER-SDE-Solver-3 (Cui et al. 2023, "Elucidating the solution
     space of extended reverse-time SDE for diffusion models", arXiv 2309.06169), 200-point quadrature."""
-    extra_args = {} if extra_args is None else extra_args
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
+    run = StepDenoiser(model, x, extra_args, callback)
+    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
     scaler = _default_er_sde_noise_scaler if noise_scaler is None else noise_scaler
-    s_in = x.new_ones([x.shape[0]])
     n_points = 200.0
     points = torch.arange(0, n_points, dtype=torch.float32, device=x.device)
-    er_lambdas = _lambda(sigmas).neg().exp()  # sigma_t / alpha_t
+    er_lambdas = sigma_of_half_log_snr(half_log_snr(sigmas))  # sigma_t / alpha_t
     old_denoised = old_denoised_d = None
     for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
+        denoised = run.step(x, sigmas, i)
         stage = min(max_stage, i + 1)
         if sigmas[i + 1] == 0:
             x = denoised
@@ -82,6 +73,51 @@ def sample_er_sde(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_
     return x
 
 
+def _first_stage(step: ExponentialStep, x: torch.Tensor, denoised: torch.Tensor, r: float,
+                 noise_sampler: NoiseSampler, s_noise: float,
+                 inject: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """SEEDS' first stage: the first-order step from sigma to lambda_s1 = lambda + r h.
+
+    Returns (sigma_s1, x at s1, the unit noise drawn for it or None without noise).
+    """
+    lam_s1 = torch.lerp(step.lam, step.lam_next, r)
+    sigma_s1 = sigma_of_half_log_snr(lam_s1)
+    alpha_s1 = sigma_s1 * lam_s1.exp()
+    x_2 = sigma_s1 / step.sigma * (-r * step.h * step.eta).exp() * x - alpha_s1 * ei_h_phi_1(-r * step.h_eta) * denoised
+    noise = None
+    if inject:
+        noise = (-2 * r * step.h * step.eta).expm1().neg().sqrt() * noise_sampler(step.sigma, sigma_s1)
+        x_2 = x_2 + noise * sigma_s1 * s_noise
+    return sigma_s1, x_2, noise
+
+
+def _chained_noise(previous: torch.Tensor, seg: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+    """SEEDS' correlated stage noise: the previous stage's unit noise decayed by e^seg plus fresh
+    noise of variance 1 - e^(2 seg), so the sum keeps unit variance (seg = (r_from - r_to) h eta)."""
+    return previous * seg.exp() + seg.mul(2).expm1().neg().sqrt() * fresh
+
+
+SeedsStages = Callable[[StepDenoiser, ExponentialStep, torch.Tensor, torch.Tensor, NoiseSampler, bool], torch.Tensor]
+
+
+def _seeds(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None,
+           callback: StepCallback, eta: float, s_noise: float, noise_sampler: NoiseSampler | None,
+           stages: SeedsStages) -> torch.Tensor:
+    """The SEEDS loop (Gonzalez et al. 2023): evaluate and report D at sigma_i, then
+    `stages(run, step, x, denoised, noise_sampler, inject) -> x` to sigma_{i+1} (noise is injected
+    when eta > 0 and s_noise > 0); the step to sigma 0 returns the denoised sample."""
+    run = StepDenoiser(model, x, extra_args, callback)
+    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
+    inject = eta > 0 and s_noise > 0
+    for i in range(len(sigmas) - 1):
+        denoised = run.step(x, sigmas, i)
+        if sigmas[i + 1] == 0:
+            x = denoised
+        else:
+            x = stages(run, ExponentialStep.between(sigmas[i], sigmas[i + 1], eta), x, denoised, noise_sampler, inject)
+    return x
+
+
 @torch.no_grad()
 def sample_seeds_2(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                    callback: StepCallback = None, disable: Any = None, eta: float = 1.0, s_noise: float = 1.0,
@@ -90,42 +126,24 @@ def sample_seeds_2(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
     from Diffusion Models", arXiv 2305.14267), VP data prediction, two stages."""
     if solver_type not in ("phi_1", "phi_2"):
         raise ValueError(f"sample_seeds_2: solver_type must be 'phi_1' or 'phi_2', got {solver_type!r}")
-    extra_args = {} if extra_args is None else extra_args
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
-    s_in = x.new_ones([x.shape[0]])
-    inject = eta > 0 and s_noise > 0
     fac = 1 / (2 * r)
-    for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
-        if sigmas[i + 1] == 0:
-            x = denoised
-            continue
-        lam_s, lam_t = _lambda(sigmas[i]), _lambda(sigmas[i + 1])
-        h = lam_t - lam_s
-        h_eta = h * (eta + 1)
-        lam_s1 = torch.lerp(lam_s, lam_t, r)
-        sigma_s1 = _sigma(lam_s1)
-        alpha_s1 = sigma_s1 * lam_s1.exp()
-        alpha_t = sigmas[i + 1] * lam_t.exp()
-        x_2 = sigma_s1 / sigmas[i] * (-r * h * eta).exp() * x - alpha_s1 * ei_h_phi_1(-r * h_eta) * denoised
-        if inject:
-            sde_noise = (-2 * r * h * eta).expm1().neg().sqrt() * noise_sampler(sigmas[i], sigma_s1)
-            x_2 = x_2 + sde_noise * sigma_s1 * s_noise
-        denoised_2 = model(x_2, sigma_s1 * s_in, **extra_args)
+
+    def stages(run: StepDenoiser, step: ExponentialStep, x: torch.Tensor, denoised: torch.Tensor,
+               noise_sampler: NoiseSampler, inject: bool) -> torch.Tensor:
+        sigma_s1, x_2, sde_noise = _first_stage(step, x, denoised, r, noise_sampler, s_noise, inject)
+        denoised_2 = run(x_2, sigma_s1)
         if solver_type == "phi_1":
-            denoised_d = torch.lerp(denoised, denoised_2, fac)
-            x = sigmas[i + 1] / sigmas[i] * (-h * eta).exp() * x - alpha_t * ei_h_phi_1(-h_eta) * denoised_d
+            x = sde_first_order(step, x, torch.lerp(denoised, denoised_2, fac))
         else:
-            b2 = ei_h_phi_2(-h_eta) / r
-            b1 = ei_h_phi_1(-h_eta) - b2
-            x = sigmas[i + 1] / sigmas[i] * (-h * eta).exp() * x - alpha_t * (b1 * denoised + b2 * denoised_2)
+            b2 = ei_h_phi_2(-step.h_eta) / r
+            b1 = ei_h_phi_1(-step.h_eta) - b2
+            x = sde_decay(step, x) - step.alpha_next * (b1 * denoised + b2 * denoised_2)
         if inject:
-            seg = (r - 1) * h * eta
-            sde_noise = sde_noise * seg.exp() + seg.mul(2).expm1().neg().sqrt() * noise_sampler(sigma_s1, sigmas[i + 1])
-            x = x + sde_noise * sigmas[i + 1] * s_noise
-    return x
+            sde_noise = _chained_noise(sde_noise, (r - 1) * step.h * eta, noise_sampler(sigma_s1, step.sigma_next))
+            x = x + sde_noise * step.sigma_next * s_noise
+        return x
+
+    return _seeds(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, stages)
 
 
 @torch.no_grad()
@@ -133,42 +151,28 @@ def sample_seeds_3(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
                    callback: StepCallback = None, disable: Any = None, eta: float = 1.0, s_noise: float = 1.0,
                    noise_sampler: NoiseSampler | None = None, r_1: float = 1.0 / 3, r_2: float = 2.0 / 3) -> torch.Tensor:
     """SEEDS-3 (Gonzalez et al. 2023, arXiv 2305.14267), VP data prediction, three stages."""
-    extra_args = {} if extra_args is None else extra_args
-    if noise_sampler is None:
-        noise_sampler = default_noise_sampler(x, seed=extra_args.get("seed"))
-    s_in = x.new_ones([x.shape[0]])
-    inject = eta > 0 and s_noise > 0
-    for i in range(len(sigmas) - 1):
-        denoised = model(x, sigmas[i] * s_in, **extra_args)
-        report(callback, x, i, sigmas[i], sigmas[i], denoised)
-        if sigmas[i + 1] == 0:
-            x = denoised
-            continue
-        lam_s, lam_t = _lambda(sigmas[i]), _lambda(sigmas[i + 1])
-        h = lam_t - lam_s
-        h_eta = h * (eta + 1)
-        lam_s1, lam_s2 = torch.lerp(lam_s, lam_t, r_1), torch.lerp(lam_s, lam_t, r_2)
-        sigma_s1, sigma_s2 = _sigma(lam_s1), _sigma(lam_s2)
-        alpha_s1, alpha_s2 = sigma_s1 * lam_s1.exp(), sigma_s2 * lam_s2.exp()
-        alpha_t = sigmas[i + 1] * lam_t.exp()
-        x_2 = sigma_s1 / sigmas[i] * (-r_1 * h * eta).exp() * x - alpha_s1 * ei_h_phi_1(-r_1 * h_eta) * denoised
-        if inject:
-            sde_noise = (-2 * r_1 * h * eta).expm1().neg().sqrt() * noise_sampler(sigmas[i], sigma_s1)
-            x_2 = x_2 + sde_noise * sigma_s1 * s_noise
-        denoised_2 = model(x_2, sigma_s1 * s_in, **extra_args)
+
+    def stages(run: StepDenoiser, step: ExponentialStep, x: torch.Tensor, denoised: torch.Tensor,
+               noise_sampler: NoiseSampler, inject: bool) -> torch.Tensor:
+        h, h_eta = step.h, step.h_eta
+        sigma_s1, x_2, sde_noise = _first_stage(step, x, denoised, r_1, noise_sampler, s_noise, inject)
+        denoised_2 = run(x_2, sigma_s1)
+        lam_s2 = torch.lerp(step.lam, step.lam_next, r_2)
+        sigma_s2 = sigma_of_half_log_snr(lam_s2)
+        alpha_s2 = sigma_s2 * lam_s2.exp()
         a3_2 = r_2 / r_1 * ei_h_phi_2(-r_2 * h_eta)
         a3_1 = ei_h_phi_1(-r_2 * h_eta) - a3_2
-        x_3 = sigma_s2 / sigmas[i] * (-r_2 * h * eta).exp() * x - alpha_s2 * (a3_1 * denoised + a3_2 * denoised_2)
+        x_3 = sigma_s2 / step.sigma * (-r_2 * h * eta).exp() * x - alpha_s2 * (a3_1 * denoised + a3_2 * denoised_2)
         if inject:
-            seg = (r_1 - r_2) * h * eta
-            sde_noise = sde_noise * seg.exp() + seg.mul(2).expm1().neg().sqrt() * noise_sampler(sigma_s1, sigma_s2)
+            sde_noise = _chained_noise(sde_noise, (r_1 - r_2) * h * eta, noise_sampler(sigma_s1, sigma_s2))
             x_3 = x_3 + sde_noise * sigma_s2 * s_noise
-        denoised_3 = model(x_3, sigma_s2 * s_in, **extra_args)
+        denoised_3 = run(x_3, sigma_s2)
         b3 = ei_h_phi_2(-h_eta) / r_2
         b1 = ei_h_phi_1(-h_eta) - b3
-        x = sigmas[i + 1] / sigmas[i] * (-h * eta).exp() * x - alpha_t * (b1 * denoised + b3 * denoised_3)
+        x = sde_decay(step, x) - step.alpha_next * (b1 * denoised + b3 * denoised_3)
         if inject:
-            seg = (r_2 - 1) * h * eta
-            sde_noise = sde_noise * seg.exp() + seg.mul(2).expm1().neg().sqrt() * noise_sampler(sigma_s2, sigmas[i + 1])
-            x = x + sde_noise * sigmas[i + 1] * s_noise
-    return x
+            sde_noise = _chained_noise(sde_noise, (r_2 - 1) * h * eta, noise_sampler(sigma_s2, step.sigma_next))
+            x = x + sde_noise * step.sigma_next * s_noise
+        return x
+
+    return _seeds(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, stages)

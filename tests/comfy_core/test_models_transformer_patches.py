@@ -1,0 +1,65 @@
+"""ComfyUI's attention patch points in the transformer block (attn1 and attn2 alike)."""
+from __future__ import annotations
+
+import torch
+
+from comfy_core.models.transformer import BasicTransformerBlock
+
+
+def _block() -> tuple[BasicTransformerBlock, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    block = BasicTransformerBlock(dim=16, heads=2, dim_head=8, context_dim=12).eval()
+    return block, torch.randn(2, 5, 16), torch.randn(2, 3, 12)
+
+
+def test_patch_points_without_patches_match_the_plain_forward() -> None:
+    block, x, ctx = _block()
+    with torch.no_grad():
+        plain = block(x, ctx)
+        options = block(x, ctx, transformer_options={"patches": {}, "block": ("input", 1)})
+    assert torch.equal(plain, options)
+
+
+def test_input_patches_see_self_and_cross_context_and_output_patches_see_extra() -> None:
+    block, x, ctx = _block()
+    seen: dict[str, tuple] = {}
+
+    def in_patch(kind: str):
+        def patch(n, context, value, extra):  # noqa: ANN001, ANN202
+            seen[kind] = (n.shape, context.shape, value is context, extra["n_heads"], extra["dim_head"])
+            return n, context, value
+        return patch
+
+    def out_patch(n, extra):  # noqa: ANN001, ANN202
+        seen.setdefault("out", []).append(n.shape)
+        return n * 0
+
+    patches = {"attn1_patch": [in_patch("attn1")], "attn2_patch": [in_patch("attn2")],
+               "attn1_output_patch": [out_patch], "attn2_output_patch": [out_patch]}
+    with torch.no_grad():
+        out = block(x, ctx, transformer_options={"patches": patches})
+        ff_only = block.ff(block.norm3(x)) + x  # both attentions zeroed by the output patches
+    assert seen["attn1"] == (x.shape, x.shape, True, 2, 8)
+    assert seen["attn2"] == (x.shape, ctx.shape, True, 2, 8)
+    assert seen["out"] == [x.shape, x.shape]
+    torch.testing.assert_close(out, ff_only)
+
+
+def test_replacements_are_looked_up_per_kind_and_block() -> None:
+    block, x, ctx = _block()
+    calls: list[str] = []
+
+    def replace(kind: str):
+        def fn(n, context, value, extra):  # noqa: ANN001, ANN202
+            calls.append(kind)
+            return torch.zeros_like(n)
+        return fn
+
+    options = {"block": ("output", 2), "transformer_index": 0,
+               "patches_replace": {"attn1": {("output", 2, 0): replace("attn1")},
+                                   "attn2": {("output", 2): replace("attn2")}}}
+    with torch.no_grad():
+        out = block(x, ctx, transformer_options=options)
+        expected = block.ff(block.norm3(x)) + x
+    assert calls == ["attn1", "attn2"]
+    torch.testing.assert_close(out, expected)
