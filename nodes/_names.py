@@ -11,17 +11,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-# comfy_core.sampling.samplers.registry.SAMPLER_NAMES (ComfyUI's KSampler list and order).
-SAMPLER_NAMES: tuple[str, ...] = (
-    "euler", "euler_cfg_pp", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "heunpp2", "dpm_2",
-    "dpm_2_ancestral", "lms", "dpm_fast", "dpm_adaptive", "dpmpp_2s_ancestral", "dpmpp_2s_ancestral_cfg_pp",
-    "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_cfg_pp", "dpmpp_2m_sde", "dpmpp_2m_sde_gpu",
-    "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde", "dpmpp_3m_sde_gpu", "ddpm", "lcm",
-    "ipndm", "ipndm_v", "deis", "res_multistep", "res_multistep_cfg_pp", "res_multistep_ancestral",
-    "res_multistep_ancestral_cfg_pp", "gradient_estimation", "gradient_estimation_cfg_pp", "er_sde",
-    "seeds_2", "seeds_3", "sa_solver", "sa_solver_pece",
-    "ddim", "uni_pc", "uni_pc_bh2",
-)
+# ComfyUI's KSampler list and order; the registry module imports its samplers (and torch) lazily.
+from comfy_core.sampling.samplers.registry import SAMPLER_NAMES  # noqa: E402
 
 # comfy_core.sampling.schedulers.SCHEDULER_NAMES.
 SCHEDULER_NAMES: tuple[str, ...] = (
