@@ -132,17 +132,7 @@ def _validate_backend(backend: str) -> bool | str:
       outputs=[Output("MODEL")],
       validate_inputs=_validate_backend)
 def set_attention_backend(model: Any, backend: str) -> tuple:
-    from comfy_core.attention import unavailable_reason
-
-    _require(model, "model", "SetAttentionBackend", "set_attention_backend")
-    if model is None:
-        raise PatchNodeInputError("SetAttentionBackend: input 'model' is None")
-    reason = unavailable_reason(backend)
-    if reason is not None:
-        raise PatchNodeInputError(f"SetAttentionBackend: attention backend {backend!r} is not available: {reason}")
-    patched = model.clone()
-    patched.set_attention_backend(backend)
-    return (patched,)
+    return (_clone_with_backend(model, "model", "SetAttentionBackend", backend),)
 
 
 @node("SetVAEAttentionBackend", category="advanced/model", display_name="Set VAE Attention Backend",
@@ -152,14 +142,20 @@ def set_attention_backend(model: Any, backend: str) -> tuple:
       outputs=[Output("VAE")],
       validate_inputs=_validate_backend)
 def set_vae_attention_backend(vae: Any, backend: str) -> tuple:
+    return (_clone_with_backend(vae, "vae", "SetVAEAttentionBackend", backend),)
+
+
+def _clone_with_backend(target: Any, input_name: str, node_name: str, backend: str) -> Any:
+    """A clone of a MODEL or VAE patcher whose attention runs on `backend` (checked again at run
+    time: what validation saw may have changed, e.g. a GPU that went away)."""
     from comfy_core.attention import unavailable_reason
 
-    _require(vae, "vae", "SetVAEAttentionBackend", "set_attention_backend")
-    if vae is None:
-        raise PatchNodeInputError("SetVAEAttentionBackend: input 'vae' is None")
+    _require(target, input_name, node_name, "set_attention_backend")
+    if target is None:
+        raise PatchNodeInputError(f"{node_name}: input {input_name!r} is None")
     reason = unavailable_reason(backend)
     if reason is not None:
-        raise PatchNodeInputError(f"SetVAEAttentionBackend: attention backend {backend!r} is not available: {reason}")
-    patched = vae.clone()
+        raise PatchNodeInputError(f"{node_name}: attention backend {backend!r} is not available: {reason}")
+    patched = target.clone()
     patched.set_attention_backend(backend)
-    return (patched,)
+    return patched

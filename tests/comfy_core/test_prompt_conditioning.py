@@ -1,28 +1,12 @@
 """A1111 prompt -> CONDITIONING entries: AND weights, schedules as percent ranges, negatives."""
 import pytest
-import safetensors.torch
 import torch
 
 from comfy_core.prompt import PromptSyntaxError
 from comfy_core.prompt.conditioning import PromptOptions, check_prompt, encode_prompt
 from comfy_core.prompt.encode import encode_texts
 from comfy_core.prompt.timeline import schedule_ranges
-from comfy_core.text_encoders.factory import build_clip, detect_text_encoders
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; on a shared, busy machine many threads thrash."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def sd1(tiny_sd1_ckpt):
-    sd = safetensors.torch.load_file(str(tiny_sd1_ckpt))
-    return build_clip(detect_text_encoders(sd), sd)
+from tests.fixtures.clips import one_thread, sd1  # noqa: F401 -- fixtures
 
 
 def test_plain_prompt_is_one_plain_entry(sd1):

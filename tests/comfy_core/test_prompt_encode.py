@@ -1,7 +1,6 @@
 """Encoding A1111 prompts with tiny real CLIP towers: chunks, emphasis, clip skip per family, SDXL,
 embedding injection (reference sections 3.5-3.7, 4)."""
 import pytest
-import safetensors.torch
 import torch
 
 from comfy_core.prompt.chunking import PLACEHOLDER_ID
@@ -10,38 +9,9 @@ from comfy_core.prompt.embedding import Embedding
 from comfy_core.prompt.encode import encode_texts, encoder_plan
 from comfy_core.prompt.errors import EmbeddingNotFoundError, EmbeddingWidthError
 from comfy_core.text_encoders.encoder import EmbeddingOverride
-from comfy_core.text_encoders.factory import build_clip, detect_text_encoders
+from tests.fixtures.clips import one_thread, sd1, sd2, sdxl  # noqa: F401 -- fixtures
 
 BOS, EOS = 49406, 49407
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; on a shared, busy machine many threads thrash."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def load_clip(path):
-    sd = safetensors.torch.load_file(str(path))
-    return build_clip(detect_text_encoders(sd), sd)
-
-
-@pytest.fixture(scope="module")
-def sd1(tiny_sd1_ckpt):
-    return load_clip(tiny_sd1_ckpt)
-
-
-@pytest.fixture(scope="module")
-def sd2(tiny_sd2_ckpt):
-    return load_clip(tiny_sd2_ckpt)
-
-
-@pytest.fixture(scope="module")
-def sdxl(tiny_sdxl_ckpt):
-    return load_clip(tiny_sdxl_ckpt)
 
 
 def ids_of(clip, words, pad=EOS):

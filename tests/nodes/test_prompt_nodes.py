@@ -10,37 +10,13 @@ import torch
 from comfy_core.checkpoint.load import load_checkpoint
 from comfy_core.prompt.conditioning import PromptOptions, encode_prompt, registered_embeddings
 from comfy_core.prompt.errors import EmbeddingWidthError
-from comfy_core.text_encoders.factory import build_clip, detect_text_encoders
+from tests.fixtures.clips import one_thread, sd1, sdxl  # noqa: F401 -- fixtures
 from graph.context import NodeContext, reset_current, set_current
 from graph.native import spec_of
 from graph.registry import Registry
 import nodes.prompt as prompt_nodes
 from nodes.environment import Environment
 from nodes.sampling import ksampler
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; on a shared, busy machine many threads thrash."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def load_clip(path):
-    sd = safetensors.torch.load_file(str(path))
-    return build_clip(detect_text_encoders(sd), sd)
-
-
-@pytest.fixture(scope="module")
-def sd1(tiny_sd1_ckpt):
-    return load_clip(tiny_sd1_ckpt)
-
-
-@pytest.fixture(scope="module")
-def sdxl(tiny_sdxl_ckpt):
-    return load_clip(tiny_sdxl_ckpt)
 
 
 @pytest.fixture
