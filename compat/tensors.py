@@ -48,23 +48,12 @@ def common_upscale(samples: torch.Tensor, width: int, height: int, upscale_metho
         raise ValueError(f"common_upscale: crop must be 'center' or 'disabled', got {crop!r}")
     if upscale_method == "bislerp":
         from comfy_core.models.latent_resize import bislerp
+        from nodes.image import center_crop
 
-        return bislerp(_center_crop(samples, width, height) if crop == "center" else samples, width, height)
+        return bislerp(center_crop(samples, width, height) if crop == "center" else samples, width, height)
     from nodes.image import upscale_samples
 
     return upscale_samples(samples, width, height, upscale_method, crop)
-
-
-def _center_crop(samples: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    from nodes.image import upscale_samples
-
-    # Cropping only: resize to the cropped size itself with "nearest-exact" (an identity).
-    old_h, old_w = samples.shape[-2], samples.shape[-1]
-    if old_w / old_h > width / height:
-        new_w, new_h = round(old_h * width / height), old_h
-    else:
-        new_w, new_h = old_w, round(old_w * height / width)
-    return upscale_samples(samples, new_w, new_h, "nearest-exact", "center")
 
 
 def repeat_to_batch_size(tensor: torch.Tensor, batch_size: int, dim: int = 0) -> torch.Tensor:

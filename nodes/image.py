@@ -305,6 +305,19 @@ def _lanczos(samples: torch.Tensor, width: int, height: int) -> torch.Tensor:
     return torch.stack(out).to(samples.device, samples.dtype)  # [B, C, height, width]
 
 
+def center_crop(samples: "torch.Tensor", width: int, height: int) -> "torch.Tensor":
+    """The centred region of `[..., H, W]` with the aspect ratio of width x height (ComfyUI's
+    `common_upscale` crop)."""
+    old_h, old_w = samples.shape[-2], samples.shape[-1]
+    old_aspect, new_aspect = old_w / old_h, width / height
+    x = y = 0
+    if old_aspect > new_aspect:
+        x = round((old_w - old_w * (new_aspect / old_aspect)) / 2)
+    elif old_aspect < new_aspect:
+        y = round((old_h - old_h * (old_aspect / new_aspect)) / 2)
+    return samples.narrow(-2, y, old_h - y * 2).narrow(-1, x, old_w - x * 2)
+
+
 def upscale_samples(samples: torch.Tensor, width: int, height: int, method: str, crop: str) -> torch.Tensor:
     """Resize `[B, C, H, W]` to `[B, C, height, width]` (ComfyUI's `comfy.utils.common_upscale`
     for these methods): with crop "center", first cut the centred region with the target's
@@ -312,14 +325,7 @@ def upscale_samples(samples: torch.Tensor, width: int, height: int, method: str,
     import torch
 
     if crop == "center":
-        old_h, old_w = samples.shape[-2], samples.shape[-1]
-        old_aspect, new_aspect = old_w / old_h, width / height
-        x = y = 0
-        if old_aspect > new_aspect:
-            x = round((old_w - old_w * (new_aspect / old_aspect)) / 2)
-        elif old_aspect < new_aspect:
-            y = round((old_h - old_h * (old_aspect / new_aspect)) / 2)
-        samples = samples.narrow(-2, y, old_h - y * 2).narrow(-1, x, old_w - x * 2)
+        samples = center_crop(samples, width, height)
     if method == "lanczos":
         return _lanczos(samples, width, height)
     return torch.nn.functional.interpolate(samples, size=(height, width), mode=method)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
 from nodes.environment import Environment, current_env
-from nodes.image import confined_file, file_sha256, save_location, upscale_samples
+from nodes.image import center_crop, confined_file, file_sha256, save_location, upscale_samples
 
 if TYPE_CHECKING:
     import torch
@@ -34,19 +34,6 @@ class LatentNodeError(ValueError):
         self.node = node_name
         self.input_name = input_name
         super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
-
-
-def _center_crop(samples: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """The centred region of `samples` with the aspect ratio of width x height (ComfyUI's
-    `common_upscale` crop)."""
-    old_h, old_w = samples.shape[-2], samples.shape[-1]
-    old_aspect, new_aspect = old_w / old_h, width / height
-    x = y = 0
-    if old_aspect > new_aspect:
-        x = round((old_w - old_w * (new_aspect / old_aspect)) / 2)
-    elif old_aspect < new_aspect:
-        y = round((old_h - old_h * (old_aspect / new_aspect)) / 2)
-    return samples.narrow(-2, y, old_h - y * 2).narrow(-1, x, old_w - x * 2)
 
 
 def _samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
@@ -114,7 +101,7 @@ def latent_upscale(samples: dict, upscale_method: str, width: int, height: int, 
     if upscale_method == "bislerp":
         from comfy_core.models.latent_resize import bislerp
 
-        cropped = _center_crop(latent, width // 8, height // 8) if crop == "center" else latent
+        cropped = center_crop(latent, width // 8, height // 8) if crop == "center" else latent
         out["samples"] = bislerp(cropped, width // 8, height // 8)
     else:
         out["samples"] = upscale_samples(latent, width // 8, height // 8, upscale_method, crop)
