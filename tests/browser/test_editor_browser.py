@@ -222,14 +222,25 @@ async def test_a_workflow_runs_and_its_image_shows_then_a_validation_error_shows
     # LoadImage's upload button puts a new file in the input folder and selects it.
     upload = tmp_path / "from disk.png"
     Image.new("RGBA", (40, 20), (10, 200, 90, 128)).save(upload)
-    button = await page.evaluate(
-        """() => { const n = window.app.graph.getNodeById(1), w = n.widgets.find(w => w.name === 'upload');
-                   const ds = window.app.canvas.ds, r = window.app.canvas.canvas.getBoundingClientRect();
-                   return [(n.pos[0] + n.size[0] / 2 + ds.offset[0]) * ds.scale + r.left,
-                           (n.pos[1] + w.y + 10 + ds.offset[1]) * ds.scale + r.top]; }""")
-    async with page.expect_file_chooser(timeout=UI_TIMEOUT_MS) as chooser:
-        await page.mouse.click(*button)
-    await (await chooser.value).set_files(str(upload))
+    # The button is drawn on the canvas, and the node may still be growing to show its preview:
+    # locate the button afresh for each click, and click again if no file chooser opened.
+    chooser = None
+    for _ in range(6):
+        await page.evaluate("() => window.app.canvas.draw(true, true)")
+        button = await page.evaluate(
+            """() => { const n = window.app.graph.getNodeById(1), w = n.widgets.find(w => w.name === 'upload');
+                       const ds = window.app.canvas.ds, r = window.app.canvas.canvas.getBoundingClientRect();
+                       return [(n.pos[0] + n.size[0] / 2 + ds.offset[0]) * ds.scale + r.left,
+                               (n.pos[1] + w.y + 10 + ds.offset[1]) * ds.scale + r.top]; }""")
+        try:
+            async with page.expect_file_chooser(timeout=UI_TIMEOUT_MS // 6) as waiting:
+                await page.mouse.click(*button)
+            chooser = await waiting.value
+            break
+        except playwright_api.TimeoutError:
+            continue
+    assert chooser is not None, "LoadImage's upload button never opened a file chooser"
+    await chooser.set_files(str(upload))
     await page.wait_for_function(
         "() => window.app.graph.getNodeById(1).widgets.find(w => w.name === 'image').value === 'from disk.png'",
         timeout=UI_TIMEOUT_MS)
