@@ -94,6 +94,9 @@ def main() -> None:
     print(f"same set again (best of {args.repeat}): patch {best_in * 1e3:8.3f} ms   unpatch {best_out * 1e3:8.3f} ms"
           f"   (weights computed: {patched.patch_stats.weights_computed}, from cache: {patched.patch_stats.weights_from_cache})")
     print(f"cached patched weights held: {patched.weight_cache_bytes() / 2**20:.0f} MiB")
+    # What the executor pays per node that takes this MODEL (its value key, graph/value_keys.py).
+    signature_s = min(timed(patched.cache_signature)[0] for _ in range(max(args.repeat, 5)))
+    print(f"cache_signature() of the patched MODEL: {signature_s * 1e3:8.3f} ms")
     uncached = patched.clone()
     uncached.cache_patched_weights = False
     patched.drop_weight_cache()

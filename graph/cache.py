@@ -12,6 +12,13 @@ Strategies (ComfyUI's `--cache-*` flags, reference/comfyui-contract.md §5.5):
 * `ram` is an unbounded LRU that, whenever free RAM falls below `ram_headroom_gb`, evicts the
   entries with the largest `1.3 ** age × estimated bytes` until free RAM is back above
   1.1 × the headroom (ComfyUI's `RAMPressureCache` policy).
+
+Every strategy also indexes entries by value key (graph/value_keys.py): `get_by_value` finds an
+entry still held under some structural key. The classic strategy would drop, when a prompt
+starts, exactly the entries a value key can still reach (an upstream change gave them new
+structural keys), so it carries the last prompt's value-reachable entries over this one prompt,
+and `end_prompt` drops those that were not reached. Entries holding a model handle (a MODEL or
+CLIP) are never carried: that would keep a replaced checkpoint in memory.
 """
 from __future__ import annotations
 
@@ -38,10 +45,23 @@ class CacheConfig:
 
 @dataclass
 class CacheEntry:
-    """One node's outputs: a list per output slot, plus its UI record (`{"meta", "output"}`)."""
+    """One node's outputs: a list per output slot, plus its UI record (`{"meta", "output"}`).
+
+    `value_key` is the node's value key (None: it has none); `by_value` says the key depends on
+    some input's value identity, so the entry can be reached when its structural key changed;
+    `holds_handles` says an output is a model handle (see graph/value_keys.py).
+    """
 
     outputs: list[list]
     ui: dict | None = None
+    value_key: Hashable | None = None
+    by_value: bool = False
+    holds_handles: bool = False
+
+    @property
+    def carried_by_value(self) -> bool:
+        """Worth keeping past a structural change: reachable by value, and no model handle in it."""
+        return self.by_value and not self.holds_handles
 
 
 class OutputCache:
@@ -51,19 +71,35 @@ class OutputCache:
         self._entries: dict[Hashable, CacheEntry] = {}
         self._owner: dict[Hashable, Hashable] = {}
         self._used: set[Hashable] = set()
+        self._by_value: dict[Hashable, Hashable] = {}  # value key -> structural key
+        self._carried: set[Hashable] = set()
 
     def begin_prompt(self, keys: set[Hashable]) -> None:
         """A prompt with top-level signatures `keys` starts: drop what it cannot use."""
-        keep = {k for k in self._entries
+        entries = self._entries
+        keep = {k for k in entries
                 if k in keys or (k in self._used and self._owner.get(k) in keys)}
-        self._drop([k for k in self._entries if k not in keep])
+        self._carried = {k for k in self._used
+                         if k not in keep and k in entries and entries[k].carried_by_value}
+        self._drop([k for k in entries if k not in keep and k not in self._carried])
         self._used = set()
+
+    def end_prompt(self) -> None:
+        """The prompt ended (however): drop carried entries it did not reach again."""
+        self._drop([k for k in self._carried if k not in self._used])
+        self._carried = set()
 
     def get(self, key: Hashable) -> CacheEntry | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._used.add(key)
         return entry
+
+    def get_by_value(self, value_key: Hashable) -> CacheEntry | None:
+        """An entry whose value key is `value_key`, if one is still held (the caller stores it
+        again under its own structural key with `set`)."""
+        key = self._by_value.get(value_key)
+        return None if key is None else self._entries.get(key)
 
     def contains(self, key: Hashable) -> bool:
         return key in self._entries
@@ -72,6 +108,8 @@ class OutputCache:
         self._entries[key] = entry
         self._owner[key] = owner if owner is not None else key
         self._used.add(key)
+        if entry.value_key is not None:
+            self._by_value[entry.value_key] = key
 
     def release(self, key: Hashable) -> None:
         """Every consumer of `key` has run in this prompt (only `none` acts on it)."""
@@ -82,6 +120,7 @@ class OutputCache:
     def clear(self) -> None:
         self._drop(list(self._entries))
         self._used = set()
+        self._carried = set()
 
     def keys(self) -> set[Hashable]:
         return set(self._entries)
@@ -90,9 +129,12 @@ class OutputCache:
         return len(self._entries)
 
     def _drop(self, keys: Iterable[Hashable]) -> None:
+        by_value = self._by_value
         for key in keys:
-            self._entries.pop(key, None)
+            entry = self._entries.pop(key, None)
             self._owner.pop(key, None)
+            if entry is not None and entry.value_key is not None and by_value.get(entry.value_key) == key:
+                del by_value[entry.value_key]
 
 
 class NoCache(OutputCache):

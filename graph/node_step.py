@@ -23,6 +23,7 @@ from graph.results import Returns, resolve_expansions, split_returns
 from graph.signature import Unique
 from graph.spec import NodeSpec
 from graph.validation import full_type_name
+from graph.value_keys import holds_handles
 
 if TYPE_CHECKING:
     from graph.run import Run
@@ -67,21 +68,30 @@ async def execute_node(run: "Run", node_id: str) -> tuple[str, dict | None, Base
                                         original_prompt=dynprompt.get_original_prompt(), dynprompt=dynprompt,
                                         extra_data=run.extra_data)
             run.emit(ev.executing(run.prompt_id, node_id, display_id))
-            owner_type = class_type if real_id == node_id else dynprompt.get_node(real_id)["class_type"]
-            instance = run.executor.objects.get_or_make(
-                (node_id, class_type), (real_id, owner_type), spec.behaviour.make_instance)
-            if spec.behaviour.check_lazy_status is not None:
-                needed = await _lazy_inputs(run, node_id, spec, instance, assembled)
-                if needed:
-                    for name in needed:
-                        run.schedule.make_input_strong_link(node_id, name)
+            keyed = run.value_keys.get(node_id)
+            if keyed is None:
+                keyed = run.value_keys[node_id] = run.value_key(node_id, assembled)
+            reused = run.cache.get_by_value(keyed[0]) if keyed[0] is not None else None
+            if reused is not None:
+                # Equal input values were computed from before (graph/value_keys.py): take that result.
+                log.debug("node %s (%s): reusing the result of equal inputs", node_id, class_type)
+                produced = Returns(reused.outputs, dict(reused.ui["output"]) if reused.ui else {}, None)
+            else:
+                owner_type = class_type if real_id == node_id else dynprompt.get_node(real_id)["class_type"]
+                instance = run.executor.objects.get_or_make(
+                    (node_id, class_type), (real_id, owner_type), spec.behaviour.make_instance)
+                if spec.behaviour.check_lazy_status is not None:
+                    needed = await _lazy_inputs(run, node_id, spec, instance, assembled)
+                    if needed:
+                        for name in needed:
+                            run.schedule.make_input_strong_link(node_id, name)
+                        return PENDING, None, None
+                returns = await _map_calls(run, node_id, display_id, spec, instance, assembled)
+                if any(isinstance(r, asyncio.Task) for r in returns):
+                    run.pending_async[node_id] = returns
+                    _await_tasks(run, node_id, [r for r in returns if isinstance(r, asyncio.Task)])
                     return PENDING, None, None
-            returns = await _map_calls(run, node_id, display_id, spec, instance, assembled)
-            if any(isinstance(r, asyncio.Task) for r in returns):
-                run.pending_async[node_id] = returns
-                _await_tasks(run, node_id, [r for r in returns if isinstance(r, asyncio.Task)])
-                return PENDING, None, None
-            produced = split_returns(spec, node_id, returns)
+                produced = split_returns(spec, node_id, returns)
 
         if produced.ui:
             run.ui_outputs[node_id] = {
@@ -93,7 +103,9 @@ async def execute_node(run: "Run", node_id: str) -> tuple[str, dict | None, Base
             await _expand(run, node_id, produced.expansions)
             return PENDING, None, None
 
-        entry = CacheEntry(produced.outputs, run.ui_outputs.get(node_id))
+        value_key, by_value = run.value_keys.pop(node_id, (None, False))
+        entry = CacheEntry(produced.outputs, run.ui_outputs.get(node_id), value_key, by_value,
+                           by_value and holds_handles(produced.outputs))
         run.local[node_id] = entry
         sig = run.sig(node_id)
         if not isinstance(sig, Unique):

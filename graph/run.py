@@ -25,6 +25,7 @@ from graph import events as ev
 from graph.cache import CacheEntry
 from graph.context import Interrupted, NodeContext
 from graph.errors import DependencyCycleError
+from graph.inputs import AssembledInputs
 from graph.invoke import call_sync
 from graph.node_step import FAILURE, PENDING, execute_node
 from graph.outcome import ExecutionOutcome
@@ -33,6 +34,7 @@ from graph.prompt import DynamicPrompt
 from graph.schedule import Schedule
 from graph.signature import Signatures, Unique
 from graph.spec import InputSpec, NodeSpec
+from graph.value_keys import has_handle, value_token
 
 if TYPE_CHECKING:
     from graph.executor import Executor
@@ -62,6 +64,8 @@ class Run:
         self.expansion_sources: dict[str, set[str]] = {}
         self.pending_async: dict[str, list] = {}
         self.pending_subgraph: dict[str, list] = {}
+        # node -> (value key, reached by value), from its first call until its entry is stored.
+        self.value_keys: dict[str, tuple[Hashable | None, bool]] = {}
         self._specs: dict[str, NodeSpec] = {}
         self._inputs: dict[str, dict[str, InputSpec]] = {}
         self._node_specs: dict[str, NodeSpec] = {}
@@ -135,6 +139,41 @@ class Run:
                 if entry is not None:
                     self.local[node_id] = entry
         return entry
+
+    def value_key(self, node_id: str, assembled: AssembledInputs) -> tuple[Hashable | None, bool]:
+        """The node's value key and whether a model handle reaches it (graph/value_keys.py),
+        from its assembled inputs, just before it would run. A node no handle reaches gets no
+        value key: its structural key already says everything."""
+        links = self.dynprompt.links(node_id)
+        if not links:
+            return None, False
+        values, missing = assembled.values, assembled.missing
+        reached = False
+        for name, source, _slot in links:
+            if name in missing:
+                return None, False
+            if has_handle(values.get(name)):
+                reached = True
+                break
+            entry = self.cached_entry(source)
+            if entry is not None and entry.by_value:
+                reached = True
+                break
+        if not reached:
+            return None, False
+
+        def link_part(name: str, source: str, slot: int) -> Any:
+            token = value_token(values.get(name))
+            if token is not None:
+                return ("v", token)
+            entry = self.cached_entry(source)
+            if entry is not None and entry.value_key is not None:
+                return ("@", entry.value_key, slot)
+            sig = self.sig(source)  # a producer no handle reaches: its structural key names it
+            return None if isinstance(sig, Unique) else ("s", sig, slot)
+
+        key = self.signatures.value_key(node_id, link_part)
+        return (None, False) if isinstance(key, Unique) else (key, True)
 
     def output_slot(self, node_id: str, slot: int) -> list | None:
         entry = self.cached_entry(node_id)
@@ -226,6 +265,7 @@ class Run:
         finally:
             for task in list(self.pending_tasks()):
                 task.cancel()
+            self.cache.end_prompt()
         return ExecutionOutcome(
             status=status,
             ui_outputs={n: info["output"] for n, info in self.ui_outputs.items()},

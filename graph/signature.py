@@ -8,7 +8,8 @@ building it is quadratic in a chain. We compute the same information as a Merkle
                for each input key in sorted order: (key, constant) or (key, sig(source), slot))
 
 so each node costs O(its inputs) once per prompt (memoised), node ids never enter the key (a
-renumbered or duplicated subgraph hits the cache), and equal sub-chains share entries. A value
+renumbered or duplicated subgraph hits the cache), and equal sub-chains share entries. The same
+builder gives value keys (graph/value_keys.py), which key links on the values they carry. A value
 that cannot be encoded (a tensor constant, a NaN IS_CHANGED, an IS_CHANGED that raised, a link
 to a missing node or around a cycle) gives a fresh `Unique` key that never matches anything,
 and so does everything downstream of it, as ComfyUI's NaN does.
@@ -22,9 +23,10 @@ import math
 from typing import Any, Awaitable, Callable, Hashable, Iterable, Mapping
 
 from graph.expansion import ExecutionBlocker
-from graph.inputs import assemble_inputs, call_slices
+from graph.inputs import HIDDEN_API_KEY, HIDDEN_AUTH_TOKEN, assemble_inputs, call_slices
 from graph.prompt import DynamicPrompt
-from graph.spec import HIDDEN, HIDDEN_UNIQUE_ID, InputSpec, NodeSpec
+from graph.spec import (HIDDEN, HIDDEN_DYNPROMPT, HIDDEN_EXTRA_PNGINFO, HIDDEN_PROMPT, HIDDEN_UNIQUE_ID,
+                        InputSpec, NodeSpec)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,9 @@ class _Unencodable(Exception):
 # Constants that `canonical` returns unchanged (float is not here: NaN must be refused).
 _PLAIN = frozenset({int, str, bool, bytes, type(None)})
 _NO_LINKS: dict[str, tuple[str, int]] = {}
+# Hidden inputs through which a node sees more than its inputs: such a node is never keyed by value.
+_READS_BEYOND_INPUTS = frozenset({HIDDEN_PROMPT, HIDDEN_DYNPROMPT, HIDDEN_EXTRA_PNGINFO,
+                                  HIDDEN_AUTH_TOKEN, HIDDEN_API_KEY})
 
 
 def canonical(value: Any) -> Any:
@@ -87,6 +92,7 @@ class Signatures:
         self._is_changed: dict[str, Any] = {}
         self._sigs: dict[str, Hashable] = {}
         self._keyed_by_id: dict[str, bool] = {}  # class_type -> its key includes the node id
+        self._keyable: dict[str, bool] = {}  # class_type -> it may be keyed by value
 
     # -- IS_CHANGED ---------------------------------------------------------------------------
     async def prepare(self, node_ids: Iterable[str]) -> None:
@@ -161,9 +167,38 @@ class Signatures:
         return sigs[node_id]
 
     def _immediate(self, node_id: str, node: dict, links: tuple[tuple[str, str, int], ...]) -> Hashable:
+        sigs = self._sigs
+
+        def by_source(_name: str, source: str, slot: int) -> Any:
+            sig = sigs[source]
+            return None if isinstance(sig, Unique) else ("@", sig, slot)
+
+        return self._key(node_id, node, links, by_source, "structure")
+
+    # -- value keys (graph/value_keys.py) -----------------------------------------------------
+    def value_key(self, node_id: str, link_part: Callable[[str, str, int], Any]) -> Hashable:
+        """The node's value key; `link_part(name, source, slot)` keys one linked input (None: no
+        key). `Unique` when the node may not be keyed by value."""
+        node = self.dynprompt.get_node(node_id)
+        if not isinstance(node.get("inputs"), dict) or not self._value_keyable(node["class_type"]):
+            return Unique()
+        return self._key(node_id, node, self.dynprompt.links(node_id), link_part, "value")
+
+    def _value_keyable(self, class_type: str) -> bool:
+        keyable = self._keyable.get(class_type)
+        if keyable is None:
+            spec = self.spec_of(class_type)
+            keyable = self._keyable[class_type] = spec.behaviour.check_lazy_status is None and not any(
+                i.section == HIDDEN and i.type in _READS_BEYOND_INPUTS for i in self.inputs_of(class_type).values())
+        return keyable
+
+    def _key(self, node_id: str, node: dict, links: tuple[tuple[str, str, int], ...],
+             link_part: Callable[[str, str, int], Any], kind: str) -> Hashable:
+        """A digest of the node's class, IS_CHANGED, id where it counts, constants, and one part per
+        link from `link_part` (None makes the key `Unique`)."""
         class_type = node["class_type"]
         is_changed = self._is_changed.get(node_id, False)
-        parts: list[Any] = [class_type]
+        parts: list[Any] = [kind, class_type]
         if is_changed is not False:
             try:
                 is_changed = canonical(is_changed)
@@ -178,14 +213,13 @@ class Signatures:
             parts.append(("id", node_id))
         inputs = node["inputs"]
         linked = {name: (source, slot) for name, source, slot in links} if links else _NO_LINKS
-        sigs = self._sigs
         for key in sorted(inputs):
             link = linked.get(key)
             if link is not None:
-                source = sigs[link[0]]
-                if isinstance(source, Unique):
+                part = link_part(key, link[0], link[1])
+                if part is None:
                     return Unique()
-                parts.append((key, "@", source, link[1]))
+                parts.append((key, part))
                 continue
             value = inputs[key]
             if type(value) not in _PLAIN:

@@ -65,10 +65,16 @@ def _apply_lora(node_name: str, model: Any, clip: Any, lora_name: str,
     path = current_env().folders.full_path("loras", lora_name)
     if path is None:
         raise PatchNodeInputError(f"{node_name}: LoRA file {lora_name!r} not found in the loras folders")
+    # The file's state names the patches, so re-running this node on an unchanged file (say, after
+    # strength_clip changed) gives a MODEL with the same cache signature and downstream nodes hit.
+    # Taken before reading, so a file rewritten meanwhile never gets the old name.
+    stat = Path(path).stat()
+    source = ("lora-file", str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
     tensors = load_lora_file(Path(path), node_name)
     from comfy_core.lora import load_lora_for_models
 
-    new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip, lora_name)
+    new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip,
+                                                       lora_name, source)
     log.info("%s: %s patched %d model and %d clip weights", node_name, lora_name, report.model_keys, report.clip_keys)
     return new_model, new_clip
 

@@ -20,6 +20,7 @@ The formulas follow the papers and the LyCORIS file conventions that ComfyUI rea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Hashable
 
 import torch
 
@@ -70,8 +71,24 @@ def dora_renormalise(weight: torch.Tensor, patched: torch.Tensor, dora_scale: to
     return result
 
 
+class _FileRecord:
+    """Where an adapter's tensors came from, for signatures that survive re-reading the file.
+
+    `source` names the file's state (path, mtime, size); with `name` (file and layer) it fixes
+    every tensor of the adapter. Without a source an adapter is known by identity only.
+    """
+
+    source: Hashable | None
+    name: str
+
+    def cache_signature(self) -> Hashable | None:
+        if self.source is None:
+            return None
+        return (type(self).__name__, self.source, self.name)
+
+
 @dataclass(eq=False)
-class LoraAdapter:
+class LoraAdapter(_FileRecord):
     """A (LoCon / DoRA) LoRA record for one weight; `eq=False` keeps identity-based signatures."""
 
     up: torch.Tensor  # [out, r] or [out, r, 1, 1]
@@ -80,6 +97,7 @@ class LoraAdapter:
     mid: torch.Tensor | None = None  # [r, r, kh, kw]
     dora_scale: torch.Tensor | None = None
     name: str = ""
+    source: Hashable | None = None
 
     @property
     def rank(self) -> int:
@@ -109,7 +127,7 @@ class LoraAdapter:
 
 
 @dataclass(eq=False)
-class LohaAdapter:
+class LohaAdapter(_FileRecord):
     """A LoHa record: two low-rank products multiplied elementwise (optional Tucker cores)."""
 
     w1a: torch.Tensor  # [out, r], or [r, out] with t1
@@ -120,6 +138,7 @@ class LohaAdapter:
     t1: torch.Tensor | None = None  # [r, r, kh, kw]
     t2: torch.Tensor | None = None
     name: str = ""
+    source: Hashable | None = None
 
     @property
     def rank(self) -> int:
@@ -144,7 +163,7 @@ def _hada_factor(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor | None) -> to
 
 
 @dataclass(eq=False)
-class LokrAdapter:
+class LokrAdapter(_FileRecord):
     """A LoKr record: `kron(w1, w2)`, each factor full or a low-rank product (w2 maybe Tucker)."""
 
     w1: torch.Tensor | None = None
@@ -156,6 +175,7 @@ class LokrAdapter:
     t2: torch.Tensor | None = None
     alpha: float | None = None
     name: str = ""
+    source: Hashable | None = None
 
     def __post_init__(self) -> None:
         if self.w1 is None and (self.w1a is None or self.w1b is None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import torch
 
@@ -63,8 +63,13 @@ def _split(key: str) -> tuple[str, str, str] | None:
     return None
 
 
-def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], name: str = "") -> LoraParse:
-    """Resolve a LoRA state dict against `key_map` (LoRA layer name -> parameter name)."""
+def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], name: str = "",
+               source: Hashable | None = None) -> LoraParse:
+    """Resolve a LoRA state dict against `key_map` (LoRA layer name -> parameter name).
+
+    `source` identifies the file's state (e.g. path, mtime, size); the adapters carry it, so a
+    re-read of an unchanged file yields patches with the same signature (and cache hits).
+    """
     layers: dict[str, dict[str, tuple[str, torch.Tensor]]] = {}
     raw_keys: dict[str, list[str]] = {}
     result = LoraParse()
@@ -81,12 +86,13 @@ def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], 
         if target is None:
             result.unmatched.extend(raw_keys[layer])
             continue
-        for param, record in _records(layer, parts, target, name):
+        for param, record in _records(layer, parts, target, name, source):
             result.patches[param] = record
     return result
 
 
-def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str, name: str) -> list[tuple[str, Any]]:
+def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str, name: str,
+             source: Hashable | None) -> list[tuple[str, Any]]:
     kinds = {kind for kind, _ in parts.values()} - {"*"}
     get = lambda p: parts[p][1] if p in parts else None  # noqa: E731
     alpha_t = get("alpha")
@@ -96,16 +102,16 @@ def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str
     if "lora" in kinds:
         if get("up") is None or get("down") is None:
             raise PatchDataError(f"LoRA {label!r}: needs both up and down weights, has {sorted(parts)}")
-        records.append((target, LoraAdapter(get("up"), get("down"), alpha, get("mid"), get("dora_scale"), label)))
+        records.append((target, LoraAdapter(get("up"), get("down"), alpha, get("mid"), get("dora_scale"), label, source)))
     elif "loha" in kinds:
         missing = {"w1a", "w1b", "w2a", "w2b"} - set(parts)
         if missing:
             raise PatchDataError(f"LoHa {label!r}: missing {sorted(missing)}")
         records.append((target, LohaAdapter(get("w1a"), get("w1b"), get("w2a"), get("w2b"), alpha,
-                                             get("t1"), get("t2"), label)))
+                                             get("t1"), get("t2"), label, source)))
     elif "lokr" in kinds:
         records.append((target, LokrAdapter(get("w1"), get("w2"), get("w1a"), get("w1b"), get("w2a"),
-                                            get("w2b"), get("t2"), alpha, label)))
+                                            get("w2b"), get("t2"), alpha, label, source)))
     elif "diff" in kinds:
         records.append((target, ("diff", (get("diff"),))))
     if "diff_b" in kinds and target.endswith(".weight"):
@@ -125,11 +131,13 @@ class LoraReport:
 
 
 def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tensor],
-                         strength_model: float, strength_clip: float, name: str = "") -> tuple[Any, Any, LoraReport]:
+                         strength_model: float, strength_clip: float, name: str = "",
+                         source: Hashable | None = None) -> tuple[Any, Any, LoraReport]:
     """Clone `model` (a ModelPatcher) and `clip` (CLIP object or ClipPatcher) with the LoRA added.
 
     ComfyUI's semantics (comfy/sd.py: load_lora_for_models): either may be None, which skips it;
     strengths scale each side. Returns the clones and a report; unmatched keys are logged once.
+    `source` (see `parse_lora`) makes the patches' signatures survive re-reading the file.
     """
     key_map: dict[str, str] = {}
     owner: dict[str, str] = {}
@@ -143,8 +151,8 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
     model_map = {k: v for k, v in key_map.items() if owner[k] == "model"}
     clip_map = {k: v for k, v in key_map.items() if owner[k] == "clip"}
     report = LoraReport()
-    model_parse = parse_lora(tensors, model_map, name)
-    clip_parse = parse_lora(tensors, clip_map, name)
+    model_parse = parse_lora(tensors, model_map, name, source)
+    clip_parse = parse_lora(tensors, clip_map, name, source)
     new_model, new_clip = model, clip
     if model is not None:
         new_model = model.clone()

@@ -9,6 +9,10 @@ every original tensor object and attribute on exit, whatever ends the block.
 
 Applying the same weight patch set again costs no arithmetic: the patched tensors of the last
 set are cached (per base module, keyed by the weight signature) and swapped back in.
+
+`cache_signature()` is the value-level identity the executor keys cached outputs on: two
+patchers with equal signatures run the same module with the same patches, so a node given
+either produces the same result (see graph/value_keys.py).
 """
 from __future__ import annotations
 
@@ -21,12 +25,16 @@ from torch import nn
 
 from comfy_core.attention import AttentionChoice, require_backend, use_backend
 from comfy_core.patching.errors import ObjectPatchError, PatchDataError
-from comfy_core.patching.signature import freeze
+from comfy_core.patching.signature import fingerprint, freeze
 from comfy_core.patching.state import BaseModuleState, PatchStats
 from comfy_core.patching.weights import Offset, PatchEntry, calculate_weight
 
 ATTENTION_BACKEND = "attention_backend"
 ATTENTION_OPTIONS = "attention_options"
+# Attributes that are bookkeeping, not behaviour: left out of `cache_signature()`. Any other
+# attribute a pack sets on a clone counts, so such a clone never shares a key with a plain one.
+_BOOKKEEPING = frozenset({"model", "load_device", "offload_device", "patches", "object_patches",
+                          "model_options", "parent", "cache_patched_weights", "memory", "_state", "_explicit"})
 
 
 class Patcher:
@@ -149,16 +157,31 @@ class Patcher:
     # --- signatures ---
 
     def weight_signature(self) -> Hashable:
-        return tuple(sorted((key, tuple(_entry_signature(e) for e in entries))
-                            for key, entries in self.patches.items() if entries))
+        return freeze(self._weight_parts())
 
     def object_signature(self) -> Hashable:
-        return tuple(sorted((name, id(obj)) for name, obj in self.object_patches.items()))
+        return tuple(sorted((name, freeze(obj)) for name, obj in self.object_patches.items()))
 
     def signature(self) -> Hashable:
         """Identifies the base module and the whole patch set (weights, objects, options)."""
-        return (type(self).__name__, self._state.token, self.weight_signature(),
-                self.object_signature(), freeze(self.model_options))
+        return freeze(self._signature_parts())
+
+    def cache_signature(self) -> Hashable | None:
+        """The value-level identity cached outputs are keyed on, or None when some patch has no
+        lasting identity (the executor then keys on the producing node instead).
+
+        Covers the base module, every patch and option, and any attribute a pack set on the clone.
+        """
+        extra = {k: v for k, v in self.__dict__.items() if k not in _BOOKKEEPING}
+        key, stable = fingerprint((self._signature_parts(), extra))
+        return key if stable else None
+
+    def _weight_parts(self) -> tuple:
+        return tuple((key, tuple(entries)) for key, entries in sorted(self.patches.items()) if entries)
+
+    def _signature_parts(self) -> tuple:
+        objects = tuple(sorted(self.object_patches.items(), key=lambda item: item[0]))
+        return (type(self).__name__, self._state.token, self._weight_parts(), objects, self.model_options)
 
     # --- application ---
 
@@ -272,11 +295,6 @@ def _split_key(raw: Any) -> tuple[str, Offset | None, Any]:
         function = raw[2] if len(raw) > 2 else None
         return raw[0], offset, function
     raise PatchDataError(f"weight patch key must be a name or (name, offset[, function]), got {raw!r}")
-
-
-def _entry_signature(entry: PatchEntry) -> Hashable:
-    return (entry.strength_patch, id(entry.data), entry.strength_model,
-            tuple(entry.offset) if entry.offset else None, id(entry.function) if entry.function else None)
 
 
 def _get_attr(root: Any, dotted: str) -> Any:

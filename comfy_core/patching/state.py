@@ -48,8 +48,8 @@ class _WeightBackup:
 class WeightCache:
     """Patched weights of the last applied weight patch set, keyed by parameter name.
 
-    `pin` keeps the patch entries alive: the signature identifies patch data by object identity,
-    which must not be reused while the cache entry exists.
+    `pin` keeps the patch entries alive: patch data that takes no weak reference is fingerprinted
+    by `id()` (comfy_core/patching/signature.py), which must not be reused while the entry exists.
     """
 
     signature: Hashable = None

@@ -50,6 +50,10 @@ class EmbeddingSet:
     def __len__(self) -> int:
         return len(self.embeddings)
 
+    def cache_signature(self) -> tuple:
+        """By content: the same embeddings loaded again give the same CLIP signature."""
+        return tuple(e.signature() for e in self.embeddings)
+
 
 def registered_embeddings(clip: Any) -> tuple[Embedding, ...]:
     registered = clip.patcher.model_options.get(EMBEDDINGS_OPTION)

@@ -8,11 +8,12 @@ part of the patcher's signature.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import torch
 
 from comfy_core.patching import ClipPatcher
+from comfy_core.patching.signature import fingerprint
 from comfy_core.text_encoders.encoder_set import EncoderOptions, TextEncoderSet, with_clip_layer
 from comfy_core.text_encoders.sd_tokenizer import EmbeddingLookup, FamilyTokenizer
 
@@ -64,6 +65,13 @@ class CLIP:
     @property
     def family(self) -> str:
         return self.cond_stage_model.spec.name
+
+    def cache_signature(self) -> Hashable | None:
+        """Value-level identity for the executor's cache keys: the patcher's patch set (LoRA,
+        clip skip, embeddings), the tokenizer and this clone's embedding lookup (None when one
+        of them has no lasting identity)."""
+        key, stable = fingerprint((self.patcher, self._tokenizer, self._embedding_lookup))
+        return key if stable else None
 
     # --- cloning and patches ---
 
