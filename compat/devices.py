@@ -5,20 +5,34 @@ reads it and `throw_exception_if_processing_interrupted()` raises
 `InterruptProcessingException`, which *is* `graph.context.Interrupted`, so the executor reports
 `execution_interrupted` and a pack's `except InterruptProcessingException` catches ours. Devices
 and unloading go to the server's `comfy_core.memory.MemoryManager` (the environment's `memory`).
+
+torch is imported inside the functions (and `OOM_EXCEPTION` resolved on first access): packs
+import `comfy.model_management` at start-up, before the server answers /object_info, and
+start-up stays torch-free (torch loads in the background once the server listens,
+web/warmup.py).
 """
 from __future__ import annotations
 
 import gc
 from enum import Enum
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from compat.session import active
 from graph.context import Interrupted, current
 
+if TYPE_CHECKING:
+    import torch
+
 InterruptProcessingException = Interrupted
-OOM_EXCEPTION = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+
+def __getattr__(name: str) -> Any:
+    """`OOM_EXCEPTION` (torch's out-of-memory error), looked up when a pack first reads it."""
+    if name == "OOM_EXCEPTION":
+        import torch
+
+        return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class VRAMState(Enum):
@@ -46,10 +60,14 @@ def get_torch_device() -> torch.device:
 
 def intermediate_device() -> torch.device:
     """Where nodes hand tensors to each other: the CPU, as in ComfyUI (without --gpu-only)."""
+    import torch
+
     return torch.device("cpu")
 
 
 def unet_offload_device() -> torch.device:
+    import torch
+
     memory = _memory()
     return memory.offload_device if memory is not None else torch.device("cpu")
 
@@ -63,14 +81,20 @@ def cpu_mode() -> bool:
 
 
 def is_device_cpu(device: Any) -> bool:
+    import torch
+
     return torch.device(device).type == "cpu"
 
 
 def is_device_mps(device: Any) -> bool:
+    import torch
+
     return torch.device(device).type == "mps"
 
 
 def is_device_cuda(device: Any) -> bool:
+    import torch
+
     return torch.device(device).type == "cuda"
 
 
@@ -80,6 +104,7 @@ def vram_state() -> VRAMState:
 
 def get_total_memory(dev: Any = None, torch_total_too: bool = False) -> Any:
     import psutil
+    import torch
 
     device = torch.device(dev) if dev is not None else get_torch_device()
     if device.type == "cuda":
@@ -92,6 +117,7 @@ def get_total_memory(dev: Any = None, torch_total_too: bool = False) -> Any:
 
 def get_free_memory(dev: Any = None, torch_free_too: bool = False) -> Any:
     import psutil
+    import torch
 
     device = torch.device(dev) if dev is not None else get_torch_device()
     if device.type == "cuda":
@@ -128,6 +154,8 @@ def interrupt_current_processing(value: bool = True) -> None:
 
 def soft_empty_cache(force: bool = False) -> None:
     """Return cached allocator memory to the device (CUDA/MPS); a no-op on the CPU."""
+    import torch
+
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -174,20 +202,28 @@ def xformers_enabled() -> bool:
 
 
 def unet_dtype(device: Any = None, model_params: int = 0, supported_dtypes: Any = None) -> torch.dtype:
+    import torch
+
     return torch.float32 if cpu_mode() else torch.float16
 
 
 def vae_dtype(device: Any = None, allowed_dtypes: Any = None) -> torch.dtype:
+    import torch
+
     return torch.float32
 
 
 def should_use_fp16(device: Any = None, model_params: int = 0, prioritize_performance: bool = True,
                     manual_cast: bool = False) -> bool:
+    import torch
+
     device = torch.device(device) if device is not None else get_torch_device()
     return device.type == "cuda"
 
 
 def should_use_bf16(device: Any = None, model_params: int = 0, prioritize_performance: bool = True,
                     manual_cast: bool = False) -> bool:
+    import torch
+
     device = torch.device(device) if device is not None else get_torch_device()
     return device.type == "cuda" and torch.cuda.is_bf16_supported()

@@ -1,10 +1,16 @@
-"""`comfy.utils` helpers for tensors and weight files (ComfyUI's comfy/utils.py behaviour)."""
+"""`comfy.utils` helpers for tensors and weight files (ComfyUI's comfy/utils.py behaviour).
+
+torch is imported inside the functions: packs import `comfy.utils` at start-up, before the
+server answers /object_info, and start-up stays torch-free (torch loads in the background once
+the server listens, web/warmup.py).
+"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class WeightFileError(ValueError):
@@ -16,6 +22,8 @@ def load_torch_file(ckpt: str | Path, safe_load: bool = False, device: Any = Non
     """A state dict from `.safetensors` / `.sft` (with its metadata when `return_metadata`) or a
     torch file (always `weights_only=True`: pickles can run code; `safe_load` is accepted for
     ComfyUI's signature). A checkpoint holding `state_dict` returns that dict."""
+    import torch
+
     path = Path(ckpt)
     device = torch.device("cpu") if device is None else torch.device(device)
     metadata = None

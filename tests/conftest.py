@@ -1,13 +1,26 @@
-"""Session fixtures shared by every test folder: tiny random checkpoints with the real key names.
+"""Fixtures shared by every test folder: tiny random checkpoints with the real key names, and
+the compat layer's state put back after each test.
 
-Each file is generated once per test session (a few tenths of a second each) into a session
-temporary folder; see `tests/fixtures/checkpoints.py` for what they contain.
+Each checkpoint is generated once per test session (a few tenths of a second each) into a
+session temporary folder; see `tests/fixtures/checkpoints.py` for what they contain.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tests.compat.isolation import restore, snapshot
+
+
+@pytest.fixture(autouse=True)
+def _compat_state_restored():
+    """A server built in a synchronous test leaves its compat session selected in the main
+    thread's context, which every later synchronous test shares; putting the state back after
+    each test makes every test start as in a fresh process (tests/compat/isolation.py)."""
+    saved = snapshot()
+    yield
+    restore(saved)
 
 
 def _tiny(tmp_path_factory: pytest.TempPathFactory, family: str) -> Path:

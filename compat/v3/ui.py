@@ -2,15 +2,19 @@
 
 Each helper has `as_dict()`, the node's `"ui"` record (`{"images": [...]}`, `{"text": [...]}`).
 `PreviewImage` writes PNGs into the server's temp folder, like the PreviewImage node.
+
+torch and numpy are imported where images are saved, not at the top: packs import
+`comfy_api.latest` at start-up, before the server answers /object_info, and start-up stays
+torch-free (torch loads in the background once the server listens, web/warmup.py).
 """
 from __future__ import annotations
 
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class SavedResult(dict):
@@ -35,6 +39,8 @@ class SavedImages(_UIOutput):
 
 
 def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str) -> list[SavedResult]:
+    import numpy as np
+    import torch
     from PIL import Image
 
     from compat.folders import get_save_image_path
@@ -72,6 +78,8 @@ class PreviewMask(PreviewImage):
     """A MASK `[B, H, W]` previewed as a grey image."""
 
     def __init__(self, mask: torch.Tensor, animated: bool = False, cls: Any = None, **kwargs: Any) -> None:
+        import torch
+
         if not isinstance(mask, torch.Tensor) or mask.ndim not in (2, 3):
             raise TypeError(f"ui.PreviewMask: expected a MASK tensor [B, H, W], got {getattr(mask, 'shape', mask)!r}")
         mask = mask.reshape(-1, mask.shape[-2], mask.shape[-1])

@@ -1,6 +1,10 @@
-"""V1 nodes of the example pack."""
-import torch
+"""V1 nodes of the example pack.
 
+`torch` is imported inside the node methods, not at the top: the server imports every pack
+before it answers /object_info, and a top-level `import torch` would make that start-up wait
+seconds for it (the engine loads torch in the background once it listens). Node methods only
+run after that, so the import there is free.
+"""
 import comfy.model_management
 import comfy.utils
 from comfy_execution.graph_utils import GraphBuilder
@@ -23,6 +27,8 @@ class ExampleInvertImage:
                 "hidden": {"unique_id": "UNIQUE_ID"}}
 
     def invert(self, image, unique_id=None):
+        import torch  # here, not at the top: see the module docstring
+
         bar = comfy.utils.ProgressBar(image.shape[0])
         out = []
         for single in image:
@@ -70,6 +76,8 @@ class ExampleSolidImage:
                              "value": ("FLOAT", {"default": 0.25, "min": 0.0, "max": 1.0, "step": 0.01})}}
 
     def make(self, width, height, value):
+        import torch  # here, not at the top: see the module docstring
+
         return (torch.full((1, height, width, 3), float(value)),)
 
 

@@ -31,13 +31,13 @@ def test_comfyui_module_names_import_through_the_hook(session):
 
 def test_two_sessions_each_see_their_own_folders(tmp_path):
     import compat
-    import folder_paths
     from compat.session import active
     from graph.registry import Registry
     from nodes.environment import Environment
 
     first = compat.install(Environment.rooted_at(tmp_path / "a"), Registry())
     second = compat.install(Environment.rooted_at(tmp_path / "b"), Registry())
+    import folder_paths  # only after an install: the import hook is what finds ComfyUI's names
     assert active() is second  # outside any context: the most recent install
     with first.activate():
         assert folder_paths.get_output_directory() == str((tmp_path / "a" / "output").resolve())
@@ -146,6 +146,11 @@ def test_model_management_devices_and_unloading(session):
     import comfy.model_management as mm
 
     assert mm.intermediate_device() == torch.device("cpu")
+    assert mm.OOM_EXCEPTION is torch.OutOfMemoryError  # resolved on first access
+    from comfy.model_management import OOM_EXCEPTION
+    assert OOM_EXCEPTION is mm.OOM_EXCEPTION
+    with pytest.raises(AttributeError, match="not_a_name"):
+        mm.not_a_name  # noqa: B018
     assert isinstance(mm.get_torch_device(), torch.device)
     assert mm.get_free_memory() > 0 and mm.get_total_memory() >= mm.get_free_memory()
     mm.soft_empty_cache()
