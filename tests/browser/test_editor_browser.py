@@ -240,7 +240,11 @@ async def test_a_workflow_runs_and_its_image_shows_then_a_validation_error_shows
         except playwright_api.TimeoutError:
             continue
     assert chooser is not None, "LoadImage's upload button never opened a file chooser"
-    await chooser.set_files(str(upload))
+    # The editor may show the new name before its upload request has finished: wait for the answer.
+    async with page.expect_response(lambda r: "/upload/image" in r.url and r.request.method == "POST",
+                                    timeout=UI_TIMEOUT_MS) as uploaded:
+        await chooser.set_files(str(upload))
+    assert (await uploaded.value).status == 200
     await page.wait_for_function(
         "() => window.app.graph.getNodeById(1).widgets.find(w => w.name === 'image').value === 'from disk.png'",
         timeout=UI_TIMEOUT_MS)
