@@ -1,10 +1,16 @@
-"""`node_helpers` for packs (ComfyUI's node_helpers.py behaviour)."""
+"""`node_helpers` for packs (ComfyUI's node_helpers.py behaviour).
+
+torch is imported inside `string_to_torch_dtype`: packs import `node_helpers` at start-up,
+before the server answers /object_info, and start-up stays torch-free (torch loads in the
+background once the server listens, web/warmup.py).
+"""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -47,13 +53,18 @@ def hasher() -> Callable[..., Any]:
     return hashlib.sha256
 
 
-_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-           "fp8_e4m3fn": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
+def _dtypes() -> dict[str, torch.dtype | None]:
+    """ComfyUI's names -> torch dtypes (None where this torch build lacks the fp8 type)."""
+    import torch
+
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+            "fp8_e4m3fn": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
 
 
 def string_to_torch_dtype(string: str) -> torch.dtype:
-    dtype = _DTYPES.get(string)
+    dtypes = _dtypes()
+    dtype = dtypes.get(string)
     if dtype is None:
-        raise ValueError(f"string_to_torch_dtype: expected one of {sorted(k for k, v in _DTYPES.items() if v)}, "
+        raise ValueError(f"string_to_torch_dtype: expected one of {sorted(k for k, v in dtypes.items() if v)}, "
                          f"got {string!r}")
     return dtype

@@ -3,14 +3,23 @@
 ComfyUI's entry points of the same names (comfy/sd.py, comfy/samplers.py, comfy/sample.py);
 the objects returned are ours (`ModelPatcher`, CLIP, `VaePatcher`), which the built-in nodes
 accept, so a pack that loads a model itself and feeds it to KSampler works.
+
+torch is imported inside the functions, and the name lists packs read at import time
+(`KSampler.SAMPLERS`, `KSampler.SCHEDULERS`) come from the torch-free lists
+(comfy_core.sampling.samplers.registry, nodes/_names.py): packs import `comfy.samplers` and
+`comfy.sd` at the top, when they load at start-up, and start-up stays torch-free (torch loads
+in the background once the server listens, web/warmup.py).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
-
+from comfy_core.sampling.samplers import registry as _samplers
 from compat.session import active
+from nodes import _names  # its SCHEDULER_NAMES is checked equal to comfy_core.sampling.schedulers' (imports torch)
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _track(*patchers: Any) -> None:
@@ -44,32 +53,17 @@ def load_lora_for_models(model: Any, clip: Any, lora: Mapping[str, torch.Tensor]
     return new_model, new_clip
 
 
-def sampler_names() -> list[str]:
-    from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
-
-    return list(SAMPLER_NAMES)
-
-
-def scheduler_names() -> list[str]:
-    from comfy_core.sampling.schedulers import SCHEDULER_NAMES
-
-    return list(SCHEDULER_NAMES)
-
-
 class KSampler:
     """Only the class attributes packs read: `KSampler.SAMPLERS`, `KSampler.SCHEDULERS`."""
 
-    SAMPLERS: list[str] = []
-    SCHEDULERS: list[str] = []
-    DISCARD_PENULTIMATE_SIGMA_SAMPLERS = {"dpm_2", "dpm_2_ancestral", "uni_pc", "uni_pc_bh2"}
+    # mutable copies, as ComfyUI's attributes are (a pack may append its own names)
+    SAMPLERS: list[str] = list(_samplers.SAMPLER_NAMES)
+    SCHEDULERS: list[str] = list(_names.SCHEDULER_NAMES)
+    DISCARD_PENULTIMATE_SIGMA_SAMPLERS: set[str] = set(_samplers.DISCARD_PENULTIMATE_SIGMA_SAMPLERS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("comfy.samplers.KSampler objects are not provided; use comfy.sample.sample "
                                   "or the KSampler node (nodes.KSampler().sample(...))")
-
-
-KSampler.SAMPLERS = sampler_names()
-KSampler.SCHEDULERS = scheduler_names()
 
 
 def calculate_sigmas(model_sampling: Any, scheduler_name: str, steps: int) -> torch.Tensor:
@@ -95,6 +89,8 @@ def sample(model: Any, noise: torch.Tensor, steps: int, cfg: float, sampler_name
            force_full_denoise: bool = False, noise_mask: torch.Tensor | None = None, sigmas: Any = None,
            callback: Any = None, disable_pbar: bool = False, seed: int | None = None) -> torch.Tensor:
     """ComfyUI's `comfy.sample.sample`: the denoised latent `[B, C, h, w]`."""
+    import torch
+
     from comfy_core.sampling.driver import sample as ours
 
     if disable_noise:

@@ -1,9 +1,14 @@
-"""`latent_preview.prepare_callback` for packs that run their own sampling loop."""
+"""`latent_preview.prepare_callback` for packs that run their own sampling loop.
+
+Imports no torch (tensors only pass through the callback): packs import `latent_preview` at
+start-up, before the server answers /object_info, and start-up stays torch-free.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def prepare_callback(model: Any, steps: int, x0_output_dict: dict | None = None

@@ -1,6 +1,7 @@
-"""ComfyUI's `comfy.samplers` names for node packs (compat/models.py)."""
+"""ComfyUI's `comfy.samplers` names for node packs (compat/models.py); importable without torch."""
+from comfy_core.sampling.samplers.registry import KSAMPLER_NAMES as _KSAMPLER_NAMES
 from compat.models import KSampler, calculate_sigmas
 
 SAMPLER_NAMES = list(KSampler.SAMPLERS)
 SCHEDULER_NAMES = list(KSampler.SCHEDULERS)
-KSAMPLER_NAMES = [n for n in SAMPLER_NAMES if n not in ("ddim", "uni_pc", "uni_pc_bh2")]
+KSAMPLER_NAMES = list(_KSAMPLER_NAMES)  # SAMPLER_NAMES less ddim, uni_pc, uni_pc_bh2, as in ComfyUI
