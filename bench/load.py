@@ -16,7 +16,9 @@ folder, then measures, each in a fresh process (so peak RSS is that step's own):
   installed) on the same weights.
 
 Page-cache pages of the file are dropped with posix_fadvise(DONTNEED) before each load ("cold"
-for this guest). Prints one line per figure. Usage:
+for this guest). Prints one line per figure; `cpu` is the step's user + system CPU time over all
+its threads, steadier than wall time on a small shared machine (a load that burns less CPU for
+the same wall time is ahead as soon as something else wants the cores). Usage:
 `.venv/bin/python bench/load.py [--keep DIR] [--skip-forward] [--steps floor_read,load_fp16,...]`
 (`--keep` reuses a checkpoint already written there).
 """
@@ -52,6 +54,12 @@ def _peak_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process so far, all threads."""
+    times = os.times()
+    return times.user + times.system
 
 
 def _drop_cache(path: Path) -> None:
@@ -103,7 +111,7 @@ def child(step: str, path: Path) -> dict:
 
         base = _rss_mb()
         _drop_cache(path)
-        t = time.perf_counter()
+        cpu, t = _cpu_s(), time.perf_counter()
         state = load_file(str(path))
         if step == "floor_clone":
             state = {k: v.clone() for k, v in state.items()}
@@ -111,9 +119,9 @@ def child(step: str, path: Path) -> dict:
             for v in state.values():
                 if v.numel():
                     int(v.reshape(-1).view(torch.uint8)[::2048].max())
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, _cpu_s() - cpu
         nbytes = sum(v.numel() * v.element_size() for v in state.values())
-        return {"seconds": seconds, "peak_mb": _peak_mb(), "base_mb": base, "weights_mb": nbytes / 2**20}
+        return {"seconds": seconds, "cpu": cpu, "peak_mb": _peak_mb(), "base_mb": base, "weights_mb": nbytes / 2**20}
     if step in ("load_fp16", "load_fp16_copy", "load_default"):
         sys.path.insert(0, str(ROOT))
         from comfy_core import load_checkpoint
@@ -127,12 +135,12 @@ def child(step: str, path: Path) -> dict:
         options = LoadOptions(dtype_policy=policy, mmap=step != "load_fp16_copy")
         base = _rss_mb()
         _drop_cache(path)
-        t = time.perf_counter()
+        cpu, t = _cpu_s(), time.perf_counter()
         model, clip, vae = load_checkpoint(path, options)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, _cpu_s() - cpu
         modules = [model.model, vae.model, clip.patcher.model]
         nbytes = sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
-        return {"seconds": seconds, "peak_mb": _peak_mb(), "base_mb": base, "weights_mb": nbytes / 2**20}
+        return {"seconds": seconds, "cpu": cpu, "peak_mb": _peak_mb(), "base_mb": base, "weights_mb": nbytes / 2**20}
     if step in ("forward_ours", "forward_diffusers"):
         gen = torch.Generator().manual_seed(0)
         x = torch.randn(2, 4, 64, 64, generator=gen)
@@ -214,7 +222,7 @@ def main() -> None:
         for step in steps:
             r = results[step] = run_child(step, path)
             grown = r["peak_mb"] - r["base_mb"]
-            print(f"{step:16s} {r['seconds']:6.2f} s   peak RSS {r['peak_mb']:7.0f} MB (+{grown:.0f} over "
+            print(f"{step:16s} {r['seconds']:6.2f} s (cpu {r['cpu']:5.2f} s)   peak RSS {r['peak_mb']:7.0f} MB (+{grown:.0f} over "
                   f"{r['base_mb']:.0f} MB baseline)   weights in memory {r['weights_mb']:.0f} MB   "
                   f"growth/weights {grown / r['weights_mb']:.2f}")
         for step in (s for s in steps if s.startswith("load_")):
