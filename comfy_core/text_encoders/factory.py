@@ -59,7 +59,7 @@ def detect_text_encoders(tensors: Mapping[str, Any]) -> list[ClipTextConfig]:
 def make_tokenizer(configs: Sequence[ClipTextConfig], clip_tokenizer: ClipTokenizer | None = None) -> FamilyTokenizer:
     """The family tokenizer for these encoders (pad token per encoder, from the encoder set)."""
     spec = spec_for_slots([c.slot for c in configs])
-    clip_tokenizer = clip_tokenizer or ClipTokenizer.from_file()
+    clip_tokenizer = clip_tokenizer or ClipTokenizer.shared_default()
     by_slot = {c.slot: c for c in configs}
     tokenizers = {}
     for options in spec.encoders:

@@ -7,6 +7,7 @@ whitespace collapsed, lower case, CLIP's pre-tokenisation regex, byte-level BPE.
 """
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from comfy_core.text_encoders.vocab import ClipVocabulary, load_vocabulary
@@ -33,6 +34,12 @@ class ClipTokenizer:
         """Build from a `bpe_simple_vocab_16e6.txt.gz` (default: the one shipped by `openai-clip`)."""
         return cls(load_vocabulary(path))
 
+    @staticmethod
+    def shared_default() -> "ClipTokenizer":
+        """One tokenizer over the default vocabulary for the whole process (it is immutable):
+        every checkpoint load after the first skips re-reading and re-deriving the vocabulary."""
+        return _shared_default()
+
     def encode(self, text: str) -> list[int]:
         """The BPE ids of `text`, without BOS/EOS."""
         return list(self._backend(text, add_special_tokens=False)["input_ids"])
@@ -47,3 +54,8 @@ class ClipTokenizer:
 
     def get_vocab(self) -> dict[str, int]:
         return dict(self.vocabulary.vocab)
+
+
+@cache
+def _shared_default() -> ClipTokenizer:
+    return ClipTokenizer.from_file()

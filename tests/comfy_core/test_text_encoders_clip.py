@@ -215,3 +215,14 @@ def test_build_from_file_in_fp16(tiny_sd1_ckpt, clip_tokenizer):
     assert {p.dtype for p in clip.cond_stage_model.parameters()} == {torch.float16}
     cond = clip.encode("a cat")
     assert cond.dtype == torch.float32 and torch.isfinite(cond).all()
+
+
+def test_checkpoint_loads_share_one_default_tokenizer(tiny_sd1_ckpt, tiny_sdxl_ckpt):
+    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.text_encoders.tokenizer import ClipTokenizer
+
+    _, first, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False)
+    _, second, _ = load_checkpoint(tiny_sdxl_ckpt, output_vae=False)
+    shared = ClipTokenizer.shared_default()
+    assert first.tokenizer.clip_l.clip_tokenizer is shared
+    assert second.tokenizer.clip_l.clip_tokenizer is shared and second.tokenizer.clip_g.clip_tokenizer is shared
