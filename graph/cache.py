@@ -16,9 +16,10 @@ Strategies (ComfyUI's `--cache-*` flags, reference/comfyui-contract.md §5.5):
 Every strategy also indexes entries by value key (graph/value_keys.py): `get_by_value` finds an
 entry still held under some structural key. The classic strategy would drop, when a prompt
 starts, exactly the entries a value key can still reach (an upstream change gave them new
-structural keys), so it carries the last prompt's value-reachable entries over this one prompt,
-and `end_prompt` drops those that were not reached. Entries holding a model handle (a MODEL or
-CLIP) are never carried: that would keep a replaced checkpoint in memory.
+structural keys), so it carries the last prompt's value-reachable entries over this one prompt
+(at most `carry_budget` bytes of them, smallest first), and `end_prompt` drops those that were
+not reached. Entries holding a model handle (a MODEL or CLIP) are never carried: that would keep
+a replaced checkpoint in memory.
 """
 from __future__ import annotations
 
@@ -65,9 +66,17 @@ class CacheEntry:
 
 
 class OutputCache:
-    """Classic strategy; the others derive from it."""
+    """Classic strategy; the others derive from it.
 
-    def __init__(self) -> None:
+    `carry_budget` bounds the bytes (by `estimate_bytes`) of value-reachable entries carried over
+    a prompt: smallest first, so a large batch of decoded frames is dropped as ComfyUI would
+    drop it, while latents and conditioning stay reachable.
+    """
+
+    CARRY_BUDGET = 1 << 30
+
+    def __init__(self, carry_budget: int = CARRY_BUDGET) -> None:
+        self.carry_budget = carry_budget
         self._entries: dict[Hashable, CacheEntry] = {}
         self._owner: dict[Hashable, Hashable] = {}
         self._used: set[Hashable] = set()
@@ -79,10 +88,20 @@ class OutputCache:
         entries = self._entries
         keep = {k for k in entries
                 if k in keys or (k in self._used and self._owner.get(k) in keys)}
-        self._carried = {k for k in self._used
-                         if k not in keep and k in entries and entries[k].carried_by_value}
+        self._carried = self._within_budget(
+            [k for k in self._used if k not in keep and k in entries and entries[k].carried_by_value])
         self._drop([k for k in entries if k not in keep and k not in self._carried])
         self._used = set()
+
+    def _within_budget(self, keys: list[Hashable]) -> set[Hashable]:
+        sized = sorted(((estimate_bytes(self._entries[k].outputs), k) for k in keys), key=lambda item: item[0])
+        chosen, total = set(), 0
+        for size, key in sized:
+            total += size
+            if total > self.carry_budget:
+                break
+            chosen.add(key)
+        return chosen
 
     def end_prompt(self) -> None:
         """The prompt ended (however): drop carried entries it did not reach again."""

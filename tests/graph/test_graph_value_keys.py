@@ -257,3 +257,16 @@ async def test_a_raising_signature_only_costs_the_hit(calls, caplog):
 
     assert element_token(Broken(1)) is None
     assert "RuntimeError" in caplog.text
+
+
+def test_classic_carries_smallest_entries_first_within_its_budget():
+    cache = OutputCache(carry_budget=250)
+    cache.begin_prompt(set())
+    for name, size in (("big", 200), ("small", 40), ("mid", 100)):
+        cache.set(name, CacheEntry([[b"x" * size]], None, value_key=f"v-{name}", by_value=True))
+    cache.set("handle", CacheEntry([[Handle(("m",))]], None, value_key="v-handle", by_value=True,
+                                   holds_handles=True))
+    cache.end_prompt()
+    cache.begin_prompt(set())  # nothing is in the new prompt: only carried entries stay
+    assert cache.keys() == {"small", "mid"}  # 40 + 100 fit in 250; with 200 more they would not
+    assert cache.get_by_value("v-big") is None and cache.get_by_value("v-handle") is None
