@@ -71,8 +71,11 @@ class Executor:
 
     def __init__(self, registry: Registry, *, cache: CacheConfig = CacheConfig(), env: Any = None,
                  before_node_call: Sequence[BeforeNodeCall] = (), progress_state: str = "all",
-                 recover: Recover | None = None) -> None:
+                 recover: Recover | None = None, value_keys: bool = True) -> None:
         """`progress_state`: "all" (ComfyUI's messages) or "active" (linear; see graph/progress.py).
+
+        `value_keys`: reuse results of equal input values below model handles
+        (graph/value_keys.py); False keys on structure alone, exactly as ComfyUI does.
 
         `recover(exc) -> bool`: asked when a node's main call raises (never for `Interrupted`);
         True means "I freed what I could, retry": the call runs once more and a second failure
@@ -89,6 +92,7 @@ class Executor:
         if recover is not None and not callable(recover):
             raise TypeError(f"Executor recover must be a callable (exception) -> bool, got {recover!r}")
         self.recover = recover
+        self.value_keys = value_keys
         self.outputs = make_cache(cache)
         self.objects = ObjectCache()
         self._running = False

@@ -144,7 +144,7 @@ class Run:
         """The node's value key and whether a model handle reaches it (graph/value_keys.py),
         from its assembled inputs, just before it would run. A node no handle reaches gets no
         value key: its structural key already says everything."""
-        links = self.dynprompt.links(node_id)
+        links = self.dynprompt.links(node_id) if self.executor.value_keys else ()
         if not links:
             return None, False
         values, missing = assembled.values, assembled.missing

@@ -108,8 +108,9 @@ def calls() -> Calls:
     return Calls()
 
 
-def executor_for(calls: Calls, kind: str = "classic", size: int = 0) -> Executor:
-    return Executor(build_registry(), cache=CacheConfig(kind, size=size), before_node_call=[calls.hook])
+def executor_for(calls: Calls, kind: str = "classic", size: int = 0, value_keys: bool = True) -> Executor:
+    return Executor(build_registry(), cache=CacheConfig(kind, size=size), before_node_call=[calls.hook],
+                    value_keys=value_keys)
 
 
 async def test_an_upstream_change_that_leaves_the_handle_equal_hits_downstream(calls, recorder):
@@ -125,6 +126,14 @@ async def test_an_upstream_change_that_leaves_the_handle_equal_hits_downstream(c
     assert {e["node"] for e in recorder.of("executing")} >= {"5", "6", "7"}
     assert [e["node"] for e in recorder.of("executed")] == ["7"]
     assert second.meta["7"]["node_id"] == "7"
+
+
+async def test_structural_keys_alone_when_value_keys_are_off(calls):
+    executor = executor_for(calls, value_keys=False)
+    await run_prompt(executor, workflow(junk=0))
+    calls.clear()
+    await run_prompt(executor, workflow(junk=1))  # ComfyUI's behaviour: everything downstream runs
+    assert calls == Counter({str(n): 1 for n in (1, 2, 5, 6, 7)})
 
 
 async def test_a_changed_handle_or_value_runs_downstream_again(calls):
