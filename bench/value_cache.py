@@ -55,27 +55,16 @@ def workflow(steps: int, size: int, lora: str, strength_model: float, strength_c
 
 
 def prepare(root: Path) -> None:
-    import torch
-    from safetensors.torch import save_file
-
     from comfy_core.checkpoint.load import load_checkpoint
-    from comfy_core.lora import unet_key_map
     from tests.fixtures.checkpoints import write_tiny_checkpoint
+    from tests.fixtures.loras import write_unet_lora
 
-    checkpoints, loras = root / "models" / "checkpoints", root / "models" / "loras"
-    loras.mkdir(parents=True)
-    path = write_tiny_checkpoint(checkpoints / "tiny.safetensors", "sd1")
+    path = write_tiny_checkpoint(root / "models" / "checkpoints" / "tiny.safetensors", "sd1")
+    (root / "models" / "loras").mkdir(parents=True)
     model, _, _ = load_checkpoint(path, output_vae=False, output_clip=False)
-    params = dict(model.model.named_parameters())
     for name, seed in (("a", 1), ("b", 2)):
-        g = torch.Generator().manual_seed(seed)
-        tensors = {}
-        for layer, key in unet_key_map(model.model).items():
-            if key.endswith(("to_q.weight", "to_v.weight")):
-                w = params[key]
-                tensors[f"{layer}.lora_up.weight"] = torch.randn(w.shape[0], 4, generator=g) * 0.1
-                tensors[f"{layer}.lora_down.weight"] = torch.randn(4, w.shape[1], generator=g) * 0.1
-        save_file(tensors, str(loras / f"{name}.safetensors"))
+        write_unet_lora(root / "models" / "loras" / f"{name}.safetensors", model, seed, rank=4, scale=0.1,
+                        targets=("to_q.weight", "to_v.weight"))
 
 
 async def run_edits(root: Path, value_keys: bool, steps: int, size: int) -> list[tuple[float, list[str]]]:

@@ -8,16 +8,15 @@ from collections import Counter
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from comfy_core.checkpoint.load import load_checkpoint
-from comfy_core.lora import unet_key_map
 from graph.executor import Executor
 from graph.native import Hidden, Input, node
 from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes import register_builtin_nodes
 from nodes.environment import Environment
+from tests.fixtures.loras import write_unet_lora
 
 CAPTURED: dict[int, torch.Tensor] = {}
 
@@ -30,20 +29,6 @@ def capture_image(images, tag, prompt):
     return {"ui": {"tag": [tag]}}
 
 
-def write_lora(path, model, seed: int) -> None:
-    """A kohya LoRA over the tiny UNet's attention query projections."""
-    g = torch.Generator().manual_seed(seed)
-    params = dict(model.model.named_parameters())
-    tensors = {}
-    for layer, key in unet_key_map(model.model).items():
-        if key.endswith("to_q.weight"):
-            w = params[key]
-            tensors[f"{layer}.lora_up.weight"] = torch.randn(w.shape[0], 2, generator=g)
-            tensors[f"{layer}.lora_down.weight"] = torch.randn(2, w.shape[1], generator=g)
-    assert tensors
-    save_file(tensors, str(path))
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_sd1_ckpt):
     root = tmp_path_factory.mktemp("value_cache")
@@ -53,8 +38,8 @@ def setup(tmp_path_factory, tiny_sd1_ckpt):
     shutil.copyfile(tiny_sd1_ckpt, root / "models" / "checkpoints" / "tiny.safetensors")
     (root / "models" / "loras").mkdir(parents=True)
     model, _, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False, output_clip=False)
-    write_lora(root / "models" / "loras" / "a.safetensors", model, seed=1)
-    write_lora(root / "models" / "loras" / "b.safetensors", model, seed=2)
+    write_unet_lora(root / "models" / "loras" / "a.safetensors", model, seed=1)
+    write_unet_lora(root / "models" / "loras" / "b.safetensors", model, seed=2)
     registry = Registry()
     register_builtin_nodes(registry)
     registry.add_native(capture_image)
