@@ -38,6 +38,16 @@ COMFY_FUNCTION_NAMES: dict[str, str] = {
     "SaveImage": "save_images", "PreviewImage": "save_images",
     "LoadImage": "load_image", "LoadImageMask": "load_image", "ImageScale": "upscale",
     "RebatchImages": "rebatch",
+    "LatentUpscaleBy": "upscale", "LatentComposite": "composite", "LatentBlend": "blend",
+    "LatentFromBatch": "frombatch", "RepeatLatentBatch": "repeat", "LatentFlip": "flip",
+    "LatentRotate": "rotate", "LatentCrop": "crop", "SetLatentNoiseMask": "set_mask",
+    "ImageScaleBy": "upscale", "ImageInvert": "invert", "ImageBatch": "batch", "EmptyImage": "generate",
+    "ImagePadForOutpaint": "expand_image",
+    "CLIPTextEncodeSDXL": "encode", "CLIPTextEncodeSDXLRefiner": "encode",
+    "ConditioningSetMask": "append", "ConditioningConcat": "concat", "ConditioningAverage": "addWeighted",
+    "ConditioningZeroOut": "zero_out", "ConditioningSetTimestepRange": "set_range",
+    "ConditioningSetAreaPercentage": "append", "ConditioningSetAreaStrength": "append",
+    "VAEDecodeTiled": "decode", "VAEEncodeTiled": "encode", "VAEEncodeForInpaint": "encode",
 }
 DEFAULT_FUNCTION = "execute"
 
@@ -88,7 +98,8 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         return node_info(spec, _current_env())["input"]
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # Positional arguments follow INPUT_TYPES order, which is the function's parameter order.
+        # Positional arguments follow the function's parameter order, which is ComfyUI's method
+        # order (usually INPUT_TYPES order; where ComfyUI's method differs, the function follows it).
         bound = signature.bind(*args, **kwargs)
         return fn(*bound.args, **bound.kwargs)
 

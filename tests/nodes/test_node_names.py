@@ -34,3 +34,18 @@ def test_embedding_files_match_comfy_core(tmp_path):
 def test_backend_combo_equals_comfy_core_availability(tmp_path):
     env = Environment.rooted_at(tmp_path)
     assert _backend_options(env) == available_backends(None)
+
+
+# Ours, with no ComfyUI counterpart: their facades use the default method name.
+OUR_OWN_NODES = {"CLIPTextEncodeWeighted", "CLIPTextEncodeWeightedSDXL", "ApplyEmbedding",
+                 "SetAttentionBackend", "SetVAEAttentionBackend"}
+
+
+def test_every_comfyui_node_has_comfyuis_method_name_for_packs():
+    # Packs call built-ins as `nodes.X().<FUNCTION>(...)`: each ComfyUI node needs ComfyUI's name.
+    from nodes import builtin_node_functions
+    from nodes._comfy_facade import COMFY_FUNCTION_NAMES
+
+    builtins = {fn.__node_spec__.node_id for fn in builtin_node_functions()}
+    assert set(COMFY_FUNCTION_NAMES) <= builtins
+    assert builtins - OUR_OWN_NODES == set(COMFY_FUNCTION_NAMES)
