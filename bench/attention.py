@@ -26,12 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _case(backend: str, tokens: int, heads: int, head_dim: int, repeat: int, options: dict) -> dict:
     """Runs inside the subprocess: one backend, one size; prints a JSON line."""
-    import resource
-    import time
-
     import torch
 
     sys.path.insert(0, str(ROOT))
+    from bench.peak import time_and_peak
     from comfy_core.attention import attention, use_backend
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -39,25 +37,7 @@ def _case(backend: str, tokens: int, heads: int, head_dim: int, repeat: int, opt
     q, k, v = (torch.randn(1, tokens, heads * head_dim, generator=g).to(device) for _ in range(3))
     with use_backend(backend, **options):
         attention(q[:, :256], k[:, :256], v[:, :256], heads)  # warm-up on a small slice
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        else:
-            base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            out = attention(q, k, v, heads)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-            del out
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return {"seconds": min(times), "peak_bytes": max(0, peak), "device": str(device)}
+        return time_and_peak(lambda: attention(q, k, v, heads), device, repeat)
 
 
 def main() -> None:

@@ -28,13 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _case(mode: str, size: int, tile: int, overlap: int, repeat: int) -> dict:
     """Runs inside the subprocess: one decode mode; prints a JSON line."""
-    import resource
-    import time
-
     import torch
 
     sys.path.insert(0, str(ROOT))
     from comfy_core.models.vae import AutoencoderKL, VAEConfig
+    from bench.peak import time_and_peak
     from comfy_core.patching.vae import VaePatcher
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -50,25 +48,7 @@ def _case(mode: str, size: int, tile: int, overlap: int, repeat: int) -> dict:
 
     with torch.no_grad():
         vae.decode(torch.randn(1, 4, 8, 8))  # warm-up: moves the module, loads kernels
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        image = run()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-        del image
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return {"seconds": min(times), "peak_bytes": max(0, peak), "device": str(device)}
+    return time_and_peak(run, device, repeat)
 
 
 def main() -> None:

@@ -15,7 +15,8 @@ class ClipInputError(ValueError):
     """The CLIP input of a conditioning node is missing or is not a CLIP object."""
 
 
-def _require_clip(clip: Any, node_name: str) -> Any:
+def require_clip(clip: Any, node_name: str) -> Any:
+    """`clip` if it is a CLIP object, else a `ClipInputError` naming the node (None: no text encoder)."""
     if clip is None:
         raise ClipInputError(f"{node_name}: input 'clip' is None; if it comes from a checkpoint loader, "
                              f"the checkpoint has no text encoder")
@@ -32,7 +33,7 @@ def _require_clip(clip: Any, node_name: str) -> Any:
       outputs=[Output("CONDITIONING", tooltip="A conditioning containing the embedded text used to guide "
                                                "the diffusion model.")])
 def clip_text_encode(text: str, clip: Any) -> tuple:
-    clip = _require_clip(clip, "CLIPTextEncode")
+    clip = require_clip(clip, "CLIPTextEncode")
     if not isinstance(text, str):
         raise ClipInputError(f"CLIPTextEncode: input 'text' must be a string, got {type(text).__name__}")
     tokens = clip.tokenize(text)
@@ -47,7 +48,7 @@ def clip_text_encode(text: str, clip: Any) -> tuple:
               Int("stop_at_clip_layer", default=-1, min=-24, max=-1, step=1)],
       outputs=[Output("CLIP")])
 def clip_set_last_layer(clip: Any, stop_at_clip_layer: int) -> tuple:
-    clip = _require_clip(clip, "CLIPSetLastLayer")
+    clip = require_clip(clip, "CLIPSetLastLayer")
     if not isinstance(stop_at_clip_layer, int) or not -24 <= stop_at_clip_layer <= -1:
         raise ClipInputError(f"CLIPSetLastLayer: input 'stop_at_clip_layer' must be an int in -24..-1, "
                              f"got {stop_at_clip_layer!r}")

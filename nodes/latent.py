@@ -36,7 +36,8 @@ class LatentNodeError(ValueError):
         super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
 
 
-def _samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
+def latent_samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
+    """`latent["samples"]` after checking that `latent` is a LATENT with samples [B, C, h, w]."""
     import torch
 
     if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
@@ -62,7 +63,7 @@ def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[di
 @node("VAEDecode", category="latent", display_name="VAE Decode",
       inputs=[Input("samples", "LATENT"), Input("vae", "VAE")], outputs=[Output("IMAGE")])
 def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
-    images = vae.decode(_samples(samples, "VAEDecode"))  # [B, H, W, 3]
+    images = vae.decode(latent_samples(samples, "VAEDecode"))  # [B, H, W, 3]
     return (images,)
 
 
@@ -86,7 +87,7 @@ def vae_encode(pixels: torch.Tensor, vae: Any) -> tuple[dict]:
 def latent_upscale(samples: dict, upscale_method: str, width: int, height: int, crop: str) -> tuple[dict]:
     """Resize to width x height pixels (latent / 8); a 0 side keeps the aspect ratio (min 64 px),
     both 0 return the input, as ComfyUI's LatentUpscale."""
-    latent = _samples(samples, "LatentUpscale")
+    latent = latent_samples(samples, "LatentUpscale")
     if upscale_method not in LATENT_UPSCALE_METHODS:
         raise LatentNodeError("LatentUpscale", "upscale_method", f"one of {LATENT_UPSCALE_METHODS}", repr(upscale_method))
     if width == 0 and height == 0:
@@ -117,7 +118,7 @@ def save_latent(samples: dict, filename_prefix: str = "latents/ComfyUI", prompt:
     import torch
     from safetensors.torch import save_file
 
-    latent = _samples(samples, "SaveLatent")
+    latent = latent_samples(samples, "SaveLatent")
     env = current_env()
     folder, filename, counter, subfolder = save_location(env.output_dir, filename_prefix, 0, 0, node="SaveLatent")
     metadata: dict[str, str] = {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
 from nodes.image import upscale_samples
-from nodes.latent import LATENT_UPSCALE_METHODS, LatentNodeError
+from nodes.latent import LATENT_UPSCALE_METHODS, LatentNodeError, latent_samples
 
 if TYPE_CHECKING:
     import torch
@@ -36,18 +36,6 @@ ROTATIONS = ["none", "90 degrees", "180 degrees", "270 degrees"]
 _QUARTER_TURNS = {"none": 0, "90 degrees": 1, "180 degrees": 2, "270 degrees": 3}
 # LatentCrop keeps at least this many latent pixels (64 px) from its origin, as ComfyUI.
 _MIN_CROP = 8
-
-
-def latent_samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
-    """`latent["samples"]` after checking that `latent` is a LATENT with samples [B, C, h, w]."""
-    import torch
-
-    if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
-        raise LatentNodeError(node_name, input_name, "a LATENT ({'samples': tensor})", type(latent).__name__)
-    samples = latent["samples"]
-    if samples.ndim != 4:
-        raise LatentNodeError(node_name, input_name, "samples [B, C, h, w]", f"shape {tuple(samples.shape)}")
-    return samples
 
 
 def _choice(value: Any, options: list[str], node_name: str, input_name: str) -> str:

@@ -19,7 +19,7 @@ import numbers
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Float, Input, Int, Output, String, node
-from nodes.conditioning import ClipInputError
+from nodes.conditioning import ClipInputError, require_clip
 
 # torch-free at import: the encoding runs through the CLIP object's methods.
 
@@ -31,15 +31,6 @@ class SdxlTextInputError(ValueError):
         self.node = node_name
         self.input_name = input_name
         super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received!r}")
-
-
-def _check_clip(clip: Any, node_name: str) -> Any:
-    if clip is None:
-        raise ClipInputError(f"{node_name}: input 'clip' is None; if it comes from a checkpoint loader, "
-                             f"the checkpoint has no text encoder")
-    if not (hasattr(clip, "tokenize") and hasattr(clip, "encode_from_tokens")):
-        raise ClipInputError(f"{node_name}: input 'clip' must be a CLIP object, got {type(clip).__name__}")
-    return clip
 
 
 def _check_text(text: Any, node_name: str, input_name: str) -> str:
@@ -88,7 +79,7 @@ def _size(name: str, default: int) -> Any:
 def clip_text_encode_sdxl(clip: Any, width: int, height: int, crop_w: int, crop_h: int, target_width: int,
                           target_height: int, text_g: str, text_l: str) -> tuple[list]:
     name = "CLIPTextEncodeSDXL"
-    clip = _check_clip(clip, name)
+    clip = require_clip(clip, name)
     text_g = _check_text(text_g, name, "text_g")
     text_l = _check_text(text_l, name, "text_l")
     sizes = {key: _check_size(value, name, key) for key, value in
@@ -117,7 +108,7 @@ def clip_text_encode_sdxl_refiner(clip: Any, ascore: float, width: int, height: 
     # ComfyUI's method order `encode(clip, ascore, width, height, text)`, not the sockets' order:
     # packs call `nodes.CLIPTextEncodeSDXLRefiner().encode(...)` positionally.
     name = "CLIPTextEncodeSDXLRefiner"
-    clip = _check_clip(clip, name)
+    clip = require_clip(clip, name)
     text = _check_text(text, name, "text")
     if isinstance(ascore, bool) or not isinstance(ascore, numbers.Real) or not 0.0 <= ascore <= 1000.0:
         raise SdxlTextInputError(name, "ascore", "a FLOAT in 0..1000", ascore)
