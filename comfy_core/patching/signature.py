@@ -22,6 +22,7 @@ from typing import Any, Hashable
 import torch
 
 _PLAIN = (str, int, float, bool, type(None), torch.dtype, torch.device)
+# The same protocol name graph/value_keys.py reads (comfy_core never imports graph, so it is spelled twice).
 SIGNATURE_METHOD = "cache_signature"
 
 
