@@ -84,13 +84,24 @@ class ModelFolders:
         return merged
 
     def filenames(self, kind: str, extensions: Iterable[str] | None = MODEL_EXTENSIONS) -> list[str]:
-        """Every file under the kind's folders, relative, with forward slashes, sorted, unique."""
+        """Every file under the kind's folders, relative, with forward slashes, sorted, unique.
+
+        Symbolic links are followed (people link model folders from shared drives or an
+        AUTOMATIC1111 install); a link back to a folder already walked is skipped, so a link
+        loop cannot hang the listing.
+        """
         exts = {e.lower() for e in extensions} if extensions is not None else None
         found: set[str] = set()
         for root in self.paths(kind):
             if not root.is_dir():
                 continue
+            walked: set[str] = set()
             for dirpath, dirnames, files in os.walk(root, followlinks=True):
+                real = os.path.realpath(dirpath)
+                if real in walked:
+                    dirnames[:] = []
+                    continue
+                walked.add(real)
                 dirnames[:] = [d for d in dirnames if not d.startswith(".")]
                 for name in files:
                     if name.startswith("."):
@@ -102,16 +113,19 @@ class ModelFolders:
         return sorted(found)
 
     def full_path(self, kind: str, name: str) -> Path | None:
-        """The first existing file called `name` (relative) in the kind's folders; never outside them."""
+        """The first existing file called `name` (relative) in the kind's folders, or None.
+
+        `name` may come from a remote prompt, so it is confined lexically: an absolute name or
+        one with a `..` part is refused. Links inside the folders are followed, as ComfyUI does:
+        model folders are set up by the machine's owner, and a checkpoint or a whole folder that
+        is a symbolic link to another drive is ordinary. The returned path is the one under the
+        folder (not the link's target), so it names what `filenames()` listed.
+        """
         rel = Path(name.replace("\\", "/"))
-        if rel.is_absolute() or ".." in rel.parts:
+        if not name or rel.is_absolute() or ".." in rel.parts:
             return None
         for root in self.paths(kind):
-            candidate = (root / rel).resolve()
-            try:
-                candidate.relative_to(root.resolve())
-            except ValueError:
-                continue
+            candidate = root / rel
             if candidate.is_file():
                 return candidate
         return None

@@ -64,3 +64,30 @@ def test_bad_yaml_is_a_typed_error(tmp_path: Path):
     bad.write_text("- just\n- a list\n")
     with pytest.raises(ModelFolderError, match="mapping"):
         load_extra_model_paths(bad)
+
+
+def test_links_inside_model_folders_are_followed(tmp_path: Path):
+    target = tmp_path / "elsewhere"
+    (target / "deep").mkdir(parents=True)
+    (target / "deep" / "m.safetensors").write_bytes(b"x")
+    (target / "file.safetensors").write_bytes(b"x")
+    folders = ModelFolders.default(tmp_path / "models")
+    loras = tmp_path / "models" / "loras"
+    loras.mkdir(parents=True)
+    (loras / "linked.safetensors").symlink_to(target / "file.safetensors")
+    (loras / "dir").symlink_to(target, target_is_directory=True)
+    assert folders.filenames("loras") == ["dir/deep/m.safetensors", "dir/file.safetensors", "linked.safetensors"]
+    assert folders.full_path("loras", "linked.safetensors") == loras / "linked.safetensors"
+    assert folders.full_path("loras", "dir/deep/m.safetensors").read_bytes() == b"x"
+    # The name is still confined lexically: a link does not open `..` or absolute names.
+    assert folders.full_path("loras", "dir/../../elsewhere/file.safetensors") is None
+    assert folders.full_path("loras", "") is None
+
+
+def test_a_link_loop_in_a_model_folder_does_not_hang_the_listing(tmp_path: Path):
+    folders = ModelFolders.default(tmp_path / "models")
+    loras = tmp_path / "models" / "loras"
+    (loras / "a").mkdir(parents=True)
+    (loras / "a" / "x.safetensors").write_bytes(b"x")
+    (loras / "a" / "loop").symlink_to(loras, target_is_directory=True)
+    assert folders.filenames("loras") == ["a/x.safetensors"]

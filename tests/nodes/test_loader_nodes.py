@@ -68,3 +68,29 @@ def test_loaded_patchers_join_the_hosts_memory_manager(tmp_path, tiny_sd1_ckpt):
         reset_current(token)
     assert model.memory is environment.memory and vae.memory is environment.memory
     assert clip.patcher.memory is environment.memory
+
+
+def test_symlinked_checkpoint_and_folder_load_by_the_listed_name(tmp_path, tiny_sd1_ckpt):
+    """ComfyUI follows links in model folders: a linked file or a linked sub-folder loads by the
+    name the combo lists (the machine's owner set the links up; only `..` and absolute names are
+    refused)."""
+    shared_drive = tmp_path / "drive"
+    (shared_drive / "sd15").mkdir(parents=True)
+    shutil.copy(tiny_sd1_ckpt, shared_drive / "real.safetensors")
+    shutil.copy(tiny_sd1_ckpt, shared_drive / "sd15" / "in_linked_dir.safetensors")
+    environment = Environment.rooted_at(tmp_path / "base")
+    ckpts = tmp_path / "base" / "models" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    (ckpts / "linked.safetensors").symlink_to(shared_drive / "real.safetensors")
+    (ckpts / "shared").symlink_to(shared_drive / "sd15", target_is_directory=True)
+    token = set_current(NodeContext("p", "1", "1", None, environment))
+    try:
+        listed = spec_of(checkpoint_loader_simple).input("ckpt_name").combo_values(environment)
+        assert listed == ["linked.safetensors", "shared/in_linked_dir.safetensors"]
+        for name in listed:
+            model, _, _ = checkpoint_loader_simple(name)
+            assert model.model.family.name == "sd1"
+        with pytest.raises(LoaderNodeError, match="ckpt_name"):
+            checkpoint_loader_simple("../../drive/real.safetensors")
+    finally:
+        reset_current(token)
