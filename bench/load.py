@@ -126,7 +126,7 @@ def child(step: str, path: Path) -> dict:
         sys.path.insert(0, str(ROOT))
         from comfy_core import load_checkpoint
         from comfy_core.checkpoint.dtype import DtypePolicy
-        from comfy_core.checkpoint.load import LoadOptions
+        from comfy_core.loading import LoadOptions
         import comfy_core.text_encoders  # noqa: F401  (import cost is not load cost)
         import transformers.models.clip.modeling_clip  # noqa: F401
 

@@ -67,7 +67,7 @@ def bench_overhead(steps: int) -> None:
 
 
 def bench_tiny_checkpoint(steps: int, size: int) -> None:
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
     from nodes.conditioning import clip_text_encode
     from tests.fixtures.checkpoints import write_tiny_checkpoint
 

@@ -55,7 +55,7 @@ def workflow(steps: int, size: int, lora: str, strength_model: float, strength_c
 
 
 def prepare(root: Path) -> None:
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
     from tests.fixtures.checkpoints import write_tiny_checkpoint
     from tests.fixtures.loras import write_unet_lora
 

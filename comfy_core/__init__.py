@@ -16,7 +16,7 @@ __all__ = ["load_checkpoint"]
 
 def __getattr__(name: str) -> Any:
     if name == "load_checkpoint":
-        from comfy_core.checkpoint.load import load_checkpoint
+        from comfy_core.loading import load_checkpoint
 
         return load_checkpoint
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,7 +37,7 @@ def load_checkpoint_guess_config(ckpt_path: str, output_vae: bool = True, output
                                  te_model_options: Mapping | None = None) -> tuple[Any, Any, Any, Any]:
     """`(model, clip, vae, clipvision)`: the family is detected from the weights; CLIP vision is
     not provided (always None)."""
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
 
     model, clip, vae = load_checkpoint(ckpt_path, output_vae=output_vae, output_clip=output_clip)
     _track(model, clip, vae)

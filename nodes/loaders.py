@@ -57,7 +57,7 @@ def _options(node_name: str, weight_dtype: str = "default", prediction: str = "a
     `{component: "fp32"|"fp16"|"bf16"}` with components unet, vae, text: the server's precision
     flags, kept as names so that start-up imports no torch (web/config.py DtypeSettings)."""
     from comfy_core.checkpoint.dtype import COMPONENTS, DtypePolicy
-    from comfy_core.checkpoint.load import LoadOptions
+    from comfy_core.loading import LoadOptions
 
     env = current_env()
     policy = env.dtype_policy
@@ -97,7 +97,7 @@ def _track(*patchers: Any) -> None:
                Output("CLIP", tooltip="The CLIP model used for encoding text prompts."),
                Output("VAE", tooltip="The VAE model used for encoding and decoding images to and from latent space.")])
 def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
 
     loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"),
                              _options("CheckpointLoaderSimple"))
@@ -112,7 +112,7 @@ def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
               Combo("prediction", ["auto", "eps", "v"], default="auto", optional=True)],
       outputs=[Output("MODEL"), Output("CLIP"), Output("VAE")])
 def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction: str = "auto") -> tuple[Any, Any, Any]:
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
 
     loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
                              _options("CheckpointLoader", weight_dtype, prediction))
@@ -123,7 +123,7 @@ def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction:
 @node("VAELoader", category="loaders", display_name="Load VAE",
       inputs=[Combo("vae_name", _files("vae"))], outputs=[Output("VAE")])
 def vae_loader(vae_name: str) -> tuple[Any]:
-    from comfy_core.checkpoint.load import load_vae
+    from comfy_core.loading import load_vae
 
     vae = load_vae(_path("vae", vae_name, "VAELoader", "vae_name"), _options("VAELoader"))
     _track(vae)

@@ -1,14 +1,14 @@
-"""Checkpoint files: header reading without tensor data, typed errors, dtype policy, loading.
+"""Checkpoint files, the format only: header reading without tensor data, parallel tensor
+reads, key conversions, dtype policy, assignment to meta-built modules, typed errors.
 
-`from comfy_core.checkpoint import load_checkpoint` (also exported as `comfy_core.load_checkpoint`).
+What the tensors become (families, models, encoders, patchers) is composed above, in
+`comfy_core.loading` (`comfy_core.load_checkpoint`).
 """
 from __future__ import annotations
 
 from typing import Any
 
 _LAZY = {
-    "load_checkpoint": "comfy_core.checkpoint.load",
-    "LoadOptions": "comfy_core.checkpoint.load",
     "DtypePolicy": "comfy_core.checkpoint.dtype",
     "CheckpointFile": "comfy_core.checkpoint.reader",
     "read_safetensors_header": "comfy_core.checkpoint.header",

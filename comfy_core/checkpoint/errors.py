@@ -30,14 +30,6 @@ class UnsafeCheckpointError(CheckpointError):
     (refused by `torch.load(weights_only=True)`)."""
 
 
-class UnknownFamilyError(CheckpointError):
-    """No registered model family matches the file's tensor names and shapes."""
-
-
-class AmbiguousFamilyError(CheckpointError):
-    """More than one registered family matches the file."""
-
-
 class MissingComponentError(CheckpointError):
     """The file lacks a component the caller asked for (UNet, VAE, text encoder)."""
 

@@ -4,7 +4,7 @@ After stable-diffusion.cpp's convention (one definition per version, detected fr
 and shapes, never from the file name): a family holds its detection `Signature`, where its
 components live in a single-file checkpoint, the facts weights cannot show (attention head
 layout), its latent geometry and format, its sampling policy and its key conversions. The loader
-(`comfy_core.checkpoint.load`) is generic over families; adding a family is one file plus its
+(`comfy_core.loading`) is generic over families; adding a family is one file plus its
 registration (see `comfy_core/families/README.md`).
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from comfy_core.checkpoint.errors import AmbiguousFamilyError, UnknownFamilyError
+from comfy_core.families.errors import AmbiguousFamilyError, UnknownFamilyError
 from comfy_core.families.base import Family, unet_facts
 from comfy_core.models.unet import UNetConfig, UNetConfigError
 

@@ -13,7 +13,8 @@ from torch import nn
 
 from comfy_core.checkpoint.bulk import load_tensors, plan_chunks
 from comfy_core.checkpoint.errors import CorruptCheckpointError, ShapeMismatchError
-from comfy_core.checkpoint.load import LoadOptions, load_checkpoint, materialize
+from comfy_core.loading import LoadOptions, load_checkpoint
+from comfy_core.checkpoint.materialize import materialize
 from comfy_core.checkpoint.reader import CheckpointFile
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfy_core.checkpoint.errors import AmbiguousFamilyError, UnknownFamilyError
+from comfy_core.families.errors import AmbiguousFamilyError, UnknownFamilyError
 from comfy_core.checkpoint.header import read_safetensors_header
-from comfy_core.checkpoint.load import resolve_prediction
+from comfy_core.loading import resolve_prediction
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.families import FamilyRegistrationError, FamilyRegistry, default_registry
 from comfy_core.families import sd1

@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from comfy_core.checkpoint.dtype import DtypePolicy, DtypePolicyError
-from comfy_core.checkpoint.errors import MissingComponentError, ShapeMismatchError, UnknownFamilyError
-from comfy_core.checkpoint.load import LoadOptions, load_checkpoint, load_vae
+from comfy_core.checkpoint.errors import MissingComponentError, ShapeMismatchError
+from comfy_core.families.errors import UnknownFamilyError
+from comfy_core.loading import LoadOptions, load_checkpoint, load_vae
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.patching.vae import VaePatcher
 

@@ -218,7 +218,7 @@ def test_build_from_file_in_fp16(tiny_sd1_ckpt, clip_tokenizer):
 
 
 def test_checkpoint_loads_share_one_default_tokenizer(tiny_sd1_ckpt, tiny_sdxl_ckpt):
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
     from comfy_core.text_encoders.tokenizer import ClipTokenizer
 
     _, first, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from comfy_core.checkpoint.load import load_checkpoint
+from comfy_core.loading import load_checkpoint
 from comfy_core.models.vae import VAEConfigError
 from comfy_core.models.vae_tiling import (
     TilingError,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from comfy_core.checkpoint.load import load_checkpoint
+from comfy_core.loading import load_checkpoint
 from graph.context import NodeContext, reset_current, set_current
 from nodes.environment import Environment
 from nodes.latent import (

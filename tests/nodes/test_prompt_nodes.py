@@ -7,7 +7,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from comfy_core.checkpoint.load import load_checkpoint
+from comfy_core.loading import load_checkpoint
 from comfy_core.prompt.conditioning import PromptOptions, encode_prompt, registered_embeddings
 from comfy_core.prompt.errors import EmbeddingWidthError
 from tests.fixtures.clips import one_thread, sd1, sdxl  # noqa: F401 -- fixtures

@@ -171,7 +171,7 @@ def test_bad_latent_raises_a_node_error() -> None:
 
 
 def test_ksampler_on_a_tiny_sd1_checkpoint(tiny_sd1_ckpt) -> None:
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
     from nodes.conditioning import clip_text_encode
 
     model, clip, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False)
@@ -292,7 +292,7 @@ async def test_readme_demo_workflow_runs_from_the_command_line(tmp_path, tiny_sd
 
 
 def test_ksampler_on_a_tiny_sdxl_checkpoint_feeds_the_label_embedding(tiny_sdxl_ckpt) -> None:
-    from comfy_core.checkpoint.load import load_checkpoint
+    from comfy_core.loading import load_checkpoint
     from nodes.conditioning import clip_text_encode
 
     model, clip, _ = load_checkpoint(tiny_sdxl_ckpt, output_vae=False)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from comfy_core.checkpoint.load import load_checkpoint
+from comfy_core.loading import load_checkpoint
 from graph.executor import Executor
 from graph.native import Input, node, spec_of
 from graph.registry import Registry

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from comfy_core.checkpoint.load import load_checkpoint
+from comfy_core.loading import load_checkpoint
 from graph.executor import Executor
 from graph.native import Input, Int, Output, node, spec_of
 from graph.object_info import node_info

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from comfy_core.checkpoint.load import load_checkpoint
+from comfy_core.loading import load_checkpoint
 from graph.executor import Executor
 from graph.native import Hidden, Input, node
 from graph.registry import Registry

@@ -1,4 +1,8 @@
-"""`load_checkpoint`: a single-file checkpoint -> (MODEL, CLIP, VAE) patcher objects.
+"""`load_checkpoint` and `load_vae`: files -> (MODEL, CLIP, VAE) patcher objects.
+
+This module composes the runtime: `checkpoint/` reads the file format (header, tensor reads,
+assignment to modules), `families/` says what the file is, `models/`, `text_encoders/` and
+`patching/` build the objects. Nothing below imports it.
 
 Steps: read the header (no tensor data), detect the family (`FamilyRegistry.detect`), resolve the
 prediction type (explicit option > `modelspec.prediction_type` metadata > the family's read of
@@ -11,21 +15,29 @@ near one copy of the weights (`LoadOptions.mmap=False` copies every tensor into 
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
-from torch import nn
 
-from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead, load_tensors
+from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
 from comfy_core.checkpoint.errors import CheckpointError, MissingComponentError, ShapeMismatchError
-from comfy_core.checkpoint.keys import KeyConversion, find_conversion, strip_prefix
-from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
+from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
+from comfy_core.checkpoint.materialize import build_on_meta, materialize, tensor_requests
+from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
+from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
+from comfy_core.models.diffusion import DiffusionModel
+from comfy_core.models.unet import UNetModel
+from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
+from comfy_core.patching.model import ModelPatcher
+from comfy_core.patching.vae import VaePatcher
+from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.text_encoders import CLIP, ClipTextConfig, build_clip, detect_text_encoders
+from comfy_core.text_encoders.errors import TextEncoderError
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +65,14 @@ class LoadOptions:
         if not isinstance(self.io_workers, int) or isinstance(self.io_workers, bool) or self.io_workers < 1:
             raise ValueError(f"LoadOptions.io_workers: expected an int >= 1, got {self.io_workers!r}")
 
+    @property
+    def device(self) -> str:
+        return self.load_device or self.dtype_policy.device
 
-def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *, registry: Any = None,
-                    **overrides: Any) -> tuple[Any, Any, Any]:
+
+def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *,
+                    registry: FamilyRegistry | None = None,
+                    **overrides: Any) -> tuple[ModelPatcher, CLIP | None, VaePatcher | None]:
     """Load a single-file SD1.x / SD2.x / SDXL checkpoint.
 
     Returns `(model, clip, vae)`: a `ModelPatcher` over a `DiffusionModel`, a CLIP object (or None
@@ -63,8 +80,6 @@ def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *, reg
     `output_vae=False`). Keyword overrides set `LoadOptions` fields, e.g.
     `load_checkpoint(p, prediction="v")`. Raises `CheckpointError` subclasses naming the file.
     """
-    from comfy_core.families import default_registry
-
     options = options or LoadOptions()
     if overrides:
         options = LoadOptions(**{**options.__dict__, **overrides})
@@ -85,8 +100,8 @@ def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *, reg
             requests.update(tensor_requests(checkpoint, config.prefix, policy.dtype_for(TEXT)))
         with BulkRead(checkpoint, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             # The modules are built (on the meta device) while the workers read the file.
-            unet = _build_unet(detection)
-            vae_module = _build_vae(vae_config) if vae_config is not None else None
+            unet = _build_unet(checkpoint, detection)
+            vae_module = build_on_meta(lambda: AutoencoderKL(vae_config)) if vae_config is not None else None
             clip = _load_clip(checkpoint, clip_configs, options, reading) if clip_configs else None
             model = _load_model(checkpoint, family, unet, prediction, options, reading.result())
             vae = _load_vae(checkpoint, family, vae_module, options, reading.result()) if vae_module else None
@@ -96,7 +111,7 @@ def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *, reg
     return model, clip, vae
 
 
-def resolve_prediction(checkpoint: CheckpointFile, family: Any, explicit: str | None) -> str:
+def resolve_prediction(checkpoint: CheckpointFile, family: Family, explicit: str | None) -> str:
     """Explicit option, then file metadata, then the family's look at the weights, then its default."""
     if explicit is not None:
         if explicit not in ("eps", "v"):
@@ -116,94 +131,15 @@ def resolve_prediction(checkpoint: CheckpointFile, family: Any, explicit: str | 
     return family.sampling.prediction
 
 
-def tensor_requests(checkpoint: CheckpointFile, prefix: str, dtype: torch.dtype) -> dict[str, torch.dtype]:
-    """`{name: dtype to load it in}` for every tensor under `prefix`: floating ones in `dtype`,
-    the others as stored."""
-    return {name: dtype if TORCH_DTYPES[info.dtype].is_floating_point else TORCH_DTYPES[info.dtype]
-            for name, info in checkpoint.tensors.items() if name.startswith(prefix)}
+def _build_unet(checkpoint: CheckpointFile, detection: Detection) -> UNetModel:
+    config = detection.unet_config
+    if config is None:
+        raise MissingComponentError(checkpoint.path, "no UNet in the file; load the diffusion model separately")
+    return build_on_meta(lambda: UNetModel(config))
 
 
-def materialize(module: nn.Module, checkpoint: CheckpointFile, prefix: str, dtype: torch.dtype,
-                component: str, conversions: Iterable[KeyConversion] = (), *, zero_copy: bool = True,
-                workers: int = DEFAULT_WORKERS, loaded: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
-    """Give `module` (built on the meta device) the tensors under `prefix`, by assignment.
-
-    Every parameter and buffer must have a tensor of the same shape (or one a `conversions` entry
-    explains); tensors under the prefix that the module does not use are logged. Floating tensors
-    are stored in `dtype`; those already in it are views of the file mapping when `zero_copy`.
-    `loaded`: tensors already read (e.g. by a `BulkRead` started before the module was built);
-    the others are read here.
-    """
-    conversions = tuple(conversions)
-    expected = module.state_dict()  # name -> meta tensor (shape, dtype)
-    stored = strip_prefix(checkpoint.tensors, prefix)
-    missing = sorted(set(expected) - set(stored))
-    if missing:
-        raise ShapeMismatchError(
-            checkpoint.path, f"{component}: {len(missing)} tensors missing under {prefix!r}, e.g. "
-                             f"{', '.join(prefix + m for m in missing[:5])}")
-    plan: dict[str, KeyConversion | None] = {}
-    for name, meta in expected.items():
-        shape = tuple(meta.shape)
-        have = checkpoint.tensors[stored[name]].shape
-        if have == shape:
-            plan[name] = None
-            continue
-        conversion = find_conversion(conversions, stored[name], have, shape)
-        if conversion is None:
-            raise ShapeMismatchError(
-                checkpoint.path, f"{component}: tensor {stored[name]!r} has shape {list(have)}, "
-                                 f"the detected architecture needs {list(shape)}")
-        plan[name] = conversion
-    unused = sorted(set(stored) - set(expected))
-    if unused:
-        log.warning("%s: %d unused tensors under %r in %s, e.g. %s", component, len(unused), prefix,
-                    checkpoint.path.name, ", ".join(unused[:3]))
-    wanted = {name: dtype if meta.is_floating_point() else meta.dtype for name, meta in expected.items()}
-    loaded = dict(loaded or {})
-    todo = {stored[name]: wanted[name] for name in expected if stored[name] not in loaded}
-    if todo:
-        loaded.update(load_tensors(checkpoint, todo, zero_copy=zero_copy, workers=workers))
-    state = {}
-    for name, meta in expected.items():
-        tensor = loaded[stored[name]]
-        if tensor.dtype != wanted[name]:  # read for another use in another dtype: cast now
-            tensor = tensor.to(wanted[name])
-        conversion = plan[name]
-        state[name] = tensor if conversion is None else conversion.convert(tensor, tuple(meta.shape))
-    module.load_state_dict(state, strict=True, assign=True)
-    # A tensor outside the state dict (a non-persistent buffer) would still be on meta: that is a
-    # module the loader cannot fill, so say so rather than fail at the first forward.
-    left = [n for n, t in itertools.chain(module.named_parameters(), module.named_buffers()) if t.is_meta]
-    if left:
-        raise ShapeMismatchError(checkpoint.path, f"{component}: {len(left)} module tensors have no checkpoint "
-                                                  f"tensor (not in its state dict), e.g. {', '.join(left[:5])}")
-    return module
-
-
-def _build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
-    with torch.device("meta"):
-        return factory()
-
-
-def _build_unet(detection: Any) -> nn.Module:
-    from comfy_core.models.unet import UNetModel
-
-    return _build_on_meta(lambda: UNetModel(detection.unet_config))
-
-
-def _build_vae(config: Any) -> nn.Module:
-    from comfy_core.models.vae import AutoencoderKL
-
-    return _build_on_meta(lambda: AutoencoderKL(config))
-
-
-def _load_model(checkpoint: CheckpointFile, family: Any, unet: nn.Module, prediction: str, options: LoadOptions,
-                loaded: Mapping[str, torch.Tensor]) -> Any:
-    from comfy_core.models.diffusion import DiffusionModel
-    from comfy_core.patching.model import ModelPatcher
-    from comfy_core.sampling.model_sampling import ModelSampling
-
+def _load_model(checkpoint: CheckpointFile, family: Family, unet: UNetModel, prediction: str,
+                options: LoadOptions, loaded: Mapping[str, torch.Tensor]) -> ModelPatcher:
     unet = materialize(unet, checkpoint, family.unet_prefix, options.dtype_policy.dtype_for(UNET), "UNet",
                        family.key_conversions, zero_copy=options.mmap, workers=options.io_workers, loaded=loaded)
     zsnr = family.zsnr_marker is not None and family.zsnr_marker in checkpoint.tensors
@@ -211,14 +147,11 @@ def _load_model(checkpoint: CheckpointFile, family: Any, unet: nn.Module, predic
                              linear_end=family.sampling.linear_end, timesteps=family.sampling.timesteps, zsnr=zsnr)
     model = DiffusionModel(unet, sampling, family.latent_format, family=family, adm=family.adm)
     model.eval()
-    device = options.load_device or options.dtype_policy.device
-    return ModelPatcher(model, load_device=device, offload_device="cpu")
+    return ModelPatcher(model, load_device=options.device, offload_device="cpu")
 
 
-def _vae_config(checkpoint: CheckpointFile, family: Any) -> Any:
+def _vae_config(checkpoint: CheckpointFile, family: Family) -> VAEConfig:
     """The VAE's config from the header; typed errors when it is absent or does not fit the family."""
-    from comfy_core.models.vae import VAEConfig, VAEConfigError
-
     if not any(k.startswith(family.vae_prefix) for k in checkpoint.tensors):
         raise MissingComponentError(checkpoint.path, f"no VAE in the file (no tensors under {family.vae_prefix!r}); "
                                                      "load one with VAELoader")
@@ -234,22 +167,16 @@ def _vae_config(checkpoint: CheckpointFile, family: Any) -> Any:
     return config
 
 
-def _load_vae(checkpoint: CheckpointFile, family: Any, vae: nn.Module, options: LoadOptions,
-              loaded: Mapping[str, torch.Tensor]) -> Any:
-    from comfy_core.patching.vae import VaePatcher
-
+def _load_vae(checkpoint: CheckpointFile, family: Family, vae: AutoencoderKL, options: LoadOptions,
+              loaded: Mapping[str, torch.Tensor]) -> VaePatcher:
     vae = materialize(vae, checkpoint, family.vae_prefix, options.dtype_policy.dtype_for(VAE), "VAE",
                       family.key_conversions, zero_copy=options.mmap, workers=options.io_workers, loaded=loaded)
     vae.eval()
-    device = options.load_device or options.dtype_policy.device
-    return VaePatcher(vae, load_device=device, offload_device="cpu")
+    return VaePatcher(vae, load_device=options.device, offload_device="cpu")
 
 
-def _clip_configs(checkpoint: CheckpointFile) -> list[Any]:
+def _clip_configs(checkpoint: CheckpointFile) -> list[ClipTextConfig]:
     """The text encoders' configs from the header; typed errors when there are none or they are malformed."""
-    from comfy_core.text_encoders import detect_text_encoders
-    from comfy_core.text_encoders.errors import TextEncoderError
-
     try:
         configs = detect_text_encoders(checkpoint.tensors)
     except TextEncoderError as exc:
@@ -259,28 +186,21 @@ def _clip_configs(checkpoint: CheckpointFile) -> list[Any]:
     return configs
 
 
-def _load_clip(checkpoint: CheckpointFile, configs: list[Any], options: LoadOptions, reading: BulkRead) -> Any:
-    from comfy_core.text_encoders import build_clip
-    from comfy_core.text_encoders.errors import TextEncoderError
-
+def _load_clip(checkpoint: CheckpointFile, configs: list[ClipTextConfig], options: LoadOptions,
+               reading: BulkRead) -> CLIP:
     dtype = options.dtype_policy.dtype_for(TEXT)
-    device = options.load_device or options.dtype_policy.device
     # build_clip builds its encoders on meta before it reads a tensor: the first read waits for
     # `reading`; keys outside the requests (none today) would be read on access.
     state = LazyStateDict(checkpoint, dtype, pending=reading)
     try:
-        return build_clip(configs, state, dtype, load_device=device, offload_device="cpu")
+        return build_clip(configs, state, dtype, load_device=options.device, offload_device="cpu")
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
 
 
-def load_vae(path: str | Path, options: LoadOptions | None = None) -> Any:
+def load_vae(path: str | Path, options: LoadOptions | None = None) -> VaePatcher:
     """A standalone VAE file (keys `encoder.*`/`decoder.*`, or a checkpoint's `first_stage_model.*`)
     -> `VaePatcher` over an `AutoencoderKL`. Raises `CheckpointError` subclasses naming the file."""
-    from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
-    from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
-    from comfy_core.patching.vae import VaePatcher
-
     options = options or LoadOptions()
     with CheckpointFile(path) as checkpoint:
         prefixes = [p for p in ("first_stage_model.", "vae.", "") if f"{p}encoder.conv_in.weight" in checkpoint.tensors]
@@ -292,9 +212,8 @@ def load_vae(path: str | Path, options: LoadOptions | None = None) -> Any:
             config = VAEConfig.detect_from_weights(checkpoint.tensors, prefix)
         except VAEConfigError as exc:
             raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
-        vae = materialize(_build_on_meta(lambda: AutoencoderKL(config)), checkpoint, prefix,
+        vae = materialize(build_on_meta(lambda: AutoencoderKL(config)), checkpoint, prefix,
                           options.dtype_policy.dtype_for(VAE), "VAE", (vae_attention_linear_to_conv(),),
                           zero_copy=options.mmap, workers=options.io_workers)
     vae.eval()
-    device = options.load_device or options.dtype_policy.device
-    return VaePatcher(vae, load_device=device, offload_device="cpu")
+    return VaePatcher(vae, load_device=options.device, offload_device="cpu")
