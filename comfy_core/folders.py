@@ -41,6 +41,20 @@ DEFAULT_KINDS: Mapping[str, str] = {
 _ALIASES: Mapping[str, str] = {"unet": "diffusion_models", "clip": "text_encoders"}
 
 
+@dataclass(frozen=True)
+class FolderEntry:
+    """One model file: `root` is `paths(kind)[path_index]`, `name` is relative to it (forward
+    slashes), as ComfyUI's model library lists files."""
+
+    path_index: int
+    root: Path
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.name
+
+
 class ModelFolderError(ValueError):
     """An unknown folder kind, an unreadable yaml file, or a file that does not exist."""
 
@@ -84,15 +98,20 @@ class ModelFolders:
         return merged
 
     def filenames(self, kind: str, extensions: Iterable[str] | None = MODEL_EXTENSIONS) -> list[str]:
-        """Every file under the kind's folders, relative, with forward slashes, sorted, unique.
+        """Every file under the kind's folders, relative, with forward slashes, sorted, unique."""
+        return sorted({entry.name for entry in self.entries(kind, extensions)})
+
+    def entries(self, kind: str, extensions: Iterable[str] | None = MODEL_EXTENSIONS) -> list["FolderEntry"]:
+        """Every file under the kind's folders, folder by folder in priority order (a name in two
+        folders appears twice, with each folder's index into `paths(kind)`).
 
         Symbolic links are followed (people link model folders from shared drives or an
         AUTOMATIC1111 install); a link back to a folder already walked is skipped, so a link
-        loop cannot hang the listing.
+        loop cannot hang the listing. Hidden files and folders are left out.
         """
         exts = {e.lower() for e in extensions} if extensions is not None else None
-        found: set[str] = set()
-        for root in self.paths(kind):
+        found: list[FolderEntry] = []
+        for index, root in enumerate(self.paths(kind)):
             if not root.is_dir():
                 continue
             walked: set[str] = set()
@@ -102,15 +121,15 @@ class ModelFolders:
                     dirnames[:] = []
                     continue
                 walked.add(real)
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-                for name in files:
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for name in sorted(files):
                     if name.startswith("."):
                         continue
                     if exts is not None and Path(name).suffix.lower() not in exts:
                         continue
                     rel = os.path.relpath(os.path.join(dirpath, name), root)
-                    found.add(rel.replace(os.sep, "/"))
-        return sorted(found)
+                    found.append(FolderEntry(index, root, rel.replace(os.sep, "/")))
+        return found
 
     def full_path(self, kind: str, name: str) -> Path | None:
         """The first existing file called `name` (relative) in the kind's folders, or None.

@@ -22,6 +22,7 @@ from web.middlewares import middlewares_for
 from web.routes_files import file_routes
 from web.routes_info import extension_urls, info_routes
 from web.routes_jobs import jobs_routes
+from web.routes_library import library_routes
 from web.routes_prompt import prompt_routes
 from web.state import STATE_KEY, AppState
 from web.userdata import add_userdata_routes
@@ -62,7 +63,7 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     app[STATE_KEY] = state
     app[_WARM_UP] = warm_up
     app[_WARM_UP_TASK] = []
-    tables = [prompt_routes(), jobs_routes(), info_routes(), file_routes(), ws_routes()]
+    tables = [prompt_routes(), jobs_routes(), info_routes(), file_routes(), ws_routes(), library_routes(state)]
     for table in [*tables, *state.extra_routes, *extra_routes]:
         add_api_routes(app, table)
     add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)

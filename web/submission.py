@@ -72,6 +72,7 @@ def _run_prompt_handlers(state: "AppState", body: dict) -> dict:
 
 async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None = None) -> tuple[int, dict]:
     """Validate and queue one prompt request. `client_id` (the WebSocket's) overrides the body's."""
+    log.info("got prompt")  # ComfyUI's terminal line for every submission
     if not isinstance(body, dict):
         return 400, request_error("invalid_prompt", "Invalid request body",
                                   f"the body must be a JSON object, got {type(body).__name__}")
@@ -96,6 +97,7 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
         log.exception("validation of prompt %s crashed", prompt_id)
         return 400, request_error("invalid_prompt", "Prompt could not be validated", f"{type(exc).__name__}: {exc}")
     if not result.ok:
+        log.warning("invalid prompt: %s", (result.error or {}).get("message", result.error))
         return 400, {"error": result.error, "node_errors": result.node_errors}
 
     number = body.get("number")

@@ -132,6 +132,9 @@ class PromptWorker:
             status, ui_outputs, meta = "error", {}, {}
             messages = [[e, d] for e, d in recorded] + [[event.type, event.data]]
 
+        # ComfyUI's terminal line per prompt (people watch for it; some scripts grep it), logged
+        # before the history entry exists so that whoever sees the entry can see the line.
+        log.info("Prompt executed in %.2f seconds", (now_ms() - start) / 1000)
         entry = {
             "prompt": item.wire(),
             "outputs": ui_outputs,

@@ -190,3 +190,19 @@ async def test_failing_node_reports_error_and_server_keeps_serving(server):
     assert error["node_id"] == "2" and error["exception_message"].strip() == "kaputt"
     _, ok = await server.post_prompt(chain(1))
     assert (await server.wait_history(ok["prompt_id"]))["status"]["status_str"] == "success"
+
+
+async def test_the_terminal_says_got_prompt_and_how_long_it_ran(server, caplog):
+    """ComfyUI's two lines per prompt, so a user watching the terminal sees work happen; an
+    invalid prompt says why."""
+    caplog.set_level("INFO")
+    status, body = await server.post_prompt(chain(2))
+    assert status == 200
+    await server.wait_history(body["prompt_id"])
+    messages = [r.getMessage() for r in caplog.records]
+    assert "got prompt" in messages
+    assert any(m.startswith("Prompt executed in ") and m.endswith(" seconds") for m in messages)
+    caplog.clear()
+    status, _ = await server.post_prompt({"1": {"class_type": "Nope", "inputs": {}}})
+    assert status == 400
+    assert any(r.levelname == "WARNING" and r.getMessage().startswith("invalid prompt:") for r in caplog.records)
