@@ -330,3 +330,41 @@ async def test_saved_workflows_and_settings_live_on_the_server(editor_factory) -
     await other.mouse.click(700, 700)
     await other.keyboard.press("w")  # the workflows sidebar
     await other.get_by_text("my lighthouse").first.wait_for(timeout=UI_TIMEOUT_MS)
+
+
+async def test_the_library_panels_show_templates_models_and_imported_files(editor_factory, tiny_sd1_ckpt: Path,
+                                                                           tmp_path: Path) -> None:
+    """The three panels a new user opens on the first day show what the server has: the
+    official templates it can run, the checkpoints in its model folder, the files in input/."""
+    def prepare(base: Path) -> None:
+        (base / "models" / "checkpoints").mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_sd1_ckpt, base / "models" / "checkpoints" / "tiny_sd1.safetensors")
+        _input_image(base)
+
+    editor = await editor_factory(prepare=prepare)
+    await editor.open()
+    page = editor.page
+    command = "(name) => window.app.extensionManager.command.execute(name)"
+
+    # Templates: the official "Image Generation" template (ComfyUI's default graph) is offered.
+    await page.evaluate(command, "Comfy.BrowseTemplates")
+    dialog = page.locator('[role="dialog"]:visible').first
+    await dialog.get_by_text("Image Generation").first.wait_for(timeout=UI_TIMEOUT_MS)
+    assert await dialog.get_by_text("No templates found").count() == 0
+    await page.keyboard.press("Escape")
+    await dialog.wait_for(state="hidden", timeout=UI_TIMEOUT_MS)
+
+    # Model Library: the checkpoints folder lists our file.
+    await page.evaluate(command, "Workspace.ToggleSidebarTab.model-library")
+    await page.get_by_text("checkpoints", exact=True).first.click(timeout=UI_TIMEOUT_MS)
+    await page.get_by_text("tiny_sd1").first.wait_for(timeout=UI_TIMEOUT_MS)
+
+    # Assets -> Imported: the input folder's image.
+    await page.evaluate(command, "Workspace.ToggleSidebarTab.assets")
+    await page.get_by_text("Imported", exact=True).first.click(timeout=UI_TIMEOUT_MS)
+    await page.get_by_text("start", exact=True).first.wait_for(timeout=UI_TIMEOUT_MS)  # start.png's card
+    await page.locator('img[src*="filename=start.png"]').first.wait_for(timeout=UI_TIMEOUT_MS)
+    assert await page.get_by_text("No imported files found").count() == 0
+    assert editor.page_errors == [] and editor.foreign_responses() == []
+    for path in ("/templates/index.json", "/experiment/models/checkpoints", "/internal/files/input"):
+        assert any(status == 200 and urlsplit(url).path.endswith(path) for status, url in editor.responses), path
