@@ -14,6 +14,8 @@ Thin: the language, chunking, emphasis and embeddings live in `comfy_core.prompt
 - Clip skip is `CLIPSetLastLayer` on the CLIP, applied as webui does per family: SD1 uses that
   layer through the final layer norm; SD2 (penultimate, normed) and SDXL (penultimate of CLIP-L
   and CLIP-G, not normed) ignore it, as webui does.
+- Text is cleaned as webui's tokenizers clean it before BPE (ftfy: curly quotes, HTML entities,
+  ligatures, full-width letters; `comfy_core.prompt.webui_tokenizer`); CLIPTextEncode does not.
 - A prompt that cannot be encoded (e.g. `(a:1.2.3)`) fails validation on this node.
 """
 from __future__ import annotations

@@ -4,8 +4,12 @@
   `composable_weight` key, combined by the sampler as `uncond + cfg * sum_i w_i (cond_i - uncond)`
   (Liu et al. 2022, composable diffusion; webui's `combine_denoised`). A single part of weight 1
   carries no key, so it behaves as plain ComfyUI conditioning.
-- Each part's schedule (`[a:b:N]`, `[a|b]`) is encoded as one webui batch and becomes one entry
-  per schedule step range, with `start_percent` / `end_percent` chosen so the sampler switches at
+- Each part's schedule (`[a:b:N]`, `[a|b]`) is encoded as one webui batch, every row of it,
+  repeats included (webui's `get_learned_conditioning`: `[(cat:3)|dog|bird]` at 4 steps is the
+  batch cat, dog, bird, cat, and "Original" emphasis shares its mean over those 4 rows). AND
+  parts, and the negative prompt, are separate batches; parts with the same text are encoded
+  once (webui de-duplicates them). Neighbouring rows with the same text become one entry per
+  schedule step range, with `start_percent` / `end_percent` chosen so the sampler switches at
   the step webui switches at (`timeline.schedule_ranges`, for the given steps and scheduler).
 - A negative prompt is neither AND-split nor weight-stripped (webui passes it straight through).
 
@@ -127,17 +131,17 @@ def _merge_repeats(schedule: list[list]) -> list[list]:
     return merged
 
 
-def prompt_texts(text: str, steps: int, negative: bool = False) -> list[tuple[float | None, list[list]]]:
-    """Each AND part's weight (None for a negative prompt) and its merged schedule."""
+def prompt_texts(text: str, steps: int, negative: bool = False) -> list[tuple[str, float | None, list[list]]]:
+    """Each AND part's text, weight (None for a negative prompt) and webui schedule (all rows)."""
     parts = [(text, None)] if negative else split_and(text)
-    return [(weight, _merge_repeats(prompt_schedule(part, steps))) for part, weight in parts]
+    return [(part, weight, prompt_schedule(part, steps)) for part, weight in parts]
 
 
 def check_prompt(text: str, steps: int = 20, negative: bool = False, emphasis: str = DEFAULT_EMPHASIS) -> None:
     """Raise `PromptSyntaxError` for a prompt that cannot be encoded (what the node validates)."""
     if not parses_brackets(emphasis):
         return
-    for _, schedule in prompt_texts(text, steps, negative):
+    for _, _, schedule in prompt_texts(text, steps, negative):
         for _, entry_text in schedule:
             parse_prompt_attention(entry_text)
 
@@ -151,17 +155,21 @@ def encode_prompt(clip: Any, text: str, options: PromptOptions = PromptOptions()
     """
     all_embeddings = (*embeddings, *registered_embeddings(clip))
     parts = prompt_texts(text, options.steps, options.negative)
-    composable = len(parts) > 1 or any(weight not in (None, 1.0) for weight, _ in parts)
+    composable = len(parts) > 1 or any(weight not in (None, 1.0) for _, weight, _ in parts)
     conditioning: list[list] = []
-    for weight, schedule in parts:
-        texts = list(dict.fromkeys(entry_text for _, entry_text in schedule))
-        encoded = encode_texts(clip, texts, emphasis=options.emphasis, embeddings=all_embeddings,
-                               resolve=resolve, comma_backtrack=options.comma_backtrack,
-                               zero_if_empty=options.negative)
-        ranges = (schedule_ranges([end for end, _ in schedule], options.steps, options.scheduler)
-                  if len(schedule) > 1 else [None])
-        for (_, entry_text), span in zip(schedule, ranges):
-            row = texts.index(entry_text)
+    batches: dict[str, Any] = {}  # part text -> its encoded batch (the same text, the same batch)
+    for part, weight, schedule in parts:
+        if part not in batches:
+            batches[part] = encode_texts(clip, [entry_text for _, entry_text in schedule],
+                                         emphasis=options.emphasis, embeddings=all_embeddings,
+                                         resolve=resolve, comma_backtrack=options.comma_backtrack,
+                                         zero_if_empty=options.negative)
+        encoded = batches[part]
+        entries = _merge_repeats(schedule)
+        ranges = (schedule_ranges([end for end, _ in entries], options.steps, options.scheduler)
+                  if len(entries) > 1 else [None])
+        for (_, entry_text), span in zip(entries, ranges):
+            row = encoded.row(entry_text)
             meta: dict[str, Any] = {"pooled_output": encoded.pooled[row:row + 1], **options.extra}
             if span is not None:
                 meta["start_percent"], meta["end_percent"] = span

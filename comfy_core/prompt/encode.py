@@ -4,10 +4,15 @@ Behaviour of webui 1.10 `modules/sd_hijack_clip.py::forward/process_tokens`,
 `modules/sd_hijack_open_clip.py` and `modules/sd_models_xl.py`, written here from
 `shared/reference/a1111-prompt.md` sections 3.5-3.7:
 
-- every text of one batch (the schedule variants of one prompt) is chunked; texts with fewer
-  chunks get empty chunks up to the batch's largest count;
-- chunk index i is encoded for the whole batch at once; emphasis applies to that batch tensor
-  (so "Original"'s mean is shared across the batch rows and taken per chunk, not overall);
+- one batch is every row of one (sub)prompt's schedule, repeats included (webui's
+  `get_learned_conditioning` passes all of them to one encoder call); each distinct text is
+  tokenized and encoded once, and "Original"'s mean, shared across the batch rows and taken per
+  chunk index, counts each text as often as it occurs in the batch (`emphasis.batch_mean`);
+- texts are tokenized as webui's tokenizer for each encoder does (`webui_tokenizer`: ftfy
+  cleaning; transformers' rules for CLIP-L, open_clip's for ViT-H and CLIP-G), so SDXL's two
+  encoders may see different ids; embedding names are matched with the first encoder's ids;
+- texts with fewer chunks get empty chunks up to the batch's largest count (across both SDXL
+  encoders: where their cleanings give different counts webui fails; here the shorter is padded);
 - the layer used follows webui per family (`encoder_plan`), not ComfyUI: SD1 honours clip skip
   (`CLIPSetLastLayer`; `hidden_states[-N]` then the final layer norm); SD2 always uses the
   penultimate layer through the final norm (webui ignores clip skip there); SDXL uses the
@@ -16,11 +21,13 @@ Behaviour of webui 1.10 `modules/sd_hijack_clip.py::forward/process_tokens`,
 - an SDXL negative prompt whose batch is all empty is zeros, context and pooled alike.
 
 The CLIP object is used through a narrow surface: `clip.patcher` (a `ClipPatcher`:
-`encoder_slots()`, `applied()`), `clip.tokenizer.clip_tokenizer.encode(text)` and `clip.layer_idx`.
+`encoder_slots()`, `applied()`), `clip.tokenizer.clip_tokenizer` (a `ClipTokenizer`: its BPE
+through `encode_words`) and `clip.layer_idx`.
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -33,6 +40,7 @@ from comfy_core.prompt.chunking import (CHUNK_TOKENS, DEFAULT_COMMA_BACKTRACK, C
 from comfy_core.prompt.embedding import Embedding
 from comfy_core.prompt.emphasis import DEFAULT_EMPHASIS, apply_emphasis, parses_brackets
 from comfy_core.prompt.errors import EmbeddingNotFoundError
+from comfy_core.prompt.webui_tokenizer import Flavour, webui_tokenizer
 
 EMBEDDING_PREFIX = "embedding:"  # ComfyUI's explicit syntax, `embedding:name`
 _EXPLICIT = re.compile(r"(?<!\S)embedding:(\S+)")
@@ -43,12 +51,13 @@ ResolveEmbedding = Callable[[str], "Embedding | None"]
 
 @dataclass(frozen=True)
 class EncoderPlan:
-    """How one encoder of the set is used: its padding id, layer and final-norm choice."""
+    """How one encoder of the set is used: its padding id, layer, final-norm choice and tokenizer."""
 
     slot: str  # "clip_l" | "clip_h" | "clip_g"
     pad: int
     layer_idx: int | None  # None: final output; negative: that hidden layer (ComfyUI's indexing)
     layer_norm: bool
+    tokenizer: Flavour = "transformers"  # webui: transformers' for CLIP-L, open_clip's otherwise
 
 
 def encoder_plan(slots: Sequence[str], clip_layer: int | None) -> list[EncoderPlan]:
@@ -61,12 +70,15 @@ def encoder_plan(slots: Sequence[str], clip_layer: int | None) -> list[EncoderPl
     if slots == ["clip_l"]:  # SD1.x
         return [EncoderPlan("clip_l", eos, clip_layer, True)]
     if slots == ["clip_h"]:  # SD2.x: penultimate, through ln_final
-        return [EncoderPlan("clip_h", 0, -2, True)]
+        return [EncoderPlan("clip_h", 0, -2, True, "open_clip")]
     plans = []
     for slot in slots:  # SDXL base (clip_l + clip_g) or refiner (clip_g): penultimate, no norm
         if slot not in ("clip_l", "clip_g"):
             raise ValueError(f"unsupported text encoder set {slots}: expected clip_l, clip_h, clip_l+clip_g or clip_g")
-        plans.append(EncoderPlan(slot, eos if slot == "clip_l" else 0, -2, False))
+        if slot == "clip_l":
+            plans.append(EncoderPlan(slot, eos, -2, False, "transformers"))
+        else:
+            plans.append(EncoderPlan(slot, 0, -2, False, "open_clip"))
     if not plans:
         raise ValueError("the CLIP has no text encoders")
     return plans
@@ -74,9 +86,16 @@ def encoder_plan(slots: Sequence[str], clip_layer: int | None) -> list[EncoderPl
 
 @dataclass(frozen=True)
 class EncodedTexts:
-    cond: torch.Tensor  # [B, 77 * chunks, sum of widths]
-    pooled: torch.Tensor  # [B, P]: from the pooling encoder's first chunk
-    token_counts: tuple[int, ...]  # webui's token count per text
+    """One encoded batch: a row per distinct text, in order of first appearance (`texts`)."""
+
+    cond: torch.Tensor  # [D, 77 * chunks, sum of widths]
+    pooled: torch.Tensor  # [D, P]: from the pooling encoder's first chunk
+    token_counts: tuple[int, ...]  # webui's token count per distinct text
+    texts: tuple[str, ...] = ()
+
+    def row(self, text: str) -> int:
+        """The row of `text` in `cond` and `pooled`."""
+        return self.texts.index(text)
 
 
 def explicit_tokenizer(encode: Callable[[str], list[int]], resolve: ResolveEmbedding | None) -> Callable[[str], list[TokenItem]]:
@@ -109,6 +128,14 @@ def explicit_tokenizer(encode: Callable[[str], list[int]], resolve: ResolveEmbed
     return tokenize
 
 
+def pad_chunk_counts(per_text_sets: Sequence[list[list[Chunk]]]) -> None:
+    """Give every text of every set as many chunks as the longest (empty chunks at the end)."""
+    longest = max(len(chunks) for per_text in per_text_sets for chunks in per_text)
+    for per_text in per_text_sets:
+        for chunks in per_text:
+            chunks.extend(empty_chunk() for _ in range(longest - len(chunks)))
+
+
 def chunk_texts(texts: Sequence[str], tokenize: Callable[[str], Sequence[TokenItem]], *,
                 emphasis: str = DEFAULT_EMPHASIS, embeddings: EmbeddingIndex | None = None,
                 comma_backtrack: int = DEFAULT_COMMA_BACKTRACK) -> tuple[list[list[Chunk]], list[int]]:
@@ -120,9 +147,7 @@ def chunk_texts(texts: Sequence[str], tokenize: Callable[[str], Sequence[TokenIt
                                           comma_backtrack=comma_backtrack)
         per_text.append(chunks)
         counts.append(count)
-    longest = max(len(chunks) for chunks in per_text)
-    for chunks in per_text:
-        chunks.extend(empty_chunk() for _ in range(longest - len(chunks)))
+    pad_chunk_counts([per_text])
     return per_text, counts
 
 
@@ -146,39 +171,50 @@ def embedding_overrides(chunks: Sequence[Chunk], slot: str, width: int, override
 def encode_texts(clip: Any, texts: Sequence[str], *, emphasis: str = DEFAULT_EMPHASIS,
                  embeddings: Sequence[Embedding] = (), resolve: ResolveEmbedding | None = None,
                  comma_backtrack: int = DEFAULT_COMMA_BACKTRACK, zero_if_empty: bool = False) -> EncodedTexts:
-    """Encode `texts` as one webui batch (see the module docstring).
+    """Encode `texts` as one webui batch, repeats included (see the module docstring).
 
-    `zero_if_empty`: the SDXL empty-negative rule (applied only to SDXL encoder sets).
+    The result has one row per distinct text (`EncodedTexts.row`); a text given twice counts
+    twice in "Original"'s mean, as in webui. `zero_if_empty`: the SDXL empty-negative rule
+    (applied only to SDXL encoder sets).
     """
     from comfy_core.text_encoders.encoder import EmbeddingOverride
 
     if not texts:
         raise ValueError("encode_texts needs at least one text")
-    encode = clip.tokenizer.clip_tokenizer.encode
-    index = EmbeddingIndex(list(embeddings), encode) if embeddings else None
-    tokenize = explicit_tokenizer(encode, resolve)
-    per_text, counts = chunk_texts(texts, tokenize, emphasis=emphasis, embeddings=index,
-                                   comma_backtrack=comma_backtrack)
+    occurrences = Counter(texts)
+    distinct = list(occurrences)  # first-appearance order
+    repeats = (torch.tensor([occurrences[text] for text in distinct], dtype=torch.float32)
+               if len(distinct) < len(texts) else None)
     plans = encoder_plan(clip.patcher.encoder_slots(), getattr(clip, "layer_idx", None))
+    bpe = clip.tokenizer.clip_tokenizer
+    tokenizers = {plan.tokenizer: webui_tokenizer(bpe, plan.tokenizer) for plan in plans}
+    # webui registers embedding names with the first encoder's tokenizer (sd_models_xl.tokenize).
+    index = EmbeddingIndex(list(embeddings), tokenizers[plans[0].tokenizer]) if embeddings else None
+    chunked = {flavour: chunk_texts(distinct, explicit_tokenizer(tokenize, resolve), emphasis=emphasis,
+                                    embeddings=index, comma_backtrack=comma_backtrack)
+               for flavour, tokenize in tokenizers.items()}
+    pad_chunk_counts([per_text for per_text, _ in chunked.values()])
+    counts = chunked[plans[0].tokenizer][1]
     pooling_slot = "clip_g" if any(p.slot == "clip_g" for p in plans) else plans[0].slot
     conds: list[torch.Tensor] = []
     pooled = None
     with clip.patcher.applied() as encoders, torch.no_grad():
         for plan in plans:
             encoder = getattr(encoders, plan.slot)
+            per_text = chunked[plan.tokenizer][0]
             per_chunk = []
             for i in range(len(per_text[0])):
                 chunks = [text_chunks[i] for text_chunks in per_text]
-                ids = torch.tensor([pad_chunk_ids(c.tokens, SpecialTokens().eos, plan.pad) for c in chunks])  # [B, 77]
-                multipliers = torch.tensor([c.multipliers for c in chunks], dtype=torch.float32)  # [B, 77]
+                ids = torch.tensor([pad_chunk_ids(c.tokens, SpecialTokens().eos, plan.pad) for c in chunks])  # [D, 77]
+                multipliers = torch.tensor([c.multipliers for c in chunks], dtype=torch.float32)  # [D, 77]
                 overrides = embedding_overrides(chunks, plan.slot, encoder.width, EmbeddingOverride)
                 out = encoder.encode_ids(ids, overrides, layer_idx=plan.layer_idx, layer_norm_hidden=plan.layer_norm)
-                per_chunk.append(apply_emphasis(out.hidden, multipliers.to(out.hidden.device), emphasis))
+                per_chunk.append(apply_emphasis(out.hidden, multipliers.to(out.hidden.device), emphasis, repeats))
                 if i == 0 and plan.slot == pooling_slot:
-                    pooled = out.pooled  # [B, P]
-            conds.append(torch.cat(per_chunk, dim=1))  # [B, 77 * chunks, width]
-    cond = torch.cat(conds, dim=2)  # [B, 77 * chunks, sum of widths]
+                    pooled = out.pooled  # [D, P]
+            conds.append(torch.cat(per_chunk, dim=1))  # [D, 77 * chunks, width]
+    cond = torch.cat(conds, dim=2)  # [D, 77 * chunks, sum of widths]
     is_sdxl = pooling_slot == "clip_g"
     if zero_if_empty and is_sdxl and all(text == "" for text in texts):
         cond, pooled = torch.zeros_like(cond), torch.zeros_like(pooled)
-    return EncodedTexts(cond=cond, pooled=pooled, token_counts=tuple(counts))
+    return EncodedTexts(cond=cond, pooled=pooled, token_counts=tuple(counts), texts=tuple(distinct))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Sequence
 
 from comfy_core.text_encoders.vocab import ClipVocabulary, load_vocabulary
 
@@ -43,6 +44,19 @@ class ClipTokenizer:
     def encode(self, text: str) -> list[int]:
         """The BPE ids of `text`, without BOS/EOS."""
         return list(self._backend(text, add_special_tokens=False)["input_ids"])
+
+    def encode_words(self, words: Sequence[str]) -> list[int]:
+        """The BPE ids of text already cleaned and pre-tokenized elsewhere, one word at a time.
+
+        The hook for callers that clean and split text their own way before BPE (the
+        AUTOMATIC1111 nodes replicate webui's tokenizers: `comfy_core.prompt.webui_tokenizer`).
+        Each word is BPE-encoded on its own, so no word boundary is merged or moved; a word
+        that is already lower-case NFC text without whitespace passes this library's
+        normaliser and pre-tokenizer unchanged. `encode` (ComfyUI's path) does not use it.
+        """
+        if not words:
+            return []
+        return list(self._backend(list(words), is_split_into_words=True, add_special_tokens=False)["input_ids"])
 
     def encode_with_specials(self, text: str) -> list[int]:
         """BOS + ids + EOS, unpadded (what `CLIPTokenizer(text)` returns)."""

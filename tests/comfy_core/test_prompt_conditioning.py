@@ -8,6 +8,8 @@ from comfy_core.prompt.encode import encode_texts
 from comfy_core.prompt.timeline import schedule_ranges
 from tests.fixtures.clips import one_thread, sd1  # noqa: F401 -- fixtures
 
+BOS, EOS = 49406, 49407
+
 
 def test_plain_prompt_is_one_plain_entry(sd1):
     [[cond, meta]] = encode_prompt(sd1, "a cat")
@@ -68,3 +70,36 @@ def test_check_prompt_and_options():
         PromptOptions(emphasis="bogus")
     with pytest.raises(ValueError, match="steps"):
         PromptOptions(steps=0)
+
+
+def test_schedule_batch_keeps_repeated_rows_in_original_mean(sd1):
+    """webui encodes every schedule row, repeats included: `[(cat:3)|dog|bird] photo` at 4 steps is
+    the batch cat, dog, bird, cat, and "Original"'s mean is taken over those 4 rows."""
+    entries = encode_prompt(sd1, "[(cat:3)|dog|bird] photo", PromptOptions(steps=4))
+    assert len(entries) == 4
+    encode = sd1.tokenizer.clip_tokenizer.encode
+    rows, multipliers = [], []
+    for word, weight in (("cat", 3.0), ("dog", 1.0), ("bird", 1.0), ("cat", 3.0)):
+        tokens = [BOS, *encode(word), *encode(" photo"), EOS]
+        rows.append(tokens + [EOS] * (77 - len(tokens)))
+        multipliers.append([1.0, weight] + [1.0] * 75)  # each word and "photo" is one token here
+    with sd1.patcher.applied() as encoders, torch.no_grad():
+        z = encoders.clip_l.encode_ids(torch.tensor(rows), [], layer_idx=None, layer_norm_hidden=True).hidden
+    weighted = z * torch.tensor(multipliers)[..., None]
+    expected = weighted * (z.mean() / weighted.mean())  # webui's Original over the 4-row batch
+    for i, (cond, _) in enumerate(entries):
+        assert torch.allclose(cond, expected[i:i + 1], atol=1e-6)
+    distinct = weighted[:3] * (z[:3].mean() / weighted[:3].mean())  # the old, de-duplicated batch
+    assert not torch.allclose(distinct, expected[:3], atol=1e-4)
+
+
+def test_neighbouring_repeats_still_count_in_the_batch(sd1):
+    """`[fe|||]male` at 8 steps: rows female, male, male, male, female, male, male, male; the
+    entries merge neighbours, the mean does not."""
+    entries = encode_prompt(sd1, "[(fe:2)|||]male", PromptOptions(steps=8))
+    rows = ["(fe:2)male", "male", "male", "male"] * 2
+    batch = encode_texts(sd1, rows)
+    assert [m["end_percent"] > m["start_percent"] for _, m in entries] == [True] * 4
+    assert torch.allclose(entries[0][0], batch.cond[batch.row("(fe:2)male")].unsqueeze(0))
+    assert torch.allclose(entries[1][0], batch.cond[batch.row("male")].unsqueeze(0))
+    assert not torch.allclose(entries[1][0], encode_texts(sd1, ["(fe:2)male", "male"]).cond[1:2], atol=1e-4)

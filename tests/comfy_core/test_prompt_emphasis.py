@@ -56,3 +56,19 @@ def test_unknown_mode_and_shape_mismatch_raise():
         apply_emphasis(z, m, "original")
     with pytest.raises(ValueError, match="do not match"):
         apply_emphasis(z, m[:, :10], "Original")
+
+
+def test_original_counts_a_repeated_row_as_often_as_it_occurs():
+    """A row standing for 3 rows of webui's batch weighs 3 times in both means."""
+    z, m = sample()
+    out = apply_emphasis(z, m, "Original", repeats=torch.tensor([3.0, 1.0]))
+    full_z = torch.cat([z[0:1], z[0:1], z[0:1], z[1:2]])  # the batch webui encodes
+    full_m = torch.cat([m[0:1], m[0:1], m[0:1], m[1:2]])
+    full = apply_emphasis(full_z, full_m, "Original")
+    assert torch.allclose(out[0], full[0], atol=1e-6) and torch.allclose(out[1], full[3], atol=1e-6)
+    assert not torch.allclose(out, apply_emphasis(z, m, "Original"), atol=1e-4)
+
+
+def test_repeats_change_nothing_without_normalisation():
+    z, m = sample()
+    assert torch.equal(apply_emphasis(z, m, "No norm", repeats=torch.tensor([3.0, 1.0])), z * m[..., None])

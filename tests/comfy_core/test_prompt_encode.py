@@ -182,3 +182,21 @@ def test_explicit_embedding_syntax(sd1):
     assert torch.allclose(out, expected, atol=1e-5)
     with pytest.raises(EmbeddingNotFoundError, match="embedding:missing"):
         encode_texts(sd1, ["embedding:missing"], resolve=found.get)
+
+
+def test_repeated_texts_are_one_row_each_and_count_in_the_mean(sd1):
+    texts = ["a (cat:1.5)", "a dog", "a (cat:1.5)"]
+    out = encode_texts(sd1, texts)
+    assert out.cond.shape[0] == 2 and out.texts == ("a (cat:1.5)", "a dog") and out.row("a dog") == 1
+    tokens = sd1.tokenizer.clip_tokenizer.encode
+    rows = [[BOS, *tokens("a"), *tokens("cat"), EOS], [BOS, *tokens("a dog"), EOS]]
+    ids = torch.tensor([row + [EOS] * (77 - len(row)) for row in rows])
+    z = run(sd1, "clip_l", ids).hidden
+    m = torch.ones(2, 77)
+    m[0, 2] = 1.5
+    full_z, full_m = z[[0, 1, 0]], m[[0, 1, 0]]  # the 3-row batch webui encodes
+    weighted = full_z * full_m[..., None]
+    expected = weighted * (full_z.mean() / weighted.mean())
+    assert torch.allclose(out.cond, expected[:2], atol=1e-6)
+    no_norm = encode_texts(sd1, texts, emphasis="No norm").cond
+    assert torch.allclose(no_norm, encode_texts(sd1, texts[:2], emphasis="No norm").cond)

@@ -229,3 +229,21 @@ def test_fractional_switch_with_different_step_count(sd1_model_clip):
     negative = encode_prompt(clip, "", PromptOptions(negative=True))
     # 0.5 * 5 = 2.5 -> int 2: cat for calls 0..2, dog for 3..4
     assert texts_seen(model, positive, negative, 5, "normal") == webui_calls([2, 5], 5)
+
+
+def test_a1111_nodes_clean_text_as_webui_and_clip_text_encode_does_not(sd1, sdxl, env):
+    """webui's tokenizers run ftfy first (curly quotes, entities, full-width letters, ligatures);
+    ComfyUI's CLIPTextEncode does not, so there the two spellings stay different."""
+    from nodes.conditioning import clip_text_encode
+
+    fancy, plain = "“Ｃａｔ” &amp; ﬁsh", '"cat" & fish'
+    with running_in(env):
+        (a,) = prompt_nodes.clip_text_encode_weighted(fancy, sd1, folder_embeddings=False)
+        (b,) = prompt_nodes.clip_text_encode_weighted(plain, sd1, folder_embeddings=False)
+        (c,) = prompt_nodes.clip_text_encode_weighted_sdxl(fancy, sdxl, folder_embeddings=False)
+        (d,) = prompt_nodes.clip_text_encode_weighted_sdxl(plain, sdxl, folder_embeddings=False)
+    assert torch.equal(a[0][0], b[0][0]) and torch.equal(c[0][0], d[0][0])
+    assert torch.equal(c[0][1]["pooled_output"], d[0][1]["pooled_output"])
+    (comfy_fancy,) = clip_text_encode(fancy, sd1)
+    (comfy_plain,) = clip_text_encode(plain, sd1)
+    assert not torch.allclose(comfy_fancy[0][0], comfy_plain[0][0], atol=1e-3)
