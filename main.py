@@ -1,75 +1,28 @@
 """Command line: `python main.py [FLAGS]` serves (http://127.0.0.1:8188 by default);
 `python main.py run WORKFLOW.json [FLAGS]` runs one API-format workflow without a server.
 
-The flags are ComfyUI's, with the same names and meaning (see docs/dev/README-server.md).
-An unknown flag is an error (exit status 2) that names the flag.
+Every ComfyUI 0.3.64 flag is accepted, with its spelling and value shape (web/flags.py); those
+that change nothing on this build are named in one warning at start-up. A flag ComfyUI does not
+have either is an error (exit status 2) that names it.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, MutableMapping, Sequence, TextIO
 
-from web.config import (DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, CacheSettings, DtypeSettings,
-                        ServerConfig)
+from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, CacheSettings, DtypeSettings, ServerConfig
+from web.flags import (ALL_INTERFACES, add_common_flags, add_server_flags, attention_backends, comfy_namespace,
+                       component_dtype, flags_without_effect)
 
-ALL_INTERFACES = "0.0.0.0,::"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-def _add_common_flags(parser: argparse.ArgumentParser) -> None:
-    paths = parser.add_argument_group("folders")
-    paths.add_argument("--base-directory", type=Path, default=None, metavar="DIR",
-                       help="root of models/, output/, input/, temp/, user/, custom_nodes/ (default: this folder)")
-    paths.add_argument("--output-directory", type=Path, default=None, metavar="DIR")
-    paths.add_argument("--input-directory", type=Path, default=None, metavar="DIR")
-    paths.add_argument("--temp-directory", type=Path, default=None, metavar="DIR",
-                       help="parent of the temp folder (ComfyUI's meaning: DIR/temp is used)")
-    paths.add_argument("--user-directory", type=Path, default=None, metavar="DIR")
-    paths.add_argument("--extra-model-paths-config", type=Path, nargs="+", action="append", default=None,
-                       metavar="PATH", help="ComfyUI-format extra_model_paths.yaml (repeatable)")
-
-    compute = parser.add_argument_group("execution")
-    compute.add_argument("--cpu", action="store_true", help="run everything on the CPU")
-    cache = compute.add_mutually_exclusive_group()
-    cache.add_argument("--cache-classic", action="store_true", help="keep the last prompt's outputs (default)")
-    cache.add_argument("--cache-lru", type=int, default=0, metavar="N", help="keep up to N node results")
-    cache.add_argument("--cache-none", action="store_true", help="no caching across prompts (least RAM)")
-    cache.add_argument("--cache-ram", type=float, nargs="?", const=4.0, default=None, metavar="GB",
-                       help="cache, evicting when free RAM drops under GB (default 4)")
-    compute.add_argument("--preview-method", choices=("none", "auto", "latent2rgb"), default="latent2rgb",
-                         help="live previews while sampling ('auto' = latent2rgb)")
-    compute.add_argument("--preview-size", type=int, default=DEFAULT_PREVIEW_SIZE, metavar="PX")
-    _add_precision_flags(parser)
-
-    packs = parser.add_argument_group("custom nodes")
-    packs.add_argument("--disable-all-custom-nodes", action="store_true")
-    packs.add_argument("--whitelist-custom-nodes", nargs="+", default=[], metavar="PACK",
-                       help="with --disable-all-custom-nodes: the packs that still load")
-
-    parser.add_argument("--verbose", nargs="?", const="DEBUG", default="INFO", choices=LOG_LEVELS, metavar="LEVEL",
-                        help="log level (bare: DEBUG)")
-
-
-def _add_precision_flags(parser: argparse.ArgumentParser) -> None:
-    """ComfyUI's weight-precision flags, in its mutually exclusive groups (comfy/cli_args.py);
-    the fp8/fp64 variants are not supported here (an unknown flag)."""
-    precision = parser.add_argument_group("precision", "weight dtypes (default: the compute device's)")
-    forced = precision.add_mutually_exclusive_group()
-    forced.add_argument("--force-fp32", action="store_true", help="every component in fp32")
-    forced.add_argument("--force-fp16", action="store_true", help="the diffusion model in fp16")
-    for component, dest, label in (("unet", "unet_dtype", "the diffusion model (UNet)"),
-                                   ("vae", "vae_dtype", "the VAE"),
-                                   ("text-enc", "text_enc_dtype", "the text encoders")):
-        group = precision.add_mutually_exclusive_group()
-        for name in ("fp32", "fp16", "bf16"):
-            group.add_argument(f"--{name}-{component}", dest=dest, action="store_const", const=name, default=None,
-                               help=f"{label} in {name}")
+log = logging.getLogger("main")
+__all__ = ["ALL_INTERFACES", "build_run_parser", "build_serve_parser", "config_from_args", "main"]
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
@@ -77,15 +30,8 @@ def build_serve_parser() -> argparse.ArgumentParser:
         prog="main.py", description="Serve the node-graph engine (ComfyUI-compatible API and editor). "
                                     "'main.py run WORKFLOW.json' runs a workflow without a server.",
         allow_abbrev=False)
-    net = parser.add_argument_group("network")
-    net.add_argument("--listen", nargs="?", const=ALL_INTERFACES, default="127.0.0.1", metavar="IP",
-                     help="address(es) to listen on, comma-separated (bare: all interfaces)")
-    net.add_argument("--port", type=int, default=DEFAULT_PORT)
-    net.add_argument("--max-upload-size", type=float, default=DEFAULT_MAX_UPLOAD_MB, metavar="MB")
-    net.add_argument("--enable-cors-header", nargs="?", const="*", default=None, metavar="ORIGIN",
-                     help="allow cross-origin requests from ORIGIN (bare: any); turns off the origin check")
-    parser.add_argument("--quick-test-for-ci", action="store_true", help="load everything, then exit")
-    _add_common_flags(parser)
+    add_server_flags(parser)
+    add_common_flags(parser)
     return parser
 
 
@@ -93,7 +39,7 @@ def build_run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="main.py run", description="Run one API-format workflow and exit.",
                                      allow_abbrev=False)
     parser.add_argument("workflow", type=Path, help="API-format workflow JSON ('Export (API)' in the editor)")
-    _add_common_flags(parser)
+    add_common_flags(parser)
     return parser
 
 
@@ -109,6 +55,9 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         cache = CacheSettings(kind="classic")
     listen = getattr(args, "listen", "127.0.0.1")
     extra = tuple(p for group in (args.extra_model_paths_config or []) for p in group)
+    comfy = comfy_namespace(args)
+    model_attention, vae_attention = attention_backends(args)
+    tls_key, tls_cert = getattr(args, "tls_keyfile", None), getattr(args, "tls_certfile", None)
     return ServerConfig(
         base_dir=base,
         listen=tuple(h.strip() for h in listen.split(",") if h.strip()),
@@ -119,18 +68,36 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         user_dir=args.user_directory,
         extra_model_paths=extra,
         cpu=args.cpu,
-        dtype=DtypeSettings.from_flags(force_fp16=args.force_fp16, force_fp32=args.force_fp32, unet=args.unet_dtype,
-                                       vae=args.vae_dtype, text_enc=args.text_enc_dtype),
+        dtype=DtypeSettings.from_flags(force_fp16=args.force_fp16, force_fp32=args.force_fp32,
+                                       unet=component_dtype(args, "unet"), vae=component_dtype(args, "vae"),
+                                       text_enc=component_dtype(args, "text_enc")),
         cache=cache,
         disable_all_custom_nodes=args.disable_all_custom_nodes,
         whitelist_custom_nodes=tuple(args.whitelist_custom_nodes),
         max_upload_size_mb=getattr(args, "max_upload_size", DEFAULT_MAX_UPLOAD_MB),
         cors_origin=getattr(args, "enable_cors_header", None),
-        preview_method="latent2rgb" if args.preview_method == "auto" else args.preview_method,
+        preview_method=args.preview_method,
         preview_size=args.preview_size,
         verbose=args.verbose == "DEBUG",
         quick_test_for_ci=getattr(args, "quick_test_for_ci", False),
         argv=("main.py", *argv),
+        tls_keyfile=Path(tls_key) if tls_key else None,
+        tls_certfile=Path(tls_cert) if tls_cert else None,
+        front_end_root=getattr(args, "front_end_root", None),
+        disable_metadata=args.disable_metadata,
+        attention_backend=model_attention,
+        vae_attention_backend=vae_attention,
+        mmap=not args.disable_mmap,
+        reserve_vram_gb=args.reserve_vram,
+        deterministic=args.deterministic,
+        cuda_device=args.cuda_device,
+        default_device=args.default_device,
+        oneapi_device_selector=args.oneapi_device_selector,
+        auto_launch=comfy["auto_launch"],
+        print_server=not getattr(args, "dont_print_server", False),
+        log_stdout=args.log_stdout,
+        compress_response_body=getattr(args, "enable_compress_response_body", False),
+        comfy_flags=comfy,
     )
 
 
@@ -146,6 +113,92 @@ def _check_config(parser: argparse.ArgumentParser, config: ServerConfig) -> None
     for path in config.extra_model_paths:
         if not path.is_file():
             parser.error(f"--extra-model-paths-config: no such file: {path}")
+    # ComfyUI serves plain HTTP when only one TLS file is given; say so instead of serving unencrypted.
+    if (config.tls_keyfile is None) != (config.tls_certfile is None):
+        parser.error("--tls-keyfile and --tls-certfile must be given together")
+    for flag, path in (("--tls-keyfile", config.tls_keyfile), ("--tls-certfile", config.tls_certfile)):
+        if path is not None and not path.is_file():
+            parser.error(f"{flag}: no such file: {path}")
+    if config.reserve_vram_gb is not None and config.reserve_vram_gb < 0:
+        parser.error(f"--reserve-vram must be >= 0 (GB), got {config.reserve_vram_gb:g}")
+    if config.default_device is not None and not 0 <= config.default_device < DEVICE_SLOTS:
+        parser.error(f"--default-device must be between 0 and {DEVICE_SLOTS - 1}, got {config.default_device}")
+
+
+# ComfyUI lists this many device ids when --default-device moves one to the front.
+DEVICE_SLOTS = 32
+
+
+def device_environment(config: ServerConfig) -> dict[str, str]:
+    """The environment variables that choose this process's devices, as ComfyUI's main.py sets
+    them; they must be set before torch is first imported."""
+    variables: dict[str, str] = {}
+    if config.default_device is not None:
+        order = [config.default_device, *(i for i in range(DEVICE_SLOTS) if i != config.default_device)]
+        variables["CUDA_VISIBLE_DEVICES"] = variables["HIP_VISIBLE_DEVICES"] = ",".join(map(str, order))
+    if config.cuda_device is not None:
+        for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
+            variables[name] = str(config.cuda_device)
+    if config.oneapi_device_selector is not None:
+        variables["ONEAPI_DEVICE_SELECTOR"] = config.oneapi_device_selector
+    return variables
+
+
+def apply_process_flags(config: ServerConfig, environ: MutableMapping[str, str]) -> None:
+    """Set what the process-level flags ask for in `environ` (main: `os.environ`), before torch
+    loads: the visible devices, and cuBLAS's deterministic workspace for --deterministic."""
+    if "torch" in sys.modules and (config.cuda_device is not None or config.default_device is not None):
+        log.warning("torch was imported before the device flags were applied; they may not take effect")
+    environ.update(device_environment(config))
+    if config.deterministic:
+        environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what cuBLAS needs to be deterministic
+
+
+def log_handlers(*, use_stdout: bool, stdout: TextIO | None = None,
+                 stderr: TextIO | None = None) -> list[logging.Handler]:
+    """Where log records go: stderr; with --log-stdout (ComfyUI's app/logger.py) records below
+    ERROR go to stdout and only errors to stderr."""
+    fmt = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+    errors = logging.StreamHandler(stderr or sys.stderr)
+    handlers: list[logging.Handler] = [errors]
+    if use_stdout:
+        errors.addFilter(lambda record: record.levelno >= logging.ERROR)
+        normal = logging.StreamHandler(stdout or sys.stdout)
+        normal.addFilter(lambda record: record.levelno < logging.ERROR)
+        handlers.append(normal)
+    for handler in handlers:
+        handler.setFormatter(fmt)
+    return handlers
+
+
+def configure_logging(level: str, *, use_stdout: bool) -> None:
+    """Root logging at `level` through `log_handlers`; like `logging.basicConfig`, handlers are
+    added only when the root logger has none (a host that embeds main keeps its own)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        for handler in log_handlers(use_stdout=use_stdout):
+            root.addHandler(handler)
+    root.setLevel(getattr(logging, level))
+
+
+def announce(config: ServerConfig, urls: list[str], started: float, *,
+             open_browser: Callable[[str], object] | None = None, out: TextIO | None = None) -> None:
+    """What the server says once it listens (nothing with --dont-print-server), and the browser
+    it opens with --auto-launch (ComfyUI's call_on_start)."""
+    out = out or sys.stdout
+    if config.print_server:
+        print(f"Started in {time.perf_counter() - started:.2f} s", file=out)
+        print(f"To see the GUI go to: {config.url()}" if config.port else f"Listening on {', '.join(urls)}",
+              file=out, flush=True)
+    if config.auto_launch:
+        url = config.url() if config.port else urls[0]
+        (open_browser or _open_browser)(url)
+
+
+def _open_browser(url: str) -> None:
+    import webbrowser
+
+    webbrowser.open(url)
 
 
 def serve(config: ServerConfig) -> int:
@@ -168,21 +221,20 @@ def serve(config: ServerConfig) -> int:
         return 0
 
     def ready(urls: list[str]) -> None:
-        print(f"Started in {time.perf_counter() - started:.2f} s")
-        print(f"To see the GUI go to: {config.url()}" if config.port else f"Listening on {', '.join(urls)}",
-              flush=True)
+        announce(config, urls, started)
 
     try:
         # warm_up: torch and the nodes' runtime load in the background once the server listens.
         asyncio.run(serve_forever(state, on_ready=ready, stop_signals=(signal.SIGINT, signal.SIGTERM), warm_up=True))
     except KeyboardInterrupt:
         pass
-    except OSError as exc:  # the port is taken, or the address is not this machine's
+    except OSError as exc:  # the port is taken, the address is not this machine's, or TLS files are bad
         state.store.close()
         print(f"error: cannot listen on {', '.join(config.listen)} port {config.port}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
-    print("Stopped.", flush=True)
+    if config.print_server:
+        print("Stopped.", flush=True)
     return 0
 
 
@@ -196,10 +248,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     config = config_from_args(args, argv)
     _check_config(parser, config)
-    logging.basicConfig(level=getattr(logging, args.verbose), format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose, use_stdout=config.log_stdout)
+    ignored = flags_without_effect(args, parser)
+    if ignored:
+        log.warning("accepted, but no effect on this build: %s", " ".join(ignored))
+    apply_process_flags(config, os.environ)
     if argv and argv[0] == "run":
         from web.headless import run_workflow_sync
 
+        if config.deterministic:
+            from web.warmup import use_deterministic_algorithms
+
+            use_deterministic_algorithms()
         return run_workflow_sync(config, args.workflow, out=sys.stdout, err=sys.stderr)
     return serve(config)
 

@@ -58,6 +58,8 @@ class CompatSession:
         self.routes = web.RouteTableDef()  # PromptServer.instance.routes
         self.on_prompt_handlers: list[Any] = []
         self.state: Any = None  # web.state.AppState once bound
+        # web.config.ServerConfig: set by the host before packs load (comfy.cli_args at import time)
+        self.config: Any = None
         self.packs: list["PackResult"] = []
         self.prestartup: list[Any] = []  # compat.startup.PrestartupResult
         self._prestartup_ran_for: tuple[Any, ...] | None = None  # (folders, whitelist) run_prestartup had

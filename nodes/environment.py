@@ -21,10 +21,17 @@ class Environment:
     input_dir: Path
     temp_dir: Path
     user_dir: Path
-    preview_method: str = "latent2rgb"  # "latent2rgb" | "none"
+    preview_method: str = "latent2rgb"  # "none" | "auto" | "latent2rgb" | "taesd" (--preview-method)
     memory: Any = None  # comfy_core.memory.MemoryManager, when the host manages devices
     dtype_policy: Any = None  # comfy_core loading options (e.g. force fp16), or None for defaults
     extra: dict[str, Any] = field(default_factory=dict)
+    disable_metadata: bool = False  # --disable-metadata: save nodes write no prompt/workflow text chunks
+    # Attention backend the loaders give loaded models and VAEs (comfy_core.attention names);
+    # None keeps the default (sdpa). From ComfyUI's attention flags.
+    attention_backend: str | None = None
+    vae_attention_backend: str | None = None
+    mmap: bool = True  # loaders map safetensors weights (False: --disable-mmap, copy into memory)
+    preview_size: int = 512  # --preview-size: the longest side of a live preview frame
 
     @classmethod
     def rooted_at(cls, base: str | Path, **overrides: Any) -> "Environment":

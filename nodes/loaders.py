@@ -77,7 +77,19 @@ def _options(node_name: str, weight_dtype: str = "default", prediction: str = "a
                                 for component, name in names.items()})
     if weight_dtype != "default":
         policy = dataclasses.replace(policy, unet=_torch_dtype(weight_dtype, node_name, "weight_dtype"))
-    return LoadOptions(dtype_policy=policy, prediction=None if prediction == "auto" else prediction)
+    return LoadOptions(dtype_policy=policy, prediction=None if prediction == "auto" else prediction,
+                       mmap=getattr(env, "mmap", True))
+
+
+def _default_attention(model: Any = None, vae: Any = None) -> None:
+    """Give freshly loaded patchers the host's default attention backend (the server's attention
+    flags, `env.attention_backend` / `env.vae_attention_backend`): a patch option on these
+    patchers only, never a process-wide switch."""
+    env = current_env()
+    for patcher, name in ((model, getattr(env, "attention_backend", None)),
+                          (vae, getattr(env, "vae_attention_backend", None))):
+        if patcher is not None and name is not None:
+            patcher.set_attention_backend(name)
 
 
 def _track(*patchers: Any) -> None:
@@ -101,6 +113,7 @@ def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
 
     loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"),
                              _options("CheckpointLoaderSimple"))
+    _default_attention(loaded[0], loaded[2])
     _track(*loaded)
     return loaded
 
@@ -116,6 +129,7 @@ def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction:
 
     loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
                              _options("CheckpointLoader", weight_dtype, prediction))
+    _default_attention(loaded[0], loaded[2])
     _track(*loaded)
     return loaded
 
@@ -126,5 +140,6 @@ def vae_loader(vae_name: str) -> tuple[Any]:
     from comfy_core.loading import load_vae
 
     vae = load_vae(_path("vae", vae_name, "VAELoader", "vae_name"), _options("VAELoader"))
+    _default_attention(vae=vae)
     _track(vae)
     return (vae,)

@@ -1,4 +1,4 @@
-"""main.py's flags: ComfyUI's names and meanings, unknown flags refused."""
+"""main.py's flags: ComfyUI's names and meanings, flags ComfyUI lacks too refused."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,7 +59,10 @@ def test_misc_flags():
     assert config.max_upload_bytes == int(1.5 * 1024 * 1024) and config.cors_origin == "*"
     assert config.verbose and config.quick_test_for_ci and config.preview_method == "none" and config.port == 9000
     assert _config("--enable-cors-header", "http://x.test").cors_origin == "http://x.test"
-    assert _config("--preview-method", "auto").preview_method == "latent2rgb"
+    # ComfyUI's choices and default; 'auto' and 'taesd' reach the environment unchanged.
+    assert _config().preview_method == "none"
+    for method in ("auto", "taesd", "latent2rgb", "none"):
+        assert _config("--preview-method", method).preview_method == method
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -67,7 +70,16 @@ def test_misc_flags():
     (["--port", "abc"], "invalid int value"),
     (["--port", "70000"], "--port must be between"),
     (["--max-upload-size", "0"], "--max-upload-size must be positive"),
-    (["--preview-method", "taesd"], "invalid choice"),
+    (["--preview-method", "latent"], "invalid choice"),
+    (["--fast", "warp_speed"], "invalid PerformanceFeature value"),
+    (["--default-hashing-function", "crc32"], "invalid choice"),
+    (["--front-end-root", "/nonexistent/editor"], "does not exist"),
+    (["--tls-keyfile", "key.pem"], "--tls-keyfile and --tls-certfile must be given together"),
+    (["--tls-keyfile", "/nonexistent/k.pem", "--tls-certfile", "/nonexistent/c.pem"], "no such file"),
+    (["--lowvram", "--cpu"], "not allowed with"),  # ComfyUI's VRAM group includes --cpu
+    (["--use-split-cross-attention", "--use-quad-cross-attention"], "not allowed with"),
+    (["--reserve-vram", "-1"], "--reserve-vram must be >= 0"),
+    (["run", "w.json", "--tls-keyfile", "k"], "unrecognized arguments: --tls-keyfile"),
     (["--extra-model-paths-config", "/nonexistent/x.yaml"], "no such file"),
     (["run"], "the following arguments are required: workflow"),
     (["run", "w.json", "--listen"], "unrecognized arguments: --listen"),

@@ -43,10 +43,13 @@ def test_precision_flags_of_one_group_exclude_each_other(argv, capsys):
     assert exc.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
-def test_unsupported_precisions_are_unknown_flags(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main.main(["--fp8_e4m3fn-unet"])
-    assert exc.value.code == 2 and "--fp8_e4m3fn-unet" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", ["--fp8_e4m3fn-unet", "--fp8_e5m2-unet", "--fp8_e8m0fnu-unet", "--fp64-unet",
+                                  "--fp8_e4m3fn-text-enc", "--fp8_e5m2-text-enc"])
+def test_unsupported_precisions_are_accepted_and_change_no_dtype(flag):
+    dtype = _config(flag).dtype
+    assert (dtype.unet, dtype.vae, dtype.text_enc) == (None, None, None)
+    with pytest.raises(SystemExit):  # still in ComfyUI's exclusive groups
+        main.build_serve_parser().parse_args([flag, "--fp16-unet" if "unet" in flag else "--fp16-text-enc"])
 
 
 def test_dtype_settings_refuse_bad_values():

@@ -12,12 +12,15 @@ prompt races the import, while routes and sockets are served throughout.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import ssl
 from typing import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
 from web import frontend as editor
+from web.config import ServerConfig
 from web.middlewares import middlewares_for
 from web.routes_files import file_routes
 from web.routes_info import extension_urls, info_routes
@@ -58,8 +61,10 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     """The server application for `state`. `frontend=False` leaves out the browser editor
     (tests that only speak HTTP, and machines without the editor package). `warm_up=True`: the
     queue worker waits for `start_warm_up` (which `start_server(warm_up=True)` calls)."""
-    app = web.Application(client_max_size=state.config.max_upload_bytes,
-                          middlewares=middlewares_for(state.config))
+    middlewares = list(middlewares_for(state.config))
+    if state.config.compress_response_body:
+        middlewares.append(compress_body)
+    app = web.Application(client_max_size=state.config.max_upload_bytes, middlewares=middlewares)
     app[STATE_KEY] = state
     app[_WARM_UP] = warm_up
     app[_WARM_UP_TASK] = []
@@ -70,7 +75,8 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     served_editor = False
     if frontend:
         try:
-            editor.add_frontend_routes(app, state)
+            # --front-end-root: another editor build, served as it is (no version pin).
+            editor.add_frontend_routes(app, state, root=state.config.front_end_root)
             served_editor = True
         except editor.FrontendError as exc:
             log.warning("browser editor not served: %s", exc)
@@ -82,6 +88,30 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     app.on_shutdown.append(_on_shutdown)
     app.on_cleanup.append(_on_cleanup)
     return app
+
+
+_COMPRESSED_TYPES = frozenset({"application/json", "text/plain"})
+
+
+@web.middleware
+async def compress_body(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """--enable-compress-response-body: gzip JSON and plain-text bodies for clients that accept
+    gzip (after ComfyUI's server.py compress_body)."""
+    response = await handler(request)
+    if (isinstance(response, web.Response) and response.content_type in _COMPRESSED_TYPES and response.body
+            and "gzip" in request.headers.get("Accept-Encoding", "")):
+        response.enable_compression()
+    return response
+
+
+def ssl_context(config: ServerConfig) -> ssl.SSLContext | None:
+    """The server's TLS context from --tls-certfile/--tls-keyfile (None: plain HTTP). Clients are
+    not asked for certificates, as in ComfyUI."""
+    if not config.tls:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile=str(config.tls_certfile), keyfile=str(config.tls_keyfile))
+    return context
 
 
 async def _on_startup(app: web.Application) -> None:
@@ -101,7 +131,8 @@ def start_warm_up(app: web.Application) -> asyncio.Task:
 
     async def run() -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(None, warm_up, state.env)
+            await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(warm_up, state.env, deterministic=state.config.deterministic))
         except Exception:  # noqa: BLE001 -- nodes then load what they need when they run
             log.exception("loading the runtime in the background failed")
         if state.worker is not None:
@@ -110,6 +141,12 @@ def start_warm_up(app: web.Application) -> asyncio.Task:
     task = asyncio.get_running_loop().create_task(run(), name="warm-up")
     app[_WARM_UP_TASK].append(task)
     return task
+
+
+def warm_up_task(app: web.Application) -> asyncio.Task | None:
+    """The app's background warm-up (`start_warm_up`), or None when it has none."""
+    tasks = app[_WARM_UP_TASK]
+    return tasks[0] if tasks else None
 
 
 async def _on_shutdown(app: web.Application) -> None:
@@ -133,14 +170,20 @@ async def start_server(state: AppState, *, frontend: bool = True, extra_routes: 
     app = create_app(state, extra_routes=extra_routes, frontend=frontend, warm_up=warm_up)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    for host in state.config.listen:
-        await web.TCPSite(runner, host, state.config.port).start()
+    try:
+        context = ssl_context(state.config)
+        for host in state.config.listen:
+            await web.TCPSite(runner, host, state.config.port, ssl_context=context).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     if warm_up:
         start_warm_up(app)
+    scheme = state.config.scheme
     urls = []
     for address in runner.addresses:
         host, port = address[0], address[1]
-        urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+        urls.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
     return runner, urls
 
 

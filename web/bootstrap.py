@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from web.config import ServerConfig
 from web.warmup import DeferredMemoryManager
@@ -22,7 +22,10 @@ def build_environment(config: ServerConfig) -> tuple[Any, list[Path]]:
     overrides = {name: Path(value).resolve() for name, value in (
         ("output_dir", config.output_dir), ("input_dir", config.input_dir),
         ("temp_dir", config.temp_dir), ("user_dir", config.user_dir)) if value is not None}
-    env = Environment.rooted_at(config.base_dir, preview_method=config.preview_method, **overrides)
+    env = Environment.rooted_at(config.base_dir, preview_method=config.preview_method,
+                                preview_size=config.preview_size, disable_metadata=config.disable_metadata,
+                                attention_backend=config.attention_backend,
+                                vae_attention_backend=config.vae_attention_backend, mmap=config.mmap, **overrides)
     custom_dirs = [Path(config.base_dir).resolve() / "custom_nodes"]
     for yaml_path in config.extra_model_paths:
         custom_dirs.extend(env.folders.extend_from_yaml(yaml_path))
@@ -30,10 +33,25 @@ def build_environment(config: ServerConfig) -> tuple[Any, list[Path]]:
         custom_dirs = [Path(p).resolve() for p in config.custom_node_dirs]
     # Both stay torch-free until a node needs them (web/warmup.py): the memory manager is built
     # on first use, and the loaders turn the dtype names into comfy_core's DtypePolicy.
-    env.memory = DeferredMemoryManager(cpu_only=config.cpu)
+    env.memory = DeferredMemoryManager(cpu_only=config.cpu, factory=memory_factory(config.reserve_vram_gb))
     env.dtype_policy = config.dtype.policy_names() or None
     env.ensure_dirs()
     return env, custom_dirs
+
+
+def memory_factory(reserve_vram_gb: float | None) -> Callable[..., Any] | None:
+    """How the deferred memory manager is built: with --reserve-vram GB, that much more device
+    memory is kept free than the default reserve (ComfyUI's EXTRA_RESERVED_VRAM, added to its
+    minimum inference memory in comfy/model_management.py); None: the default manager."""
+    if reserve_vram_gb is None:
+        return None
+    extra = int(reserve_vram_gb * 1024 ** 3)
+
+    def build(*, cpu_only: bool) -> Any:
+        from comfy_core.memory import DEFAULT_RESERVE, MemoryManager
+
+        return MemoryManager(cpu_only=cpu_only, reserve_bytes=DEFAULT_RESERVE + extra)
+    return build
 
 
 def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_session: Any = None
@@ -96,9 +114,11 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
     env, custom_dirs = build_environment(config)
     if registry is None:
         session = compat.install(env, Registry())  # ComfyUI's import surface for packs
+        session.config = config  # comfy.cli_args answers for this server while packs import
         registry, packs = build_registry(config, custom_dirs, compat_session=session)
     else:
         session = compat.install(env, registry)
+        session.config = config
     packs = list(packs or [])
     executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
                         recover=env.memory.recover if env.memory else None)

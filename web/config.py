@@ -8,10 +8,13 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 DEFAULT_PORT = 8188
 DEFAULT_MAX_UPLOAD_MB = 100.0
 DEFAULT_PREVIEW_SIZE = 512
+# ComfyUI's LatentPreviewMethod values; ComfyUI's default is "none" (no preview frames).
+PREVIEW_METHODS = ("none", "auto", "latent2rgb", "taesd")
 # ComfyUI's MAXIMUM_HISTORY_SIZE: older entries are dropped first.
 DEFAULT_MAX_HISTORY = 10000
 
@@ -106,12 +109,45 @@ class ServerConfig:
     custom_node_dirs: tuple[Path, ...] | None = None  # None: base_dir/custom_nodes + yaml entries
     max_upload_size_mb: float = DEFAULT_MAX_UPLOAD_MB
     cors_origin: str | None = None  # --enable-cors-header [ORIGIN]; None keeps the origin check
-    preview_method: str = "latent2rgb"  # "latent2rgb" | "none"
+    preview_method: str = "none"  # one of PREVIEW_METHODS, passed to the environment unchanged
     preview_size: int = DEFAULT_PREVIEW_SIZE
     max_history: int = DEFAULT_MAX_HISTORY
     verbose: bool = False
     quick_test_for_ci: bool = False
     argv: tuple[str, ...] = ()
+    tls_keyfile: Path | None = None  # --tls-keyfile / --tls-certfile: both set -> HTTPS
+    tls_certfile: Path | None = None
+    front_end_root: Path | None = None  # --front-end-root: an editor build served instead of the package
+    disable_metadata: bool = False  # --disable-metadata: no workflow text chunks in saved files
+    attention_backend: str | None = None  # the models' default backend (None: sdpa); attention flags
+    vae_attention_backend: str | None = None
+    mmap: bool = True  # False: --disable-mmap
+    reserve_vram_gb: float | None = None  # --reserve-vram
+    deterministic: bool = False  # --deterministic
+    cuda_device: int | None = None  # --cuda-device / --default-device / --oneapi-device-selector:
+    default_device: int | None = None  # the devices this process sees (main.py sets the variables)
+    oneapi_device_selector: str | None = None
+    auto_launch: bool = False  # --auto-launch / --windows-standalone-build, unless --disable-auto-launch
+    print_server: bool = True  # False: --dont-print-server
+    log_stdout: bool = False  # --log-stdout
+    compress_response_body: bool = False  # --enable-compress-response-body
+    # Every flag under ComfyUI's attribute names as main.py parsed it (web.flags.comfy_namespace),
+    # for `comfy.cli_args.args`; empty for a config built in code.
+    comfy_flags: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.preview_method not in PREVIEW_METHODS:
+            raise ValueError(f"ServerConfig.preview_method: expected one of {PREVIEW_METHODS}, "
+                             f"got {self.preview_method!r}")
+
+    @property
+    def tls(self) -> bool:
+        """HTTPS: both TLS files were given (ComfyUI needs both too)."""
+        return self.tls_keyfile is not None and self.tls_certfile is not None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def max_upload_bytes(self) -> int:
@@ -129,4 +165,4 @@ class ServerConfig:
             host = "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"

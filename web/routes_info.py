@@ -13,6 +13,7 @@ import psutil
 from aiohttp import web
 
 from web.state import AppState, state_of
+from web.warmup import loaded_module
 
 # The ComfyUI release whose wire contract we follow (reference/comfyui-contract.md, 2025-10,
 # plus the later /jobs routes); the editor reads it from /system_stats.
@@ -37,7 +38,9 @@ def _devices(state: AppState) -> list[dict]:
     vm = psutil.virtual_memory()
     cpu = {"name": "cpu", "type": "cpu", "index": None, "vram_total": vm.total, "vram_free": vm.available,
            "torch_vram_total": vm.total, "torch_vram_free": vm.available}
-    torch = sys.modules.get("torch")  # never imported just for this: it is loaded once models are
+    # Never imported just for this, and never read while another thread is still importing it
+    # (the background warm-up): until then the CPU facts are all there is to say.
+    torch = loaded_module("torch")
     if torch is None or state.config.cpu or not torch.cuda.is_available():
         return [cpu]
     devices = []
@@ -53,7 +56,7 @@ def _devices(state: AppState) -> list[dict]:
 
 def system_stats(state: AppState) -> dict:
     vm = psutil.virtual_memory()
-    torch = sys.modules.get("torch")
+    torch = loaded_module("torch")
     return {
         "system": {
             "os": os.name, "ram_total": vm.total, "ram_free": vm.available,

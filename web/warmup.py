@@ -20,9 +20,11 @@ import gc
 import importlib
 import logging
 import pkgutil
+import sys
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterable
 
 log = logging.getLogger(__name__)
@@ -97,16 +99,41 @@ def lazy_imports(package: str) -> list[str]:
     return list(names)
 
 
-def warm_up(env: Any, modules: Iterable[str] | None = None) -> float:
+def loaded_module(name: str) -> ModuleType | None:
+    """The module `name` once its import has finished, else None; never imports anything.
+
+    A module is in `sys.modules` from the moment its import starts, so a route that reads it
+    while the warm-up thread (or a node's lazy import) is still running it sees a half-built
+    module (`AttributeError: partially initialized module 'torch'`). Python's import system marks
+    such a module with `__spec__._initializing` (importlib._bootstrap._load_unlocked) and makes
+    other importers wait on it; readers that must not wait check the same mark here."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
+
+def use_deterministic_algorithms() -> None:
+    """`--deterministic`: torch picks deterministic algorithms where it has them and warns where
+    it has none (ComfyUI's comfy/model_management.py). A process setting, made by the host."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bool = False) -> float:
     """Import torch and `modules` (default: every lazy import of the built-in nodes), then build
     `env.memory` if it is deferred; returns the seconds it took. A module that fails to import
-    is logged and skipped: the node that needs it reports the error when it runs."""
+    is logged and skipped: the node that needs it reports the error when it runs.
+    `deterministic`: switch torch to deterministic algorithms once it is imported."""
     started = time.perf_counter()
     for name in ["torch", *(lazy_imports("nodes") if modules is None else modules)]:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- an optional package; its node fails with the real error
             log.debug("warm-up: cannot import %s", name, exc_info=True)
+        if name == "torch" and deterministic and loaded_module("torch") is not None:
+            use_deterministic_algorithms()
     memory = getattr(env, "memory", None)
     if isinstance(memory, DeferredMemoryManager):
         memory.resolve()

@@ -112,7 +112,7 @@ async def test_v1_pack_progress_events_expansion_and_caching(packs_server, tmp_p
     ui = entry["outputs"]["5"]
     assert ui["values"] == ["32"] and ui["sampler"] == ["euler", "normal"] and ui["device"] == ["cpu"]
     assert ui["digest"] == [__import__("hashlib").sha256(b"32").hexdigest()[:8]]  # node_helpers.hasher
-    assert ui["preview"] == ["latent2rgb", 0]  # comfy.cli_args.args: this server's flags (port 0: any free)
+    assert ui["preview"] == ["none", 0]  # comfy.cli_args.args: this server's flags (port 0: any free)
     image = ui["images"][0]
     assert image["subfolder"] == "compat" and (tmp_path / "output" / "compat" / image["filename"]).is_file()
 

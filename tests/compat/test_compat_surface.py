@@ -311,7 +311,7 @@ def test_cli_args_answer_for_the_bound_server(session, tmp_path):
     from web.config import ServerConfig
 
     assert args.output_directory == str((tmp_path / "output").resolve())
-    assert args.preview_method == LatentPreviewMethod.Latent2RGB and args.port == 8188
+    assert args.preview_method == LatentPreviewMethod.NoPreviews and args.port == 8188  # ComfyUI's defaults
     assert args.lowvram is False and args.disable_metadata is False
     with pytest.raises(AttributeError, match="no flag"):
         args.not_a_flag  # noqa: B018
@@ -319,12 +319,16 @@ def test_cli_args_answer_for_the_bound_server(session, tmp_path):
         args.port = 1
 
     class State:
-        config = ServerConfig(port=9999, preview_method="none", cpu=True)
+        config = ServerConfig(port=9999, preview_method="taesd", cpu=True, attention_backend="split",
+                              disable_metadata=True)
         extra_routes: list = []
         on_prompt_handlers: list = []
 
     session.bind(State())
-    assert (args.port, args.preview_method, args.cpu) == (9999, LatentPreviewMethod.NoPreviews, True)
+    assert (args.port, args.preview_method, args.cpu) == (9999, LatentPreviewMethod.TAESD, True)
+    # A config built in code (no parsed flags) still reports what the server runs with.
+    assert args.use_split_cross_attention and args.disable_metadata and not args.use_quad_cross_attention
+    assert args.fast == set() and args.lowvram is False and args.front_end_version == "comfyanonymous/ComfyUI@latest"
 
 
 def test_node_helpers(session, tmp_path):

@@ -101,3 +101,62 @@ def test_prestartup_scripts_run_once_before_the_built_in_nodes_register(tmp_path
     assert log_file.read_text().splitlines() == ["0"]  # once, with no built-in node registered yet
     assert [r.name for r in session.prestartup] == ["counting_pack"] and "KSampler" in registry
     assert [p.name for p in packs] == ["counting_pack"] and packs[0].ok
+
+
+def test_attention_flags_set_the_backend_of_loaded_models_and_vaes(tmp_path, tiny_sd1_ckpt):
+    from comfy_core.attention import current_backend
+    from graph.context import NodeContext, reset_current, set_current
+    from main import build_serve_parser, config_from_args
+    from nodes.loaders import checkpoint_loader_simple, vae_loader
+
+    for kind in ("checkpoints", "vae"):
+        (tmp_path / "models" / kind).mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_sd1_ckpt, tmp_path / "models" / kind / "a.safetensors")
+
+    def load(*flags: str):
+        argv = ["--base-directory", str(tmp_path), "--cpu", *flags]
+        env, _ = build_environment(config_from_args(build_serve_parser().parse_args(argv), argv))
+        token = set_current(NodeContext("p", "1", "1", None, env))
+        try:
+            model, _clip, vae = checkpoint_loader_simple("a.safetensors")
+            return model, vae, vae_loader("a.safetensors")[0]
+        finally:
+            reset_current(token)
+
+    model, vae, lone_vae = load("--use-quad-cross-attention")
+    assert model.attention_choice().name == "sub_quadratic"
+    assert vae.attention_choice().name == "split" and lone_vae.attention_choice().name == "split"
+    with model.applied():  # the backend in force while the model runs, for this patcher only
+        assert current_backend().name == "sub_quadratic"
+    assert current_backend().name == "sdpa"
+    model, vae, _ = load("--use-split-cross-attention")
+    assert (model.attention_choice().name, vae.attention_choice().name) == ("split", "split")
+    model, vae, lone_vae = load()
+    assert {p.attention_choice().name for p in (model, vae, lone_vae)} == {"sdpa"}
+
+
+def test_metadata_mmap_and_preview_flags_reach_the_environment(tmp_path):
+    from graph.context import NodeContext, reset_current, set_current
+    from nodes.loaders import _options
+
+    env, _ = build_environment(ServerConfig(base_dir=tmp_path, disable_metadata=True, mmap=False,
+                                            preview_method="taesd", preview_size=256))
+    assert env.disable_metadata and not env.mmap and env.preview_method == "taesd" and env.preview_size == 256
+    token = set_current(NodeContext("p", "1", "1", None, env))
+    try:
+        assert _options("CheckpointLoaderSimple").mmap is False  # --disable-mmap: weights copied, not mapped
+    finally:
+        reset_current(token)
+    plain, _ = build_environment(ServerConfig(base_dir=tmp_path))
+    assert not plain.disable_metadata and plain.mmap and plain.preview_method == "none"
+
+
+def test_reserve_vram_keeps_that_much_more_device_memory_free(monkeypatch):
+    import comfy_core.memory as memory
+    from web.bootstrap import memory_factory
+
+    gib = 1024 ** 3
+    monkeypatch.setattr(memory, "device_total_memory", lambda device: 16 * gib)  # as if on a 16 GiB GPU
+    assert memory_factory(None) is None
+    manager = memory_factory(2.0)(cpu_only=True)
+    assert manager.budget_bytes == 16 * gib - memory.DEFAULT_RESERVE - 2 * gib

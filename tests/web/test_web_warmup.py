@@ -106,7 +106,7 @@ async def test_queue_worker_starts_only_after_the_background_warm_up(tmp_path, m
 
     gate, calls = threading.Event(), []
 
-    def gated_warm_up(env):
+    def gated_warm_up(env, **options):
         calls.append(env)
         gate.wait(30)
         return 0.0
