@@ -1,4 +1,14 @@
-"""`comfy.model_management` for packs: devices, interrupts, memory (ComfyUI's names).
+"""`comfy.model_management` for packs: devices, device state, memory totals, interrupts.
+
+The face is split by concept: this file (which device, what kind of machine, how much memory,
+interrupts, and the module attributes ComfyUI computes at import), `compat/device_memory.py`
+(loaded models, freeing, load-device rules), `compat/device_dtypes.py` (dtype and cast rules)
+and `compat/device_attention.py` (which attention is enabled). Names, signatures and return
+conventions are ComfyUI 0.3.64's (comfy/model_management.py); the answers are this runtime's.
+
+Our runtime computes on CUDA, MPS or the CPU (`comfy_core.memory.choose_device`), so the
+predicates for devices it never uses (Intel XPU, Ascend NPU, Cambricon MLU, Iluvatar CoreX,
+DirectML) answer False. The flags come from `comfy.cli_args.args` (the server's own).
 
 Interrupts map onto the running node's context (graph.context): `processing_interrupted()`
 reads it and `throw_exception_if_processing_interrupted()` raises
@@ -6,16 +16,18 @@ reads it and `throw_exception_if_processing_interrupted()` raises
 `execution_interrupted` and a pack's `except InterruptProcessingException` catches ours. Devices
 and unloading go to the server's `comfy_core.memory.MemoryManager` (the environment's `memory`).
 
-torch is imported inside the functions (and `OOM_EXCEPTION` resolved on first access): packs
-import `comfy.model_management` at start-up, before the server answers /object_info, and
-start-up stays torch-free (torch loads in the background once the server listens,
-web/warmup.py).
+torch is imported inside the functions, and the values ComfyUI keeps as module globals
+(`vram_state`, `cpu_state`, `total_vram`, `OOM_EXCEPTION`, `XFORMERS_IS_AVAILABLE`, ...) are
+computed when a pack reads them (`lazy_attribute`, PEP 562): packs import
+`comfy.model_management` at start-up, before the server answers /object_info, and start-up stays
+torch-free (torch loads in the background once the server listens, web/warmup.py).
 """
 from __future__ import annotations
 
 import gc
+import platform
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from compat.session import active
 from graph.context import Interrupted, current
@@ -24,38 +36,70 @@ if TYPE_CHECKING:
     import torch
 
 InterruptProcessingException = Interrupted
+MiB = 1024 * 1024
 
-
-def __getattr__(name: str) -> Any:
-    """`OOM_EXCEPTION` (torch's out-of-memory error), looked up when a pack first reads it."""
-    if name == "OOM_EXCEPTION":
-        import torch
-
-        return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ComfyUI's constants for machines and backends this runtime never uses.
+WINDOWS = any(platform.win32_ver())
+directml_enabled = False
+xpu_available = npu_available = mlu_available = ixuca_available = False
+lowvram_available = True  # ComfyUI: False only under DirectML
+NUM_STREAMS = 1  # no asynchronous weight offloading here: get_offload_stream() is None
 
 
 class VRAMState(Enum):
-    """ComfyUI's enum; here only NORMAL_VRAM (GPU) and DISABLED (CPU) are ever reported."""
+    """ComfyUI's enum of how models share the compute device's memory."""
 
-    DISABLED = 0
+    DISABLED = 0  # no VRAM: computing on the CPU
     NO_VRAM = 1
     LOW_VRAM = 2
     NORMAL_VRAM = 3
     HIGH_VRAM = 4
-    SHARED = 5
+    SHARED = 5  # memory shared between CPU and GPU (Apple MPS)
 
 
-def _memory() -> Any:
+class CPUState(Enum):
+    GPU = 0
+    CPU = 1
+    MPS = 2
+
+
+def flag(name: str, default: Any = False) -> Any:
+    """The server's value of ComfyUI flag `name` (`comfy.cli_args.args`), `default` if unknown."""
+    from compat.cli_args import args
+
+    return getattr(args, name, default)
+
+
+def server_memory() -> Any:
+    """The server's comfy_core.memory.MemoryManager (the environment's `memory`), or None."""
     return getattr(active().env, "memory", None)
 
 
+# -- which device ---------------------------------------------------------------------------------
 def get_torch_device() -> torch.device:
     """The compute device of the server (its memory manager's), else the best available."""
     from comfy_core.memory import choose_device
 
-    memory = _memory()
-    return memory.device if memory is not None else choose_device()
+    memory = server_memory()
+    return memory.device if memory is not None else choose_device(cpu_only=bool(flag("cpu")))
+
+
+def get_torch_device_name(device: Any) -> str:
+    """ComfyUI's log name of a device: `"cuda:0 NVIDIA H200 : native"` (device, card name,
+    allocator backend), `"cpu"` / `"mps"` for others, `"CUDA 0: <name>"` for a bare index."""
+    import torch
+
+    if hasattr(device, "type"):
+        if device.type == "cuda":
+            try:
+                allocator = torch.cuda.get_allocator_backend()
+            except Exception:  # noqa: BLE001 -- older torch builds have no such call
+                allocator = ""
+            return f"{device} {torch.cuda.get_device_name(device)} : {allocator}"
+        if device.type == "xpu" and hasattr(torch, "xpu"):
+            return f"{device} {torch.xpu.get_device_name(device)}"
+        return f"{device.type}"
+    return f"CUDA {device}: {torch.cuda.get_device_name(device)}"
 
 
 def intermediate_device() -> torch.device:
@@ -68,7 +112,7 @@ def intermediate_device() -> torch.device:
 def unet_offload_device() -> torch.device:
     import torch
 
-    memory = _memory()
+    memory = server_memory()
     return memory.offload_device if memory is not None else torch.device("cpu")
 
 
@@ -76,33 +120,130 @@ text_encoder_offload_device = vae_offload_device = unet_offload_device
 text_encoder_device = vae_device = get_torch_device
 
 
+def current_cpu_state() -> CPUState:
+    """ComfyUI's `cpu_state` for our compute device."""
+    kind = get_torch_device().type
+    return CPUState.CPU if kind == "cpu" else CPUState.MPS if kind == "mps" else CPUState.GPU
+
+
 def cpu_mode() -> bool:
-    return get_torch_device().type == "cpu"
+    return current_cpu_state() == CPUState.CPU
+
+
+def mps_mode() -> bool:
+    return current_cpu_state() == CPUState.MPS
+
+
+def is_device_type(device: Any, type: str) -> bool:  # noqa: A002 -- ComfyUI's parameter name
+    """ComfyUI's test: objects without a `.type` (strings, indices) are never of a type."""
+    return getattr(device, "type", None) == type
 
 
 def is_device_cpu(device: Any) -> bool:
-    import torch
-
-    return torch.device(device).type == "cpu"
+    return is_device_type(device, "cpu")
 
 
 def is_device_mps(device: Any) -> bool:
-    import torch
+    return is_device_type(device, "mps")
 
-    return torch.device(device).type == "mps"
+
+def is_device_xpu(device: Any) -> bool:
+    return is_device_type(device, "xpu")
 
 
 def is_device_cuda(device: Any) -> bool:
+    return is_device_type(device, "cuda")
+
+
+def is_intel_xpu() -> bool:
+    return False  # this runtime never computes on an Intel XPU
+
+
+def is_ascend_npu() -> bool:
+    return False
+
+
+def is_mlu() -> bool:
+    return False
+
+
+def is_ixuca() -> bool:
+    return False
+
+
+def is_directml_enabled() -> bool:
+    return directml_enabled
+
+
+def is_nvidia() -> bool:
+    """Computing on a CUDA device with an NVIDIA (CUDA, not ROCm) build of torch."""
     import torch
 
-    return torch.device(device).type == "cuda"
+    return current_cpu_state() == CPUState.GPU and bool(torch.version.cuda)
 
 
-def vram_state() -> VRAMState:
-    return VRAMState.DISABLED if cpu_mode() else VRAMState.NORMAL_VRAM
+def is_amd() -> bool:
+    """Computing on a ROCm (HIP) device."""
+    import torch
+
+    return current_cpu_state() == CPUState.GPU and bool(torch.version.hip)
 
 
+def amd_min_version(device: Any = None, min_rdna_version: int = 0) -> bool:
+    """True on an AMD RDNA card of at least `min_rdna_version` (from its `gfxNNNN` arch name:
+    the hundreds digit plus 2, ComfyUI's reading)."""
+    import torch
+
+    if not is_amd() or is_device_cpu(device):
+        return False
+    arch = torch.cuda.get_device_properties(device).gcnArchName
+    if not (arch.startswith("gfx") and len(arch) == 7):
+        return False
+    try:
+        rdna = int(arch[4]) + 2
+    except ValueError:
+        rdna = 0
+    return rdna >= min_rdna_version
+
+
+def mac_version() -> tuple[int, ...] | None:
+    """The macOS version as a tuple, None elsewhere."""
+    try:
+        return tuple(int(n) for n in platform.mac_ver()[0].split("."))
+    except ValueError:
+        return None
+
+
+# -- VRAM state -----------------------------------------------------------------------------------
+def vram_state_for(device_type: str, *, lowvram: bool = False, novram: bool = False, highvram: bool = False,
+                   gpu_only: bool = False) -> VRAMState:
+    """ComfyUI's `vram_state` for a compute device and the VRAM flags: the CPU is DISABLED, MPS
+    SHARED; on a GPU `--lowvram` wins over `--novram`, both over `--highvram`/`--gpu-only`."""
+    if device_type == "cpu":
+        return VRAMState.DISABLED
+    if device_type == "mps":
+        return VRAMState.SHARED
+    requested = requested_vram_state_for(lowvram=lowvram, novram=novram)
+    if requested != VRAMState.NORMAL_VRAM:
+        return requested
+    return VRAMState.HIGH_VRAM if (highvram or gpu_only) else VRAMState.NORMAL_VRAM
+
+
+def requested_vram_state_for(*, lowvram: bool = False, novram: bool = False) -> VRAMState:
+    """ComfyUI's `set_vram_to`: what `--lowvram` / `--novram` asked for."""
+    return VRAMState.LOW_VRAM if lowvram else VRAMState.NO_VRAM if novram else VRAMState.NORMAL_VRAM
+
+
+def current_vram_state() -> VRAMState:
+    """`vram_state` for this server's device and flags."""
+    return vram_state_for(get_torch_device().type, lowvram=bool(flag("lowvram")), novram=bool(flag("novram")),
+                          highvram=bool(flag("highvram")), gpu_only=bool(flag("gpu_only")))
+
+
+# -- memory totals --------------------------------------------------------------------------------
 def get_total_memory(dev: Any = None, torch_total_too: bool = False) -> Any:
+    """Bytes of the device's memory (host RAM for the CPU and MPS); with `torch_total_too`,
+    `(total, reserved by torch's allocator)` (both the total off CUDA), as ComfyUI."""
     import psutil
     import torch
 
@@ -116,6 +257,8 @@ def get_total_memory(dev: Any = None, torch_total_too: bool = False) -> Any:
 
 
 def get_free_memory(dev: Any = None, torch_free_too: bool = False) -> Any:
+    """Bytes free on the device, counting what torch's allocator holds unused as free; with
+    `torch_free_too`, `(free, free inside torch's allocator)`, as ComfyUI."""
     import psutil
     import torch
 
@@ -128,6 +271,20 @@ def get_free_memory(dev: Any = None, torch_free_too: bool = False) -> Any:
     return (free, free) if torch_free_too else free
 
 
+def soft_empty_cache(force: bool = False) -> None:
+    """Return cached allocator memory to the device (CUDA/MPS); a no-op on the CPU."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.ipc_collect()
+    mps = getattr(torch, "mps", None)
+    if mps is not None and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        mps.empty_cache()
+
+
+# -- interrupts -----------------------------------------------------------------------------------
 def processing_interrupted() -> bool:
     """True when the running prompt was interrupted (False outside a node)."""
     ctx = current()
@@ -152,78 +309,63 @@ def interrupt_current_processing(value: bool = True) -> None:
     state.queue.interrupt()
 
 
-def soft_empty_cache(force: bool = False) -> None:
-    """Return cached allocator memory to the device (CUDA/MPS); a no-op on the CPU."""
+# -- the module attributes ComfyUI computes at import time --------------------------------------
+def oom_exception() -> type:
+    """`OOM_EXCEPTION`: torch's out-of-memory error class."""
     import torch
 
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-        torch.cuda.ipc_collect()
-    mps = getattr(torch, "mps", None)
-    if mps is not None and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        mps.empty_cache()
+    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
-def unload_all_models() -> None:
-    """Offload every model the server's memory manager tracks (POST /free unload_models)."""
-    memory = _memory()
-    if memory is not None:
-        memory.free_all()
-    soft_empty_cache()
-
-
-def free_memory(memory_required: int, device: Any, keep_loaded: Any = ()) -> None:
-    """ComfyUI frees until `memory_required` bytes fit; our manager offloads whatever is idle."""
-    unload_all_models()
-
-
-def load_models_gpu(models: Any, memory_required: int = 0, force_patch_weights: bool = False,
-                    minimum_memory_required: Any = None, force_full_load: bool = False) -> None:
-    """Make room for these patchers on the compute device (the manager's `prepare`)."""
-    memory = _memory()
-    if memory is None:
-        return
-    for model in models:
-        patcher = getattr(model, "patcher", model)
-        if getattr(patcher, "memory", None) is None:
-            memory.track(patcher)
-        memory.prepare(patcher)
-
-
-def load_model_gpu(model: Any) -> None:
-    load_models_gpu([model])
-
-
-def xformers_enabled() -> bool:
-    from importlib.util import find_spec
-
-    return find_spec("xformers") is not None
-
-
-def unet_dtype(device: Any = None, model_params: int = 0, supported_dtypes: Any = None) -> torch.dtype:
+def torch_version() -> str:
     import torch
 
-    return torch.float32 if cpu_mode() else torch.float16
+    return torch.version.__version__
 
 
-def vae_dtype(device: Any = None, allowed_dtypes: Any = None) -> torch.dtype:
-    import torch
-
-    return torch.float32
-
-
-def should_use_fp16(device: Any = None, model_params: int = 0, prioritize_performance: bool = True,
-                    manual_cast: bool = False) -> bool:
-    import torch
-
-    device = torch.device(device) if device is not None else get_torch_device()
-    return device.type == "cuda"
+def torch_version_numeric() -> tuple[int, int]:
+    major, minor = torch_version().split(".")[:2]
+    return int(major), int(minor)
 
 
-def should_use_bf16(device: Any = None, model_params: int = 0, prioritize_performance: bool = True,
-                    manual_cast: bool = False) -> bool:
-    import torch
+def _lazy_table() -> dict[str, Callable[[], Any]]:
+    from compat import device_attention as attention
+    from compat import device_dtypes as dtypes
+    from compat import device_memory as memory
 
-    device = torch.device(device) if device is not None else get_torch_device()
-    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return {
+        "OOM_EXCEPTION": oom_exception,
+        "vram_state": current_vram_state,
+        "set_vram_to": lambda: requested_vram_state_for(lowvram=bool(flag("lowvram")), novram=bool(flag("novram"))),
+        "cpu_state": current_cpu_state,
+        "total_vram": lambda: get_total_memory(get_torch_device()) / MiB,
+        "total_ram": lambda: get_total_memory("cpu") / MiB,
+        "torch_version": torch_version,
+        "torch_version_numeric": torch_version_numeric,
+        "FLOAT8_TYPES": dtypes.get_supported_float8_types,
+        "SUPPORT_FP8_OPS": lambda: bool(flag("supports_fp8_compute")),
+        "FORCE_FP32": lambda: bool(flag("force_fp32")),
+        "PRIORITIZE_FP16": lambda: False,  # no fp16 accumulation here (ComfyUI: --fast fp16_accumulation)
+        "MIN_WEIGHT_MEMORY_RATIO": lambda: 0.0 if is_nvidia() else 0.4,
+        "DISABLE_SMART_MEMORY": lambda: bool(flag("disable_smart_memory")),
+        "EXTRA_RESERVED_VRAM": memory.extra_reserved_memory,
+        "current_loaded_models": memory.current_loaded_models,
+        "XFORMERS_IS_AVAILABLE": attention.xformers_available,
+        "XFORMERS_VERSION": attention.xformers_version,
+        "XFORMERS_ENABLED_VAE": attention.xformers_vae_usable,
+        "ENABLE_PYTORCH_ATTENTION": attention.pytorch_attention_enabled,
+        "interrupt_processing": processing_interrupted,
+    }
+
+
+def lazy_attribute(module_name: str, name: str) -> Any:
+    """The value of a ComfyUI module global of `comfy.model_management`, computed now (each
+    read answers for the server and flags of this moment); AttributeError for other names."""
+    compute = _lazy_table().get(name)
+    if compute is not None:
+        return compute()
+    raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, name)

@@ -97,11 +97,30 @@ def blocker_in(kwargs: Mapping[str, Any], input_is_list: bool) -> ExecutionBlock
 
 
 def merge_ui(uis: list[Mapping[str, Any]]) -> dict:
-    """Merge the UI dicts of several calls key-wise by list concatenation."""
+    """Merge the UI dicts of a node's calls as ComfyUI's `execution.py: get_output_from_returns`
+    does, for one call as for many: the keys are the first call's; each key's value is every
+    element of that key's value in each call, in call order (`list.extend`). So a bare string
+    is spread into its characters (`{"text": "18.5"}` reaches clients as `["1", "8", ".", "5"]`)
+    and a dict into its keys, exactly as ComfyUI's clients receive them.
+
+    Raises `KeyError` when a later call lacks one of the first call's keys and `TypeError` for a
+    value that is not iterable, where ComfyUI fails the node the same way.
+    """
+    if not uis:
+        return {}
     merged: dict[str, list] = {}
-    for ui in uis:
-        for key, value in ui.items():
-            merged.setdefault(key, []).extend(value if isinstance(value, (list, tuple)) else [value])
+    for key in uis[0]:
+        values: list = []
+        for index, ui in enumerate(uis):
+            if key not in ui:
+                raise KeyError(f"ui key {key!r} is missing from the ui of call {index} (the first call has it)")
+            value = ui[key]
+            try:
+                values.extend(value)
+            except TypeError:
+                raise TypeError(f"ui value of {key!r} must be a list (or another iterable), got "
+                                f"{type(value).__name__}") from None
+        merged[key] = values
     return merged
 
 

@@ -7,8 +7,10 @@ hyphenated folder names work and relative imports inside packages resolve), then
 `NODE_CLASS_MAPPINGS` (with `NODE_DISPLAY_NAME_MAPPINGS`) are registered and `WEB_DIRECTORY`
 is resolved. A pack that raises while importing is reported (name, traceback) and skipped;
 every other pack still loads. A node name that is already registered (a built-in, or a name an
-earlier pack took) is not overridden, and a malformed class (no `FUNCTION`, ...) is not
-registered: both are logged and listed in `PackResult.skipped`.
+earlier pack took) is not overridden, and a class that cannot be run (no `FUNCTION`, ...) is not
+registered: both are logged and listed in `PackResult.skipped`, and the pack's other nodes load.
+Declaration quirks that ComfyUI accepts (an input named under both `required` and `optional`)
+are registered the way ComfyUI reads them, with one warning each.
 Import times are logged in one table at the end, like ComfyUI's start-up log.
 
 Where the folders come from (the `custom_nodes` folder, `custom_nodes:` entries of
@@ -28,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
-from graph.errors import DuplicateNodeTypeError, NodeDefinitionError
+from graph.errors import DuplicateNodeTypeError
 from graph.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class PackResult:
     web_directory: Path | None
     module: ModuleType | None
     nodes: list[str] = field(default_factory=list)  # node types this pack registered
-    skipped: list[str] = field(default_factory=list)  # names refused (already registered)
+    skipped: list[str] = field(default_factory=list)  # names refused (already registered, or unusable)
 
 
 def discover(dirs: Iterable[str | os.PathLike]) -> list[Path]:
@@ -145,21 +147,30 @@ def _import(path: Path, module_name: str) -> ModuleType:
 
 
 def _register(registry: Registry, module: ModuleType, name: str, nodes: list[str], skipped: list[str]) -> None:
-    """Register the pack's V1 classes, appending to `nodes` / `skipped` as it goes."""
+    """Register the pack's V1 classes, appending to `nodes` / `skipped` as it goes.
+
+    A problem in one node's declaration never refuses the pack (ComfyUI's `nodes.py:
+    load_custom_node` registers every class of `NODE_CLASS_MAPPINGS` without looking inside):
+    a quirk ComfyUI accepts is registered as ComfyUI reads it and logged once (`NodeSpec.quirks`);
+    a class we cannot run at all (not a class, no usable `FUNCTION`, ...) is skipped alone.
+    """
     mappings = getattr(module, "NODE_CLASS_MAPPINGS", None) or {}
     display = getattr(module, "NODE_DISPLAY_NAME_MAPPINGS", None) or {}
     for class_type, cls in mappings.items():
         try:
-            registry.add_v1(class_type, cls, display_name=display.get(class_type),
-                            python_module=f"custom_nodes.{name}")
+            spec = registry.add_v1(class_type, cls, display_name=display.get(class_type),
+                                   python_module=f"custom_nodes.{name}")
         except DuplicateNodeTypeError as ex:
             log.warning("custom node pack %s: %s; the pack's node is ignored", name, ex)
             skipped.append(class_type)
             continue
-        except NodeDefinitionError as ex:
-            log.error("custom node pack %s: node %r is malformed and ignored: %s", name, class_type, ex)
+        except Exception as ex:  # noqa: BLE001 -- whatever one declaration raises stays with that node
+            log.error("custom node pack %s: node %r cannot be used and is skipped (%s: %s); the pack's other "
+                      "nodes load", name, class_type, type(ex).__name__, ex)
             skipped.append(class_type)
             continue
+        for quirk in spec.quirks:
+            log.warning("custom node pack %s: node %r: %s", name, class_type, quirk)
         nodes.append(class_type)
 
 

@@ -68,7 +68,10 @@ def split_returns(spec: NodeSpec, node_id: str, returns: list[Any]) -> Returns:
             result = _check_tuple(spec, node_id, value)
             results.append(result)
             expansions.append((None, result))
-    ui = merge_ui(uis) if uis else {}
+    try:
+        ui = merge_ui(uis)
+    except (KeyError, TypeError) as ex:
+        raise NodeOutputError(f"node {node_id} ({spec.node_id}): {ex.args[0] if ex.args else ex}") from ex
     if expanded:
         return Returns([], ui, expansions)
     output_is_list = tuple(o.is_list for o in spec.outputs)

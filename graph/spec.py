@@ -128,6 +128,10 @@ class NodeSpec:
     # Optional custom `/object_info` renderer `render_info(env) -> dict` (the V1 adapter returns
     # `INPUT_TYPES()` verbatim through it, the V3 adapter its own V1 shape).
     render_info: Callable[[Any], dict] | None = None
+    # What the adapter had to interpret in a declaration that ComfyUI accepts as it is (an input
+    # named in two sections, an `INPUT_TYPES()` that raised while loading): one sentence each,
+    # logged once by whoever registers the node (graph/packs.py names the pack).
+    quirks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]

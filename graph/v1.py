@@ -19,18 +19,33 @@ from graph.errors import NodeDefinitionError
 from graph.spec import HIDDEN, OPTIONAL, REQUIRED, SECTIONS, InputSpec, NodeBehaviour, NodeSpec, OutputSpec
 
 
-def inputs_from_input_types(class_type: str, input_types: Any) -> tuple[InputSpec, ...]:
-    """Turn an `INPUT_TYPES()` dict into `InputSpec`s (section order, then insertion order)."""
+def inputs_from_input_types(class_type: str, input_types: Any,
+                            quirks: list[str] | None = None) -> tuple[InputSpec, ...]:
+    """Turn an `INPUT_TYPES()` dict into `InputSpec`s (section order, then insertion order).
+
+    A name declared in more than one section keeps its first declaration, in the order
+    required, optional, hidden: that is the one ComfyUI's `comfy_execution/graph.py:
+    get_input_info` finds, and so the one its validation and `get_input_data` use (its own
+    execution-test pack declares `value1` under both `required` and `optional`). Each such
+    name adds one sentence to `quirks` when a list is given.
+    """
     if not isinstance(input_types, Mapping):
         raise NodeDefinitionError(
             f"node {class_type!r}: INPUT_TYPES() must return a dict, got {type(input_types).__name__}")
     specs: list[InputSpec] = []
+    first_section: dict[str, str] = {}
     for section in SECTIONS:
         entries = input_types.get(section) or {}
         if not isinstance(entries, Mapping):
             raise NodeDefinitionError(
                 f"node {class_type!r}: INPUT_TYPES()[{section!r}] must be a dict, got {type(entries).__name__}")
         for name, entry in entries.items():
+            if name in first_section:
+                if quirks is not None:
+                    quirks.append(f"input {name!r} is declared under both {first_section[name]!r} and "
+                                  f"{section!r}; the {first_section[name]!r} declaration is used, as in ComfyUI")
+                continue
+            first_section[name] = section
             specs.append(_input_spec(class_type, section, name, entry))
     return tuple(specs)
 
@@ -65,10 +80,14 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
     def read_inputs() -> tuple[InputSpec, ...]:
         return inputs_from_input_types(class_type, cls.INPUT_TYPES())
 
+    quirks: list[str] = []
     try:
-        inputs = read_inputs()
-    except Exception:  # noqa: BLE001 -- ComfyUI only drops such a node from /object_info
+        inputs = inputs_from_input_types(class_type, cls.INPUT_TYPES(), quirks)
+    except Exception as ex:  # noqa: BLE001 -- ComfyUI only drops such a node from /object_info
+        # Registered all the same (INPUT_TYPES is read again for each prompt and /object_info).
         inputs = ()
+        quirks.append(f"INPUT_TYPES() failed while loading ({type(ex).__name__}: {ex}); it is read again "
+                      f"whenever a prompt or /object_info needs it")
 
     return_types = tuple(getattr(cls, "RETURN_TYPES", ()) or ())
     names = tuple(getattr(cls, "RETURN_NAMES", None) or return_types)
@@ -121,7 +140,7 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
         deprecated=getattr(cls, "DEPRECATED", False) is True,
         experimental=getattr(cls, "EXPERIMENTAL", False) is True,
         api_node=getattr(cls, "API_NODE", False) is True,
-        origin="v1", source=cls, input_source=read_inputs, render_info=render,
+        origin="v1", source=cls, input_source=read_inputs, render_info=render, quirks=tuple(quirks),
     )
 
 

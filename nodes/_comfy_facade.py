@@ -4,8 +4,10 @@
 Our built-in package is also called `nodes`; `nodes/__init__.py` forwards unknown attribute
 names here (PEP 562 `__getattr__`). Built-in (native) nodes get V1-shaped facade classes made
 from their `NodeSpec` (`INPUT_TYPES`, `RETURN_TYPES`, `FUNCTION` with ComfyUI's method name,
-...), whose method calls the node's function. Pack nodes appear as the pack's own class, as in
-ComfyUI.
+...), whose method calls the node's function. `SaveImage` and `PreviewImage` (a subclass of
+it, as in ComfyUI) keep ComfyUI's instance attributes (`output_dir`, `type`, `prefix_append`,
+`compress_level`) and `save_images` writes as they say, so packs' subclasses work unchanged.
+Pack nodes appear as the pack's own class, as in ComfyUI.
 
 Which registry `NODE_CLASS_MAPPINGS` lists (and which environment facades' `INPUT_TYPES()`
 list model files from) is bound by the host (the compat layer does it around pack imports and
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+from pathlib import Path
 from typing import Any, Callable
 
 from graph.native import MAX_RESOLUTION
@@ -118,7 +121,74 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         "INPUT_IS_LIST": spec.input_is_list,
         method_name: call,
     }
-    return type(spec.node_id, (), attrs)
+    bases: tuple[type, ...] = ()
+    if spec.node_id == "SaveImage":
+        attrs.update(__init__=_save_image_init, save_images=_save_images)
+    elif spec.node_id == "PreviewImage":
+        # ComfyUI's `class PreviewImage(SaveImage)`: only `__init__` differs.
+        from nodes.image import save_image
+
+        bases = (_facade_for_function(save_image, id(save_image.__node_spec__)),)
+        attrs["__init__"] = _preview_image_init
+        del attrs["save_images"]
+    return type(spec.node_id, bases, attrs)
+
+
+# -- SaveImage / PreviewImage: the instance attributes packs' subclasses set -----------------------
+# ComfyUI's SaveImage keeps `output_dir`, `type`, `prefix_append` and `compress_level` on the
+# instance and `save_images` reads them there, so a pack's subclass that sets them in `__init__`
+# (as ComfyUI's PreviewImage does) writes its previews where and how it says.
+
+def _host_env() -> Any:
+    """The environment facade instances work in: the running node's, else the one the host
+    bound, else a default rooted at the working directory (nodes.environment.current_env)."""
+    from graph.context import current
+    from nodes.environment import Environment, current_env
+
+    ctx = current()
+    if ctx is not None and isinstance(ctx.env, Environment):
+        return ctx.env
+    bound = _current_env()
+    return bound if isinstance(bound, Environment) else current_env()
+
+
+def _save_image_init(self: Any) -> None:
+    """ComfyUI's `SaveImage.__init__`: the output folder, type "output", level 4."""
+    from nodes.image import SaveTarget
+
+    target = SaveTarget(_host_env().output_dir)
+    self.output_dir = str(target.output_dir)  # a str, as folder_paths.get_output_directory() returns
+    self.type = target.type
+    self.prefix_append = target.prefix_append
+    self.compress_level = target.compress_level
+
+
+def _preview_image_init(self: Any) -> None:
+    """ComfyUI's `PreviewImage.__init__`: the temp folder, type "temp", `_temp_xxxxx`, level 1."""
+    from nodes.image import preview_target
+
+    target = preview_target(_host_env())
+    self.output_dir = str(target.output_dir)
+    self.type = target.type
+    self.prefix_append = target.prefix_append
+    self.compress_level = target.compress_level
+
+
+def _save_images(self: Any, images: Any, filename_prefix: str = "ComfyUI", prompt: Any = None,
+                 extra_pnginfo: Any = None) -> dict:
+    """ComfyUI's `SaveImage.save_images` (same parameters): writes into `self.output_dir`, with
+    `self.prefix_append` after the prefix, `self.type` in the UI records and
+    `self.compress_level`; an attribute a subclass's `__init__` left unset takes SaveImage's value."""
+    from nodes.image import SaveTarget, metadata_enabled, write_image_batch
+
+    env = _host_env()
+    default = SaveTarget(env.output_dir)
+    target = SaveTarget(Path(getattr(self, "output_dir", default.output_dir)),
+                        getattr(self, "type", default.type),
+                        getattr(self, "prefix_append", default.prefix_append),
+                        getattr(self, "compress_level", default.compress_level))
+    return write_image_batch(images, filename_prefix, target, prompt=prompt, extra_pnginfo=extra_pnginfo,
+                             metadata=metadata_enabled(env), node=type(self).__name__)
 
 
 def class_for(spec: NodeSpec) -> type | None:

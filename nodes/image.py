@@ -9,6 +9,10 @@ here. IMAGE is a float tensor `[B, H, W, C]` in 0..1, MASK `[B, H, W]`.
 - Saved files follow ComfyUI's counter scheme `<prefix>_00001_.png`: the next counter is one more
   than the largest found for that prefix in the target folder; the prefix may name subfolders
   (`"portraits/face"`), which must stay inside the output folder.
+- Where and how a batch is written is a `SaveTarget` (folder, UI `type`, prefix suffix, PNG
+  level): ComfyUI's `SaveImage` instance attributes, which `PreviewImage` and packs' subclasses
+  of `nodes.SaveImage` set in `__init__` (nodes/_comfy_facade.py reads them back from the
+  instance); `--disable-metadata` (the environment's `disable_metadata`) drops the text chunks.
 - File names chosen by the client (`LoadImage`'s `image`, `filename_prefix`) are confined to
   their folder: `..`, absolute paths and symlinks leading out are refused (ComfyUI's
   CVE-2026-56673 came from not doing this for LoadImage).
@@ -21,6 +25,7 @@ import mimetypes
 import os
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,25 +156,65 @@ def png_metadata(prompt: Any, extra_pnginfo: Any, node: str = "SaveImage") -> Pn
 
 def save_images(images: torch.Tensor, root: Path, filename_prefix: str, *, folder_type: str,
                 compress_level: int, prompt: Any = None, extra_pnginfo: Any = None,
-                node: str = "SaveImage") -> list[dict]:
-    """Write each image of the batch as PNG; the UI records `{filename, subfolder, type}`."""
+                node: str = "SaveImage", metadata: bool = True) -> list[dict]:
+    """Write each image of the batch as PNG; the UI records `{filename, subfolder, type}`.
+
+    `metadata=False` (the `--disable-metadata` flag) writes no text chunks at all, as ComfyUI's
+    SaveImage does under `args.disable_metadata`."""
     from PIL import Image
 
     check_image_batch(images, node)
     # images: [B, H, W, C]
     folder, filename, counter, subfolder = save_location(
         root, filename_prefix, int(images.shape[2]), int(images.shape[1]), node=node)
-    metadata = png_metadata(prompt, extra_pnginfo, node)
+    pnginfo = png_metadata(prompt, extra_pnginfo, node) if metadata else None
     results = []
     for batch_number, image in enumerate(images):
         pixels = image_to_uint8(image)  # [H, W, C] uint8
         if pixels.shape[-1] == 1:
             pixels = pixels[..., 0]  # [H, W]: Pillow saves it as 8-bit greyscale
         name = f"{filename.replace('%batch_num%', str(batch_number))}_{counter:05}_.png"
-        Image.fromarray(pixels).save(folder / name, pnginfo=metadata, compress_level=compress_level)
+        Image.fromarray(pixels).save(folder / name, pnginfo=pnginfo, compress_level=compress_level)
         results.append({"filename": name, "subfolder": subfolder, "type": folder_type})
         counter += 1
     return results
+
+
+@dataclass(frozen=True)
+class SaveTarget:
+    """Where and how SaveImage writes: the four attributes ComfyUI's `SaveImage` keeps on its
+    instance (nodes.py) and that `PreviewImage` and packs' subclasses set in `__init__`.
+
+    `output_dir` is the folder the files go to (and that `filename_prefix` may not leave),
+    `type` the `type` of each UI record (`"output"`, `"temp"`, ...), `prefix_append` is added to
+    the node's `filename_prefix`, `compress_level` is the PNG (zlib) level.
+    """
+
+    output_dir: Path
+    type: str = "output"
+    prefix_append: str = ""
+    compress_level: int = SAVE_COMPRESS_LEVEL
+
+
+def preview_target(env: Environment) -> SaveTarget:
+    """PreviewImage's target: the temp folder, type "temp", level 1 and, as ComfyUI's, a random
+    `_temp_xxxxx` suffix per instance so concurrent previews never share a counter."""
+    suffix = "".join(secrets.choice(_PREVIEW_SUFFIX_LETTERS) for _ in range(5))
+    return SaveTarget(Path(env.temp_dir), "temp", f"_temp_{suffix}", PREVIEW_COMPRESS_LEVEL)
+
+
+def metadata_enabled(env: Any) -> bool:
+    """False when the host runs with `--disable-metadata` (the environment's `disable_metadata`)."""
+    return not getattr(env, "disable_metadata", False)
+
+
+def write_image_batch(images: torch.Tensor, filename_prefix: str, target: SaveTarget, *, prompt: Any = None,
+                      extra_pnginfo: Any = None, metadata: bool = True, node: str = "SaveImage") -> dict:
+    """ComfyUI's `SaveImage.save_images` for one target: the files, and `{"ui": {"images": [...]}}`."""
+    results = save_images(images, Path(target.output_dir), filename_prefix + target.prefix_append,
+                          folder_type=target.type, compress_level=target.compress_level, prompt=prompt,
+                          extra_pnginfo=extra_pnginfo, node=node, metadata=metadata)
+    return {"ui": {"images": results}}
 
 
 def folder_for(env: Environment, folder_type: str) -> Path:
@@ -358,9 +403,8 @@ def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
               Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def save_image(images: torch.Tensor, filename_prefix: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()
-    results = save_images(images, env.output_dir, filename_prefix, folder_type="output",
-                          compress_level=SAVE_COMPRESS_LEVEL, prompt=prompt, extra_pnginfo=extra_pnginfo)
-    return {"ui": {"images": results}}
+    return write_image_batch(images, filename_prefix, SaveTarget(Path(env.output_dir)), prompt=prompt,
+                             extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
 
 
 @node("PreviewImage", category="image", display_name="Preview Image", output_node=True,
@@ -368,12 +412,8 @@ def save_image(images: torch.Tensor, filename_prefix: str, prompt: Any = None, e
       inputs=[Input("images", "IMAGE"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def preview_image(images: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()
-    # A random suffix per call, as ComfyUI's, so concurrent previews never share a counter.
-    suffix = "".join(secrets.choice(_PREVIEW_SUFFIX_LETTERS) for _ in range(5))
-    results = save_images(images, env.temp_dir, f"ComfyUI_temp_{suffix}", folder_type="temp",
-                          compress_level=PREVIEW_COMPRESS_LEVEL, prompt=prompt, extra_pnginfo=extra_pnginfo,
-                          node="PreviewImage")
-    return {"ui": {"images": results}}
+    return write_image_batch(images, "ComfyUI", preview_target(env), prompt=prompt, extra_pnginfo=extra_pnginfo,
+                             metadata=metadata_enabled(env), node="PreviewImage")
 
 
 def _image_exists(image: str) -> bool | str:

@@ -1,20 +1,36 @@
-"""ComfyUI's `comfy.model_management` for node packs (compat/devices.py)."""
+"""ComfyUI's `comfy.model_management` for node packs (compat/devices.py and its siblings).
+
+The module globals ComfyUI computes at import (`vram_state`, `cpu_state`, `total_vram`,
+`OOM_EXCEPTION`, `XFORMERS_IS_AVAILABLE`, `current_loaded_models`, ...) are answered when read
+(`compat.devices.lazy_attribute`), so importing this module stays torch-free.
+"""
 from typing import Any
 
 import compat.devices
-from compat.devices import (InterruptProcessingException, VRAMState, cpu_mode, free_memory,
-                            get_free_memory, get_torch_device, get_total_memory, interrupt_current_processing,
-                            intermediate_device, is_device_cpu, is_device_cuda, is_device_mps, load_model_gpu,
-                            load_models_gpu, processing_interrupted, should_use_bf16, should_use_fp16,
-                            soft_empty_cache, text_encoder_device, text_encoder_offload_device,
-                            throw_exception_if_processing_interrupted, unet_dtype, unet_offload_device,
-                            unload_all_models, vae_device, vae_dtype, vae_offload_device, vram_state,
-                            xformers_enabled)
+from compat.device_attention import (flash_attention_enabled, force_upcast_attention_dtype,
+                                     pytorch_attention_enabled, pytorch_attention_enabled_vae,
+                                     pytorch_attention_flash_attention, sage_attention_enabled, xformers_enabled,
+                                     xformers_enabled_vae)
+from compat.device_dtypes import (cast_to, cast_to_device, device_should_use_non_blocking,
+                                  device_supports_non_blocking, dtype_size, extended_fp16_support,
+                                  force_channels_last, get_autocast_device, get_supported_float8_types,
+                                  pick_weight_dtype, should_use_bf16, should_use_fp16, supports_cast, supports_dtype,
+                                  supports_fp8_compute, text_encoder_dtype, unet_dtype, unet_manual_cast, vae_dtype)
+from compat.device_memory import (LoadedModel, cleanup_models, cleanup_models_gc, extra_reserved_memory, free_memory,
+                                  get_offload_stream, load_model_gpu, load_models_gpu, loaded_models,
+                                  maximum_vram_for_weights, minimum_inference_memory, module_size, offloaded_memory,
+                                  sync_stream, text_encoder_initial_device, unet_inital_load_device,
+                                  unload_all_models)
+from compat.devices import (NUM_STREAMS, WINDOWS, CPUState, InterruptProcessingException, VRAMState,
+                            amd_min_version, cpu_mode, directml_enabled, get_free_memory, get_torch_device,
+                            get_torch_device_name, get_total_memory, interrupt_current_processing, intermediate_device,
+                            is_amd, is_ascend_npu, is_device_cpu, is_device_cuda, is_device_mps, is_device_type,
+                            is_device_xpu, is_directml_enabled, is_intel_xpu, is_ixuca, is_mlu, is_nvidia,
+                            ixuca_available, lowvram_available, mac_version, mlu_available, mps_mode, npu_available,
+                            processing_interrupted, soft_empty_cache, text_encoder_device, text_encoder_offload_device,
+                            throw_exception_if_processing_interrupted, unet_offload_device, vae_device,
+                            vae_offload_device, xpu_available)
 
 
 def __getattr__(name: str) -> Any:
-    # OOM_EXCEPTION is torch's class, looked up on first access (compat/devices.py), so that
-    # importing this module when a pack loads at start-up stays torch-free.
-    if name == "OOM_EXCEPTION":
-        return compat.devices.OOM_EXCEPTION
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return compat.devices.lazy_attribute(__name__, name)
