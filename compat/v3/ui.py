@@ -9,6 +9,7 @@ torch-free (torch loads in the background once the server listens, web/warmup.py
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,27 @@ class SavedImages(_UIOutput):
         return {"images": [dict(r) for r in self.results], "animated": [self.is_animated]}
 
 
-def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str) -> list[SavedResult]:
+def _png_metadata(cls: Any, env: Any) -> Any:
+    """ComfyUI's `ImageSaveHelper._create_png_metadata`: the prompt and every extra_pnginfo entry
+    as JSON text chunks, from the node's hidden inputs; None with `--disable-metadata`, or when
+    the node declares neither."""
+    from PIL.PngImagePlugin import PngInfo
+
+    hidden = getattr(cls, "hidden", None) if cls is not None else None
+    if hidden is None or getattr(env, "disable_metadata", False):
+        return None
+    prompt, extra = getattr(hidden, "prompt", None), getattr(hidden, "extra_pnginfo", None)
+    if not prompt and not extra:
+        return None
+    info = PngInfo()
+    if prompt:
+        info.add_text("prompt", json.dumps(prompt))
+    for key, value in (extra or {}).items():
+        info.add_text(key, json.dumps(value))
+    return info
+
+
+def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str, cls: Any = None) -> list[SavedResult]:
     import numpy as np
     import torch
     from PIL import Image
@@ -49,14 +70,16 @@ def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str) -> list[Save
     if not isinstance(images, torch.Tensor) or images.ndim != 4:
         raise TypeError(f"ui.PreviewImage: expected an IMAGE tensor [B, H, W, C], got "
                         f"{getattr(images, 'shape', type(images).__name__)}")
-    root = str(active().directory(folder_type))
+    session = active()
+    root = str(session.directory(folder_type))
     folder, filename, counter, subfolder, _ = get_save_image_path(prefix, root, images.shape[2], images.shape[1])
+    metadata = _png_metadata(cls, session.env)
     results = []
     for image in images:  # [H, W, C]
         pixels = np.clip(255.0 * image.detach().cpu().float().numpy(), 0, 255).astype(np.uint8)
         name = f"{filename}_{counter:05}_.png"
         Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(
-            os.path.join(folder, name), compress_level=1)
+            os.path.join(folder, name), pnginfo=metadata, compress_level=1)
         results.append(SavedResult(name, subfolder, folder_type))
         counter += 1
     return results
@@ -67,7 +90,7 @@ class PreviewImage(_UIOutput):
 
     def __init__(self, image: torch.Tensor, animated: bool = False, cls: Any = None, **kwargs: Any) -> None:
         suffix = "".join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
-        self.values = _save_pngs(image, "temp", f"ComfyUI_temp_{suffix}")
+        self.values = _save_pngs(image, "temp", f"ComfyUI_temp_{suffix}", cls)
         self.animated = animated
 
     def as_dict(self) -> dict:

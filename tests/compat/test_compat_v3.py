@@ -198,6 +198,29 @@ def test_ui_helpers(session, tmp_path):
         ui.PreviewImage(torch.rand(4, 4))
 
 
+def test_ui_preview_image_embeds_the_prompt_and_workflow_as_comfyui_does(session, tmp_path, monkeypatch):
+    """ComfyUI's V3 helper writes the node's hidden prompt and extra_pnginfo as PNG text chunks
+    (ImageSaveHelper._create_png_metadata), none with --disable-metadata."""
+    from PIL import Image
+
+    from comfy_api.latest import ui
+    from compat.v3.io import HiddenHolder
+
+    class Node:
+        hidden = HiddenHolder(prompt={"1": {"class_type": "X"}}, extra_pnginfo={"workflow": {"nodes": []}})
+
+    def written(preview) -> dict:
+        record = preview.as_dict()["images"][0]
+        with Image.open(tmp_path / "temp" / record["subfolder"] / record["filename"]) as img:
+            return dict(img.text)
+
+    assert written(ui.PreviewImage(torch.rand(1, 4, 4, 3), cls=Node)) == {
+        "prompt": '{"1": {"class_type": "X"}}', "workflow": '{"nodes": []}'}
+    assert written(ui.PreviewImage(torch.rand(1, 4, 4, 3))) == {}  # no node, no metadata
+    monkeypatch.setattr(session.env, "disable_metadata", True)
+    assert written(ui.PreviewImage(torch.rand(1, 4, 4, 3), cls=Node)) == {}
+
+
 def test_entrypoint_discovery_registers_nodes_and_reports_failures(session):
     from comfy_api.latest import ComfyExtension, io
 
