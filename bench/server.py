@@ -1,16 +1,22 @@
 """Server benchmark: prints figures, asserts nothing about speed.
 
     .venv/bin/python bench/server.py [--clients 50] [--prompts 20] [--latency-runs 20]
+                                     [--chains 100,1000,10000] [--only chains]
 
 1. start-up: seconds from `python main.py` to the first `/object_info` answer (no torch is
    imported by then), and to the end of a first trivial prompt sent right then (the queue worker
    starts once torch and the nodes' runtime have loaded in the background, web/warmup.py);
 2. latency: POST /prompt -> `executing {node: null}` for a trivial two-node workflow;
 3. load: N WebSocket clients each submit M prompts over the socket at once (`queue_prompt`);
-   checks that every prompt finishes and is in the history, prints prompts per second.
+   checks that every prompt finishes and is in the history, prints prompts per second;
+4. progress traffic: one chain of N trivial nodes (bench/chain_pack) per size; a real aiohttp
+   WebSocket client reads and JSON-parses every message up to `executing {node: null}`; prints
+   the messages and bytes received (all, and `progress_state` alone) and the seconds from POST
+   to the end. ComfyUI sends every non-pending node's state on each node start and finish
+   (quadratic bytes); here state updates are coalesced (graph/progress.py).
 
 The server runs as a subprocess on a free loopback port, in a temporary folder, with the test
-node pack (tests/web/web_test_pack) as its only custom nodes.
+node pack (tests/web/web_test_pack) and the chain pack (bench/chain_pack) as its custom nodes.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.chain_pack import chain_prompt  # noqa: E402
 from tests.web.web_test_pack import srv_prompt  # noqa: E402
 
 
@@ -138,15 +145,56 @@ async def _load(base_url: str, clients: int, prompts: int) -> tuple[float, int, 
     return elapsed, len(ids), in_history
 
 
+async def _chain_traffic(base_url: str, nodes: int, seed: int) -> dict:
+    """Run one `nodes`-long chain; what a parsing client received and how long it took."""
+    prompt = chain_prompt(nodes, seed)
+    counts = {"messages": 0, "bytes": 0, "progress_state": 0, "progress_state_bytes": 0}
+    async with aiohttp.ClientSession() as session:
+        ws = await session.ws_connect(f"{base_url}/ws?clientId=chain{seed}", max_msg_size=0)
+        await ws.receive()  # the greeting `status`
+        started = time.perf_counter()
+        async with session.post(f"{base_url}/prompt", json={"prompt": prompt, "client_id": f"chain{seed}"}) as resp:
+            body = await resp.json()
+            if resp.status != 200:
+                raise SystemExit(f"chain of {nodes} rejected: {body}")
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            size = len(msg.data.encode("utf-8"))
+            data = json.loads(msg.data)
+            counts["messages"] += 1
+            counts["bytes"] += size
+            if data["type"] == "progress_state":
+                counts["progress_state"] += 1
+                counts["progress_state_bytes"] += size
+            elif data["type"] == "executing" and data["data"].get("node") is None \
+                    and data["data"].get("prompt_id") == body["prompt_id"]:
+                break
+        counts["seconds"] = time.perf_counter() - started
+        await ws.close()
+    return counts
+
+
+def _print_chain(nodes: int, c: dict) -> None:
+    print(f"chain of {nodes:>5} nodes: {c['messages']:>6} messages, {c['bytes'] / 1e6:8.2f} MB "
+          f"({c['progress_state']:>5} progress_state, {c['progress_state_bytes'] / 1e6:8.2f} MB), "
+          f"POST -> parsed `executing null`: {c['seconds']:.3f} s")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--latency-runs", type=int, default=20)
+    parser.add_argument("--chains", default="100,1000,10000", help="chain lengths for the progress traffic part")
+    parser.add_argument("--only", choices=("chains",), help="run only this part (after start-up)")
     args = parser.parse_args()
+    chains = [int(n) for n in args.chains.split(",") if n.strip()]
     with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
         base = Path(tmp)
         shutil.copytree(REPO / "tests" / "web" / "web_test_pack", base / "custom_nodes" / "web_test_pack")
+        shutil.copytree(REPO / "bench" / "chain_pack", base / "custom_nodes" / "chain_pack",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         port = _free_port()
         torch_seconds = _torch_import_seconds()
         proc, startup, first_prompt = await _startup(base, port)
@@ -156,6 +204,10 @@ async def main() -> None:
                   f"(for scale: a bare `python -c 'import torch'` takes {torch_seconds:.2f} s here)")
             print(f"launch -> first trivial prompt finished (posted at the first answer; the worker waits "
                   f"for the background torch load): {first_prompt:.2f} s")
+            for seed, nodes in enumerate(chains, start=1):
+                _print_chain(nodes, await _chain_traffic(url, nodes, seed))
+            if args.only == "chains":
+                return
             lat = sorted(await _latency(url, args.latency_runs))
             p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
             print(f"POST -> finished latency, trivial workflow ({len(lat)} runs): "

@@ -1,18 +1,32 @@
-"""Per-prompt node progress, rendered as ComfyUI's `progress_state` messages.
+"""Per-prompt node progress, rendered as ComfyUI's `progress_state` messages, and their pacing.
 
-Mirrors `comfy_execution/progress.py` (ProgressRegistry with the WebUI handler): a node is
-`running` from its start (value 0, max 1) through its updates, then `finished` with value = max.
-Every change sends one `progress_state` event. With `scope="all"` (ComfyUI's behaviour, the
-default) it lists every node that is not pending, which makes a prompt's progress traffic
-quadratic in its node count; `scope="active"` lists only the running nodes plus the node that
-just changed, which is linear and shows the same thing in ComfyUI's frontend (it replaces its
-node-state map with each message and draws only running nodes).
+`ProgressState` mirrors `comfy_execution/progress.py` (ProgressRegistry with the WebUI handler):
+a node is `running` from its start (value 0, max 1) through its updates, then `finished` with
+value = max. Every change emits one `progress_state` event. With `scope="all"` (ComfyUI's
+behaviour, the default) it lists every node that is not pending, so a prompt's progress events
+are quadratic in its node count; `scope="active"` lists only the running nodes plus the node that
+just changed (linear, but ComfyUI's frontend then loses its finished nodes: it draws them in the
+minimap with the "success" colour and keys its preview bookkeeping on them).
+
+`ProgressCoalescer` paces the `all` stream on its way to a client without changing what ComfyUI's
+frontend shows. That frontend (comfyui-frontend-package 1.58.1, `stores/executionStore.ts`)
+keeps only the latest `progress_state` per animation frame (`createRafCoalescer`, latest wins)
+and *replaces* its node-state map with that message's `nodes`, so every message must carry the
+whole map, and messages it never applies are wasted. The coalescer sends the current map at most
+once per interval (the leading change at once, the latest of the others when the interval ends)
+and at once when asked (`flush`, before the prompt's final events). The interval is one frame
+(1/60 s) for maps up to ~800 nodes and grows with the map (`seconds_per_entry` per node), so the
+entries sent per second are bounded: a prompt's progress bytes are at most
+`(run time / seconds_per_entry + 2 * nodes)` entries, linear in its node count for nodes that take
+bounded time, where ComfyUI's stream has `nodes * (nodes + 1)`.
 """
 from __future__ import annotations
 
-from typing import Callable
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from graph.events import PROGRESS_STATE, Event
+from graph.events import (EXECUTION_ERROR, EXECUTION_INTERRUPTED, EXECUTION_SUCCESS, PROGRESS_STATE, Event)
 from graph.prompt import DynamicPrompt
 
 RUNNING = "running"
@@ -20,6 +34,10 @@ FINISHED = "finished"
 
 
 SCOPES = ("all", "active")
+
+# A client gets the latest map before these (and before `executing {node: null}`, which the
+# server sends itself): its last view of a prompt's nodes is always the true final one.
+FLUSH_BEFORE = frozenset({EXECUTION_SUCCESS, EXECUTION_ERROR, EXECUTION_INTERRUPTED})
 
 
 class ProgressState:
@@ -76,3 +94,78 @@ class ProgressState:
 
     def get(self, node_id: str) -> dict | None:
         return self._nodes.get(node_id)
+
+
+@dataclass(frozen=True)
+class ProgressPacing:
+    """How often a client may get a `progress_state` map of a given size."""
+
+    min_interval: float = 1 / 60  # one animation frame: the frontend applies at most one per frame
+    seconds_per_entry: float = 20e-6  # ~170 bytes per entry: ~8.5 MB/s at most, whatever the map size
+
+    def interval(self, entries: int) -> float:
+        """Seconds to wait after sending a map of `entries` nodes before sending the next."""
+        return max(self.min_interval, entries * self.seconds_per_entry)
+
+
+class ProgressCoalescer:
+    """Paces one prompt's `progress_state` events to one client (latest wins; see the module doc).
+
+    `send(event)` delivers an event; `call_later(delay, fn)` schedules `fn` (an asyncio loop's
+    `call_later`; the handle it returns needs `cancel()`); `clock()` is in seconds. Not
+    thread-safe: call it from the thread that owns `call_later` (the server's event loop).
+    """
+
+    def __init__(self, send: Callable[[Event], None], call_later: Callable[[float, Callable[[], None]], Any],
+                 *, clock: Callable[[], float] = time.monotonic, pacing: ProgressPacing = ProgressPacing()) -> None:
+        self._send = send
+        self._call_later = call_later
+        self._clock = clock
+        self.pacing = pacing
+        self._pending: Event | None = None
+        self._timer: Any = None
+        self._next_at = float("-inf")  # when the next map may go out
+        self._closed = False
+
+    def push(self, event: Event) -> None:
+        """A new `progress_state` event: send it now if the interval allows, else hold it,
+        replacing any event still held."""
+        if self._closed:
+            self._send(event)
+            return
+        pending = self._pending
+        if pending is not None and (pending.data or {}).get("prompt_id") != (event.data or {}).get("prompt_id"):
+            self.flush()  # maps of two prompts never replace each other
+        now = self._clock()
+        if self._timer is None and now >= self._next_at:
+            self._pending = None
+            self._deliver(event, now)
+            return
+        self._pending = event
+        if self._timer is None:
+            self._timer = self._call_later(self._next_at - now, self._on_timer)
+
+    def flush(self) -> None:
+        """Send the held event, if any, now (before `executing null` and the prompt's end)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        event, self._pending = self._pending, None
+        if event is not None:
+            self._deliver(event, self._clock())
+
+    def close(self) -> None:
+        """Flush, and from now on pass every event straight through."""
+        self.flush()
+        self._closed = True
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        event, self._pending = self._pending, None
+        if event is not None:
+            self._deliver(event, self._clock())
+
+    def _deliver(self, event: Event, now: float) -> None:
+        nodes = (event.data or {}).get("nodes") or ()
+        self._next_at = now + self.pacing.interval(len(nodes))
+        self._send(event)

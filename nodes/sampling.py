@@ -3,7 +3,7 @@
 Thin: noise for the seed (`comfy_core.sampling.noise.prepare_noise`, honouring the latent's
 `batch_index`), then `comfy_core.sampling.driver.sample`. The bridge to the engine is the step
 callback: one `progress(step, total, preview)` per step on the running node's context, with a
-latent2rgb JPEG preview unless the host's `preview_method` is "none"; that call raises
+JPEG preview (latent2rgb or TAESD) unless the host's `preview_method` is "none"; that call raises
 `graph.context.Interrupted` when the prompt is interrupted, which unwinds sampling (the model's
 patches are removed by the driver's context manager).
 """
@@ -60,18 +60,24 @@ def _latent_samples(latent: Any, node_name: str) -> torch.Tensor:
 
 
 def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, int], None] | None:
-    """A step callback reporting progress (and a preview) to the running node, or None outside one."""
+    """A step callback reporting progress (and a preview) to the running node, or None outside one.
+
+    The previewer follows the host's `preview_method` and `preview_size` (ComfyUI's
+    `--preview-method` / `--preview-size`; comfy_core.sampling.preview.make_previewer), TAESD
+    decoders coming from the environment's `vae_approx` folders."""
     ctx = current()
     if ctx is None:
         return None
-    from comfy_core.sampling.preview import Latent2RGBPreviewer
+    from comfy_core.sampling.preview import MAX_PREVIEW_RESOLUTION, make_previewer
 
-    method = getattr(ctx.env, "preview_method", "latent2rgb")
+    env = ctx.env
+    method = getattr(env, "preview_method", "latent2rgb")
     previewer = None
     if method != "none":
         getter = getattr(model, "get_model_object", None)
         latent_format = getter("latent_format") if getter is not None else None
-        previewer = Latent2RGBPreviewer(latent_format) if latent_format is not None else None
+        previewer = make_previewer(method, latent_format, getattr(env, "folders", None),
+                                   max_size=getattr(env, "preview_size", MAX_PREVIEW_RESOLUTION))
 
     def report(step: int, x0: torch.Tensor, x: torch.Tensor, total: int) -> None:
         preview = previewer.preview(x0) if previewer is not None else None

@@ -52,14 +52,16 @@ def binary_frame(event_type: int, payload: bytes) -> bytes:
 
 
 def encode_image(image: Any, fmt: str, max_size: int | None) -> bytes:
-    """Encode a PIL image as JPEG or PNG, shrunk to fit `max_size` (aspect kept) when given."""
-    from PIL import ImageOps  # Pillow is only needed once a preview is sent
+    """Encode a PIL image as JPEG or PNG, scaled to fit `max_size` (aspect kept) when given:
+    shrunk or enlarged (an 8x8 latent2rgb preview becomes 512x512), bilinear, as ComfyUI's
+    server.py `send_image` does with `ImageOps.contain`."""
+    from PIL import Image, ImageOps  # Pillow is only needed once a preview is sent
 
     fmt = fmt.upper()
     if fmt not in _FORMAT_CODES:
         raise PreviewFormatError(f"preview format must be JPEG or PNG, got {fmt!r}")
-    if max_size is not None and max(image.size) > max_size:
-        image = ImageOps.contain(image, (max_size, max_size))
+    if max_size is not None:
+        image = ImageOps.contain(image, (max_size, max_size), Image.Resampling.BILINEAR)
     buf = io.BytesIO()
     if fmt == "JPEG":
         image.convert("RGB").save(buf, format="JPEG", quality=JPEG_QUALITY)

@@ -1,7 +1,8 @@
 """The queue worker: one asyncio task that runs queued prompts one at a time.
 
-For each prompt: executor events go to the owning client (previews as binary frames), then the
-history entry is written (durably, together with the prompt leaving the queue), `status` is
+For each prompt: executor events go to the owning client (previews as binary frames;
+`progress_state` paced by `graph.progress.ProgressCoalescer`, the latest map always sent before
+the prompt's final events), then the history entry is written (durably, together with the prompt leaving the queue), `status` is
 broadcast, and only then `executing {node: null}` is sent, so a client that reads /history on
 that message always finds the entry (ComfyUI's order).
 
@@ -17,8 +18,9 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from graph.events import (EXECUTING, EXECUTION_INTERRUPTED, PREVIEW, STATUS_MESSAGE_TYPES, Event,
-                          execution_error)
+from graph.events import (EXECUTING, EXECUTION_INTERRUPTED, PREVIEW, PROGRESS_STATE, STATUS_MESSAGE_TYPES,
+                          Event, execution_error)
+from graph.progress import FLUSH_BEFORE, ProgressCoalescer, ProgressPacing
 from web.protocol import encode_image, preview_frame, preview_frame_with_metadata
 from web.queue_item import QueueItem, now_ms
 
@@ -51,8 +53,9 @@ def apply_free(state: "AppState", request: FreeRequest) -> None:
 class PromptWorker:
     """Runs `state.queue` until stopped."""
 
-    def __init__(self, state: "AppState") -> None:
+    def __init__(self, state: "AppState", progress_pacing: ProgressPacing = ProgressPacing()) -> None:
         self.state = state
+        self.progress_pacing = progress_pacing
         self.free_request: FreeRequest | None = None
         self._task: asyncio.Task | None = None
         self._current: asyncio.Future | None = None
@@ -110,10 +113,21 @@ class PromptWorker:
         hub.begin_prompt(client_id, item.prompt_id)
         start = state.queue.running_since or now_ms()
         recorded: list[tuple[str, Any]] = []
+        progress = None
+        if client_id is not None:
+            progress = ProgressCoalescer(lambda e: hub.send(e.type, e.data, client_id),
+                                         asyncio.get_running_loop().call_later, pacing=self.progress_pacing)
 
         def sink(event: Event) -> None:
+            # Runs on the server's loop (graph/relay.py delivers the executor's events there).
             if event.type in STATUS_MESSAGE_TYPES:
                 recorded.append((event.type, event.data))  # kept in case the executor itself fails
+            if progress is not None:
+                if event.type == PROGRESS_STATE:
+                    progress.push(event)
+                    return
+                if event.type in FLUSH_BEFORE:
+                    progress.flush()
             self._route(event, item, client_id)
 
         try:
@@ -128,6 +142,8 @@ class PromptWorker:
                                     exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
                                     traceback=traceback.format_exception(exc), current_inputs={},
                                     current_outputs=[])
+            if progress is not None:
+                progress.flush()
             self._route(event, item, client_id)
             status, ui_outputs, meta = "error", {}, {}
             messages = [[e, d] for e, d in recorded] + [[event.type, event.data]]
@@ -142,6 +158,8 @@ class PromptWorker:
                        "completed": status == "success", "messages": messages},
             "meta": meta,
         }
+        if progress is not None:
+            progress.close()  # anything still held goes out before `executing null`
         state.store.finish(item, entry, status, start, now_ms())
         state.queue.task_done()  # broadcasts `status`
         if client_id is not None:

@@ -1,0 +1,108 @@
+"""The TAESD decoder ("Tiny AutoEncoder for Stable Diffusion", madebyollin/taesd): a small
+convolutional decoder trained to map SD latents to images, used for live previews.
+
+Architecture and state-dict names as in the published `taesd_decoder.*` / `taesdxl_decoder.*`
+files (read from ComfyUI's `comfy/taesd/taesd.py` and madebyollin's `taesd.py`; written here):
+a plain `nn.Sequential` whose indices are the key prefixes,
+
+    0 clamp (tanh(x / 3) * 3)   1 conv(latent, w)   2 ReLU   3-5 Block x3
+    6 upsample x2   7 conv(w, w, no bias)   8-10 Block x3
+    11 upsample x2  12 conv(w, w, no bias)  13-15 Block x3
+    16 upsample x2  17 conv(w, w, no bias)  18 Block        19 conv(w, 3)
+
+with 3x3 convolutions (padding 1), width w = 64 in the real files, and `Block` =
+`ReLU(conv(ReLU(conv(ReLU(conv(x))))) + x)` (keys `N.conv.0`, `N.conv.2`, `N.conv.4`; the skip is
+the identity since every block keeps the width). The output is an image in [0, 1] (three 8x
+upsamplings: a [B, C, h, w] latent gives [B, 3, 8h, 8w]); `decode` maps it to [-1, 1] as ComfyUI's
+`TAESD.decode` does. Inputs are the diffusion model's latents (scaled, `LatentFormat.process_in`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+TAESD_WIDTH = 64  # channels of the published decoders
+
+
+class TAESDError(ValueError):
+    """A file that is not a TAESD decoder (names the file and what is wrong)."""
+
+
+class Clamp(nn.Module):
+    """Soft clamp of the latent to (-3, 3)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x / 3) * 3
+
+
+def _conv(n_in: int, n_out: int, bias: bool = True) -> nn.Conv2d:
+    return nn.Conv2d(n_in, n_out, 3, padding=1, bias=bias)
+
+
+class Block(nn.Module):
+    """Three 3x3 convolutions with ReLUs between, plus the input (a residual block)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(_conv(width, width), nn.ReLU(), _conv(width, width), nn.ReLU(),
+                                  _conv(width, width))
+        self.fuse = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fuse(self.conv(x) + x)
+
+
+class TAESDDecoder(nn.Sequential):
+    """[B, latent_channels, h, w] model-space latent -> [B, 3, 8h, 8w] image in [0, 1]."""
+
+    def __init__(self, latent_channels: int = 4, width: int = TAESD_WIDTH) -> None:
+        layers: list[nn.Module] = [Clamp(), _conv(latent_channels, width), nn.ReLU()]
+        for _stage in range(3):
+            layers += [Block(width), Block(width), Block(width), nn.Upsample(scale_factor=2),
+                       _conv(width, width, bias=False)]
+        layers += [Block(width), _conv(width, 3)]
+        super().__init__(*layers)
+        self.latent_channels = latent_channels
+        self.width = width
+
+    def decode(self, latent: torch.Tensor) -> torch.Tensor:
+        """Model-space latent -> image in [-1, 1] ([B, 3, 8h, 8w]), as ComfyUI's `TAESD.decode`
+        (whose latent shift 0 and scale 1 are the identity when only a decoder is loaded)."""
+        return self(latent).sub(0.5).mul(2)
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix in (".safetensors", ".sft"):
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    loaded = torch.load(str(path), map_location="cpu", weights_only=True)
+    if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
+        loaded = loaded["state_dict"]
+    if not isinstance(loaded, dict):
+        raise TAESDError(f"{path}: expected a state dict, found {type(loaded).__name__}")
+    return loaded
+
+
+def load_taesd_decoder(path: str | os.PathLike, device: torch.device | str | None = None) -> TAESDDecoder:
+    """A TAESD decoder from a `taesd_decoder.*` / `taesdxl_decoder.*` file (.safetensors or a
+    torch pickle such as the published `.pth`), with the latent channels and width the file has,
+    in fp32 on `device` (default: the CPU)."""
+    path = Path(path)
+    state = _read_state_dict(path)
+    first = state.get("1.weight")
+    if first is None or first.ndim != 4:
+        raise TAESDError(f"{path}: not a TAESD decoder (no 4-d '1.weight'; keys start {sorted(state)[:3]})")
+    width, latent_channels = int(first.shape[0]), int(first.shape[1])
+    with torch.device("meta"):
+        decoder = TAESDDecoder(latent_channels=latent_channels, width=width)
+    try:
+        decoder.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise TAESDError(f"{path}: does not match the TAESD decoder layout: {exc}") from exc
+    decoder.requires_grad_(False).eval()
+    # fp32 whatever the file holds (ComfyUI loads into an fp32 module); previews are small.
+    return decoder.to(device=device, dtype=torch.float32)
