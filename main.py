@@ -15,11 +15,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, MutableMapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, MutableMapping, Sequence, TextIO
 
 from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, CacheSettings, DtypeSettings, ServerConfig
 from web.flags import (ALL_INTERFACES, add_common_flags, add_server_flags, attention_backends, comfy_namespace,
                        component_dtype, flags_without_effect)
+
+if TYPE_CHECKING:
+    from comfy_core.folders import ModelFolders
 
 log = logging.getLogger("main")
 __all__ = ["ALL_INTERFACES", "build_run_parser", "build_serve_parser", "config_from_args", "main"]
@@ -195,6 +198,16 @@ def announce(config: ServerConfig, urls: list[str], started: float, *,
         (open_browser or _open_browser)(url)
 
 
+def empty_model_hint(folders: "ModelFolders") -> str | None:
+    """What to do when no checkpoint or diffusion model exists yet (the editor's loader would
+    show "undefined"), or None."""
+    if folders.filenames("checkpoints") or folders.filenames("diffusion_models"):
+        return None
+    where = folders.paths("checkpoints")[0]
+    return (f"no checkpoints yet: put a .safetensors checkpoint in {where}, or make the tiny random demo one "
+            f"with `.venv/bin/python -m tests.fixtures.checkpoints {where}` (its images are coloured noise)")
+
+
 def _open_browser(url: str) -> None:
     import webbrowser
 
@@ -222,6 +235,9 @@ def serve(config: ServerConfig) -> int:
 
     def ready(urls: list[str]) -> None:
         announce(config, urls, started)
+        hint = empty_model_hint(state.env.folders)
+        if hint:
+            log.warning(hint)
 
     try:
         # warm_up: torch and the nodes' runtime load in the background once the server listens.

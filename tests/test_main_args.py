@@ -116,3 +116,15 @@ def test_port_in_use_is_a_clear_error(tmp_path, capsys):
         port = taken.getsockname()[1]
         assert main.main(["--base-directory", str(tmp_path), "--port", str(port), "--disable-all-custom-nodes"]) == 1
     assert f"cannot listen on 127.0.0.1 port {port}" in capsys.readouterr().err
+
+
+def test_an_empty_checkpoint_folder_gets_a_hint_naming_the_folder_and_the_demo_command(tmp_path):
+    from comfy_core.folders import ModelFolders
+    from main import empty_model_hint
+
+    folders = ModelFolders.default(tmp_path / "models")
+    hint = empty_model_hint(folders)
+    assert str(tmp_path / "models" / "checkpoints") in hint and "python -m tests.fixtures.checkpoints" in hint
+    (tmp_path / "models" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "models" / "checkpoints" / "m.safetensors").write_bytes(b"x")
+    assert empty_model_hint(folders) is None

@@ -28,11 +28,12 @@ def test_demo_workflow_runs_from_the_command_line_on_a_generated_checkpoint(tmp_
     assert made.returncode == 0, made.stderr
     assert (tmp_path / "models" / "checkpoints" / "tiny_sd1.safetensors").is_file()
 
-    ran = _run([str(REPO / "main.py"), "run", str(REPO / "examples" / "text_to_image_api.json"),
-                "--base-directory", str(tmp_path), "--output-directory", str(tmp_path / "out")], cwd=tmp_path)
+    # As the README runs it: from the base folder, default output folder.
+    ran = _run([str(REPO / "main.py"), "run", str(REPO / "examples" / "text_to_image_api.json")], cwd=tmp_path)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     written = re.findall(r"wrote (\S+\.png)", ran.stdout)
-    assert len(written) == 1, ran.stdout
-    image = Image.open(written[0])
+    assert written == ["output/demo_00001_.png"], ran.stdout  # the line the README shows
+    assert 'prints "wrote output/demo_00001_.png"' in README
+    image = Image.open(tmp_path / written[0])
     assert image.size == (64, 64)
     assert '"KSampler"' in image.info["prompt"]  # the API prompt travels in the PNG

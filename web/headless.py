@@ -151,10 +151,19 @@ async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err
         return EXIT_FAILED
     files = output_files(env, outcome.ui_outputs)
     for path in files:
-        out.write(f"wrote {path}\n")
+        out.write(f"wrote {_shown(path)}\n")
     if not files:
         out.write(f"done; no files were written (output folder: {env.output_dir})\n")
     return EXIT_OK
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current folder when it is inside it (`output/demo_00001_.png`, as
+    the README shows), else absolute."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def run_workflow_sync(config: ServerConfig, workflow: Path, *, out: TextIO, err: TextIO) -> int:

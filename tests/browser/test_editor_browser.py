@@ -368,3 +368,12 @@ async def test_the_library_panels_show_templates_models_and_imported_files(edito
     assert editor.page_errors == [] and editor.foreign_responses() == []
     for path in ("/templates/index.json", "/experiment/models/checkpoints", "/internal/files/input"):
         assert any(status == 200 and urlsplit(url).path.endswith(path) for status, url in editor.responses), path
+
+
+async def test_an_empty_checkpoint_folder_is_explained_in_the_editor(editor_factory) -> None:
+    editor = await editor_factory()
+    await editor.open()
+    toast = editor.page.get_by_text("No checkpoints yet").first
+    await toast.wait_for(timeout=UI_TIMEOUT_MS)
+    await editor.page.get_by_text("python -m tests.fixtures.checkpoints").first.wait_for(timeout=UI_TIMEOUT_MS)
+    assert editor.page_errors == []
