@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from compat.devices import (WINDOWS, cpu_mode, flag, get_torch_device, is_amd, is_device_cpu,
+from compat.devices import (WINDOWS, cpu_mode, dtype_size, flag, get_torch_device, is_amd, is_device_cpu,
                             is_device_mps, is_nvidia, mac_version, mps_mode, torch_version_numeric)
 from compat.session import active
 
@@ -50,17 +50,6 @@ def forced_dtype(component: str) -> torch.dtype | None:
     if isinstance(value, str):
         return getattr(torch, _DTYPE_NAMES.get(value, value), None)
     return value
-
-
-def dtype_size(dtype: Any) -> int:
-    """Bytes per element (4 for dtypes that do not say)."""
-    import torch
-
-    if dtype in (torch.float16, torch.bfloat16):
-        return 2
-    if dtype == torch.float32:
-        return 4
-    return getattr(dtype, "itemsize", 4)
 
 
 def get_supported_float8_types() -> list:

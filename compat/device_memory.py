@@ -15,7 +15,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable
 
-from compat.devices import (WINDOWS, VRAMState, current_vram_state, flag, get_free_memory,
+from compat.devices import (WINDOWS, VRAMState, current_vram_state, dtype_size, flag, get_free_memory,
                             get_torch_device, get_total_memory, is_device_mps, server_memory, soft_empty_cache)
 
 if TYPE_CHECKING:
@@ -187,8 +187,6 @@ def unet_inital_load_device(parameters: int, dtype: Any) -> torch.device:
     --disable-smart-memory; otherwise the compute device when it has more free memory than the
     CPU and the weights fit."""
     import torch
-
-    from compat.device_dtypes import dtype_size
 
     device = get_torch_device()
     state = current_vram_state()

@@ -18,7 +18,7 @@ and unloading go to the server's `comfy_core.memory.MemoryManager` (the environm
 
 torch is imported inside the functions, and the values ComfyUI keeps as module globals
 (`vram_state`, `cpu_state`, `total_vram`, `OOM_EXCEPTION`, `XFORMERS_IS_AVAILABLE`, ...) are
-computed when a pack reads them (`lazy_attribute`, PEP 562): packs import
+computed when a pack reads them (compat/device_globals.py, PEP 562): packs import
 `comfy.model_management` at start-up, before the server answers /object_info, and start-up stays
 torch-free (torch loads in the background once the server listens, web/warmup.py).
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 import gc
 import platform
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from compat.session import active
 from graph.context import Interrupted, current
@@ -73,6 +73,18 @@ def flag(name: str, default: Any = False) -> Any:
 def server_memory() -> Any:
     """The server's comfy_core.memory.MemoryManager (the environment's `memory`), or None."""
     return getattr(active().env, "memory", None)
+
+
+def dtype_size(dtype: Any) -> int:
+    """Bytes per element (4 for dtypes that do not say); here, below the dtype and memory rules
+    that both need it."""
+    import torch
+
+    if dtype in (torch.float16, torch.bfloat16):
+        return 2
+    if dtype == torch.float32:
+        return 4
+    return getattr(dtype, "itemsize", 4)
 
 
 # -- which device ---------------------------------------------------------------------------------
@@ -326,46 +338,3 @@ def torch_version() -> str:
 def torch_version_numeric() -> tuple[int, int]:
     major, minor = torch_version().split(".")[:2]
     return int(major), int(minor)
-
-
-def _lazy_table() -> dict[str, Callable[[], Any]]:
-    from compat import device_attention as attention
-    from compat import device_dtypes as dtypes
-    from compat import device_memory as memory
-
-    return {
-        "OOM_EXCEPTION": oom_exception,
-        "vram_state": current_vram_state,
-        "set_vram_to": lambda: requested_vram_state_for(lowvram=bool(flag("lowvram")), novram=bool(flag("novram"))),
-        "cpu_state": current_cpu_state,
-        "total_vram": lambda: get_total_memory(get_torch_device()) / MiB,
-        "total_ram": lambda: get_total_memory("cpu") / MiB,
-        "torch_version": torch_version,
-        "torch_version_numeric": torch_version_numeric,
-        "FLOAT8_TYPES": dtypes.get_supported_float8_types,
-        "SUPPORT_FP8_OPS": lambda: bool(flag("supports_fp8_compute")),
-        "FORCE_FP32": lambda: bool(flag("force_fp32")),
-        "PRIORITIZE_FP16": lambda: False,  # no fp16 accumulation here (ComfyUI: --fast fp16_accumulation)
-        "MIN_WEIGHT_MEMORY_RATIO": lambda: 0.0 if is_nvidia() else 0.4,
-        "DISABLE_SMART_MEMORY": lambda: bool(flag("disable_smart_memory")),
-        "EXTRA_RESERVED_VRAM": memory.extra_reserved_memory,
-        "current_loaded_models": memory.current_loaded_models,
-        "XFORMERS_IS_AVAILABLE": attention.xformers_available,
-        "XFORMERS_VERSION": attention.xformers_version,
-        "XFORMERS_ENABLED_VAE": attention.xformers_vae_usable,
-        "ENABLE_PYTORCH_ATTENTION": attention.pytorch_attention_enabled,
-        "interrupt_processing": processing_interrupted,
-    }
-
-
-def lazy_attribute(module_name: str, name: str) -> Any:
-    """The value of a ComfyUI module global of `comfy.model_management`, computed now (each
-    read answers for the server and flags of this moment); AttributeError for other names."""
-    compute = _lazy_table().get(name)
-    if compute is not None:
-        return compute()
-    raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-
-
-def __getattr__(name: str) -> Any:
-    return lazy_attribute(__name__, name)

@@ -4,7 +4,8 @@ A meta-path finder placed first on `sys.meta_path` answers only for the names in
 (submodules such as `comfy.utils` are then found through the package's `__path__`, as usual).
 It stays installed once a server installed it, because packs also import lazily while nodes
 run. It also remembers the most recently installed `CompatSession`, the fallback of
-`compat.session.active()`.
+`compat.session.active()`, and answers ComfyUI's names on our `nodes` package
+(`comfy_module_attribute`, which nodes/__init__.py looks for on `sys.meta_path`).
 """
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
         if fullname not in TOP_LEVEL:
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])
+
+    def comfy_module_attribute(self, module: str, name: str) -> Any:
+        """ComfyUI's module-level name `name` of our package `module` (`nodes.KSampler`, ...):
+        our `nodes` package forwards the names it lacks here (nodes/__init__.py), so it needs
+        no import of compat; the session answers (CompatSession.module_attribute)."""
+        return self.session.module_attribute(module, name)
 
 
 def _installed() -> ComfyModuleFinder | None:

@@ -129,13 +129,14 @@ def get_save_image_path(filename_prefix: str, output_dir: str, image_width: int 
     """`(full_output_folder, filename, counter, subfolder, filename_prefix)`, ComfyUI's tuple:
     `%width%`/`%height%`/`%year%`... are filled in, the folder is created, the counter is one
     more than the largest `<filename>_<counter>_` in it; a prefix leaving `output_dir` raises."""
-    from nodes.image import ImageNodeError, save_location
+    from comfy_core.images.errors import ImageInputError
+    from comfy_core.images.file_names import save_location
 
     try:
         folder, filename, counter, subfolder = save_location(Path(output_dir), filename_prefix, image_width,
                                                              image_height, node="get_save_image_path",
                                                              now=time.localtime())
-    except ImageNodeError as exc:
+    except ImageInputError as exc:
         raise UnsafePathError(str(exc)) from None
     return str(folder), filename, counter, subfolder, filename_prefix
 

@@ -6,17 +6,17 @@ accept, so a pack that loads a model itself and feeds it to KSampler works.
 
 torch is imported inside the functions, and the name lists packs read at import time
 (`KSampler.SAMPLERS`, `KSampler.SCHEDULERS`) come from the torch-free lists
-(comfy_core.sampling.samplers.registry, nodes/_names.py): packs import `comfy.samplers` and
-`comfy.sd` at the top, when they load at start-up, and start-up stays torch-free (torch loads
-in the background once the server listens, web/warmup.py).
+(comfy_core.sampling.samplers.registry, comfy_core.sampling.scheduler_names): packs import
+`comfy.samplers` and `comfy.sd` at the top, when they load at start-up, and start-up stays
+torch-free (torch loads in the background once the server listens, web/warmup.py).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
 from comfy_core.sampling.samplers import registry as _samplers
+from comfy_core.sampling.scheduler_names import SCHEDULER_NAMES
 from compat.session import active
-from nodes import _names  # its SCHEDULER_NAMES is checked equal to comfy_core.sampling.schedulers' (imports torch)
 
 if TYPE_CHECKING:
     import torch
@@ -58,7 +58,7 @@ class KSampler:
 
     # mutable copies, as ComfyUI's attributes are (a pack may append its own names)
     SAMPLERS: list[str] = list(_samplers.SAMPLER_NAMES)
-    SCHEDULERS: list[str] = list(_names.SCHEDULER_NAMES)
+    SCHEDULERS: list[str] = list(SCHEDULER_NAMES)
     DISCARD_PENULTIMATE_SIGMA_SAMPLERS: set[str] = set(_samplers.DISCARD_PENULTIMATE_SIGMA_SAMPLERS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -14,14 +14,16 @@ per server, and the facades look it up with `active()`:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
-from compat import finder
+from compat import finder, node_facades
+from compat.active import CompatNotInstalledError, _active, active
+
+__all__ = ["CompatNotInstalledError", "CompatSession", "active"]
 
 if TYPE_CHECKING:
     from graph.packs import PackResult
@@ -29,37 +31,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_active: contextvars.ContextVar["CompatSession | None"] = contextvars.ContextVar("compat_session", default=None)
-
-
-class CompatNotInstalledError(RuntimeError):
-    """A ComfyUI facade was used before any server installed the compat layer."""
-
-
-def active() -> "CompatSession":
-    """The session packs' code should see now (see the module docstring)."""
-    session = _active.get()
-    if session is None:
-        session = finder.installed_session()
-    if session is None:
-        raise CompatNotInstalledError(
-            "the ComfyUI compatibility layer is not installed: call compat.install(env, registry) first")
-    return session
-
 
 class CompatSession:
     """What one server exposes to packs; see the module docstring."""
 
-    def __init__(self, env: Any, registry: "Registry") -> None:
+    def __init__(self, env: Any, registry: "Registry", *, comfy_args: Mapping[str, Any] | None = None) -> None:
         from aiohttp import web
 
         self.env = env
         self.registry = registry
+        # ComfyUI's `args` (attribute name -> value) as the host parsed them, for comfy.cli_args;
+        # given by the host before packs import, so packs reading flags at import see them.
+        self.comfy_args: Mapping[str, Any] | None = comfy_args
         self.routes = web.RouteTableDef()  # PromptServer.instance.routes
         self.on_prompt_handlers: list[Any] = []
         self.state: Any = None  # web.state.AppState once bound
-        # web.config.ServerConfig: set by the host before packs load (comfy.cli_args at import time)
-        self.config: Any = None
         self.packs: list["PackResult"] = []
         self.prestartup: list[Any] = []  # compat.startup.PrestartupResult
         self._prestartup_ran_for: tuple[Any, ...] | None = None  # (folders, whitelist) run_prestartup had
@@ -70,8 +56,9 @@ class CompatSession:
         self.prompt_server: Any = None  # compat.prompt_server.PromptServer, made on first use
 
     @classmethod
-    def install(cls, env: Any, registry: "Registry") -> "CompatSession":
-        session = cls(env, registry)
+    def install(cls, env: Any, registry: "Registry", *, comfy_args: Mapping[str, Any] | None = None
+                ) -> "CompatSession":
+        session = cls(env, registry, comfy_args=comfy_args)
         finder.install(session)
         return session
 
@@ -79,14 +66,10 @@ class CompatSession:
     @contextlib.contextmanager
     def activate(self) -> Iterator["CompatSession"]:
         """This session (and its registry, for `nodes.NODE_CLASS_MAPPINGS`) for the block."""
-        from nodes._comfy_facade import bind_registry, unbind_registry
-
         token = _active.set(self)
-        reg_token = bind_registry(self.registry, self.env)
         try:
             yield self
         finally:
-            unbind_registry(reg_token)
             _active.reset(token)
 
     def import_context(self) -> contextlib.AbstractContextManager:
@@ -98,10 +81,8 @@ class CompatSession:
         """The executor's hook before each node call (in the calling task): selects this session
         and sets ComfyUI's `GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)`."""
         from compat.graph_builder import GraphBuilder
-        from nodes._comfy_facade import bind_registry
 
         _active.set(self)
-        bind_registry(self.registry, self.env)
         GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)
 
     # -- loading packs --------------------------------------------------------------------------
@@ -154,10 +135,7 @@ class CompatSession:
         self.on_prompt_handlers = state.on_prompt_handlers  # later additions go straight there
         # The caller goes on to start the server in this context, so the server's tasks (request
         # handlers: validation, /object_info's INPUT_TYPES) inherit this session.
-        from nodes._comfy_facade import bind_registry
-
         _active.set(self)
-        bind_registry(self.registry, self.env)
 
     def _routes_in_session(self) -> Any:
         """Packs' routes, each handler run with this session active (so its `folder_paths` and
@@ -178,6 +156,16 @@ class CompatSession:
             else:  # static folders, class-based views: as they are
                 table._items.append(route)  # noqa: SLF001 -- RouteTableDef has no public add
         return table
+
+    # -- ComfyUI's `nodes` module -------------------------------------------------------------
+    def module_attribute(self, module: str, name: str) -> Any:
+        """ComfyUI's module-level name `name` of module `module` that our own package of that
+        name leaves to the compat layer: `nodes.NODE_CLASS_MAPPINGS`, `nodes.KSampler`, ...
+        (compat/node_facades.py, which answers for the active session). The import hook
+        (compat.finder) passes our `nodes` package's unknown attributes here."""
+        if module != "nodes":
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        return node_facades.attribute(name)
 
     # -- folders ----------------------------------------------------------------------------
     @property

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Callable, Iterator
+import sys
+from typing import Any, Callable, Iterator
 
 
 def builtin_node_functions() -> Iterator[Callable]:
@@ -27,9 +28,16 @@ def register_builtin_nodes(registry) -> None:
         registry.add_native(fn, builtin=True)
 
 
-def __getattr__(name: str):
-    # ComfyUI's `nodes` module names for packs (MAX_RESOLUTION, NODE_CLASS_MAPPINGS, KSampler, ...):
-    # see nodes/_comfy_facade.py.
+def __getattr__(name: str) -> Any:
+    # ComfyUI's `nodes` module names for packs (MAX_RESOLUTION, NODE_CLASS_MAPPINGS, KSampler, ...)
+    # belong to ComfyUI's import surface, the compat layer, which a host installs as an import
+    # hook. This package never imports compat: it asks the installed hook, the meta-path finder
+    # that answers `comfy_module_attribute` (compat/finder.py, compat/node_facades.py).
     if name.startswith("_"):  # submodules being imported, dunder probes
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return importlib.import_module("nodes._comfy_facade").attribute(name)
+    for finder in sys.meta_path:
+        answer = getattr(finder, "comfy_module_attribute", None)
+        if answer is not None:
+            return answer(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r} (ComfyUI's names on `nodes` exist "
+                         f"once a host has installed the compat layer: compat.install)")

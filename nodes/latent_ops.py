@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from comfy_core.images.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
-from nodes.image import upscale_samples
 from nodes.latent import LATENT_UPSCALE_METHODS, LatentNodeError, latent_samples
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from web.routes_library import library_routes
 from web.routes_prompt import prompt_routes
 from web.state import STATE_KEY, AppState
 from web.userdata import add_userdata_routes
-from web.worker import PromptWorker
+from web.worker import QueueWorker
 from web.ws import ws_routes
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,8 @@ def ssl_context(config: ServerConfig) -> ssl.SSLContext | None:
 async def _on_startup(app: web.Application) -> None:
     state = app[STATE_KEY]
     state.hub.attach(asyncio.get_running_loop())
-    state.worker = PromptWorker(state)
+    state.worker = QueueWorker(state.queue, state.hub, state.executor, state.store, memory=state.env.memory,
+                               preview_size=state.config.preview_size)
     if not app[_WARM_UP]:
         state.worker.start()
 

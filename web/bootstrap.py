@@ -109,16 +109,16 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
 
     import compat
     from graph.registry import Registry
+    from web.comfy_args import comfy_args
 
     started = time.perf_counter()
     env, custom_dirs = build_environment(config)
     if registry is None:
-        session = compat.install(env, Registry())  # ComfyUI's import surface for packs
-        session.config = config  # comfy.cli_args answers for this server while packs import
+        # ComfyUI's import surface for packs; comfy.cli_args answers for this server while packs import
+        session = compat.install(env, Registry(), comfy_args=comfy_args(config))
         registry, packs = build_registry(config, custom_dirs, compat_session=session)
     else:
-        session = compat.install(env, registry)
-        session.config = config
+        session = compat.install(env, registry, comfy_args=comfy_args(config))
     packs = list(packs or [])
     executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
                         recover=env.memory.recover if env.memory else None)

@@ -14,11 +14,12 @@ parsers: nothing here reads `sys.argv` or the environment.
 from __future__ import annotations
 
 import argparse
-import enum
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
+# ComfyUI's `--fast` options: the enum packs import from comfy.cli_args, so `--fast` parses into it.
+from compat.cli_args import PerformanceFeature
 from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, PREVIEW_METHODS
 
 ALL_INTERFACES = "0.0.0.0,::"
@@ -27,15 +28,6 @@ HASHING_FUNCTIONS = ("md5", "sha1", "sha256", "sha512")
 # ComfyUI's DEFAULT_VERSION_STRING: the frontend it would download; we serve the pinned package.
 DEFAULT_FRONT_END_VERSION = "comfyanonymous/ComfyUI@latest"
 DEFAULT_COMFY_API_BASE = "https://api.comfy.org"
-
-
-class PerformanceFeature(str, enum.Enum):
-    """ComfyUI's `--fast` options (comfy/cli_args.py PerformanceFeature)."""
-
-    Fp16Accumulation = "fp16_accumulation"
-    Fp8MatrixMultiplication = "fp8_matrix_mult"
-    CublasOps = "cublas_ops"
-    AutoTune = "autotune"
 
 
 # dest -> the flag as written, for every flag that is accepted but changes nothing here.

@@ -123,9 +123,11 @@ async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err
         return EXIT_UNREADABLE
     import compat
     from graph.registry import Registry
+    from web.comfy_args import comfy_args
 
     env, custom_dirs = build_environment(config)
-    session = compat.install(env, Registry())  # ComfyUI's import surface for packs
+    # ComfyUI's import surface for packs, answering comfy.cli_args with this run's flags
+    session = compat.install(env, Registry(), comfy_args=comfy_args(config))
     registry, _packs = build_registry(config, custom_dirs, compat_session=session)
     result = await validate_prompt(prompt, registry, env=env)
     if not result.ok:

@@ -19,7 +19,7 @@ Fields (stable; add, don't rename):
   store        web.store.PromptStore — SQLite (WAL) queue + history in `env.user_dir`
   queue        web.prompt_queue.PromptQueue — pending/running prompts (mirrors the store)
   hub          web.hub.WebSocketHub — connected sockets by client id
-  worker       web.worker.PromptWorker — runs the queue (started by the app's on_startup)
+  worker       web.worker.QueueWorker — runs the queue (made and started by the app's on_startup)
   packs        list of graph.packs.PackResult — loaded custom-node packs (`.web_directory`)
   extra_routes list of aiohttp RouteTableDef — routes added before start (packs); each one is
                registered bare and under /api by the app factory (web.app.create_app)
@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # imported for annotations only: keeps `web.state` light to i
     from web.hub import WebSocketHub
     from web.prompt_queue import PromptQueue
     from web.store import PromptStore
-    from web.worker import PromptWorker
 
 
 @dataclass
@@ -61,7 +60,9 @@ class AppState:
     store: "PromptStore"
     queue: "PromptQueue"
     hub: "WebSocketHub"
-    worker: "PromptWorker | None" = None
+    # The web.worker.QueueWorker the app builds from the fields above (web/app.py). Typed `Any`:
+    # the worker is made of this state's parts, so this module does not import it (no cycle).
+    worker: Any = None
     packs: list[Any] = field(default_factory=list)
     extra_routes: list[web.RouteTableDef] = field(default_factory=list)
     on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)

@@ -122,12 +122,15 @@ def use_deterministic_algorithms() -> None:
 
 
 def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bool = False) -> float:
-    """Import torch and `modules` (default: every lazy import of the built-in nodes), then build
-    `env.memory` if it is deferred; returns the seconds it took. A module that fails to import
-    is logged and skipped: the node that needs it reports the error when it runs.
+    """Import torch and `modules` (default: every lazy import of the built-in nodes and of
+    comfy_core.images), then build `env.memory` if it is deferred; returns the seconds it took.
+    A module that fails to import is logged and skipped: the node that needs it reports the
+    error when it runs.
     `deterministic`: switch torch to deterministic algorithms once it is imported."""
     started = time.perf_counter()
-    for name in ["torch", *(lazy_imports("nodes") if modules is None else modules)]:
+    if modules is None:  # the nodes' own, and those of the image helpers they call (comfy_core.images)
+        modules = [*lazy_imports("nodes"), *lazy_imports("comfy_core.images")]
+    for name in ["torch", *modules]:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- an optional package; its node fails with the real error

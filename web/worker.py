@@ -1,4 +1,4 @@
-"""The queue worker: one asyncio task that runs queued prompts one at a time.
+"""The queue worker (`QueueWorker`): one asyncio task that runs queued prompts one at a time.
 
 For each prompt: executor events go to the owning client (previews as binary frames;
 `progress_state` paced by `graph.progress.ProgressCoalescer`, the latest map always sent before
@@ -9,6 +9,9 @@ that message always finds the entry (ComfyUI's order).
 Sync node code runs in the executor's worker threads, so the event loop keeps serving routes
 and sockets while a prompt runs. An exception escaping the executor (a bug, not a node error)
 is recorded as an `execution_error` and the worker carries on.
+
+The worker is given the parts of the server it drives (queue, hub, executor, store, memory
+manager, preview size), not the whole `web.state.AppState`, which holds the worker in turn.
 """
 from __future__ import annotations
 
@@ -24,8 +27,12 @@ from graph.progress import FLUSH_BEFORE, ProgressCoalescer, ProgressPacing
 from web.protocol import encode_image, preview_frame, preview_frame_with_metadata
 from web.queue_item import QueueItem, now_ms
 
-if TYPE_CHECKING:
-    from web.state import AppState
+if TYPE_CHECKING:  # annotations only
+    from comfy_core.memory import MemoryManager
+    from graph.executor import Executor
+    from web.hub import WebSocketHub
+    from web.prompt_queue import PromptQueue
+    from web.store import PromptStore
 
 log = logging.getLogger(__name__)
 
@@ -38,30 +45,41 @@ class FreeRequest:
     free_memory: bool = False
 
 
-def apply_free(state: "AppState", request: FreeRequest) -> None:
-    """Unload models and/or drop every executor cache (ComfyUI's /free flags)."""
-    memory = getattr(state.env, "memory", None)
+def apply_free(executor: "Executor", memory: "MemoryManager | None", request: FreeRequest) -> None:
+    """Unload models and/or drop every executor cache (ComfyUI's /free flags): `free_all`
+    offloads every model the memory manager tracks."""
     if request.unload_models and memory is not None:
-        # comfy_core.memory has `free_all` (offload every tracked model); `unload_all` if added later
-        (getattr(memory, "unload_all", None) or memory.free_all)()
+        memory.free_all()
     if request.free_memory:
-        state.executor.reset()
-        if memory is not None and hasattr(memory, "free_all"):
+        executor.reset()
+        if memory is not None:
             memory.free_all()
 
 
-class PromptWorker:
-    """Runs `state.queue` until stopped."""
+class QueueWorker:
+    """Runs `queue` until stopped (not graph.worker.PromptWorker, the thread node code runs on)."""
 
-    def __init__(self, state: "AppState", progress_pacing: ProgressPacing = ProgressPacing()) -> None:
-        self.state = state
+    def __init__(self, queue: "PromptQueue", hub: "WebSocketHub", executor: "Executor", store: "PromptStore", *,
+                 memory: "MemoryManager | None" = None, preview_size: int = 512,
+                 progress_pacing: ProgressPacing = ProgressPacing()) -> None:
+        self.queue = queue
+        self.hub = hub
+        self.executor = executor
+        self.store = store
+        self.memory = memory
+        self.preview_size = preview_size  # a preview frame's longest side when the node gave none
         self.progress_pacing = progress_pacing
         self.free_request: FreeRequest | None = None
         self._task: asyncio.Task | None = None
         self._current: asyncio.Future | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="prompt-worker")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="queue-worker")
+
+    @property
+    def started(self) -> bool:
+        """True from `start()` until `stop()`: only then does the worker take queued prompts."""
+        return self._task is not None
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Take no more prompts; interrupt the running one and let it record itself (as
@@ -73,7 +91,7 @@ class PromptWorker:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        current, running = self._current, self.state.queue.running
+        current, running = self._current, self.queue.running
         if current is not None and not current.done():
             if running is not None:
                 running.interrupt.set()
@@ -85,14 +103,14 @@ class PromptWorker:
 
     def request_free(self, request: FreeRequest) -> None:
         """Free now when idle, else after the running prompt."""
-        if self.state.queue.running is None:
-            apply_free(self.state, request)
+        if self.queue.running is None:
+            apply_free(self.executor, self.memory, request)
         else:
             self.free_request = request
 
     async def _run(self) -> None:
         while True:
-            item = await self.state.queue.get()
+            item = await self.queue.get()
             # Shielded: stopping the worker must not tear a prompt in half (see `stop`).
             self._current = asyncio.ensure_future(self.run_item(item))
             try:
@@ -101,17 +119,17 @@ class PromptWorker:
                 raise
             except Exception:  # noqa: BLE001 -- the worker must outlive any one prompt
                 log.exception("prompt %s: the worker failed while finishing it", item.prompt_id)
-                self.state.queue.task_done()
-                self.state.hub.end_prompt()
+                self.queue.task_done()
+                self.hub.end_prompt()
             if self.free_request is not None:
                 request, self.free_request = self.free_request, None
-                apply_free(self.state, request)
+                apply_free(self.executor, self.memory, request)
 
     async def run_item(self, item: QueueItem) -> None:
-        state, hub = self.state, self.state.hub
+        hub = self.hub
         client_id = item.client_id
         hub.begin_prompt(client_id, item.prompt_id)
-        start = state.queue.running_since or now_ms()
+        start = self.queue.running_since or now_ms()
         recorded: list[tuple[str, Any]] = []
         progress = None
         if client_id is not None:
@@ -131,7 +149,7 @@ class PromptWorker:
             self._route(event, item, client_id)
 
         try:
-            outcome = await state.executor.execute(
+            outcome = await self.executor.execute(
                 item.prompt, item.prompt_id, outputs=list(item.outputs), extra_data=item.extra_data,
                 sink=sink, interrupt=item.interrupt)
             status, ui_outputs, meta = outcome.status, outcome.ui_outputs, outcome.meta
@@ -160,8 +178,8 @@ class PromptWorker:
         }
         if progress is not None:
             progress.close()  # anything still held goes out before `executing null`
-        state.store.finish(item, entry, status, start, now_ms())
-        state.queue.task_done()  # broadcasts `status`
+        self.store.finish(item, entry, status, start, now_ms())
+        self.queue.task_done()  # broadcasts `status`
         if client_id is not None:
             hub.send(EXECUTING, {"node": None, "prompt_id": item.prompt_id}, client_id)
         hub.end_prompt()
@@ -169,7 +187,7 @@ class PromptWorker:
     # -- events ------------------------------------------------------------------------------
     def _route(self, event: Event, item: QueueItem, client_id: str | None) -> None:
         """Deliver one executor event; may run on a node thread."""
-        hub = self.state.hub
+        hub = self.hub
         if event.type == PREVIEW:
             if client_id is not None:
                 self._send_preview(event.data, client_id)
@@ -189,7 +207,7 @@ class PromptWorker:
     def _queue_preview(self, data: dict, client_id: str) -> None:
         """Encode off the event loop (a full-size PNG takes a while) but keep the frame's place
         in the client's message order: the outbox holds the future until it is done."""
-        hub = self.state.hub
+        hub = self.hub
         conn = hub.client(client_id)
         with_meta = conn is not None and conn.supports_preview_metadata
         future = asyncio.get_running_loop().run_in_executor(None, self._encode_frame, data, with_meta)
@@ -197,7 +215,7 @@ class PromptWorker:
 
     def _encode_frame(self, data: dict, with_meta: bool) -> bytes | None:
         fmt = str(data.get("format", "JPEG")).upper()
-        max_size = data.get("max_size", self.state.config.preview_size)
+        max_size = data.get("max_size", self.preview_size)
         try:
             encoded = encode_image(data.get("image"), fmt, max_size)
         except Exception:  # noqa: BLE001 -- a broken preview must not fail the prompt
@@ -207,4 +225,4 @@ class PromptWorker:
 
     def _on_loop(self, fn: Any, *args: Any) -> None:
         # Node threads must not touch the hub directly; FIFO scheduling keeps message order.
-        self.state.hub.call_on_loop(fn, *args)
+        self.hub.call_on_loop(fn, *args)

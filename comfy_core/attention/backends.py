@@ -17,8 +17,8 @@ import torch
 
 from comfy_core.attention import kernels
 from comfy_core.attention.xformers_kernel import xformers_attention, xformers_problem
-
-DEFAULT_BACKEND = "sdpa"
+# The names, in order, live in a torch-free module (the node layer's combos are made from them).
+from comfy_core.attention_names import BACKEND_NAMES, DEFAULT_BACKEND
 
 
 class AttentionBackendError(ValueError):
@@ -60,7 +60,7 @@ class AttentionBackend:
     takes_bool_mask: bool = False
 
 
-BACKENDS: Mapping[str, AttentionBackend] = MappingProxyType({
+_IMPLEMENTED: Mapping[str, AttentionBackend] = {
     b.name: b for b in (
         AttentionBackend("sdpa", kernels.sdpa_attention,
                          "torch.nn.functional.scaled_dot_product_attention (default)", takes_bool_mask=True),
@@ -74,7 +74,9 @@ BACKENDS: Mapping[str, AttentionBackend] = MappingProxyType({
                          "xformers memory_efficient_attention (optional extra, CUDA only)",
                          problem=_xformers_problem),
     )
-})
+}
+# In BACKEND_NAMES' order; a name without an implementation fails here, at import, not at first use.
+BACKENDS: Mapping[str, AttentionBackend] = MappingProxyType({name: _IMPLEMENTED[name] for name in BACKEND_NAMES})
 
 
 @dataclass(frozen=True)

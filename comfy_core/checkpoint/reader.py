@@ -15,7 +15,7 @@ import mmap
 import os
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Protocol
 
 import torch
 
@@ -26,9 +26,6 @@ from comfy_core.checkpoint.errors import (
     UnsupportedFormatError,
 )
 from comfy_core.checkpoint.header import TensorInfo, read_safetensors_header
-
-if TYPE_CHECKING:
-    from comfy_core.checkpoint.bulk import BulkRead
 
 SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
@@ -185,16 +182,26 @@ class CheckpointFile:
             raise CorruptCheckpointError(self.path, f"tensor {name!r} is not in the file") from None
 
 
+class PendingRead(Protocol):
+    """Tensors being read in the background (`comfy_core.checkpoint.bulk.BulkRead` is one): the
+    names and dtypes asked for, and the result, waited for. A protocol, so that this module (the
+    file) does not depend on the module that reads many of its tensors at once (bulk builds on it)."""
+
+    requests: Mapping[str, torch.dtype]
+
+    def result(self) -> dict[str, torch.Tensor]: ...
+
+
 class LazyStateDict(Mapping[str, torch.Tensor]):
     """A read-only name -> tensor mapping over a `CheckpointFile`; floating tensors in `dtype`.
 
-    Tensors requested from `pending` (a `bulk.BulkRead` in the right dtypes) are served from it,
+    Tensors requested from `pending` (a `PendingRead`, e.g. a `bulk.BulkRead` in the right dtypes) are served from it,
     the first such access waiting for it to finish; any other access reads its tensor then. Iteration and `len` come from the header,
     so consumers that only look at keys read nothing.
     """
 
     def __init__(self, checkpoint: CheckpointFile, dtype: torch.dtype | None = None,
-                 pending: "BulkRead | None" = None) -> None:
+                 pending: PendingRead | None = None) -> None:
         self._checkpoint = checkpoint
         self._dtype = dtype
         self._pending = pending

@@ -25,7 +25,7 @@ from typing import Hashable
 import torch
 
 from comfy_core.patching.errors import PatchDataError
-from comfy_core.patching.weights import Function, identity
+from comfy_core.patching.weight_function import Function, identity
 
 
 def _fit(delta: torch.Tensor, weight: torch.Tensor, what: str) -> torch.Tensor:

@@ -18,18 +18,16 @@ fp32 copy of the original weight, always recomputed from the original so patchin
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from comfy_core.patching.errors import PatchDataError
+from comfy_core.patching.weight_function import Function, identity
 
-Function = Callable[[torch.Tensor], torch.Tensor]
+__all__ = ["Function", "Offset", "PatchEntry", "WeightAdapter", "calculate_weight", "identity"]
+
 _LEGACY_ADAPTERS = ("lora", "loha", "lokr")
-
-
-def identity(x: torch.Tensor) -> torch.Tensor:
-    return x
 
 
 @runtime_checkable
@@ -95,7 +93,9 @@ def _combine(weight: torch.Tensor, entry: PatchEntry, key: str) -> torch.Tensor:
     kind = "diff"
     if isinstance(data, tuple):
         if len(data) == 2 and data[0] in _LEGACY_ADAPTERS:
-            # Imported here: comfy_core.lora builds on this module, not the other way round.
+            # Imported where the legacy form is met: importing `comfy_core.lora` runs its package
+            # (the LoRA loader too), which plain patches never need. The adapters import only
+            # weight_function from here, so the arrow points one way.
             from comfy_core.lora.adapters import adapter_from_legacy
 
             return adapter_from_legacy(data[0], data[1], key).apply_to(weight, strength, function)

@@ -22,10 +22,9 @@ from typing import Any, Mapping
 
 import torch
 
+from comfy_core.prompt.embedding_names import EMBEDDING_EXTENSIONS  # torch-free, for the node layer
 from comfy_core.prompt.errors import EmbeddingError, EmbeddingWidthError
 
-# The file extensions read as tensor embeddings (webui also reads images; we do not, see load_embedding).
-EMBEDDING_EXTENSIONS = (".pt", ".bin", ".safetensors")
 SDXL_KEYS = ("clip_l", "clip_g")
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-EMPHASIS_MODES = ("Original", "No norm", "Ignore", "None")
-DEFAULT_EMPHASIS = "Original"
+# The names live in a torch-free module (the node layer's combos); re-exported here.
+from comfy_core.prompt.emphasis_modes import DEFAULT_EMPHASIS, EMPHASIS_MODES  # noqa: F401
 
 
 def check_emphasis_mode(mode: str) -> str:

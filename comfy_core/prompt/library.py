@@ -9,20 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from comfy_core.prompt.embedding import EMBEDDING_EXTENSIONS, Embedding, load_embedding
+from comfy_core.prompt.embedding import Embedding, load_embedding
+# The listing needs no torch (the node layer's combos use it): it lives in embedding_names.
+from comfy_core.prompt.embedding_names import EMBEDDING_EXTENSIONS, EMBEDDINGS_KIND, embedding_files
 from comfy_core.prompt.errors import EmbeddingError
-
-EMBEDDINGS_KIND = "embeddings"
-
-
-def embedding_files(folders: Any) -> list[str]:
-    """Relative file names of every embedding file (sorted; zero-byte files skipped, as webui)."""
-    names = []
-    for name in folders.filenames(EMBEDDINGS_KIND, EMBEDDING_EXTENSIONS):
-        path = folders.full_path(EMBEDDINGS_KIND, name)
-        if path is not None and path.stat().st_size > 0:
-            names.append(name)
-    return names
 
 
 def list_embeddings(folders: Any) -> list[str]:

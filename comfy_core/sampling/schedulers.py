@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.sampling.scheduler_names import SCHEDULER_NAMES  # torch-free, for the node layer
 
 
 class UnknownSchedulerError(ValueError):
@@ -184,10 +185,6 @@ def scheduler_handlers() -> dict[str, SchedulerHandler]:
     }
 
 
-SCHEDULER_NAMES: tuple[str, ...] = (
-    "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
-    "linear_quadratic", "kl_optimal",
-)
 
 
 def calculate_sigmas(model_sampling: ModelSampling, scheduler_name: str, steps: int) -> torch.Tensor:

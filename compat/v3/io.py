@@ -5,15 +5,19 @@ A node subclasses `ComfyNode` and defines classmethods: `define_schema() -> Sche
 `execute(**inputs) -> NodeOutput` (sync or async), optionally `validate_inputs`,
 `fingerprint_inputs` (= IS_CHANGED) and `check_lazy_status`. Inputs and outputs are typed
 objects (`Int.Input("steps", default=20, min=1)`, `Image.Output()`); each type class carries its
-wire name in `io_type`. compat/v3/adapter.py turns the schema into a `NodeSpec`.
+wire name in `io_type`. The V1 face of a class (`INPUT_TYPES`, `RETURN_TYPES`, one call per
+`execute_v3`) is here too; compat/v3/adapter.py turns the schema into a `NodeSpec`.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from graph.expansion import ExecutionBlocker  # noqa: F401 -- re-exported for packs
+from graph.errors import NodeDefinitionError
+from graph.expansion import ExecutionBlocker  # re-exported for packs, too
+from graph.spec import OPTIONAL, REQUIRED, InputSpec, OutputSpec
 
 
 class NumberDisplay(str, Enum):
@@ -260,6 +264,72 @@ class NodeOutput:
         return self.args if self.args else None
 
 
+# -- the V1 face of a V3 class (ComfyUI's PREPARE_CLASS_CLONE / EXECUTE_NORMALIZED) -----------------
+def input_spec_of(node_id: str, item: Any) -> InputSpec:
+    """The engine's `InputSpec` of one schema input."""
+    if not isinstance(item, Input):
+        raise NodeDefinitionError(f"V3 node {node_id!r}: inputs must be io.*.Input objects, got {item!r}")
+    section = OPTIONAL if item.optional else REQUIRED
+    type_: Any = item.values if isinstance(item, Combo.Input) else item.get_io_type()
+    return InputSpec(item.id, type_, section, item.options())
+
+
+def output_spec_of(item: Any) -> OutputSpec:
+    """The engine's `OutputSpec` of one schema output."""
+    if not isinstance(item, Output):
+        raise NodeDefinitionError(f"V3 outputs must be io.*.Output objects, got {item!r}")
+    io_type = item.get_io_type()
+    return OutputSpec(io_type, item.display_name or item.id or str(io_type), item.is_output_list, item.tooltip)
+
+
+def _to_v1(result: Any) -> Any:
+    """A V3 return value in the V1 shape the engine understands."""
+    if not isinstance(result, NodeOutput):
+        return result  # tuples and V1 dicts pass through
+    if result.block_execution is not None:
+        return ExecutionBlocker(result.block_execution)
+    out: dict[str, Any] = {"result": tuple(result.args)}
+    ui = result.ui
+    if ui is not None:
+        out["ui"] = ui.as_dict() if hasattr(ui, "as_dict") else ui
+    if result.expand is not None:
+        out["expand"] = result.expand
+    return out
+
+
+def hidden_names_of(schema: Schema) -> list[str]:
+    """The keyword names the node's hidden inputs arrive under (`prompt`, `unique_id`, ...)."""
+    return [Hidden(h).name for h in schema.hidden]
+
+
+def execute_v3(cls: type, kwargs: dict, hidden_names: list[str] | None = None) -> Any:
+    """One call: hidden values go to a per-call subclass's `hidden`, the rest to `execute`;
+    the result in the V1 shape (a coroutine of it for async nodes)."""
+    if hidden_names is None:
+        hidden_names = hidden_names_of(cls.define_schema())
+    kwargs = dict(kwargs)
+    hidden_values = {name: kwargs.pop(name) for name in hidden_names if name in kwargs}
+    clone = type(cls.__name__, (cls,), {"hidden": HiddenHolder(**hidden_values), "__module__": cls.__module__})
+    result = clone.execute(**kwargs)
+    if inspect.isawaitable(result):
+        async def finish() -> Any:
+            return _to_v1(await result)
+        return finish()
+    return _to_v1(result)
+
+
+def v1_input_types(cls: type) -> dict:
+    """`INPUT_TYPES()` of a V3 class in ComfyUI's V1 form (combos as lists of values)."""
+    schema = cls.define_schema()
+    out: dict[str, dict] = {"required": {}}
+    for item in schema.inputs:
+        spec = input_spec_of(schema.node_id, item)
+        out.setdefault(spec.section, {})[spec.name] = (spec.type, dict(spec.options))
+    if schema.hidden:
+        out["hidden"] = {Hidden(h).name: Hidden(h).value for h in schema.hidden}
+    return out
+
+
 def _v1_face(cls: type, name: str) -> Any:
     """ComfyUI V1 attributes of a V3 class, from its schema (see `_ComfyNodeMeta`)."""
     schema = cls.define_schema()
@@ -305,14 +375,10 @@ class ComfyNode(metaclass=_ComfyNodeMeta):
 
     @classmethod
     def INPUT_TYPES(cls) -> dict:  # noqa: N802 -- ComfyUI's V1 name
-        from compat.v3.adapter import v1_input_types
-
         return v1_input_types(cls)
 
     @classmethod
     def EXECUTE_NORMALIZED(cls, **kwargs: Any) -> Any:  # noqa: N802 -- ComfyUI's V1 entry point
-        from compat.v3.adapter import execute_v3
-
         return execute_v3(cls, kwargs)
 
     @classmethod

@@ -73,9 +73,31 @@ class Editor:
         self.responses: list[tuple[int, str]] = []
         self.page_errors: list[str] = []
         self.console: list[str] = []
+        self.in_flight: set = set()  # requests the page started that have not finished or failed
+        self.done_paths: list[str] = []  # URL paths of the requests that finished or failed, in order
+        self.request_done = asyncio.Event()  # set whenever one does
+        page.on("request", lambda r: self.in_flight.add(r))
+        page.on("requestfinished", self._request_done)
+        page.on("requestfailed", self._request_done)
         page.on("response", lambda r: self.responses.append((r.status, r.url)))
         page.on("pageerror", lambda e: self.page_errors.append(str(e)))
         page.on("console", lambda m: self.console.append(m.text))
+
+    def _request_done(self, request) -> None:
+        self.in_flight.discard(request)
+        self.done_paths.append(urlsplit(request.url).path)
+        self.request_done.set()
+
+    async def settled(self, paths: tuple[str, ...], timeout: float = UI_TIMEOUT_MS / 1000) -> None:
+        """Wait until a request to each of `paths` has finished (or failed), nothing the page
+        started is still in flight, and the page has drawn a frame after that: what those
+        answers would show (an error dialog, a page error) is on the page by then."""
+        async def wait() -> None:
+            while not (all(path in self.done_paths for path in paths) and not self.in_flight):
+                self.request_done.clear()
+                await self.request_done.wait()
+        await asyncio.wait_for(wait(), timeout)
+        await self.page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => resolve()))")
 
     async def open(self) -> None:
         await self.page.goto(self.url)
@@ -168,7 +190,8 @@ async def test_editor_opens_with_our_default_graph_and_lists_our_nodes(editor_fa
     assert {s[0]: (s[2], s[3]) for s in shown if s[1] == "CLIPTextEncode"} == texts
 
     # No error dialog, no page error; nothing was fetched from any other host.
-    await asyncio.sleep(1.0)  # let late start-up requests (jobs, models) settle
+    # The editor's late start-up requests (its queue and model library) have been answered.
+    await editor.settled(("/api/jobs", "/api/experiment/models"))
     assert await page.locator('[role="dialog"]:visible').count() == 0
     assert editor.page_errors == []
     assert editor.foreign_responses() == []

@@ -1,8 +1,7 @@
 """Saving and restoring the state the compat layer leaves behind, so tests stay order-independent.
 
 `CompatSession.bind` and `before_node_call` select their session by *setting* context variables
-(compat.session's active session, the `nodes` facade's registry binding, GraphBuilder's default
-prefix) with no reset: by design, since the server then runs in that context. A synchronous test
+(compat.active's active session, GraphBuilder's default prefix) with no reset: by design, since the server then runs in that context. A synchronous test
 (e.g. one calling `web.bootstrap.build_state`) runs in the main thread's context, which every
 later synchronous test shares, so without a restore that server's session would stay "active"
 for the rest of the run and hide the "most recent install" fallback of `compat.session.active()`.
@@ -22,8 +21,7 @@ from typing import Any
 
 # (module, attribute) of every context variable the compat layer sets without a reset token
 CONTEXT_VARS: tuple[tuple[str, str], ...] = (
-    ("compat.session", "_active"),
-    ("nodes._comfy_facade", "_bound"),
+    ("compat.active", "_active"),
     ("compat.graph_builder", "_prefix"),
 )
 _UNSET = object()  # the module was not imported when the snapshot was taken

@@ -24,11 +24,9 @@ class _State:
 def test_restore_undoes_what_bind_and_a_node_call_set_in_this_context(tmp_path):
     import compat
     import compat.graph_builder  # noqa: F401 -- imported first, so the snapshot holds its variable
-    import nodes._comfy_facade  # noqa: F401
     from compat.graph_builder import GraphBuilder
-    from compat.session import _active
+    from compat.active import _active
     from graph.registry import Registry
-    from nodes._comfy_facade import _bound
     from nodes.environment import Environment
 
     saved = snapshot()
@@ -36,12 +34,12 @@ def test_restore_undoes_what_bind_and_a_node_call_set_in_this_context(tmp_path):
     session.bind(_State())  # what build_state does, here in the test's own context
     session.before_node_call("4", 0, 0)  # what the executor does before a node call
     GraphBuilder.set_default_prefix("9", 1)
-    assert _active.get() is session and _bound.get()[0] is session.registry
+    assert _active.get() is session
     assert snapshot() != saved
 
     restore(saved)
     assert snapshot() == saved
-    assert _active.get() is saved.values[("compat.session", "_active")]
+    assert _active.get() is saved.values[("compat.active", "_active")]
     assert [f for f in sys.meta_path if type(f).__name__ == "ComfyModuleFinder"] == \
         ([saved.finder] if saved.finder is not None else [])
 

@@ -308,27 +308,32 @@ def test_nodes_module_facade(session):
 def test_cli_args_answer_for_the_bound_server(session, tmp_path):
     from comfy.cli_args import LatentPreviewMethod, args
 
+    from web.comfy_args import comfy_args
     from web.config import ServerConfig
 
+    # A session whose host gave no flags answers the environment's folders and the preview method only.
     assert args.output_directory == str((tmp_path / "output").resolve())
-    assert args.preview_method == LatentPreviewMethod.NoPreviews and args.port == 8188  # ComfyUI's defaults
+    assert args.preview_method == LatentPreviewMethod.NoPreviews
+    with pytest.raises(AttributeError, match="no flag"):
+        args.port  # noqa: B018
+
+    session.comfy_args = comfy_args(ServerConfig())  # what the web host gives: ComfyUI's defaults
+    assert args.preview_method == LatentPreviewMethod.NoPreviews and args.port == 8188
     assert args.lowvram is False and args.disable_metadata is False
     with pytest.raises(AttributeError, match="no flag"):
         args.not_a_flag  # noqa: B018
     with pytest.raises(AttributeError, match="read-only"):
         args.port = 1
 
-    class State:
-        config = ServerConfig(port=9999, preview_method="taesd", cpu=True, attention_backend="split",
-                              disable_metadata=True)
-        extra_routes: list = []
-        on_prompt_handlers: list = []
-
-    session.bind(State())
+    config = ServerConfig(port=9999, preview_method="taesd", cpu=True, attention_backend="split",
+                          disable_metadata=True)
+    session.comfy_args = comfy_args(config)
     assert (args.port, args.preview_method, args.cpu) == (9999, LatentPreviewMethod.TAESD, True)
     # A config built in code (no parsed flags) still reports what the server runs with.
     assert args.use_split_cross_attention and args.disable_metadata and not args.use_quad_cross_attention
     assert args.fast == set() and args.lowvram is False and args.front_end_version == "comfyanonymous/ComfyUI@latest"
+    args.fast.add("x")  # a pack mutating what it read changes nothing for the next read
+    assert args.fast == set()
 
 
 def test_node_helpers(session, tmp_path):

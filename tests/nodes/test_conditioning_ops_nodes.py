@@ -108,8 +108,8 @@ def test_set_mask_refuses_bad_inputs():
         conditioning_set_mask([[torch.zeros(77, 8), {}]], torch.zeros(8, 8), "default", 1.0)
 
 
-def test_packs_call_the_nodes_with_comfyuis_method_and_argument_order():
-    import nodes
+def test_packs_call_the_nodes_with_comfyuis_method_and_argument_order(comfy_nodes):
+    nodes = comfy_nodes
 
     mask = torch.ones(8, 8)
     (out,) = nodes.ConditioningSetMask().append(_cond(1.0), mask, "mask bounds", 0.5)

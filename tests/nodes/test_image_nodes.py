@@ -16,6 +16,7 @@ from graph.object_info import node_info
 from nodes import builtin_node_functions
 from nodes import image as image_nodes
 from nodes.environment import Environment
+from comfy_core.images.pixels import image_to_uint8
 from nodes.image import ImageNodeError
 
 
@@ -332,7 +333,7 @@ def test_image_scale_center_crop_cuts_the_middle() -> None:
 def test_image_scale_lanczos_uses_pillow_on_uint8() -> None:
     image = _ramp(height=4, width=6)
     (out,) = image_nodes.image_scale(image, "lanczos", 12, 8, "disabled")
-    pixels = Image.fromarray(image_nodes.image_to_uint8(image[0]))
+    pixels = Image.fromarray(image_to_uint8(image[0]))
     expected = np.array(pixels.resize((12, 8), Image.Resampling.LANCZOS)).astype(np.float32) / 255.0
     assert torch.allclose(out[0], torch.from_numpy(expected))
 

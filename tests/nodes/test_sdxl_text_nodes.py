@@ -110,8 +110,8 @@ def test_refiner_encodes_with_clip_g_and_carries_the_aesthetic_score(refiner_cli
         clip_text_encode_sdxl_refiner(object(), 6.0, 640, 512, "a")
 
 
-def test_packs_call_the_nodes_with_comfyuis_method_and_argument_order(sdxl, refiner_clip):
-    import nodes
+def test_packs_call_the_nodes_with_comfyuis_method_and_argument_order(sdxl, refiner_clip, comfy_nodes):
+    nodes = comfy_nodes
 
     (expected,) = clip_text_encode_sdxl(sdxl, 512, 512, 0, 0, 512, 512, "a lighthouse", "oil painting")
     (got,) = nodes.CLIPTextEncodeSDXL().encode(sdxl, 512, 512, 0, 0, 512, 512, "a lighthouse", "oil painting")

@@ -90,6 +90,8 @@ def test_lazy_imports_are_the_nodes_function_level_imports_and_all_import():
     assert "graph.native" not in names and "nodes._names" not in names  # module-level imports
     for name in names:  # the warm-up list holds no stale module names
         importlib.import_module(name)
+    # The image nodes' file and pixel work is in comfy_core.images: its lazy imports are warmed too.
+    assert {"PIL", "numpy"} <= set(lazy_imports("comfy_core.images"))
 
 
 def test_warm_up_imports_and_builds_the_deferred_manager_and_survives_a_missing_module():
@@ -119,7 +121,8 @@ async def test_queue_worker_starts_only_after_the_background_warm_up(tmp_path, m
                 assert resp.status == 200
             async with session.post(f"{urls[0]}/prompt", json={"prompt": chain(1), "prompt_id": "early"}) as resp:
                 assert resp.status == 200
-            await asyncio.sleep(0.3)  # time enough for a running worker to take the prompt
+            # No worker has been started to take it (not "none took it yet"): it waits for the warm-up.
+            assert state.worker is not None and not state.worker.started
             async with session.get(f"{urls[0]}/queue") as resp:
                 queue = await resp.json()
             assert [item[1] for item in queue["queue_pending"]] == ["early"] and queue["queue_running"] == []

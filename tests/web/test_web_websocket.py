@@ -3,8 +3,7 @@ prompt submission over the socket."""
 from __future__ import annotations
 
 import asyncio
-
-import pytest
+import json
 
 from tests.web.web_harness import chain, collect_until_done, receive_json, ws_connect
 from web.protocol import parse_binary_frame
@@ -67,16 +66,15 @@ async def test_two_clients_do_not_see_each_others_progress(server):
             assert f["data"].get("prompt_id") in (None, mine), f
         assert any(isinstance(f, dict) and f["type"] == "progress" for f in frames)
         assert sum(isinstance(f, bytes) for f in frames) == 3
-    await asyncio.sleep(0.1)  # anything b's prompt sent late would now be in a's socket
+    # Both prompts are over, so whatever b's prompt sent anywhere is queued before this marker:
+    # everything alice receives up to it comes from her own prompt or the server.
+    await asyncio.to_thread(server.state.send, "test.marker", {}, "alice")
     while True:
-        try:
-            msg = await ws_a.receive(timeout=0.05)
-        except asyncio.TimeoutError:
+        msg = await ws_a.receive(timeout=20)
+        assert msg.type.name == "TEXT", msg  # no preview frame (binary) of b's
+        assert b["prompt_id"] not in msg.data
+        if json.loads(msg.data)["type"] == "test.marker":
             break
-        if msg.type.name == "TEXT":
-            assert b["prompt_id"] not in msg.data
-        else:
-            assert msg.type.name != "BINARY"
     await ws_a.close()
     await ws_b.close()
 
@@ -132,7 +130,10 @@ async def test_reconnecting_client_gets_the_rest_of_its_prompt(server):
     pid = body["prompt_id"]
     await receive_json(ws, lambda m: m["type"] == "progress")
     await ws.close()
-    await asyncio.sleep(0.25)  # progress messages are sent while no socket is there
+    # Wait until a progress message was sent while no socket was there (the hub keeps it).
+    while not any(isinstance(m, str) and json.loads(m)["type"] == "progress"
+                  for m in list(server.state.hub._missed)):  # noqa: SLF001 -- bounded by the test timeout
+        await asyncio.sleep(0.02)
     ws2, first = await ws_connect(server, "flaky")
     assert first["data"]["sid"] == "flaky"
     frames = await collect_until_done(ws2, pid)
@@ -174,8 +175,13 @@ async def test_websocket_interrupt_only_stops_own_prompt(server):
     queued = await receive_json(owner, lambda m: m["type"] == "prompt_queued")
     await receive_json(owner, lambda m: m["type"] == "progress")
     await other.send_json({"type": "interrupt"})
-    await asyncio.sleep(0.15)
-    assert server.state.queue.running is not None  # a stranger cannot stop it
+    # A socket's messages are handled in order: once the stranger's next message is answered,
+    # its interrupt has been handled, and it stopped nothing.
+    await other.send_json({"type": "feature_flags", "data": {}})
+    await receive_json(other, lambda m: m["type"] == "feature_flags")
+    running = server.state.queue.running
+    assert running is not None and running.prompt_id == queued["data"]["prompt_id"]
+    assert not running.interrupt.is_set()  # a stranger cannot stop it
     await owner.send_json({"type": "interrupt", "data": {}})
     frames = await collect_until_done(owner, queued["data"]["prompt_id"])
     assert "execution_interrupted" in _types(frames)
@@ -205,6 +211,7 @@ async def test_client_back_after_its_prompt_ended_still_gets_the_end(server):
     assert "execution_success" in _types(frames)
     await ws2.close()
     ws3, _ = await ws_connect(server, "late")  # delivered once only
-    with pytest.raises(asyncio.TimeoutError):
-        await ws3.receive(timeout=0.2)
+    # A replay would be queued for the socket on connect, before this marker: the marker comes first.
+    await asyncio.to_thread(server.state.send, "test.marker", {}, "late")
+    assert json.loads((await ws3.receive(timeout=20)).data)["type"] == "test.marker"
     await ws3.close()

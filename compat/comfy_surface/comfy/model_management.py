@@ -2,11 +2,11 @@
 
 The module globals ComfyUI computes at import (`vram_state`, `cpu_state`, `total_vram`,
 `OOM_EXCEPTION`, `XFORMERS_IS_AVAILABLE`, `current_loaded_models`, ...) are answered when read
-(`compat.devices.lazy_attribute`), so importing this module stays torch-free.
+(`compat.device_globals.lazy_attribute`), so importing this module stays torch-free.
 """
 from typing import Any
 
-import compat.devices
+import compat.device_globals
 from compat.device_attention import (flash_attention_enabled, force_upcast_attention_dtype,
                                      pytorch_attention_enabled, pytorch_attention_enabled_vae,
                                      pytorch_attention_flash_attention, sage_attention_enabled, xformers_enabled,
@@ -33,4 +33,4 @@ from compat.devices import (NUM_STREAMS, WINDOWS, CPUState, InterruptProcessingE
 
 
 def __getattr__(name: str) -> Any:
-    return compat.devices.lazy_attribute(__name__, name)
+    return compat.device_globals.lazy_attribute(__name__, name)

@@ -1,32 +1,34 @@
 """ComfyUI's `nodes` module, as packs import it: `import nodes; nodes.MAX_RESOLUTION`,
 `nodes.NODE_CLASS_MAPPINGS["KSampler"]`, `nodes.KSampler().sample(...)`, `nodes.common_ksampler`.
 
-Our built-in package is also called `nodes`; `nodes/__init__.py` forwards unknown attribute
-names here (PEP 562 `__getattr__`). Built-in (native) nodes get V1-shaped facade classes made
-from their `NodeSpec` (`INPUT_TYPES`, `RETURN_TYPES`, `FUNCTION` with ComfyUI's method name,
-...), whose method calls the node's function. `SaveImage` and `PreviewImage` (a subclass of
-it, as in ComfyUI) keep ComfyUI's instance attributes (`output_dir`, `type`, `prefix_append`,
-`compress_level`) and `save_images` writes as they say, so packs' subclasses work unchanged.
-Pack nodes appear as the pack's own class, as in ComfyUI.
+Our built-in package is also called `nodes`; it forwards the attribute names it does not have
+to the installed import hook (nodes/__init__.py, PEP 562 `__getattr__`), which asks its session
+(`CompatSession.module_attribute`), which answers here. So these names exist once a host has
+installed the compat layer, as ComfyUI's import surface, and `nodes` never imports compat.
 
-Which registry `NODE_CLASS_MAPPINGS` lists (and which environment facades' `INPUT_TYPES()`
-list model files from) is bound by the host (the compat layer does it around pack imports and
-node calls) through `bind_registry`, a context variable; unbound, the built-in nodes alone are
-listed, with the default environment. This module never imports compat.
+Built-in (native) nodes get V1-shaped facade classes made from their public `NodeSpec`
+(`INPUT_TYPES`, `RETURN_TYPES`, `FUNCTION` with ComfyUI's method name, ...), whose method calls
+the node's function. `SaveImage` and `PreviewImage` (a subclass of it, as in ComfyUI) keep
+ComfyUI's instance attributes (`output_dir`, `type`, `prefix_append`, `compress_level`) and
+`save_images` writes as they say, so packs' subclasses work unchanged. Pack nodes appear as the
+pack's own class, as in ComfyUI. `NODE_CLASS_MAPPINGS` lists the active session's registry
+(compat/active.py), and facades' `INPUT_TYPES()` list model files from its environment.
 """
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 from pathlib import Path
 from typing import Any, Callable
 
+from comfy_core.images.png import SaveTarget, preview_target, write_image_batch
+from compat.active import active
+from graph.context import current
 from graph.native import MAX_RESOLUTION
+from graph.object_info import node_info
 from graph.spec import NodeSpec
-
-# (registry, environment) bound by the host, or None
-_bound: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("nodes_facade_binding", default=None)
+from nodes import builtin_node_functions
+from nodes.environment import Environment, current_env
 
 # ComfyUI's FUNCTION names of its core nodes (nodes.py), so `nodes.X().<method>(...)` works.
 COMFY_FUNCTION_NAMES: dict[str, str] = {
@@ -55,37 +57,15 @@ COMFY_FUNCTION_NAMES: dict[str, str] = {
 DEFAULT_FUNCTION = "execute"
 
 
-def bind_registry(registry: Any, env: Any = None) -> contextvars.Token:
-    """Make `registry` the one `NODE_CLASS_MAPPINGS` lists in this context, and `env` (a
-    nodes.environment.Environment) the one facades' `INPUT_TYPES()` list model files from."""
-    return _bound.set((registry, env))
-
-
-def unbind_registry(token: contextvars.Token) -> None:
-    _bound.reset(token)
-
-
-def _builtin_registry() -> Any:
-    from graph.registry import Registry
-    from nodes import register_builtin_nodes
-
-    registry = Registry()
-    register_builtin_nodes(registry)
-    return registry
-
-
-def _current_registry() -> Any:
-    bound = _bound.get()
-    return bound[0] if bound is not None else _builtin_registry()
-
-
-def _current_env() -> Any:
-    bound = _bound.get()
-    return bound[1] if bound is not None else None
+def _builtin_function(node_id: str) -> Callable | None:
+    for fn in builtin_node_functions():
+        if fn.__node_spec__.node_id == node_id:
+            return fn
+    return None
 
 
 @functools.lru_cache(maxsize=None)
-def _facade_for_function(fn: Callable, spec_id: int) -> type:
+def _facade_for_function(fn: Callable) -> type:
     # Keyed by the node function (stable for a process), so `nodes.KSampler is nodes.KSampler`.
     return _make_facade(fn.__node_spec__, fn)
 
@@ -96,9 +76,7 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
     signature = inspect.signature(fn)
 
     def input_types(cls: type) -> dict:
-        from graph.object_info import node_info
-
-        return node_info(spec, _current_env())["input"]
+        return node_info(spec, active().env)["input"]
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         # Positional arguments follow the function's parameter order, which is ComfyUI's method
@@ -126,11 +104,11 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         attrs.update(__init__=_save_image_init, save_images=_save_images)
     elif spec.node_id == "PreviewImage":
         # ComfyUI's `class PreviewImage(SaveImage)`: only `__init__` differs.
-        from nodes.image import save_image
-
-        bases = (_facade_for_function(save_image, id(save_image.__node_spec__)),)
-        attrs["__init__"] = _preview_image_init
-        del attrs["save_images"]
+        save_image = _builtin_function("SaveImage")
+        if save_image is not None:
+            bases = (_facade_for_function(save_image),)
+            attrs["__init__"] = _preview_image_init
+            del attrs["save_images"]
     return type(spec.node_id, bases, attrs)
 
 
@@ -139,48 +117,39 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
 # instance and `save_images` reads them there, so a pack's subclass that sets them in `__init__`
 # (as ComfyUI's PreviewImage does) writes its previews where and how it says.
 
-def _host_env() -> Any:
-    """The environment facade instances work in: the running node's, else the one the host
-    bound, else a default rooted at the working directory (nodes.environment.current_env)."""
-    from graph.context import current
-    from nodes.environment import Environment, current_env
-
+def _host_env() -> Environment:
+    """The environment facade instances work in: the running node's, else the active
+    session's, else a default rooted at the working directory (nodes.environment.current_env)."""
     ctx = current()
     if ctx is not None and isinstance(ctx.env, Environment):
         return ctx.env
-    bound = _current_env()
-    return bound if isinstance(bound, Environment) else current_env()
+    env = active().env
+    return env if isinstance(env, Environment) else current_env()
+
+
+def _set_target(instance: Any, target: SaveTarget) -> None:
+    instance.output_dir = str(target.output_dir)  # a str, as folder_paths.get_output_directory() returns
+    instance.type = target.type
+    instance.prefix_append = target.prefix_append
+    instance.compress_level = target.compress_level
 
 
 def _save_image_init(self: Any) -> None:
     """ComfyUI's `SaveImage.__init__`: the output folder, type "output", level 4."""
-    from nodes.image import SaveTarget
-
-    target = SaveTarget(_host_env().output_dir)
-    self.output_dir = str(target.output_dir)  # a str, as folder_paths.get_output_directory() returns
-    self.type = target.type
-    self.prefix_append = target.prefix_append
-    self.compress_level = target.compress_level
+    _set_target(self, SaveTarget(_host_env().output_dir))
 
 
 def _preview_image_init(self: Any) -> None:
     """ComfyUI's `PreviewImage.__init__`: the temp folder, type "temp", `_temp_xxxxx`, level 1."""
-    from nodes.image import preview_target
-
-    target = preview_target(_host_env())
-    self.output_dir = str(target.output_dir)
-    self.type = target.type
-    self.prefix_append = target.prefix_append
-    self.compress_level = target.compress_level
+    _set_target(self, preview_target(_host_env().temp_dir))
 
 
 def _save_images(self: Any, images: Any, filename_prefix: str = "ComfyUI", prompt: Any = None,
                  extra_pnginfo: Any = None) -> dict:
     """ComfyUI's `SaveImage.save_images` (same parameters): writes into `self.output_dir`, with
     `self.prefix_append` after the prefix, `self.type` in the UI records and
-    `self.compress_level`; an attribute a subclass's `__init__` left unset takes SaveImage's value."""
-    from nodes.image import SaveTarget, metadata_enabled, write_image_batch
-
+    `self.compress_level`; an attribute a subclass's `__init__` left unset takes SaveImage's value.
+    `--disable-metadata` (the environment's `disable_metadata`) writes no text chunks."""
     env = _host_env()
     default = SaveTarget(env.output_dir)
     target = SaveTarget(Path(getattr(self, "output_dir", default.output_dir)),
@@ -188,7 +157,7 @@ def _save_images(self: Any, images: Any, filename_prefix: str = "ComfyUI", promp
                         getattr(self, "prefix_append", default.prefix_append),
                         getattr(self, "compress_level", default.compress_level))
     return write_image_batch(images, filename_prefix, target, prompt=prompt, extra_pnginfo=extra_pnginfo,
-                             metadata=metadata_enabled(env), node=type(self).__name__)
+                             metadata=not env.disable_metadata, node=type(self).__name__)
 
 
 def class_for(spec: NodeSpec) -> type | None:
@@ -197,14 +166,14 @@ def class_for(spec: NodeSpec) -> type | None:
     if isinstance(source, type):
         return source
     if callable(source) and getattr(source, "__node_spec__", None) is spec:
-        return _facade_for_function(source, id(spec))
+        return _facade_for_function(source)
     return None
 
 
 def node_class_mappings() -> dict[str, type]:
-    registry = _current_registry()
+    """`nodes.NODE_CLASS_MAPPINGS`: every node type of the active session's registry."""
     out: dict[str, type] = {}
-    for spec in registry.specs():
+    for spec in active().registry.specs():
         cls = class_for(spec)
         if cls is not None:
             out[spec.node_id] = cls
@@ -212,7 +181,7 @@ def node_class_mappings() -> dict[str, type]:
 
 
 def node_display_name_mappings() -> dict[str, str]:
-    return {spec.node_id: spec.display_name for spec in _current_registry().specs()}
+    return {spec.node_id: spec.display_name for spec in active().registry.specs()}
 
 
 def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str, scheduler: str,
@@ -239,11 +208,8 @@ def attribute(name: str) -> Any:
         return node_display_name_mappings()
     if name == "common_ksampler":
         return common_ksampler
-    from nodes import builtin_node_functions
-
-    for fn in builtin_node_functions():
-        spec = fn.__node_spec__
-        if spec.node_id == name:
-            return _facade_for_function(fn, id(spec))
+    fn = _builtin_function(name)
+    if fn is not None:
+        return _facade_for_function(fn)
     raise AttributeError(f"module 'nodes' has no attribute {name!r} (not a built-in node or a ComfyUI name "
                          f"this engine provides)")
