@@ -16,6 +16,7 @@ from web.frontend import (CONTENT_SECURITY_POLICY, FrontendError, WebExtensions,
                           add_pack_web_directories, editor_default_settings, frontend_root)
 
 OUR_SCRIPT = "/extensions/comfy-engine/default_graph.js"
+OUR_SCRIPTS = [OUR_SCRIPT, "/extensions/comfy-engine/model_hint.js"]  # web/extensions/*.js, sorted
 
 
 def _pack(root: Path, name: str, files: dict[str, str], web_dir: str = "web") -> SimpleNamespace:
@@ -85,7 +86,7 @@ async def test_static_paths_cannot_leave_the_editor_folder(client: TestClient) -
 async def test_extensions_lists_ours_then_the_packs_scripts(client: TestClient) -> None:
     for path in ("/extensions", "/api/extensions"):
         urls = await (await client.get(path)).json()
-        assert urls == [OUR_SCRIPT, "/extensions/my%20pack/js/sub/more.js", "/extensions/my%20pack/js/ui.js"]
+        assert urls == [*OUR_SCRIPTS, "/extensions/my%20pack/js/sub/more.js", "/extensions/my%20pack/js/ui.js"]
     # the editor skips URLs containing extensions/core, so its own shims are never listed
 
 
@@ -123,13 +124,13 @@ def test_pack_web_directories_can_be_added_later_and_again(tmp_path: Path) -> No
     pack = _pack(tmp_path, "later", {"a.js": ""})
     add_pack_web_directories(app, [pack])
     add_pack_web_directories(app, [pack])  # same folder again: harmless
-    assert extensions.script_urls() == [OUR_SCRIPT, "/extensions/later/a.js"]
+    assert extensions.script_urls() == [*OUR_SCRIPTS, "/extensions/later/a.js"]
     other = _pack(tmp_path / "elsewhere", "later", {"b.js": ""})
     ours = _pack(tmp_path / "clash", "comfy-engine", {"c.js": ""})
     gone = SimpleNamespace(name="gone", path=tmp_path, ok=True, web_directory=str(tmp_path / "missing"))
     errors = add_pack_web_directories(app, [other, ours, gone])  # logged and left out, no crash
     assert len(errors) == 3 and "already served" in errors[0] and "is not a folder" in errors[2]
-    assert extensions.script_urls() == [OUR_SCRIPT, "/extensions/later/a.js"]
+    assert extensions.script_urls() == [*OUR_SCRIPTS, "/extensions/later/a.js"]
 
 
 @pytest.mark.parametrize("name", ["core", "", "a/b", ".."])
@@ -175,4 +176,4 @@ async def test_an_existing_extensions_route_is_kept(tmp_path: Path) -> None:
     add_frontend_routes(app)
     async with TestClient(TestServer(app)) as client:
         assert await (await client.get("/api/extensions")).json() == ["/extensions/theirs.js"]
-        assert await (await client.get("/extensions")).json() == [OUR_SCRIPT]
+        assert await (await client.get("/extensions")).json() == OUR_SCRIPTS
