@@ -78,3 +78,10 @@ def vae(value: Any, input_name: str = "vae") -> Any:
     if not (hasattr(value, "encode") and hasattr(value, "decode")):
         raise NodeInputError(input_name, "a VAE", describe(value))
     return value
+
+
+def choice(value: Any, options: "list | tuple", input_name: str) -> Any:
+    """One of a combo's `options` (the validator checks combos in prompts; this covers direct calls)."""
+    if value not in options:
+        raise NodeInputError(input_name, f"one of {list(options)}", repr(value))
+    return value
