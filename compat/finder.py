@@ -1,7 +1,9 @@
 """The import hook: ComfyUI's top-level module names resolve to the files in `comfy_surface/`.
 
 A meta-path finder placed first on `sys.meta_path` answers only for the names in `TOP_LEVEL`
-(submodules such as `comfy.utils` are then found through the package's `__path__`, as usual).
+(submodules such as `comfy.utils` are then found through the package's `__path__`, as usual),
+and for the `comfy_extras.nodes_*` modules that have no file, which it generates from the
+built-in nodes' facades (compat/extras_modules.py).
 It stays installed once a server installed it, because packs also import lazily while nodes
 run. It also remembers the most recently installed `CompatSession`, the fallback of
 `compat.session.active()`, and answers ComfyUI's names on our `nodes` package
@@ -17,8 +19,8 @@ from typing import Any
 
 SURFACE = Path(__file__).resolve().parent / "comfy_surface"
 # ComfyUI's module names that packs import (our `nodes` package answers `import nodes` itself).
-TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "latent_preview",
-                       "node_helpers"})
+TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "comfy_extras",
+                       "latent_preview", "node_helpers"})
 
 
 class ComfyModuleFinder(importlib.abc.MetaPathFinder):
@@ -28,6 +30,10 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
         self.session = session
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.startswith("comfy_extras.") and not (SURFACE / "comfy_extras" / f"{fullname[13:]}.py").is_file():
+            from compat.extras_modules import generated_spec  # a module made of node facades
+
+            return generated_spec(fullname)
         if fullname not in TOP_LEVEL:
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])

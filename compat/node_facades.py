@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,30 +31,18 @@ from graph.spec import NodeSpec
 from nodes import builtin_node_functions
 from nodes.environment import Environment, current_env
 
-# ComfyUI's FUNCTION names of its core nodes (nodes.py), so `nodes.X().<method>(...)` works.
-COMFY_FUNCTION_NAMES: dict[str, str] = {
-    "KSampler": "sample", "KSamplerAdvanced": "sample",
-    "CheckpointLoaderSimple": "load_checkpoint", "CheckpointLoader": "load_checkpoint",
-    "VAELoader": "load_vae", "LoraLoader": "load_lora", "LoraLoaderModelOnly": "load_lora_model_only",
-    "CLIPTextEncode": "encode", "CLIPSetLastLayer": "set_last_layer",
-    "ConditioningCombine": "combine", "ConditioningSetArea": "append",
-    "VAEDecode": "decode", "VAEEncode": "encode",
-    "EmptyLatentImage": "generate", "LatentUpscale": "upscale",
-    "SaveLatent": "save", "LoadLatent": "load",
-    "SaveImage": "save_images", "PreviewImage": "save_images",
-    "LoadImage": "load_image", "LoadImageMask": "load_image", "ImageScale": "upscale",
-    "RebatchImages": "rebatch",
-    "LatentUpscaleBy": "upscale", "LatentComposite": "composite", "LatentBlend": "blend",
-    "LatentFromBatch": "frombatch", "RepeatLatentBatch": "repeat", "LatentFlip": "flip",
-    "LatentRotate": "rotate", "LatentCrop": "crop", "SetLatentNoiseMask": "set_mask",
-    "ImageScaleBy": "upscale", "ImageInvert": "invert", "ImageBatch": "batch", "EmptyImage": "generate",
-    "ImagePadForOutpaint": "expand_image",
-    "CLIPTextEncodeSDXL": "encode", "CLIPTextEncodeSDXLRefiner": "encode",
-    "ConditioningSetMask": "append", "ConditioningConcat": "concat", "ConditioningAverage": "addWeighted",
-    "ConditioningZeroOut": "zero_out", "ConditioningSetTimestepRange": "set_range",
-    "ConditioningSetAreaPercentage": "append", "ConditioningSetAreaStrength": "append",
-    "VAEDecodeTiled": "decode", "VAEEncodeTiled": "encode", "VAEEncodeForInpaint": "encode",
-}
+# ComfyUI 0.3.64's `FUNCTION` of each of its nodes, recorded from its classes (facts, not code):
+# the method packs call on a V1 node (`nodes.KSampler().sample(...)`), or "EXECUTE_NORMALIZED"
+# for the nodes ComfyUI declares with the V3 schema (packs call `GrowMask.execute(...)` there).
+FUNCTION_NAMES_FILE = Path(__file__).resolve().parent / "comfy_node_functions.json"
+V3_FUNCTION = "EXECUTE_NORMALIZED"
+
+
+@functools.lru_cache(maxsize=1)
+def comfy_function_names() -> dict[str, str]:
+    return json.loads(FUNCTION_NAMES_FILE.read_text(encoding="utf-8"))
+
+
 DEFAULT_FUNCTION = "execute"
 
 
@@ -72,7 +61,7 @@ def _facade_for_function(fn: Callable) -> type:
 
 def _make_facade(spec: NodeSpec, fn: Callable) -> type:
     """A V1 class over a native node function."""
-    method_name = COMFY_FUNCTION_NAMES.get(spec.node_id, DEFAULT_FUNCTION)
+    method_name = comfy_function_names().get(spec.node_id, DEFAULT_FUNCTION)
     signature = inspect.signature(fn)
 
     def input_types(cls: type) -> dict:
@@ -84,10 +73,9 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         bound = signature.bind(*args, **kwargs)
         return fn(*bound.args, **bound.kwargs)
 
-    call.__name__ = method_name
     attrs: dict[str, Any] = {
         "__doc__": spec.description or f"ComfyUI-style facade of the built-in node {spec.node_id}.",
-        "__module__": "nodes",
+        "__module__": spec.python_module,
         "INPUT_TYPES": classmethod(input_types),
         "RETURN_TYPES": tuple(o.type for o in spec.outputs),
         "RETURN_NAMES": tuple(o.name for o in spec.outputs),
@@ -97,8 +85,13 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         "DESCRIPTION": spec.description,
         "OUTPUT_NODE": spec.output_node,
         "INPUT_IS_LIST": spec.input_is_list,
-        method_name: call,
+        "DISPLAY_NAME": spec.display_name,  # for the NODE_DISPLAY_NAME_MAPPINGS of its module
     }
+    if method_name == V3_FUNCTION:
+        attrs.update(_v3_methods(call))
+    else:
+        call.__name__ = method_name
+        attrs[method_name] = call
     bases: tuple[type, ...] = ()
     if spec.node_id == "SaveImage":
         attrs.update(__init__=_save_image_init, save_images=_save_images)
@@ -110,6 +103,32 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
             attrs["__init__"] = _preview_image_init
             del attrs["save_images"]
     return type(spec.node_id, bases, attrs)
+
+
+def _v3_methods(call: Callable) -> dict[str, Any]:
+    """The V3 face of a node ComfyUI declares with `comfy_api`'s schema: `execute` (a
+    classmethod, as `io.ComfyNode.execute`) answers an `io.NodeOutput`, and
+    `EXECUTE_NORMALIZED` the V1-shaped result (the tuple, or `{"ui", "result"}`)."""
+
+    def execute(cls: type, *args: Any, **kwargs: Any) -> Any:
+        from compat.v3.io import NodeOutput
+
+        result = call(None, *args, **kwargs)
+        if isinstance(result, dict):
+            return NodeOutput(*tuple(result.get("result", ())), ui=result.get("ui"))
+        return NodeOutput(*(result if isinstance(result, tuple) else (result,)))
+
+    def execute_normalized(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return call(None, *args, **kwargs)
+
+    return {"execute": classmethod(execute), V3_FUNCTION: classmethod(execute_normalized)}
+
+
+def module_node_classes(module: str) -> dict[str, type]:
+    """The facades of the built-in nodes ComfyUI keeps in `module` (their spec's python_module,
+    e.g. "comfy_extras.nodes_mask"): what `comfy_extras.nodes_mask.GrowMask` is here."""
+    return {fn.__node_spec__.node_id: _facade_for_function(fn) for fn in builtin_node_functions()
+            if fn.__node_spec__.python_module == module}
 
 
 # -- SaveImage / PreviewImage: the instance attributes packs' subclasses set -----------------------

@@ -3,6 +3,8 @@ once a host installed the compat layer, and reached without `nodes` importing co
 from __future__ import annotations
 
 import subprocess
+
+import pytest
 import sys
 import textwrap
 from pathlib import Path
@@ -14,14 +16,42 @@ OUR_OWN_NODES = {"CLIPTextEncodeWeighted", "CLIPTextEncodeWeightedSDXL", "ApplyE
                  "SetAttentionBackend", "SetVAEAttentionBackend"}
 
 
-def test_every_comfyui_node_has_comfyuis_method_name_for_packs():
-    # Packs call built-ins as `nodes.X().<FUNCTION>(...)`: each ComfyUI node needs ComfyUI's name.
-    from compat.node_facades import COMFY_FUNCTION_NAMES
+def test_every_comfyui_node_has_comfyuis_method_name_for_packs(session):
+    # Packs call built-ins as `nodes.X().<FUNCTION>(...)` (V1) or `X.execute(...)` (V3): each of
+    # ComfyUI's nodes needs ComfyUI's FUNCTION, recorded from ComfyUI 0.3.64's classes.
+    from compat.node_facades import V3_FUNCTION, class_for, comfy_function_names
     from nodes import builtin_node_functions
 
-    builtins = {fn.__node_spec__.node_id for fn in builtin_node_functions()}
-    assert set(COMFY_FUNCTION_NAMES) <= builtins
-    assert builtins - OUR_OWN_NODES == set(COMFY_FUNCTION_NAMES)
+    names = comfy_function_names()
+    specs = {fn.__node_spec__.node_id: fn.__node_spec__ for fn in builtin_node_functions()}
+    assert set(specs) - set(names) == OUR_OWN_NODES  # every other built-in is one of ComfyUI's nodes
+    for node_id, spec in specs.items():
+        cls = class_for(spec)
+        assert cls.FUNCTION == names.get(node_id, "execute"), node_id
+        assert callable(getattr(cls, cls.FUNCTION)), node_id
+        if cls.FUNCTION == V3_FUNCTION:
+            assert callable(cls.execute), node_id
+
+
+def test_comfy_extras_modules_hold_their_nodes_and_v3_nodes_answer_a_node_output(session):
+    import importlib
+
+    import torch
+
+    nodes_mask = importlib.import_module("comfy_extras.nodes_mask")
+    assert "GrowMask" in nodes_mask.NODE_CLASS_MAPPINGS and nodes_mask.GrowMask.__module__ == "comfy_extras.nodes_mask"
+    from comfy_extras.nodes_mask import GrowMask, SolidMask  # noqa: F401 (as packs import them)
+
+    assert GrowMask.FUNCTION == "expand_mask"  # a V1 node in ComfyUI 0.3.64
+    assert GrowMask().expand_mask(torch.zeros(1, 5, 5), expand=1, tapered_corners=True)[0].shape == (1, 5, 5)
+    from comfy_extras.nodes_latent import LatentAdd  # a V3 node there: `execute` answers a NodeOutput
+
+    one = {"samples": torch.ones(1, 4, 2, 2)}
+    out = LatentAdd.execute(one, one)
+    assert type(out).__name__ == "NodeOutput" and torch.equal(out.result[0]["samples"], torch.full((1, 4, 2, 2), 2.0))
+    assert torch.equal(LatentAdd.EXECUTE_NORMALIZED(one, one)[0]["samples"], out.result[0]["samples"])
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("comfy_extras.nodes_not_a_module")
 
 
 def test_the_names_come_with_the_import_hook_and_nodes_never_imports_compat(tmp_path):
