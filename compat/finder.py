@@ -31,9 +31,7 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.startswith("comfy_extras.") and not (SURFACE / "comfy_extras" / f"{fullname[13:]}.py").is_file():
-            from compat.extras_modules import generated_spec  # a module made of node facades
-
-            return generated_spec(fullname)
+            return self.session.generated_module_spec(fullname)  # a module made of node facades
         if fullname not in TOP_LEVEL:
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])

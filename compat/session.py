@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
-from compat import finder, node_facades
+from compat import extras_modules, finder, node_facades
 from compat.active import CompatNotInstalledError, _active, active
 
 __all__ = ["CompatNotInstalledError", "CompatSession", "active"]
@@ -158,6 +158,11 @@ class CompatSession:
         return table
 
     # -- ComfyUI's `nodes` module -------------------------------------------------------------
+    def generated_module_spec(self, fullname: str) -> Any:
+        """The import spec of a `comfy_extras.nodes_*` module that has no file in the surface:
+        generated from the built-in nodes ComfyUI keeps there (compat/extras_modules.py), or None."""
+        return extras_modules.generated_spec(fullname)
+
     def module_attribute(self, module: str, name: str) -> Any:
         """ComfyUI's module-level name `name` of module `module` that our own package of that
         name leaves to the compat layer: `nodes.NODE_CLASS_MAPPINGS`, `nodes.KSampler`, ...
