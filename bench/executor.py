@@ -7,14 +7,18 @@ row gives the measured scaling exponent in time ~ N^k, a least-squares fit over 
 (1.0 = linear in nodes + edges).
 
     .venv/bin/python bench/executor.py [--sizes 100 1000 10000] [--repeat 3] [--progress-state all|active]
-                                       [--nodes v1|native] [--clock cpu|wall]
+                                       [--nodes v1|native] [--clock cpu|wall] [--read-maps]
 
 Times are process CPU time by default (`--clock cpu`: all threads of this process, stable on a
 shared machine); `--clock wall` gives elapsed time.
 
 `--progress-state all` (the default) sends ComfyUI's progress_state messages, which list every
-node that has started so far: that traffic alone is quadratic in N. `active` lists only running
-nodes (see graph/progress.py) and shows the engine's own scaling.
+node that has started so far: that traffic is quadratic in N for a consumer that reads every
+map. The engine builds a map only when its event's data is read (graph/versions.py), and the
+sink here reads none (as a prompt without a client, or the server's coalescer for all but a few
+maps), so the figures are the engine's own cost; `--read-maps` makes the sink read every event's
+data, the cost of a consumer that looks at every map. `active` lists only running nodes (see
+graph/progress.py).
 
 `--nodes v1` (default) declares the trivial nodes as V1 classes, as custom-node packs do;
 `--nodes native` declares the same nodes with `graph.native.node`, so the two rows compare the
@@ -139,7 +143,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 
 async def measure(registry: Registry, prompt: dict, root: str, repeat: int, scope: str,
-                  clock) -> dict[str, float]:
+                  clock, read_maps: bool = False) -> dict[str, float]:
     """Best-of-`repeat` seconds for each phase."""
     best: dict[str, float] = {}
 
@@ -150,6 +154,8 @@ async def measure(registry: Registry, prompt: dict, root: str, repeat: int, scop
 
     def sink(event) -> None:  # a cheap consumer, as a server queue would be
         events[0] += 1
+        if read_maps:
+            event.data  # noqa: B018 -- builds a lazy progress_state map, as a reader would
 
     for _ in range(repeat):
         work = copy.deepcopy(prompt)
@@ -181,6 +187,7 @@ async def main() -> None:
     parser.add_argument("--progress-state", choices=("all", "active"), default="all")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--nodes", choices=("v1", "native"), default="v1")
+    parser.add_argument("--read-maps", action="store_true", help="the sink reads every event's data")
     args = parser.parse_args()
     registry = Registry()
     if args.nodes == "native":
@@ -194,13 +201,13 @@ async def main() -> None:
 
     phases = ("validate", "cold", "cached", "changed")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"progress_state={args.progress_state} clock={args.clock} nodes={args.nodes}")
+    print(f"progress_state={args.progress_state} clock={args.clock} nodes={args.nodes} read_maps={args.read_maps}")
     print(f"{'shape':8} {'N':>6} " + " ".join(f"{p + ' ms':>12}" for p in phases))
     for shape, build, root in (("chain", chain, "0"), ("fan-in", fan_in, "0")):
         rows = []
         for n in args.sizes:
             repeat = args.repeat if n <= 1000 else 1
-            figures = await measure(registry, build(n), root, repeat, args.progress_state, clock)
+            figures = await measure(registry, build(n), root, repeat, args.progress_state, clock, args.read_maps)
             rows.append((n, figures))
             print(f"{shape:8} {n:>6} " + " ".join(f"{figures[p] * 1000:12.1f}" for p in phases), flush=True)
         if len(rows) >= 2:

@@ -20,13 +20,20 @@ used and tested on its own. Modules, one concept each:
     expansion     ExecutionBlocker, GraphBuilder
     context       NodeContext (progress, interrupt, env, send), expansion prefix
     events        Event(type, data) with ComfyUI's WebSocket message types and fields
-    progress      progress_state bookkeeping
+    progress      progress_state bookkeeping (maps built when read) and client pacing
+    versions      VersionedMap: past states of a map, each built only when read
     invoke        calling node code with context, hooks and the recover (retry) hook
     relay         delivering events to the caller's event loop, coalesced
     worker        the long-lived prompt thread and its event loop
-    node_step     executing one node
-    run           one prompt's run (the main loop)
+    settings      RunSettings: what every run of one executor shares (registry, env, hooks, ...)
+    objects       ObjectCache: V1 node instances kept across prompts
+    spec_index    per-class spec lookups of one run
+    node_record   NodeRecord: what one run knows about one node
+    consumers     who still needs each node's outputs (frees them for the `none` cache)
+    node_step     executing one node: execute_node(view, id) -> StepResult (reads only)
+    run           one prompt's run (the main loop; applies each step's result)
     executor      Executor(registry, cache=..., env=..., recover=...).execute(...) -> ExecutionOutcome
+                  (imports point one way: executor -> run -> node_step)
     outcome       ExecutionOutcome
     errors        typed exceptions
 """

@@ -1,7 +1,8 @@
 """The executor: runs a validated prompt, reusing cached outputs, emitting ComfyUI's events.
 
-`Executor` holds what survives between prompts (output cache, V1 node instances); each
-`execute()` builds a `Run` (graph/run.py) that holds one prompt's state. Semantics follow
+`Executor` holds what survives between prompts (its `RunSettings`, the output cache, V1 node
+instances); each `execute()` builds a `Run` (graph/run.py) from those that holds one prompt's
+state. Imports point one way: executor -> run -> node_step. Semantics follow
 ComfyUI's `execution.py: PromptExecutor` (reference/comfyui-contract.md §5), see graph/run.py.
 
 Threads: like ComfyUI's prompt worker, each prompt runs on the executor's worker thread and its
@@ -21,11 +22,12 @@ from graph.cache import CacheConfig, make_cache
 from graph.errors import GraphError
 from graph.events import Event
 from graph.invoke import BeforeNodeCall, Recover
+from graph.objects import ObjectCache
 from graph.outcome import ExecutionOutcome
-from graph.progress import SCOPES
 from graph.registry import Registry
 from graph.relay import EventRelay
 from graph.run import Run
+from graph.settings import RunSettings
 from graph.worker import PromptWorker
 
 Sink = Callable[[Event], Any]
@@ -40,30 +42,6 @@ class _Stop:
 
     def is_set(self) -> bool:
         return self.cancelled or (self._interrupt is not None and bool(self._interrupt.is_set()))
-
-
-class ObjectCache:
-    """V1 node instances, kept per (node id, class_type) across prompts, as ComfyUI does."""
-
-    def __init__(self) -> None:
-        self._objects: dict[tuple[str, str], Any] = {}
-        self._owner: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def begin_prompt(self, keys: set[tuple[str, str]]) -> None:
-        """Keep instances of nodes still in the prompt (and of nodes they expanded)."""
-        for key in [k for k in self._objects if k not in keys and self._owner.get(k) not in keys]:
-            del self._objects[key]
-            self._owner.pop(key, None)
-
-    def get_or_make(self, key: tuple[str, str], owner: tuple[str, str], make: Callable[[], Any]) -> Any:
-        if key not in self._objects:
-            self._objects[key] = make()
-            self._owner[key] = owner
-        return self._objects[key]
-
-    def clear(self) -> None:
-        self._objects.clear()
-        self._owner.clear()
 
 
 class Executor:
@@ -82,23 +60,23 @@ class Executor:
         is reported as usual (graph/invoke.py). The server passes its memory manager's
         `recover`, which unloads models on out-of-memory errors.
         """
-        if progress_state not in SCOPES:
-            raise ValueError(f"progress_state must be one of {SCOPES}, got {progress_state!r}")
-        self.progress_scope = progress_state
-        self.registry = registry
+        self.settings = RunSettings(registry, env, tuple(before_node_call), recover, progress_state, value_keys)
         self.cache_config = cache
-        self.env = env
-        self.before_node_call = list(before_node_call)
-        if recover is not None and not callable(recover):
-            raise TypeError(f"Executor recover must be a callable (exception) -> bool, got {recover!r}")
-        self.recover = recover
-        self.value_keys = value_keys
         self.outputs = make_cache(cache)
         self.objects = ObjectCache()
         self._running = False
         self._worker = PromptWorker(f"graph-prompt-{id(self):x}")
         # An executor dropped without close() still lets its idle thread go at once.
         weakref.finalize(self, self._worker.close)
+
+    @property
+    def registry(self) -> Registry:
+        return self.settings.registry
+
+    @property
+    def env(self) -> Any:
+        """The host's environment object, handed to node code (`graph.context.current().env`)."""
+        return self.settings.env
 
     @property
     def busy(self) -> bool:
@@ -122,8 +100,9 @@ class Executor:
             raise GraphError(f"outputs {missing} are not nodes of prompt {prompt_id}")
         stop = _Stop(interrupt)
         relay = EventRelay(asyncio.get_running_loop(), sink) if sink is not None else None
-        run = Run(self, dict(prompt), prompt_id, extra_data=dict(extra_data or {}),
-                  emit=relay.put if relay is not None else None, interrupt=stop)
+        run = Run(self.settings, self.outputs, self.objects, dict(prompt), prompt_id,
+                  extra_data=dict(extra_data or {}), emit=relay.put if relay is not None else None,
+                  interrupt=stop)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
 

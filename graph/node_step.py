@@ -1,143 +1,212 @@
 """Executing one staged node (ComfyUI's `execution.py: execute`, reference §4.3, §5.2–5.3).
 
-Returns SUCCESS (outputs stored), PENDING (lazy inputs requested, expansion, or async calls
-still running; the node is staged again later) or FAILURE with ComfyUI's error details.
+`execute_node(view, node_id)` runs the node's code and returns a `StepResult`: SUCCESS (its
+outputs to store, or a replay of a cached node), PENDING (lazy inputs to run first, async calls
+still running, or a subgraph to add; the node is staged again later) or FAILURE with ComfyUI's
+error details. The step only reads the run's state, through `StepView`; the run (graph/run.py)
+applies the result. What the step does live is what ComfyUI does live: it emits the node's
+events (`executing`, `progress_state`, `executed`, a blocked call's error) and calls the node.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import traceback
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
 
 from graph import events as ev
 from graph.cache import CacheEntry
-from graph.context import Interrupted
+from graph.context import Interrupted, NodeContext
 from graph.errors import DuplicateNodeError
 from graph.expansion import ExecutionBlocker
 from graph.inputs import AssembledInputs, assemble_inputs, blocker_in, call_slices, format_value
 from graph.invoke import call_sync, start_async
-from graph.prompt import is_link
+from graph.node_record import NodeRecord, ValueKey
+from graph.objects import ObjectCache
+from graph.progress import ProgressState
+from graph.prompt import DynamicPrompt, is_link
 from graph.results import Returns, resolve_expansions, split_returns
-from graph.signature import Unique
-from graph.spec import NodeSpec
+from graph.settings import RunSettings
+from graph.spec import InputSpec, NodeSpec
 from graph.validation import full_type_name
 from graph.value_keys import holds_handles
-
-if TYPE_CHECKING:
-    from graph.run import Run
 
 log = logging.getLogger(__name__)
 
 SUCCESS, FAILURE, PENDING = "success", "failure", "pending"
 
 
-async def execute_node(run: "Run", node_id: str) -> tuple[str, dict | None, BaseException | None]:
-    dynprompt = run.dynprompt
+class StepView(Protocol):
+    """What a node step reads of its run (graph/run.py's `Run` provides it)."""
+
+    prompt_id: str
+    settings: RunSettings
+    dynprompt: DynamicPrompt
+    extra_data: Mapping[str, Any]
+    objects: ObjectCache
+    progress: ProgressState
+
+    def spec(self, class_type: str) -> NodeSpec: ...
+    def inputs_of(self, class_type: str) -> Mapping[str, InputSpec]: ...
+    def record(self, node_id: str) -> NodeRecord: ...
+    def ui_of(self, node_id: str) -> dict | None: ...
+    def executed_ids(self) -> list[str]: ...
+    def cached_entry(self, node_id: str) -> CacheEntry | None: ...
+    def output_slot(self, node_id: str, slot: int) -> list | None: ...
+    def value_key(self, node_id: str, assembled: AssembledInputs) -> ValueKey: ...
+    def by_value(self, value_key: Hashable) -> CacheEntry | None: ...
+    def is_interrupted(self) -> bool: ...
+    def emit(self, event: ev.Event) -> None: ...
+    def node_context(self, node_id: str, list_index: int | None, display: str | None = None) -> NodeContext: ...
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A node's returned subgraphs, checked and ready to add: `nodes` as (id, node, display id),
+    `outputs` the new output nodes, `links` the (producer, slot) its result reads, `returned` the
+    `(subgraph, result)` pairs to resolve when it resumes."""
+
+    nodes: tuple[tuple[str, dict, str], ...]
+    outputs: tuple[str, ...]
+    links: tuple[tuple[str, int], ...]
+    returned: list[tuple[dict | None, Any]]
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one step of a node produced, for the run to apply.
+
+    SUCCESS: `entry` is the outputs to store and the node has run (None: a cached node replayed).
+    PENDING: exactly one of `needs` (lazy inputs whose producers must run first), `waiting` (the
+    calls' returns, some still running tasks) and `expansion`.
+    FAILURE: `error` (ComfyUI's details, `{"node_id"}` only for an interrupt) and `exception`.
+    Any status: `ui` is a UI record to keep for the node, `value_key` a value key computed now.
+    `inputs` are the assembled inputs, for the error details should applying the step fail.
+    """
+
+    status: str
+    entry: CacheEntry | None = None
+    ui: dict | None = None
+    value_key: ValueKey | None = None
+    needs: tuple[str, ...] = ()
+    waiting: list[Any] | None = None
+    expansion: Expansion | None = None
+    error: dict | None = None
+    exception: BaseException | None = None
+    inputs: AssembledInputs | None = None
+
+    @property
+    def tasks(self) -> list[asyncio.Task]:
+        """The async calls still running (PENDING on `waiting`)."""
+        return [r for r in self.waiting or () if isinstance(r, asyncio.Task)]
+
+
+def failure(view: StepView, node_id: str, ex: BaseException, inputs: AssembledInputs | None,
+            **kept: Any) -> StepResult:
+    """A failed step (or a failure applying it), with ComfyUI's error details; logs the error.
+    Call it while handling `ex` (the log carries the current traceback)."""
+    dynprompt = view.dynprompt
+    real_id = dynprompt.get_real_node_id(node_id)
+    if isinstance(ex, Interrupted):
+        log.info("prompt %s interrupted at node %s", view.prompt_id, node_id)
+        return StepResult(FAILURE, error={"node_id": real_id}, exception=ex, **kept)
+    class_type = dynprompt.get_node(node_id)["class_type"]
+    log.error("!!! Exception during processing of node %s (%s) !!! %s\n%s", node_id, class_type, ex,
+              traceback.format_exc())
+    current_inputs: Any = {}
+    if inputs is not None:
+        current_inputs = {name: [format_value(x) for x in values] for name, values in inputs.values.items()}
+    return StepResult(FAILURE, error={"node_id": real_id, "exception_message": f"{ex}\n",
+                                      "exception_type": full_type_name(type(ex)),
+                                      "traceback": traceback.format_tb(ex.__traceback__),
+                                      "current_inputs": current_inputs}, exception=ex, **kept)
+
+
+async def execute_node(view: StepView, node_id: str) -> StepResult:
+    dynprompt = view.dynprompt
     node = dynprompt.get_node(node_id)
     class_type = node["class_type"]
     display_id = dynprompt.get_display_node_id(node_id)
     real_id = dynprompt.get_real_node_id(node_id)
 
-    cached = run.cached_entry(node_id)
+    cached = view.cached_entry(node_id)
     if cached is not None:
         # A cached node in the list (an output node, or a duplicate computed meanwhile): replay.
-        run.emit(ev.executed(run.prompt_id, node_id, display_id, cached.ui.get("output") if cached.ui else None))
-        if cached.ui is not None:
-            run.ui_outputs[node_id] = cached.ui
-        run.progress.finish(node_id)
-        return SUCCESS, None, None
+        view.emit(ev.executed(view.prompt_id, node_id, display_id, cached.ui.get("output") if cached.ui else None))
+        view.progress.finish(node_id)
+        return StepResult(SUCCESS, ui=cached.ui)
 
     assembled: AssembledInputs | None = None
+    record = view.record(node_id)
+    value_key = record.value_key
+    computed_key: ValueKey | None = None
+    ui: dict | None = None
     try:
-        spec = run.spec(class_type)
-        if node_id in run.pending_async:
-            returns = []
-            for item in run.pending_async.pop(node_id):
-                returns.append(item.result() if isinstance(item, asyncio.Task) else item)
+        spec = view.spec(class_type)
+        if record.waiting is not None:
+            returns = [item.result() if isinstance(item, asyncio.Task) else item for item in record.waiting]
             produced = split_returns(spec, node_id, returns)
-        elif node_id in run.pending_subgraph:
-            expansions = run.pending_subgraph.pop(node_id)
-            outputs = resolve_expansions(spec, expansions, lambda src, slot: run.cached_entry(src).outputs[slot])
+        elif record.expanded is not None:
+            outputs = resolve_expansions(spec, record.expanded,
+                                         lambda src, slot: view.cached_entry(src).outputs[slot])
             produced = Returns(outputs, {}, None)
         else:
-            run.progress.start(node_id)
-            specs = run.inputs_of(class_type)
-            assembled = assemble_inputs(node.get("inputs") or {}, specs, node_id, get_output=run.output_slot,
+            view.progress.start(node_id)
+            assembled = assemble_inputs(node.get("inputs") or {}, view.inputs_of(class_type), node_id,
+                                        get_output=view.output_slot,
                                         original_prompt=dynprompt.get_original_prompt(), dynprompt=dynprompt,
-                                        extra_data=run.extra_data)
-            run.emit(ev.executing(run.prompt_id, node_id, display_id))
-            keyed = run.value_keys.get(node_id)
-            if keyed is None:
-                keyed = run.value_keys[node_id] = run.value_key(node_id, assembled)
-            reused = run.cache.get_by_value(keyed[0]) if keyed[0] is not None else None
+                                        extra_data=view.extra_data)
+            view.emit(ev.executing(view.prompt_id, node_id, display_id))
+            if value_key is None:
+                value_key = computed_key = view.value_key(node_id, assembled)
+            reused = view.by_value(value_key[0]) if value_key[0] is not None else None
             if reused is not None:
                 # Equal input values were computed from before (graph/value_keys.py): take that result.
                 log.debug("node %s (%s): reusing the result of equal inputs", node_id, class_type)
                 produced = Returns(reused.outputs, dict(reused.ui["output"]) if reused.ui else {}, None)
             else:
                 owner_type = class_type if real_id == node_id else dynprompt.get_node(real_id)["class_type"]
-                instance = run.executor.objects.get_or_make(
+                instance = view.objects.get_or_make(
                     (node_id, class_type), (real_id, owner_type), spec.behaviour.make_instance)
                 if spec.behaviour.check_lazy_status is not None:
-                    needed = await _lazy_inputs(run, node_id, spec, instance, assembled)
+                    needed = await _lazy_inputs(view, node_id, spec, instance, assembled)
                     if needed:
-                        for name in needed:
-                            run.schedule.make_input_strong_link(node_id, name)
-                        return PENDING, None, None
-                returns = await _map_calls(run, node_id, display_id, spec, instance, assembled)
+                        return StepResult(PENDING, value_key=computed_key, needs=tuple(needed), inputs=assembled)
+                returns = await _map_calls(view, node_id, display_id, spec, instance, assembled)
                 if any(isinstance(r, asyncio.Task) for r in returns):
-                    run.pending_async[node_id] = returns
-                    _await_tasks(run, node_id, [r for r in returns if isinstance(r, asyncio.Task)])
-                    return PENDING, None, None
+                    return StepResult(PENDING, value_key=computed_key, waiting=returns, inputs=assembled)
                 produced = split_returns(spec, node_id, returns)
 
         if produced.ui:
-            run.ui_outputs[node_id] = {
-                "meta": {"node_id": node_id, "display_node": display_id,
-                         "parent_node": dynprompt.get_parent_node_id(node_id), "real_node_id": real_id},
-                "output": produced.ui}
-            run.emit(ev.executed(run.prompt_id, node_id, display_id, produced.ui))
+            ui = {"meta": {"node_id": node_id, "display_node": display_id,
+                           "parent_node": dynprompt.get_parent_node_id(node_id), "real_node_id": real_id},
+                  "output": produced.ui}
+            view.emit(ev.executed(view.prompt_id, node_id, display_id, produced.ui))
         if produced.expansions is not None:
-            await _expand(run, node_id, produced.expansions)
-            return PENDING, None, None
+            expansion = _plan_expansion(view, node_id, produced.expansions)
+            return StepResult(PENDING, ui=ui, value_key=computed_key, expansion=expansion, inputs=assembled)
 
-        value_key, by_value = run.value_keys.pop(node_id, (None, False))
-        entry = CacheEntry(produced.outputs, run.ui_outputs.get(node_id), value_key, by_value,
+        key, by_value = value_key if value_key is not None else (None, False)
+        entry = CacheEntry(produced.outputs, ui if ui is not None else view.ui_of(node_id), key, by_value,
                            by_value and holds_handles(produced.outputs))
-        run.local[node_id] = entry
-        sig = run.sig(node_id)
-        if not isinstance(sig, Unique):
-            run.cache.set(sig, entry, run.owner_sig(node_id))
-    except Interrupted as ex:
-        log.info("prompt %s interrupted at node %s", run.prompt_id, node_id)
-        return FAILURE, {"node_id": real_id}, ex
-    except Exception as ex:  # noqa: BLE001 -- any node failure becomes execution_error
-        log.error("!!! Exception during processing of node %s (%s) !!! %s\n%s", node_id, class_type, ex,
-                  traceback.format_exc())
-        current_inputs: Any = {}
-        if assembled is not None:
-            current_inputs = {name: [format_value(x) for x in values] for name, values in assembled.values.items()}
-        return FAILURE, {"node_id": real_id, "exception_message": f"{ex}\n",
-                         "exception_type": full_type_name(type(ex)),
-                         "traceback": traceback.format_tb(ex.__traceback__),
-                         "current_inputs": current_inputs}, ex
+    except Exception as ex:  # noqa: BLE001 -- any node failure (or interrupt) becomes a FAILURE
+        return failure(view, node_id, ex, assembled, ui=ui, value_key=computed_key)
 
-    run.progress.finish(node_id)
-    run.executed[node_id] = None
-    return SUCCESS, None, None
+    view.progress.finish(node_id)
+    return StepResult(SUCCESS, entry=entry, ui=ui, value_key=computed_key, inputs=assembled)
 
 
-async def _lazy_inputs(run: "Run", node_id: str, spec: NodeSpec, instance: Any,
+async def _lazy_inputs(view: StepView, node_id: str, spec: NodeSpec, instance: Any,
                        assembled: AssembledInputs) -> list[str]:
     """Names of lazy inputs the node still needs, from (repeated) check_lazy_status calls."""
     requested: list[str] = []
     check = spec.behaviour.check_lazy_status
     for index, kwargs in enumerate(call_slices(assembled.values, spec.input_is_list)):
-        _check_interrupt(run)
+        _check_interrupt(view)
         result = await call_sync(lambda **kw: check(instance, **kw), kwargs,
-                                run.node_context(node_id, index))
+                                 view.node_context(node_id, index))
         if isinstance(result, list):
             requested.extend(result)
     names: list[str] = []
@@ -148,26 +217,26 @@ async def _lazy_inputs(run: "Run", node_id: str, spec: NodeSpec, instance: Any,
     return names
 
 
-def _check_interrupt(run: "Run") -> None:
-    if run.interrupt.is_set():
-        raise Interrupted(f"prompt {run.prompt_id} interrupted")
+def _check_interrupt(view: StepView) -> None:
+    if view.is_interrupted():
+        raise Interrupted(f"prompt {view.prompt_id} interrupted")
 
 
-async def _map_calls(run: "Run", node_id: str, display_id: str, spec: NodeSpec, instance: Any,
+async def _map_calls(view: StepView, node_id: str, display_id: str, spec: NodeSpec, instance: Any,
                      assembled: AssembledInputs) -> list[Any]:
     """One call per list element (or one call with whole lists); async calls may stay running."""
     behaviour = spec.behaviour
     call = partial(behaviour.call, instance)
-    hooks = run.executor.before_node_call
-    recover = run.executor.recover
+    hooks: Sequence[Any] = view.settings.hooks
+    recover: Callable[[BaseException], bool] | None = view.settings.recover
     returns: list[Any] = []
     for index, kwargs in enumerate(call_slices(assembled.values, spec.input_is_list)):
-        _check_interrupt(run)
+        _check_interrupt(view)
         block = blocker_in(kwargs, spec.input_is_list)
         if block is not None:
-            returns.append(_blocked(run, node_id, block))
+            returns.append(_blocked(view, node_id, block))
             continue
-        ctx = run.node_context(node_id, index, display_id)
+        ctx = view.node_context(node_id, index, display_id)
         if behaviour.is_coroutine:
             task = start_async(call, kwargs, ctx, index, hooks, recover)
             await asyncio.sleep(0)  # let it finish at once if it can, as ComfyUI does
@@ -177,64 +246,41 @@ async def _map_calls(run: "Run", node_id: str, display_id: str, spec: NodeSpec, 
     return returns
 
 
-def _blocked(run: "Run", node_id: str, block: ExecutionBlocker) -> ExecutionBlocker:
+def _blocked(view: StepView, node_id: str, block: ExecutionBlocker) -> ExecutionBlocker:
     """A blocked call: report a message once here; downstream sees a silent blocker."""
     if block.message is None:
         return block
-    node = run.dynprompt.get_node(node_id)
-    run.emit(ev.execution_error(
-        run.prompt_id, node_id, node["class_type"], list(run.executed),
+    node = view.dynprompt.get_node(node_id)
+    view.emit(ev.execution_error(
+        view.prompt_id, node_id, node["class_type"], view.executed_ids(),
         exception_message=f"Execution Blocked: {block.message}", exception_type="ExecutionBlocked",
         traceback=[], current_inputs=[], current_outputs=[], timestamp=False))
     return ExecutionBlocker(None)
 
 
-def _await_tasks(run: "Run", node_id: str, tasks: list[asyncio.Task]) -> None:
-    """Block the node until its running async calls end, then wake the loop."""
-    run.schedule.add_external_block(node_id)
-
-    async def wait() -> None:
-        await asyncio.gather(*tasks, return_exceptions=True)
-        run.schedule.release_external_block(node_id)
-        run.async_done.set()
-
-    waiter = asyncio.get_running_loop().create_task(wait())
-    run.waiters.add(waiter)
-    waiter.add_done_callback(run.waiters.discard)
-
-
-async def _expand(run: "Run", node_id: str, expansions: list[tuple[dict | None, Any]]) -> None:
-    """Add the returned subgraphs as ephemeral nodes; the node resumes when their outputs exist."""
-    dynprompt = run.dynprompt
-    new_ids: list[str] = []
-    new_outputs: list[str] = []
+def _plan_expansion(view: StepView, node_id: str, returned: list[tuple[dict | None, Any]]) -> Expansion:
+    """Check the returned subgraphs (ComfyUI's duplicate-id rule) and list what to add."""
+    dynprompt = view.dynprompt
+    nodes: list[tuple[str, dict, str]] = []
+    planned: set[str] = set()
+    outputs: list[str] = []
     links: list[tuple[str, int]] = []
-    for subgraph, result in expansions:
+    for subgraph, result in returned:
         if subgraph is None:
             continue
         if not isinstance(subgraph, dict):
             raise TypeError(f"node {node_id}: 'expand' must be a dict of nodes, got {type(subgraph).__name__}")
         for new_id in subgraph:
-            if dynprompt.has_node(new_id):
+            if dynprompt.has_node(new_id) or new_id in planned:
                 raise DuplicateNodeError(
                     f"Attempt to add duplicate node {new_id}. Ensure node ids are unique and deterministic "
                     f"or use graph.expansion.GraphBuilder.")
         for new_id, info in subgraph.items():
-            dynprompt.add_ephemeral_node(new_id, info, node_id, info.get("override_display_id", node_id))
-            new_ids.append(new_id)
-            if run.spec(info["class_type"]).output_node:
-                new_outputs.append(new_id)
+            nodes.append((new_id, info, info.get("override_display_id", node_id)))
+            planned.add(new_id)
+            if view.spec(info["class_type"]).output_node:
+                outputs.append(new_id)
         for item in result:
             if is_link(item):
                 links.append((item[0], int(item[1])))
-    await run.signatures.prepare(new_ids)
-    for new_id in new_ids:
-        run._add_consumers(new_id)
-    for source, _slot in links:
-        run.consumers.setdefault(source, set()).add(node_id)
-        run.expansion_sources.setdefault(node_id, set()).add(source)
-    for new_id in new_outputs:
-        run.schedule.add_node(new_id)
-    for source, slot in links:
-        run.schedule.add_strong_link(source, slot, node_id)
-    run.pending_subgraph[node_id] = expansions
+    return Expansion(tuple(nodes), tuple(outputs), tuple(links), returned)

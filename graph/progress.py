@@ -3,10 +3,15 @@
 `ProgressState` mirrors `comfy_execution/progress.py` (ProgressRegistry with the WebUI handler):
 a node is `running` from its start (value 0, max 1) through its updates, then `finished` with
 value = max. Every change emits one `progress_state` event. With `scope="all"` (ComfyUI's
-behaviour, the default) it lists every node that is not pending, so a prompt's progress events
+behaviour, the default) it lists every node that is not pending, so a prompt's progress messages
 are quadratic in its node count; `scope="active"` lists only the running nodes plus the node that
 just changed (linear, but ComfyUI's frontend then loses its finished nodes: it draws them in the
 minimap with the "success" colour and keys its preview bookkeeping on them).
+
+The engine's own cost stays linear with `all` too: each event holds a handle on a version of the
+node map (graph/versions.py) and builds its `nodes` dict only when its `data` is first read, so
+the maps nobody reads (the coalescer's superseded ones, every map of a prompt without a client)
+cost O(1) each. What a reader gets is exactly the map an eager copy would have held.
 
 `ProgressCoalescer` paces the `all` stream on its way to a client without changing what ComfyUI's
 frontend shows. That frontend (comfyui-frontend-package 1.58.1, `stores/executionStore.ts`)
@@ -28,6 +33,7 @@ from typing import Any, Callable
 
 from graph.events import (EXECUTION_ERROR, EXECUTION_INTERRUPTED, EXECUTION_SUCCESS, PROGRESS_STATE, Event)
 from graph.prompt import DynamicPrompt
+from graph.versions import Version, VersionedMap
 
 RUNNING = "running"
 FINISHED = "finished"
@@ -40,6 +46,44 @@ SCOPES = ("all", "active")
 FLUSH_BEFORE = frozenset({EXECUTION_SUCCESS, EXECUTION_ERROR, EXECUTION_INTERRUPTED})
 
 
+class ProgressStateEvent(Event):
+    """A `progress_state` event whose data (`{"prompt_id", "nodes"}`) is built when first read.
+
+    It is an `Event` like any other (same `type`, equal `data`, equal to the eager event); the
+    prompt id is readable without building the map.
+    """
+
+    def __init__(self, prompt_id: str, nodes: VersionedMap, version: Version) -> None:
+        object.__setattr__(self, "type", PROGRESS_STATE)
+        object.__setattr__(self, "prompt_id", prompt_id)
+        object.__setattr__(self, "_nodes", nodes)
+        object.__setattr__(self, "_version", version)
+
+    @property  # type: ignore[override]
+    def data(self) -> dict:
+        prompt_id = self.prompt_id
+        return self._nodes.read(self._version, lambda nodes: {"prompt_id": prompt_id, "nodes": nodes})
+
+    @property
+    def is_built(self) -> bool:
+        """Whether the map has been built (some consumer read `data`)."""
+        return self._version.is_built
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return self.type == other.type and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]  # data is a dict, as for an eager event
+
+
+def prompt_of(event: Event) -> Any:
+    """The event's prompt id, without building a lazy progress map."""
+    if isinstance(event, ProgressStateEvent):
+        return event.prompt_id
+    return (event.data or {}).get("prompt_id")
+
+
 class ProgressState:
     def __init__(self, prompt_id: str, dynprompt: DynamicPrompt, emit: Callable[[Event], None],
                  scope: str = "all") -> None:
@@ -49,9 +93,9 @@ class ProgressState:
         self.prompt_id = prompt_id
         self.dynprompt = dynprompt
         self._emit = emit
-        # node id -> the entry as sent; entries are replaced, never mutated, so a sent snapshot
-        # (a shallow copy of this dict) never changes afterwards.
-        self._nodes: dict[str, dict] = {}
+        # node id -> the entry as sent; entries are replaced, never mutated, so a map once built
+        # for an event never changes afterwards.
+        self._nodes: VersionedMap[str, dict] = VersionedMap()
         self._running: dict[str, dict] = {}
         self._identities: dict[str, dict] = {}
 
@@ -69,16 +113,17 @@ class ProgressState:
         return identity
 
     def _set(self, node_id: str, state: str, value: float, total: float) -> None:
-        entry = self._nodes[node_id] = {"value": value, "max": total, "state": state, **self._identity(node_id)}
+        entry = {"value": value, "max": total, "state": state, **self._identity(node_id)}
+        version = self._nodes.set(node_id, entry)
         if state == RUNNING:
             self._running[node_id] = entry
         else:
             self._running.pop(node_id, None)
         if self.scope == "all":
-            nodes = dict(self._nodes)
-        else:
-            nodes = dict(self._running)
-            nodes[node_id] = entry
+            self._emit(ProgressStateEvent(self.prompt_id, self._nodes, version))
+            return
+        nodes = dict(self._running)  # a handful of nodes: copied at once
+        nodes[node_id] = entry
         self._emit(Event(PROGRESS_STATE, {"prompt_id": self.prompt_id, "nodes": nodes}))
 
     def start(self, node_id: str) -> None:
@@ -134,8 +179,8 @@ class ProgressCoalescer:
             self._send(event)
             return
         pending = self._pending
-        if pending is not None and (pending.data or {}).get("prompt_id") != (event.data or {}).get("prompt_id"):
-            self.flush()  # maps of two prompts never replace each other
+        if pending is not None and prompt_of(pending) != prompt_of(event):
+            self.flush()  # maps of two prompts never replace each other (read without building them)
         now = self._clock()
         if self._timer is None and now >= self._next_at:
             self._pending = None

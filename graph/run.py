@@ -19,83 +19,85 @@ import asyncio
 import logging
 import threading
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import Any, Callable, Hashable
 
 from graph import events as ev
-from graph.cache import CacheEntry
+from graph.cache import CacheEntry, OutputCache
+from graph.consumers import Consumers
 from graph.context import Interrupted, NodeContext
 from graph.errors import DependencyCycleError
 from graph.inputs import AssembledInputs
 from graph.invoke import call_sync
-from graph.node_step import FAILURE, PENDING, execute_node
+from graph.node_record import NodeRecord, ValueKey
+from graph.node_step import FAILURE, PENDING, Expansion, StepResult, execute_node, failure
+from graph.objects import ObjectCache
 from graph.outcome import ExecutionOutcome
 from graph.progress import ProgressState
 from graph.prompt import DynamicPrompt
 from graph.schedule import Schedule
+from graph.settings import RunSettings
 from graph.signature import Signatures, Unique
 from graph.spec import InputSpec, NodeSpec
+from graph.spec_index import SpecIndex
 from graph.value_keys import has_handle, value_token
-
-if TYPE_CHECKING:
-    from graph.executor import Executor
 
 log = logging.getLogger(__name__)
 
 
 class Run:
-    """The state of one prompt's execution; `run()` is its main loop."""
+    """The state of one prompt's execution; `run()` is its main loop.
 
-    def __init__(self, executor: "Executor", prompt: dict, prompt_id: str, *, extra_data: dict,
-                 emit: Callable[[ev.Event], None] | None, interrupt: Any) -> None:
-        self.executor = executor
-        self.registry = executor.registry
-        self.cache = executor.outputs
+    It gets the executor's `settings`, its output cache (`cache`) and V1 instance cache
+    (`objects`); it never sees the executor. Each node's state is one `NodeRecord`; `consumers`
+    frees outputs nobody needs any more; `execute_node` (graph/node_step.py) computes a step
+    and `_apply` applies it.
+    """
+
+    def __init__(self, settings: RunSettings, cache: OutputCache, objects: ObjectCache, prompt: dict,
+                 prompt_id: str, *, extra_data: dict, emit: Callable[[ev.Event], None] | None,
+                 interrupt: Any) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.objects = objects
         self.prompt_id = prompt_id
         self.dynprompt = DynamicPrompt(prompt)
         self.extra_data = extra_data
         self._emit = emit
         self.interrupt = interrupt
         self.messages: list[tuple[str, dict]] = []
-        self.executed: dict[str, None] = {}
-        self.ui_outputs: dict[str, dict] = {}
-        self.local: dict[str, CacheEntry] = {}
-        self.consumers: dict[str, set[str]] = {}
-        # Producers an expanding node reads its results from (links in its "result").
-        self.expansion_sources: dict[str, set[str]] = {}
-        self.pending_async: dict[str, list] = {}
-        self.pending_subgraph: dict[str, list] = {}
-        # node -> (value key, reached by value), from its first call until its entry is stored.
-        self.value_keys: dict[str, tuple[Hashable | None, bool]] = {}
-        self._specs: dict[str, NodeSpec] = {}
-        self._inputs: dict[str, dict[str, InputSpec]] = {}
-        self._node_specs: dict[str, NodeSpec] = {}
-        self._lazy: dict[str, frozenset[str]] = {}  # class_type -> names of its lazy inputs
+        self.executed: dict[str, None] = {}  # insertion-ordered: ComfyUI's `executed` list
+        self.ui_outputs: dict[str, dict] = {}  # node -> {"meta", "output"}, in the order shown
+        self._records: dict[str, NodeRecord] = {}
+        self.consumers = Consumers(self.dynprompt)
+        self.specs = SpecIndex(settings.registry)
+        self._node_specs: dict[str, NodeSpec] = {}  # memo: the schedule asks several times per node
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self.async_done: asyncio.Event | None = None
-        self.waiters: set[asyncio.Task] = set()
-        self.progress = ProgressState(prompt_id, self.dynprompt, self.emit, executor.progress_scope)
+        self._async_done: asyncio.Event | None = None
+        self._waiters: set[asyncio.Task] = set()
+        self.progress = ProgressState(prompt_id, self.dynprompt, self.emit, settings.progress_state)
         # IS_CHANGED is node code too: it runs with the host's environment in its context.
         helper_context = NodeContext(prompt_id=prompt_id, node_id="", display_node_id="", list_index=None,
-                                     env=executor.env)
+                                     env=settings.env)
         self.signatures = Signatures(self.dynprompt, self.spec, self.inputs_of, extra_data=extra_data,
                                      call=lambda fn, kwargs: call_sync(fn, kwargs, helper_context))
         self._computed = self.signatures.computed
         self.schedule = Schedule(self.dynprompt, is_cached=self.is_cached, lazy_inputs=self.lazy_inputs,
                                  is_output=self.is_output, is_async=self.is_async)
 
-    # -- lookups ------------------------------------------------------------------------------
+    # -- lookups (what a node step reads: graph/node_step.py's StepView) -----------------------
     def spec(self, class_type: str) -> NodeSpec:
-        spec = self._specs.get(class_type)
-        if spec is None:
-            spec = self._specs[class_type] = self.registry.get(class_type)
-        return spec
+        return self.specs.spec(class_type)
 
     def inputs_of(self, class_type: str) -> dict[str, InputSpec]:
-        specs = self._inputs.get(class_type)
-        if specs is None:
-            specs = self._inputs[class_type] = {s.name: s for s in self.spec(class_type).current_inputs()}
-        return specs
+        return self.specs.inputs_of(class_type)
+
+    def record(self, node_id: str) -> NodeRecord:
+        """The node's record (made on first use)."""
+        record = self._records.get(node_id)
+        if record is None:
+            record = self._records[node_id] = NodeRecord()
+        return record
 
     def spec_of_node(self, node_id: str) -> NodeSpec:
         spec = self._node_specs.get(node_id)
@@ -105,17 +107,22 @@ class Run:
 
     def lazy_inputs(self, node_id: str) -> frozenset[str]:
         """Names of the node's lazy inputs."""
-        class_type = self.dynprompt.get_node(node_id)["class_type"]
-        lazy = self._lazy.get(class_type)
-        if lazy is None:
-            lazy = self._lazy[class_type] = frozenset(s.name for s in self.inputs_of(class_type).values() if s.lazy)
-        return lazy
+        return self.specs.lazy_inputs(self.dynprompt.get_node(node_id)["class_type"])
 
     def is_output(self, node_id: str) -> bool:
         return self.spec_of_node(node_id).output_node
 
     def is_async(self, node_id: str) -> bool:
         return self.spec_of_node(node_id).behaviour.is_coroutine
+
+    def ui_of(self, node_id: str) -> dict | None:
+        return self.ui_outputs.get(node_id)
+
+    def executed_ids(self) -> list[str]:
+        return list(self.executed)
+
+    def is_interrupted(self) -> bool:
+        return bool(self.interrupt.is_set())
 
     def sig(self, node_id: str) -> Hashable:
         sig = self._computed.get(node_id)
@@ -125,26 +132,34 @@ class Run:
         return self.sig(self.dynprompt.get_real_node_id(node_id))
 
     def is_cached(self, node_id: str) -> bool:
-        if node_id in self.local:
+        record = self._records.get(node_id)
+        if record is not None and record.entry is not None:
             return True
         sig = self.sig(node_id)
         return not isinstance(sig, Unique) and self.cache.contains(sig)
 
     def cached_entry(self, node_id: str) -> CacheEntry | None:
-        entry = self.local.get(node_id)
-        if entry is None:
-            sig = self.sig(node_id)
-            if not isinstance(sig, Unique):
-                entry = self.cache.get(sig)
-                if entry is not None:
-                    self.local[node_id] = entry
+        """The node's outputs in this run: computed here, or found in the cache (and then kept
+        for the rest of the run)."""
+        record = self._records.get(node_id)
+        if record is not None and record.entry is not None:
+            return record.entry
+        sig = self.sig(node_id)
+        if isinstance(sig, Unique):
+            return None
+        entry = self.cache.get(sig)
+        if entry is not None:
+            self.record(node_id).entry = entry
         return entry
 
-    def value_key(self, node_id: str, assembled: AssembledInputs) -> tuple[Hashable | None, bool]:
+    def by_value(self, value_key: Hashable) -> CacheEntry | None:
+        return self.cache.get_by_value(value_key)
+
+    def value_key(self, node_id: str, assembled: AssembledInputs) -> ValueKey:
         """The node's value key and whether a model handle reaches it (graph/value_keys.py),
         from its assembled inputs, just before it would run. A node no handle reaches gets no
         value key: its structural key already says everything."""
-        links = self.dynprompt.links(node_id) if self.executor.value_keys else ()
+        links = self.dynprompt.links(node_id) if self.settings.value_keys else ()
         if not links:
             return None, False
         values, missing = assembled.values, assembled.missing
@@ -196,7 +211,7 @@ class Run:
         if display is None:
             display = self.dynprompt.get_display_node_id(node_id)
         return NodeContext(prompt_id=self.prompt_id, node_id=node_id, display_node_id=display,
-                           list_index=list_index, env=self.executor.env,
+                           list_index=list_index, env=self.settings.env,
                            report=partial(self.emit_progress, node_id),
                            is_interrupted=self.interrupt.is_set, send=self.send)
 
@@ -224,17 +239,17 @@ class Run:
     async def run(self, outputs: list[str]) -> ExecutionOutcome:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self.async_done = asyncio.Event()
+        self._async_done = asyncio.Event()
         self.message(ev.execution_start(self.prompt_id))
         prompt = self.dynprompt.original_prompt
         await self.signatures.prepare(prompt)
         keys = {self.sig(n) for n in prompt}
         self.cache.begin_prompt({k for k in keys if not isinstance(k, Unique)})
-        self.executor.objects.begin_prompt({(n, node["class_type"]) for n, node in prompt.items()})
+        self.objects.begin_prompt({(n, node["class_type"]) for n, node in prompt.items()})
         cached_nodes = [n for n in prompt if self.is_cached(n)]
         self.message(ev.execution_cached(self.prompt_id, cached_nodes))
         for node_id in prompt:
-            self._add_consumers(node_id)
+            self.consumers.add(node_id)
 
         status, error = "success", None
         try:
@@ -244,17 +259,17 @@ class Run:
                 node_id = self.schedule.stage()
                 if node_id is None:
                     if self.schedule.has_external_blocks:
-                        await self.async_done.wait()
-                        self.async_done.clear()
+                        await self._async_done.wait()
+                        self._async_done.clear()
                         continue
                     details, ex = self._cycle_error()
                     status, error = self._fail(details, ex, cached_nodes)
                     break
-                result, details, ex = await execute_node(self, node_id)
-                if result == FAILURE:
-                    status, error = self._fail(details, ex, cached_nodes)
+                step = await self._apply(node_id, await execute_node(self, node_id))
+                if step.status == FAILURE:
+                    status, error = self._fail(step.error, step.exception, cached_nodes)
                     break
-                if result == PENDING:
+                if step.status == PENDING:
                     self.schedule.unstage()
                 else:
                     self.schedule.complete()
@@ -273,41 +288,81 @@ class Run:
             messages=self.messages, executed=list(self.executed), error=error)
 
     def pending_tasks(self) -> list[asyncio.Task]:
-        return [t for results in self.pending_async.values() for t in results
+        return [t for record in self._records.values() for t in record.waiting or ()
                 if isinstance(t, asyncio.Task) and not t.done()]
 
-    def _add_consumers(self, node_id: str) -> None:
-        # Nodes that failed validation (inputs not a dict) have no links and never run.
-        consumers = self.consumers
-        for _name, source, _slot in self.dynprompt.links(node_id):
-            waiting = consumers.get(source)
-            if waiting is None:
-                consumers[source] = {node_id}
-            else:
-                waiting.add(node_id)
+    # -- applying a node step -----------------------------------------------------------------
+    async def _apply(self, node_id: str, step: StepResult) -> StepResult:
+        """Apply what a node step produced; a failure while applying is the node's failure."""
+        record = self.record(node_id)
+        record.waiting = record.expanded = None  # the step has consumed them
+        if step.ui is not None:
+            self.ui_outputs[node_id] = step.ui
+        if step.value_key is not None:
+            record.value_key = step.value_key
+        if step.status == FAILURE:
+            return step
+        try:
+            if step.needs:
+                for name in step.needs:
+                    self.schedule.make_input_strong_link(node_id, name)
+            elif step.waiting is not None:
+                record.waiting = step.waiting
+                self._await_tasks(node_id, step.tasks)
+            elif step.expansion is not None:
+                await self._expand(node_id, step.expansion)
+                record.expanded = step.expansion.returned
+            elif step.entry is not None:
+                record.value_key = None
+                record.entry = step.entry
+                sig = self.sig(node_id)
+                if not isinstance(sig, Unique):
+                    self.cache.set(sig, step.entry, self.owner_sig(node_id))
+                self.executed[node_id] = None
+        except Exception as ex:  # noqa: BLE001 -- as in the step: the node's error
+            return failure(self, node_id, ex, step.inputs)
+        return step
+
+    def _await_tasks(self, node_id: str, tasks: list[asyncio.Task]) -> None:
+        """Block the node until its running async calls end, then wake the loop."""
+        self.schedule.add_external_block(node_id)
+        schedule, done = self.schedule, self._async_done
+
+        async def wait() -> None:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            schedule.release_external_block(node_id)
+            done.set()
+
+        waiter = asyncio.get_running_loop().create_task(wait())
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+
+    async def _expand(self, node_id: str, expansion: Expansion) -> None:
+        """Add the returned subgraphs as ephemeral nodes; the node resumes when their outputs exist."""
+        for new_id, info, display in expansion.nodes:
+            self.dynprompt.add_ephemeral_node(new_id, info, node_id, display)
+        new_ids = [new_id for new_id, _info, _display in expansion.nodes]
+        await self.signatures.prepare(new_ids)
+        for new_id in new_ids:
+            self.consumers.add(new_id)
+        for source, _slot in expansion.links:
+            self.consumers.add_result_source(node_id, source)
+        for new_id in expansion.outputs:
+            self.schedule.add_node(new_id)
+        for source, slot in expansion.links:
+            self.schedule.add_strong_link(source, slot, node_id)
 
     def _completed(self, node_id: str) -> None:
         """Release producers whose every consumer has now run (the `none` strategy frees them)."""
-        sources = {source for _name, source, _slot in self.dynprompt.links(node_id)}
-        expanded = self.expansion_sources.pop(node_id, None)
-        if expanded:
-            sources |= expanded
-        for source in sources:
-            waiting = self.consumers.get(source)
-            if waiting is None:
-                continue
-            waiting.discard(node_id)
-            if not waiting and source in self.local:
-                self._release(source)
-        if not self.consumers.get(node_id) and node_id in self.local:
-            self._release(node_id)
+        for free in self.consumers.done(node_id):
+            record = self._records.get(free)
+            if record is not None and record.entry is not None:
+                record.entry = None
+                sig = self.sig(free)
+                if not isinstance(sig, Unique):
+                    self.cache.release(sig)
 
-    def _release(self, node_id: str) -> None:
-        self.local.pop(node_id, None)
-        sig = self.sig(node_id)
-        if not isinstance(sig, Unique):
-            self.cache.release(sig)
-
+    # -- failures -----------------------------------------------------------------------------
     def _cycle_error(self) -> tuple[dict, Exception]:
         cycle = self.schedule.nodes_in_cycle()
         blamed = cycle[0] if cycle else next(iter(self.schedule.pending))

@@ -74,7 +74,10 @@ class ProgressPrinter:
     _bar_open: bool = False
 
     def __call__(self, event: Any) -> None:
-        kind, data = event.type, event.data or {}
+        kind = event.type
+        if kind == "progress_state":
+            return  # nothing here needs its map, which is built only when read (graph/progress.py)
+        data = event.data or {}
         if kind == "executing" and data.get("node") is not None:
             self.close_bar()
             self.started += 1

@@ -212,3 +212,66 @@ def test_unbatched_progress_bytes_are_quadratic_for_comparison():
             state.finish(str(i))
         sizes[n] = byte_count(events)
     assert sizes[1000] > 90 * sizes[100]
+
+
+def eager_maps(steps) -> list[dict]:
+    """What ComfyUI's handler sends: a copy of the whole map after each change."""
+    maps, live = [], {}
+    for node_id, state, value, total in steps:
+        live[node_id] = (state, value, total)
+        maps.append({n: {"state": s, "value": v, "max": m} for n, (s, v, m) in live.items()})
+    return maps
+
+
+def test_each_map_shows_the_state_at_its_event_whenever_it_is_read():
+    events: list[Event] = []
+    state = ProgressState("p", DynamicPrompt(chain_prompt(40)), events.append)
+    steps = []
+    for i in range(1, 41):
+        node_id = str(i)
+        state.start(node_id)
+        steps.append((node_id, "running", 0.0, 1.0))
+        for value in range(1, 4):
+            state.update(node_id, value, 3)
+            steps.append((node_id, "running", value, 3))
+        state.finish(node_id)
+        steps.append((node_id, "finished", 3, 3))
+        if i == 20:
+            assert events[-5].data["nodes"]  # one read in the middle, the others after the run
+    expected = eager_maps(steps)
+    assert len(events) == len(expected)
+    for event, want in reversed(list(zip(events, expected))):
+        nodes = event.data["nodes"]
+        assert list(nodes) == list(want)
+        assert {n: {k: e[k] for k in ("state", "value", "max")} for n, e in nodes.items()} == want
+        assert all(e["node_id"] == n and e["prompt_id"] == "p" for n, e in nodes.items())
+        assert event.data["prompt_id"] == "p" and event.type == PROGRESS_STATE
+
+
+def test_a_lazy_map_event_is_the_same_event_as_an_eager_one():
+    events: list[Event] = []
+    state = ProgressState("p", DynamicPrompt(chain_prompt(2)), events.append)
+    state.start("1")
+    lazy = events[0]
+    eager = Event(PROGRESS_STATE, {"prompt_id": "p", "nodes": {"1": dict(lazy.data["nodes"]["1"])}})
+    assert lazy == eager and eager == lazy and not (lazy != eager)
+    assert json.dumps(lazy.as_message()) == json.dumps(eager.as_message())
+    assert lazy.data is lazy.data  # built once
+    state.finish("1")
+    assert events[1] != lazy and events[0].data["nodes"]["1"]["state"] == "running"
+
+
+def test_only_the_maps_the_coalescer_sends_are_ever_built():
+    unbatched, sent, _loop, _changes = simulate_chain(1000, 0.0)
+    assert len(sent) == 2  # the leading map and the final one
+    assert sum(e.is_built for e in unbatched) == 2
+    assert [e for e in unbatched if e.is_built] == [e for _t, e in sent]
+
+
+def test_the_active_scope_still_sends_plain_small_maps():
+    events: list[Event] = []
+    state = ProgressState("p", DynamicPrompt(chain_prompt(3)), events.append, scope="active")
+    for node_id in ("1", "2"):
+        state.start(node_id)
+        state.finish(node_id)
+    assert [list(e.data["nodes"]) for e in events] == [["1"], ["1"], ["2"], ["2"]]
