@@ -44,9 +44,10 @@ def Float(name: str, *, default: float = 0.0, min: float | None = None, max: flo
     return InputSpec(name, "FLOAT", OPTIONAL if optional else REQUIRED, opts)
 
 
-def String(name: str, *, default: str = "", multiline: bool = False, optional: bool = False,
+def String(name: str, *, default: str | None = "", multiline: bool = False, optional: bool = False,
            **options: Any) -> InputSpec:
-    opts = {"default": default, **({"multiline": True} if multiline else {}), **options}
+    """A STRING widget; `default=None` declares none (ComfyUI's text prompts have none)."""
+    opts = {**_present(default=default), **({"multiline": True} if multiline else {}), **options}
     return InputSpec(name, "STRING", OPTIONAL if optional else REQUIRED, opts)
 
 
@@ -73,7 +74,7 @@ def Output(type: Any, name: str | None = None, *, is_list: bool = False,
 
 
 def node(node_id: str, *, inputs: Iterable[InputSpec] = (), outputs: Iterable[OutputSpec] = (),
-         category: str = "sd", display_name: str = "", description: str = "",
+         category: str = "sd", display_name: str | None = "", description: str = "",
          output_node: bool = False, input_is_list: bool = False, not_idempotent: bool = False,
          deprecated: bool = False, experimental: bool = False, python_module: str = "nodes",
          is_changed: Callable[..., Any] | None = None,
@@ -98,7 +99,8 @@ def node(node_id: str, *, inputs: Iterable[InputSpec] = (), outputs: Iterable[Ou
         )
         fn.__node_spec__ = NodeSpec(
             node_id=node_id, inputs=inputs, outputs=outputs, behaviour=behaviour,
-            display_name=display_name, category=category, description=description,
+            display_name=display_name or "", display_name_declared=display_name is not None,
+            category=category, description=description,
             python_module=python_module, output_node=output_node, input_is_list=input_is_list,
             not_idempotent=not_idempotent, deprecated=deprecated, experimental=experimental,
             origin="native", source=fn,

@@ -45,7 +45,7 @@ def node_info(spec: NodeSpec, env: Any = None) -> dict:
         "output_is_list": [o.is_list for o in spec.outputs],
         "output_name": [o.name for o in spec.outputs],
         "name": spec.node_id,
-        "display_name": spec.display_name,
+        "display_name": spec.display_name if spec.display_name_declared else None,
         "description": spec.description,
         "python_module": spec.python_module,
         "category": spec.category,

@@ -132,6 +132,9 @@ class NodeSpec:
     # named in two sections, an `INPUT_TYPES()` that raised while loading): one sentence each,
     # logged once by whoever registers the node (graph/packs.py names the pack).
     quirks: tuple[str, ...] = ()
+    # False for a node declared without a display name where ComfyUI then reports `null` in
+    # /object_info (its V3 schema nodes); `display_name` still holds the node id for our logs.
+    display_name_declared: bool = True
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]

@@ -28,7 +28,7 @@ def require_clip(clip: Any, node_name: str) -> Any:
 @node("CLIPTextEncode", category="conditioning", display_name="CLIP Text Encode (Prompt)",
       description="Encodes a text prompt using a CLIP model into an embedding that can be used to guide "
                   "the diffusion model towards generating specific images.",
-      inputs=[String("text", multiline=True, dynamicPrompts=True, tooltip="The text to be encoded."),
+      inputs=[String("text", default=None, multiline=True, dynamicPrompts=True, tooltip="The text to be encoded."),
               Input("clip", "CLIP", tooltip="The CLIP model used for encoding the text.")],
       outputs=[Output("CONDITIONING", tooltip="A conditioning containing the embedded text used to guide "
                                                "the diffusion model.")])

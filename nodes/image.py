@@ -106,7 +106,8 @@ def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
       description="Saves the images as PNG files in the output folder, with the workflow embedded.",
       inputs=[Input("images", "IMAGE", tooltip="The images to save."),
               String("filename_prefix", default="ComfyUI",
-                     tooltip="The file name prefix; may name subfolders, e.g. 'portraits/face'."),
+                     tooltip="The prefix for the file to save. This may include formatting information such as "
+                             "%date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes."),
               Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def save_image(images: torch.Tensor, filename_prefix: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()

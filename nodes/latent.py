@@ -51,9 +51,12 @@ def latent_samples(latent: Any, node_name: str, input_name: str = "samples") -> 
 
 
 @node("EmptyLatentImage", category="latent", display_name="Empty Latent Image",
-      inputs=[Int("width", default=512, min=16, max=MAX_RESOLUTION, step=8),
-              Int("height", default=512, min=16, max=MAX_RESOLUTION, step=8),
-              Int("batch_size", default=1, min=1, max=4096)],
+      description="Create a new batch of empty latent images to be denoised via sampling.",
+      inputs=[Int("width", default=512, min=16, max=MAX_RESOLUTION, step=8,
+                  tooltip="The width of the latent images in pixels."),
+              Int("height", default=512, min=16, max=MAX_RESOLUTION, step=8,
+                  tooltip="The height of the latent images in pixels."),
+              Int("batch_size", default=1, min=1, max=4096, tooltip="The number of latent images in the batch.")],
       outputs=[Output("LATENT")])
 def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[dict]:
     import torch
@@ -63,7 +66,10 @@ def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[di
 
 
 @node("VAEDecode", category="latent", display_name="VAE Decode",
-      inputs=[Input("samples", "LATENT"), Input("vae", "VAE")], outputs=[Output("IMAGE")])
+      description="Decodes latent images back into pixel space images.",
+      inputs=[Input("samples", "LATENT", tooltip="The latent to be decoded."),
+              Input("vae", "VAE", tooltip="The VAE model used for decoding the latent.")],
+      outputs=[Output("IMAGE", tooltip="The decoded image.")])
 def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
     images = vae.decode(latent_samples(samples, "VAEDecode"))  # [B, H, W, 3]
     return (images,)
@@ -111,7 +117,7 @@ def latent_upscale(samples: dict, upscale_method: str, width: int, height: int, 
     return (out,)
 
 
-@node("SaveLatent", category="_for_testing", display_name="Save Latent", output_node=True,
+@node("SaveLatent", category="_for_testing", output_node=True,
       inputs=[Input("samples", "LATENT"), String("filename_prefix", default="latents/ComfyUI"),
               Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def save_latent(samples: dict, filename_prefix: str = "latents/ComfyUI", prompt: Any = None,
@@ -160,7 +166,7 @@ def _latent_exists(latent: str) -> bool | str:
     return True if path.is_file() else f"Invalid latent file: {latent}"
 
 
-@node("LoadLatent", category="_for_testing", display_name="Load Latent",
+@node("LoadLatent", category="_for_testing",
       inputs=[Combo("latent", list_latent_files)], outputs=[Output("LATENT")],
       is_changed=_latent_hash, validate_inputs=_latent_exists)
 def load_latent(latent: str) -> tuple[dict]:

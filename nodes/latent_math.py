@@ -56,7 +56,7 @@ def _with_samples(latent: dict, samples: torch.Tensor) -> dict:
     return out
 
 
-@node("LatentAdd", category="latent/advanced", python_module=MODULE,
+@node("LatentAdd", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples1", "LATENT"), Input("samples2", "LATENT")], outputs=[Output("LATENT")])
 def latent_add(samples1: dict, samples2: dict) -> tuple[dict]:
     """samples1 + samples2 (samples2 fitted to samples1's size and batch)."""
@@ -65,7 +65,7 @@ def latent_add(samples1: dict, samples2: dict) -> tuple[dict]:
     return (_with_samples(samples1, first + second),)
 
 
-@node("LatentSubtract", category="latent/advanced", python_module=MODULE,
+@node("LatentSubtract", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples1", "LATENT"), Input("samples2", "LATENT")], outputs=[Output("LATENT")])
 def latent_subtract(samples1: dict, samples2: dict) -> tuple[dict]:
     """samples1 - samples2 (samples2 fitted to samples1's size and batch)."""
@@ -74,7 +74,7 @@ def latent_subtract(samples1: dict, samples2: dict) -> tuple[dict]:
     return (_with_samples(samples1, first - second),)
 
 
-@node("LatentMultiply", category="latent/advanced", python_module=MODULE,
+@node("LatentMultiply", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples", "LATENT"), Float("multiplier", default=1.0, min=-10.0, max=10.0, step=0.01)],
       outputs=[Output("LATENT")])
 def latent_multiply(samples: dict, multiplier: float) -> tuple[dict]:
@@ -83,7 +83,7 @@ def latent_multiply(samples: dict, multiplier: float) -> tuple[dict]:
     return (_with_samples(samples, latent * _number(multiplier, "multiplier")),)
 
 
-@node("LatentInterpolate", category="latent/advanced", python_module=MODULE,
+@node("LatentInterpolate", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples1", "LATENT"), Input("samples2", "LATENT"),
               Float("ratio", default=1.0, min=0.0, max=1.0, step=0.01)],
       outputs=[Output("LATENT")])
@@ -97,7 +97,7 @@ def latent_interpolate(samples1: dict, samples2: dict, ratio: float) -> tuple[di
     return (_with_samples(samples1, interpolate(first, second, _number(ratio, "ratio"))),)
 
 
-@node("LatentConcat", category="latent/advanced", python_module=MODULE,
+@node("LatentConcat", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples1", "LATENT"), Input("samples2", "LATENT"), Combo("dim", CONCAT_DIMS)],
       outputs=[Output("LATENT")])
 def latent_concat(samples1: dict, samples2: dict, dim: str) -> tuple[dict]:
@@ -117,7 +117,7 @@ def latent_concat(samples1: dict, samples2: dict, dim: str) -> tuple[dict]:
     return (_with_samples(samples1, concat(first, second, dim)),)
 
 
-@node("LatentCut", category="latent/advanced", python_module=MODULE,
+@node("LatentCut", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples", "LATENT"), Combo("dim", CUT_DIMS),
               Int("index", default=0, min=-MAX_RESOLUTION, max=MAX_RESOLUTION, step=1),
               Int("amount", default=1, min=1, max=MAX_RESOLUTION, step=1)],
@@ -136,7 +136,7 @@ def latent_cut(samples: dict, dim: str, index: int, amount: int) -> tuple[dict]:
     return (_with_samples(samples, cut(latent, dim, index, amount)),)
 
 
-@node("LatentBatch", category="latent/batch", python_module=MODULE,
+@node("LatentBatch", display_name=None, category="latent/batch", python_module=MODULE,
       inputs=[Input("samples1", "LATENT"), Input("samples2", "LATENT")], outputs=[Output("LATENT")])
 def latent_batch(samples1: dict, samples2: dict) -> tuple[dict]:
     """samples1's items followed by samples2's (resized to samples1's size). `batch_index` lists
@@ -152,7 +152,7 @@ def latent_batch(samples1: dict, samples2: dict) -> tuple[dict]:
     return (out,)
 
 
-@node("LatentBatchSeedBehavior", category="latent/advanced", python_module=MODULE,
+@node("LatentBatchSeedBehavior", display_name=None, category="latent/advanced", python_module=MODULE,
       inputs=[Input("samples", "LATENT"), Combo("seed_behavior", SEED_BEHAVIORS, default="fixed")],
       outputs=[Output("LATENT")])
 def latent_batch_seed_behavior(samples: dict, seed_behavior: str) -> tuple[dict]:

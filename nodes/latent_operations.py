@@ -35,7 +35,7 @@ def _number(value: Any, input_name: str, low: float) -> float:
     return value
 
 
-@node("LatentApplyOperation", category=CATEGORY, experimental=True, python_module=MODULE,
+@node("LatentApplyOperation", display_name=None, category=CATEGORY, experimental=True, python_module=MODULE,
       inputs=[Input("samples", "LATENT"), Input("operation", "LATENT_OPERATION")], outputs=[Output("LATENT")])
 def latent_apply_operation(samples: dict, operation: Any) -> tuple[dict]:
     """`operation` applied to the samples; the LATENT's other keys are kept."""
@@ -50,7 +50,7 @@ def latent_apply_operation(samples: dict, operation: Any) -> tuple[dict]:
     return (out,)
 
 
-@node("LatentApplyOperationCFG", category=CATEGORY, experimental=True, python_module=MODULE,
+@node("LatentApplyOperationCFG", display_name=None, category=CATEGORY, experimental=True, python_module=MODULE,
       inputs=[Input("model", "MODEL"), Input("operation", "LATENT_OPERATION")], outputs=[Output("MODEL")])
 def latent_apply_operation_cfg(model: Any, operation: Any) -> tuple[Any]:
     """A clone of the model whose sampler applies `operation` to positive - negative before CFG
@@ -62,7 +62,7 @@ def latent_apply_operation_cfg(model: Any, operation: Any) -> tuple[Any]:
     return (patched,)
 
 
-@node("LatentOperationTonemapReinhard", category=CATEGORY, experimental=True, python_module=MODULE,
+@node("LatentOperationTonemapReinhard", display_name=None, category=CATEGORY, experimental=True, python_module=MODULE,
       inputs=[Float("multiplier", default=1.0, min=0.0, max=100.0, step=0.01)],
       outputs=[Output("LATENT_OPERATION")])
 def latent_operation_tonemap_reinhard(multiplier: float) -> tuple[Any]:
@@ -73,7 +73,7 @@ def latent_operation_tonemap_reinhard(multiplier: float) -> tuple[Any]:
     return (TonemapReinhard(float(_number(multiplier, "multiplier", 0.0))),)
 
 
-@node("LatentOperationSharpen", category=CATEGORY, experimental=True, python_module=MODULE,
+@node("LatentOperationSharpen", display_name=None, category=CATEGORY, experimental=True, python_module=MODULE,
       inputs=[Int("sharpen_radius", default=9, min=1, max=31, step=1),
               Float("sigma", default=1.0, min=0.1, max=10.0, step=0.1),
               Float("alpha", default=0.1, min=0.0, max=5.0, step=0.01)],

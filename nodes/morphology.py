@@ -49,7 +49,7 @@ def morphology(image: torch.Tensor, operation: str, kernel_size: int) -> tuple[t
     return (OPS[operation](image.movedim(-1, 1), kernel_size).movedim(1, -1),)
 
 
-@node("ImageRGBToYUV", category="image/batch", python_module=MODULE,
+@node("ImageRGBToYUV", display_name=None, category="image/batch", python_module=MODULE,
       inputs=[Input("image", "IMAGE")], outputs=[Output("IMAGE", "Y"), Output("IMAGE", "U"), Output("IMAGE", "V")])
 def image_rgb_to_yuv(image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The Y (luma), U (Cb) and V (Cr) planes of an RGB image, each as a grey RGB image
@@ -61,7 +61,7 @@ def image_rgb_to_yuv(image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return tuple(planes[..., i:i + 1].expand_as(image) for i in range(3))
 
 
-@node("ImageYUVToRGB", category="image/batch", python_module=MODULE,
+@node("ImageYUVToRGB", display_name=None, category="image/batch", python_module=MODULE,
       inputs=[Input("Y", "IMAGE"), Input("U", "IMAGE"), Input("V", "IMAGE")], outputs=[Output("IMAGE")])
 def image_yuv_to_rgb(Y: torch.Tensor, U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor]:  # noqa: N803
     """The RGB image of Y, U and V planes, each read as the mean of its image's channels."""

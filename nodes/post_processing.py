@@ -38,7 +38,7 @@ def _radius(value: object, input_name: str, image: torch.Tensor) -> int:
     return radius
 
 
-@node("ImageBlend", category="image/postprocessing", python_module=MODULE,
+@node("ImageBlend", display_name=None, category="image/postprocessing", python_module=MODULE,
       inputs=[Input("image1", "IMAGE"), Input("image2", "IMAGE"),
               Float("blend_factor", default=0.5, min=0.0, max=1.0, step=0.01),
               Combo("blend_mode", BLEND_MODES)],
@@ -63,7 +63,7 @@ def image_blend(image1: torch.Tensor, image2: torch.Tensor, blend_factor: float,
     return (blend(base, top, blend_factor, blend_mode),)
 
 
-@node("ImageBlur", category="image/postprocessing", python_module=MODULE,
+@node("ImageBlur", display_name=None, category="image/postprocessing", python_module=MODULE,
       inputs=[Input("image", "IMAGE"), Int("blur_radius", default=1, min=1, max=31, step=1),
               Float("sigma", default=1.0, min=0.1, max=10.0, step=0.1)],
       outputs=[Output("IMAGE")])
@@ -78,7 +78,7 @@ def image_blur(image: torch.Tensor, blur_radius: int, sigma: float) -> tuple[tor
     return (blur(image, _radius(blur_radius, "blur_radius", image), sigma),)
 
 
-@node("ImageSharpen", category="image/postprocessing", python_module=MODULE,
+@node("ImageSharpen", display_name=None, category="image/postprocessing", python_module=MODULE,
       inputs=[Input("image", "IMAGE"), Int("sharpen_radius", default=1, min=1, max=31, step=1),
               Float("sigma", default=1.0, min=0.1, max=10.0, step=0.01),
               Float("alpha", default=1.0, min=0.0, max=5.0, step=0.01)],
@@ -119,7 +119,7 @@ def quantize_rgb(pixels: np.ndarray, colors: int, dither: str) -> np.ndarray:
     return np.asarray(mapped.convert("RGB"))
 
 
-@node("ImageQuantize", category="image/postprocessing", python_module=MODULE,
+@node("ImageQuantize", display_name=None, category="image/postprocessing", python_module=MODULE,
       inputs=[Input("image", "IMAGE"), Int("colors", default=256, min=1, max=256, step=1),
               Combo("dither", DITHER_MODES)],
       outputs=[Output("IMAGE")])
@@ -141,7 +141,7 @@ def image_quantize(image: torch.Tensor, colors: int, dither: str) -> tuple[torch
     return (torch.stack(out).to(image),)
 
 
-@node("ImageScaleToTotalPixels", category="image/upscaling", python_module=MODULE,
+@node("ImageScaleToTotalPixels", display_name=None, category="image/upscaling", python_module=MODULE,
       inputs=[Input("image", "IMAGE"), Combo("upscale_method", UPSCALE_METHODS),
               Float("megapixels", default=1.0, min=0.01, max=16.0, step=0.01)],
       outputs=[Output("IMAGE")])

@@ -110,17 +110,19 @@ def common_ksampler(node_name: str, model: Any, seed: int, steps: int, cfg: floa
     return (out,)
 
 
-def _common_inputs(seed_name: str) -> list:
+def _common_inputs(seed_name: str, tips: bool = True) -> list:
+    """KSampler's inputs (with its tooltips) or KSamplerAdvanced's (ComfyUI gives that one none)."""
+    tip = (lambda key: {"tooltip": _TIPS[key]}) if tips else (lambda key: {})
     return [
-        Input("model", "MODEL", tooltip=_TIPS["model"]),
-        Int(seed_name, default=0, min=0, max=MAX_SEED, control_after_generate=True, tooltip=_TIPS["seed"]),
-        Int("steps", default=20, min=1, max=10000, tooltip=_TIPS["steps"]),
-        Float("cfg", default=8.0, min=0.0, max=100.0, step=0.1, round=0.01, tooltip=_TIPS["cfg"]),
-        Combo("sampler_name", list(SAMPLER_NAMES), tooltip=_TIPS["sampler_name"]),
-        Combo("scheduler", list(SCHEDULER_NAMES), tooltip=_TIPS["scheduler"]),
-        Input("positive", "CONDITIONING", tooltip=_TIPS["positive"]),
-        Input("negative", "CONDITIONING", tooltip=_TIPS["negative"]),
-        Input("latent_image", "LATENT", tooltip=_TIPS["latent_image"]),
+        Input("model", "MODEL", **tip("model")),
+        Int(seed_name, default=0, min=0, max=MAX_SEED, control_after_generate=True, **tip("seed")),
+        Int("steps", default=20, min=1, max=10000, **tip("steps")),
+        Float("cfg", default=8.0, min=0.0, max=100.0, step=0.1, round=0.01, **tip("cfg")),
+        Combo("sampler_name", list(SAMPLER_NAMES), **tip("sampler_name")),
+        Combo("scheduler", list(SCHEDULER_NAMES), **tip("scheduler")),
+        Input("positive", "CONDITIONING", **tip("positive")),
+        Input("negative", "CONDITIONING", **tip("negative")),
+        Input("latent_image", "LATENT", **tip("latent_image")),
     ]
 
 
@@ -135,8 +137,8 @@ def ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str, s
 
 
 @node("KSamplerAdvanced", category="sampling", display_name="KSampler (Advanced)",
-      inputs=[Input("model", "MODEL", tooltip=_TIPS["model"]), Combo("add_noise", ["enable", "disable"])]
-      + _common_inputs("noise_seed")[1:]
+      inputs=[Input("model", "MODEL"), Combo("add_noise", ["enable", "disable"])]
+      + _common_inputs("noise_seed", tips=False)[1:]
       + [Int("start_at_step", default=0, min=0, max=10000), Int("end_at_step", default=10000, min=0, max=10000),
          Combo("return_with_leftover_noise", ["disable", "enable"])],
       outputs=[Output("LATENT")])

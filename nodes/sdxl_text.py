@@ -68,13 +68,14 @@ def _size(name: str, default: int) -> Any:
     return Int(name, default=default, min=0, max=MAX_RESOLUTION)
 
 
-@node("CLIPTextEncodeSDXL", category="advanced/conditioning",
+@node("CLIPTextEncodeSDXL", display_name=None, category="advanced/conditioning",
+      python_module="comfy_extras.nodes_clip_sdxl",
       inputs=[Input("clip", "CLIP"),
               _size("width", 1024), _size("height", 1024),
               _size("crop_w", 0), _size("crop_h", 0),
               _size("target_width", 1024), _size("target_height", 1024),
-              String("text_g", multiline=True, dynamicPrompts=True),
-              String("text_l", multiline=True, dynamicPrompts=True)],
+              String("text_g", default=None, multiline=True, dynamicPrompts=True),
+              String("text_l", default=None, multiline=True, dynamicPrompts=True)],
       outputs=[Output("CONDITIONING")])
 def clip_text_encode_sdxl(clip: Any, width: int, height: int, crop_w: int, crop_h: int, target_width: int,
                           target_height: int, text_g: str, text_l: str) -> tuple[list]:
@@ -98,10 +99,11 @@ def clip_text_encode_sdxl(clip: Any, width: int, height: int, crop_w: int, crop_
     return (_encode(clip, tokens, sizes),)
 
 
-@node("CLIPTextEncodeSDXLRefiner", category="advanced/conditioning",
+@node("CLIPTextEncodeSDXLRefiner", display_name=None, category="advanced/conditioning",
+      python_module="comfy_extras.nodes_clip_sdxl",
       inputs=[Float("ascore", default=6.0, min=0.0, max=1000.0, step=0.01),
               _size("width", 1024), _size("height", 1024),
-              String("text", multiline=True, dynamicPrompts=True),
+              String("text", default=None, multiline=True, dynamicPrompts=True),
               Input("clip", "CLIP")],
       outputs=[Output("CONDITIONING")])
 def clip_text_encode_sdxl_refiner(clip: Any, ascore: float, width: int, height: int, text: str) -> tuple[list]:

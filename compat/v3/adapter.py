@@ -74,7 +74,8 @@ def spec_from_v3(cls: type, *, python_module: str = "custom_nodes") -> NodeSpec:
 
     return NodeSpec(
         node_id=node_id, inputs=frozen_inputs, outputs=outputs, behaviour=behaviour,
-        display_name=schema.display_name or node_id, category=schema.category, description=schema.description,
+        display_name=schema.display_name or node_id,
+        display_name_declared=schema.display_name is not None, category=schema.category, description=schema.description,
         python_module=python_module, output_node=schema.is_output_node, input_is_list=schema.is_input_list,
         not_idempotent=schema.not_idempotent, deprecated=schema.is_deprecated,
         experimental=schema.is_experimental, api_node=schema.is_api_node, origin="v3", source=cls,

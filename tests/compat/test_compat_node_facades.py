@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 # Ours, with no ComfyUI counterpart: their facades use the default method name.
-OUR_OWN_NODES = {"CLIPTextEncodeWeighted", "CLIPTextEncodeWeightedSDXL", "ApplyEmbedding",
+OUR_OWN_NODES = {"CLIPTextEncodeWeighted", "CLIPTextEncodeWeightedSDXL", "ApplyEmbedding", "CheckpointLoaderTyped",
                  "SetAttentionBackend", "SetVAEAttentionBackend"}
 
 

@@ -48,22 +48,13 @@ def running_in(env: Environment):
 
 
 def module_parity(module: str, tmp_path: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """ComfyUI's node names in `module` and our differences from its entries for them. A
-    `display_name` that ComfyUI leaves null (its V3 nodes without one) is left out: the native
-    declaration cannot say "none" yet, and the editor then shows the class name, as ours."""
+    """ComfyUI's node names in `module` we lack, and our differences from its entries."""
     registry = Registry()
     register_builtin_nodes(registry)
     ours = registry.object_info(Environment.rooted_at(tmp_path))
     theirs = {n: e for n, e in comfyui_object_info().items() if e.get("python_module") == module}
     missing = sorted(set(theirs) - set(ours))
-    found = differences({n: ours[n] for n in theirs if n in ours}, theirs)
-    kept = {}
-    for name, lines in found.items():
-        lines = [line for line in lines
-                 if not (line.startswith(f"{name}.display_name:") and theirs[name]["display_name"] is None)]
-        if lines:
-            kept[name] = lines
-    return missing, kept
+    return missing, differences({n: ours[n] for n in theirs if n in ours}, theirs)
 
 
 def test_object_info_matches_comfyui(tmp_path):

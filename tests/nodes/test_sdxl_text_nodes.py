@@ -114,9 +114,10 @@ def test_packs_call_the_nodes_with_comfyuis_method_and_argument_order(sdxl, refi
     nodes = comfy_nodes
 
     (expected,) = clip_text_encode_sdxl(sdxl, 512, 512, 0, 0, 512, 512, "a lighthouse", "oil painting")
-    (got,) = nodes.CLIPTextEncodeSDXL().encode(sdxl, 512, 512, 0, 0, 512, 512, "a lighthouse", "oil painting")
+    # V3 nodes in ComfyUI 0.3.64 (comfy_extras.nodes_clip_sdxl): `execute` answers a NodeOutput.
+    (got,) = nodes.CLIPTextEncodeSDXL.execute(sdxl, 512, 512, 0, 0, 512, 512, "a lighthouse", "oil painting").result
     torch.testing.assert_close(got[0][0], expected[0][0])
-    (got,) = nodes.CLIPTextEncodeSDXLRefiner().encode(refiner_clip, 3.0, 640, 512, "a lighthouse")
+    (got,) = nodes.CLIPTextEncodeSDXLRefiner.execute(refiner_clip, 3.0, 640, 512, "a lighthouse").result
     assert (got[0][1]["aesthetic_score"], got[0][1]["width"], got[0][1]["height"]) == (3.0, 640, 512)
 
 
