@@ -48,6 +48,7 @@ class NodeContext:
     is_interrupted: Callable[[], bool] = field(repr=False, default=lambda: False)
     # send(event_type, data): a custom event to the prompt's client (packs' send_sync)
     send: Callable[[str, Any], None] = field(repr=False, default=lambda t, d: None)
+    class_type: str | None = None  # the running node's type, for errors that name it
 
     def check_interrupt(self) -> None:
         if self.is_interrupted():

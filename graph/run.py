@@ -210,8 +210,9 @@ class Run:
     def node_context(self, node_id: str, list_index: int | None, display: str | None = None) -> NodeContext:
         if display is None:
             display = self.dynprompt.get_display_node_id(node_id)
+        class_type = self.dynprompt.get_node(node_id)["class_type"] if self.dynprompt.has_node(node_id) else None
         return NodeContext(prompt_id=self.prompt_id, node_id=node_id, display_node_id=display,
-                           list_index=list_index, env=self.settings.env,
+                           list_index=list_index, env=self.settings.env, class_type=class_type,
                            report=partial(self.emit_progress, node_id),
                            is_interrupted=self.interrupt.is_set, send=self.send)
 

@@ -33,7 +33,7 @@ class NodeInputError(ValueError):
     def __init__(self, input_name: str, expected: str, received: str, *, node_type: str | None = None) -> None:
         ctx = current()
         self.node_id: str | None = ctx.node_id if ctx is not None else None
-        self.node_type: str | None = node_type or (getattr(ctx, "class_type", None) if ctx is not None else None)
+        self.node_type: str | None = node_type or (ctx.class_type if ctx is not None else None)
         self.input_name = input_name
         self.expected = expected
         self.received = received

@@ -10,8 +10,7 @@ from nodes.errors import NodeInputError
 
 
 def test_the_error_names_the_running_node_the_input_and_what_was_wrong():
-    ctx = NodeContext("p", "7", "7", None, None)
-    object.__setattr__(ctx, "class_type", "KSampler") if not hasattr(ctx, "class_type") else None
+    ctx = NodeContext("p", "7", "7", None, None, class_type="KSampler")
     token = set_current(ctx)
     try:
         with pytest.raises(NodeInputError) as err:
@@ -39,3 +38,25 @@ def test_checks_accept_comfyui_shapes_and_refuse_others():
                        (checks.model, 3), (checks.vae, None), (checks.image_batch, torch.zeros(0, 4, 4, 3))]:
         with pytest.raises(NodeInputError):
             check(bad)
+
+
+async def test_a_node_run_by_the_executor_is_named_in_its_input_error(tmp_path):
+    """The executor puts the node's id and type in its context: the error names the node as the
+    editor shows it, with no name passed by the node function."""
+    from graph.executor import Executor
+    from graph.native import Input, Output, node
+    from graph.registry import Registry
+
+    @node("NeedsLatent", inputs=[Input("samples", "*")], outputs=[Output("LATENT")])
+    def needs_latent(samples):
+        checks.latent(samples)
+        return (samples,)
+
+    registry = Registry()
+    registry.add_native(needs_latent)
+    events = []
+    outcome = await Executor(registry).execute({"5": {"class_type": "NeedsLatent", "inputs": {"samples": "x"}}}, "p",
+                                               outputs=["5"], extra_data={}, sink=events.append, interrupt=None)
+    assert outcome.status == "error"
+    error = next(e.data for e in events if e.type == "execution_error")
+    assert error["exception_message"].startswith("NeedsLatent (node 5): input 'samples' expected a LATENT")
