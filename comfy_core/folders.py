@@ -35,6 +35,9 @@ DEFAULT_KINDS: Mapping[str, str] = {
     "upscale_models": "upscale_models",
     "controlnet": "controlnet",
     "vae_approx": "vae_approx",
+    "clip_vision": "clip_vision",
+    "style_models": "style_models",
+    "configs": "configs",
 }
 
 # ComfyUI's aliases: some kinds share folders under two names.

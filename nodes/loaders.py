@@ -27,10 +27,15 @@ def _env(env: Any) -> Environment:
     return env if isinstance(env, Environment) else current_env()
 
 
-def _files(kind: str) -> Callable[[Any], list[str]]:
-    """A combo's live options: the files of one model-folder kind."""
+# ComfyUI's `configs` folder holds LDM yaml configs (CheckpointLoader's config_name).
+CONFIG_EXTENSIONS = (".yaml",)
+
+
+def _files(kind: str, extensions: tuple[str, ...] | None = None) -> Callable[[Any], list[str]]:
+    """A combo's live options: the files of one model-folder kind (model files, or `extensions`)."""
     def options(env: Any = None) -> list[str]:
-        return _env(env).folders.filenames(kind)
+        folders = _env(env).folders
+        return folders.filenames(kind, extensions) if extensions else folders.filenames(kind)
     return options
 
 
@@ -92,6 +97,21 @@ def _default_attention(model: Any = None, vae: Any = None) -> None:
             patcher.set_attention_backend(name)
 
 
+def _embedding_lookup(clip: Any) -> None:
+    """`embedding:NAME` in prompts reads the embeddings folders, as ComfyUI's checkpoint loaders
+    give their CLIP `embedding_directory` (comfy_core/text_encoders/embedding_files.py)."""
+    if clip is None or not hasattr(clip, "set_embedding_lookup"):
+        return
+    from comfy_core.folders import ModelFolderError
+    from comfy_core.text_encoders.embedding_files import FolderEmbeddingLookup
+
+    try:
+        folders = current_env().folders.paths("embeddings")
+    except ModelFolderError:
+        return
+    clip.set_embedding_lookup(FolderEmbeddingLookup(folders))
+
+
 def _track(*patchers: Any) -> None:
     """Hand the loaded patchers to the host's memory manager, when it has one."""
     memory = current_env().memory
@@ -114,22 +134,56 @@ def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
     loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"),
                              _options("CheckpointLoaderSimple"))
     _default_attention(loaded[0], loaded[2])
+    _embedding_lookup(loaded[1])
     _track(*loaded)
     return loaded
 
 
-@node("CheckpointLoader", category="loaders", display_name="Load Checkpoint (typed)",
+@node("CheckpointLoader", category="advanced/loaders", display_name="Load Checkpoint With Config (DEPRECATED)",
+      deprecated=True,
+      inputs=[Combo("config_name", _files("configs", CONFIG_EXTENSIONS)), Combo("ckpt_name", _files("checkpoints"))],
+      outputs=[Output("MODEL"), Output("CLIP"), Output("VAE")])
+def checkpoint_loader(config_name: str, ckpt_name: str) -> tuple[Any, Any, Any]:
+    """ComfyUI's deprecated loader with an LDM yaml config: here the family still comes from the
+    weights, and the config says only what weights cannot show, the prediction type
+    (`model.params.parameterization: "v"`)."""
+    from comfy_core.loading import load_checkpoint
+
+    prediction = config_prediction(_path("configs", config_name, "CheckpointLoader", "config_name"))
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
+                             _options("CheckpointLoader", prediction=prediction))
+    _default_attention(loaded[0], loaded[2])
+    _embedding_lookup(loaded[1])
+    _track(*loaded)
+    return loaded
+
+
+def config_prediction(path: Path) -> str:
+    """"v" when an LDM config's `model.params.parameterization` is "v", else "eps" (its default)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise LoaderNodeError("CheckpointLoader", "config_name", "a readable LDM yaml config", f"{path.name}: {exc}")
+    params = (config.get("model") or {}).get("params") or {} if isinstance(config, dict) else {}
+    return "v" if isinstance(params, dict) and params.get("parameterization") == "v" else "eps"
+
+
+@node("CheckpointLoaderTyped", category="loaders", display_name="Load Checkpoint (typed)",
       description="Loads a checkpoint with explicit choices: UNet weight dtype and prediction type.",
       inputs=[Combo("ckpt_name", _files("checkpoints")),
               Combo("weight_dtype", ["default", "fp32", "fp16", "bf16"], default="default", optional=True),
               Combo("prediction", ["auto", "eps", "v"], default="auto", optional=True)],
       outputs=[Output("MODEL"), Output("CLIP"), Output("VAE")])
-def checkpoint_loader(ckpt_name: str, weight_dtype: str = "default", prediction: str = "auto") -> tuple[Any, Any, Any]:
+def checkpoint_loader_typed(ckpt_name: str, weight_dtype: str = "default",
+                            prediction: str = "auto") -> tuple[Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
 
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
-                             _options("CheckpointLoader", weight_dtype, prediction))
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderTyped", "ckpt_name"),
+                             _options("CheckpointLoaderTyped", weight_dtype, prediction))
     _default_attention(loaded[0], loaded[2])
+    _embedding_lookup(loaded[1])
     _track(*loaded)
     return loaded
 

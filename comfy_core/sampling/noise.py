@@ -6,8 +6,10 @@
   We use a private `torch.Generator` rather than `torch.manual_seed`: its stream is identical
   and no process-wide RNG state changes.
 - Per-step noise of ancestral samplers (`default_noise_sampler`): a generator on `x`'s device
-  seeded with the sampling seed, plus one on the CPU (ComfyUI does this so the step noise is not
-  the initial noise again); one `randn(x.shape)` per call.
+  seeded with the sampling seed itself, one `randn(x.shape)` in `x`'s dtype per call (ComfyUI
+  0.3.64 `comfy/k_diffusion/sampling.py: default_noise_sampler`). On the CPU its first draw is
+  therefore the initial noise again, exactly as in ComfyUI; later ComfyUI releases seed it with
+  seed + 1 on the CPU, 0.3.64 (the version we match) does not.
 - SDE samplers (`BrownianTreeNoiseSampler`): a `torchsde.BrownianTree` over [sigma_min, sigma_max]
   seeded with the sampling seed, increments normalised by `sqrt(|t1 - t0|)` (Kidger et al. 2021,
   "Efficient and Accurate Gradients for Neural SDEs", for the tree; k-diffusion for its use).
@@ -44,12 +46,10 @@ def prepare_noise(latent: torch.Tensor, seed: int, batch_inds: Sequence[int] | N
 
 
 def default_noise_sampler(x: torch.Tensor, seed: int | None = None) -> NoiseSampler:
-    """Per-step Gaussian noise like `x`; seeded (seed + 1 on the CPU, as ComfyUI) or from the global RNG."""
+    """Per-step Gaussian noise like `x` from a generator on `x`'s device seeded with `seed` as given
+    (on every device, as ComfyUI 0.3.64), or from the global RNG when `seed` is None."""
     generator: torch.Generator | None = None
     if seed is not None:
-        if x.device.type == "cpu":
-            # ComfyUI's +1; wrapped so the largest seed a node accepts (2^64 - 1) stays usable.
-            seed = (int(seed) + 1) & SEED_MASK
         generator = torch.Generator(device=x.device).manual_seed(int(seed))
 
     def sample(sigma: torch.Tensor, sigma_next: torch.Tensor) -> torch.Tensor:

@@ -64,6 +64,24 @@ def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.
     return mask[None, None]
 
 
+def compute_in_float32(module: nn.Module, *args: object, **kwargs: object) -> torch.Tensor:
+    """`module(*args, **kwargs)` with its floating-point weights cast to float32 for this call only.
+
+    ComfyUI runs its text encoders in float32 whatever the weights are stored in (`comfy/ops.py`
+    `manual_cast`: each layer's weight cast to the float32 input as it runs; fp16 storage is
+    ComfyUI's default on the CPU). Computing in fp16 instead moves the conditioning by ~1e-3
+    relative, which samplers such as dpm_adaptive and SDXL's turn into visible pixel changes.
+    One module at a time, so the extra memory is one layer's weights; the module is not changed
+    (patched weights are read as they are).
+    """
+    tensors = dict(module.named_parameters())
+    tensors.update(module.named_buffers())
+    if all(t.dtype == torch.float32 or not t.is_floating_point() for t in tensors.values()):
+        return module(*args, **kwargs)
+    cast = {name: t.float() if t.is_floating_point() else t for name, t in tensors.items()}
+    return torch.func.functional_call(module, cast, args, kwargs)
+
+
 def first_eos_positions(ids: torch.Tensor, eos_id: int = EOS_ID) -> torch.Tensor:
     """[B] index of each row's first EOS; the last position for a row without one (ComfyUI's count)."""
     is_eos = ids == eos_id  # [B, T]
@@ -110,26 +128,27 @@ class ClipTextEncoder(nn.Module):
             raise TokenizeError(f"{self.config.slot}: {ids.shape[1]} tokens exceed the encoder's "
                                 f"{self.config.max_positions} positions")
         ids = ids.to(device=weight.device, dtype=torch.long)
-        embeds = self.token_embedding()(ids)  # [B, T, W]
+        # float32 activations throughout, whatever the weights' dtype (see compute_in_float32).
+        embeds = self.token_embedding()(ids).float()  # [B, T, W]
         if overrides:
             embeds = self._apply_overrides(embeds, overrides)
-        x = text_model.embeddings(inputs_embeds=embeds)  # + position embeddings
+        x = compute_in_float32(text_model.embeddings, inputs_embeds=embeds)  # + position embeddings
         mask = causal_mask(ids.shape[1], x.dtype, x.device)
         target = resolve_layer(layer_idx, self.num_layers)
         hidden = None
         for index, layer in enumerate(text_model.encoder.layers):
-            x = layer(x, mask)
+            x = compute_in_float32(layer, x, mask)
             if index == target:
                 hidden = x
-        final = text_model.final_layer_norm(x)  # [B, T, W]
+        final = compute_in_float32(text_model.final_layer_norm, x)  # [B, T, W]
         if hidden is None:
             hidden = final
         elif layer_norm_hidden:
-            hidden = text_model.final_layer_norm(hidden)
+            hidden = compute_in_float32(text_model.final_layer_norm, hidden)
         rows = torch.arange(ids.shape[0], device=final.device)
         pooled = final[rows, first_eos_positions(ids, eos_id).to(final.device)]  # [B, W]
         if projected:
-            pooled = self.transformer.text_projection(pooled)  # [B, P]
+            pooled = compute_in_float32(self.transformer.text_projection, pooled)  # [B, P]
         return EncoderOutput(hidden=hidden.float(), pooled=pooled.float())
 
     def _apply_overrides(self, embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride]) -> torch.Tensor:

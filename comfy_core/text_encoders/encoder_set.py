@@ -17,6 +17,7 @@ set's pooling encoder (CLIP-G for SDXL), from its first chunk.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
@@ -26,6 +27,8 @@ from torch import nn
 from comfy_core.text_encoders.encoder import ClipTextEncoder, EmbeddingOverride
 from comfy_core.text_encoders.errors import TextEncoderDetectionError, TokenizeError
 from comfy_core.text_encoders.weighting import encode_token_weights
+
+log = logging.getLogger(__name__)
 
 PAD_EOS = 49407
 PAD_ZERO = 0
@@ -109,7 +112,7 @@ class TextEncoderSet(nn.Module):
             encoder = self.encoder(options.slot)
 
             def encode_chunks(chunks: list[list[Any]], _enc=encoder, _opt=options) -> tuple[torch.Tensor, torch.Tensor]:
-                ids, overrides = chunks_to_ids(chunks, _enc.width)
+                ids, overrides = chunks_to_ids(chunks, _enc.width, mismatch_pad=_opt.pad_token)
                 out = _enc.encode_ids(ids, overrides, layer_idx=_opt.layer_idx,
                                       layer_norm_hidden=_opt.layer_norm_hidden,
                                       projected=projected_pooled and _opt.projected_pooled)
@@ -125,10 +128,15 @@ class TextEncoderSet(nn.Module):
         return torch.cat([o[:, :length] for o in outputs], dim=-1), pooled
 
 
-def chunks_to_ids(chunks: Sequence[Sequence[Any]], width: int) -> tuple[torch.Tensor, list[EmbeddingOverride]]:
+def chunks_to_ids(chunks: Sequence[Sequence[Any]], width: int,
+                  mismatch_pad: int | None = None) -> tuple[torch.Tensor, list[EmbeddingOverride]]:
     """Token chunks (ints, or embedding vectors [width]) -> ids [B, T] and embedding overrides.
 
     An embedding vector takes one position; its id is the placeholder 0 (as in A1111).
+    A vector of another width is an error, unless `mismatch_pad` is given: then, as ComfyUI's
+    `SDClipModel.process_tokens`, it is left out with a warning and the row gets one
+    `mismatch_pad` token at its end instead (the later tokens move one place left; the prompt
+    weights stay with the positions, as there).
     """
     lengths = {len(c) for c in chunks}
     if len(lengths) != 1:
@@ -137,9 +145,16 @@ def chunks_to_ids(chunks: Sequence[Sequence[Any]], width: int) -> tuple[torch.Te
     overrides: list[EmbeddingOverride] = []
     for row, chunk in enumerate(chunks):
         ids: list[int] = []
-        for position, token in enumerate(chunk):
+        dropped = 0
+        for token in chunk:
+            position = len(ids)
             if isinstance(token, torch.Tensor):
                 vector = token.reshape(-1) if token.dim() == 2 and token.shape[0] == 1 else token
+                if vector.dim() == 1 and vector.shape[0] != width and mismatch_pad is not None:
+                    log.warning("embedding vector of width %d does not fit this %d-wide text encoder; "
+                                "it is ignored", vector.shape[0], width)
+                    dropped += 1
+                    continue
                 if vector.dim() != 1 or vector.shape[0] != width:
                     raise TokenizeError(f"embedding token at chunk {row}, position {position} has shape "
                                         f"{tuple(token.shape)}; this encoder expects vectors of width {width}")
@@ -151,5 +166,5 @@ def chunks_to_ids(chunks: Sequence[Sequence[Any]], width: int) -> tuple[torch.Te
                 except (TypeError, ValueError):
                     raise TokenizeError(f"token at chunk {row}, position {position} is neither an id nor an "
                                         f"embedding vector: {token!r}") from None
-        rows.append(ids)
+        rows.append(ids + [int(mismatch_pad)] * dropped if dropped else ids)
     return torch.tensor(rows, dtype=torch.long), overrides

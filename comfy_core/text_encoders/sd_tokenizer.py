@@ -5,8 +5,11 @@ Behaviour re-implemented from ComfyUI's `comfy/sd1_clip.py` (`SDTokenizer.tokeni
 
 1. The prompt is parsed into weighted segments (`prompt_weights.parse_weights`).
 2. Each segment is cut at ` embedding:` / newline-`embedding:` boundaries; a piece that starts with
-   `embedding:NAME` is looked up (when an embedding lookup is configured); a found embedding
-   contributes its vectors as tokens, the rest of the piece is tokenized as text.
+   `embedding:NAME` is looked up (when an embedding lookup is configured: checkpoint loaders set
+   one over the embeddings folders, `embedding_files.FolderEmbeddingLookup`); NAME is the first
+   word, retried without trailing commas (`embedding:name,` is how users write it), the commas
+   then kept as text; a found embedding contributes its vectors as tokens, the rest of the piece
+   is tokenized as text.
 3. Each piece becomes a token group. Groups are packed into chunks of BOS + up to 75 tokens + EOS,
    padded to 77. A group that does not fit in the current chunk moves whole to the next chunk
    unless it is "large" (>= 8 tokens), in which case it is split at the boundary.
@@ -90,9 +93,11 @@ class SDTokenizer:
             if vectors is None:
                 log.warning("embedding:%s does not exist, ignoring", name)
             else:
-                if vectors.dim() not in (1, 2) or vectors.shape[-1] != self.spec.embedding_width:
+                if vectors.dim() not in (1, 2):
                     raise TokenizeError(f"embedding {name!r} has shape {tuple(vectors.shape)}; encoder "
-                                        f"{self.spec.embedding_key} needs vectors of width {self.spec.embedding_width}")
+                                        f"{self.spec.embedding_key} needs [n, {self.spec.embedding_width}] vectors")
+                # A vector of another width (an SD1 embedding in an SDXL prompt, for bigG) stays in
+                # the tokens, as in ComfyUI; the encoder drops it with a warning (chunks_to_ids).
                 rows = [vectors] if vectors.dim() == 1 else [vectors[i] for i in range(vectors.shape[0])]
                 groups.append([(row, weight) for row in rows])
             if leftover == "":

@@ -51,15 +51,16 @@ def test_bad_batch_index_raises() -> None:
         prepare_noise(torch.zeros(1, 4, 4, 4), 1, batch_inds=[-1])
 
 
-def test_default_noise_sampler_uses_seed_plus_one_on_cpu() -> None:
+def test_default_noise_sampler_uses_the_seed_itself_on_cpu() -> None:
+    # ComfyUI 0.3.64 default_noise_sampler: Generator(x.device).manual_seed(seed), no +1, so the
+    # first step's noise equals the initial noise of the same seed.
     x = torch.zeros(1, 4, 4, 4)
     ns = default_noise_sampler(x, seed=10)
-    g = torch.Generator().manual_seed(11)
+    g = torch.Generator().manual_seed(10)
     first, second = ns(None, None), ns(None, None)
     assert torch.equal(first, torch.randn(x.shape, generator=g))
+    assert torch.equal(first, prepare_noise(x, 10))
     assert torch.equal(second, torch.randn(x.shape, generator=g))  # one stream, advancing
-    # Different from the initial noise of the same seed (the reason for the +1).
-    assert not torch.equal(first, prepare_noise(x, 10))
 
 
 def test_brownian_tree_sampler_matches_torchsde_directly() -> None:
@@ -102,6 +103,6 @@ def test_batched_seeds_need_one_per_item() -> None:
 
 def test_largest_seed_works_for_step_noise() -> None:
     x = torch.zeros(1, 4, 2, 2)
-    top = default_noise_sampler(x, seed=0xFFFFFFFFFFFFFFFF)(None, None)  # seed + 1 wraps to 0
-    assert torch.equal(top, torch.randn(x.shape, generator=torch.Generator().manual_seed(0)))
+    top = default_noise_sampler(x, seed=0xFFFFFFFFFFFFFFFF)(None, None)
+    assert torch.equal(top, torch.randn(x.shape, generator=torch.Generator().manual_seed(0xFFFFFFFFFFFFFFFF)))
     assert prepare_noise(x, 0xFFFFFFFFFFFFFFFF).shape == x.shape

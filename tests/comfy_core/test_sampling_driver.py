@@ -132,6 +132,28 @@ def test_same_seed_same_result_for_stochastic_samplers() -> None:
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_euler_ancestral_step_noise_is_the_seeds_own_generator_stream() -> None:
+    # ComfyUI 0.3.64: prepare_noise draws randn(shape) from manual_seed(seed); the ancestral
+    # sampler's default noise sampler is a second Generator seeded with the same seed (no +1), one
+    # randn(x.shape) per step. Reference: k-diffusion's Euler ancestral step written out here with
+    # the fake model's closed-form denoiser.
+    seed, steps = 7, 5
+    noise = prepare_noise(EMPTY, seed)
+    out = sample(patcher(), noise, steps, 1.0, "euler_ancestral", "karras", cond(0.3), cond(0.0), EMPTY, seed=seed)
+    sigmas = calculate_sigmas(ModelSampling(), "karras", steps)
+    step_noise = torch.Generator().manual_seed(seed)
+    x = noise * (1 + float(sigmas[0]) ** 2) ** 0.5
+    for i in range(steps):
+        s, s_next = sigmas[i], sigmas[i + 1]
+        denoised = (S * S * x + s * s * 0.3) / (S * S + s * s)
+        sigma_up = torch.minimum(s_next, (s_next ** 2 * (s ** 2 - s_next ** 2) / s ** 2) ** 0.5)
+        sigma_down = (s_next ** 2 - sigma_up ** 2) ** 0.5
+        x = x + (x - denoised) / s * (sigma_down - s)
+        if s_next > 0:
+            x = x + torch.randn(x.shape, generator=step_noise) * sigma_up
+    torch.testing.assert_close(out, x / 0.18215, rtol=1e-4, atol=1e-4)
+
+
 def test_nonzero_latent_is_scaled_in_and_out_and_denoise_zero_returns_it() -> None:
     latent = torch.full((1, 4, 8, 8), 2.0)
     m = patcher()

@@ -198,9 +198,19 @@ def test_bad_tokens_raise(clips):
     with pytest.raises(TokenizeError, match="lack key 'l'"):
         clip.encode_from_tokens({"g": clip.tokenize("a")["l"]})
     chunks = clip.tokenize("a")["l"]
-    chunks[0][3] = (torch.zeros(5), 1.0)
-    with pytest.raises(TokenizeError, match="width 64"):
+    chunks[0][3] = ("x", 1.0)
+    with pytest.raises(TokenizeError, match="neither an id"):
         clip.encode_from_tokens({"l": chunks})
+
+
+def test_embedding_vector_of_another_width_is_left_out_as_comfyui_does(clips):
+    # SDClipModel.process_tokens: a vector that does not fit is not inserted; the row gets one
+    # pad token (EOS for CLIP-L) at its end instead.
+    clip = clips["sd1"]
+    chunks = clip.tokenize("a photo")["l"]
+    with_bad = [chunks[0][:2] + [(torch.zeros(5), 1.0)] + chunks[0][2:-1]]
+    expected = [chunks[0][:2] + chunks[0][2:-1] + [(49407, 1.0)]]
+    torch.testing.assert_close(clip.encode_from_tokens({"l": with_bad}), clip.encode_from_tokens({"l": expected}))
     with pytest.raises(TypeError):
         clip.clone().clip_layer("-2")
 
@@ -215,6 +225,26 @@ def test_build_from_file_in_fp16(tiny_sd1_ckpt, clip_tokenizer):
     assert {p.dtype for p in clip.cond_stage_model.parameters()} == {torch.float16}
     cond = clip.encode("a cat")
     assert cond.dtype == torch.float32 and torch.isfinite(cond).all()
+
+
+def test_fp16_weights_compute_in_float32_as_comfyui(tiny_sd1_ckpt, clip_tokenizer):
+    # ComfyUI stores text encoders in fp16 on the CPU but runs them in float32 (comfy/ops.py
+    # manual_cast, dtype=float32 in SDClipModel.forward): the result equals a float32 encoder
+    # holding the same fp16-rounded weights, and the stored weights stay fp16.
+    from safetensors.torch import load_file
+
+    from comfy_core.checkpoint.header import read_safetensors_header
+
+    configs = detect_text_encoders(read_safetensors_header(tiny_sd1_ckpt).tensors)
+    rounded = {k: v.half().float() if v.is_floating_point() else v for k, v in load_file(str(tiny_sd1_ckpt)).items()}
+    half = build_clip(configs, rounded, torch.float16, clip_tokenizer=clip_tokenizer)
+    full = build_clip(configs, rounded, torch.float32, clip_tokenizer=clip_tokenizer)
+    tokens = half.tokenize("a photo of a (cat:1.2), embedding:none")
+    got, got_pooled = half.encode_from_tokens(tokens, return_pooled=True)
+    want, want_pooled = full.encode_from_tokens(tokens, return_pooled=True)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_pooled, want_pooled, rtol=1e-6, atol=1e-6)
+    assert {p.dtype for p in half.cond_stage_model.parameters()} == {torch.float16}
 
 
 def test_checkpoint_loads_share_one_default_tokenizer(tiny_sd1_ckpt, tiny_sdxl_ckpt):

@@ -117,12 +117,15 @@ def test_embedding_lookup(clip_tokenizer):
     assert tokens[tensors[1][0] + 1][0] == clip_tokenizer.encode(",")[0]
 
 
-def test_embedding_of_wrong_width_is_refused(clip_tokenizer):
+def test_embedding_of_another_width_stays_in_the_tokens(clip_tokenizer):
+    # As ComfyUI's tokenizer: the vectors are tokens whatever their width (an SD1 embedding in an
+    # SDXL prompt reaches bigG too); the encoder leaves out what does not fit (chunks_to_ids).
     from comfy_core.text_encoders.errors import TokenizeError
 
-    tokenizer = _tok(clip_tokenizer, lookup=lambda n, k, w: torch.zeros(3, 5))
-    with pytest.raises(TokenizeError, match="'bad'.*width 8"):
-        tokenizer.tokenize_with_weights("embedding:bad")
+    tokens = _tok(clip_tokenizer, lookup=lambda n, k, w: torch.zeros(3, 5)).tokenize_with_weights("embedding:bad")[0]
+    assert [tuple(t.shape) for t, _ in tokens if isinstance(t, torch.Tensor)] == [(5,)] * 3
+    with pytest.raises(TokenizeError, match="'bad'"):
+        _tok(clip_tokenizer, lookup=lambda n, k, w: torch.zeros(1, 3, 8)).tokenize_with_weights("embedding:bad")
 
 
 def test_unknown_embedding_is_dropped_with_warning(clip_tokenizer, caplog):

@@ -9,7 +9,7 @@ import torch
 from graph.context import NodeContext, reset_current, set_current
 from graph.native import spec_of
 from nodes.environment import Environment
-from nodes.loaders import LoaderNodeError, checkpoint_loader, checkpoint_loader_simple, vae_loader
+from nodes.loaders import LoaderNodeError, checkpoint_loader, checkpoint_loader_simple, checkpoint_loader_typed, vae_loader
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_checkpoint_loader_simple_loads_by_name(env):
 
 
 def test_typed_loader_options(env):
-    model, _, _ = checkpoint_loader("sub/tiny.safetensors", weight_dtype="bf16", prediction="v")
+    model, _, _ = checkpoint_loader_typed("sub/tiny.safetensors", weight_dtype="bf16", prediction="v")
     assert model.model.get_dtype() == torch.bfloat16
     assert model.model.model_sampling.prediction == "v"
 
@@ -94,3 +94,45 @@ def test_symlinked_checkpoint_and_folder_load_by_the_listed_name(tmp_path, tiny_
             checkpoint_loader_simple("../../drive/real.safetensors")
     finally:
         reset_current(token)
+
+
+def test_checkpoint_clip_reads_embeddings_written_as_users_write_them(env, tmp_path):
+    # ComfyUI's loaders give the CLIP the embeddings folders: `embedding:name,` (the name directly
+    # followed by a comma) is the file `name.safetensors`, the comma stays text (sd1_clip.py
+    # `_try_get_embedding`). Expected tokens written out: BOS, "a photo of a cat,", the 2
+    # vectors, ",", "detailed", EOS, then EOS padding to 77.
+    from safetensors.torch import save_file
+
+    from nodes.conditioning import clip_text_encode
+
+    vectors = torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
+    emb_dir = tmp_path / "models" / "embeddings"
+    emb_dir.mkdir(parents=True, exist_ok=True)
+    save_file({"emb_params": vectors}, str(emb_dir / "tinyemb.safetensors"))
+    _, clip, _ = checkpoint_loader_simple("sub/tiny.safetensors")
+    (cond,) = clip_text_encode("a photo of a cat, embedding:tinyemb, detailed", clip)
+
+    bpe = clip.tokenizer.clip_l.clip_tokenizer
+    tokens = [49406, *bpe.encode("a photo of a cat,"), vectors[0], vectors[1], *bpe.encode(", detailed"), 49407]
+    tokens += [49407] * (77 - len(tokens))
+    expected = clip.encode_from_tokens({"l": [[(t, 1.0) for t in tokens]]})
+    torch.testing.assert_close(cond[0][0], expected, rtol=0, atol=0)
+    (plain,) = clip_text_encode("a photo of a cat, embedding:tinyemb detailed", clip)
+    assert plain[0][0].shape == cond[0][0].shape
+
+
+def test_comfyuis_config_loader_takes_the_prediction_type_from_the_yaml(env, tmp_path):
+    """ComfyUI's (deprecated) CheckpointLoader: `parameterization: "v"` in the LDM config makes a
+    v-prediction model; a config without it, eps."""
+    configs = tmp_path / "models" / "configs"
+    configs.mkdir(parents=True)
+    (configs / "v2-inference-v.yaml").write_text("model:\n  params:\n    parameterization: \"v\"\n")
+    (configs / "v1-inference.yaml").write_text("model:\n  params:\n    linear_start: 0.00085\n")
+    assert spec_of(checkpoint_loader).input("config_name").combo_values(env) == ["v1-inference.yaml",
+                                                                               "v2-inference-v.yaml"]
+    model, _, _ = checkpoint_loader("v2-inference-v.yaml", "sub/tiny.safetensors")
+    assert model.model.model_sampling.prediction == "v"
+    model, _, _ = checkpoint_loader("v1-inference.yaml", "sub/tiny.safetensors")
+    assert model.model.model_sampling.prediction == "eps"
+    with pytest.raises(LoaderNodeError, match="config_name"):
+        checkpoint_loader("missing.yaml", "sub/tiny.safetensors")

@@ -214,27 +214,29 @@ def sample_dpmpp_2s_ancestral_cfg_pp(model: Denoiser, x: torch.Tensor, sigmas: t
                                      extra_args: dict | None = None, callback: StepCallback = None,
                                      disable: Any = None, eta: float = 1.0, s_noise: float = 1.0,
                                      noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
-    """DPM-Solver++(2S) ancestral (Lu et al. 2022) stepping on the unconditional prediction, with the
-    guidance `denoised - uncond` added back after each step (CFG++, Chung et al. 2024)."""
+    """DPM-Solver++(2S) ancestral (Lu et al. 2022) in CFG++ form (Chung et al. 2024), as ComfyUI
+    0.3.64 writes it (`comfy/k_diffusion/sampling.py`), in t = -log(sigma): each sub-step starts
+    from `x + (denoised - uncond)` with the uncond most recently predicted (at sigma_i for the
+    midpoint, at the midpoint for the final update), and moves with the guided predictions; Euler
+    to the unconditional prediction when sigma_down is 0. Later ComfyUI releases changed this sampler; this is 0.3.64's.
+    """
     extra_args, uncond = _capture_uncond(extra_args)
     run = StepDenoiser(model, x, extra_args, callback)
     noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
     for i in range(len(sigmas) - 1):
         denoised = run.step(x, sigmas, i)
         u = uncond()
-        guidance = denoised - u
         sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
         if sigma_down == 0:
-            x = x + to_d(x, sigmas[i], u) * (sigma_down - sigmas[i])
+            x = denoised + to_d(x, sigmas[i], u) * sigma_down
         else:
-            t, t_next = half_log_snr(sigmas[i]), half_log_snr(sigma_down)
+            t, t_next = sigmas[i].log().neg(), sigma_down.log().neg()
             h = t_next - t
             s = t + 0.5 * h
-            sigma_s, sigma_t = sigma_of_half_log_snr(s), sigma_of_half_log_snr(t)
-            x_2 = (sigma_s / sigma_t) * x - (-h * 0.5).expm1() * u
-            run(x_2, sigma_s)  # refreshes the captured uncond
-            x = (sigma_of_half_log_snr(t_next) / sigma_t) * x - (-h).expm1() * uncond()
+            x_2 = (s.neg().exp() / t.neg().exp()) * (x + (denoised - u)) - (-h * 0.5).expm1() * denoised
+            denoised_2 = run(x_2, s.neg().exp())
+            # As in 0.3.64: the guidance term here reads the uncond captured by the midpoint call.
+            x = (t_next.neg().exp() / t.neg().exp()) * (x + (denoised - uncond())) - (-h).expm1() * denoised_2
         if sigmas[i + 1] > 0:
             x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
-        x = x + guidance
     return x
