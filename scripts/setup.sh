@@ -8,8 +8,9 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-# torch first, alone and pinned, so no later requirement can pull a CUDA build.
-.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+# torch and torchvision first, alone and pinned together, so no later requirement can pull
+# another build (they run on the CPU here and on NVIDIA GPUs elsewhere).
+.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.14.1 torchvision==0.29.1
 if [ "${1:-}" = "--dev" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
     if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
