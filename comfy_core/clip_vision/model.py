@@ -1,0 +1,101 @@
+"""`VisionTower`: a CLIP or SigLIP image encoder on transformers' modules, and its forward pass.
+
+The modules are transformers' (`CLIPVisionModelWithProjection`'s `vision_model` and
+`visual_projection`, or `SiglipVisionModel` without its pooling head), so the state dict has the
+names of the "hf" files and of ComfyUI's `CLIPVisionModelProjection`. The forward pass is ours,
+layer by layer, because ComfyUI's outputs (`comfy/clip_model.py`, `comfy/clip_vision.py: encode_image`)
+need the state after the second-to-last layer, and so that each layer computes in float32 whatever
+its weights are stored in (ComfyUI's `manual_cast`):
+
+- CLIP: patch + class + position embeddings, pre-layer-norm, the encoder layers; `last_hidden_state`
+  is the last layer's output (no final norm), `image_embeds` the class token through the
+  post-layer-norm and `visual_projection`;
+- SigLIP: patch + position embeddings, the encoder layers, the post-layer-norm over every token,
+  which is both `last_hidden_state` and `image_embeds` (no projection); `all_hidden_states` stacks
+  every layer's output `[B, layers, tokens, width]`;
+- both: `penultimate_hidden_states` is the second-to-last layer's output (None for a one-layer
+  tower, as in ComfyUI); `mm_projected` is the LLaVA projector over it without the class token,
+  `linear_2(gelu(linear_1(x)))`, or None.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from comfy_core.clip_vision.config import KIND_CLIP, ClipVisionConfig
+from comfy_core.models.float32_compute import compute_in_float32
+from comfy_core.clip_vision.output import ClipVisionOutput
+
+# Kept in float32 whatever the storage dtype: ComfyUI's `CLIPVision` builds these three without a
+# dtype, so they hold the file's values unrounded.
+FLOAT32_KEYS = ("vision_model.pre_layrnorm.", "vision_model.post_layernorm.", "visual_projection.")
+
+
+class LlavaProjector(nn.Module):
+    """LLaVA's two-layer projector from image tokens to a language model's width."""
+
+    def __init__(self, width: int, out_dim: int) -> None:
+        super().__init__()
+        self.linear_1 = nn.Linear(width, out_dim, bias=True)
+        self.linear_2 = nn.Linear(out_dim, out_dim, bias=True)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(F.gelu(self.linear_1(hidden[:, 1:])))  # [B, T-1, out_dim]
+
+
+class VisionTower(nn.Module):
+    """The image encoder `config` describes; build it on the meta device and assign its weights."""
+
+    def __init__(self, config: ClipVisionConfig) -> None:
+        super().__init__()
+        self.config = config
+        if config.kind == KIND_CLIP:
+            from transformers import CLIPVisionModelWithProjection
+
+            model = CLIPVisionModelWithProjection(config.to_transformers())
+            self.vision_model = model.vision_model
+            self.visual_projection = model.visual_projection
+        else:
+            from transformers import SiglipVisionModel
+
+            self.vision_model = SiglipVisionModel(config.to_transformers())
+            self.visual_projection = None
+        self.multi_modal_projector = (LlavaProjector(config.width, config.mm_projection_dim)
+                                      if config.mm_projection_dim is not None else None)
+
+    def reset_position_ids(self) -> None:
+        """Give the non-persistent `position_ids` buffer (in no state dict, so still on the meta
+        device after an assign-load) its values."""
+        embeddings = self.vision_model.embeddings
+        embeddings.position_ids = torch.arange(self.config.num_positions).expand((1, -1))
+
+    def encode(self, pixel_values: torch.Tensor) -> ClipVisionOutput:
+        """Normalised pixels `[B, 3, S, S]` (S = the config's image size) -> ComfyUI's outputs, float32."""
+        config = self.config
+        vision = self.vision_model
+        pixel_values = pixel_values.float()
+        x = compute_in_float32(vision.embeddings, pixel_values)  # [B, T, W]
+        if config.kind == KIND_CLIP:
+            x = compute_in_float32(vision.pre_layrnorm, x)
+        states: list[torch.Tensor] = []
+        for layer in vision.encoder.layers:
+            x = compute_in_float32(layer, x, None)
+            states.append(x)
+        penultimate = states[-2] if len(states) >= 2 else None
+        output = ClipVisionOutput()
+        if config.kind == KIND_CLIP:
+            output["last_hidden_state"] = x
+            pooled = compute_in_float32(vision.post_layernorm, x[:, 0, :])  # [B, W]
+            output["image_embeds"] = compute_in_float32(self.visual_projection, pooled)  # [B, P]
+            output["penultimate_hidden_states"] = penultimate
+        else:
+            x = compute_in_float32(vision.post_layernorm, x)
+            output["last_hidden_state"] = x
+            output["image_embeds"] = x
+            output["all_hidden_states"] = torch.stack(states, dim=1)  # [B, L, T, W]
+            output["penultimate_hidden_states"] = penultimate
+        output["mm_projected"] = None
+        if self.multi_modal_projector is not None and penultimate is not None:
+            output["mm_projected"] = compute_in_float32(self.multi_modal_projector, penultimate)
+        return output
