@@ -129,8 +129,8 @@ def get_save_image_path(filename_prefix: str, output_dir: str, image_width: int 
     """`(full_output_folder, filename, counter, subfolder, filename_prefix)`, ComfyUI's tuple:
     `%width%`/`%height%`/`%year%`... are filled in, the folder is created, the counter is one
     more than the largest `<filename>_<counter>_` in it; a prefix leaving `output_dir` raises."""
-    from comfy_core.images.errors import ImageInputError
-    from comfy_core.images.file_names import save_location
+    from comfy_core.image.errors import ImageInputError
+    from comfy_core.image.file_names import save_location
 
     try:
         folder, filename, counter, subfolder = save_location(Path(output_dir), filename_prefix, image_width,

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from comfy_core.images.png import SaveTarget, preview_target, write_image_batch
+from comfy_core.image.png import SaveTarget, preview_target, write_image_batch
 from compat.active import active
 from graph.context import current
 from graph.native import MAX_RESOLUTION

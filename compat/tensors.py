@@ -56,10 +56,10 @@ def common_upscale(samples: torch.Tensor, width: int, height: int, upscale_metho
         raise ValueError(f"common_upscale: crop must be 'center' or 'disabled', got {crop!r}")
     if upscale_method == "bislerp":
         from comfy_core.models.latent_resize import bislerp
-        from comfy_core.images.resize import center_crop
+        from comfy_core.image.resize import center_crop
 
         return bislerp(center_crop(samples, width, height) if crop == "center" else samples, width, height)
-    from comfy_core.images.resize import upscale_samples
+    from comfy_core.image.resize import upscale_samples
 
     return upscale_samples(samples, width, height, upscale_method, crop)
 

@@ -26,7 +26,7 @@ MODULE = "comfy_extras.nodes_compositing"
 def _resized(planes: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """[B, H, W, C] resized to height x width: bicubic after a centre crop to the target's
     aspect ratio (ComfyUI's `common_upscale(..., "bicubic", "center")`)."""
-    from comfy_core.images.resize import upscale_samples
+    from comfy_core.image.resize import upscale_samples
 
     return upscale_samples(planes.movedim(-1, 1), width, height, "bicubic", "center").movedim(1, -1)
 

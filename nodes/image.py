@@ -3,12 +3,12 @@
 ComfyUI's names, inputs, outputs and semantics (its `nodes.py` and `comfy_extras/nodes_rebatch.py`
 at the reference snapshot, 0.3.64; behaviour described in reference/comfyui-contract.md), written
 here. IMAGE is a float tensor `[B, H, W, C]` in 0..1, MASK `[B, H, W]`. Thin: the image maths and
-file naming live in `comfy_core.images` (pixels, resize, decode, file_names, png).
+file naming live in `comfy_core.image` (pixels, resize, decode, file_names, png).
 
 - Pixels become uint8 by `clip(255 * x)` then truncation (not rounding), as ComfyUI does, so the
   same image gives the same PNG bytes.
-- Saved files follow ComfyUI's counter scheme `<prefix>_00001_.png` (comfy_core.images.file_names).
-- Where and how a batch is written is a `SaveTarget` (comfy_core.images.png): ComfyUI's
+- Saved files follow ComfyUI's counter scheme `<prefix>_00001_.png` (comfy_core.image.file_names).
+- Where and how a batch is written is a `SaveTarget` (comfy_core.image.png): ComfyUI's
   `SaveImage` instance attributes, which `PreviewImage` and packs' subclasses of
   `nodes.SaveImage` set in `__init__` (the compat layer's facades read them back from the
   instance); `--disable-metadata` (the environment's `disable_metadata`) drops the text chunks.
@@ -22,12 +22,12 @@ import mimetypes
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.images.decode import load_image_frames, load_mask_channel
-from comfy_core.images.errors import ImageInputError
-from comfy_core.images.file_names import confined_file, split_annotation
-from comfy_core.images.pixels import check_image_batch
-from comfy_core.images.png import SaveTarget, preview_target, write_image_batch
-from comfy_core.images.resize import upscale_samples
+from comfy_core.image.decode import load_image_frames, load_mask_channel
+from comfy_core.image.errors import ImageInputError
+from comfy_core.image.file_names import confined_file, split_annotation
+from comfy_core.image.pixels import check_image_batch
+from comfy_core.image.png import SaveTarget, preview_target, write_image_batch
+from comfy_core.image.resize import upscale_samples
 from graph.context import current
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
 from nodes.environment import Environment, current_env
@@ -35,14 +35,14 @@ from nodes.environment import Environment, current_env
 if TYPE_CHECKING:
     import torch
 
-# torch is imported inside comfy_core.images' functions: registering these nodes and rendering
+# torch is imported inside comfy_core.image' functions: registering these nodes and rendering
 # /object_info must not import torch (server start-up).
 
 UPSCALE_METHODS = ["nearest-exact", "bilinear", "area", "bicubic", "lanczos"]
 CROP_METHODS = ["disabled", "center"]
 MASK_CHANNELS = ["alpha", "red", "green", "blue"]
 
-# The image nodes' input error is comfy_core.images' (raised by the file naming and saving too).
+# The image nodes' input error is comfy_core.image' (raised by the file naming and saving too).
 ImageNodeError = ImageInputError
 
 

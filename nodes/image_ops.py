@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.images.pixels import check_image_batch
-from comfy_core.images.resize import upscale_samples
+from comfy_core.image.pixels import check_image_batch
+from comfy_core.image.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
 from nodes.image import UPSCALE_METHODS, ImageNodeError
 

@@ -2,7 +2,7 @@
 ImageRotate, ImageFlip, ImageStitch, ResizeAndPadImage, ImageScaleToMaxDimension.
 
 ComfyUI's names, sockets and semantics, written here; the maths is in comfy_core.image (stitch,
-fit) and comfy_core.images.resize. IMAGE is `[B, H, W, C]` in 0..1.
+fit) and comfy_core.image.resize. IMAGE is `[B, H, W, C]` in 0..1.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ _QUARTER_TURNS = {"none": 0, "90 degrees": 1, "180 degrees": 2, "270 degrees": 3
 
 def _resized(image: torch.Tensor, width: int, height: int, method: str, input_name: str) -> torch.Tensor:
     """`image` [B, H, W, C] resized to width x height (no crop); a side under 1 px is refused."""
-    from comfy_core.images.resize import upscale_samples
+    from comfy_core.image.resize import upscale_samples
 
     if width < 1 or height < 1:
         raise NodeInputError(input_name, "a size that leaves at least one pixel per side",
@@ -130,7 +130,7 @@ def resize_and_pad_image(image: torch.Tensor, target_width: int, target_height: 
     """The image scaled (aspect kept, sides truncated) to fit target_width x target_height, centred
     on a white (1) or black (0) canvas of exactly that size."""
     from comfy_core.image.fit import fit_inside, pad_centered
-    from comfy_core.images.resize import upscale_samples
+    from comfy_core.image.resize import upscale_samples
 
     image = checks.image_batch(image, "image")
     for name, value in (("target_width", target_width), ("target_height", target_height)):

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.images.file_names import confined_file, save_location
-from comfy_core.images.resize import center_crop, upscale_samples
+from comfy_core.image.file_names import confined_file, save_location
+from comfy_core.image.resize import center_crop, upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
 from nodes.environment import Environment, current_env
 from nodes.image import file_sha256

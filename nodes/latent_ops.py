@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.images.resize import upscale_samples
+from comfy_core.image.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
 from nodes.latent import LATENT_UPSCALE_METHODS, LatentNodeError, latent_samples
 

@@ -237,7 +237,7 @@ def threshold_mask(mask: torch.Tensor, value: float) -> tuple[torch.Tensor]:
       inputs=[Input("mask", "MASK"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def mask_preview(mask: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """Shows the mask in the editor as a grey image, written to the temp folder."""
-    from comfy_core.images.png import preview_target, write_image_batch
+    from comfy_core.image.png import preview_target, write_image_batch
     from nodes.image import metadata_enabled
 
     (image,) = mask_to_image(mask)

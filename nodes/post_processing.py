@@ -49,7 +49,7 @@ def image_blend(image1: torch.Tensor, image2: torch.Tensor, blend_factor: float,
     image2 is first resized to image1 (bicubic, centre crop) when their shapes differ; channels
     are reconciled as in ImageCompositeMasked."""
     from comfy_core.image.blend import blend
-    from comfy_core.images.resize import upscale_samples
+    from comfy_core.image.resize import upscale_samples
 
     base, top = composited_images(checks.image_batch(image1, "image1"), checks.image_batch(image2, "image2"),
                                   ("image1", "image2"))
@@ -128,7 +128,7 @@ def image_quantize(image: torch.Tensor, colors: int, dither: str) -> tuple[torch
     truncated from 255 x value), dithered as chosen."""
     import torch
 
-    from comfy_core.images.pixels import image_to_uint8
+    from comfy_core.image.pixels import image_to_uint8
 
     image = checks.image_batch(image, "image")
     if image.shape[-1] != 3:
@@ -148,7 +148,7 @@ def image_quantize(image: torch.Tensor, colors: int, dither: str) -> tuple[torch
 def image_scale_to_total_pixels(image: torch.Tensor, upscale_method: str, megapixels: float) -> tuple[torch.Tensor]:
     """Resized, keeping the aspect ratio, to about `megapixels` x 1024^2 pixels: each side is
     multiplied by sqrt(int(megapixels * 1024^2) / (W * H)) and rounded."""
-    from comfy_core.images.resize import upscale_samples
+    from comfy_core.image.resize import upscale_samples
 
     image = checks.image_batch(image, "image")
     upscale_method = checks.choice(upscale_method, UPSCALE_METHODS, "upscale_method")

@@ -2,7 +2,7 @@
 SaveAnimatedWEBP, SaveAnimatedPNG (APNG) and SaveSVGNode, plus the SVG value they save.
 
 Like SaveImage, each writes into the output folder with ComfyUI's file naming and counter
-(`comfy_core.images.file_names.save_location`: `<prefix>_00001_.webp`, subfolders in the prefix,
+(`comfy_core.image.file_names.save_location`: `<prefix>_00001_.webp`, subfolders in the prefix,
 never outside the folder) and returns ComfyUI's UI record `{"images": [{filename, subfolder,
 type}], "animated": (bool,)}`. The prompt and workflow go into each file as ComfyUI writes them,
 unless the host runs with `--disable-metadata` (the environment's `disable_metadata`):
@@ -109,7 +109,7 @@ def _frames(images: torch.Tensor) -> list[Image.Image]:
     """The batch as Pillow images, pixels by `clip(255 x)` truncation (greyscale for 1 channel)."""
     from PIL import Image
 
-    from comfy_core.images.pixels import image_to_uint8
+    from comfy_core.image.pixels import image_to_uint8
 
     frames = []
     for image in images:
@@ -126,7 +126,7 @@ def _frame_duration(fps: Any) -> int:
 
 
 def _location(images: torch.Tensor, filename_prefix: Any, node_name: str) -> tuple[Path, str, int, str]:
-    from comfy_core.images.file_names import save_location
+    from comfy_core.image.file_names import save_location
 
     if not isinstance(filename_prefix, str):
         raise NodeInputError("filename_prefix", "a STRING", describe(filename_prefix))
@@ -200,7 +200,7 @@ def _svg_text(document: Any, index: int) -> str:
 def save_svg(svg: SVG, filename_prefix: str = "svg/ComfyUI", prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """Each document of `svg` as `<prefix>_<counter>_.svg` (`%batch_num%` in the prefix becomes
     its index), with the prompt and workflow in a `<metadata>` element."""
-    from comfy_core.images.file_names import save_location
+    from comfy_core.image.file_names import save_location
 
     documents = getattr(svg, "data", None)
     if not isinstance(documents, list):

@@ -123,13 +123,13 @@ def use_deterministic_algorithms() -> None:
 
 def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bool = False) -> float:
     """Import torch and `modules` (default: every lazy import of the built-in nodes and of
-    comfy_core.images), then build `env.memory` if it is deferred; returns the seconds it took.
+    comfy_core.image), then build `env.memory` if it is deferred; returns the seconds it took.
     A module that fails to import is logged and skipped: the node that needs it reports the
     error when it runs.
     `deterministic`: switch torch to deterministic algorithms once it is imported."""
     started = time.perf_counter()
-    if modules is None:  # the nodes' own, and those of the image helpers they call (comfy_core.images)
-        modules = [*lazy_imports("nodes"), *lazy_imports("comfy_core.images")]
+    if modules is None:  # the nodes' own, and those of the image helpers they call (comfy_core.image)
+        modules = [*lazy_imports("nodes"), *lazy_imports("comfy_core.image")]
     for name in ["torch", *modules]:
         try:
             importlib.import_module(name)

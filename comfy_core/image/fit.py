@@ -1,6 +1,6 @@
 """Sizes for fitting images into a box, after ComfyUI's ImageScaleToMaxDimension and
 ResizeAndPadImage (comfy_extras/nodes_images.py, 0.3.64), written here from their behaviour.
-The resizing itself is `comfy_core.images.resize.upscale_samples`."""
+The resizing itself is `comfy_core.image.resize.upscale_samples`."""
 from __future__ import annotations
 
 import torch

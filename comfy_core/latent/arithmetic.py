@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from comfy_core.images.resize import upscale_samples
+from comfy_core.image.resize import upscale_samples
 
 # The axis each name means, counted from the end (ComfyUI's LatentConcat and LatentCut).
 AXES_FROM_END = {"x": 1, "y": 2, "t": 3}

@@ -16,7 +16,7 @@ from graph.object_info import node_info
 from nodes import builtin_node_functions
 from nodes import image as image_nodes
 from nodes.environment import Environment
-from comfy_core.images.pixels import image_to_uint8
+from comfy_core.image.pixels import image_to_uint8
 from nodes.image import ImageNodeError
 
 

@@ -90,8 +90,8 @@ def test_lazy_imports_are_the_nodes_function_level_imports_and_all_import():
     assert "graph.native" not in names and "nodes._names" not in names  # module-level imports
     for name in names:  # the warm-up list holds no stale module names
         importlib.import_module(name)
-    # The image nodes' file and pixel work is in comfy_core.images: its lazy imports are warmed too.
-    assert {"PIL", "numpy"} <= set(lazy_imports("comfy_core.images"))
+    # The image nodes' file and pixel work is in comfy_core.image: its lazy imports are warmed too.
+    assert {"PIL", "numpy"} <= set(lazy_imports("comfy_core.image"))
 
 
 def test_warm_up_imports_and_builds_the_deferred_manager_and_survives_a_missing_module():

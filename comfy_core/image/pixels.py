@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.images.errors import ImageInputError
+from comfy_core.image.errors import ImageInputError
 
 if TYPE_CHECKING:
     import numpy as np

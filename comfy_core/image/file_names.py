@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from comfy_core.images.errors import ImageInputError
+from comfy_core.image.errors import ImageInputError
 
 FOLDER_TYPES = ("input", "output", "temp")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from comfy_core.images.pixels import image_to_uint8
+from comfy_core.image.pixels import image_to_uint8
 
 if TYPE_CHECKING:
     import torch

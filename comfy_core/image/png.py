@@ -1,6 +1,6 @@
 """Writing IMAGE batches as PNG files, as ComfyUI's `SaveImage.save_images` does (nodes.py):
 ComfyUI's text chunks (`prompt`, and one per key of `extra_pnginfo`), the file naming of
-`comfy_core.images.file_names`, and the UI records `{filename, subfolder, type}`.
+`comfy_core.image.file_names`, and the UI records `{filename, subfolder, type}`.
 
 Where and how a batch is written is a `SaveTarget` (folder, UI `type`, prefix suffix, PNG
 level): the instance attributes of ComfyUI's `SaveImage`, which `PreviewImage` and packs'
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.images.errors import ImageInputError
-from comfy_core.images.file_names import save_location
-from comfy_core.images.pixels import check_image_batch, image_to_uint8
+from comfy_core.image.errors import ImageInputError
+from comfy_core.image.file_names import save_location
+from comfy_core.image.pixels import check_image_batch, image_to_uint8
 
 if TYPE_CHECKING:
     import torch
