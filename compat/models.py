@@ -98,3 +98,44 @@ def sample(model: Any, noise: torch.Tensor, steps: int, cfg: float, sampler_name
     return ours(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, latent_image, denoise=denoise,
                 start_step=start_step, last_step=last_step, force_full_denoise=force_full_denoise,
                 noise_mask=noise_mask, sigmas=sigmas, callback=callback, seed=seed)
+
+
+# -- custom sampling (comfy.samplers.KSAMPLER / CFGGuider / ksampler / sampler_object, comfy.sample.sample_custom)
+
+def runtime_class(name: str) -> type:
+    """`comfy.samplers.KSAMPLER` / `CFGGuider`: our classes with ComfyUI's constructor signatures
+    (`KSAMPLER(sampler_function, extra_options={}, inpaint_options={})`, `CFGGuider(model_patcher)`),
+    resolved on first use so importing `comfy.samplers` stays torch-free."""
+    if name == "KSAMPLER":
+        from comfy_core.sampling.sampler_object import KSampler as ours
+
+        return ours
+    if name == "CFGGuider":
+        from comfy_core.sampling.guider import CFGGuider
+
+        return CFGGuider
+    raise AttributeError(name)
+
+
+def ksampler(sampler_name: str, extra_options: dict | None = None, inpaint_options: dict | None = None) -> Any:
+    """ComfyUI's `comfy.samplers.ksampler`: a SAMPLER for a name with options."""
+    from comfy_core.sampling.sampler_object import ksampler as ours
+
+    return ours(sampler_name, extra_options, inpaint_options)
+
+
+def sampler_object(name: str) -> Any:
+    """ComfyUI's `comfy.samplers.sampler_object` (KSamplerSelect's SAMPLER)."""
+    from comfy_core.sampling.sampler_object import sampler_object as ours
+
+    return ours(name)
+
+
+def sample_custom(model: Any, noise: torch.Tensor, cfg: float, sampler: Any, sigmas: torch.Tensor, positive: Any,
+                  negative: Any, latent_image: torch.Tensor, noise_mask: torch.Tensor | None = None,
+                  callback: Any = None, disable_pbar: bool = False, seed: int | None = None) -> torch.Tensor:
+    """ComfyUI's `comfy.sample.sample_custom`: CFG sampling with a SAMPLER over SIGMAS."""
+    from comfy_core.sampling.driver import sample_custom as ours
+
+    return ours(model, noise, cfg, sampler, sigmas, positive, negative, latent_image, noise_mask=noise_mask,
+                callback=callback, seed=seed)

@@ -1,9 +1,10 @@
 """Sampler nodes: KSampler and KSamplerAdvanced, with ComfyUI's names, inputs and semantics.
 
-Thin: noise for the seed (`comfy_core.sampling.noise.prepare_noise`, honouring the latent's
-`batch_index`), then `comfy_core.sampling.driver.sample`. The bridge to the engine is the step
-callback: one `progress(step, total, preview)` per step on the running node's context, with a
-JPEG preview (latent2rgb or TAESD) unless the host's `preview_method` is "none"; that call raises
+Thin: a NOISE object for the seed (`comfy_core.sampling.noise_object`, honouring the latent's
+`batch_index`), then `comfy_core.sampling.driver.sample`, which composes the schedule, a sampler
+object and a CFG guider exactly as SamplerCustomAdvanced is given them (nodes/custom_sampling.py).
+The bridge to the engine is the step callback: one `progress(step, total, preview)` per step on
+the running node's context, with a JPEG preview (latent2rgb or TAESD) unless the host's `preview_method` is "none"; that call raises
 `graph.context.Interrupted` when the prompt is interrupted, which unwinds sampling (the model's
 patches are removed by the driver's context manager).
 """
@@ -90,17 +91,14 @@ def common_ksampler(node_name: str, model: Any, seed: int, steps: int, cfg: floa
                     scheduler: str, positive: Any, negative: Any, latent: dict, denoise: float = 1.0,
                     disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
                     force_full_denoise: bool = False) -> tuple[dict]:
-    """ComfyUI's `common_ksampler`: seeded noise, noise mask, progress callback, sampling."""
-    import torch
-
+    """ComfyUI's `common_ksampler`: the parts SamplerCustomAdvanced is given (a NOISE object, the
+    schedule, `sampler_object(sampler_name)`, a CFG guider) composed by `driver.sample`."""
     from comfy_core.sampling.driver import sample
-    from comfy_core.sampling.noise import prepare_noise
+    from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
     samples = _latent_samples(latent, node_name)
-    if disable_noise:
-        noise = torch.zeros(samples.size(), dtype=samples.dtype, layout=samples.layout, device="cpu")
-    else:
-        noise = prepare_noise(samples, seed, latent.get("batch_index"))
+    noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)
+    noise = noise_source.generate_noise(latent)
     out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,
                          denoise=denoise, start_step=start_step, last_step=last_step,
                          force_full_denoise=force_full_denoise, noise_mask=latent.get("noise_mask"),
