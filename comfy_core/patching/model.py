@@ -7,11 +7,31 @@ read them; this class only stores them.
 """
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from comfy_core.patching.patcher import Patcher
+
+
+def _positional_arity(fn: Callable) -> int | None:
+    """How many parameters `fn` declares (None when it cannot be inspected), as ComfyUI counts them."""
+    try:
+        return len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class _OldCfgFunction:
+    """ComfyUI's pre-args `sampler_cfg_function(cond, uncond, cond_scale)` seen through the args form."""
+
+    fn: Callable
+
+    def __call__(self, args: dict) -> Any:
+        return self.fn(args["cond"], args["uncond"], args["cond_scale"])
 
 
 class ModelPatcher(Patcher):
@@ -29,16 +49,22 @@ class ModelPatcher(Patcher):
     # --- sampler-level hooks (read by the sampler) ---
 
     def set_model_sampler_cfg_function(self, sampler_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
+        """Replace CFG by `fn(args) -> noise prediction` (see comfy_core/sampling/cfg.py); a function of
+        three parameters is ComfyUI's old form `fn(cond, uncond, cond_scale)` and is adapted."""
+        if _positional_arity(sampler_cfg_function) == 3:
+            sampler_cfg_function = _OldCfgFunction(sampler_cfg_function)
         self.model_options["sampler_cfg_function"] = sampler_cfg_function
         if disable_cfg1_optimization:
             self.model_options["disable_cfg1_optimization"] = True
 
     def set_model_sampler_post_cfg_function(self, post_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
+        """Append `fn(args) -> x0 prediction`, run after CFG in order (args["denoised"] is the result so far)."""
         self.model_options["sampler_post_cfg_function"] = self.model_options.get("sampler_post_cfg_function", []) + [post_cfg_function]
         if disable_cfg1_optimization:
             self.model_options["disable_cfg1_optimization"] = True
 
     def set_model_sampler_pre_cfg_function(self, pre_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
+        """Append `fn(args) -> conds_out`, run before CFG on the list [positive x0, negative x0, ...]."""
         self.model_options["sampler_pre_cfg_function"] = self.model_options.get("sampler_pre_cfg_function", []) + [pre_cfg_function]
         if disable_cfg1_optimization:
             self.model_options["disable_cfg1_optimization"] = True

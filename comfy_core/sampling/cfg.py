@@ -45,12 +45,19 @@ def composable_positive(uncond_pred: torch.Tensor, terms: list[tuple[torch.Tenso
 def cfg_function(model: Any, cond_pred: torch.Tensor, uncond_pred: torch.Tensor, cond_scale: float,
                  x: torch.Tensor, sigma: torch.Tensor, model_options: dict,
                  cond: Any = None, uncond: Any = None) -> torch.Tensor:
-    """ComfyUI's `cfg_function`: the custom noise-space CFG hook if any, then post-CFG hooks."""
+    """ComfyUI's `cfg_function` (comfy/samplers.py): the custom CFG hook if any, then post-CFG hooks.
+
+    `sampler_cfg_function(args)` works in noise space: it gets `cond`/`uncond` as `x - x0`
+    predictions (plus the x0 ones as `cond_denoised`/`uncond_denoised`, `input` = x, `sigma` and
+    `timestep` = sigma, the prepared conditioning as `input_cond`/`input_uncond`) and returns a
+    noise prediction, turned back into `x - result`. Each `sampler_post_cfg_function(args)` gets
+    the x0-space result so far as `denoised` and returns a new x0 prediction.
+    """
     custom = model_options.get("sampler_cfg_function")
     if custom is not None:
         args = {"cond": x - cond_pred, "uncond": x - uncond_pred, "cond_scale": cond_scale, "timestep": sigma,
                 "input": x, "sigma": sigma, "cond_denoised": cond_pred, "uncond_denoised": uncond_pred,
-                "model": model, "model_options": model_options}
+                "model": model, "model_options": model_options, "input_cond": cond, "input_uncond": uncond}
         result = x - custom(args)
     else:
         result = cfg_combine(cond_pred, uncond_pred, cond_scale)
