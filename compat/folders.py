@@ -134,10 +134,9 @@ def get_save_image_path(filename_prefix: str, output_dir: str, image_width: int 
 
     try:
         folder, filename, counter, subfolder = save_location(Path(output_dir), filename_prefix, image_width,
-                                                             image_height, node="get_save_image_path",
-                                                             now=time.localtime())
+                                                             image_height, now=time.localtime())
     except ImageInputError as exc:
-        raise UnsafePathError(str(exc)) from None
+        raise UnsafePathError(f"get_save_image_path: {exc}") from None
     return str(folder), filename, counter, subfolder, filename_prefix
 
 

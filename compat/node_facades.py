@@ -169,14 +169,18 @@ def _save_images(self: Any, images: Any, filename_prefix: str = "ComfyUI", promp
     `self.prefix_append` after the prefix, `self.type` in the UI records and
     `self.compress_level`; an attribute a subclass's `__init__` left unset takes SaveImage's value.
     `--disable-metadata` (the environment's `disable_metadata`) writes no text chunks."""
+    # Imported here: compat is imported before the prestartup scripts, and the node modules after.
+    from nodes.errors import image_input_errors
+
     env = _host_env()
     default = SaveTarget(env.output_dir)
     target = SaveTarget(Path(getattr(self, "output_dir", default.output_dir)),
                         getattr(self, "type", default.type),
                         getattr(self, "prefix_append", default.prefix_append),
                         getattr(self, "compress_level", default.compress_level))
-    return write_image_batch(images, filename_prefix, target, prompt=prompt, extra_pnginfo=extra_pnginfo,
-                             metadata=not env.disable_metadata, node=type(self).__name__)
+    with image_input_errors():  # names the running node: the pack's subclass, or SaveImage itself
+        return write_image_batch(images, filename_prefix, target, prompt=prompt, extra_pnginfo=extra_pnginfo,
+                                 metadata=not env.disable_metadata)
 
 
 def class_for(spec: NodeSpec) -> type | None:
@@ -210,7 +214,7 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
     """ComfyUI's `nodes.common_ksampler` (same parameters), over the built-in sampler."""
     from nodes.sampling import common_ksampler as ours
 
-    return ours("common_ksampler", model, seed, steps, cfg, sampler_name, scheduler, positive, negative, latent,
+    return ours(model, seed, steps, cfg, sampler_name, scheduler, positive, negative, latent,
                 denoise=denoise, disable_noise=disable_noise, start_step=start_step, last_step=last_step,
                 force_full_denoise=force_full_denoise)
 

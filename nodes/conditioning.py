@@ -9,20 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Float, Input, Int, Output, String, node
-
-
-class ClipInputError(ValueError):
-    """The CLIP input of a conditioning node is missing or is not a CLIP object."""
-
-
-def require_clip(clip: Any, node_name: str) -> Any:
-    """`clip` if it is a CLIP object, else a `ClipInputError` naming the node (None: no text encoder)."""
-    if clip is None:
-        raise ClipInputError(f"{node_name}: input 'clip' is None; if it comes from a checkpoint loader, "
-                             f"the checkpoint has no text encoder")
-    if not (hasattr(clip, "tokenize") and hasattr(clip, "encode_from_tokens")):
-        raise ClipInputError(f"{node_name}: input 'clip' must be a CLIP object, got {type(clip).__name__}")
-    return clip
+from nodes import checks
 
 
 @node("CLIPTextEncode", category="conditioning", display_name="CLIP Text Encode (Prompt)",
@@ -33,10 +20,8 @@ def require_clip(clip: Any, node_name: str) -> Any:
       outputs=[Output("CONDITIONING", tooltip="A conditioning containing the embedded text used to guide "
                                                "the diffusion model.")])
 def clip_text_encode(text: str, clip: Any) -> tuple:
-    clip = require_clip(clip, "CLIPTextEncode")
-    if not isinstance(text, str):
-        raise ClipInputError(f"CLIPTextEncode: input 'text' must be a string, got {type(text).__name__}")
-    tokens = clip.tokenize(text)
+    clip = checks.clip(clip)
+    tokens = clip.tokenize(checks.text(text))
     if hasattr(clip, "encode_from_tokens_scheduled"):
         return (clip.encode_from_tokens_scheduled(tokens),)
     cond, pooled = clip.encode_from_tokens(tokens, return_pooled=True)
@@ -48,10 +33,8 @@ def clip_text_encode(text: str, clip: Any) -> tuple:
               Int("stop_at_clip_layer", default=-1, min=-24, max=-1, step=1)],
       outputs=[Output("CLIP")])
 def clip_set_last_layer(clip: Any, stop_at_clip_layer: int) -> tuple:
-    clip = require_clip(clip, "CLIPSetLastLayer")
-    if not isinstance(stop_at_clip_layer, int) or not -24 <= stop_at_clip_layer <= -1:
-        raise ClipInputError(f"CLIPSetLastLayer: input 'stop_at_clip_layer' must be an int in -24..-1, "
-                             f"got {stop_at_clip_layer!r}")
+    clip = checks.clip(clip)
+    stop_at_clip_layer = checks.integer(stop_at_clip_layer, "stop_at_clip_layer", -24, -1)
     clip = clip.clone()
     clip.clip_layer(stop_at_clip_layer)
     return (clip,)
@@ -61,10 +44,10 @@ def clip_set_last_layer(clip: Any, stop_at_clip_layer: int) -> tuple:
       inputs=[Input("conditioning_1", "CONDITIONING"), Input("conditioning_2", "CONDITIONING")],
       outputs=[Output("CONDITIONING")])
 def conditioning_combine(conditioning_1: list, conditioning_2: list) -> tuple:
-    from comfy_core.text_encoders.conditioning import check_conditioning, combine
+    from comfy_core.text_encoders.conditioning import combine
 
-    return (combine(check_conditioning(conditioning_1, "conditioning_1"),
-                    check_conditioning(conditioning_2, "conditioning_2")),)
+    return (combine(checks.conditioning(conditioning_1, "conditioning_1"),
+                    checks.conditioning(conditioning_2, "conditioning_2")),)
 
 
 @node("ConditioningSetArea", category="conditioning", display_name="Conditioning (Set Area)",
@@ -76,8 +59,8 @@ def conditioning_combine(conditioning_1: list, conditioning_2: list) -> tuple:
               Float("strength", default=1.0, min=0.0, max=10.0, step=0.01)],
       outputs=[Output("CONDITIONING")])
 def conditioning_set_area(conditioning: list, width: int, height: int, x: int, y: int, strength: float) -> tuple:
-    from comfy_core.text_encoders.conditioning import area_in_latent, check_conditioning, set_values
+    from comfy_core.text_encoders.conditioning import area_in_latent, set_values
 
-    check_conditioning(conditioning)
+    checks.conditioning(conditioning)
     return (set_values(conditioning, {"area": area_in_latent(width, height, x, y), "strength": strength,
                                       "set_area_to_bounds": False}),)

@@ -11,11 +11,11 @@ carries a trailing space), so it shows its node name, as in ComfyUI.
 """
 from __future__ import annotations
 
-import math
-import numbers
 from typing import TYPE_CHECKING, Any
 
 from graph.native import Combo, Float, Input, Output, node
+from nodes import checks
+from nodes.errors import NodeInputError
 
 if TYPE_CHECKING:
     import torch
@@ -26,49 +26,15 @@ if TYPE_CHECKING:
 SET_COND_AREA = ["default", "mask bounds"]
 
 
-class ConditioningNodeError(ValueError):
-    """Bad input to a conditioning node: names the node, the input, what was expected and received."""
-
-    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
-        self.node = node_name
-        self.input_name = input_name
-        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
+def _conditioning(value: Any, input_name: str, *, non_empty: bool = False) -> list:
+    """`value` if it is CONDITIONING whose tensors are tokens [B, T, W], else a NodeInputError."""
+    return checks.conditioning(value, input_name, tokens=True, non_empty=non_empty)
 
 
-def _describe(value: Any) -> str:
-    shape = getattr(value, "shape", None)
-    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
-
-
-def _conditioning(value: Any, node_name: str, input_name: str, *, non_empty: bool = False) -> list:
-    """`value` if it is CONDITIONING (a list of [tensor [B, T, W], dict]), else a typed error."""
-    import torch
-
-    expected = "CONDITIONING (a list of [tensor [B, T, W], dict])"
-    if not isinstance(value, list):
-        raise ConditioningNodeError(node_name, input_name, expected, _describe(value))
-    for index, entry in enumerate(value):
-        if (not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[0], torch.Tensor)
-                or entry[0].ndim != 3 or not isinstance(entry[1], dict)):
-            raise ConditioningNodeError(node_name, input_name, expected,
-                                        f"entry {index}: {entry!r:.80}")
-    if non_empty and not value:
-        raise ConditioningNodeError(node_name, input_name, "at least one conditioning entry", "an empty list")
-    return value
-
-
-def _number(value: Any, node_name: str, input_name: str, low: float, high: float) -> float:
-    """A real number in [low, high] (bool refused: True is a wiring mistake, not 1.0)."""
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value)
-            or not low <= value <= high):
-        raise ConditioningNodeError(node_name, input_name, f"a FLOAT in {low}..{high}", repr(value))
-    return value
-
-
-def _strength(value: Any, node_name: str, input_name: str = "strength") -> float:
+def _strength(value: Any, input_name: str = "strength") -> float:
     # No upper bound beyond the widget's: a linked strength above 10 still works in ComfyUI.
     # A negative one would make the sampler's weight sums cancel (division by ~0).
-    return _number(value, node_name, input_name, 0.0, math.inf)
+    return checks.number(value, input_name, 0.0)
 
 
 def _set_values(conditioning: list, values: dict) -> list:
@@ -77,21 +43,21 @@ def _set_values(conditioning: list, values: dict) -> list:
     return set_values(conditioning, values)
 
 
-def _first_from(conditioning_from: list, node_name: str) -> torch.Tensor:
+def _first_from(conditioning_from: list) -> torch.Tensor:
     """The first entry's tensor: ComfyUI applies only that one (and warns when there are more)."""
     if len(conditioning_from) > 1:
         import logging
 
         logging.getLogger(__name__).warning(
-            "%s: conditioning_from has %d entries; only the first is applied to conditioning_to",
-            node_name, len(conditioning_from))
+            "conditioning_from has %d entries; only the first is applied to conditioning_to",
+            len(conditioning_from))
     return conditioning_from[0][0]
 
 
-def _check_widths(to: torch.Tensor, source: torch.Tensor, node_name: str, index: int) -> None:
+def _check_widths(to: torch.Tensor, source: torch.Tensor, index: int) -> None:
     if to.shape[2] != source.shape[2]:
-        raise ConditioningNodeError(node_name, "conditioning_from", f"width {to.shape[2]} (as conditioning_to "
-                                    f"entry {index})", f"width {source.shape[2]}")
+        raise NodeInputError("conditioning_from", f"width {to.shape[2]} (as conditioning_to entry {index})",
+                             f"width {source.shape[2]}")
 
 
 # --- mask, area, strength, timestep range: options for the sampler ----------------------------
@@ -108,17 +74,10 @@ def conditioning_set_mask(conditioning: list, mask: torch.Tensor, set_cond_area:
     The parameters are in ComfyUI's method order (`append(conditioning, mask, set_cond_area,
     strength)`), not the sockets' order, so packs calling `nodes.ConditioningSetMask().append`
     positionally get what they meant."""
-    import torch
-
-    name = "ConditioningSetMask"
-    conditioning = _conditioning(conditioning, name, "conditioning")
-    if not isinstance(mask, torch.Tensor) or mask.ndim not in (2, 3):
-        raise ConditioningNodeError(name, "mask", "a MASK [B, H, W] (or [H, W])", _describe(mask))
-    if set_cond_area not in SET_COND_AREA:
-        raise ConditioningNodeError(name, "set_cond_area", f"one of {SET_COND_AREA}", repr(set_cond_area))
-    strength = _strength(strength, name)
-    if mask.ndim == 2:
-        mask = mask.unsqueeze(0)  # [1, H, W]
+    conditioning = _conditioning(conditioning, "conditioning")
+    mask = checks.mask_batch(mask)  # [B, H, W]
+    checks.choice(set_cond_area, SET_COND_AREA, "set_cond_area")
+    strength = _strength(strength)
     return (_set_values(conditioning, {"mask": mask, "set_area_to_bounds": set_cond_area != "default",
                                        "mask_strength": strength}),)
 
@@ -136,12 +95,11 @@ def conditioning_set_area_percentage(conditioning: list, width: float, height: f
                                      strength: float) -> tuple[list]:
     """ConditioningSetArea in fractions of the latent: the sampler resolves
     `("percentage", h, w, y, x)` against the latent it samples (any resolution)."""
-    name = "ConditioningSetAreaPercentage"
-    conditioning = _conditioning(conditioning, name, "conditioning")
-    fractions = {key: _number(value, name, key, 0.0, 1.0)
+    conditioning = _conditioning(conditioning, "conditioning")
+    fractions = {key: checks.number(value, key, 0.0, 1.0)
                  for key, value in (("width", width), ("height", height), ("x", x), ("y", y))}
     area = ("percentage", fractions["height"], fractions["width"], fractions["y"], fractions["x"])
-    return (_set_values(conditioning, {"area": area, "strength": _strength(strength, name),
+    return (_set_values(conditioning, {"area": area, "strength": _strength(strength),
                                        "set_area_to_bounds": False}),)
 
 
@@ -151,9 +109,8 @@ def conditioning_set_area_percentage(conditioning: list, width: float, height: f
       outputs=[Output("CONDITIONING")])
 def conditioning_set_area_strength(conditioning: list, strength: float) -> tuple[list]:
     """The weight of each entry where entries overlap (area, mask or the whole latent)."""
-    name = "ConditioningSetAreaStrength"
-    conditioning = _conditioning(conditioning, name, "conditioning")
-    return (_set_values(conditioning, {"strength": _strength(strength, name)}),)
+    conditioning = _conditioning(conditioning, "conditioning")
+    return (_set_values(conditioning, {"strength": _strength(strength)}),)
 
 
 @node("ConditioningSetTimestepRange", category="advanced/conditioning",
@@ -164,10 +121,9 @@ def conditioning_set_area_strength(conditioning: list, strength: float) -> tuple
 def conditioning_set_timestep_range(conditioning: list, start: float, end: float) -> tuple[list]:
     """Entries apply only between `start` and `end`, fractions of the sampling run (0 is the
     noisiest step); the sampler converts them to sigmas with the model's schedule."""
-    name = "ConditioningSetTimestepRange"
-    conditioning = _conditioning(conditioning, name, "conditioning")
-    return (_set_values(conditioning, {"start_percent": _number(start, name, "start", 0.0, 1.0),
-                                       "end_percent": _number(end, name, "end", 0.0, 1.0)}),)
+    conditioning = _conditioning(conditioning, "conditioning")
+    return (_set_values(conditioning, {"start_percent": checks.number(start, "start", 0.0, 1.0),
+                                       "end_percent": checks.number(end, "end", 0.0, 1.0)}),)
 
 
 # --- new tensors --------------------------------------------------------------------------------
@@ -180,15 +136,14 @@ def conditioning_concat(conditioning_to: list, conditioning_from: list) -> tuple
     (options, pooled output included, stay `conditioning_to`'s)."""
     import torch
 
-    name = "ConditioningConcat"
-    conditioning_to = _conditioning(conditioning_to, name, "conditioning_to")
-    source = _first_from(_conditioning(conditioning_from, name, "conditioning_from", non_empty=True), name)
+    conditioning_to = _conditioning(conditioning_to, "conditioning_to")
+    source = _first_from(_conditioning(conditioning_from, "conditioning_from", non_empty=True))
     out = []
     for index, (cond, options) in enumerate(conditioning_to):
-        _check_widths(cond, source, name, index)
+        _check_widths(cond, source, index)
         if cond.shape[0] != source.shape[0]:
-            raise ConditioningNodeError(name, "conditioning_from", f"batch {cond.shape[0]} (as conditioning_to "
-                                        f"entry {index})", f"batch {source.shape[0]}")
+            raise NodeInputError("conditioning_from", f"batch {cond.shape[0]} (as conditioning_to entry {index})",
+                                 f"batch {source.shape[0]}")
         out.append([torch.cat((cond, source.to(cond)), dim=1), dict(options)])  # [B, T_to + T_from, W]
     return (out,)
 
@@ -215,18 +170,17 @@ def conditioning_average(conditioning_to: list, conditioning_from: list,
     """Blend every `conditioning_to` entry with the first `conditioning_from` entry:
     `to * s + from * (1 - s)` on the tokens and on the pooled outputs (an entry without a pooled
     output takes `conditioning_from`'s)."""
-    name = "ConditioningAverage"
-    conditioning_to = _conditioning(conditioning_to, name, "conditioning_to")
-    conditioning_from = _conditioning(conditioning_from, name, "conditioning_from", non_empty=True)
-    strength = _number(conditioning_to_strength, name, "conditioning_to_strength", 0.0, 1.0)
-    source = _first_from(conditioning_from, name)
+    conditioning_to = _conditioning(conditioning_to, "conditioning_to")
+    conditioning_from = _conditioning(conditioning_from, "conditioning_from", non_empty=True)
+    strength = checks.number(conditioning_to_strength, "conditioning_to_strength", 0.0, 1.0)
+    source = _first_from(conditioning_from)
     pooled_from = conditioning_from[0][1].get("pooled_output")
     out = []
     for index, (cond, options) in enumerate(conditioning_to):
-        _check_widths(cond, source, name, index)
+        _check_widths(cond, source, index)
         if cond.shape[0] != source.shape[0] and 1 not in (cond.shape[0], source.shape[0]):
-            raise ConditioningNodeError(name, "conditioning_from", f"batch 1 or {cond.shape[0]} (as "
-                                        f"conditioning_to entry {index})", f"batch {source.shape[0]}")
+            raise NodeInputError("conditioning_from", f"batch 1 or {cond.shape[0]} (as conditioning_to entry {index})",
+                                 f"batch {source.shape[0]}")
         pooled_to = options.get("pooled_output", pooled_from)
         updated = dict(options)
         if pooled_from is not None and pooled_to is not None:
@@ -249,7 +203,7 @@ def conditioning_zero_out(conditioning: list) -> tuple[list]:
     the usual SDXL/SD3 "empty" negative."""
     import torch
 
-    conditioning = _conditioning(conditioning, "ConditioningZeroOut", "conditioning")
+    conditioning = _conditioning(conditioning, "conditioning")
     out = []
     for cond, options in conditioning:
         updated = dict(options)

@@ -10,11 +10,17 @@ names as string literals, and the message names the node the user sees in the ed
 Outside the executor (a notebook calling a node function) the message starts at "input".
 The executor reports it as ComfyUI's `execution_error` with the node id and type; a
 `NodeInputError` is a `ValueError`, so callers catching that keep working.
+
+comfy_core's image helpers (file naming, PNG writing) cannot know the node: they raise
+`comfy_core.image.errors.ImageInputError` with the same three parts, and a node calls them inside
+`image_input_errors()`, which re-raises it as a `NodeInputError`.
 """
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
+from comfy_core.image.errors import ImageInputError
 from graph.context import current
 
 
@@ -45,3 +51,13 @@ class NodeInputError(ValueError):
         if self.node_type or self.node_id:
             return f"{self.node_type or 'node ' + str(self.node_id)}: "
         return ""
+
+
+@contextmanager
+def image_input_errors() -> Iterator[None]:
+    """Re-raise comfy_core's `ImageInputError` (raised by the image helpers called inside) as a
+    `NodeInputError` naming the running node, the input, what was expected and received."""
+    try:
+        yield
+    except ImageInputError as exc:
+        raise NodeInputError(exc.input_name, exc.expected, exc.received) from exc

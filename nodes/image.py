@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comfy_core.image.decode import load_image_frames, load_mask_channel
-from comfy_core.image.errors import ImageInputError
 from comfy_core.image.file_names import confined_file, split_annotation
-from comfy_core.image.pixels import check_image_batch
 from comfy_core.image.png import SaveTarget, preview_target, write_image_batch
 from comfy_core.image.resize import upscale_samples
 from graph.context import current
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
+from nodes import checks
 from nodes.environment import Environment, current_env
+from nodes.errors import NodeInputError, describe, image_input_errors
 
 if TYPE_CHECKING:
     import torch
@@ -42,9 +42,6 @@ UPSCALE_METHODS = ["nearest-exact", "bilinear", "area", "bicubic", "lanczos"]
 CROP_METHODS = ["disabled", "center"]
 MASK_CHANNELS = ["alpha", "red", "green", "blue"]
 
-# The image nodes' input error is comfy_core.image' (raised by the file naming and saving too).
-ImageNodeError = ImageInputError
-
 
 def metadata_enabled(env: Any) -> bool:
     """False when the host runs with `--disable-metadata` (the environment's `disable_metadata`)."""
@@ -55,13 +52,14 @@ def folder_for(env: Environment, folder_type: str) -> Path:
     return {"input": env.input_dir, "output": env.output_dir, "temp": env.temp_dir}[folder_type]
 
 
-def annotated_path(env: Environment, name: str, *, node: str = "LoadImage", input_name: str = "image") -> Path:
+def annotated_path(env: Environment, name: str, *, input_name: str = "image") -> Path:
     """The file meant by an image name as the editor sends it: `"x.png"`, `"sub/x.png"`, or
     `"x.png [output]"` (input folder unless annotated), confined to that folder."""
     if not isinstance(name, str):
-        raise ImageNodeError(node, input_name, "a file name (string)", type(name).__name__)
+        raise NodeInputError(input_name, "a file name (string)", describe(name))
     relative, folder_type = split_annotation(name)
-    return confined_file(folder_for(env, folder_type), relative, node=node, input_name=input_name)
+    with image_input_errors():
+        return confined_file(folder_for(env, folder_type), relative, input_name=input_name)
 
 
 def file_sha256(path: Path) -> str:
@@ -94,7 +92,7 @@ def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
         group = singles[start:start + batch_size]
         shapes = {tuple(t.shape[1:]) for t in group}
         if len(shapes) > 1:
-            raise ImageNodeError("RebatchImages", "images", "images of one size within each output batch",
+            raise NodeInputError("images", "images of one size within each output batch",
                                  f"sizes {sorted(list(s) for s in shapes)}")
         out.append(torch.cat(group, dim=0))
     return out
@@ -111,8 +109,9 @@ def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
               Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def save_image(images: torch.Tensor, filename_prefix: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()
-    return write_image_batch(images, filename_prefix, SaveTarget(Path(env.output_dir)), prompt=prompt,
-                             extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
+    with image_input_errors():
+        return write_image_batch(images, filename_prefix, SaveTarget(Path(env.output_dir)), prompt=prompt,
+                                 extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
 
 
 @node("PreviewImage", category="image", display_name="Preview Image", output_node=True,
@@ -120,8 +119,9 @@ def save_image(images: torch.Tensor, filename_prefix: str, prompt: Any = None, e
       inputs=[Input("images", "IMAGE"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def preview_image(images: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()
-    return write_image_batch(images, "ComfyUI", preview_target(env.temp_dir), prompt=prompt,
-                             extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env), node="PreviewImage")
+    with image_input_errors():
+        return write_image_batch(images, "ComfyUI", preview_target(env.temp_dir), prompt=prompt,
+                                 extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
 
 
 def _image_exists(image: str) -> bool | str:
@@ -137,7 +137,7 @@ def _image_exists(image: str) -> bool | str:
         return True
     try:
         path = annotated_path(ctx.env, image)
-    except ImageNodeError as exc:
+    except NodeInputError as exc:
         return str(exc)
     return True if path.is_file() else f"Invalid image file: {image}"
 
@@ -168,7 +168,7 @@ def load_image(image: str) -> tuple[torch.Tensor, torch.Tensor]:
       outputs=[Output("MASK")],
       is_changed=_hash_image, validate_inputs=_image_exists)
 def load_image_mask(image: str, channel: str) -> tuple[torch.Tensor]:
-    return (load_mask_channel(annotated_path(current_env(), image, node="LoadImageMask"), channel),)
+    return (load_mask_channel(annotated_path(current_env(), image), channel),)
 
 
 @node("ImageScale", category="image/upscaling", display_name="Upscale Image",
@@ -179,7 +179,7 @@ def load_image_mask(image: str, channel: str) -> tuple[torch.Tensor]:
               Combo("crop", CROP_METHODS)],
       outputs=[Output("IMAGE")])
 def image_scale(image: torch.Tensor, upscale_method: str, width: int, height: int, crop: str) -> tuple[torch.Tensor]:
-    check_image_batch(image, "ImageScale", "image")
+    checks.image_batch(image, "image")
     if width == 0 and height == 0:
         return (image,)
     samples = image.movedim(-1, 1)  # [B, C, H, W]
@@ -197,5 +197,5 @@ def image_scale(image: torch.Tensor, upscale_method: str, width: int, height: in
 def rebatch_images(images: list[torch.Tensor], batch_size: list[int]) -> tuple[list[torch.Tensor]]:
     # INPUT_IS_LIST: every input arrives as a list; the widget's value is its first element.
     for batch in images:
-        check_image_batch(batch, "RebatchImages")
+        checks.image_batch(batch)
     return (rebatch(images, batch_size[0]),)

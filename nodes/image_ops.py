@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from comfy_core.image.pixels import check_image_batch
 from comfy_core.image.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
-from nodes.image import UPSCALE_METHODS, ImageNodeError
+from nodes import checks
+from nodes.errors import NodeInputError
+from nodes.image import UPSCALE_METHODS
 
 if TYPE_CHECKING:
     import torch
@@ -52,13 +53,12 @@ def outpaint_mask(height: int, width: int, left: int, top: int, right: int, bott
       outputs=[Output("IMAGE")])
 def image_scale_by(image: torch.Tensor, upscale_method: str, scale_by: float) -> tuple[torch.Tensor]:
     """Resize by a factor: each side becomes round(side * scale_by) pixels."""
-    check_image_batch(image, "ImageScaleBy", "image")
-    if upscale_method not in UPSCALE_METHODS:
-        raise ImageNodeError("ImageScaleBy", "upscale_method", f"one of {UPSCALE_METHODS}", repr(upscale_method))
+    checks.image_batch(image, "image")
+    checks.choice(upscale_method, UPSCALE_METHODS, "upscale_method")
     samples = image.movedim(-1, 1)  # [B, C, H, W]
     width, height = round(samples.shape[3] * scale_by), round(samples.shape[2] * scale_by)
     if width < 1 or height < 1:
-        raise ImageNodeError("ImageScaleBy", "scale_by", "a factor leaving at least one pixel per side",
+        raise NodeInputError("scale_by", "a factor leaving at least one pixel per side",
                              f"{scale_by} on a {samples.shape[3]}x{samples.shape[2]} image")
     return (upscale_samples(samples, width, height, upscale_method, "disabled").movedim(1, -1),)
 
@@ -67,7 +67,7 @@ def image_scale_by(image: torch.Tensor, upscale_method: str, scale_by: float) ->
       inputs=[Input("image", "IMAGE")], outputs=[Output("IMAGE")])
 def image_invert(image: torch.Tensor) -> tuple[torch.Tensor]:
     """1 - image on every channel (alpha included, as ComfyUI at the snapshot)."""
-    check_image_batch(image, "ImageInvert", "image")
+    checks.image_batch(image, "image")
     return (1.0 - image,)
 
 
@@ -78,11 +78,11 @@ def image_batch(image1: torch.Tensor, image2: torch.Tensor) -> tuple[torch.Tenso
     (bilinear, centre crop to image1's aspect ratio) when the sizes differ."""
     import torch
 
-    check_image_batch(image1, "ImageBatch", "image1")
-    check_image_batch(image2, "ImageBatch", "image2")
+    checks.image_batch(image1, "image1")
+    checks.image_batch(image2, "image2")
     if image2.shape[-1] != image1.shape[-1]:
         # ComfyUI (0.3.64) fails here inside torch.cat; name the input instead.
-        raise ImageNodeError("ImageBatch", "image2", f"images with {image1.shape[-1]} channels, as image1",
+        raise NodeInputError("image2", f"images with {image1.shape[-1]} channels, as image1",
                              f"{image2.shape[-1]} channels")
     if image2.shape[1:] != image1.shape[1:]:
         image2 = upscale_samples(image2.movedim(-1, 1), image1.shape[2], image1.shape[1], "bilinear",
@@ -102,8 +102,7 @@ def empty_image(width: int, height: int, batch_size: int = 1, color: int = 0) ->
 
     for name, value, low, high in (("width", width, 1, MAX_RESOLUTION), ("height", height, 1, MAX_RESOLUTION),
                                    ("batch_size", batch_size, 1, 4096), ("color", color, 0, 0xFFFFFF)):
-        if not isinstance(value, int) or not low <= value <= high:
-            raise ImageNodeError("EmptyImage", name, f"an int in {low}..{high}", repr(value))
+        checks.integer(value, name, low, high)
     # Each channel divided in Python (float64) then stored as float32, as ComfyUI's torch.full.
     rgb = torch.tensor([((color >> shift) & 0xFF) / 0xFF for shift in (16, 8, 0)], dtype=torch.float32)
     return (rgb.expand(batch_size, height, width, 3).clone(),)
@@ -123,11 +122,10 @@ def image_pad_for_outpaint(image: torch.Tensor, left: int, top: int, right: int,
     to outpaint (see `outpaint_mask`), for VAEEncodeForInpaint / SetLatentNoiseMask."""
     import torch
 
-    check_image_batch(image, "ImagePadForOutpaint", "image")
+    checks.image_batch(image, "image")
     sides: dict[str, Any] = {"left": left, "top": top, "right": right, "bottom": bottom, "feathering": feathering}
     for name, value in sides.items():
-        if not isinstance(value, int) or value < 0:
-            raise ImageNodeError("ImagePadForOutpaint", name, "an int >= 0", repr(value))
+        checks.integer(value, name, 0)
     batch, height, width, channels = image.shape
     padded = torch.full((batch, height + top + bottom, width + left + right, channels), PAD_FILL,
                         dtype=torch.float32)

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from comfy_core.image.file_names import confined_file, save_location
 from comfy_core.image.resize import center_crop, upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
+from nodes import checks
 from nodes.environment import Environment, current_env
+from nodes.errors import NodeInputError, image_input_errors
 from nodes.image import file_sha256
 
 if TYPE_CHECKING:
@@ -29,25 +31,6 @@ LATENT_CROP = ["disabled", "center"]
 FORMAT_MARKER = "latent_format_version_0"
 # Latents saved before the marker existed were stored multiplied by SD1's scale factor.
 LEGACY_SCALE = 0.18215
-
-
-class LatentNodeError(ValueError):
-    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
-        self.node = node_name
-        self.input_name = input_name
-        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
-
-
-def latent_samples(latent: Any, node_name: str, input_name: str = "samples") -> torch.Tensor:
-    """`latent["samples"]` after checking that `latent` is a LATENT with samples [B, C, h, w]."""
-    import torch
-
-    if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
-        raise LatentNodeError(node_name, input_name, "a LATENT ({'samples': tensor})", type(latent).__name__)
-    samples = latent["samples"]
-    if samples.ndim != 4:
-        raise LatentNodeError(node_name, input_name, "samples [B, C, h, w]", f"shape {tuple(samples.shape)}")
-    return samples
 
 
 @node("EmptyLatentImage", category="latent", display_name="Empty Latent Image",
@@ -71,18 +54,14 @@ def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[di
               Input("vae", "VAE", tooltip="The VAE model used for decoding the latent.")],
       outputs=[Output("IMAGE", tooltip="The decoded image.")])
 def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
-    images = vae.decode(latent_samples(samples, "VAEDecode"))  # [B, H, W, 3]
+    images = vae.decode(checks.latent(samples, ndims=(4,)))  # [B, H, W, 3]
     return (images,)
 
 
 @node("VAEEncode", category="latent", display_name="VAE Encode",
       inputs=[Input("pixels", "IMAGE"), Input("vae", "VAE")], outputs=[Output("LATENT")])
 def vae_encode(pixels: torch.Tensor, vae: Any) -> tuple[dict]:
-    import torch
-
-    if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4:
-        raise LatentNodeError("VAEEncode", "pixels", "an IMAGE [B, H, W, C]",
-                              f"shape {tuple(pixels.shape)}" if isinstance(pixels, torch.Tensor) else type(pixels).__name__)
+    pixels = checks.image_batch(pixels, "pixels")
     return ({"samples": vae.encode(pixels[:, :, :, :3])},)
 
 
@@ -95,9 +74,8 @@ def vae_encode(pixels: torch.Tensor, vae: Any) -> tuple[dict]:
 def latent_upscale(samples: dict, upscale_method: str, width: int, height: int, crop: str) -> tuple[dict]:
     """Resize to width x height pixels (latent / 8); a 0 side keeps the aspect ratio (min 64 px),
     both 0 return the input, as ComfyUI's LatentUpscale."""
-    latent = latent_samples(samples, "LatentUpscale")
-    if upscale_method not in LATENT_UPSCALE_METHODS:
-        raise LatentNodeError("LatentUpscale", "upscale_method", f"one of {LATENT_UPSCALE_METHODS}", repr(upscale_method))
+    latent = checks.latent(samples, ndims=(4,))
+    checks.choice(upscale_method, LATENT_UPSCALE_METHODS, "upscale_method")
     if width == 0 and height == 0:
         return (samples,)
     if width == 0:
@@ -126,9 +104,10 @@ def save_latent(samples: dict, filename_prefix: str = "latents/ComfyUI", prompt:
     import torch
     from safetensors.torch import save_file
 
-    latent = latent_samples(samples, "SaveLatent")
+    latent = checks.latent(samples, ndims=(4,))
     env = current_env()
-    folder, filename, counter, subfolder = save_location(env.output_dir, filename_prefix, 0, 0, node="SaveLatent")
+    with image_input_errors():
+        folder, filename, counter, subfolder = save_location(env.output_dir, filename_prefix, 0, 0)
     metadata: dict[str, str] = {}
     if prompt is not None:
         metadata["prompt"] = json.dumps(prompt)
@@ -151,7 +130,8 @@ def list_latent_files(env: Any = None) -> list[str]:
 
 
 def _latent_path(latent: str) -> Path:
-    return confined_file(current_env().input_dir, latent, node="LoadLatent", input_name="latent")
+    with image_input_errors():
+        return confined_file(current_env().input_dir, latent, input_name="latent")
 
 
 def _latent_hash(latent: str, **_: Any) -> str:
@@ -177,8 +157,8 @@ def load_latent(latent: str) -> tuple[dict]:
     try:
         tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError) as exc:
-        raise LatentNodeError("LoadLatent", "latent", "a .latent (safetensors) file", f"{latent!r}: {exc}") from None
+        raise NodeInputError("latent", "a .latent (safetensors) file", f"{latent!r}: {exc}") from None
     if "latent_tensor" not in tensors:
-        raise LatentNodeError("LoadLatent", "latent", "a file holding 'latent_tensor'", f"{latent!r} with keys {sorted(tensors)}")
+        raise NodeInputError("latent", "a file holding 'latent_tensor'", f"{latent!r} with keys {sorted(tensors)}")
     multiplier = 1.0 if FORMAT_MARKER in tensors else 1.0 / LEGACY_SCALE
     return ({"samples": tensors["latent_tensor"].float() * multiplier},)

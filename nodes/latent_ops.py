@@ -18,11 +18,13 @@ ComfyUI does for every family.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from comfy_core.image.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
-from nodes.latent import LATENT_UPSCALE_METHODS, LatentNodeError, latent_samples
+from nodes import checks
+from nodes.errors import NodeInputError, describe
+from nodes.latent import LATENT_UPSCALE_METHODS
 
 if TYPE_CHECKING:
     import torch
@@ -36,12 +38,6 @@ ROTATIONS = ["none", "90 degrees", "180 degrees", "270 degrees"]
 _QUARTER_TURNS = {"none": 0, "90 degrees": 1, "180 degrees": 2, "270 degrees": 3}
 # LatentCrop keeps at least this many latent pixels (64 px) from its origin, as ComfyUI.
 _MIN_CROP = 8
-
-
-def _choice(value: Any, options: list[str], node_name: str, input_name: str) -> str:
-    if value not in options:
-        raise LatentNodeError(node_name, input_name, f"one of {options}", repr(value))
-    return value
 
 
 def resize_latent(samples: torch.Tensor, width: int, height: int, method: str) -> torch.Tensor:
@@ -83,11 +79,11 @@ def feather_weights(length: int, feather: int, near: bool, far: bool) -> torch.T
       outputs=[Output("LATENT")])
 def latent_upscale_by(samples: dict, upscale_method: str, scale_by: float) -> tuple[dict]:
     """Resize by a factor: each side becomes round(side * scale_by) latent pixels."""
-    latent = latent_samples(samples, "LatentUpscaleBy")
-    method = _choice(upscale_method, LATENT_UPSCALE_METHODS, "LatentUpscaleBy", "upscale_method")
+    latent = checks.latent(samples, ndims=(4,))
+    method = checks.choice(upscale_method, LATENT_UPSCALE_METHODS, "upscale_method")
     width, height = round(latent.shape[-1] * scale_by), round(latent.shape[-2] * scale_by)
     if width < 1 or height < 1:
-        raise LatentNodeError("LatentUpscaleBy", "scale_by", "a factor leaving at least one latent pixel per side",
+        raise NodeInputError("scale_by", "a factor leaving at least one latent pixel per side",
                               f"{scale_by} on {latent.shape[-1]}x{latent.shape[-2]} latent pixels")
     out = dict(samples)
     out["samples"] = resize_latent(latent, width, height, method)
@@ -104,12 +100,11 @@ def latent_composite(samples_to: dict, samples_from: dict, x: int, y: int, feath
     """Paste `samples_from` into `samples_to` at (x, y) px, cut at samples_to's edges. With
     feather > 0, the pasted block fades in over feather px along each edge that lies inside
     samples_to (edges on samples_to's border stay hard)."""
-    target = latent_samples(samples_to, "LatentComposite", "samples_to")
-    source = latent_samples(samples_from, "LatentComposite", "samples_from")
+    target = checks.latent(samples_to, "samples_to", ndims=(4,))
+    source = checks.latent(samples_from, "samples_from", ndims=(4,))
     if source.shape[1] != target.shape[1] or source.shape[0] not in (1, target.shape[0]):
-        raise LatentNodeError("LatentComposite", "samples_from",
-                              f"samples with {target.shape[1]} channels and batch 1 or {target.shape[0]}",
-                              f"shape {tuple(source.shape)}")
+        raise NodeInputError("samples_from", f"samples with {target.shape[1]} channels and batch 1 or "
+                             f"{target.shape[0]}", describe(source))
     x, y, feather = x // 8, y // 8, feather // 8
     out = dict(samples_to)
     result = target.clone()
@@ -136,13 +131,12 @@ def latent_composite(samples_to: dict, samples_from: dict, x: int, y: int, feath
 def latent_blend(samples1: dict, samples2: dict, blend_factor: float) -> tuple[dict]:
     """samples1 * blend_factor + samples2 * (1 - blend_factor); samples2 is first resized to
     samples1's size (bicubic, centre crop) when the shapes differ, as ComfyUI."""
-    first = latent_samples(samples1, "LatentBlend", "samples1")
-    second = latent_samples(samples2, "LatentBlend", "samples2")
+    first = checks.latent(samples1, "samples1", ndims=(4,))
+    second = checks.latent(samples2, "samples2", ndims=(4,))
     batches_fit = second.shape[0] == first.shape[0] or 1 in (first.shape[0], second.shape[0])
     if second.shape[1] != first.shape[1] or not batches_fit:
-        raise LatentNodeError("LatentBlend", "samples2",
-                              f"samples with {first.shape[1]} channels and batch 1 or {first.shape[0]}",
-                              f"shape {tuple(second.shape)}")
+        raise NodeInputError("samples2", f"samples with {first.shape[1]} channels and batch 1 or {first.shape[0]}",
+                             describe(second))
     if second.shape != first.shape:
         second = upscale_samples(second, first.shape[3], first.shape[2], "bicubic", "center")
     out = dict(samples1)
@@ -158,11 +152,9 @@ def latent_from_batch(samples: dict, batch_index: int, length: int) -> tuple[dic
     """Items batch_index .. batch_index+length-1 (clamped to the batch). The result keeps the
     items' noise indices (`batch_index`, from the input's or their positions) so sampling it
     gives the noise they had in the full batch; a per-item noise mask is cut the same way."""
-    latent = latent_samples(samples, "LatentFromBatch")
-    if not isinstance(batch_index, int) or batch_index < 0:
-        raise LatentNodeError("LatentFromBatch", "batch_index", "an int >= 0", repr(batch_index))
-    if not isinstance(length, int) or length < 1:
-        raise LatentNodeError("LatentFromBatch", "length", "an int >= 1", repr(length))
+    latent = checks.latent(samples, ndims=(4,))
+    batch_index = checks.integer(batch_index, "batch_index", 0)
+    length = checks.integer(length, "length", 1)
     total = latent.shape[0]
     start = min(total - 1, batch_index)
     count = min(total - start, length)
@@ -189,9 +181,8 @@ def latent_from_batch(samples: dict, batch_index: int, length: int) -> tuple[dic
 def repeat_latent_batch(samples: dict, amount: int) -> tuple[dict]:
     """The whole batch `amount` times. Noise indices of each copy are shifted past the previous
     copy's, so copies get new noise; a noise mask with one item stays shared."""
-    latent = latent_samples(samples, "RepeatLatentBatch")
-    if not isinstance(amount, int) or amount < 1:
-        raise LatentNodeError("RepeatLatentBatch", "amount", "an int >= 1", repr(amount))
+    latent = checks.latent(samples, ndims=(4,))
+    amount = checks.integer(amount, "amount", 1)
     out = dict(samples)
     out["samples"] = latent.repeat((amount, 1, 1, 1))
     masks = samples.get("noise_mask")
@@ -213,8 +204,8 @@ def latent_flip(samples: dict, flip_method: str) -> tuple[dict]:
     """Mirror top-bottom ("x-axis: vertically") or left-right ("y-axis: horizontally")."""
     import torch
 
-    latent = latent_samples(samples, "LatentFlip")
-    method = _choice(flip_method, FLIP_METHODS, "LatentFlip", "flip_method")
+    latent = checks.latent(samples, ndims=(4,))
+    method = checks.choice(flip_method, FLIP_METHODS, "flip_method")
     out = dict(samples)
     out["samples"] = torch.flip(latent, dims=[2] if method.startswith("x") else [3])
     return (out,)
@@ -227,8 +218,8 @@ def latent_rotate(samples: dict, rotation: str) -> tuple[dict]:
     """Rotate clockwise by quarter turns (90 and 270 degrees swap width and height)."""
     import torch
 
-    latent = latent_samples(samples, "LatentRotate")
-    turns = _QUARTER_TURNS[_choice(rotation, ROTATIONS, "LatentRotate", "rotation")]
+    latent = checks.latent(samples, ndims=(4,))
+    turns = _QUARTER_TURNS[checks.choice(rotation, ROTATIONS, "rotation")]
     out = dict(samples)
     out["samples"] = torch.rot90(latent, k=turns, dims=[3, 2])
     return (out,)
@@ -247,7 +238,7 @@ def latent_crop(samples: dict, width: int, height: int, x: int, y: int) -> tuple
 
     On latents under 64 px ComfyUI's origin goes negative and its slice wraps (it can even come
     out empty); the origin is held at 0 here instead."""
-    latent = latent_samples(samples, "LatentCrop")
+    latent = checks.latent(samples, ndims=(4,))
     x = max(0, min(x // 8, latent.shape[3] - _MIN_CROP))
     y = max(0, min(y // 8, latent.shape[2] - _MIN_CROP))
     out = dict(samples)
@@ -261,12 +252,8 @@ def latent_crop(samples: dict, width: int, height: int, x: int, y: int) -> tuple
 def set_latent_noise_mask(samples: dict, mask: torch.Tensor) -> tuple[dict]:
     """Attach `mask` ([H, W] or [B, H, W], any resolution) as the noise mask [B, 1, H, W]:
     KSampler changes the latent where it is 1 and keeps it where it is 0."""
-    import torch
-
-    latent_samples(samples, "SetLatentNoiseMask")
-    if not isinstance(mask, torch.Tensor) or mask.ndim < 2 or 0 in mask.shape:
-        received = f"shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise LatentNodeError("SetLatentNoiseMask", "mask", "a MASK tensor [B, H, W] or [H, W]", received)
+    checks.latent(samples, ndims=(4,))
+    masks = checks.mask_batch(mask, ndims=(3, 2, 4))  # [B, H, W]: ComfyUI reshapes any mask
     out = dict(samples)
-    out["noise_mask"] = mask.reshape((-1, 1, mask.shape[-2], mask.shape[-1]))
+    out["noise_mask"] = masks.unsqueeze(1)  # [B, 1, H, W]
     return (out,)

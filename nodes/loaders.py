@@ -12,15 +12,7 @@ from typing import Any, Callable, Mapping
 
 from graph.native import Combo, Output, node
 from nodes.environment import Environment, current_env
-
-
-class LoaderNodeError(ValueError):
-    """A loader node's input names no usable file."""
-
-    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
-        self.node = node_name
-        self.input_name = input_name
-        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
+from nodes.errors import NodeInputError
 
 
 def _env(env: Any) -> Environment:
@@ -39,23 +31,23 @@ def _files(kind: str, extensions: tuple[str, ...] | None = None) -> Callable[[An
     return options
 
 
-def _path(kind: str, name: str, node_name: str, input_name: str) -> Path:
+def _path(kind: str, name: str, input_name: str) -> Path:
     path = current_env().folders.full_path(kind, name)
     if path is None:
-        raise LoaderNodeError(node_name, input_name, f"a file in the {kind} folders", repr(name))
+        raise NodeInputError(input_name, f"a file in the {kind} folders", repr(name))
     return path
 
 
-def _torch_dtype(name: Any, node_name: str, what: str) -> Any:
+def _torch_dtype(name: Any, what: str) -> Any:
     import torch
 
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     if name not in dtypes:
-        raise LoaderNodeError(node_name, what, f"one of {sorted(dtypes)}", repr(name))
+        raise NodeInputError(what, f"one of {sorted(dtypes)}", repr(name))
     return dtypes[name]
 
 
-def _options(node_name: str, weight_dtype: str = "default", prediction: str = "auto") -> Any:
+def _options(weight_dtype: str = "default", prediction: str = "auto") -> Any:
     """Load options from the environment's dtype policy plus the node's explicit choices.
 
     `env.dtype_policy` is a comfy_core DtypePolicy, None (the compute device's defaults), or
@@ -69,19 +61,18 @@ def _options(node_name: str, weight_dtype: str = "default", prediction: str = "a
     if not isinstance(policy, DtypePolicy):
         # The defaults of the device the memory manager computes on, with the named overrides.
         if policy is not None and not isinstance(policy, Mapping):
-            raise LoaderNodeError(node_name, "env.dtype_policy", "a DtypePolicy, {component: dtype name} or None",
-                                  type(policy).__name__)
+            raise NodeInputError("env.dtype_policy", "a DtypePolicy, {component: dtype name} or None",
+                                 type(policy).__name__)
         names = dict(policy or {})
         unknown = sorted(set(names) - set(COMPONENTS))
         if unknown:
-            raise LoaderNodeError(node_name, "env.dtype_policy", f"components among {list(COMPONENTS)}",
-                                  repr(unknown))
+            raise NodeInputError("env.dtype_policy", f"components among {list(COMPONENTS)}", repr(unknown))
         device = getattr(env.memory, "device", None)
         policy = DtypePolicy(device=str(device) if device is not None else "cpu",
-                             **{component: _torch_dtype(name, node_name, f"env.dtype_policy[{component!r}]")
+                             **{component: _torch_dtype(name, f"env.dtype_policy[{component!r}]")
                                 for component, name in names.items()})
     if weight_dtype != "default":
-        policy = dataclasses.replace(policy, unet=_torch_dtype(weight_dtype, node_name, "weight_dtype"))
+        policy = dataclasses.replace(policy, unet=_torch_dtype(weight_dtype, "weight_dtype"))
     return LoadOptions(dtype_policy=policy, prediction=None if prediction == "auto" else prediction,
                        mmap=getattr(env, "mmap", True))
 
@@ -131,8 +122,7 @@ def _track(*patchers: Any) -> None:
 def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
 
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderSimple", "ckpt_name"),
-                             _options("CheckpointLoaderSimple"))
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "ckpt_name"), _options())
     _default_attention(loaded[0], loaded[2])
     _embedding_lookup(loaded[1])
     _track(*loaded)
@@ -149,9 +139,8 @@ def checkpoint_loader(config_name: str, ckpt_name: str) -> tuple[Any, Any, Any]:
     (`model.params.parameterization: "v"`)."""
     from comfy_core.loading import load_checkpoint
 
-    prediction = config_prediction(_path("configs", config_name, "CheckpointLoader", "config_name"))
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoader", "ckpt_name"),
-                             _options("CheckpointLoader", prediction=prediction))
+    prediction = config_prediction(_path("configs", config_name, "config_name"))
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "ckpt_name"), _options(prediction=prediction))
     _default_attention(loaded[0], loaded[2])
     _embedding_lookup(loaded[1])
     _track(*loaded)
@@ -165,7 +154,7 @@ def config_prediction(path: Path) -> str:
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise LoaderNodeError("CheckpointLoader", "config_name", "a readable LDM yaml config", f"{path.name}: {exc}")
+        raise NodeInputError("config_name", "a readable LDM yaml config", f"{path.name}: {exc}") from exc
     params = (config.get("model") or {}).get("params") or {} if isinstance(config, dict) else {}
     return "v" if isinstance(params, dict) and params.get("parameterization") == "v" else "eps"
 
@@ -180,8 +169,7 @@ def checkpoint_loader_typed(ckpt_name: str, weight_dtype: str = "default",
                             prediction: str = "auto") -> tuple[Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
 
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "CheckpointLoaderTyped", "ckpt_name"),
-                             _options("CheckpointLoaderTyped", weight_dtype, prediction))
+    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "ckpt_name"), _options(weight_dtype, prediction))
     _default_attention(loaded[0], loaded[2])
     _embedding_lookup(loaded[1])
     _track(*loaded)
@@ -193,7 +181,7 @@ def checkpoint_loader_typed(ckpt_name: str, weight_dtype: str = "default",
 def vae_loader(vae_name: str) -> tuple[Any]:
     from comfy_core.loading import load_vae
 
-    vae = load_vae(_path("vae", vae_name, "VAELoader", "vae_name"), _options("VAELoader"))
+    vae = load_vae(_path("vae", vae_name, "vae_name"), _options())
     _default_attention(vae=vae)
     _track(vae)
     return (vae,)

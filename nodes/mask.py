@@ -15,7 +15,7 @@ from comfy_core.mask.names import COMBINE_OPERATIONS
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Float, Hidden, Input, Int, Output, node
 from nodes import checks
 from nodes.environment import current_env
-from nodes.errors import NodeInputError, describe
+from nodes.errors import NodeInputError, describe, image_input_errors
 
 if TYPE_CHECKING:
     import torch
@@ -243,5 +243,6 @@ def mask_preview(mask: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = No
     (image,) = mask_to_image(mask)
     env = current_env()
     target = dataclasses.replace(preview_target(env.temp_dir), compress_level=MASK_PREVIEW_COMPRESS_LEVEL)
-    return write_image_batch(image, "ComfyUI", target, prompt=prompt, extra_pnginfo=extra_pnginfo,
-                             metadata=metadata_enabled(env), node="MaskPreview")
+    with image_input_errors():
+        return write_image_batch(image, "ComfyUI", target, prompt=prompt, extra_pnginfo=extra_pnginfo,
+                                 metadata=metadata_enabled(env))

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph.native import Combo, Float, Input, Output, node
+from nodes import checks
 from nodes._names import ATTENTION_BACKENDS, OPTIONAL_BACKENDS, missing_optional_backends
 from nodes.environment import current_env
+from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
     import torch
@@ -23,16 +25,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class PatchNodeInputError(ValueError):
-    """A patching node got an input of the wrong kind or a file it cannot read."""
-
-
 def _lora_names(env: Any = None) -> list[str]:
     folders = env.folders if env is not None and hasattr(env, "folders") else current_env().folders
     return folders.filenames("loras")
 
 
-def load_lora_file(path: Path, node_name: str) -> dict[str, torch.Tensor]:
+def load_lora_file(path: Path) -> dict[str, torch.Tensor]:
     """A LoRA file's tensors (`.safetensors`, or a pickled `.ckpt`/`.pt` read with weights_only)."""
     import torch
 
@@ -43,39 +41,41 @@ def load_lora_file(path: Path, node_name: str) -> dict[str, torch.Tensor]:
             return load_file(str(path), device="cpu")
         data = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise PatchNodeInputError(f"{node_name}: cannot read LoRA file {path.name!r}: {exc}") from exc
+        raise NodeInputError("lora_name", "a readable LoRA file (.safetensors, or a .ckpt/.pt of tensors)",
+                             f"{path.name!r}: {exc}") from exc
     if isinstance(data, dict) and "state_dict" in data and isinstance(data["state_dict"], dict):
         data = data["state_dict"]
     if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
-        raise PatchNodeInputError(f"{node_name}: LoRA file {path.name!r} does not hold a name -> tensor mapping")
+        raise NodeInputError("lora_name", "a LoRA file holding a name -> tensor mapping", repr(path.name))
     return data
 
 
-def _require(value: Any, what: str, node_name: str, attr: str) -> None:
-    if value is not None and not hasattr(value, attr):
-        raise PatchNodeInputError(f"{node_name}: input {what!r} must be a {what.upper()} object, got {type(value).__name__}")
+def _patchable(value: Any, input_name: str) -> None:
+    """A MODEL or CLIP (None too: ComfyUI's LoRA loading skips a missing one) that takes weight patches."""
+    if value is not None and not hasattr(value, "add_patches"):
+        raise NodeInputError(input_name, f"a {input_name.upper()} object (with weight patches)", describe(value))
 
 
-def _apply_lora(node_name: str, model: Any, clip: Any, lora_name: str,
-                strength_model: float, strength_clip: float) -> tuple[Any, Any]:
-    _require(model, "model", node_name, "add_patches")
-    _require(clip, "clip", node_name, "add_patches")
+def _apply_lora(model: Any, clip: Any, lora_name: str, strength_model: float,
+                strength_clip: float) -> tuple[Any, Any]:
+    _patchable(model, "model")
+    _patchable(clip, "clip")
     if strength_model == 0 and strength_clip == 0:
         return model, clip  # ComfyUI's shortcut: nothing to load
     path = current_env().folders.full_path("loras", lora_name)
     if path is None:
-        raise PatchNodeInputError(f"{node_name}: LoRA file {lora_name!r} not found in the loras folders")
+        raise NodeInputError("lora_name", "a file in the loras folders", repr(lora_name))
     # The file's state names the patches, so re-running this node on an unchanged file (say, after
     # strength_clip changed) gives a MODEL with the same cache signature and downstream nodes hit.
     # Taken before reading, so a file rewritten meanwhile never gets the old name.
     stat = Path(path).stat()
     source = ("lora-file", str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
-    tensors = load_lora_file(Path(path), node_name)
+    tensors = load_lora_file(Path(path))
     from comfy_core.lora import load_lora_for_models
 
     new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip,
                                                        lora_name, source)
-    log.info("%s: %s patched %d model and %d clip weights", node_name, lora_name, report.model_keys, report.clip_keys)
+    log.info("LoRA %s patched %d model and %d clip weights", lora_name, report.model_keys, report.clip_keys)
     return new_model, new_clip
 
 
@@ -92,7 +92,7 @@ def _apply_lora(node_name: str, model: Any, clip: Any, lora_name: str,
       outputs=[Output("MODEL", tooltip="The modified diffusion model."),
                Output("CLIP", tooltip="The modified CLIP model.")])
 def lora_loader(model: Any, clip: Any, lora_name: str, strength_model: float, strength_clip: float) -> tuple:
-    return _apply_lora("LoraLoader", model, clip, lora_name, strength_model, strength_clip)
+    return _apply_lora(model, clip, lora_name, strength_model, strength_clip)
 
 
 @node("LoraLoaderModelOnly", category="loaders", display_name="LoraLoaderModelOnly",
@@ -101,7 +101,7 @@ def lora_loader(model: Any, clip: Any, lora_name: str, strength_model: float, st
               Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01)],
       outputs=[Output("MODEL")])
 def lora_loader_model_only(model: Any, lora_name: str, strength_model: float) -> tuple:
-    return (_apply_lora("LoraLoaderModelOnly", model, None, lora_name, strength_model, 0.0)[0],)
+    return (_apply_lora(model, None, lora_name, strength_model, 0.0)[0],)
 
 
 def _backend_options(env: Any = None) -> list[str]:
@@ -138,7 +138,7 @@ def _validate_backend(backend: str) -> bool | str:
       outputs=[Output("MODEL")],
       validate_inputs=_validate_backend)
 def set_attention_backend(model: Any, backend: str) -> tuple:
-    return (_clone_with_backend(model, "model", "SetAttentionBackend", backend),)
+    return (_clone_with_backend(checks.model(model), backend),)
 
 
 @node("SetVAEAttentionBackend", category="advanced/model", display_name="Set VAE Attention Backend",
@@ -148,20 +148,17 @@ def set_attention_backend(model: Any, backend: str) -> tuple:
       outputs=[Output("VAE")],
       validate_inputs=_validate_backend)
 def set_vae_attention_backend(vae: Any, backend: str) -> tuple:
-    return (_clone_with_backend(vae, "vae", "SetVAEAttentionBackend", backend),)
+    return (_clone_with_backend(checks.vae(vae), backend),)
 
 
-def _clone_with_backend(target: Any, input_name: str, node_name: str, backend: str) -> Any:
-    """A clone of a MODEL or VAE patcher whose attention runs on `backend` (checked again at run
-    time: what validation saw may have changed, e.g. a GPU that went away)."""
+def _clone_with_backend(target: Any, backend: str) -> Any:
+    """A clone of a (checked) MODEL or VAE patcher whose attention runs on `backend` (checked
+    again at run time: what validation saw may have changed, e.g. a GPU that went away)."""
     from comfy_core.attention import unavailable_reason
 
-    _require(target, input_name, node_name, "set_attention_backend")
-    if target is None:
-        raise PatchNodeInputError(f"{node_name}: input {input_name!r} is None")
     reason = unavailable_reason(backend)
     if reason is not None:
-        raise PatchNodeInputError(f"{node_name}: attention backend {backend!r} is not available: {reason}")
+        raise NodeInputError("backend", "an attention backend available here", f"{backend!r}, which is not: {reason}")
     patched = target.clone()
     patched.set_attention_backend(backend)
     return patched

@@ -23,24 +23,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Input, Int, Output, String, node
+from nodes import checks
 from nodes._names import DEFAULT_EMPHASIS, EMBEDDINGS_KIND, EMPHASIS_MODES, SCHEDULER_NAMES, embedding_files
 from nodes.environment import Environment, current_env
+from nodes.errors import NodeInputError
 
 if TYPE_CHECKING:
     from comfy_core.prompt.conditioning import PromptOptions
 
 # comfy_core.prompt is imported inside the functions that run: most of it imports torch, and
 # registering these nodes and rendering /object_info must not (server start-up, nodes/_names.py).
-
-
-class PromptNodeError(ValueError):
-    """Bad input to a prompt node: names the node and input, what was expected and received."""
-
-
-def _require_clip(clip: Any, node_name: str) -> Any:
-    if clip is None or not hasattr(clip, "patcher") or not hasattr(clip, "tokenizer"):
-        raise PromptNodeError(f"{node_name}: input 'clip' must be a CLIP object, got {type(clip).__name__}")
-    return clip
 
 
 def list_embedding_files(env: Environment | None) -> list[str]:
@@ -78,13 +70,12 @@ def _embeddings_changed(text: Any = None, folder_embeddings: Any = True, **_: An
     return ""
 
 
-def _encode(node_name: str, clip: Any, text: str, options: PromptOptions, use_folder: bool) -> tuple:
+def _encode(clip: Any, text: str, options: PromptOptions, use_folder: bool) -> tuple:
     from comfy_core.prompt.conditioning import encode_prompt, encoder_widths, fits
     from comfy_core.prompt.library import folder_embeddings, folder_resolver
 
-    clip = _require_clip(clip, node_name)
-    if not isinstance(text, str):
-        raise PromptNodeError(f"{node_name}: input 'text' must be a string, got {type(text).__name__}")
+    clip = checks.clip(clip, encoders=True)
+    text = checks.text(text)
     folders = current_env().folders
     widths = encoder_widths(clip)
     embeddings = folder_embeddings(folders, lambda e: fits(e, widths)) if use_folder else []
@@ -121,7 +112,7 @@ def clip_text_encode_weighted(text: str, clip: Any, emphasis: str = DEFAULT_EMPH
 
     options = PromptOptions(steps=steps, scheduler=scheduler, emphasis=emphasis,
                             comma_backtrack=comma_backtrack, negative=negative)
-    return _encode("CLIPTextEncodeWeighted", clip, text, options, folder_embeddings)
+    return _encode(clip, text, options, folder_embeddings)
 
 
 @node("CLIPTextEncodeWeightedSDXL", category="conditioning", display_name="CLIP Text Encode (A1111, SDXL)",
@@ -140,17 +131,16 @@ def clip_text_encode_weighted_sdxl(text: str, clip: Any, emphasis: str = DEFAULT
                                    folder_embeddings: bool = True, width: int = 1024, height: int = 1024,
                                    crop_w: int = 0, crop_h: int = 0, target_width: int = 1024,
                                    target_height: int = 1024) -> tuple:
-    clip = _require_clip(clip, "CLIPTextEncodeWeightedSDXL")
+    clip = checks.clip(clip, encoders=True)
     if "clip_g" not in clip.patcher.encoder_slots():
-        raise PromptNodeError(f"CLIPTextEncodeWeightedSDXL: input 'clip' must be an SDXL CLIP (with clip_g), "
-                              f"got encoders {clip.patcher.encoder_slots()}")
+        raise NodeInputError("clip", "an SDXL CLIP (with clip_g)", f"encoders {clip.patcher.encoder_slots()}")
     from comfy_core.prompt.conditioning import PromptOptions
 
     size = {"width": width, "height": height, "crop_w": crop_w, "crop_h": crop_h,
             "target_width": target_width, "target_height": target_height}
     options = PromptOptions(steps=steps, scheduler=scheduler, emphasis=emphasis,
                             comma_backtrack=comma_backtrack, negative=negative, extra=size)
-    return _encode("CLIPTextEncodeWeightedSDXL", clip, text, options, folder_embeddings)
+    return _encode(clip, text, options, folder_embeddings)
 
 
 @node("ApplyEmbedding", category="conditioning", display_name="Apply Embedding (textual inversion)",
@@ -163,9 +153,9 @@ def apply_embedding(clip: Any, embedding: str, token_name: str = "") -> tuple:
     from comfy_core.prompt.conditioning import with_embedding
     from comfy_core.prompt.embedding import load_embedding
 
-    clip = _require_clip(clip, "ApplyEmbedding")
+    clip = checks.clip(clip, encoders=True)
     path = current_env().folders.full_path(EMBEDDINGS_KIND, embedding)
     if path is None:
-        raise PromptNodeError(f"ApplyEmbedding: input 'embedding': no file {embedding!r} in the embeddings folders")
+        raise NodeInputError("embedding", "a file in the embeddings folders", repr(embedding))
     name = token_name.strip() or None
     return (with_embedding(clip, load_embedding(path, name=name)),)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graph.context import current
 from graph.native import Combo, Float, Input, Int, Output, node
+from nodes import checks
 from nodes._names import SAMPLER_NAMES, SCHEDULER_NAMES
 
 if TYPE_CHECKING:
@@ -38,26 +39,6 @@ _TIPS = {
     "denoise": ("The amount of denoising applied, lower values will maintain the structure of the initial image "
                 "allowing for image to image sampling."),
 }
-
-
-class SamplingNodeError(ValueError):
-    """A sampler node input of the wrong kind (names the node, input, expected and received)."""
-
-    def __init__(self, node_name: str, input_name: str, expected: str, received: str) -> None:
-        self.node = node_name
-        self.input_name = input_name
-        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received}")
-
-
-def _latent_samples(latent: Any, node_name: str) -> torch.Tensor:
-    import torch
-
-    if not isinstance(latent, dict) or not isinstance(latent.get("samples"), torch.Tensor):
-        raise SamplingNodeError(node_name, "latent_image", "a LATENT ({'samples': tensor})", type(latent).__name__)
-    samples = latent["samples"]
-    if samples.ndim != 4:
-        raise SamplingNodeError(node_name, "latent_image", "samples [B, C, h, w]", f"shape {tuple(samples.shape)}")
-    return samples
 
 
 def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, int], None] | None:
@@ -87,7 +68,7 @@ def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, 
     return report
 
 
-def common_ksampler(node_name: str, model: Any, seed: int, steps: int, cfg: float, sampler_name: str,
+def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str,
                     scheduler: str, positive: Any, negative: Any, latent: dict, denoise: float = 1.0,
                     disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
                     force_full_denoise: bool = False) -> tuple[dict]:
@@ -96,7 +77,7 @@ def common_ksampler(node_name: str, model: Any, seed: int, steps: int, cfg: floa
     from comfy_core.sampling.driver import sample
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
-    samples = _latent_samples(latent, node_name)
+    samples = checks.latent(latent, "latent_image", ndims=(4,))
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)
     noise = noise_source.generate_noise(latent)
     out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,
@@ -130,7 +111,7 @@ def _common_inputs(seed_name: str, tips: bool = True) -> list:
       outputs=[Output("LATENT", tooltip="The denoised latent.")])
 def ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str, scheduler: str, positive: Any,
              negative: Any, latent_image: dict, denoise: float = 1.0) -> tuple[dict]:
-    return common_ksampler("KSampler", model, seed, steps, cfg, sampler_name, scheduler, positive, negative,
+    return common_ksampler(model, seed, steps, cfg, sampler_name, scheduler, positive, negative,
                            latent_image, denoise=denoise)
 
 
@@ -143,7 +124,7 @@ def ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str, s
 def ksampler_advanced(model: Any, add_noise: str, noise_seed: int, steps: int, cfg: float, sampler_name: str,
                       scheduler: str, positive: Any, negative: Any, latent_image: dict, start_at_step: int,
                       end_at_step: int, return_with_leftover_noise: str, denoise: float = 1.0) -> tuple[dict]:
-    return common_ksampler("KSamplerAdvanced", model, noise_seed, steps, cfg, sampler_name, scheduler, positive,
+    return common_ksampler(model, noise_seed, steps, cfg, sampler_name, scheduler, positive,
                            negative, latent_image, denoise=denoise, disable_noise=add_noise == "disable",
                            start_step=start_at_step, last_step=end_at_step,
                            force_full_denoise=return_with_leftover_noise != "enable")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from graph.native import Boolean, Combo, Float, Hidden, Input, Int, String, node
 from nodes import checks
 from nodes.environment import current_env
-from nodes.errors import NodeInputError, describe
+from nodes.errors import NodeInputError, describe, image_input_errors
 
 if TYPE_CHECKING:
     import torch
@@ -125,14 +125,15 @@ def _frame_duration(fps: Any) -> int:
     return int(1000.0 / fps)
 
 
-def _location(images: torch.Tensor, filename_prefix: Any, node_name: str) -> tuple[Path, str, int, str]:
+def _location(images: torch.Tensor, filename_prefix: Any) -> tuple[Path, str, int, str]:
     from comfy_core.image.file_names import save_location
 
     if not isinstance(filename_prefix, str):
         raise NodeInputError("filename_prefix", "a STRING", describe(filename_prefix))
     # %width% / %height% are the first image's, as ComfyUI.
-    return save_location(Path(current_env().output_dir), filename_prefix, int(images.shape[2]),
-                         int(images.shape[1]), node=node_name)
+    with image_input_errors():
+        return save_location(Path(current_env().output_dir), filename_prefix, int(images.shape[2]),
+                             int(images.shape[1]))
 
 
 @node("SaveAnimatedWEBP", category="image/animation", output_node=True, python_module=MODULE,
@@ -151,7 +152,7 @@ def save_animated_webp(images: torch.Tensor, filename_prefix: str, fps: float, l
     if isinstance(quality, bool) or not isinstance(quality, int) or not 0 <= quality <= 100:
         raise NodeInputError("quality", "an int in 0..100", repr(quality))
     exif = webp_exif(prompt, extra_pnginfo, metadata=not current_env().disable_metadata)
-    folder, filename, counter, subfolder = _location(images, filename_prefix, "SaveAnimatedWEBP")
+    folder, filename, counter, subfolder = _location(images, filename_prefix)
     frames = _frames(images)
     name = f"{filename}_{counter:05}_.webp"
     frames[0].save(folder / name, save_all=True, duration=duration, append_images=frames[1:], exif=exif,
@@ -173,7 +174,7 @@ def save_animated_png(images: torch.Tensor, filename_prefix: str, fps: float, co
     if isinstance(compress_level, bool) or not isinstance(compress_level, int) or not 0 <= compress_level <= 9:
         raise NodeInputError("compress_level", "an int in 0..9", repr(compress_level))
     info = None if current_env().disable_metadata else apng_info(prompt, extra_pnginfo)
-    folder, filename, counter, subfolder = _location(images, filename_prefix, "SaveAnimatedPNG")
+    folder, filename, counter, subfolder = _location(images, filename_prefix)
     frames = _frames(images)
     name = f"{filename}_{counter:05}_.png"
     frames[0].save(folder / name, pnginfo=info, compress_level=compress_level, save_all=True, duration=duration,
@@ -210,8 +211,8 @@ def save_svg(svg: SVG, filename_prefix: str = "svg/ComfyUI", prompt: Any = None,
     texts = [_svg_text(document, index) for index, document in enumerate(documents)]
     metadata = not current_env().disable_metadata
     # No image size: %width% and %height% become 0, as in ComfyUI.
-    folder, filename, counter, subfolder = save_location(Path(current_env().output_dir), filename_prefix, 0, 0,
-                                                         node="SaveSVGNode")
+    with image_input_errors():
+        folder, filename, counter, subfolder = save_location(Path(current_env().output_dir), filename_prefix, 0, 0)
     results = []
     for batch_number, text in enumerate(texts):
         name = f"{filename.replace('%batch_num%', str(batch_number))}_{counter:05}_.svg"

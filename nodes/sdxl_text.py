@@ -15,35 +15,17 @@ Prompt weighting is ComfyUI's (`(word:1.2)`), as in CLIPTextEncode.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Float, Input, Int, Output, String, node
-from nodes.conditioning import ClipInputError, require_clip
+from nodes import checks
+from nodes.errors import NodeInputError
 
 # torch-free at import: the encoding runs through the CLIP object's methods.
 
 
-class SdxlTextInputError(ValueError):
-    """A size or score input of an SDXL text node that is not a number in its range."""
-
-    def __init__(self, node_name: str, input_name: str, expected: str, received: Any) -> None:
-        self.node = node_name
-        self.input_name = input_name
-        super().__init__(f"{node_name}: input {input_name!r} expected {expected}, received {received!r}")
-
-
-def _check_text(text: Any, node_name: str, input_name: str) -> str:
-    if not isinstance(text, str):
-        raise ClipInputError(f"{node_name}: input {input_name!r} must be a string, got {type(text).__name__}")
-    return text
-
-
-def _check_size(value: Any, node_name: str, input_name: str) -> int:
-    # bool is an int subclass; a size of True is a wiring mistake, not 1 pixel.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_RESOLUTION:
-        raise SdxlTextInputError(node_name, input_name, f"an INT in 0..{MAX_RESOLUTION}", value)
-    return int(value)
+def _checked_size(value: Any, input_name: str) -> int:
+    return checks.integer(value, input_name, 0, MAX_RESOLUTION)
 
 
 def _encode(clip: Any, tokens: dict, add: dict) -> list:
@@ -79,17 +61,15 @@ def _size(name: str, default: int) -> Any:
       outputs=[Output("CONDITIONING")])
 def clip_text_encode_sdxl(clip: Any, width: int, height: int, crop_w: int, crop_h: int, target_width: int,
                           target_height: int, text_g: str, text_l: str) -> tuple[list]:
-    name = "CLIPTextEncodeSDXL"
-    clip = require_clip(clip, name)
-    text_g = _check_text(text_g, name, "text_g")
-    text_l = _check_text(text_l, name, "text_l")
-    sizes = {key: _check_size(value, name, key) for key, value in
+    clip = checks.clip(clip)
+    text_g = checks.text(text_g, "text_g")
+    text_l = checks.text(text_l, "text_l")
+    sizes = {key: _checked_size(value, key) for key, value in
              (("width", width), ("height", height), ("crop_w", crop_w), ("crop_h", crop_h),
               ("target_width", target_width), ("target_height", target_height))}
     tokens = dict(clip.tokenize(text_g))
     if "g" not in tokens or "l" not in tokens:
-        raise ClipInputError(f"{name}: input 'clip' must be an SDXL CLIP (CLIP-L and CLIP-G), "
-                             f"got one that tokenizes for {sorted(tokens)}")
+        raise NodeInputError("clip", "an SDXL CLIP (CLIP-L and CLIP-G)", f"one that tokenizes for {sorted(tokens)}")
     tokens_l = clip.tokenize(text_l)["l"]
     tokens_g = tokens["g"]
     if len(tokens_l) != len(tokens_g):
@@ -109,11 +89,8 @@ def clip_text_encode_sdxl(clip: Any, width: int, height: int, crop_w: int, crop_
 def clip_text_encode_sdxl_refiner(clip: Any, ascore: float, width: int, height: int, text: str) -> tuple[list]:
     # ComfyUI's method order `encode(clip, ascore, width, height, text)`, not the sockets' order:
     # packs call `nodes.CLIPTextEncodeSDXLRefiner().encode(...)` positionally.
-    name = "CLIPTextEncodeSDXLRefiner"
-    clip = require_clip(clip, name)
-    text = _check_text(text, name, "text")
-    if isinstance(ascore, bool) or not isinstance(ascore, numbers.Real) or not 0.0 <= ascore <= 1000.0:
-        raise SdxlTextInputError(name, "ascore", "a FLOAT in 0..1000", ascore)
-    add = {"aesthetic_score": ascore, "width": _check_size(width, name, "width"),
-           "height": _check_size(height, name, "height")}
+    clip = checks.clip(clip)
+    text = checks.text(text)
+    add = {"aesthetic_score": checks.number(ascore, "ascore", 0.0, 1000.0), "width": _checked_size(width, "width"),
+           "height": _checked_size(height, "height")}
     return (_encode(clip, clip.tokenize(text), add),)

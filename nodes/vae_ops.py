@@ -17,7 +17,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from graph.native import Input, Int, Output, node
-from nodes.latent import LatentNodeError
+from nodes import checks
+from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
     import torch
@@ -36,33 +37,13 @@ def _factor(vae: Any) -> int:
     return int(getattr(getattr(vae, "first_stage_model", None), "downscale_ratio", DEFAULT_FACTOR))
 
 
-def _latent(samples: Any, node_name: str) -> torch.Tensor:
-    import torch
-
-    if not isinstance(samples, dict) or not isinstance(samples.get("samples"), torch.Tensor):
-        raise LatentNodeError(node_name, "samples", "a LATENT ({'samples': tensor})", type(samples).__name__)
-    latent = samples["samples"]
-    if latent.ndim != 4:
-        raise LatentNodeError(node_name, "samples", "samples [B, C, h, w]", f"shape {tuple(latent.shape)}")
-    return latent
-
-
-def _pixels(pixels: Any, node_name: str, factor: int) -> torch.Tensor:
-    import torch
-
-    if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4 or pixels.shape[-1] < 3:
-        shown = f"shape {tuple(pixels.shape)}" if isinstance(pixels, torch.Tensor) else type(pixels).__name__
-        raise LatentNodeError(node_name, "pixels", "an IMAGE [B, H, W, C>=3]", shown)
+def _pixels(pixels: Any, factor: int) -> torch.Tensor:
+    pixels = checks.image_batch(pixels, "pixels")
+    if pixels.shape[-1] < 3:
+        raise NodeInputError("pixels", "an IMAGE with 3 or 4 channels", describe(pixels))
     if pixels.shape[1] < factor or pixels.shape[2] < factor:
-        raise LatentNodeError(node_name, "pixels", f"an image at least {factor}x{factor}",
-                              f"{pixels.shape[2]}x{pixels.shape[1]}")
+        raise NodeInputError("pixels", f"an image at least {factor}x{factor}", f"{pixels.shape[2]}x{pixels.shape[1]}")
     return pixels
-
-
-def _check_overlap(node_name: str, overlap: int) -> None:
-    # Validation enforces min 0; a direct call gets the same answer.
-    if overlap < 0:
-        raise LatentNodeError(node_name, "overlap", "an integer >= 0", repr(overlap))
 
 
 def _progress():
@@ -84,8 +65,8 @@ def vae_decode_tiled(samples: dict, vae: Any, tile_size: int = 512, overlap: int
                      temporal_overlap: int = 8) -> tuple[torch.Tensor]:
     from comfy_core.models.vae_tiling import TilingError
 
-    latent = _latent(samples, "VAEDecodeTiled")
-    _check_overlap("VAEDecodeTiled", overlap)
+    latent = checks.latent(samples, ndims=(4,))
+    overlap = checks.integer(overlap, "overlap", 0)  # validation enforces min 0; a direct call gets the same
     if tile_size < overlap * 4:  # ComfyUI's rule: the overlap is at most a quarter of the tile
         overlap = tile_size // 4
     factor = _factor(vae)
@@ -94,7 +75,7 @@ def vae_decode_tiled(samples: dict, vae: Any, tile_size: int = 512, overlap: int
                                   overlap=overlap // factor, progress=_progress())
     except TilingError as exc:
         # Only a tile_size far below the declared minimum (a latent tile under 2) gets here.
-        raise LatentNodeError("VAEDecodeTiled", "tile_size", f"at least {2 * factor} pixels", str(exc)) from None
+        raise NodeInputError("tile_size", f"at least {2 * factor} pixels", str(exc)) from None
     return (images,)
 
 
@@ -109,15 +90,14 @@ def vae_encode_tiled(pixels: torch.Tensor, vae: Any, tile_size: int = 512, overl
                      temporal_overlap: int = 8) -> tuple[dict]:
     from comfy_core.models.vae_tiling import TilingError
 
-    pixels = _pixels(pixels, "VAEEncodeTiled", _factor(vae))
-    _check_overlap("VAEEncodeTiled", overlap)
+    pixels = _pixels(pixels, _factor(vae))
+    overlap = checks.integer(overlap, "overlap", 0)
     try:
         latent = vae.encode_tiled(pixels, tile_x=tile_size, tile_y=tile_size, overlap=overlap, progress=_progress())
     except TilingError as exc:
         # ComfyUI has no guard here: a half-size tiling no larger than the overlap steps by zero
         # (an error) or backwards (no tiles, a NaN latent). Name the input instead.
-        raise LatentNodeError("VAEEncodeTiled", "overlap", "an overlap smaller than half the tile size",
-                              str(exc)) from None
+        raise NodeInputError("overlap", "an overlap smaller than half the tile size", str(exc)) from None
     return ({"samples": latent},)
 
 
@@ -131,19 +111,14 @@ def vae_encode_for_inpaint(pixels: torch.Tensor, vae: Any, mask: torch.Tensor, g
 
     from comfy_core.models.vae_tiling import crop_to_multiple
 
-    name = "VAEEncodeForInpaint"
     factor = _factor(vae)
-    pixels = _pixels(pixels, name, factor)
+    pixels = _pixels(pixels, factor)
     # ComfyUI reshapes any mask to [-1, 1, H, W], so [H, W] and [B, 1, H, W] masks work too.
-    if not isinstance(mask, torch.Tensor) or mask.ndim not in (2, 3, 4):
-        shown = f"shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise LatentNodeError(name, "mask", "a MASK [B, H, W] or [H, W]", shown)
-    if grow_mask_by < 0:
-        raise LatentNodeError(name, "grow_mask_by", "an integer >= 0", repr(grow_mask_by))
+    masks = checks.mask_batch(mask, ndims=(3, 2, 4)).unsqueeze(1).float()  # [Bm, 1, h, w]
+    grow_mask_by = checks.integer(grow_mask_by, "grow_mask_by", 0)
     height, width = pixels.shape[1], pixels.shape[2]
-    masks = mask.reshape(-1, 1, mask.shape[-2], mask.shape[-1]).float()
     if masks.shape[0] not in (1, pixels.shape[0]):
-        raise LatentNodeError(name, "mask", f"1 or {pixels.shape[0]} masks (one per image)", f"{masks.shape[0]} masks")
+        raise NodeInputError("mask", f"1 or {pixels.shape[0]} masks (one per image)", f"{masks.shape[0]} masks")
     masks = F.interpolate(masks.to(pixels.device), size=(height, width), mode="bilinear")  # [Bm, 1, H, W]
 
     # Crop image and mask alike (centred); the mask is cropped again after growing, from the top

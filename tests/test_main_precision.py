@@ -9,7 +9,8 @@ import torch
 
 import main
 from graph.context import NodeContext, reset_current, set_current
-from nodes.loaders import LoaderNodeError, checkpoint_loader_simple
+from nodes.errors import NodeInputError
+from nodes.loaders import checkpoint_loader_simple
 from web.bootstrap import build_environment
 from web.config import DtypeSettings, DtypeSettingsError
 
@@ -68,7 +69,7 @@ def ckpt_base(tmp_path, tiny_sd1_ckpt):
 
 
 def _load(env):
-    token = set_current(NodeContext("p", "1", "1", None, env))
+    token = set_current(NodeContext("p", "1", "1", None, env, class_type="CheckpointLoaderSimple"))
     try:
         return checkpoint_loader_simple("a.safetensors")
     finally:
@@ -98,6 +99,6 @@ def test_flags_reach_the_loaded_models_dtypes(ckpt_base):
 def test_a_bad_environment_dtype_policy_is_a_typed_error(ckpt_base, policy, needle):
     env, _ = build_environment(_config("--base-directory", str(ckpt_base), "--cpu"))
     env.dtype_policy = policy
-    with pytest.raises(LoaderNodeError, match="CheckpointLoaderSimple") as exc:
+    with pytest.raises(NodeInputError, match=r"^CheckpointLoaderSimple \(node 1\): input .env\.dtype_policy") as exc:
         _load(env)
     assert needle in str(exc.value)

@@ -50,7 +50,7 @@ def next_counter(folder: Path, filename: str) -> int:
 
 
 def save_location(root: Path, filename_prefix: str, width: int, height: int, *,
-                  node: str = "SaveImage", now: time.struct_time | None = None) -> tuple[Path, str, int, str]:
+                  now: time.struct_time | None = None) -> tuple[Path, str, int, str]:
     """Where a batch goes: `(folder, file name stem, first counter, subfolder)`.
 
     `filename_prefix` is split as ComfyUI does (`normpath`, then dirname/basename); the folder
@@ -59,30 +59,30 @@ def save_location(root: Path, filename_prefix: str, width: int, height: int, *,
     if "%" in filename_prefix:
         filename_prefix = fill_prefix_variables(filename_prefix, width, height, now or time.localtime())
     if "\x00" in filename_prefix:
-        raise ImageInputError(node, "filename_prefix", "a file name prefix", "a string containing NUL")
+        raise ImageInputError("filename_prefix", "a file name prefix", "a string containing NUL")
     normalized = os.path.normpath(filename_prefix)
     subfolder, filename = os.path.split(normalized)
     base = Path(root).resolve()
     folder = (base / subfolder).resolve() if subfolder else base
     if os.path.isabs(normalized) or not folder.is_relative_to(base):
-        raise ImageInputError(node, "filename_prefix", f"a prefix inside the folder {base}",
+        raise ImageInputError("filename_prefix", f"a prefix inside the folder {base}",
                               f"{filename_prefix!r}, which leads outside it")
     folder.mkdir(parents=True, exist_ok=True)
     return folder, filename, next_counter(folder, filename), Path(subfolder).as_posix() if subfolder else ""
 
 
-def confined_file(root: Path, relative: str, *, node: str, input_name: str) -> Path:
+def confined_file(root: Path, relative: str, *, input_name: str) -> Path:
     """`root / relative` resolved through symlinks, refused (ImageInputError) when `relative`
     is absolute, contains `..`, a backslash or NUL, or resolves outside `root`."""
     parts = relative.split("/")
     if (not relative or "\x00" in relative or "\\" in relative or os.path.isabs(relative)
             or any(part in ("", ".", "..") for part in parts)):
-        raise ImageInputError(node, input_name, "a file name inside its folder (no '..', no absolute path)",
+        raise ImageInputError(input_name, "a file name inside its folder (no '..', no absolute path)",
                               repr(relative))
     base = Path(root).resolve()
     path = base.joinpath(*parts).resolve()
     if not path.is_relative_to(base) or path == base:
-        raise ImageInputError(node, input_name, f"a file inside {base}", f"{relative!r}, which resolves outside it")
+        raise ImageInputError(input_name, f"a file inside {base}", f"{relative!r}, which resolves outside it")
     return path
 
 

@@ -20,13 +20,13 @@ def image_to_uint8(image: torch.Tensor) -> np.ndarray:
     return np.clip(255.0 * image.detach().to("cpu", torch.float32).numpy(), 0, 255).astype(np.uint8)
 
 
-def check_image_batch(images: Any, node: str, input_name: str = "images") -> torch.Tensor:
+def check_image_batch(images: Any, input_name: str = "images") -> torch.Tensor:
     """`images` as an IMAGE batch `[B, H, W, C]` with C in 1, 3, 4 and B, H, W > 0."""
     import torch
 
     if not isinstance(images, torch.Tensor):
-        raise ImageInputError(node, input_name, "an IMAGE tensor [B, H, W, C]", type(images).__name__)
+        raise ImageInputError(input_name, "an IMAGE tensor [B, H, W, C]", type(images).__name__)
     if images.ndim != 4 or images.shape[-1] not in (1, 3, 4) or 0 in images.shape:
-        raise ImageInputError(node, input_name, "an IMAGE tensor [B, H, W, C] with C = 1, 3 or 4",
+        raise ImageInputError(input_name, "an IMAGE tensor [B, H, W, C] with C = 1, 3 or 4",
                               f"shape {list(images.shape)}")
     return images

@@ -28,7 +28,7 @@ PREVIEW_COMPRESS_LEVEL = 1  # ComfyUI's PreviewImage: temp files, favour speed
 _PREVIEW_SUFFIX_LETTERS = "abcdefghijklmnopqrstupvxyz"
 
 
-def png_metadata(prompt: Any, extra_pnginfo: Any, node: str = "SaveImage") -> PngInfo:
+def png_metadata(prompt: Any, extra_pnginfo: Any) -> PngInfo:
     """ComfyUI's PNG text chunks: `prompt` (the API prompt as JSON) and one chunk per key of
     `extra_pnginfo` (the editor sends `workflow`), each value as JSON."""
     from PIL.PngImagePlugin import PngInfo
@@ -38,7 +38,7 @@ def png_metadata(prompt: Any, extra_pnginfo: Any, node: str = "SaveImage") -> Pn
         info.add_text("prompt", json.dumps(prompt))
     if extra_pnginfo is not None:
         if not isinstance(extra_pnginfo, dict):
-            raise ImageInputError(node, "extra_pnginfo", "an object (extra_data.extra_pnginfo)",
+            raise ImageInputError("extra_pnginfo", "an object (extra_data.extra_pnginfo)",
                                   type(extra_pnginfo).__name__)
         for key, value in extra_pnginfo.items():
             info.add_text(key, json.dumps(value))
@@ -47,18 +47,18 @@ def png_metadata(prompt: Any, extra_pnginfo: Any, node: str = "SaveImage") -> Pn
 
 def save_images(images: torch.Tensor, root: Path, filename_prefix: str, *, folder_type: str,
                 compress_level: int, prompt: Any = None, extra_pnginfo: Any = None,
-                node: str = "SaveImage", metadata: bool = True) -> list[dict]:
+                metadata: bool = True) -> list[dict]:
     """Write each image of the batch as PNG; the UI records `{filename, subfolder, type}`.
 
     `metadata=False` (the `--disable-metadata` flag) writes no text chunks at all, as ComfyUI's
     SaveImage does under `args.disable_metadata`."""
     from PIL import Image
 
-    check_image_batch(images, node)
+    check_image_batch(images)
     # images: [B, H, W, C]
     folder, filename, counter, subfolder = save_location(
-        root, filename_prefix, int(images.shape[2]), int(images.shape[1]), node=node)
-    pnginfo = png_metadata(prompt, extra_pnginfo, node) if metadata else None
+        root, filename_prefix, int(images.shape[2]), int(images.shape[1]))
+    pnginfo = png_metadata(prompt, extra_pnginfo) if metadata else None
     results = []
     for batch_number, image in enumerate(images):
         pixels = image_to_uint8(image)  # [H, W, C] uint8
@@ -95,9 +95,9 @@ def preview_target(temp_dir: Path) -> SaveTarget:
 
 
 def write_image_batch(images: torch.Tensor, filename_prefix: str, target: SaveTarget, *, prompt: Any = None,
-                      extra_pnginfo: Any = None, metadata: bool = True, node: str = "SaveImage") -> dict:
+                      extra_pnginfo: Any = None, metadata: bool = True) -> dict:
     """ComfyUI's `SaveImage.save_images` for one target: the files, and `{"ui": {"images": [...]}}`."""
     results = save_images(images, Path(target.output_dir), filename_prefix + target.prefix_append,
                           folder_type=target.type, compress_level=target.compress_level, prompt=prompt,
-                          extra_pnginfo=extra_pnginfo, node=node, metadata=metadata)
+                          extra_pnginfo=extra_pnginfo, metadata=metadata)
     return {"ui": {"images": results}}

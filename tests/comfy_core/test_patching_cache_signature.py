@@ -36,7 +36,7 @@ def make_lora(path, seed: int) -> None:
 def with_lora(model: ModelPatcher, path, strength: float = 1.0) -> ModelPatcher:
     stat = os.stat(path)
     source = ("lora-file", str(path), stat.st_mtime_ns, stat.st_size)
-    patched, _, report = load_lora_for_models(model, None, load_lora_file(path, "test"), strength, 0.0,
+    patched, _, report = load_lora_for_models(model, None, load_lora_file(path), strength, 0.0,
                                               path.name, source)
     assert report.model_keys == 1
     return patched

@@ -18,3 +18,21 @@ def comfy_nodes(tmp_path):
     session = compat.install(Environment.rooted_at(tmp_path), registry)
     with session.activate():
         yield nodes
+
+
+@pytest.fixture
+def in_node():
+    """`with in_node("KSampler", "3"):` runs its body as the executor runs node 3 of type
+    KSampler (the context its input errors take the node's id and type from)."""
+    from contextlib import contextmanager
+
+    from graph.context import NodeContext, reset_current, set_current
+
+    @contextmanager
+    def running(class_type: str, node_id: str = "1", env=None):
+        token = set_current(NodeContext("p", node_id, node_id, None, env, class_type=class_type))
+        try:
+            yield
+        finally:
+            reset_current(token)
+    return running

@@ -6,15 +6,14 @@ import pytest
 import torch
 
 from comfy_core.text_encoders import ClipTokenizer, build_clip, detect_text_encoders
-from comfy_core.text_encoders.conditioning import ConditioningError
 from graph.native import Input, Output, node, spec_of
 from nodes.conditioning import (
-    ClipInputError,
     clip_set_last_layer,
     clip_text_encode,
     conditioning_combine,
     conditioning_set_area,
 )
+from nodes.errors import NodeInputError
 from tests.fixtures.checkpoints import tiny_state_dict
 
 
@@ -63,9 +62,9 @@ def test_clip_text_encode(clips):
 
 
 def test_clip_text_encode_refuses_missing_clip():
-    with pytest.raises(ClipInputError, match="no text encoder"):
+    with pytest.raises(NodeInputError, match="no text encoder"):
         clip_text_encode("a cat", None)
-    with pytest.raises(ClipInputError, match="CLIP object"):
+    with pytest.raises(NodeInputError, match="CLIP object"):
         clip_text_encode("a cat", "not a clip")
 
 
@@ -76,7 +75,7 @@ def test_clip_set_last_layer_returns_a_clone(clips):
     a = clip_text_encode("a cat", clip)[0][0][0]
     b = clip_text_encode("a cat", skipped)[0][0][0]
     assert not torch.allclose(a, b)
-    with pytest.raises(ClipInputError, match="stop_at_clip_layer"):
+    with pytest.raises(NodeInputError, match="stop_at_clip_layer"):
         clip_set_last_layer(clip, 0)
 
 
@@ -89,7 +88,7 @@ def test_conditioning_combine():
     (out,) = conditioning_combine(a, b)
     assert len(out) == 2 and out[0] is a[0] and out[1] is b[0]
     assert len(a) == 1 and len(b) == 1
-    with pytest.raises(ConditioningError, match="conditioning_2"):
+    with pytest.raises(NodeInputError, match="conditioning_2"):
         conditioning_combine(a, "nope")
 
 
@@ -101,7 +100,7 @@ def test_conditioning_set_area():
     assert options["area"] == (8, 16, 1, 2)  # (h // 8, w // 8, y // 8, x // 8)
     assert options["strength"] == 0.5 and options["set_area_to_bounds"] is False
     assert "area" not in source[0][1]  # the input is not mutated
-    with pytest.raises(ConditioningError, match="entry 0"):
+    with pytest.raises(NodeInputError, match="entry 0"):
         conditioning_set_area([[1, 2]], 64, 64, 0, 0, 1.0)
 
 

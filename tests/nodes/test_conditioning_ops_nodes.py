@@ -16,7 +16,6 @@ from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes import register_builtin_nodes
 from nodes.conditioning_ops import (
-    ConditioningNodeError,
     conditioning_average,
     conditioning_concat,
     conditioning_set_area_percentage,
@@ -26,6 +25,7 @@ from nodes.conditioning_ops import (
     conditioning_zero_out,
 )
 from nodes.environment import Environment
+from nodes.errors import NodeInputError
 
 STRENGTH = {"default": 1.0, "min": 0.0, "max": 10.0, "step": 0.01}
 
@@ -96,15 +96,16 @@ def test_set_mask_options_and_mask_bounds():
     assert entry["area"] == (8, 8, 1, 2)  # (h, w, y, x), at least 8x8 as ComfyUI
 
 
-def test_set_mask_refuses_bad_inputs():
-    with pytest.raises(ConditioningNodeError, match="ConditioningSetMask: input 'mask' expected a MASK") as info:
+def test_set_mask_refuses_bad_inputs(in_node):
+    with in_node("ConditioningSetMask", "12"), pytest.raises(NodeInputError) as info:
         conditioning_set_mask(_cond(1.0), torch.zeros(1, 1, 8, 8), "default", 1.0)
-    assert (info.value.node, info.value.input_name) == ("ConditioningSetMask", "mask")
-    with pytest.raises(ConditioningNodeError, match="'set_cond_area'"):
+    assert str(info.value).startswith("ConditioningSetMask (node 12): input 'mask' expected a MASK")
+    assert (info.value.node_type, info.value.node_id, info.value.input_name) == ("ConditioningSetMask", "12", "mask")
+    with pytest.raises(NodeInputError, match="'set_cond_area'"):
         conditioning_set_mask(_cond(1.0), torch.zeros(8, 8), "bounds", 1.0)
-    with pytest.raises(ConditioningNodeError, match="'strength'"):
+    with pytest.raises(NodeInputError, match="'strength'"):
         conditioning_set_mask(_cond(1.0), torch.zeros(8, 8), "default", -0.5)
-    with pytest.raises(ConditioningNodeError, match="'conditioning'.*entry 0"):
+    with pytest.raises(NodeInputError, match="'conditioning'.*entry 0"):
         conditioning_set_mask([[torch.zeros(77, 8), {}]], torch.zeros(8, 8), "default", 1.0)
 
 
@@ -130,7 +131,7 @@ def test_area_percentage_is_resolved_against_the_latent():
     assert options["strength"] == 2.0 and options["set_area_to_bounds"] is False
     entry = resolve_area_and_mask(convert_cond(out, "positive")[0], (16, 32), torch.device("cpu"))
     assert entry["area"] == (4, 16, 12, 16)
-    with pytest.raises(ConditioningNodeError, match="ConditioningSetAreaPercentage: input 'x'"):
+    with pytest.raises(NodeInputError, match="input 'x'"):
         conditioning_set_area_percentage(_cond(1.0), 0.5, 0.5, 1.5, 0.0, 1.0)
 
 
@@ -142,9 +143,9 @@ def test_area_strength_and_timestep_range_set_only_their_keys():
     (out,) = conditioning_set_timestep_range(source, 0.2, 0.8)
     assert (out[0][1]["start_percent"], out[0][1]["end_percent"]) == (0.2, 0.8)
     assert set(out[0][1]) == set(source[0][1]) | {"start_percent", "end_percent"}
-    with pytest.raises(ConditioningNodeError, match="ConditioningSetTimestepRange: input 'end'"):
+    with pytest.raises(NodeInputError, match="input 'end'"):
         conditioning_set_timestep_range(source, 0.0, 1.5)
-    with pytest.raises(ConditioningNodeError, match="ConditioningSetAreaStrength: input 'conditioning'"):
+    with pytest.raises(NodeInputError, match="input 'conditioning'"):
         conditioning_set_area_strength("nope", 1.0)
 
 
@@ -156,9 +157,9 @@ def test_concat_appends_the_first_from_tokens():
     assert torch.equal(out[0][0][:, :77], to[0][0]) and (out[0][0][:, 77:] == 5.0).all()
     assert (out[1][0][:, 154:] == 5.0).all()  # only the first from entry is applied
     assert out[0][1] == to[0][1] and out[0][1] is not to[0][1]  # to's options (pooled too), copied
-    with pytest.raises(ConditioningNodeError, match="ConditioningConcat: input 'conditioning_from' expected width 8"):
+    with pytest.raises(NodeInputError, match="input 'conditioning_from' expected width 8"):
         conditioning_concat(to, _cond(1.0, width=16))
-    with pytest.raises(ConditioningNodeError, match="'conditioning_from' expected at least one"):
+    with pytest.raises(NodeInputError, match="'conditioning_from' expected at least one"):
         conditioning_concat(to, [])
 
 
@@ -184,9 +185,9 @@ def test_average_blends_tokens_and_pooled_outputs():
     assert out[0][1]["pooled_output"] is to[0][1]["pooled_output"]
     (out,) = conditioning_average(to, source, 1.0)
     assert torch.equal(out[0][0], to[0][0])
-    with pytest.raises(ConditioningNodeError, match="ConditioningAverage: input 'conditioning_to_strength'"):
+    with pytest.raises(NodeInputError, match="input 'conditioning_to_strength'"):
         conditioning_average(to, source, 1.5)
-    with pytest.raises(ConditioningNodeError, match="ConditioningAverage: input 'conditioning_from' expected width"):
+    with pytest.raises(NodeInputError, match="input 'conditioning_from' expected width"):
         conditioning_average(to, _cond(1.0, width=4), 0.5)
 
 
@@ -200,7 +201,7 @@ def test_zero_out_keeps_shapes_and_options():
     assert (source[0][0] == 3.0).all() and (source[0][1]["pooled_output"] == 4.0).all()
     (out,) = conditioning_zero_out(_cond(3.0, pooled=None))
     assert "pooled_output" not in out[0][1]
-    with pytest.raises(ConditioningNodeError, match="ConditioningZeroOut: input 'conditioning'"):
+    with pytest.raises(NodeInputError, match="input 'conditioning'"):
         conditioning_zero_out([torch.zeros(1, 77, 8)])
 
 

@@ -17,7 +17,7 @@ from nodes import builtin_node_functions
 from nodes import image as image_nodes
 from nodes.environment import Environment
 from comfy_core.image.pixels import image_to_uint8
-from nodes.image import ImageNodeError
+from nodes.errors import NodeInputError
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_save_image_without_hidden_inputs_writes_no_chunks(env: Environment) -> 
 
 
 def test_extra_pnginfo_must_be_an_object(env: Environment) -> None:
-    with running_in(env), pytest.raises(ImageNodeError, match="'extra_pnginfo' expected an object"):
+    with running_in(env), pytest.raises(NodeInputError, match="'extra_pnginfo' expected an object"):
         image_nodes.save_image(_ramp(), "x", extra_pnginfo=["workflow"])
 
 
@@ -106,7 +106,7 @@ def test_prefix_variables_and_batch_number(env: Environment) -> None:
 
 @pytest.mark.parametrize("prefix", ["../escaped", "a/../../escaped", "/tmp/absolute"])
 def test_prefix_cannot_leave_the_output_folder(env: Environment, prefix: str) -> None:
-    with running_in(env), pytest.raises(ImageNodeError, match="filename_prefix"):
+    with running_in(env), pytest.raises(NodeInputError, match="filename_prefix"):
         image_nodes.save_image(_ramp(), prefix)
     assert not (env.output_dir.parent / "escaped_00001_.png").exists()
 
@@ -115,14 +115,14 @@ def test_prefix_through_a_symlink_out_of_the_output_folder_is_refused(env: Envir
     outside = tmp_path / "outside"
     outside.mkdir()
     (env.output_dir / "link").symlink_to(outside, target_is_directory=True)
-    with running_in(env), pytest.raises(ImageNodeError, match="outside"):
+    with running_in(env), pytest.raises(NodeInputError, match="outside"):
         image_nodes.save_image(_ramp(), "link/x")
     assert list(outside.iterdir()) == []
 
 
 @pytest.mark.parametrize("bad", [torch.zeros(4, 6, 3), torch.zeros(1, 4, 6, 2), "not a tensor"])
 def test_save_image_rejects_what_is_not_an_image_batch(env: Environment, bad) -> None:
-    with running_in(env), pytest.raises(ImageNodeError, match="'images' expected an IMAGE"):
+    with running_in(env), pytest.raises(NodeInputError, match="'images' expected an IMAGE"):
         image_nodes.save_image(bad, "x")
 
 
@@ -218,7 +218,7 @@ def test_load_image_reads_annotated_and_subfolder_names(env: Environment) -> Non
                                   "../secret.png [output]", ""])
 def test_load_image_refuses_names_outside_the_input_folder(env: Environment, name: str) -> None:
     _write_rgba(env.input_dir.parent / "secret.png")
-    with running_in(env), pytest.raises(ImageNodeError, match="'image'"):
+    with running_in(env), pytest.raises(NodeInputError, match="'image'"):
         image_nodes.load_image(name)
     with running_in(env):
         assert image_nodes._image_exists(name) is not True
@@ -227,7 +227,7 @@ def test_load_image_refuses_names_outside_the_input_folder(env: Environment, nam
 def test_load_image_refuses_a_symlink_leading_out(env: Environment, tmp_path: Path) -> None:
     _write_rgba(tmp_path / "outside.png")
     (env.input_dir / "inside.png").symlink_to(tmp_path / "outside.png")
-    with running_in(env), pytest.raises(ImageNodeError, match="outside"):
+    with running_in(env), pytest.raises(NodeInputError, match="outside"):
         image_nodes.load_image("inside.png")
 
 
@@ -346,7 +346,7 @@ def test_rebatch_regroups_all_images() -> None:
 
 
 def test_rebatch_refuses_mixed_sizes_in_one_batch() -> None:
-    with pytest.raises(ImageNodeError, match="one size"):
+    with pytest.raises(NodeInputError, match="one size"):
         image_nodes.rebatch_images([_ramp(height=4), _ramp(height=5)], [2])
     (batches,) = image_nodes.rebatch_images([_ramp(height=4), _ramp(height=5)], [1])
     assert [tuple(b.shape) for b in batches] == [(1, 4, 6, 3), (1, 5, 6, 3)]

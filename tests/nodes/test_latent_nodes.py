@@ -10,8 +10,8 @@ from safetensors.torch import load_file, save_file
 from comfy_core.loading import load_checkpoint
 from graph.context import NodeContext, reset_current, set_current
 from nodes.environment import Environment
+from nodes.errors import NodeInputError
 from nodes.latent import (
-    LatentNodeError,
     empty_latent_image,
     latent_upscale,
     list_latent_files,
@@ -36,13 +36,13 @@ def test_empty_latent_image():
     assert latent["samples"].shape == (3, 4, 41, 64) and not latent["samples"].any()
 
 
-def test_vae_decode_and_encode(tiny_sd1_ckpt):
+def test_vae_decode_and_encode(tiny_sd1_ckpt, in_node):
     _, _, vae = load_checkpoint(tiny_sd1_ckpt, output_clip=False)
     (image,) = vae_decode({"samples": torch.randn(2, 4, 3, 5)}, vae)
     assert image.shape == (2, 24, 40, 3)
     (latent,) = vae_encode(torch.cat([image, torch.ones(2, 24, 40, 1)], dim=-1), vae)
     assert latent["samples"].shape == (2, 4, 3, 5)
-    with pytest.raises(LatentNodeError, match="VAEDecode"):
+    with in_node("VAEDecode", "8"), pytest.raises(NodeInputError, match=r"^VAEDecode \(node 8\): input 'samples'"):
         vae_decode({"wrong": 1}, vae)
 
 

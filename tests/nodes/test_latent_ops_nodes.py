@@ -18,7 +18,7 @@ from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes import register_builtin_nodes
 from nodes.environment import Environment
-from nodes.latent import LatentNodeError
+from nodes.errors import NodeInputError
 from nodes.latent_ops import (
     latent_blend,
     latent_composite,
@@ -91,11 +91,11 @@ def test_latent_upscale_by_rounds_each_side_and_keeps_the_other_keys():
 
 
 def test_latent_upscale_by_rejects_bad_input():
-    with pytest.raises(LatentNodeError, match="LatentUpscaleBy: input 'upscale_method'"):
+    with pytest.raises(NodeInputError, match="input 'upscale_method'"):
         latent_upscale_by({"samples": torch.zeros(1, 4, 4, 4)}, "lanczos", 2.0)
-    with pytest.raises(LatentNodeError, match="LatentUpscaleBy: input 'scale_by'"):
+    with pytest.raises(NodeInputError, match="input 'scale_by'"):
         latent_upscale_by({"samples": torch.zeros(1, 4, 4, 4)}, "bilinear", 0.1)
-    with pytest.raises(LatentNodeError, match="LatentUpscaleBy: input 'samples'"):
+    with pytest.raises(NodeInputError, match="input 'samples'"):
         latent_upscale_by(torch.zeros(1, 4, 4, 4), "bilinear", 2.0)
 
 
@@ -134,11 +134,11 @@ def test_latent_composite_feathers_only_inner_edges():
 
 
 def test_latent_composite_rejects_mismatched_latents():
-    with pytest.raises(LatentNodeError, match="LatentComposite: input 'samples_from'"):
+    with pytest.raises(NodeInputError, match="input 'samples_from'"):
         latent_composite({"samples": torch.zeros(1, 4, 8, 8)}, {"samples": torch.zeros(1, 16, 4, 4)}, 0, 0, 0)
-    with pytest.raises(LatentNodeError, match="LatentComposite: input 'samples_from'"):
+    with pytest.raises(NodeInputError, match="input 'samples_from'"):
         latent_composite({"samples": torch.zeros(2, 4, 8, 8)}, {"samples": torch.zeros(3, 4, 4, 4)}, 0, 0, 0)
-    with pytest.raises(LatentNodeError, match="LatentComposite: input 'samples_to'"):
+    with pytest.raises(NodeInputError, match="input 'samples_to'"):
         latent_composite({"latent": 1}, {"samples": torch.zeros(1, 4, 4, 4)}, 0, 0, 0)
 
 
@@ -161,9 +161,9 @@ def test_latent_blend_weights_and_resizes_the_second():
 
 
 def test_latent_blend_rejects_mismatched_latents():
-    with pytest.raises(LatentNodeError, match="LatentBlend: input 'samples2'"):
+    with pytest.raises(NodeInputError, match="input 'samples2'"):
         latent_blend({"samples": torch.zeros(1, 4, 8, 8)}, {"samples": torch.zeros(1, 16, 8, 8)}, 0.5)
-    with pytest.raises(LatentNodeError, match="LatentBlend: input 'samples2'"):
+    with pytest.raises(NodeInputError, match="input 'samples2'"):
         latent_blend({"samples": torch.zeros(2, 4, 8, 8)}, {"samples": torch.zeros(3, 4, 8, 8)}, 0.5)
 
 
@@ -194,9 +194,9 @@ def test_latent_from_batch_cuts_the_noise_mask_with_the_batch():
 
 
 def test_latent_from_batch_rejects_negative_index():
-    with pytest.raises(LatentNodeError, match="LatentFromBatch: input 'batch_index'"):
+    with pytest.raises(NodeInputError, match="input 'batch_index'"):
         latent_from_batch({"samples": torch.zeros(2, 4, 2, 2)}, -1, 1)
-    with pytest.raises(LatentNodeError, match="LatentFromBatch: input 'length'"):
+    with pytest.raises(NodeInputError, match="input 'length'"):
         latent_from_batch({"samples": torch.zeros(2, 4, 2, 2)}, 0, 0)
 
 
@@ -219,7 +219,7 @@ def test_repeat_latent_batch_noise_masks():
     pair = torch.rand(2, 1, 16, 16)
     (out,) = repeat_latent_batch({"samples": torch.zeros(2, 4, 2, 2), "noise_mask": pair}, 3)
     assert torch.equal(out["noise_mask"], torch.cat([pair] * 3))
-    with pytest.raises(LatentNodeError, match="RepeatLatentBatch: input 'amount'"):
+    with pytest.raises(NodeInputError, match="input 'amount'"):
         repeat_latent_batch({"samples": torch.zeros(2, 4, 2, 2)}, 0)
 
 
@@ -229,7 +229,7 @@ def test_latent_flip():
     assert torch.equal(out["samples"][:, :, 0], samples["samples"][:, :, 2]) and out["batch_index"] == [1]
     (out,) = latent_flip(samples, "y-axis: horizontally")
     assert torch.equal(out["samples"][..., 0], samples["samples"][..., 3])
-    with pytest.raises(LatentNodeError, match="LatentFlip: input 'flip_method'"):
+    with pytest.raises(NodeInputError, match="input 'flip_method'"):
         latent_flip(samples, "diagonal")
 
 
@@ -239,7 +239,7 @@ def test_latent_rotate_turns_clockwise():
     assert latent_rotate(samples, "90 degrees")[0]["samples"][0, 0].tolist() == [[4, 1], [5, 2], [6, 3]]
     assert latent_rotate(samples, "180 degrees")[0]["samples"][0, 0].tolist() == [[6, 5, 4], [3, 2, 1]]
     assert latent_rotate(samples, "270 degrees")[0]["samples"][0, 0].tolist() == [[3, 6], [2, 5], [1, 4]]
-    with pytest.raises(LatentNodeError, match="LatentRotate: input 'rotation'"):
+    with pytest.raises(NodeInputError, match="input 'rotation'"):
         latent_rotate(samples, "45 degrees")
 
 
@@ -264,9 +264,9 @@ def test_set_latent_noise_mask_shapes_and_keys():
     assert "noise_mask" not in samples  # the input dict is not changed
     (out,) = set_latent_noise_mask(samples, torch.rand(2, 32, 48))
     assert out["noise_mask"].shape == (2, 1, 32, 48)
-    with pytest.raises(LatentNodeError, match="SetLatentNoiseMask: input 'mask'"):
+    with pytest.raises(NodeInputError, match="input 'mask'"):
         set_latent_noise_mask(samples, torch.ones(64))
-    with pytest.raises(LatentNodeError, match="SetLatentNoiseMask: input 'mask'"):
+    with pytest.raises(NodeInputError, match="input 'mask'"):
         set_latent_noise_mask(samples, "mask")
 
 

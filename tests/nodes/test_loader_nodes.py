@@ -9,7 +9,8 @@ import torch
 from graph.context import NodeContext, reset_current, set_current
 from graph.native import spec_of
 from nodes.environment import Environment
-from nodes.loaders import LoaderNodeError, checkpoint_loader, checkpoint_loader_simple, checkpoint_loader_typed, vae_loader
+from nodes.errors import NodeInputError
+from nodes.loaders import checkpoint_loader, checkpoint_loader_simple, checkpoint_loader_typed, vae_loader
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_vae_loader_reads_a_checkpoint_vae(env):
 
 
 def test_unknown_name_is_a_typed_error(env):
-    with pytest.raises(LoaderNodeError, match="ckpt_name"):
+    with pytest.raises(NodeInputError, match="ckpt_name"):
         checkpoint_loader_simple("missing.safetensors")
 
 
@@ -90,7 +91,7 @@ def test_symlinked_checkpoint_and_folder_load_by_the_listed_name(tmp_path, tiny_
         for name in listed:
             model, _, _ = checkpoint_loader_simple(name)
             assert model.model.family.name == "sd1"
-        with pytest.raises(LoaderNodeError, match="ckpt_name"):
+        with pytest.raises(NodeInputError, match="ckpt_name"):
             checkpoint_loader_simple("../../drive/real.safetensors")
     finally:
         reset_current(token)
@@ -134,5 +135,5 @@ def test_comfyuis_config_loader_takes_the_prediction_type_from_the_yaml(env, tmp
     assert model.model.model_sampling.prediction == "v"
     model, _, _ = checkpoint_loader("v1-inference.yaml", "sub/tiny.safetensors")
     assert model.model.model_sampling.prediction == "eps"
-    with pytest.raises(LoaderNodeError, match="config_name"):
+    with pytest.raises(NodeInputError, match="config_name"):
         checkpoint_loader("missing.yaml", "sub/tiny.safetensors")

@@ -60,3 +60,63 @@ async def test_a_node_run_by_the_executor_is_named_in_its_input_error(tmp_path):
     assert outcome.status == "error"
     error = next(e.data for e in events if e.type == "execution_error")
     assert error["exception_message"].startswith("NeedsLatent (node 5): input 'samples' expected a LATENT")
+
+
+def test_numbers_strings_and_choices_name_the_input_and_the_range():
+    assert checks.integer(7, "steps", 1, 10) == 7 and checks.integer(0, "x", 0) == 0
+    assert checks.number(0.5, "denoise", 0.0, 1.0) == 0.5 and checks.number(3, "cfg", 0.0) == 3
+    assert checks.text("a cat") == "a cat"
+    for call, message in [
+            (lambda: checks.integer(True, "width", 0, 8), r"^input 'width' expected an INT in 0\.\.8, received True$"),
+            (lambda: checks.integer(2.0, "amount", 1), r"^input 'amount' expected an INT >= 1, received 2\.0$"),
+            (lambda: checks.integer(-1, "overlap", 0), r"^input 'overlap' expected an INT >= 0, received -1$"),
+            (lambda: checks.number(float("nan"), "start", 0.0, 1.0), r"^input 'start' expected a FLOAT in 0\.0\.\.1\.0"),
+            (lambda: checks.number(-0.5, "strength", 0.0), r"^input 'strength' expected a FLOAT >= 0\.0, received -0\.5$"),
+            (lambda: checks.text(3, "text_l"), r"^input 'text_l' expected a STRING, received int$")]:
+        with pytest.raises(NodeInputError, match=message):
+            call()
+
+
+def test_shape_options_of_the_latent_mask_and_conditioning_checks():
+    video = {"samples": torch.zeros(1, 4, 2, 2, 2)}
+    assert checks.latent(video).ndim == 5
+    with pytest.raises(NodeInputError, match=r"expected LATENT samples \[B, C, h, w\], received Tensor of shape"):
+        checks.latent(video, ndims=(4,))
+    with pytest.raises(NodeInputError, match=r"'mask' expected a MASK tensor \[B, H, W\] or \[H, W\]"):
+        checks.mask_batch(torch.zeros(2, 1, 4, 4))
+    assert checks.mask_batch(torch.zeros(2, 1, 4, 4), ndims=(3, 2, 4)).shape == (2, 4, 4)
+    with pytest.raises(NodeInputError, match=r"received entry 1: \[Tensor of shape \[77, 8\], dict\]"):
+        checks.conditioning([[torch.zeros(1, 77, 8), {}], [torch.zeros(77, 8), {}]], tokens=True)
+    assert len(checks.conditioning([[torch.zeros(77, 8), {}]])) == 1  # only the token nodes need [B, T, W]
+    with pytest.raises(NodeInputError, match="'conditioning_from' expected at least one conditioning entry"):
+        checks.conditioning([], "conditioning_from", non_empty=True)
+
+
+def test_the_clip_check_for_the_a1111_encoders_wants_this_engines_clip():
+    class ApiOnly:
+        def tokenize(self, text): ...
+
+        def encode_from_tokens(self, tokens): ...
+
+    clip = ApiOnly()
+    assert checks.clip(clip) is clip
+    with pytest.raises(NodeInputError, match="'clip' expected a CLIP object of this engine"):
+        checks.clip(clip, encoders=True)
+
+
+def test_image_helper_errors_become_the_running_nodes_input_error(tmp_path):
+    """comfy_core's image helpers name no node; inside `image_input_errors()` a node's call
+    re-raises them naming the node, as every node input error does."""
+    from comfy_core.image.errors import ImageInputError
+    from comfy_core.image.file_names import confined_file
+    from nodes.errors import image_input_errors
+
+    with pytest.raises(ImageInputError, match=r"^input 'image' expected a file name inside its folder"):
+        confined_file(tmp_path, "../x.png", input_name="image")
+    token = set_current(NodeContext("p", "4", "4", None, None, class_type="LoadImage"))
+    try:
+        with pytest.raises(NodeInputError, match=r"^LoadImage \(node 4\): input 'image' expected a file name inside"):
+            with image_input_errors():
+                confined_file(tmp_path, "../x.png", input_name="image")
+    finally:
+        reset_current(token)

@@ -13,8 +13,8 @@ from graph.native import Input, Output, node, spec_of
 from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes.environment import Environment
+from nodes.errors import NodeInputError
 from nodes.patching import (
-    PatchNodeInputError,
     lora_loader,
     lora_loader_model_only,
     set_attention_backend,
@@ -93,11 +93,11 @@ def test_lora_loader_lists_files_and_reports_bad_ones(env):
     spec = spec_of(lora_loader)
     assert spec.input("lora_name").combo_values(env) == ["broken.safetensors", "style.safetensors"]
     assert [o.type for o in spec.outputs] == ["MODEL", "CLIP"]
-    with pytest.raises(PatchNodeInputError, match="not found"):
+    with pytest.raises(NodeInputError, match="input 'lora_name' expected a file in the loras folders"):
         lora_loader(tiny_model(), tiny_clip(), "missing.safetensors", 1.0, 1.0)
-    with pytest.raises(PatchNodeInputError, match="cannot read LoRA file 'broken.safetensors'"):
+    with pytest.raises(NodeInputError, match="input 'lora_name' expected a readable LoRA file .*received 'broken.safetensors'"):
         lora_loader(tiny_model(), tiny_clip(), "broken.safetensors", 1.0, 1.0)
-    with pytest.raises(PatchNodeInputError, match="MODEL object"):
+    with pytest.raises(NodeInputError, match="input 'model' expected a MODEL object"):
         lora_loader("not a model", tiny_clip(), "style.safetensors", 1.0, 1.0)
 
 
@@ -109,7 +109,7 @@ def test_set_attention_backend_returns_a_clone():
     vae = VaePatcher(nn.Linear(2, 2))
     (vae_clone,) = set_vae_attention_backend(vae, "split")
     assert vae_clone.attention_choice().name == "split" and vae.attention_choice().name == "sdpa"
-    with pytest.raises(PatchNodeInputError, match="VAE object"):
+    with pytest.raises(NodeInputError, match="input 'vae' expected a VAE"):
         set_vae_attention_backend(model.model, "split")
 
 

@@ -16,6 +16,7 @@ from graph.native import spec_of
 from graph.registry import Registry
 import nodes.prompt as prompt_nodes
 from nodes.environment import Environment
+from nodes.errors import NodeInputError
 from nodes.sampling import ksampler
 
 
@@ -79,7 +80,7 @@ def test_apply_embedding_errors_name_file_and_widths(sd1, env):
     with running_in(env):
         with pytest.raises(EmbeddingWidthError) as info:
             prompt_nodes.apply_embedding(sd1, "sd2style.pt")
-        with pytest.raises(prompt_nodes.PromptNodeError, match="missing.pt"):
+        with pytest.raises(NodeInputError, match="missing.pt"):
             prompt_nodes.apply_embedding(sd1, "missing.pt")
     message = str(info.value)
     assert "sd2style.pt" in message and "1024" in message and "64" in message
@@ -104,7 +105,7 @@ def test_sdxl_node_adds_size_conditioning(sdxl, env):
 
 
 def test_sdxl_node_refuses_sd1_clip(sd1, env):
-    with running_in(env), pytest.raises(prompt_nodes.PromptNodeError, match="SDXL"):
+    with running_in(env), pytest.raises(NodeInputError, match="SDXL"):
         prompt_nodes.clip_text_encode_weighted_sdxl("a", sd1)
 
 
@@ -166,7 +167,7 @@ def test_is_changed_follows_the_embeddings_folder(env):
 
 
 def test_non_clip_input_is_a_clear_error(env):
-    with running_in(env), pytest.raises(prompt_nodes.PromptNodeError, match="'clip' must be a CLIP"):
+    with running_in(env), pytest.raises(NodeInputError, match="'clip' expected a CLIP object"):
         prompt_nodes.clip_text_encode_weighted("a", "not a clip")
 
 

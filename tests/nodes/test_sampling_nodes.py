@@ -14,7 +14,8 @@ from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
 from comfy_core.sampling.schedulers import SCHEDULER_NAMES
 from graph.context import Interrupted, NodeContext, reset_current, set_current
 from graph.native import spec_of
-from nodes.sampling import SamplingNodeError, ksampler, ksampler_advanced
+from nodes.errors import NodeInputError
+from nodes.sampling import ksampler, ksampler_advanced
 
 S = 0.5
 RGB = [[0.3512, 0.2297, 0.3227], [0.3250, 0.4974, 0.2350], [-0.2829, 0.1762, 0.2721], [-0.2120, -0.2616, -0.7177]]
@@ -161,11 +162,12 @@ def test_advanced_split_equals_full_run_and_add_noise_disable() -> None:
     assert float((denoised["samples"] - first["samples"]).abs().max()) > 1.0
 
 
-def test_bad_latent_raises_a_node_error() -> None:
+def test_bad_latent_raises_a_node_error(in_node) -> None:
     model = ModelPatcher(FakeDiffusionModel())
-    with pytest.raises(SamplingNodeError, match="KSampler: input 'latent_image'"):
+    with in_node("KSampler", "3"), pytest.raises(NodeInputError,
+                                                 match=r"^KSampler \(node 3\): input 'latent_image' expected a LATENT"):
         ksampler(model, 0, 2, 1.0, "euler", "karras", cond(0.0), cond(0.0), {"no": 1}, 1.0)
-    with pytest.raises(SamplingNodeError, match="KSamplerAdvanced.*shape"):
+    with pytest.raises(NodeInputError, match=r"input 'latent_image' expected LATENT samples .*shape"):
         ksampler_advanced(model, "enable", 0, 2, 1.0, "euler", "karras", cond(0.0), cond(0.0),
                           {"samples": torch.zeros(4, 8, 8)}, 0, 2, "disable")
 

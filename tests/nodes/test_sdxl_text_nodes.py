@@ -14,10 +14,10 @@ from graph.native import Input, node, spec_of
 from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes import register_builtin_nodes
-from nodes.conditioning import ClipInputError
 from nodes.environment import Environment
 from nodes.sampling import ksampler
-from nodes.sdxl_text import SdxlTextInputError, clip_text_encode_sdxl, clip_text_encode_sdxl_refiner
+from nodes.errors import NodeInputError
+from nodes.sdxl_text import clip_text_encode_sdxl, clip_text_encode_sdxl_refiner
 from tests.fixtures.clips import load_clip, one_thread, sd1, sdxl  # noqa: F401 (fixtures)
 
 LONG = " ".join(["a red lighthouse on a rocky shore"] * 20)  # well over one 77-token chunk
@@ -83,17 +83,18 @@ def test_the_shorter_text_is_padded_with_empty_chunks(sdxl, long_side):
     torch.testing.assert_close(cond[:, :77, short], sdxl.encode("a cat")[..., short])
 
 
-def test_sdxl_refuses_bad_inputs(sdxl, sd1):
-    with pytest.raises(ClipInputError, match="CLIPTextEncodeSDXL: input 'clip' must be an SDXL CLIP"):
+def test_sdxl_refuses_bad_inputs(sdxl, sd1, in_node):
+    with pytest.raises(NodeInputError, match="input 'clip' expected an SDXL CLIP"):
         _sdxl(sd1, "a", "b")
-    with pytest.raises(ClipInputError, match="CLIPTextEncodeSDXL: input 'clip' is None"):
+    with pytest.raises(NodeInputError, match="input 'clip' expected a CLIP object, received None"):
         _sdxl(None, "a", "b")
-    with pytest.raises(ClipInputError, match="input 'text_l' must be a string"):
+    with pytest.raises(NodeInputError, match="input 'text_l' expected a STRING"):
         _sdxl(sdxl, "a", 3)
-    with pytest.raises(SdxlTextInputError, match="CLIPTextEncodeSDXL: input 'crop_h' expected an INT") as info:
+    with in_node("CLIPTextEncodeSDXL", "6"), pytest.raises(NodeInputError, match="input 'crop_h' expected an INT") as info:
         _sdxl(sdxl, "a", "b", crop_h=-8)
-    assert info.value.node == "CLIPTextEncodeSDXL" and info.value.input_name == "crop_h"
-    with pytest.raises(SdxlTextInputError, match="'width'"):
+    assert (info.value.node_type, info.value.node_id, info.value.input_name) == ("CLIPTextEncodeSDXL", "6", "crop_h")
+    assert str(info.value).startswith("CLIPTextEncodeSDXL (node 6): ")
+    with pytest.raises(NodeInputError, match="'width'"):
         _sdxl(sdxl, "a", "b", width=True)
 
 
@@ -104,9 +105,9 @@ def test_refiner_encodes_with_clip_g_and_carries_the_aesthetic_score(refiner_cli
     torch.testing.assert_close(cond, expected)
     torch.testing.assert_close(options["pooled_output"], pooled)
     assert (options["aesthetic_score"], options["width"], options["height"]) == (2.5, 640, 512)
-    with pytest.raises(SdxlTextInputError, match="CLIPTextEncodeSDXLRefiner: input 'ascore'"):
+    with pytest.raises(NodeInputError, match="input 'ascore'"):
         clip_text_encode_sdxl_refiner(refiner_clip, -1.0, 640, 512, "a")
-    with pytest.raises(ClipInputError, match="CLIPTextEncodeSDXLRefiner: input 'clip' must be a CLIP"):
+    with pytest.raises(NodeInputError, match="input 'clip' expected a CLIP object, received object"):
         clip_text_encode_sdxl_refiner(object(), 6.0, 640, 512, "a")
 
 

@@ -16,7 +16,8 @@ from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes import builtin_node_functions, register_builtin_nodes
 from nodes.environment import Environment
-from nodes.latent import LatentNodeError, vae_decode, vae_encode
+from nodes.errors import NodeInputError
+from nodes.latent import vae_decode, vae_encode
 from nodes.vae_ops import vae_decode_tiled, vae_encode_for_inpaint, vae_encode_tiled
 
 
@@ -97,14 +98,14 @@ def test_decode_tiled_caps_the_overlap_at_a_quarter_of_the_tile(vae):
 
 @pytest.mark.parametrize("bad", [None, {"samples": 1}, {"samples": torch.zeros(4, 8, 8)}])
 def test_decode_tiled_rejects_what_is_not_a_latent(vae, bad):
-    with pytest.raises(LatentNodeError, match="VAEDecodeTiled: input 'samples'"):
+    with pytest.raises(NodeInputError, match="input 'samples'"):
         vae_decode_tiled(bad, vae)
 
 
 @pytest.mark.parametrize("tile_size, overlap, input_name", [(8, 0, "tile_size"), (512, -8, "overlap")])
 def test_decode_tiled_names_sizes_below_the_minimum(vae, tile_size, overlap, input_name):
     latent = {"samples": torch.zeros(1, 4, 16, 16)}
-    with pytest.raises(LatentNodeError, match=f"VAEDecodeTiled: input '{input_name}'"):
+    with pytest.raises(NodeInputError, match=f"input '{input_name}'"):
         vae_decode_tiled(latent, vae, tile_size=tile_size, overlap=overlap)
 
 
@@ -127,15 +128,15 @@ def test_encode_tiled_blends_tiles(vae):
 
 def test_encode_tiled_names_an_overlap_that_leaves_no_step(vae):
     # The half-size tiling (32 px) cannot step with a 32 px overlap; ComfyUI fails or gives NaN.
-    with pytest.raises(LatentNodeError, match="VAEEncodeTiled: input 'overlap'"):
+    with pytest.raises(NodeInputError, match="input 'overlap'"):
         vae_encode_tiled(_rand(1, 96, 96, 3), vae, tile_size=64, overlap=32)
-    with pytest.raises(LatentNodeError, match="VAEEncodeTiled: input 'overlap'"):
+    with pytest.raises(NodeInputError, match="input 'overlap'"):
         vae_encode_tiled(_rand(1, 96, 96, 3), vae, tile_size=512, overlap=-32)
 
 
 @pytest.mark.parametrize("bad", [None, torch.zeros(8, 8, 3), torch.zeros(1, 8, 8, 2), torch.zeros(1, 7, 16, 3)])
 def test_encode_tiled_rejects_what_is_not_an_image(vae, bad):
-    with pytest.raises(LatentNodeError, match="VAEEncodeTiled: input 'pixels'"):
+    with pytest.raises(NodeInputError, match="input 'pixels'"):
         vae_encode_tiled(bad, vae)
 
 
@@ -206,7 +207,7 @@ def test_inpaint_latent_is_the_encoding_of_the_greyed_image(vae):
     (torch.zeros(1, 16, 16, 3), torch.zeros(1, 16, 16), -1, "grow_mask_by"),
 ])
 def test_inpaint_rejects_bad_input(pixels, mask, grow, input_name):
-    with pytest.raises(LatentNodeError, match=f"VAEEncodeForInpaint: input '{input_name}'"):
+    with pytest.raises(NodeInputError, match=f"input '{input_name}'"):
         vae_encode_for_inpaint(pixels, RecordingVae(), mask, grow_mask_by=grow)
 
 

@@ -144,7 +144,7 @@ def test_metadata_mmap_and_preview_flags_reach_the_environment(tmp_path):
     assert env.disable_metadata and not env.mmap and env.preview_method == "taesd" and env.preview_size == 256
     token = set_current(NodeContext("p", "1", "1", None, env))
     try:
-        assert _options("CheckpointLoaderSimple").mmap is False  # --disable-mmap: weights copied, not mapped
+        assert _options().mmap is False  # --disable-mmap: weights copied, not mapped
     finally:
         reset_current(token)
     plain, _ = build_environment(ServerConfig(base_dir=tmp_path))
