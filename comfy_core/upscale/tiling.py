@@ -33,30 +33,17 @@ from typing import Callable, Protocol, Sequence, Union
 
 import torch
 
+# One tiling rule for the VAE and the upscalers: tiles step by (tile - overlap), the last one clipped.
+from comfy_core.models.vae_tiling import TilingError, tile_spans
+
 TileFunction = Callable[[torch.Tensor], torch.Tensor]  # [1, C, *tile] -> [1, C_out, *scaled tile]
 Factor = Union[float, Callable[[float], float]]  # a scale: times (or, downscaling, over) a number, or a callable
-
-
-class TilingError(ValueError):
-    """Tile sizes that cannot cover the input: a tile under 1, a negative overlap, or a tile no
-    longer than the overlap on an axis that needs several tiles."""
 
 
 class ProgressBar(Protocol):
     """What `pbar` must offer: ComfyUI's `ProgressBar.update(1)` after each tile."""
 
     def update(self, value: int) -> None: ...
-
-
-def tile_spans(size: int, tile: int, overlap: int) -> list[tuple[int, int]]:
-    """(start, length) of the tiles along one axis of length `size`."""
-    if tile < 1 or overlap < 0:
-        raise TilingError(f"tile size must be at least 1 and overlap at least 0, got tile {tile}, overlap {overlap}")
-    if size <= tile:
-        return [(0, size)]
-    if tile <= overlap:
-        raise TilingError(f"tile size {tile} must be larger than the overlap {overlap} to cover {size}")
-    return [(start, min(tile, size - start)) for start in range(0, size - overlap, tile - overlap)]
 
 
 def get_tiled_scale_steps(width: int, height: int, tile_x: int, tile_y: int, overlap: int) -> int:
