@@ -24,6 +24,8 @@ Cascade's shifted cosine schedule. They are plain data objects (equal settings g
 """
 from __future__ import annotations
 
+import abc
+
 import math
 from typing import Any, Literal
 
@@ -70,7 +72,7 @@ def _per_sample(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return sigma.reshape(sigma.shape[:1] + (1,) * (like.ndim - 1))
 
 
-class Parametrization:
+class Parametrization(abc.ABC):
     """The model's input/output maths for `self.prediction`, shared by every table class.
 
     After ComfyUI's comfy/model_sampling.py mixins (EPS, V_PREDICTION, EDM, X0, IMG_TO_IMG, CONST,
@@ -92,8 +94,9 @@ class Parametrization:
         """Largest sigma of the table, a 0-d tensor as in ComfyUI."""
         return self.sigmas[-1]
 
+    @abc.abstractmethod
     def timestep(self, sigma: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The network's timestep input for `sigma` (each table has its own mapping)."""
 
     def calculate_input(self, sigma: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The network's input: `x / sqrt(sigma^2 + sigma_data^2)` (x itself for flow and img-to-img)."""
@@ -307,8 +310,9 @@ class _Continuous(Parametrization):
             return 0.0
         return float(self._shifted(1.0 - percent))
 
+    @abc.abstractmethod
     def _shifted(self, t: float) -> float:
-        raise NotImplementedError
+        """The table's sigma at flow time `t` in 0..1 (SD3's time shift, or Flux's)."""
 
 
 class FlowModelSampling(_Continuous):

@@ -36,3 +36,16 @@ def in_node():
         finally:
             reset_current(token)
     return running
+
+
+@pytest.fixture(scope="module")
+def sd1_with_prompts(tiny_sd1_ckpt):
+    """The tiny SD1 MODEL with a positive ("a red cube") and an empty negative conditioning."""
+    from types import SimpleNamespace
+
+    from comfy_core.loading import load_checkpoint
+    from nodes.conditioning import clip_text_encode
+
+    model, clip, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False)
+    return SimpleNamespace(model=model, positive=clip_text_encode("a red cube", clip)[0],
+                           negative=clip_text_encode("", clip)[0])

@@ -10,16 +10,11 @@ from comfy_core.clip_vision.config import CLIP_MEAN, CLIP_STD
 from comfy_core.memory import MemoryManager
 from graph.context import NodeContext, reset_current, set_current
 from graph.native import spec_of
-from graph.registry import Registry
 from nodes import clip_vision as cv_nodes
-from nodes import register_builtin_nodes
 from nodes.environment import Environment
 from nodes.errors import NodeInputError
 from tests.fixtures.clip_vision import write_tiny_clip_vision, write_tiny_style_model
 from tests.fixtures.clips import one_thread  # noqa: F401 (autouse fixture)
-from tests.fixtures.object_info_parity import comfyui_object_info, differences
-
-NODES = ("CLIPVisionLoader", "CLIPVisionEncode", "StyleModelLoader", "StyleModelApply")
 
 
 def _use(environment: Environment):
@@ -36,14 +31,6 @@ def env(tmp_path):
     token = _use(environment)
     yield environment
     reset_current(token)
-
-
-def test_object_info_matches_comfyui(tmp_path):
-    registry = Registry()
-    register_builtin_nodes(registry)
-    ours = registry.object_info(Environment.rooted_at(tmp_path))
-    theirs = comfyui_object_info()
-    assert differences({n: ours[n] for n in NODES}, {n: theirs[n] for n in NODES}) == {}
 
 
 def test_model_folders_have_comfyuis_kinds(tmp_path):

@@ -8,15 +8,10 @@ import torch.nn.functional as F
 
 from nodes import compositing
 from nodes.errors import NodeInputError
-from tests.nodes.test_mask_nodes import module_parity
 
 
 def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.rand(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def test_object_info_matches_comfyui(tmp_path):
-    assert module_parity("comfy_extras.nodes_compositing", tmp_path) == ([], {})
 
 
 def test_src_over_composites_with_mask_alphas():

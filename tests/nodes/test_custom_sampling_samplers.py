@@ -13,18 +13,6 @@ from nodes.custom_sampling import cfg_guider_node, random_noise, sampler_custom_
 from nodes.errors import NodeInputError
 from tests.nodes.test_custom_sampling import _c, _d, _toy_model
 
-SAMPLER_NODES = {
-    "KSamplerSelect", "SamplerEulerAncestral", "SamplerEulerAncestralCFGPP", "SamplerLMS", "SamplerDPMPP_3M_SDE",
-    "SamplerDPMPP_2M_SDE", "SamplerDPMPP_SDE", "SamplerDPMPP_2S_Ancestral", "SamplerDPMAdaptative", "SamplerER_SDE",
-    "SamplerSASolver", "SamplerEulerCFGpp", "SamplerLCMUpscale",
-}
-SCHEDULER_NODES = {
-    "BasicScheduler", "KarrasScheduler", "ExponentialScheduler", "PolyexponentialScheduler", "LaplaceScheduler",
-    "SDTurboScheduler", "BetaSamplingScheduler", "VPScheduler", "SplitSigmas", "SplitSigmasDenoise", "FlipSigmas",
-    "SetFirstSigma", "ExtendIntermediateSigmas", "SamplingPercentToSigma", "AlignYourStepsScheduler",
-    "GITSScheduler", "OptimalStepsScheduler",
-}
-
 
 def _is(sampler, name: str, options: dict | None = None) -> bool:
     return (isinstance(sampler, KSampler) and sampler.sampler_function is registry.sampler_function(name)
@@ -137,15 +125,3 @@ def test_scheduler_nodes_delegate_with_comfyuis_arguments() -> None:
         sch.basic_scheduler("not a model", "karras", 10, 1.0)
 
 
-def test_object_info_is_comfyuis(tmp_path) -> None:
-    from graph.registry import Registry
-    from nodes import register_builtin_nodes
-    from nodes.environment import Environment
-    from tests.fixtures.object_info_parity import comfyui_object_info, differences
-
-    registry = Registry()
-    register_builtin_nodes(registry)
-    mine = SAMPLER_NODES | SCHEDULER_NODES
-    ours = {k: v for k, v in registry.object_info(Environment.rooted_at(str(tmp_path))).items() if k in mine}
-    assert set(ours) == mine
-    assert differences(ours, comfyui_object_info()) == {}

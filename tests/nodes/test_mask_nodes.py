@@ -20,11 +20,6 @@ from nodes import mask as mask_nodes
 from nodes import register_builtin_nodes
 from nodes.environment import Environment
 from nodes.errors import NodeInputError
-from tests.fixtures.object_info_parity import comfyui_object_info, differences
-
-MASK_NODES = ["LatentCompositeMasked", "ImageCompositeMasked", "MaskToImage", "ImageToMask", "ImageColorToMask",
-              "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask", "ThresholdMask",
-              "MaskPreview"]
 
 
 def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -45,23 +40,6 @@ def running_in(env: Environment):
         yield
     finally:
         reset_current(token)
-
-
-def module_parity(module: str, tmp_path: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """ComfyUI's node names in `module` we lack, and our differences from its entries."""
-    registry = Registry()
-    register_builtin_nodes(registry)
-    ours = registry.object_info(Environment.rooted_at(tmp_path))
-    theirs = {n: e for n, e in comfyui_object_info().items() if e.get("python_module") == module}
-    missing = sorted(set(theirs) - set(ours))
-    return missing, differences({n: ours[n] for n in theirs if n in ours}, theirs)
-
-
-def test_object_info_matches_comfyui(tmp_path):
-    missing, diffs = module_parity("comfy_extras.nodes_mask", tmp_path)
-    assert missing == [] and diffs == {}
-    info = comfyui_object_info()
-    assert sorted(MASK_NODES) == sorted(n for n, e in info.items() if e["python_module"] == "comfy_extras.nodes_mask")
 
 
 # --- composites ---------------------------------------------------------------------------------

@@ -15,33 +15,13 @@ from comfy_core.sampling.model_sampling import (
     DistilledModelSampling, FlowModelSampling, FluxModelSampling, ModelSampling, StableCascadeModelSampling,
 )
 from graph.context import NodeContext, reset_current, set_current
-from graph.registry import Registry
 from nodes import model_sampling_nodes as msn
-from nodes import register_builtin_nodes
-from nodes.environment import Environment
 from nodes.errors import NodeInputError
-from tests.fixtures.object_info_parity import comfyui_object_info, differences
-
-NODES = ("ModelSamplingDiscrete", "ModelSamplingStableCascade", "ModelSamplingSD3", "ModelSamplingAuraFlow",
-         "ModelSamplingFlux", "ModelSamplingContinuousEDM", "ModelSamplingContinuousV", "RescaleCFG")
-
-
-def test_object_info_matches_comfyui(tmp_path) -> None:
-    registry = Registry()
-    register_builtin_nodes(registry)
-    ours = registry.object_info(Environment.rooted_at(tmp_path))
-    theirs = comfyui_object_info()
-    assert differences({n: ours[n] for n in NODES}, {n: theirs[n] for n in NODES}) == {}
 
 
 @pytest.fixture(scope="module")
-def sd1(tiny_sd1_ckpt):
-    from comfy_core.loading import load_checkpoint
-    from nodes.conditioning import clip_text_encode
-
-    model, clip, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False)
-    return SimpleNamespace(model=model, positive=clip_text_encode("a red cube", clip)[0],
-                           negative=clip_text_encode("", clip)[0])
+def sd1(sd1_with_prompts):
+    return sd1_with_prompts
 
 
 def _patched(model) -> object:

@@ -9,15 +9,10 @@ import torch
 
 from nodes import morphology
 from nodes.errors import NodeInputError
-from tests.nodes.test_mask_nodes import module_parity
 
 
 def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.rand(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def test_object_info_matches_comfyui(tmp_path):
-    assert module_parity("comfy_extras.nodes_morphology", tmp_path) == ([], {})
 
 
 def test_morphology_works_per_channel_on_images():

@@ -1,27 +1,57 @@
 """Every node ComfyUI 0.3.64 also has is declared as ComfyUI declares it: display name, category,
 python module, outputs and each input's section, order, type, combo, default, range, step and
-tooltip, compared with ComfyUI's own /object_info (tests/data, dumped from ComfyUI 0.3.64).
-`bench/object_info_parity.py` prints the same comparison, with the nodes still missing."""
+tooltip, compared with ComfyUI's own /object_info (tests/data, dumped from ComfyUI 0.3.64); and the
+ComfyUI modules we provide are complete. `bench/object_info_parity.py` prints the same
+comparison, with the nodes still missing."""
 from __future__ import annotations
+
+import pytest
 
 from graph.registry import Registry
 from nodes import register_builtin_nodes
 from nodes.environment import Environment
 from tests.fixtures.object_info_parity import comfyui_object_info, differences
 
+# ComfyUI modules every node of which exists here (python_module as ComfyUI reports it).
+COMPLETE_MODULES = (
+    "comfy_extras.nodes_custom_sampler", "comfy_extras.nodes_align_your_steps", "comfy_extras.nodes_gits",
+    "comfy_extras.nodes_optimalsteps", "comfy_extras.nodes_advanced_samplers",
+    "comfy_extras.nodes_cfg", "comfy_extras.nodes_apg", "comfy_extras.nodes_mahiro", "comfy_extras.nodes_tcfg",
+    "comfy_extras.nodes_eps", "comfy_extras.nodes_mask", "comfy_extras.nodes_compositing",
+    "comfy_extras.nodes_morphology", "comfy_extras.nodes_post_processing", "comfy_extras.nodes_images",
+    "comfy_extras.nodes_latent", "comfy_extras.nodes_rebatch", "comfy_extras.nodes_string",
+    "comfy_extras.nodes_primitive", "comfy_extras.nodes_preview_any", "comfy_extras.nodes_upscale_model",
+    "comfy_extras.nodes_clip_sdxl",
+)
+# Also ComfyUI's, from modules not complete yet.
+PRESENT_NODES = ("PerpNegGuider", "CLIPVisionLoader", "CLIPVisionEncode", "StyleModelLoader", "StyleModelApply",
+                 "ConditioningSetAreaPercentageVideo", "ModelSamplingDiscrete", "ModelSamplingStableCascade",
+                 "ModelSamplingSD3", "ModelSamplingAuraFlow", "ModelSamplingFlux", "ModelSamplingContinuousEDM",
+                 "ModelSamplingContinuousV", "RescaleCFG")
 
-def test_every_node_comfyui_also_has_is_declared_as_comfyui_declares_it(tmp_path):
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory) -> dict:
     registry = Registry()
     register_builtin_nodes(registry)
-    ours = registry.object_info(Environment.rooted_at(tmp_path))
+    return registry.object_info(Environment.rooted_at(tmp_path_factory.mktemp("base")))
+
+
+def test_every_node_comfyui_also_has_is_declared_as_comfyui_declares_it(ours):
     theirs = comfyui_object_info()
-    assert len(set(ours) & set(theirs)) >= 117
+    assert len(set(ours) & set(theirs)) >= 176
     assert differences(ours, theirs) == {}
 
 
-def test_a_null_display_name_is_reported_as_comfyui_reports_it(tmp_path):
-    registry = Registry()
-    register_builtin_nodes(registry)
-    info = registry.object_info(Environment.rooted_at(tmp_path))
-    assert info["LatentAdd"]["display_name"] is None and registry.get("LatentAdd").display_name == "LatentAdd"
-    assert info["KSampler"]["display_name"] == "KSampler"
+@pytest.mark.parametrize("module", COMPLETE_MODULES)
+def test_every_node_of_a_provided_module_exists(ours, module):
+    theirs = [name for name, entry in comfyui_object_info().items() if entry["python_module"] == module]
+    assert theirs and sorted(set(theirs) - set(ours)) == []
+
+
+def test_the_other_nodes_of_comfyui_we_provide_exist(ours):
+    assert set(PRESENT_NODES) <= set(ours) & set(comfyui_object_info())
+
+
+def test_a_null_display_name_is_reported_as_comfyui_reports_it(ours):
+    assert ours["LatentAdd"]["display_name"] is None and ours["KSampler"]["display_name"] == "KSampler"

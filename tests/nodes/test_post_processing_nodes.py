@@ -13,15 +13,10 @@ from PIL import Image
 
 from nodes import post_processing as post
 from nodes.errors import NodeInputError
-from tests.nodes.test_mask_nodes import module_parity
 
 
 def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.rand(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def test_object_info_matches_comfyui(tmp_path):
-    assert module_parity("comfy_extras.nodes_post_processing", tmp_path) == ([], {})
 
 
 # --- ImageBlend ---------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from nodes.environment import Environment
 from nodes.errors import NodeInputError
 from tests.comfy_core.test_upscale_tiling import reference_tiled_scale
 from tests.fixtures.upscale_models import compact_state_dict, esrgan_state_dict, write_upscale_model
-from tests.nodes.test_mask_nodes import module_parity
 
 
 def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -37,10 +36,6 @@ def env(tmp_path):
     environment.extra["reports"], environment.extra["stop"] = reports, stop
     yield environment
     reset_current(token)
-
-
-def test_object_info_matches_comfyui(tmp_path):
-    assert module_parity("comfy_extras.nodes_upscale_model", tmp_path) == ([], {})
 
 
 def test_loader_lists_the_upscale_models_folder(env):
