@@ -69,9 +69,8 @@ class DiffusionModel(nn.Module):
                     y: torch.Tensor | None = None, transformer_options: dict[str, Any] | None = None,
                     *, c_concat: torch.Tensor | None = None, control: Any = None, **kwargs: Any) -> torch.Tensor:
         """x [B, C, h, w] noisy latent (model space), sigma [B], c_crossattn [B, M, ctx], y [B, adm]
-        -> denoised [B, C, h, w] float32."""
-        if control is not None:
-            raise NotImplementedError("DiffusionModel.apply_model: ControlNet inputs are not supported yet")
+        -> denoised [B, C, h, w] float32. `control`: ControlNet residuals for the UNet (the dict
+        a ControlNet's `get_control` returns)."""
         if c_crossattn is None:
             raise ConditioningError("DiffusionModel.apply_model: c_crossattn (the text conditioning) is required")
         ctx_dim = self.diffusion_model.config.context_dim
@@ -86,7 +85,7 @@ class DiffusionModel(nn.Module):
         t = self.model_sampling.timestep(sigma).float()  # [B] integer-valued
         out = self.diffusion_model(
             xc.to(dtype), t, c_crossattn.to(dtype), None if y is None else y.to(dtype),
-            transformer_options=transformer_options).float()
+            transformer_options=transformer_options, control=control).float()
         return self.model_sampling.calculate_denoised(sigma, out, x)
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:

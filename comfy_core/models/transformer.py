@@ -8,10 +8,11 @@ SD1 and as linear layers for SD2/SDXL).
 
 Every attention call goes through `comfy_core.attention.attention`, so the backend chosen by the
 model's patcher applies. ComfyUI's block patches are honoured from `transformer_options`
-(`patches["attn1_patch"|"attn2_patch"|"attn1_output_patch"|"attn2_output_patch"]` and
-`patches_replace["attn1"|"attn2"][(block_name, block_number[, transformer_index])]`), with the
-same call signatures as in ComfyUI's `BasicTransformerBlock`, so node packs that patch attention
-work unchanged.
+(`patches["attn1_patch"|"attn2_patch"|"attn1_output_patch"|"attn2_output_patch"|"middle_patch"]`
+and `patches_replace["attn1"|"attn2"][(block_name, block_number[, block_index])]`, where
+`block_index` is the block's index inside its SpatialTransformer), with the same call signatures
+and the same arguments as in ComfyUI's `BasicTransformerBlock` (a replacement gets projected q, k,
+v), so node packs that patch attention work unchanged.
 """
 from __future__ import annotations
 
@@ -70,13 +71,15 @@ class FeedForward(nn.Module):
 
 
 def _replacement(patches_replace: dict, kind: str, extra: dict[str, Any]) -> Any:
+    """The `patches_replace[kind]` function for this block: keyed `(block_name, block_number,
+    block_index)` first, then `(block_name, block_number)`, as ComfyUI's BasicTransformerBlock."""
     table = patches_replace.get(kind)
     if not table:
         return None
     block = extra.get("block")
     if block is None:
         return None
-    key = (block[0], block[1], extra.get("transformer_index"))
+    key = (block[0], block[1], extra.get("block_index", 0))
     if key in table:
         return table[key]
     return table.get(tuple(block))
@@ -86,12 +89,26 @@ def _patched_attention(kind: str, attn: CrossAttention, n: torch.Tensor, context
                        extra: dict[str, Any], patches: dict, replace: dict) -> torch.Tensor:
     """One attention sub-block (`kind` "attn1" or "attn2") with ComfyUI's patch points, in
     ComfyUI's order: `{kind}_patch`es may change the normed input, context and value;
-    `patches_replace[kind]` may replace the attention; `{kind}_output_patch`es post-process it."""
-    value = context
-    for patch in patches.get(f"{kind}_patch", ()):
-        n, context, value = patch(n, context, value, extra)
+    a `patches_replace[kind]` function receives the PROJECTED q, k, v (`to_q/to_k/to_v` applied)
+    and its result goes through `to_out`; `{kind}_output_patch`es post-process the result.
+    `context` is None for self-attention (attn1)."""
+    value = None
+    kind_patches = patches.get(f"{kind}_patch", ())
+    if kind_patches:
+        if context is None:
+            context = n
+        value = context
+        for patch in kind_patches:
+            n, context, value = patch(n, context, value, extra)
     fn = _replacement(replace, kind, extra)
-    n = fn(n, context, value, extra) if fn is not None else attn(n, context, value)
+    if fn is not None:
+        if context is None:
+            context = n
+        if value is None:
+            value = context
+        n = attn.to_out(fn(attn.to_q(n), attn.to_k(context), attn.to_v(value), extra))
+    else:
+        n = attn(n, context, value)
     for patch in patches.get(f"{kind}_output_patch", ()):
         n = patch(n, extra)
     return n
@@ -120,15 +137,18 @@ class BasicTransformerBlock(nn.Module):
 
     def _forward_patched(self, x: torch.Tensor, context: torch.Tensor | None,
                          transformer_options: dict[str, Any]) -> torch.Tensor:
-        """The same computation with ComfyUI's attention patch points (see the module docstring)."""
-        extra = dict(transformer_options)
-        extra["n_heads"] = self.attn1.heads
-        extra["dim_head"] = self.attn1.dim_head
+        """The same computation with ComfyUI's patch points (see the module docstring), plus
+        `middle_patch` between the self-attention residual and the cross-attention."""
         patches = transformer_options.get("patches", {})
         replace = transformer_options.get("patches_replace", {})
+        extra = {k: v for k, v in transformer_options.items() if k not in ("patches", "patches_replace")}
+        extra["n_heads"] = self.attn1.heads
+        extra["dim_head"] = self.attn1.dim_head
+        extra["attn_precision"] = None
 
-        n = self.norm1(x)
-        x = x + _patched_attention("attn1", self.attn1, n, n, extra, patches, replace)
+        x = x + _patched_attention("attn1", self.attn1, self.norm1(x), None, extra, patches, replace)
+        for patch in patches.get("middle_patch", ()):
+            x = patch(x, extra)
         x = x + _patched_attention("attn2", self.attn2, self.norm2(x), context, extra, patches, replace)
         return self.ff(self.norm3(x)) + x
 
@@ -158,12 +178,13 @@ class SpatialTransformer(nn.Module):
         x = x.flatten(2).transpose(1, 2)  # [B, H*W, inner or C]
         if self.use_linear:
             x = self.proj_in(x)
+        if transformer_options:
+            # ComfyUI's SpatialTransformer writes these into the UNet's options dict in place.
+            transformer_options["activations_shape"] = [b, c, h, w]
         for i, block in enumerate(self.transformer_blocks):
-            options = transformer_options
             if transformer_options:
-                options = {**transformer_options, "transformer_index": i,
-                           "original_shape": [b, c, h, w], "activations_shape": [b, c, h, w]}
-            x = block(x, context, options)
+                transformer_options["block_index"] = i
+            x = block(x, context, transformer_options)
         if self.use_linear:
             x = self.proj_out(x)
         x = x.transpose(1, 2).reshape(b, -1, h, w)  # [B, inner or C, H, W]

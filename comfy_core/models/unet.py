@@ -157,7 +157,9 @@ def _same(previous: int | None, value: int, what: str) -> int:
 
 
 class TimestepBlock(nn.Sequential):
-    """A sequence of ResBlock / SpatialTransformer / Down- or Upsample, each fed what it needs."""
+    """A sequence of ResBlock / SpatialTransformer / Down- or Upsample, each fed what it needs
+    (ComfyUI's `forward_timestep_embed`, with its `transformer_index` count and its
+    `forward_timestep_embed_patch` handlers for the other layers)."""
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor | None,  # type: ignore[override]
                 transformer_options: dict[str, Any] | None = None,
@@ -167,11 +169,46 @@ class TimestepBlock(nn.Sequential):
                 x = layer(x, emb)
             elif isinstance(layer, SpatialTransformer):
                 x = layer(x, context, transformer_options)
+                if transformer_options and "transformer_index" in transformer_options:
+                    transformer_options["transformer_index"] += 1
             elif isinstance(layer, Upsample):
                 x = layer(x, output_shape)
             else:
-                x = layer(x)
+                handler = _embed_patch(layer, transformer_options)
+                if handler is not None:
+                    x = handler(layer, x, emb, context, transformer_options, output_shape, None, None, None)
+                else:
+                    x = layer(x)
         return x
+
+
+def _embed_patch(layer: nn.Module, transformer_options: dict[str, Any] | None) -> Any:
+    """The first `forward_timestep_embed_patch` handler `(class, handler)` whose class `layer` is."""
+    if not transformer_options:
+        return None
+    for class_type, handler in transformer_options.get("patches", {}).get("forward_timestep_embed_patch", ()):
+        if isinstance(layer, class_type):
+            return handler
+    return None
+
+
+def apply_control(h: torch.Tensor, control: dict[str, list] | None, name: str) -> torch.Tensor:
+    """Add the next ControlNet residual for `name` ("input", "middle", "output") to `h`.
+
+    As ComfyUI's `openaimodel.apply_control`: residuals are popped from the END of
+    `control[name]` (ControlNets list them in block order), a None entry is skipped, and a
+    residual whose shape does not fit is logged and dropped rather than failing the step."""
+    if not control or not control.get(name):
+        return h
+    residual = control[name].pop()
+    if residual is None:
+        return h
+    try:
+        h += residual
+    except RuntimeError:
+        log.warning("ControlNet residual %s could not be added to %s; skipped",
+                    tuple(residual.shape), tuple(h.shape))
+    return h
 
 
 class UNetModel(nn.Module):
@@ -233,11 +270,15 @@ class UNetModel(nn.Module):
         self.out = nn.Sequential(nn.GroupNorm(32, ch), nn.SiLU(), nn.Conv2d(ch, config.out_channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor,
-                y: torch.Tensor | None = None, transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
+                y: torch.Tensor | None = None, transformer_options: dict[str, Any] | None = None,
+                control: dict[str, list] | None = None) -> torch.Tensor:
         """x [B, in, h, w], timesteps [B], context [B, M, context_dim], y [B, adm] -> [B, out, h, w].
 
-        `transformer_options` carries ComfyUI's block patches (`patches`: input_block_patch,
-        input_block_patch_after_skip, output_block_patch and the attention patches; `patches_replace`).
+        `transformer_options` carries ComfyUI's patches (`patches`: emb_patch, input_block_patch,
+        input_block_patch_after_skip, output_block_patch, forward_timestep_embed_patch and the
+        attention patches; `patches_replace`), called where ComfyUI's `openaimodel.UNetModel`
+        calls them, with `original_shape`, `transformer_index`, `block` set as there. `control`
+        holds ControlNet residuals (`input`/`middle`/`output` lists, consumed by `apply_control`).
         """
         config = self.config
         if (y is None) != (config.adm_in_channels is None):
@@ -246,8 +287,13 @@ class UNetModel(nn.Module):
                 f"(adm_in_channels={config.adm_in_channels}); got {'none' if y is None else tuple(y.shape)}")
         options = dict(transformer_options) if transformer_options else {}
         patches = options.get("patches", {})
+        if options:
+            options["original_shape"] = list(x.shape)
+            options["transformer_index"] = 0
         t_emb = timestep_embedding(timesteps, config.model_channels).to(x.dtype)  # [B, C]
         emb = self.time_embed(t_emb)  # [B, 4C]
+        for patch in patches.get("emb_patch", ()):
+            emb = patch(emb, config.model_channels, options)
         if y is not None:
             emb = emb + self.label_emb(y.to(emb.dtype))
         context = context.to(x.dtype) if context is not None else None
@@ -257,8 +303,8 @@ class UNetModel(nn.Module):
         for index, block in enumerate(self.input_blocks):
             if options:
                 options["block"] = ("input", index)
-                options["block_index"] = index
             h = block(h, emb, context, options or None)
+            h = apply_control(h, control, "input")
             for patch in patches.get("input_block_patch", ()):
                 h = patch(h, options)
             hs.append(h)
@@ -266,13 +312,12 @@ class UNetModel(nn.Module):
                 h = patch(h, options)
         if options:
             options["block"] = ("middle", 0)
-            options["block_index"] = 0
         h = self.middle_block(h, emb, context, options or None)
+        h = apply_control(h, control, "middle")
         for index, block in enumerate(self.output_blocks):
             if options:
                 options["block"] = ("output", index)
-                options["block_index"] = index
-            skip = hs.pop()
+            skip = apply_control(hs.pop(), control, "output")
             for patch in patches.get("output_block_patch", ()):
                 h, skip = patch(h, skip, options)
             h = torch.cat([h, skip], dim=1)  # [B, C + C_skip, h', w']

@@ -45,21 +45,56 @@ def test_input_patches_see_self_and_cross_context_and_output_patches_see_extra()
     torch.testing.assert_close(out, ff_only)
 
 
-def test_replacements_are_looked_up_per_kind_and_block() -> None:
+def test_replacements_get_projected_qkv_and_their_result_goes_through_to_out() -> None:
+    """As ComfyUI's BasicTransformerBlock: a `patches_replace` function receives to_q/to_k/to_v
+    outputs (keyed `(block, number, block_index)` first, then `(block, number)`), and its
+    result is projected by to_out; standard attention as the replacement reproduces the block."""
+    from comfy_core.attention import attention
+
     block, x, ctx = _block()
-    calls: list[str] = []
+    calls: list[tuple] = []
 
     def replace(kind: str):
-        def fn(n, context, value, extra):  # noqa: ANN001, ANN202
-            calls.append(kind)
-            return torch.zeros_like(n)
+        def fn(q, k, v, extra):  # noqa: ANN001, ANN202
+            calls.append((kind, q.shape, k.shape, v.shape))
+            return attention(q, k, v, extra["n_heads"])
         return fn
 
-    options = {"block": ("output", 2), "transformer_index": 0,
+    options = {"block": ("output", 2), "block_index": 0,
                "patches_replace": {"attn1": {("output", 2, 0): replace("attn1")},
                                    "attn2": {("output", 2): replace("attn2")}}}
     with torch.no_grad():
         out = block(x, ctx, transformer_options=options)
-        expected = block.ff(block.norm3(x)) + x
-    assert calls == ["attn1", "attn2"]
+        plain = block(x, ctx)
+    assert calls == [("attn1", (2, 5, 16), (2, 5, 16), (2, 5, 16)), ("attn2", (2, 5, 16), (2, 3, 16), (2, 3, 16))]
+    torch.testing.assert_close(out, plain)
+
+
+def test_replacement_keys_use_the_block_index_inside_the_transformer() -> None:
+    block, x, ctx = _block()
+    calls: list[int] = []
+    table = {("input", 4, 1): lambda q, k, v, extra: calls.append(extra["block_index"]) or q}
+    with torch.no_grad():
+        block(x, ctx, transformer_options={"block": ("input", 4), "block_index": 0,
+                                           "patches_replace": {"attn1": table}})
+        block(x, ctx, transformer_options={"block": ("input", 4), "block_index": 1,
+                                           "patches_replace": {"attn1": table}})
+    assert calls == [1]
+
+
+def test_middle_patch_runs_between_self_and_cross_attention() -> None:
+    block, x, ctx = _block()
+    seen: list[torch.Tensor] = []
+
+    def middle(h, extra):  # noqa: ANN001, ANN202
+        seen.append(h.clone())
+        return h * 0
+
+    with torch.no_grad():
+        out = block(x, ctx, transformer_options={"patches": {"middle_patch": [middle]}})
+        after_attn1 = block.attn1(block.norm1(x)) + x
+        zero = torch.zeros_like(x)
+        expected = block.attn2(block.norm2(zero), ctx) + zero
+        expected = block.ff(block.norm3(expected)) + expected
+    torch.testing.assert_close(seen[0], after_attn1)
     torch.testing.assert_close(out, expected)

@@ -82,7 +82,7 @@ def test_block_patches_from_transformer_options_are_applied():
     seen = []
 
     def attn2_replace(q, k, v, extra):
-        seen.append((extra["block"], extra["transformer_index"], extra["n_heads"]))
+        seen.append((extra["block"], extra["block_index"], extra["transformer_index"], extra["n_heads"]))
         return torch.zeros_like(q)
 
     def output_patch(h, skip, options):
@@ -94,6 +94,6 @@ def test_block_patches_from_transformer_options_are_applied():
         replaced = ours(x, t, ctx, transformer_options={"patches_replace": {"attn2": {("input", 1): attn2_replace}}})
         patched = ours(x, t, ctx, transformer_options={"patches": {"output_block_patch": [output_patch]}})
     assert torch.allclose(plain, same, atol=1e-6)
-    assert seen == [(("input", 1), 0, 8)]
+    assert seen == [(("input", 1), 0, 0, 8)]
     assert not torch.allclose(plain, replaced, atol=1e-4)
     assert not torch.allclose(plain, patched, atol=1e-4)
