@@ -64,11 +64,43 @@ async def test_execution_error_is_explained(base):
 
 @pytest.mark.parametrize("content, needle", [
     ("{oops", "is not valid JSON"), ("[]", "must be a JSON object"),
-    (json.dumps({"nodes": [], "links": []}), "editor's format"),
 ])
 async def test_unreadable_workflow_files(base, content, needle):
     code, _, err = await _run(base, content)
     assert code == 2 and needle in err
+
+
+def _editor_workflow(value: int, prefix: str) -> dict:
+    """Const -> (bypassed Gate) -> Save, as the editor saves it, with a Note and a Reroute."""
+    return {
+        "nodes": [
+            {"id": 1, "type": "SrvConst", "mode": 0, "widgets_values": [value],
+             "outputs": [{"name": "INT", "type": "INT", "links": [1]}]},
+            {"id": 2, "type": "SrvGate", "mode": 4, "widgets_values": ["g"],
+             "inputs": [{"name": "value", "type": "INT", "link": 1}],
+             "outputs": [{"name": "INT", "type": "INT", "links": [2]}]},
+            {"id": 4, "type": "Reroute", "mode": 0, "inputs": [{"name": "", "type": "*", "link": 2}],
+             "outputs": [{"name": "", "type": "INT", "links": [3]}]},
+            {"id": 3, "type": "SrvSave", "mode": 0, "widgets_values": [prefix],
+             "inputs": [{"name": "value", "type": "INT", "link": 3}]},
+            {"id": 9, "type": "Note", "mode": 0, "widgets_values": ["just a note"]},
+        ],
+        "links": [[1, 1, 0, 2, 0, "INT"], [2, 2, 0, 4, 0, "INT"], [3, 4, 0, 3, 0, "INT"]],
+        "version": 0.4,
+    }
+
+
+async def test_run_accepts_the_editors_saved_workflow(base):
+    code, out, err = await _run(base, _editor_workflow(11, "ed"))
+    assert code == 0, err
+    assert out.strip() == f"wrote {base / 'out' / 'ed_011.png'}"
+
+
+async def test_editor_workflow_with_unknown_nodes_is_explained(base):
+    workflow = _editor_workflow(1, "x")
+    workflow["nodes"][0]["type"] = "NoSuchNode"
+    code, _, err = await _run(base, workflow)
+    assert code == 1 and "node types this server does not have: NoSuchNode" in err
 
 
 async def test_missing_file(base):

@@ -1,4 +1,7 @@
-"""`python main.py run WORKFLOW.json`: run one API-format workflow without a server.
+"""`python main.py run WORKFLOW.json`: run one workflow without a server.
+
+The file is an API-format prompt, a saved `POST /prompt` body, or a workflow saved by the editor
+(converted as the editor does when it queues, `graph.editor_workflow`).
 
 Same environment, registry, validation and executor as the server; events drive a terminal
 progress bar instead of WebSocket messages. Exit status: 0 success, 1 invalid workflow or a node
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from graph.editor_workflow import EditorWorkflowError, editor_to_prompt, is_editor_workflow
 from web.bootstrap import build_environment, build_registry, cache_config
 from web.config import ServerConfig
 
@@ -22,11 +26,13 @@ BAR_WIDTH = 30
 
 
 class WorkflowFileError(ValueError):
-    """The workflow file is missing, not JSON, or not in API format."""
+    """The workflow file is missing, not JSON, or in no format we can run."""
 
 
 def load_api_workflow(path: Path) -> dict:
-    """The API-format prompt in `path` (`{id: {class_type, inputs}}`), or `WorkflowFileError`."""
+    """The API-format prompt in `path` (`{id: {class_type, inputs}}`), or the editor's workflow
+    (`{"nodes", "links", ...}`, see `graph.editor_workflow.is_editor_workflow`), or
+    `WorkflowFileError`."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -37,10 +43,8 @@ def load_api_workflow(path: Path) -> dict:
         raise WorkflowFileError(f"workflow {path} is not valid JSON: {exc}") from None
     if isinstance(data, dict) and "prompt" in data and isinstance(data["prompt"], dict) and "nodes" not in data:
         data = data["prompt"]  # a saved POST /prompt body
-    if isinstance(data, dict) and isinstance(data.get("nodes"), list) and "links" in data:
-        raise WorkflowFileError(
-            f"workflow {path} is in the editor's format (it has 'nodes' and 'links'); export it with "
-            "'Export (API)' in the editor's workflow menu and run that file")
+    if is_editor_workflow(data):
+        return data
     if not isinstance(data, dict) or not data:
         raise WorkflowFileError(f"workflow {path} must be a JSON object mapping node ids to "
                                 "{\"class_type\", \"inputs\"}")
@@ -132,6 +136,12 @@ async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err
     # ComfyUI's import surface for packs, answering comfy.cli_args with this run's flags
     session = compat.install(env, Registry(), comfy_args=comfy_args(config))
     registry, _packs = build_registry(config, custom_dirs, compat_session=session)
+    if is_editor_workflow(prompt):
+        try:
+            prompt = editor_to_prompt(prompt, registry.object_info(env))
+        except EditorWorkflowError as exc:
+            err.write(f"error: {exc}\n")
+            return EXIT_FAILED
     result = await validate_prompt(prompt, registry, env=env)
     if not result.ok:
         err.write(describe_validation_error(result.error, result.node_errors) + "\n")
