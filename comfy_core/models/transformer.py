@@ -175,7 +175,11 @@ class SpatialTransformer(nn.Module):
         x = self.norm(x)
         if not self.use_linear:
             x = self.proj_in(x)  # [B, inner, H, W]
-        x = x.flatten(2).transpose(1, 2)  # [B, H*W, inner or C]
+        # Contiguous token and image layouts, as ComfyUI's SpatialTransformer makes them: a transposed
+        # view would reach proj_out as a channels-last image (and proj_in / the blocks as a strided
+        # matrix), where oneDNN/MKL pick other kernels that round differently; adaptive samplers
+        # (dpm_adaptive) turn those last-bit differences into other step sequences.
+        x = x.flatten(2).transpose(1, 2).contiguous()  # [B, H*W, inner or C]
         if self.use_linear:
             x = self.proj_in(x)
         if transformer_options:
@@ -187,7 +191,7 @@ class SpatialTransformer(nn.Module):
             x = block(x, context, transformer_options)
         if self.use_linear:
             x = self.proj_out(x)
-        x = x.transpose(1, 2).reshape(b, -1, h, w)  # [B, inner or C, H, W]
+        x = x.transpose(1, 2).reshape(b, -1, h, w).contiguous()  # [B, inner or C, H, W]
         if not self.use_linear:
             x = self.proj_out(x)
         return x + x_in

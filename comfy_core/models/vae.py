@@ -115,7 +115,9 @@ class AttnBlock(nn.Module):
         b, c, h, w = x.shape
         n = self.norm(x)
         q, k, v = (p(n).flatten(2).transpose(1, 2) for p in (self.q, self.k, self.v))  # [B, HW, C]
-        out = attention(q, k, v, 1).transpose(1, 2).reshape(b, c, h, w)
+        # Contiguous, as ComfyUI's VAE attention hands it on: a channels-last view into the 1x1
+        # proj_out takes other CPU kernels that round differently (see SpatialTransformer).
+        out = attention(q, k, v, 1).transpose(1, 2).reshape(b, c, h, w).contiguous()
         return x + self.proj_out(out)
 
 
