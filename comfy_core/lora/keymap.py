@@ -4,7 +4,8 @@ A LoRA file names the layer it patches by a module path, in one of several conve
 - kohya/sd-scripts: `lora_unet_<path with _>` (LDM or diffusers UNet paths), `lora_te_<...>` for
   a single text encoder, `lora_te1_`/`lora_te2_` for SDXL's two (CLIP-L, then bigG);
 - diffusers / PEFT: `unet.<diffusers path>`, `text_encoder.<hf path>`, `text_encoder_2.<...>`;
-- ComfyUI's own saves: the parameter path without `.weight` (`diffusion_model.input_blocks...`).
+- ComfyUI's own saves: the parameter path without `.weight` (`diffusion_model.input_blocks...`;
+  `text_encoders.clip_l.transformer...` for the text encoders, as its LoraSave writes them).
 
 Nothing here knows a layout by heart: the maps are derived by walking the module's parameters.
 The UNet's diffusers names come from its LDM structure (`input_blocks.i.0` res blocks, `.0.op`
@@ -132,6 +133,7 @@ def text_encoder_key_map(encoders: nn.Module) -> dict[str, str]:
         for module in _weight_modules(n for n in names if n.startswith(slot + ".")):
             key = module + ".weight"
             key_map[module] = key
+            key_map["text_encoders." + module] = key  # ComfyUI's generic form (what LoraSave writes)
             relative = module[len(slot) + 1:]
             if relative.startswith("transformer."):
                 relative = relative[len("transformer."):]

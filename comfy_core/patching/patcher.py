@@ -25,6 +25,7 @@ from torch import nn
 
 from comfy_core.attention import AttentionChoice, require_backend, use_backend
 from comfy_core.patching.errors import ObjectPatchError, PatchDataError
+from comfy_core.patching.model_weight import ModelWeight
 from comfy_core.patching.signature import fingerprint, freeze
 from comfy_core.patching.state import BaseModuleState, PatchStats
 from comfy_core.patching.weights import Offset, PatchEntry, calculate_weight
@@ -109,16 +110,26 @@ class Patcher:
         return applied
 
     def get_key_patches(self, filter_prefix: str | None = None) -> dict[str, list]:
-        """For each weight: `[(original,), *patch entries]` (ComfyUI's form, used by model merging)."""
+        """For each weight: `[(original,), *patch entries]` (ComfyUI's form, which packs read)."""
         result = {}
         for key, tensor in self.model_state_dict(filter_prefix).items():
             result[key] = [(tensor,)] + list(self.patches.get(key, ()))
         return result
 
+    def weight_references(self, filter_prefix: str | None = None) -> dict[str, ModelWeight]:
+        """For each weight: patch data standing for it with this patcher's patches on it (what
+        `get_key_patches` gives, as a lazy `ModelWeight`: no tensor is held or copied)."""
+        return {key: ModelWeight(self.model, key, self.patches.get(key, ()), tuple(tensor.shape))
+                for key, tensor in self.model_state_dict(filter_prefix).items()}
+
     def model_state_dict(self, filter_prefix: str | None = None) -> dict[str, torch.Tensor]:
-        """The base module's original tensors (never patched ones), optionally by name prefix."""
+        """The base module's original tensors (never patched ones, even while some clone is
+        applied), optionally by name prefix."""
         sd = {n: p.detach() for n, p in self.model.named_parameters()}
         sd.update((n, b) for n, b in self.model.named_buffers())
+        for key, original in self._state.originals().items():
+            if key in sd:
+                sd[key] = original.detach()
         if filter_prefix is not None:
             sd = {k: v for k, v in sd.items() if k.startswith(filter_prefix)}
         return sd
@@ -227,6 +238,31 @@ class Patcher:
         with self._state.hold(config, lambda: self._apply(device, weight_sig)):
             with use_backend(choice):
                 yield self.model
+
+    def applied_tensor(self, key: str) -> torch.Tensor:
+        """The tensor the module holds at parameter/buffer `key` now (inside `applied()`: the
+        patched one, what an overlay is computed from)."""
+        owner, attr = _resolve_parent(self.model, key)
+        tensor = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
+        if tensor is None:
+            raise PatchDataError(f"{key!r}: the module has no tensor there")
+        return tensor
+
+    @contextlib.contextmanager
+    def overlay_weights(self, tensors: dict[str, torch.Tensor]) -> Iterator[None]:
+        """Inside `applied()`: run the block with `tensors` (by parameter name) in place of the
+        applied weights, then put the applied tensor objects back. For weights that change
+        within a run, such as a hook group's (comfy_core/hooks/sampling.py); see
+        `BaseModuleState.overlay` for who may use the module meanwhile."""
+        swaps = []
+        for key, tensor in tensors.items():
+            owner, attr = _resolve_parent(self.model, key)
+            current = self.applied_tensor(key)
+            if attr in owner._parameters and not isinstance(tensor, nn.Parameter):
+                tensor = nn.Parameter(tensor, requires_grad=current.requires_grad)
+            swaps.append((owner, attr, key, tensor))
+        with self._state.overlay(swaps):
+            yield
 
     def patch_model(self, device_to: torch.device | str | None = None, *_args: Any, **_kwargs: Any) -> nn.Module:
         """ComfyUI's explicit form: apply until `unpatch_model()` (same thread). Prefer `applied()`."""

@@ -73,6 +73,11 @@ class BaseModuleState:
         self._holders: dict[int, int] = {}
         self._weights: dict[str, _WeightBackup] = {}
         self._objects: list[tuple[Any, str, Any]] = []  # (parent, attr, original or _MISSING)
+        # A weight overlay (`overlay`): the thread that has one on, the threads waiting for one,
+        # and the tensors it replaced (the applied ones, put back when it ends).
+        self._overlay_owner: int | None = None
+        self._overlay_waiting: set[int] = set()
+        self._overlay: dict[str, _WeightBackup] = {}
 
     @classmethod
     def of(cls, module: nn.Module) -> "BaseModuleState":
@@ -101,8 +106,8 @@ class BaseModuleState:
         """Hold the module in `config`, applying it if this is the first holder; restore after the last."""
         me = threading.get_ident()
         with self._cond:
-            while self._count and self._config != config:
-                if self._holders.get(me):
+            while (self._count and self._config != config) or self._overlay_blocks(me):
+                if self._holders.get(me) and self._count and self._config != config:
                     raise PatchConflictError(
                         "this thread already holds the base module with another patch set; a clone "
                         "with different weight or object patches cannot be applied inside it")
@@ -127,6 +132,8 @@ class BaseModuleState:
                     self._holders[me] = left
                 else:
                     del self._holders[me]
+                if self._overlay_waiting:
+                    self._cond.notify_all()  # an overlay waits for the other holders to leave
                 if self._count == 0:
                     self._config = None
                     try:
@@ -151,6 +158,87 @@ class BaseModuleState:
         else:
             raise ObjectPatchError(f"weight patch {key!r}: {attr!r} is not a parameter or buffer of {type(owner).__name__}")
 
+    def _overlay_blocks(self, me: int) -> bool:
+        """A new holder waits while another thread has (or waits for) an overlay; a thread that
+        already holds the module never waits here (it may re-enter inside its own overlay)."""
+        if self._holders.get(me):
+            return False
+        return self._overlay_owner not in (None, me) or bool(self._overlay_waiting - {me})
+
+    @contextlib.contextmanager
+    def overlay(self, swaps: list[tuple[nn.Module, str, str, torch.Tensor]]) -> Iterator[None]:
+        """Put `(owner, attr, key, tensor)` tensors in place of the applied ones for the block,
+        then put the applied tensor objects back (bit-exact: the same objects).
+
+        For weights that exist only for part of a run (a hook group's, comfy_core/hooks/): the
+        calling thread must hold the module (be inside `applied()`), and the overlay waits until
+        no other thread holds it; new holders wait until it ends. Two threads holding one module
+        and both wanting an overlay would wait for each other: the second gets a
+        PatchConflictError instead.
+        """
+        me = threading.get_ident()
+        with self._cond:
+            if not self._holders.get(me):
+                raise PatchConflictError("a weight overlay needs the base module held (inside applied())")
+            if self._overlay_owner == me:
+                raise PatchConflictError("a weight overlay is already on in this thread; overlays do not nest")
+            self._overlay_waiting.add(me)
+            try:
+                while self._count != self._holders[me]:
+                    if self._overlay_waiting - {me}:
+                        raise PatchConflictError(
+                            "two threads share this base module and both want weight overlays (hook "
+                            "groups) at once; run them one after the other")
+                    self._cond.wait()
+            finally:
+                self._overlay_waiting.discard(me)
+            self._overlay_owner = me
+            try:
+                for owner, attr, key, tensor in swaps:
+                    if key in self._overlay:
+                        raise ObjectPatchError(f"weight {key!r} is overlaid twice")
+                    is_param = attr in owner._parameters
+                    store = owner._parameters if is_param else owner._buffers
+                    self._overlay[key] = _WeightBackup(owner, attr, is_param, store[attr])
+                    store[attr] = tensor
+            except BaseException:
+                self._end_overlay()
+                raise
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._end_overlay()
+
+    def _end_overlay(self) -> None:
+        """Put the applied tensors back, in reverse order (called with the condition held)."""
+        try:
+            while self._overlay:
+                _key, b = self._overlay.popitem()
+                (b.owner._parameters if b.is_param else b.owner._buffers)[b.attr] = b.original
+        finally:
+            self._overlay_owner = None
+            self._cond.notify_all()
+
+    def original_tensor(self, module: nn.Module, key: str) -> torch.Tensor:
+        """The module's own tensor `key` (a parameter or buffer name), never a patched one, even
+        while a patch set is applied (from any thread: no lock is taken, see `restore`)."""
+        backup = self._weights.get(key) or self._overlay.get(key)
+        if backup is not None:
+            return backup.original
+        try:
+            live = module.get_parameter(key)
+        except AttributeError:
+            live = module.get_buffer(key)
+        backup = self._weights.get(key)  # swapped in meanwhile: the backup holds the original
+        return live if backup is None else backup.original
+
+    def originals(self) -> dict[str, torch.Tensor]:
+        """`{key: original tensor}` for the weights a patched tensor currently replaces."""
+        out = {key: backup.original for key, backup in list(self._overlay.items())}
+        out.update((key, backup.original) for key, backup in list(self._weights.items()))
+        return out
+
     def set_object(self, parent: Any, attr: str, value: Any) -> None:
         original = getattr(parent, attr, _MISSING)
         self._objects.append((parent, attr, original))
@@ -159,11 +247,15 @@ class BaseModuleState:
     def restore(self) -> None:
         """Put back every original tensor object and attribute, weights first, in reverse order."""
         while self._weights:
-            _key, b = self._weights.popitem()
+            key = next(reversed(self._weights))
+            b = self._weights[key]
             if b.is_param:
                 b.owner._parameters[b.attr] = b.original
             else:
                 b.owner._buffers[b.attr] = b.original
+            # Forgotten only once the original is back: `original_tensor` (read from other
+            # threads, without the lock) always finds the original in one of the two places.
+            del self._weights[key]
         while self._objects:
             parent, attr, original = self._objects.pop()
             if original is _MISSING:

@@ -13,7 +13,7 @@ fp32 copy of the original weight, always recomputed from the original so patchin
 - a list `[(w2,), *entries]`: the weight `w2` patched by `entries` (ComfyUI's nested form, used
   by model merging), then added like a diff;
 - a `WeightAdapter`: any object with `apply_to(weight, strength, function) -> weight` (the LoRA
-  family in `comfy_core.lora.adapters`);
+  family in `comfy_core.lora.adapters`; another model's weight, `comfy_core.patching.model_weight`);
 - ComfyUI's older tuples `("lora"|"loha"|"lokr", (...))`, converted to those adapters.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from comfy_core.patching.errors import PatchDataError
 from comfy_core.patching.weight_function import Function, identity
 
-__all__ = ["Function", "Offset", "PatchEntry", "WeightAdapter", "calculate_weight", "identity"]
+__all__ = ["Function", "Offset", "PatchEntry", "WeightAdapter", "apply_entries", "calculate_weight", "identity"]
 
 _LEGACY_ADAPTERS = ("lora", "loha", "lokr")
 
@@ -64,6 +64,13 @@ def calculate_weight(weight: torch.Tensor, entries: Sequence[PatchEntry | tuple]
     out = weight.to(dtype=compute_dtype, copy=True)
     out = _apply_entries(out, entries, key)
     return out.to(weight.dtype)
+
+
+def apply_entries(weight: torch.Tensor, entries: Sequence[PatchEntry | tuple], key: str) -> torch.Tensor:
+    """`entries` applied in order to the working tensor `weight` (already a copy in the compute
+    dtype; modified in place where it can be) -- `calculate_weight` without the copy and the cast
+    back, for nested patch data evaluated inside another weight's computation."""
+    return _apply_entries(weight, entries, key)
 
 
 def _apply_entries(weight: torch.Tensor, entries: Sequence[PatchEntry | tuple], key: str) -> torch.Tensor:
@@ -106,6 +113,10 @@ def _combine(weight: torch.Tensor, entry: PatchEntry, key: str) -> torch.Tensor:
             data = args[0]
         elif len(data) == 1:
             data = data[0]
+    if kind == "diff" and strength == 0.0:
+        # As ComfyUI's calculate_weight: a zero-strength diff is never read, so packs (and
+        # ComfyUI's attention-multiply nodes) pass `(None,)` to scale a weight by strength_model.
+        return weight
     if not isinstance(data, torch.Tensor):
         raise PatchDataError(
             f"weight patch {key!r}: unsupported patch data {type(data).__name__}; expected a tensor, "

@@ -82,3 +82,11 @@ def test_comfyui_legacy_lora_tuples():
     torch.testing.assert_close(out, W + (a1 @ b1) * (a2 @ b2))
     with pytest.raises(PatchDataError, match="DoRA"):
         calculate_weight(W, [PatchEntry(1.0, ("loha", (a1, b1, 2.0, a2, b2, None, None, torch.ones(1))))], "k")
+
+
+def test_a_zero_strength_diff_is_not_read_so_none_scales_by_strength_model():
+    """ComfyUI's attention-multiply form: add_patches({key: (None,)}, 0.0, m) scales the weight by m."""
+    out = calculate_weight(W, [PatchEntry(0.0, (None,), 1.5)], "k")
+    torch.testing.assert_close(out, W * 1.5)
+    with pytest.raises(PatchDataError):
+        calculate_weight(W, [PatchEntry(1.0, (None,))], "k")
