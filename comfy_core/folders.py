@@ -28,20 +28,36 @@ DEFAULT_KINDS: Mapping[str, str] = {
     "vae": "vae",
     "loras": "loras",
     "embeddings": "embeddings",
-    "clip": "clip",
+    # A legacy kind's folder joins its kind's (`LEGACY_KINDS`), in ComfyUI's order: text_encoders
+    # then clip, unet then diffusion_models.
     "text_encoders": "text_encoders",
-    "diffusion_models": "diffusion_models",
+    "clip": "clip",
     "unet": "unet",
+    "diffusion_models": "diffusion_models",
+    "diffusers": "diffusers",
     "upscale_models": "upscale_models",
     "controlnet": "controlnet",
     "vae_approx": "vae_approx",
     "clip_vision": "clip_vision",
     "style_models": "style_models",
+    "gligen": "gligen",
+    "hypernetworks": "hypernetworks",
     "configs": "configs",
 }
 
-# ComfyUI's aliases: some kinds share folders under two names.
-_ALIASES: Mapping[str, str] = {"unet": "diffusion_models", "clip": "text_encoders"}
+# Kinds with more than one default folder, after the one above (ComfyUI's folder_paths lists
+# models/t2i_adapter as a second "controlnet" folder).
+EXTRA_DEFAULT_FOLDERS: Mapping[str, tuple[str, ...]] = {"controlnet": ("t2i_adapter",)}
+
+# ComfyUI's legacy kind names (folder_paths.map_legacy): each is another name of one kind, whose
+# folders include the legacy folder (models/clip is a text_encoders folder, models/unet a
+# diffusion_models one). Asking for either name gives the same folders.
+LEGACY_KINDS: Mapping[str, str] = {"unet": "diffusion_models", "clip": "text_encoders"}
+
+
+def canonical_kind(kind: str) -> str:
+    """The kind a legacy name stands for (`"clip"` -> `"text_encoders"`), any other kind as it is."""
+    return LEGACY_KINDS.get(kind, kind)
 
 
 @dataclass(frozen=True)
@@ -74,15 +90,18 @@ class ModelFolders:
         root = Path(models_dir).resolve()
         folders = cls(root)
         for kind, sub in DEFAULT_KINDS.items():
-            folders._paths.setdefault(kind, []).append(root / sub)
+            folders._paths.setdefault(canonical_kind(kind), []).append(root / sub)
+        for kind, subs in EXTRA_DEFAULT_FOLDERS.items():
+            folders._paths[kind].extend(root / sub for sub in subs)
         return folders
 
     def kinds(self) -> list[str]:
-        return sorted(self._paths)
+        """Every kind, the legacy names included (packs and compat ask for them by name)."""
+        return sorted(set(self._paths) | {old for old, new in LEGACY_KINDS.items() if new in self._paths})
 
     def add(self, kind: str, path: str | os.PathLike, first: bool = False) -> None:
         resolved = Path(path).resolve()
-        paths = self._paths.setdefault(kind, [])
+        paths = self._paths.setdefault(canonical_kind(kind), [])
         if resolved in paths:
             paths.remove(resolved)
         if first:
@@ -91,14 +110,9 @@ class ModelFolders:
             paths.append(resolved)
 
     def paths(self, kind: str) -> list[Path]:
-        if kind not in self._paths:
+        if canonical_kind(kind) not in self._paths:
             raise ModelFolderError(f"unknown model folder kind {kind!r}; known: {', '.join(self.kinds())}")
-        merged = list(self._paths[kind])
-        alias = _ALIASES.get(kind)
-        for extra in self._paths.get(alias, []) if alias else []:
-            if extra not in merged:
-                merged.append(extra)
-        return merged
+        return list(self._paths[canonical_kind(kind)])
 
     def filenames(self, kind: str, extensions: Iterable[str] | None = MODEL_EXTENSIONS) -> list[str]:
         """Every file under the kind's folders, relative, with forward slashes, sorted, unique."""
@@ -149,6 +163,38 @@ class ModelFolders:
         for root in self.paths(kind):
             candidate = root / rel
             if candidate.is_file():
+                return candidate
+        return None
+
+    def folders_holding(self, kind: str, marker: str) -> list[str]:
+        """The sub-folders (relative, forward slashes, sorted, unique) of the kind's folders that
+        contain a file named `marker`: ComfyUI's DiffusersLoader lists the folders holding a
+        `model_index.json`. Links are followed; hidden folders are left out."""
+        found: set[str] = set()
+        for root in self.paths(kind):
+            if not root.is_dir():
+                continue
+            walked: set[str] = set()
+            for dirpath, dirnames, files in os.walk(root, followlinks=True):
+                real = os.path.realpath(dirpath)
+                if real in walked:
+                    dirnames[:] = []
+                    continue
+                walked.add(real)
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                if marker in files:
+                    found.add(os.path.relpath(dirpath, root).replace(os.sep, "/"))
+        return sorted(found)
+
+    def full_folder_path(self, kind: str, name: str) -> Path | None:
+        """The first existing folder called `name` (relative; confined as in `full_path`) in the
+        kind's folders, or None."""
+        rel = Path(name.replace("\\", "/"))
+        if not name or rel.is_absolute() or ".." in rel.parts:
+            return None
+        for root in self.paths(kind):
+            candidate = root / rel
+            if candidate.is_dir():
                 return candidate
         return None
 

@@ -24,11 +24,14 @@ from typing import Any, Mapping
 import torch
 
 from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
+from comfy_core.checkpoint.diffusers_keys import DiffusersLayoutError, is_diffusers_vae
+from comfy_core.checkpoint.diffusers_keys import vae_names as diffusers_vae_names
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
 from comfy_core.checkpoint.errors import CheckpointError, MissingComponentError, ShapeMismatchError
 from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.checkpoint.materialize import build_on_meta, materialize, tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
+from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.unet import UNetModel
@@ -101,7 +104,8 @@ def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *,
         with BulkRead(checkpoint, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             # The modules are built (on the meta device) while the workers read the file.
             unet = _build_unet(checkpoint, detection)
-            vae_module = build_on_meta(lambda: AutoencoderKL(vae_config)) if vae_config is not None else None
+            build_vae = family.components.build_vae if family.components is not None else AutoencoderKL
+            vae_module = build_on_meta(lambda: build_vae(vae_config)) if vae_config is not None else None
             clip = _load_clip(checkpoint, clip_configs, options, reading) if clip_configs else None
             model = _load_model(checkpoint, family, unet, prediction, options, reading.result())
             vae = _load_vae(checkpoint, family, vae_module, options, reading.result()) if vae_module else None
@@ -135,7 +139,9 @@ def _build_unet(checkpoint: CheckpointFile, detection: Detection) -> UNetModel:
     config = detection.unet_config
     if config is None:
         raise MissingComponentError(checkpoint.path, "no UNet in the file; load the diffusion model separately")
-    return build_on_meta(lambda: UNetModel(config))
+    components = detection.family.components
+    build = components.build_unet if components is not None else UNetModel
+    return build_on_meta(lambda: build(config))
 
 
 def _load_model(checkpoint: CheckpointFile, family: Family, unet: UNetModel, prediction: str,
@@ -145,7 +151,10 @@ def _load_model(checkpoint: CheckpointFile, family: Family, unet: UNetModel, pre
     zsnr = family.zsnr_marker is not None and family.zsnr_marker in checkpoint.tensors
     sampling = ModelSampling(prediction, linear_start=family.sampling.linear_start,
                              linear_end=family.sampling.linear_end, timesteps=family.sampling.timesteps, zsnr=zsnr)
-    model = DiffusionModel(unet, sampling, family.latent_format, family=family, adm=family.adm)
+    if family.components is not None:
+        model = family.components.build_model(unet, family, prediction, zsnr)
+    else:
+        model = DiffusionModel(unet, sampling, family.latent_format, family=family, adm=family.adm)
     model.eval()
     return ModelPatcher(model, load_device=options.device, offload_device="cpu")
 
@@ -156,7 +165,8 @@ def _vae_config(checkpoint: CheckpointFile, family: Family) -> VAEConfig:
         raise MissingComponentError(checkpoint.path, f"no VAE in the file (no tensors under {family.vae_prefix!r}); "
                                                      "load one with VAELoader")
     try:
-        config = VAEConfig.detect_from_weights(checkpoint.tensors, family.vae_prefix)
+        detect = family.components.vae_config if family.components is not None else VAEConfig.detect_from_weights
+        config = detect(checkpoint.tensors, family.vae_prefix)
     except VAEConfigError as exc:
         raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
     if config.downscale != family.geometry.downscale or config.embed_dim != family.geometry.latent_channels:
@@ -198,11 +208,24 @@ def _load_clip(checkpoint: CheckpointFile, configs: list[ClipTextConfig], option
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
 
 
+def vae_view(checkpoint: CheckpointFile) -> CheckpointFile | RenamedCheckpoint:
+    """The VAE file as our modules name it: a diffusers `AutoencoderKL` file (`decoder.up_blocks.*`,
+    ComfyUI's VAE loader converts those too) under the LDM names, any other file as it is."""
+    if not is_diffusers_vae(checkpoint.tensors):
+        return checkpoint
+    try:
+        return RenamedCheckpoint(checkpoint, diffusers_vae_names(checkpoint.tensors))
+    except DiffusersLayoutError as exc:
+        raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
+
+
 def load_vae(path: str | Path, options: LoadOptions | None = None) -> VaePatcher:
-    """A standalone VAE file (keys `encoder.*`/`decoder.*`, or a checkpoint's `first_stage_model.*`)
-    -> `VaePatcher` over an `AutoencoderKL`. Raises `CheckpointError` subclasses naming the file."""
+    """A standalone VAE file (keys `encoder.*`/`decoder.*`, or a checkpoint's `first_stage_model.*`,
+    or diffusers' `AutoencoderKL` names) -> `VaePatcher` over an `AutoencoderKL`. Raises
+    `CheckpointError` subclasses naming the file."""
     options = options or LoadOptions()
-    with CheckpointFile(path) as checkpoint:
+    with CheckpointFile(path) as file:
+        checkpoint = vae_view(file)
         prefixes = [p for p in ("first_stage_model.", "vae.", "") if f"{p}encoder.conv_in.weight" in checkpoint.tensors]
         if not prefixes:
             raise MissingComponentError(checkpoint.path, "not a VAE: no 'encoder.conv_in.weight' (with or without "

@@ -1,4 +1,5 @@
-"""Model families (SD1.x, SD2.x, SDXL, SDXL refiner) and their registry.
+"""Model families (SD1.x, SD2.x, SDXL, SDXL refiner, their inpainting and instruct-pix2pix
+variants, SD2.1 unCLIP, Stable Video Diffusion) and their registry.
 
 `default_registry()` returns a new `FamilyRegistry` holding the built-in families; callers that
 add their own build on it (`registry.register(my_family.definition())`). See README.md.
@@ -11,9 +12,13 @@ from comfy_core.families.registry import Detection, FamilyRegistrationError, Fam
 
 def default_registry() -> FamilyRegistry:
     """A fresh registry with the built-in families."""
-    from comfy_core.families import sd1, sd2, sdxl, sdxl_refiner
+    from comfy_core.families import (sd1, sd1_inpaint, sd1_ip2p, sd2, sd2_inpaint, sd21_unclip, sdxl, sdxl_inpaint,
+                                     sdxl_ip2p, sdxl_refiner, svd)
 
-    return FamilyRegistry([sd1.definition(), sd2.definition(), sdxl.definition(), sdxl_refiner.definition()])
+    return FamilyRegistry([sd1.definition(), sd2.definition(), sdxl.definition(), sdxl_refiner.definition(),
+                           sd1_inpaint.definition(), sd1_ip2p.definition(), sd2_inpaint.definition(),
+                           sdxl_inpaint.definition(), sdxl_ip2p.definition(), sd21_unclip.definition(),
+                           svd.definition()])
 
 
 __all__ = ["Detection", "Family", "FamilyRegistrationError", "FamilyRegistry", "Geometry", "SamplingPolicy",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from comfy_core.models.latent_formats import LatentFormat
 from comfy_core.models.unet import UNetConfig
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from comfy_core.checkpoint.reader import CheckpointFile
 
 PREDICTIONS = ("eps", "v")
+CONCAT_KINDS = ("none", "inpaint", "ip2p")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class Signature:
     required_prefixes: tuple[str, ...] = ()
     forbidden_prefixes: tuple[str, ...] = ()
     unet: tuple[tuple[str, Any], ...] = ()
+    # Further UNet facts that tell this family's diffusion model apart when it comes alone (a
+    # split file, without the text encoders whose prefixes single files are told apart by):
+    # see `matches_diffusion_model`.
+    diffusion_model: tuple[tuple[str, Any], ...] = ()
 
     def matches(self, names: frozenset[str] | Any, unet_facts: Mapping[str, Any] | None) -> bool:
         for prefix in self.required_prefixes:
@@ -49,12 +54,20 @@ class Signature:
             return all(unet_facts.get(k) == v for k, v in self.unet)
         return True
 
+    def matches_diffusion_model(self, unet_facts: Mapping[str, Any]) -> bool:
+        """A diffusion model on its own (no text encoders, no VAE in the file) is this family's
+        when both its `unet` and its `diffusion_model` facts hold; the prefixes are not tested."""
+        return all(unet_facts.get(k) == v for k, v in self.unet + self.diffusion_model)
+
 
 def unet_facts(config: UNetConfig) -> dict[str, Any]:
     """The facts a `Signature.unet` may test."""
     facts = dataclasses.asdict(config)
     facts["has_adm"] = config.adm_in_channels is not None
     facts["channel_mult"] = tuple(config.channel_mult)
+    facts["levels"] = len(config.channel_mult)
+    # SD1/SD2 attend at full latent resolution, SDXL and its refiner start attending one level down.
+    facts["attention_at_first_level"] = bool(config.transformer_depth and config.transformer_depth[0] > 0)
     return facts
 
 
@@ -81,6 +94,20 @@ class Geometry:
     downscale: int = 8  # pixels per latent pixel along each side
 
 
+class Components(Protocol):
+    """What `comfy_core.loading` builds for a family, when it is not the image default: the UNet
+    module from its detected config, the VAE config from the header and its module, and the
+    denoiser (`DiffusionModel` or a subclass, with its model sampling) around the loaded UNet."""
+
+    def build_unet(self, config: UNetConfig) -> Any: ...
+
+    def vae_config(self, tensors: Mapping[str, Any], prefix: str) -> Any: ...
+
+    def build_vae(self, config: Any) -> Any: ...
+
+    def build_model(self, unet: Any, family: "Family", prediction: str, zsnr: bool) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Family:
     """One model family. See the module docstring; `name` is the registry key."""
@@ -96,7 +123,14 @@ class Family:
     # Head layout (weights cannot show it): exactly one of these is positive.
     num_heads: int = -1
     num_head_channels: int = -1
-    adm: str = "none"  # "none" | "sdxl" | "sdxl_refiner" (see comfy_core.models.diffusion)
+    adm: str = "none"  # "none" | "sdxl" | "sdxl_refiner" | "unclip" (see comfy_core.models.diffusion)
+    # Extra UNet input channels concatenated to the noisy latent (ComfyUI's `concat_keys` /
+    # `IP2P.concat_cond`): "none", "inpaint" (mask + masked-image latent, 9-channel UNets) or
+    # "ip2p" (the source image's latent, 8-channel instruct-pix2pix UNets).
+    concat: str = "none"
+    # Where a CLIP vision tower sits inside the checkpoint (SD2.1 unCLIP's image embedder), for
+    # unCLIPCheckpointLoader; None: the family's files carry none.
+    clip_vision_prefix: str | None = None
     # Optional: read the prediction type from tensor data (SD2's one allowed read), given the open
     # checkpoint; returns "eps", "v" or None (keep `sampling.prediction`).
     prediction_from_weights: Callable[["CheckpointFile", str], str | None] | None = None
@@ -104,10 +138,16 @@ class Family:
     # A marker tensor whose presence means the schedule is rescaled to zero terminal SNR
     # (Lin et al. 2023); SDXL v-prediction fine-tunes carry `ztsnr`, as ComfyUI reads it.
     zsnr_marker: str | None = None
+    # Builders for a family whose modules are not the image UNet / AutoencoderKL / DiffusionModel
+    # (SVD's video UNet and temporal VAE decoder); None: the loader's image defaults. See
+    # `Components`.
+    components: "Components | None" = None
 
     def __post_init__(self) -> None:
         if (self.num_heads > 0) == (self.num_head_channels > 0):
             raise ValueError(f"family {self.name!r}: set exactly one of num_heads / num_head_channels")
+        if self.concat not in CONCAT_KINDS:
+            raise ValueError(f"family {self.name!r}: concat must be one of {CONCAT_KINDS}, got {self.concat!r}")
 
     def unet_config(self, tensors: Mapping[str, Any]) -> UNetConfig:
         """The UNet config of a checkpoint of this family (structure from weights, heads from here)."""

@@ -103,3 +103,44 @@ class FamilyRegistry:
                      "linear" if config.use_linear_in_transformer else "conv",
                      f", ADM {config.adm_in_channels}" if config.adm_in_channels else "")
         return Detection(family, config)
+
+    def detect_diffusion_model(self, tensors: Mapping[str, Any], path: str | Path = "<memory>") -> Detection:
+        """The family of a diffusion model that comes alone (UNETLoader's split files), its
+        tensors presented under the families' `unet_prefix` (`comfy_core.split` renames them).
+
+        Detection by the same UNet facts as for single files (`Signature.matches_diffusion_model`),
+        without the text-encoder prefixes a split file lacks. Families that differ only in their
+        text encoders declare `Signature.diffusion_model` facts; where several families match, the
+        one whose facts say the most wins (a family declaring none is assumed to be told apart by
+        its UNet facts alone), and a tie is an `AmbiguousFamilyError`. Reads names and shapes only.
+        """
+        facts_by_prefix: dict[str, dict[str, Any] | None] = {}
+        errors: list[str] = []
+        matched: list[Family] = []
+        for family in self._families.values():
+            prefix = family.unet_prefix
+            if prefix not in facts_by_prefix:
+                facts_by_prefix[prefix] = None
+                if any(n.startswith(prefix) for n in tensors):
+                    try:
+                        facts_by_prefix[prefix] = unet_facts(UNetConfig.detect_from_weights(tensors, prefix))
+                    except UNetConfigError as exc:
+                        errors.append(str(exc))
+            facts = facts_by_prefix[prefix]
+            if facts is not None and family.signature.matches_diffusion_model(facts):
+                matched.append(family)
+        if not matched:
+            hint = f" (UNet structure: {'; '.join(errors)})" if errors else ""
+            raise UnknownFamilyError(
+                path, f"not a diffusion model of a known family{hint}; known families: {', '.join(self._families)}")
+        most = max(len(f.signature.diffusion_model) for f in matched)
+        best = [f for f in matched if len(f.signature.diffusion_model) == most]
+        if len(best) > 1:
+            raise AmbiguousFamilyError(
+                path, f"the diffusion model fits several model families: {', '.join(f.name for f in best)}")
+        family = best[0]
+        config = family.unet_config(tensors)
+        log.info("%s: diffusion model of %s (UNet %d ch x %s, context %d%s)", Path(str(path)).name,
+                 family.display_name, config.model_channels, list(config.channel_mult), config.context_dim,
+                 f", ADM {config.adm_in_channels}" if config.adm_in_channels else "")
+        return Detection(family, config)

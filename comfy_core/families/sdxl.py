@@ -27,6 +27,8 @@ def definition() -> Family:
             required_prefixes=("model.diffusion_model.input_blocks.0.0.", "conditioner.embedders.0.transformer.",
                                "conditioner.embedders.1.model."),
             unet=(("use_linear_in_transformer", True), ("has_adm", True), ("in_channels", 4)),
+            # Alone, told from the refiner (and SD2.1 unCLIP) by its three levels.
+            diffusion_model=(("levels", 3),),
         ),
         latent_format=sdxl_latent_format(),
         sampling=SamplingPolicy(prediction="eps"),

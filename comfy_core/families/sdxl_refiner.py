@@ -16,6 +16,8 @@ def definition() -> Family:
             required_prefixes=("model.diffusion_model.input_blocks.0.0.", "conditioner.embedders.0.model."),
             forbidden_prefixes=("conditioner.embedders.1.",),
             unet=(("use_linear_in_transformer", True), ("has_adm", True), ("in_channels", 4)),
+            # Alone, told from SDXL by its four levels and from SD2.1 unCLIP by no attention at full size.
+            diffusion_model=(("levels", 4), ("attention_at_first_level", False)),
         ),
         latent_format=sdxl_latent_format(),
         sampling=SamplingPolicy(prediction="eps"),

@@ -9,7 +9,14 @@ turn its eps/v output back into a denoised estimate with `model_sampling.calcula
 SDXL's extra conditioning ("ADM", Podell et al. 2023, sec. 2.2) is built by `encode_adm`: the
 pooled text embedding followed by 256-wide sinusoidal embeddings of the original size, crop
 offsets and target size (base) or aesthetic score (refiner), as ComfyUI's `SDXL.encode_adm` /
-`SDXLRefiner.encode_adm` do, with the same defaults.
+`SDXLRefiner.encode_adm` do, with the same defaults. SD2.1 unCLIP's ADM is the noise-augmented
+CLIP image embedding of its `unclip_conditioning` (zeros without one), and an SDXL
+`unclip_conditioning` replaces the pooled text by the image half of that embedding, as ComfyUI's
+`SD21UNCLIP.encode_adm` / `sdxl_pooled` (comfy_core/models/unclip.py).
+
+Inpainting and instruct-pix2pix UNets take extra input channels (`c_concat`), built by
+`concat_cond` from the conditioning and the run's latent and denoise mask as ComfyUI's
+`concat_cond` (comfy_core/models/concat_inputs.py); the family says which (`Family.concat`).
 """
 from __future__ import annotations
 
@@ -25,6 +32,10 @@ from comfy_core.models.unet_blocks import timestep_embedding
 ADM_NONE = "none"
 ADM_SDXL = "sdxl"
 ADM_SDXL_REFINER = "sdxl_refiner"
+ADM_UNCLIP = "unclip"
+# ComfyUI's seed offset for the unCLIP noise augmentation (`kwargs.get("seed", 0) - 10`).
+UNCLIP_SEED_OFFSET = 10
+UNCLIP_MERGE_DEFAULT = 0.05  # SD21UNCLIP's `unclip_noise_augment_merge` default (SDXL: 0)
 
 
 class ConditioningError(ValueError):
@@ -42,13 +53,17 @@ class DiffusionModel(nn.Module):
     def __init__(self, unet: UNetModel, model_sampling: Any, latent_format: LatentFormat,
                  family: Any = None, adm: str = ADM_NONE) -> None:
         super().__init__()
-        if adm not in (ADM_NONE, ADM_SDXL, ADM_SDXL_REFINER):
+        if adm not in (ADM_NONE, ADM_SDXL, ADM_SDXL_REFINER, ADM_UNCLIP):
             raise ValueError(f"DiffusionModel: unknown ADM kind {adm!r}")
         self.diffusion_model = unet
         self.model_sampling = model_sampling
         self.latent_format = latent_format
         self.family = family
         self.adm = adm
+        # ComfyUI's `BaseModel.manual_cast_dtype`: the dtype the UNet computes in when its weights
+        # are stored in another one (fp8 storage, comfy_core/models/storage_cast.py); None: the
+        # weights' own dtype.
+        self.manual_cast_dtype: torch.dtype | None = None
 
     # --- ComfyUI's BaseModel surface, for samplers and node packs ---
 
@@ -78,7 +93,7 @@ class DiffusionModel(nn.Module):
             raise ConditioningError(
                 f"DiffusionModel.apply_model: conditioning is {c_crossattn.shape[-1]} wide, this "
                 f"{getattr(self.family, 'name', 'model')} UNet expects {ctx_dim} (wrong CLIP for this model?)")
-        dtype = self.get_dtype()
+        dtype = self.manual_cast_dtype or self.get_dtype()
         xc = self.model_sampling.calculate_input(sigma, x)  # [B, C, h, w]
         if c_concat is not None:
             xc = torch.cat([xc, c_concat], dim=1)
@@ -101,7 +116,11 @@ class DiffusionModel(nn.Module):
         """
         if self.adm == ADM_NONE:
             return None
+        if self.adm == ADM_UNCLIP:
+            return self._unclip_adm(kwargs)
         pooled = kwargs.get("pooled_output")
+        if "unclip_conditioning" in kwargs:  # SDXL "revision": the image embedding as pooled output
+            pooled = self._unclip_embedding(kwargs, 0.0)[:, :self.adm_channels - (6 if self.adm == ADM_SDXL else 5) * 256]
         if pooled is None:
             raise ConditioningError(
                 f"{getattr(self.family, 'name', 'SDXL')}: conditioning has no 'pooled_output' "
@@ -122,3 +141,58 @@ class DiffusionModel(nn.Module):
                 f"{getattr(self.family, 'name', 'SDXL')}: pooled output is {pooled.shape[1]} wide, the UNet's "
                 f"label embedding needs {self.adm_channels - len(values) * 256} (wrong CLIP for this model?)")
         return y
+
+    # --- unCLIP and concatenated inputs (ComfyUI's SD21UNCLIP.encode_adm, concat_cond) ---
+
+    def _unclip_embedding(self, kwargs: dict[str, Any], merge_default: float) -> torch.Tensor:
+        from comfy_core.models.unclip import UnclipConditioningError, unclip_adm
+
+        seed = kwargs.get("seed")
+        device = kwargs.get("device") or self._device()
+        try:
+            return unclip_adm(kwargs["unclip_conditioning"], device,
+                              kwargs.get("unclip_noise_augment_merge", merge_default),
+                              (0 if seed is None else int(seed)) - UNCLIP_SEED_OFFSET)
+        except UnclipConditioningError as exc:
+            raise ConditioningError(f"{getattr(self.family, 'name', 'model')}: {exc}") from None
+
+    def _unclip_adm(self, kwargs: dict[str, Any]) -> torch.Tensor:
+        """SD2.1 unCLIP: `[1, adm]`, zeros when the entry has no `unclip_conditioning`."""
+        if kwargs.get("unclip_conditioning") is None:
+            return torch.zeros((1, self.adm_channels), device=kwargs.get("device") or self._device())
+        y = self._unclip_embedding(kwargs, UNCLIP_MERGE_DEFAULT)
+        if y.shape[1] != self.adm_channels:
+            raise ConditioningError(
+                f"{getattr(self.family, 'name', 'unCLIP')}: the CLIP vision embedding is {y.shape[1] // 2} wide, "
+                f"this model needs {self.adm_channels // 2} (wrong CLIP vision model for this checkpoint?)")
+        return y
+
+    def _device(self) -> torch.device:
+        return self.diffusion_model.out[2].weight.device
+
+    def concat_cond(self, **kwargs: Any) -> torch.Tensor | None:
+        """The UNet's extra input channels `[B, k, h, w]` for this family (None for plain models).
+
+        Reads `noise`, `device`, `latent_image`, `denoise_mask`, `concat_latent_image`,
+        `concat_mask` (the conditioning entry's options and the run's tensors, as ComfyUI's
+        `extra_conds` receives them)."""
+        from comfy_core.models import concat_inputs
+
+        kind = getattr(self.family, "concat", "none")
+        if kind == "none":
+            return None
+        noise = kwargs["noise"]
+        device = kwargs.get("device") or noise.device
+        if kind == "ip2p":
+            out = concat_inputs.ip2p_concat(noise, device, kwargs.get("concat_latent_image"))
+        else:
+            out = concat_inputs.inpaint_concat(
+                noise, device, latent_image=kwargs.get("latent_image"), denoise_mask=kwargs.get("denoise_mask"),
+                concat_latent_image=kwargs.get("concat_latent_image"), concat_mask=kwargs.get("concat_mask"),
+                process_latent_in=self.process_latent_in)
+        expected = self.diffusion_model.config.in_channels - noise.shape[1]
+        if out.shape[1] != expected:
+            raise ConditioningError(
+                f"{getattr(self.family, 'name', 'model')}: the concatenated inputs have {out.shape[1]} channels, "
+                f"the UNet takes {expected} besides the latent")
+        return out

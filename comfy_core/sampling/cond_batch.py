@@ -37,6 +37,7 @@ class CondRun:
     uuid: Any = None
     control: Any = None
     patches: Any = None
+    hooks: Any = None  # the entry's hook group (comfy_core/hooks): runs are batched per group
 
 
 @dataclass
@@ -92,8 +93,13 @@ def get_area_and_mult(entry: dict, x: torch.Tensor, sigma: torch.Tensor, slot: i
     mult = mask * strength
     if "mask" not in entry and area is not None:
         _feather(mult, area, x.shape)
-    conditioning = {k: repeat_to_batch_size(v, x.shape[0]).to(x.device) for k, v in entry["model_conds"].items()}
-    return CondRun(input_x, mult, conditioning, area, slot, entry.get("uuid"), entry.get("control"), entry.get("patches"))
+    conditioning = {}
+    for k, v in entry["model_conds"].items():
+        if k == "c_concat" and area is not None:  # noise-shaped: cut to the area (ComfyUI's CONDNoiseShape)
+            v = v[:, :, area[2]:area[2] + area[0], area[3]:area[3] + area[1]]
+        conditioning[k] = repeat_to_batch_size(v, x.shape[0]).to(x.device)
+    return CondRun(input_x, mult, conditioning, area, slot, entry.get("uuid"), entry.get("control"), entry.get("patches"),
+                   entry.get("hooks"))
 
 
 def _feather(mult: torch.Tensor, area: tuple[int, int, int, int], full_shape: torch.Size) -> None:
@@ -152,6 +158,8 @@ def concat_conditioning(items: list[dict[str, torch.Tensor]]) -> dict[str, torch
 
 
 ApplyModel = Callable[..., torch.Tensor]
+# Where a sampling run with hooks keeps its `comfy_core.hooks.sampling.HookRun` (same name there).
+HOOK_RUN_OPTION = "hook_run"
 
 
 def run_batches(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, sigma: torch.Tensor,
@@ -160,7 +168,27 @@ def run_batches(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, s
 
     `slot_kind[slot]` is ComfyUI's cond_or_uncond marker for that slot (0 cond, 1 uncond), passed
     to the model in `transformer_options["cond_or_uncond"]`.
+
+    Runs are batched per hook group (the entries' `hooks` object, None for none), groups in the
+    order they first appear, each with its weights on the model (`model_options["hook_run"]`,
+    comfy_core/hooks/sampling.py), as ComfyUI's `_calc_cond_batch` does.
     """
+    hook_run = model_options.get(HOOK_RUN_OPTION)
+    groups: dict[int, tuple[Any, list[CondRun]]] = {}
+    for r in runs:
+        if r.hooks is not None and hook_run is not None:
+            hook_run.prepare(sigma, r.hooks, model_options)  # keyframes move on before any group runs
+        groups.setdefault(id(r.hooks), (r.hooks, []))[1].append(r)
+    for hooks, group_runs in groups.values():
+        if hooks is None or hook_run is None:
+            _run_group(apply_model, group_runs, x, sigma, outputs, slot_kind, model_options)
+        else:
+            with hook_run.applied(hooks):
+                _run_group(apply_model, group_runs, x, sigma, outputs, slot_kind, model_options)
+
+
+def _run_group(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, sigma: torch.Tensor,
+               outputs: CondOutputs, slot_kind: list[int], model_options: dict) -> None:
     to_run = list(runs)
     while to_run:
         first = to_run[0]
@@ -208,13 +236,53 @@ def calc_cond_batch(apply_model: ApplyModel, conds: list[list[dict] | None], x: 
     """
     outputs = CondOutputs([torch.zeros_like(x) for _ in conds], [torch.full_like(x, 1e-37) for _ in conds])
     runs = []
+    defaults: list[list[dict]] = []
     for slot, entries in enumerate(conds):
+        defaults.append([e for e in entries or () if "default" in e])
         for e in entries or ():
+            if "default" in e:
+                continue
             r = get_area_and_mult(e, x, sigma, slot)
             if r is not None:
                 runs.append(r)
+    if any(defaults):
+        runs += default_runs(runs, defaults, x, sigma)
     run_batches(apply_model, runs, x, sigma, outputs, [min(i, 1) for i in range(len(conds))], model_options)
     return outputs.results()
+
+
+def default_runs(runs: list[CondRun], defaults: list[list[dict]], x: torch.Tensor,
+                 sigma: torch.Tensor) -> list[CondRun]:
+    """Runs for `default` entries (ConditioningSetDefaultCombine): each weighted by what the
+    slot's other runs leave uncovered, `relu(1 - sum of their weights)`, and skipped when that is
+    zero everywhere (ComfyUI's `finalize_default_conds`)."""
+    remaining = [torch.ones_like(x) for _ in defaults]
+    for r in runs:
+        if not defaults[r.slot]:
+            continue
+        target = remaining[r.slot]
+        if r.area is not None:
+            h, w, y0, x0 = r.area
+            target = target[:, :, y0:y0 + h, x0:x0 + w]
+        target -= r.mult
+    out = []
+    for slot, entries in enumerate(defaults):
+        if not entries:
+            continue
+        mult = torch.relu_(remaining[slot])
+        if torch.max(mult) == 0.0:
+            continue
+        for e in entries:
+            r = get_area_and_mult(e, x, sigma, slot)
+            if r is None:
+                continue
+            if r.area is not None:  # a default entry with an area sees its part of what is left
+                h, w, y0, x0 = r.area
+                r.mult = mult[:, :, y0:y0 + h, x0:x0 + w]
+            else:
+                r.mult = mult
+            out.append(r)
+    return out
 
 
 def calc_composable(apply_model: ApplyModel, cond: list[dict], uncond: list[dict] | None, x: torch.Tensor,

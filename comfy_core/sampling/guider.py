@@ -12,15 +12,18 @@ KSampler, SamplerCustom and SamplerCustomAdvanced all sample through `CFGGuider.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from comfy_core.hooks.sampling import HOOK_RUN_OPTION, HookRun
 from comfy_core.sampling.cfg import cfg_function, sampling_function
 from comfy_core.sampling.cond_batch import calc_cond_batch, repeat_to_batch_size
-from comfy_core.sampling.conditioning import convert_cond, prepare_conds
+from comfy_core.sampling.conditioning import (cleanup_control, cond_patchers, convert_cond, prepare_conds,
+                                               prepare_control)
 
 # callback(step, x0 [B,C,h,w], x [B,C,h,w], total_steps); may raise to stop sampling.
 ProgressCallback = Callable[[int, torch.Tensor, torch.Tensor, int], None]
@@ -117,17 +120,33 @@ class CFGGuider:
                 latent = process_latent_in(dm.latent_format, latent)
             mask = prepare_mask(denoise_mask, noise_d.shape, device) if denoise_mask is not None else None
             conds = {k: [dict(e) for e in v] for k, v in self.original_conds.items()}
+            # The conds' weight hooks (comfy_core/hooks): registered, and left only where registered.
+            hook_run = HookRun.for_conds(self.model_patcher, conds)
             model_options = dict(base_options)
             model_options["transformer_options"] = {**base_options.get("transformer_options", {}),
                                                     "sample_sigmas": sigmas}
+            if hook_run is not None:
+                model_options[HOOK_RUN_OPTION] = hook_run
             self.inner_model = dm
             try:
-                self.conds = prepare_conds(conds, noise_d, dm.model_sampling, getattr(dm, "encode_adm", None))
-                extra_args = {"model_options": model_options, "seed": seed}
-                samples = sampler.sample(self, sigmas, extra_args, callback, noise_d, latent, mask, disable_pbar)
+                with contextlib.ExitStack() as stack:
+                    # Models the conditioning carries (GLIGEN) run beside the UNet, on its device.
+                    for patcher in cond_patchers(conds):
+                        stack.enter_context(patcher.applied(device))
+                    self.conds = prepare_conds(conds, noise_d, dm.model_sampling, getattr(dm, "encode_adm", None),
+                                               concat_cond=getattr(dm, "concat_cond", None), latent_image=latent,
+                                               denoise_mask=mask, seed=seed)
+                    prepare_control(self.conds, dm)  # ControlNets: sigma ranges, lent to uncond
+                    if hook_run is not None:
+                        hook_run.start(dm.model_sampling)
+                    extra_args = {"model_options": model_options, "seed": seed}
+                    samples = sampler.sample(self, sigmas, extra_args, callback, noise_d, latent, mask, disable_pbar)
             finally:
+                cleanup_control(self.conds)
                 self.inner_model = None
                 self.conds = {}
+                if hook_run is not None:
+                    hook_run.close()
             # Back to the caller's device (ComfyUI's intermediate device), in float32.
             return process_latent_out(dm.latent_format, samples.to(torch.float32)).to(latent_image.device)
 

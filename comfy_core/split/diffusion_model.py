@@ -1,0 +1,103 @@
+"""`load_diffusion_model`: a diffusion model file on its own -> MODEL (ComfyUI's UNETLoader).
+
+After ComfyUI's `comfy/sd.py: load_diffusion_model_state_dict`. The file may be a bare UNet in
+the LDM layout (`input_blocks.0.0.weight`, ...: what ComfyUI's models/diffusion_models holds), a
+whole checkpoint (its `model.diffusion_model.*` tensors are used), or a diffusers
+`UNet2DConditionModel` (`down_blocks.0.resnets.0.conv1.weight`, ...), whose names are mapped onto
+ours (`comfy_core.checkpoint.diffusers_keys`). Whatever the layout, the file is presented under
+the single-file names (`comfy_core.checkpoint.renamed.RenamedCheckpoint`) and detected and built
+exactly as a checkpoint's UNet is: the family from the UNet's names and shapes
+(`FamilyRegistry.detect_diffusion_model`), the prediction type by the single-file rule
+(`comfy_core.loading.resolve_prediction`: option, metadata, SD2's one tensor read, default).
+
+`weight_dtype` fp8 (ComfyUI's `model_options["dtype"]`) stores every UNet weight in fp8 and
+computes in the device's UNet dtype (ComfyUI's `unet_manual_cast`: float32 on the CPU, float16
+on CUDA), each layer casting its weights as it runs (`comfy_core.models.storage_cast`);
+`fp8_optimizations` (ComfyUI's fp8_e4m3fn_fast) also multiplies in fp8 where the GPU can.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Mapping
+
+import torch
+
+from comfy_core.checkpoint.bulk import BulkRead
+from comfy_core.checkpoint.diffusers_keys import DiffusersLayoutError, is_diffusers_unet, unet_names
+from comfy_core.checkpoint.dtype import UNET, DtypePolicy
+from comfy_core.checkpoint.errors import MissingComponentError, ShapeMismatchError
+from comfy_core.checkpoint.materialize import tensor_requests
+from comfy_core.checkpoint.reader import CheckpointFile
+from comfy_core.checkpoint.renamed import RenamedCheckpoint
+from comfy_core.families import FamilyRegistry, default_registry
+from comfy_core.loading import LoadOptions, _build_unet, _load_model, resolve_prediction
+from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time
+from comfy_core.patching.model import ModelPatcher
+
+log = logging.getLogger(__name__)
+
+# Where single-file checkpoints keep the UNet, the names our families detect and load under.
+UNET_PREFIX = "model.diffusion_model."
+LDM_MARKER = "input_blocks.0.0.weight"
+
+
+def diffusion_model_names(checkpoint: CheckpointFile) -> dict[str, str]:
+    """`{our name: stored name}` for the UNet tensors of `checkpoint`, whatever its layout."""
+    names = list(checkpoint.tensors)
+    if UNET_PREFIX + LDM_MARKER in checkpoint.tensors:
+        return {n: n for n in names if n.startswith(UNET_PREFIX)}
+    if LDM_MARKER in checkpoint.tensors:
+        return {UNET_PREFIX + n: n for n in names}
+    if is_diffusers_unet(names):
+        try:
+            return unet_names(names, UNET_PREFIX)
+        except DiffusersLayoutError as exc:
+            raise ShapeMismatchError(checkpoint.path, str(exc)) from None
+    raise MissingComponentError(
+        checkpoint.path, f"not a diffusion model: no {LDM_MARKER!r} (LDM layout, with or without "
+                         f"{UNET_PREFIX!r}) and no diffusers UNet names (e.g. 'down_blocks.0.resnets.0.conv1.weight')")
+
+
+def compute_dtype(policy: DtypePolicy, storage: torch.dtype) -> torch.dtype | None:
+    """The dtype a UNet stored in `storage` computes in, or None for its own (ComfyUI's
+    `unet_manual_cast` for the dtypes UNETLoader offers: fp8 storage computes in the device's
+    default UNet dtype)."""
+    if storage not in FP8_DTYPES:
+        return None
+    return DtypePolicy(device=policy.device).dtype_for(UNET)
+
+
+def load_diffusion_model(path: str | Path, options: LoadOptions | None = None, *,
+                         weight_dtype: torch.dtype | None = None, fp8_optimizations: bool = False,
+                         registry: FamilyRegistry | None = None) -> ModelPatcher:
+    """A diffusion model file -> `ModelPatcher` over a `DiffusionModel` (see the module docstring).
+
+    `weight_dtype`: the UNet's storage dtype (None: the policy's, as for checkpoints). Raises
+    `CheckpointError` subclasses naming the file (`UnknownFamilyError` for a UNet of no known family).
+    """
+    options = options or LoadOptions()
+    registry = registry or default_registry()
+    started = time.perf_counter()
+    policy = options.dtype_policy
+    storage = weight_dtype or policy.dtype_for(UNET)
+    cast = compute_dtype(policy, storage)
+    load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
+    with CheckpointFile(path) as file:
+        view = RenamedCheckpoint(file, diffusion_model_names(file))
+        detection = registry.detect_diffusion_model(view.tensors, file.path)
+        family = detection.family
+        prediction = resolve_prediction(view, family, options.prediction)
+        requests: Mapping[str, torch.dtype] = tensor_requests(view, family.unet_prefix, storage)
+        with BulkRead(view, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
+            unet = _build_unet(view, detection)
+            model = _load_model(view, family, unet, prediction, load_options, reading.result())
+    if cast is not None:
+        cast_weights_at_run_time(model.model.diffusion_model, fp8_matrix_mult=fp8_optimizations)
+        model.model.manual_cast_dtype = cast
+    log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, weights %s%s", Path(path).name,
+             time.perf_counter() - started, family.display_name, prediction, storage,
+             f", computed in {cast}" if cast is not None else "")
+    return model

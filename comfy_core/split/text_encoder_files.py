@@ -1,0 +1,147 @@
+"""`load_text_encoders`: text-encoder files -> CLIP (ComfyUI's CLIPLoader / DualCLIPLoader).
+
+After ComfyUI's `comfy/sd.py: load_text_encoder_state_dicts`. Each file holds one CLIP text tower,
+in transformers' layout (`text_model.*`, optionally `text_projection.weight`; what ComfyUI's
+models/text_encoders files and its CLIPSave hold) or OpenCLIP's (`transformer.resblocks.*`,
+`ln_final.*`, `text_projection`). Which tower it is comes from its depth, ComfyUI's rule
+(`detect_te_model`): a 31st layer means OpenCLIP-bigG (32 layers), a 23rd OpenCLIP-H (24),
+otherwise OpenAI CLIP-L (12); the activation follows (quick-GELU for OpenAI's CLIP-L, GELU for the
+OpenCLIP towers). The towers found form the encoder set of their family (CLIP-L: SD1, OpenCLIP-H:
+SD2, bigG: SDXL refiner, CLIP-L + bigG: SDXL), built exactly as a checkpoint's encoders are
+(`comfy_core.text_encoders`), so the same weights give the same conditioning bit for bit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import torch
+
+from comfy_core.checkpoint.bulk import BulkRead
+from comfy_core.checkpoint.dtype import TEXT
+from comfy_core.checkpoint.errors import ShapeMismatchError
+from comfy_core.checkpoint.materialize import tensor_requests
+from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
+from comfy_core.loading import LoadOptions
+from comfy_core.split.clip_types import ClipFilesError, check_type
+from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, build_encoder, make_tokenizer
+from comfy_core.text_encoders.encoder_set import spec_for_slots
+
+log = logging.getLogger(__name__)
+
+HF_PREFIX = "text_model."
+# ComfyUI's depth rule: these layer indices exist only in the deeper towers.
+BIGG_LAYER = 30
+H_LAYER = 22
+SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG"}
+# Key names of text encoders that are not CLIP towers, for a clearer refusal.
+_OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5 text encoder"),
+                   ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
+
+
+def slot_for_depth(layers: int) -> str:
+    """"clip_g", "clip_h" or "clip_l" from a tower's layer count (ComfyUI's `detect_te_model`)."""
+    if layers > BIGG_LAYER:
+        return "clip_g"
+    if layers > H_LAYER:
+        return "clip_h"
+    return "clip_l"
+
+
+class _OldProjection(Mapping[str, torch.Tensor]):
+    """A state dict whose transformers-layout file stores the projection as ComfyUI's old CLIPSave
+    did, as the matrix `text_projection` [width, proj]: served as `text_projection.weight`
+    (its transpose), as ComfyUI's loader converts it."""
+
+    def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
+        self._state = state
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name == "text_projection.weight":
+            return self._state["text_projection"].t().contiguous()
+        return self._state[name]
+
+    def __iter__(self) -> Iterator[str]:
+        for name in self._state:
+            yield "text_projection.weight" if name == "text_projection" else name
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+
+def text_encoder_config(checkpoint: CheckpointFile) -> ClipTextConfig:
+    """The tower one text-encoder file holds (names and shapes only; see the module docstring)."""
+    tensors = checkpoint.tensors
+    try:
+        if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
+            config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")
+        elif "ln_final.weight" in tensors and "token_embedding.weight" in tensors:
+            config = ClipTextConfig.detect_from_weights(tensors, "", slot="clip_l")
+        else:
+            config = None
+    except TextEncoderError as exc:
+        raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
+    if config is None:
+        what = next((kind for key, kind in _OTHER_ENCODERS if key in tensors), None)
+        raise ClipFilesError(f"{checkpoint.path}: " + (
+            f"holds {what}, which this engine cannot load (only CLIP text encoders: CLIP-L, OpenCLIP-H, "
+            "OpenCLIP-bigG)" if what else
+            "not a CLIP text encoder (no 'text_model.final_layer_norm.weight' nor OpenCLIP's 'ln_final.weight')"))
+    slot = slot_for_depth(config.layers)
+    config = dataclasses.replace(config, slot=slot, activation="quick_gelu" if slot == "clip_l" else "gelu")
+    if config.prefix == HF_PREFIX and not config.has_projection and "text_projection" in tensors:
+        _width, projection = (int(d) for d in tensors["text_projection"].shape)
+        config = dataclasses.replace(config, has_projection=True, projection_dim=projection)
+    return config
+
+
+def load_text_encoders(paths: Sequence[str | Path], clip_type: str = "stable_diffusion",
+                       options: LoadOptions | None = None, *, load_device: str | None = None,
+                       offload_device: str = "cpu") -> CLIP:
+    """One or two text-encoder files -> a CLIP object of the encoder set they form.
+
+    `clip_type`: CLIPLoader's / DualCLIPLoader's type (`comfy_core.split.clip_types`); a type of a
+    family we do not have raises `UnsupportedClipTypeError` before any file is read. Raises
+    `ClipFilesError` when the files do not form an encoder set, `CheckpointError` subclasses for
+    unreadable files.
+    """
+    check_type(clip_type)
+    options = options or LoadOptions()
+    if not paths:
+        raise ClipFilesError("no text-encoder file given")
+    dtype = options.dtype_policy.dtype_for(TEXT)
+    with ExitStack() as stack:
+        files = [stack.enter_context(CheckpointFile(p)) for p in paths]
+        configs = [text_encoder_config(f) for f in files]
+        slots = [c.slot for c in configs]
+        if len(set(slots)) != len(slots) or (clip_type == "sdxl" and set(slots) != {"clip_l", "clip_g"}):
+            raise ClipFilesError(
+                f"text encoder type {clip_type!r}: the files hold "
+                f"{', '.join(f'{f.path.name}: {SLOT_NAMES[c.slot]} ({c.layers} layers)' for f, c in zip(files, configs))}"
+                f"; {'sdxl needs one CLIP-L and one OpenCLIP-bigG file' if clip_type == 'sdxl' else 'each file must hold a different tower'}")
+        try:
+            spec = spec_for_slots(slots)
+        except TextEncoderError as exc:
+            raise ClipFilesError(f"text encoder type {clip_type!r}: {exc}") from None
+        encoders = {}
+        for checkpoint, config in zip(files, configs):
+            requests = tensor_requests(checkpoint, config.prefix, dtype)
+            if config.prefix == HF_PREFIX:
+                requests.update(tensor_requests(checkpoint, "text_projection", dtype))
+            reading = stack.enter_context(BulkRead(checkpoint, requests, zero_copy=options.mmap,
+                                                   workers=options.io_workers))
+            state: Mapping[str, torch.Tensor] = LazyStateDict(checkpoint, dtype, pending=reading)
+            if config.prefix == HF_PREFIX and "text_projection" in checkpoint.tensors \
+                    and "text_projection.weight" not in checkpoint.tensors:
+                state = _OldProjection(state)
+            try:
+                encoders[config.slot] = build_encoder(config, state, dtype)
+            except TextEncoderError as exc:
+                raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
+    module = TextEncoderSet(spec, encoders)
+    log.info("text encoders %s: %s (%s)", spec.name, ", ".join(Path(p).name for p in paths),
+             ", ".join(f"{SLOT_NAMES[c.slot]} width {c.width} x{c.layers}" for c in configs))
+    return CLIP.from_encoders(module, make_tokenizer(configs), load_device or options.device, offload_device)
