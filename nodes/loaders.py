@@ -1,8 +1,12 @@
-"""Loader nodes: CheckpointLoaderSimple, CheckpointLoader, VAELoader (ComfyUI's names and sockets).
+"""Loader nodes: CheckpointLoaderSimple, CheckpointLoader, VAELoader, and the split-file loaders
+UNETLoader, CLIPLoader, DualCLIPLoader, DiffusersLoader (ComfyUI's names and sockets).
 
-File lists come from the environment's model folders (`models/checkpoints`, `models/vae`, and
-the folders of `extra_model_paths.yaml`), evaluated whenever the node definitions are rendered.
-The work is `comfy_core.checkpoint.load_checkpoint` / `load_vae`; these nodes only resolve names.
+File lists come from the environment's model folders (`models/checkpoints`, `models/vae`,
+`models/diffusion_models` + legacy `models/unet`, `models/text_encoders` + legacy `models/clip`,
+`models/diffusers`, and the folders of `extra_model_paths.yaml`), evaluated whenever the node
+definitions are rendered. The work is `comfy_core.loading` (`load_checkpoint`, `load_vae`) and
+`comfy_core.split` (`load_diffusion_model`, `load_text_encoders`, `load_diffusers`); these nodes
+only resolve names and options.
 """
 from __future__ import annotations
 
@@ -185,3 +189,108 @@ def vae_loader(vae_name: str) -> tuple[Any]:
     _default_attention(vae=vae)
     _track(vae)
     return (vae,)
+
+
+# --- split files: diffusion model, text encoders, diffusers folders (comfy_core.split) ---------
+
+UNET_WEIGHT_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]
+CLIP_DEVICES = ["default", "cpu"]
+CLIP_LOADER_DESCRIPTION = (
+    "[Recipes]\n\nstable_diffusion: clip-l\nstable_cascade: clip-g\nsd3: t5 xxl/ clip-g / clip-l\nstable_audio: t5 base\n"
+    "mochi: t5 xxl\ncosmos: old t5 xxl\nlumina2: gemma 2 2B\nwan: umt5 xxl\n hidream: llama-3.1 (Recommend) or t5\n"
+    "omnigen2: qwen vl 2.5 3B")
+DUAL_CLIP_LOADER_DESCRIPTION = (
+    "[Recipes]\n\nsdxl: clip-l, clip-g\nsd3: clip-l, clip-g / clip-l, t5 / clip-g, t5\nflux: clip-l, t5\n"
+    "hidream: at least one of t5 or llama, recommended t5 and llama\nhunyuan_image: qwen2.5vl 7b and byt5 small")
+DIFFUSERS_INDEX = "model_index.json"
+
+
+# ComfyUI's type lists (equal to comfy_core.split.clip_types', which imports torch through the
+# text-encoder package; rendering /object_info must not).
+CLIP_LOADER_TYPES = ["stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos",
+                     "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image"]
+DUAL_CLIP_LOADER_TYPES = ["sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image"]
+
+
+def _unet_dtype(weight_dtype: str) -> tuple[Any, bool]:
+    """UNETLoader's choice -> (storage dtype or None, fp8 matrix products), as ComfyUI's
+    `model_options` "dtype" / "fp8_optimizations"."""
+    import torch
+
+    choices = {"default": (None, False), "fp8_e4m3fn": (torch.float8_e4m3fn, False),
+               "fp8_e4m3fn_fast": (torch.float8_e4m3fn, True), "fp8_e5m2": (torch.float8_e5m2, False)}
+    if weight_dtype not in choices:
+        raise NodeInputError("weight_dtype", f"one of {UNET_WEIGHT_DTYPES}", repr(weight_dtype))
+    return choices[weight_dtype]
+
+
+def _load_clip_files(paths: list[Path], clip_type: str, device: str) -> Any:
+    from comfy_core.split import UnsupportedClipTypeError, load_text_encoders
+
+    if device not in CLIP_DEVICES:
+        raise NodeInputError("device", f"one of {CLIP_DEVICES}", repr(device))
+    try:
+        clip = load_text_encoders(paths, clip_type, _options(), load_device="cpu" if device == "cpu" else None)
+    except UnsupportedClipTypeError as exc:
+        raise NodeInputError("type", "a text encoder type of a family this engine has ('stable_diffusion', 'sdxl')",
+                             str(exc)) from exc
+    _embedding_lookup(clip)
+    _track(clip)
+    return clip
+
+
+@node("UNETLoader", category="advanced/loaders", display_name="Load Diffusion Model",
+      inputs=[Combo("unet_name", _files("diffusion_models")), Combo("weight_dtype", UNET_WEIGHT_DTYPES)],
+      outputs=[Output("MODEL")])
+def unet_loader(unet_name: str, weight_dtype: str) -> tuple[Any]:
+    """A diffusion model file alone (models/diffusion_models, models/unet): bare LDM, checkpoint or
+    diffusers UNet; fp8 weight dtypes store the weights in fp8 and compute in the device's dtype."""
+    from comfy_core.split import load_diffusion_model
+
+    dtype, fast = _unet_dtype(weight_dtype)
+    model = load_diffusion_model(_path("diffusion_models", unet_name, "unet_name"), _options(),
+                                 weight_dtype=dtype, fp8_optimizations=fast)
+    _default_attention(model)
+    _track(model)
+    return (model,)
+
+
+@node("CLIPLoader", category="advanced/loaders", display_name="Load CLIP", description=CLIP_LOADER_DESCRIPTION,
+      inputs=[Combo("clip_name", _files("text_encoders")), Combo("type", CLIP_LOADER_TYPES),
+              Combo("device", CLIP_DEVICES, optional=True, advanced=True)],
+      outputs=[Output("CLIP")])
+def clip_loader(clip_name: str, type: str = "stable_diffusion", device: str = "default") -> tuple[Any]:
+    return (_load_clip_files([_path("text_encoders", clip_name, "clip_name")], type, device),)
+
+
+@node("DualCLIPLoader", category="advanced/loaders", display_name="DualCLIPLoader",
+      description=DUAL_CLIP_LOADER_DESCRIPTION,
+      inputs=[Combo("clip_name1", _files("text_encoders")), Combo("clip_name2", _files("text_encoders")),
+              Combo("type", DUAL_CLIP_LOADER_TYPES), Combo("device", CLIP_DEVICES, optional=True, advanced=True)],
+      outputs=[Output("CLIP")])
+def dual_clip_loader(clip_name1: str, clip_name2: str, type: str, device: str = "default") -> tuple[Any]:
+    paths = [_path("text_encoders", clip_name1, "clip_name1"), _path("text_encoders", clip_name2, "clip_name2")]
+    return (_load_clip_files(paths, type, device),)
+
+
+def _diffusers_folders(env: Any = None) -> list[str]:
+    """DiffusersLoader's combo: the folders under models/diffusers holding a model_index.json."""
+    return _env(env).folders.folders_holding("diffusers", DIFFUSERS_INDEX)
+
+
+@node("DiffusersLoader", category="advanced/loaders/deprecated", display_name="DiffusersLoader",
+      inputs=[Combo("model_path", _diffusers_folders)],
+      outputs=[Output("MODEL"), Output("CLIP"), Output("VAE")])
+def diffusers_loader(model_path: str) -> tuple[Any, Any, Any]:
+    """A diffusers pipeline folder (unet/, text_encoder/, text_encoder_2/, vae/) under models/diffusers."""
+    from comfy_core.split import is_diffusers_folder, load_diffusers
+
+    folder = current_env().folders.full_folder_path("diffusers", model_path)
+    if folder is None or not is_diffusers_folder(folder):
+        raise NodeInputError("model_path", f"a folder with a {DIFFUSERS_INDEX} in the diffusers folders",
+                             repr(model_path))
+    loaded = load_diffusers(folder, _options())
+    _default_attention(loaded[0], loaded[2])
+    _embedding_lookup(loaded[1])
+    _track(*loaded)
+    return loaded
