@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import yaml
 
@@ -131,14 +131,7 @@ class ModelFolders:
         for index, root in enumerate(self.paths(kind)):
             if not root.is_dir():
                 continue
-            walked: set[str] = set()
-            for dirpath, dirnames, files in os.walk(root, followlinks=True):
-                real = os.path.realpath(dirpath)
-                if real in walked:
-                    dirnames[:] = []
-                    continue
-                walked.add(real)
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for dirpath, files in _walk(root):
                 for name in sorted(files):
                     if name.startswith("."):
                         continue
@@ -174,14 +167,7 @@ class ModelFolders:
         for root in self.paths(kind):
             if not root.is_dir():
                 continue
-            walked: set[str] = set()
-            for dirpath, dirnames, files in os.walk(root, followlinks=True):
-                real = os.path.realpath(dirpath)
-                if real in walked:
-                    dirnames[:] = []
-                    continue
-                walked.add(real)
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for dirpath, files in _walk(root):
                 if marker in files:
                     found.add(os.path.relpath(dirpath, root).replace(os.sep, "/"))
         return sorted(found)
@@ -251,3 +237,17 @@ def load_extra_model_paths(yaml_path: str | os.PathLike) -> tuple[dict[str, list
                 else:
                     mapping.setdefault(kind, []).append(full)
     return mapping, custom_nodes
+
+
+def _walk(root: Path) -> Iterator[tuple[str, list[str]]]:
+    """`(folder, file names)` under `root`, links followed, hidden folders left out, sorted; a
+    link back to a folder already walked is skipped, so a link loop cannot hang a listing."""
+    walked: set[str] = set()
+    for dirpath, dirnames, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in walked:
+            dirnames[:] = []
+            continue
+        walked.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        yield dirpath, files

@@ -124,7 +124,7 @@ def preview_image(images: torch.Tensor, prompt: Any = None, extra_pnginfo: Any =
                                  extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
 
 
-def _image_exists(image: str) -> bool | str:
+def image_exists(image: str) -> bool | str:
     """VALIDATE_INPUTS of the loaders: the named file must exist inside its folder. Naming
     `image` here replaces the combo-list check (ComfyUI's rule), so uploads into subfolders
     and `[output]`-annotated names are accepted.
@@ -142,7 +142,7 @@ def _image_exists(image: str) -> bool | str:
     return True if path.is_file() else f"Invalid image file: {image}"
 
 
-def _hash_image(image: str, **_: Any) -> str | float:
+def hash_image(image: str, **_: Any) -> str | float:
     """IS_CHANGED of the loaders: the file's SHA-256, so editing the file re-runs the node.
 
     Without a running context the host's folders are unknown and the file cannot be hashed:
@@ -157,7 +157,7 @@ def _hash_image(image: str, **_: Any) -> str | float:
       description="Loads an image from the input folder; the mask is 1 - alpha.",
       inputs=[Combo("image", list_input_images, image_upload=True)],
       outputs=[Output("IMAGE"), Output("MASK")],
-      is_changed=_hash_image, validate_inputs=_image_exists)
+      is_changed=hash_image, validate_inputs=image_exists)
 def load_image(image: str) -> tuple[torch.Tensor, torch.Tensor]:
     return load_image_frames(annotated_path(current_env(), image))
 
@@ -166,7 +166,7 @@ def load_image(image: str) -> tuple[torch.Tensor, torch.Tensor]:
       description="Loads one channel of an image from the input folder as a mask.",
       inputs=[Combo("image", list_input_images, image_upload=True), Combo("channel", MASK_CHANNELS)],
       outputs=[Output("MASK")],
-      is_changed=_hash_image, validate_inputs=_image_exists)
+      is_changed=hash_image, validate_inputs=image_exists)
 def load_image_mask(image: str, channel: str) -> tuple[torch.Tensor]:
     return (load_mask_channel(annotated_path(current_env(), image), channel),)
 

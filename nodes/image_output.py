@@ -6,44 +6,21 @@ editor fetches itself: `image_folder: "output"` (the upload button writes there)
 the first file). The editor sends the chosen file annotated, `"name.png [output]"`; loading,
 validation and change detection are LoadImage's (`get_annotated_filepath`: an annotated name is
 looked up in its folder, a bare one in the input folder), so this node uses nodes/image.py's
-public `annotated_path` and `file_sha256`.
+`annotated_path`, `image_exists` and `hash_image`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from comfy_core.image.decode import load_image_frames
-from graph.context import current
 from graph.native import Input, Output, node
-from nodes.environment import Environment, current_env
-from nodes.errors import NodeInputError
-from nodes.image import annotated_path, file_sha256
+from nodes.environment import current_env
+from nodes.image import annotated_path, hash_image, image_exists
 
 if TYPE_CHECKING:
     import torch
 
 OUTPUT_FILES_ROUTE = "/internal/files/output"
-
-
-def _exists(image: str) -> bool | str:
-    """VALIDATE_INPUTS (LoadImage's): the named file must exist in its folder. Without a running
-    context the folders are unknown here; the run raises the same error then."""
-    ctx = current()
-    if ctx is None or not isinstance(ctx.env, Environment):
-        return True
-    try:
-        path = annotated_path(ctx.env, image)
-    except NodeInputError as exc:
-        return str(exc)
-    return True if path.is_file() else f"Invalid image file: {image}"
-
-
-def _changed(image: str, **_: Any) -> str | float:
-    """IS_CHANGED (LoadImage's): the file's SHA-256; NaN (always re-run) without a context."""
-    ctx = current()
-    if ctx is None or not isinstance(ctx.env, Environment):
-        return float("nan")
-    return file_sha256(annotated_path(ctx.env, image))
 
 
 @node("LoadImageOutput", category="image", display_name="Load Image (from Outputs)", experimental=True,
@@ -52,6 +29,6 @@ def _changed(image: str, **_: Any) -> str | float:
       inputs=[Input("image", "COMBO", image_upload=True, image_folder="output",
                     remote={"route": OUTPUT_FILES_ROUTE, "refresh_button": True, "control_after_refresh": "first"})],
       outputs=[Output("IMAGE"), Output("MASK")],
-      is_changed=_changed, validate_inputs=_exists)
+      is_changed=hash_image, validate_inputs=image_exists)  # LoadImage's rules
 def load_image_output(image: str) -> tuple["torch.Tensor", "torch.Tensor"]:
     return load_image_frames(annotated_path(current_env(), image))

@@ -221,7 +221,7 @@ def test_load_image_refuses_names_outside_the_input_folder(env: Environment, nam
     with running_in(env), pytest.raises(NodeInputError, match="'image'"):
         image_nodes.load_image(name)
     with running_in(env):
-        assert image_nodes._image_exists(name) is not True
+        assert image_nodes.image_exists(name) is not True
 
 
 def test_load_image_refuses_a_symlink_leading_out(env: Environment, tmp_path: Path) -> None:
@@ -234,13 +234,13 @@ def test_load_image_refuses_a_symlink_leading_out(env: Environment, tmp_path: Pa
 def test_validate_inputs_reports_missing_files(env: Environment) -> None:
     _write_rgba(env.input_dir / "here.png")
     with running_in(env):
-        assert image_nodes._image_exists("here.png") is True
-        assert image_nodes._image_exists("gone.png") == "Invalid image file: gone.png"
+        assert image_nodes.image_exists("here.png") is True
+        assert image_nodes.image_exists("gone.png") == "Invalid image file: gone.png"
 
 
 def test_without_a_context_validation_defers_to_the_run_and_the_node_always_runs() -> None:
     # No context: the folders are unknown, so the loader's own run-time check decides.
-    assert image_nodes._image_exists("anything.png") is True
+    assert image_nodes.image_exists("anything.png") is True
     changed = spec_of(image_nodes.load_image).behaviour.is_changed(image="anything.png")
     assert changed != changed  # NaN: never equal to a previous run's value
 
