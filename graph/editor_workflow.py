@@ -41,6 +41,7 @@ class WidgetSlot:
 
     name: str | None  # None: the editor's own widget (control, upload button), never sent
     optional: bool = False  # an upload button: some saved files leave its value out
+    default: Any = None  # what a new node's widget holds (used when the file has no value)
 
 
 def is_editor_workflow(data: Any) -> bool:
@@ -63,7 +64,7 @@ def widget_slots(node_def: Mapping[str, Any]) -> list[WidgetSlot]:
             is_combo = isinstance(kind, list) or kind == "COMBO"
             if not (is_combo or kind in WIDGET_TYPES) or options.get("forceInput"):
                 continue
-            slots.append(WidgetSlot(name))
+            slots.append(WidgetSlot(name, default=_widget_default(kind, options)))
             control = options.get("control_after_generate")
             if kind == "INT" and (control if control is not None else name in SEED_NAMES):
                 slots.append(WidgetSlot(None))
@@ -74,18 +75,32 @@ def widget_slots(node_def: Mapping[str, Any]) -> list[WidgetSlot]:
     return slots
 
 
+def _widget_default(kind: Any, options: Mapping[str, Any]) -> Any:
+    """A new widget's value, as the editor makes it: the declared default, else the first combo
+    choice, 0, "" or false."""
+    if "default" in options:
+        return options["default"]
+    if isinstance(kind, list):
+        return kind[0] if kind else None
+    if kind == "COMBO":
+        choices = options.get("options") or []
+        return choices[0] if choices else None
+    return {"INT": 0, "FLOAT": 0.0, "STRING": "", "BOOLEAN": False}.get(kind)
+
+
 def widget_inputs(node: Mapping[str, Any], node_def: Mapping[str, Any]) -> dict[str, Any]:
-    """`{input name: value}` from a node's saved `widgets_values`."""
-    values = node.get("widgets_values")
-    if values is None:
-        return {}
-    if isinstance(values, dict):  # some packs save widgets by name
-        names = {slot.name for slot in widget_slots(node_def) if slot.name}
-        return {k: v for k, v in values.items() if k in names}
+    """`{input name: value}` from a node's saved `widgets_values`; widgets the file holds no
+    value for (older saves, inputs added since) keep their defaults, as in the editor."""
     slots = widget_slots(node_def)
+    values = node.get("widgets_values")
+    named = {slot.name: slot.default for slot in slots if slot.name is not None}
+    if isinstance(values, dict):  # some packs save widgets by name
+        return {**named, **{k: v for k, v in values.items() if k in named}}
+    values = values or []
     if len(values) < len(slots):
         slots = [slot for slot in slots if not slot.optional]
-    return {slot.name: value for slot, value in zip(slots, values) if slot.name is not None}
+    named.update({slot.name: value for slot, value in zip(slots, values) if slot.name is not None})
+    return named
 
 
 def _sent_value(value: Any) -> Any:

@@ -53,3 +53,9 @@ def tiny_sdxl_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_sdxl_refiner_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tiny(tmp_path_factory, "sdxl_refiner")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--all-templates", action="store_true", default=False,
+                     help="run every SD1.x/SD2.x/SDXL official template in tests/web/test_template_workflows.py "
+                          "(the default run covers a quick subset)")

@@ -99,3 +99,11 @@ def test_dict_links_and_unknown_types_and_subgraphs(defs) -> None:
         editor_to_prompt(workflow, defs)
     with pytest.raises(EditorWorkflowError, match="subgraphs"):
         editor_to_prompt({"nodes": [], "links": [], "definitions": {"subgraphs": [{"id": "x"}]}}, defs)
+
+
+def test_widgets_without_saved_values_take_the_editors_defaults(defs) -> None:
+    assert widget_inputs(_node(9, "SaveImage"), defs["SaveImage"]) == {"filename_prefix": "ComfyUI"}
+    # a short list (an input added since the file was saved) keeps the default for the rest
+    assert widget_inputs(_node(1, "EmptyLatentImage", [64]), defs["EmptyLatentImage"]) == {
+        "width": 64, "height": 512, "batch_size": 1}
+    assert widget_inputs(_node(1, "KSampler"), defs["KSampler"])["sampler_name"] == "euler"

@@ -1,0 +1,60 @@
+"""ComfyUI's official SD1.x / SD2.x / SDXL workflow templates (the pinned
+`comfyui-workflow-templates` package) run unchanged through `main.py run`, on tiny random files
+standing in for the checkpoints, LoRAs, ControlNets, upscale models, ... they name."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from graph.editor_workflow import editor_to_prompt
+from tests.fixtures.template_models import TEMPLATES, provide_files
+from web.config import ServerConfig
+from web.headless import run_workflow
+
+OBJECT_INFO = Path(__file__).resolve().parents[1] / "data" / "comfyui_0.3.64_object_info.json"
+
+# The pinned package's SD1.x / SD2.x / SDXL templates (index.json "models": SD1.5, SDXL, SD2 files).
+SD_TEMPLATES = (
+    "default", "image2image", "lora", "lora_multiple", "inpaint_example", "inpaint_model_outpainting",
+    "embedding_example", "gligen_textbox_example", "area_composition",
+    "area_composition_square_area_for_subject", "hiresfix_latent_workflow", "esrgan_example",
+    "hiresfix_esrgan_workflow", "latent_upscale_different_prompt_model", "controlnet_example",
+    "2_pass_pose_worship", "depth_controlnet", "depth_t2i_adapter", "mixing_controlnets",
+    "sdxl_simple_example", "sdxl_refiner_prompt_example", "sdxl_revision_text_prompts",
+    "sdxl_revision_zero_positive", "sdxlturbo_example",
+)
+# The ones the default run covers (each a few seconds to a minute on 2 cores); the others take
+# minutes each on the CPU (1-megapixel passes, full-resolution attention in the GLIGEN and
+# inpainting fixtures): `pytest tests/web/test_template_workflows.py --all-templates`.
+DEFAULT_TEMPLATES = (
+    "default", "image2image", "lora", "lora_multiple", "inpaint_model_outpainting", "embedding_example",
+    "hiresfix_latent_workflow", "esrgan_example", "hiresfix_esrgan_workflow",
+    "latent_upscale_different_prompt_model", "controlnet_example",
+)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "name" in metafunc.fixturenames:
+        names = SD_TEMPLATES if metafunc.config.getoption("--all-templates") else DEFAULT_TEMPLATES
+        metafunc.parametrize("name", names)
+
+
+@pytest.fixture(scope="module")
+def comfy_object_info() -> dict:
+    return json.loads(OBJECT_INFO.read_text())
+
+
+async def test_template_runs_unchanged(name: str, tmp_path: Path, comfy_object_info: dict) -> None:
+    workflow = json.loads((TEMPLATES / f"{name}.json").read_text())
+    provide_files(editor_to_prompt(workflow, comfy_object_info), tmp_path)
+    path = tmp_path / f"{name}.json"
+    shutil.copyfile(TEMPLATES / f"{name}.json", path)
+    out, err = io.StringIO(), io.StringIO()
+    code = await run_workflow(ServerConfig(base_dir=tmp_path, output_dir=tmp_path / "output"), path, out=out, err=err)
+    assert code == 0, err.getvalue()[-3000:]
+    written = [line.split(" ", 1)[1] for line in out.getvalue().splitlines() if line.startswith("wrote ")]
+    assert written and all(Path(p).is_file() for p in written)
