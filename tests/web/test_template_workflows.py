@@ -33,7 +33,7 @@ SD_TEMPLATES = (
 DEFAULT_TEMPLATES = (
     "default", "image2image", "lora", "lora_multiple", "inpaint_model_outpainting", "embedding_example",
     "hiresfix_latent_workflow", "esrgan_example", "hiresfix_esrgan_workflow",
-    "latent_upscale_different_prompt_model", "controlnet_example", "sdxlturbo_example",
+    "latent_upscale_different_prompt_model", "sdxlturbo_example",
 )
 
 
