@@ -20,12 +20,14 @@ Inpainting and instruct-pix2pix UNets take extra input channels (`c_concat`), bu
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
 
 from comfy_core.models.latent_formats import LatentFormat
+from comfy_core.patching import wrappers
 from comfy_core.models.unet import UNetModel
 from comfy_core.models.unet_blocks import timestep_embedding
 
@@ -67,6 +69,35 @@ class DiffusionModel(nn.Module):
 
     # --- ComfyUI's BaseModel surface, for samplers and node packs ---
 
+    @property
+    def model_type(self) -> Any:
+        """ComfyUI's `ModelType` of the loaded parametrisation (EPS, V_PREDICTION, ...)."""
+        from comfy_core.sampling.model_sampling import model_type_of
+
+        return model_type_of(self.model_sampling)
+
+    @property
+    def model_config(self) -> Any:
+        """ComfyUI's config object for this family (comfy_core/models/model_config.py)."""
+        from comfy_core.models.model_config import config_for
+
+        return config_for(self)
+
+    @property
+    def memory_usage_factor(self) -> float:
+        return self.__dict__.get("_memory_usage_factor") or self.model_config.memory_usage_factor
+
+    @memory_usage_factor.setter
+    def memory_usage_factor(self, value: float) -> None:
+        self.__dict__["_memory_usage_factor"] = value
+
+    def memory_required(self, input_shape: Any, cond_shapes: Any = None) -> float:
+        """Bytes a forward pass on `input_shape` is estimated to need: ComfyUI's attention-backend
+        estimate, `batch * spatial area * dtype size * 0.01 * memory_usage_factor` MiB."""
+        dtype = self.manual_cast_dtype or self.get_dtype()
+        area = input_shape[0] * math.prod(input_shape[2:])
+        return area * torch.empty((), dtype=dtype).element_size() * 0.01 * self.memory_usage_factor * (1024 * 1024)
+
     def get_dtype(self) -> torch.dtype:
         return self.diffusion_model.out[2].weight.dtype
 
@@ -85,7 +116,22 @@ class DiffusionModel(nn.Module):
                     *, c_concat: torch.Tensor | None = None, control: Any = None, **kwargs: Any) -> torch.Tensor:
         """x [B, C, h, w] noisy latent (model space), sigma [B], c_crossattn [B, M, ctx], y [B, adm]
         -> denoised [B, C, h, w] float32. `control`: ControlNet residuals for the UNet (the dict
-        a ControlNet's `get_control` returns)."""
+        a ControlNet's `get_control` returns).
+
+        Runs through the APPLY_MODEL wrappers of `transformer_options` (comfy_core/patching/
+        wrappers.py), which get ComfyUI's arguments `(x, t, c_concat, c_crossattn, control,
+        transformer_options, **kwargs)` with `y` among the kwargs, and `executor.class_obj` = self."""
+        to = transformer_options if transformer_options is not None else {}
+        if y is not None:
+            kwargs["y"] = y
+        return wrappers.run_wrapped(wrappers.WrappersMP.APPLY_MODEL, to, self._apply_model, x, sigma, c_concat,
+                                    c_crossattn, control, to, class_obj=self, is_model_options=False, **kwargs)
+
+    def _apply_model(self, x: torch.Tensor, sigma: torch.Tensor, c_concat: torch.Tensor | None = None,
+                     c_crossattn: torch.Tensor | None = None, control: Any = None,
+                     transformer_options: dict[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
+        """The unwrapped model call, in ComfyUI's argument order (see `apply_model`)."""
+        y = kwargs.get("y")
         if c_crossattn is None:
             raise ConditioningError("DiffusionModel.apply_model: c_crossattn (the text conditioning) is required")
         ctx_dim = self.diffusion_model.config.context_dim
@@ -98,10 +144,19 @@ class DiffusionModel(nn.Module):
         if c_concat is not None:
             xc = torch.cat([xc, c_concat], dim=1)
         t = self.model_sampling.timestep(sigma).float()  # [B] integer-valued
-        out = self.diffusion_model(
-            xc.to(dtype), t, c_crossattn.to(dtype), None if y is None else y.to(dtype),
-            transformer_options=transformer_options, control=control).float()
+        to = transformer_options if transformer_options is not None else {}
+        # DIFFUSION_MODEL wrappers get ComfyUI's UNet arguments (x, timesteps, context, y, control,
+        # transformer_options) and `executor.class_obj` = the UNet.
+        out = wrappers.run_wrapped(
+            wrappers.WrappersMP.DIFFUSION_MODEL, to, self._run_unet, xc.to(dtype), t, c_crossattn.to(dtype),
+            None if y is None else y.to(dtype), control, transformer_options, class_obj=self.diffusion_model,
+            is_model_options=False).float()
         return self.model_sampling.calculate_denoised(sigma, out, x)
+
+    def _run_unet(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, y: torch.Tensor | None,
+                  control: Any, transformer_options: dict[str, Any] | None, **kwargs: Any) -> torch.Tensor:
+        return self.diffusion_model(x, timesteps, context, y, transformer_options=transformer_options,
+                                    control=control, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.apply_model(*args, **kwargs)

@@ -24,6 +24,15 @@ class LatentFormat:
     latent_rgb_factors_bias: tuple[float, float, float] | None = None
     taesd_decoder_name: str | None = None
 
+    # ComfyUI's attribute names (comfy/latent_formats.py), which node packs read.
+    @property
+    def latent_channels(self) -> int:
+        return self.channels
+
+    @property
+    def latent_dimensions(self) -> int:
+        return 2
+
     def process_in(self, latent: torch.Tensor) -> torch.Tensor:
         """Raw first-stage latent -> the diffusion model's space."""
         return (latent - self.shift_factor) * self.scale_factor
@@ -41,22 +50,42 @@ class LatentFormat:
         return ((rgb + 1.0) / 2.0).clamp(0.0, 1.0)
 
 
+_SD15_RGB = ((0.3512, 0.2297, 0.3227), (0.3250, 0.4974, 0.2350),
+             (-0.2829, 0.1762, 0.2721), (-0.2120, -0.2616, -0.7177))
+_SDXL_RGB = ((0.3651, 0.4232, 0.4341), (-0.2533, -0.0042, 0.1068),
+             (0.1076, 0.1111, -0.0362), (-0.3165, -0.2492, -0.2188))
+
+
+# One class per format, constructible without arguments as ComfyUI's are (`comfy.latent_formats.
+# SD15()`), so a pack's instance and the family's are equal and pass the same isinstance checks.
+@dataclass(frozen=True)
+class SD15(LatentFormat):
+    """SD1.x / SD2.x: 4 channels, scale 0.18215."""
+
+    name: str = "SD15"
+    channels: int = 4
+    scale_factor: float = 0.18215
+    latent_rgb_factors: tuple[tuple[float, float, float], ...] = _SD15_RGB
+    taesd_decoder_name: str | None = "taesd_decoder"
+
+
+@dataclass(frozen=True)
+class SDXL(LatentFormat):
+    """SDXL (base and refiner): 4 channels, scale 0.13025."""
+
+    name: str = "SDXL"
+    channels: int = 4
+    scale_factor: float = 0.13025
+    latent_rgb_factors: tuple[tuple[float, float, float], ...] = _SDXL_RGB
+    latent_rgb_factors_bias: tuple[float, float, float] | None = (0.1084, -0.0175, -0.0011)
+    taesd_decoder_name: str | None = "taesdxl_decoder"
+
+
 def sd15_latent_format() -> LatentFormat:
     """SD1.x / SD2.x: 4 channels, scale 0.18215."""
-    return LatentFormat(
-        name="SD15", channels=4, scale_factor=0.18215,
-        latent_rgb_factors=((0.3512, 0.2297, 0.3227), (0.3250, 0.4974, 0.2350),
-                            (-0.2829, 0.1762, 0.2721), (-0.2120, -0.2616, -0.7177)),
-        taesd_decoder_name="taesd_decoder",
-    )
+    return SD15()
 
 
 def sdxl_latent_format() -> LatentFormat:
     """SDXL (base and refiner): 4 channels, scale 0.13025."""
-    return LatentFormat(
-        name="SDXL", channels=4, scale_factor=0.13025,
-        latent_rgb_factors=((0.3651, 0.4232, 0.4341), (-0.2533, -0.0042, 0.1068),
-                            (0.1076, 0.1111, -0.0362), (-0.3165, -0.2492, -0.2188)),
-        latent_rgb_factors_bias=(0.1084, -0.0175, -0.0011),
-        taesd_decoder_name="taesdxl_decoder",
-    )
+    return SDXL()

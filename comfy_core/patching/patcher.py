@@ -35,7 +35,10 @@ ATTENTION_OPTIONS = "attention_options"
 # Attributes that are bookkeeping, not behaviour: left out of `cache_signature()`. Any other
 # attribute a pack sets on a clone counts, so such a clone never shares a key with a plain one.
 _BOOKKEEPING = frozenset({"model", "load_device", "offload_device", "patches", "object_patches",
-                          "model_options", "parent", "cache_patched_weights", "memory", "_state", "_explicit"})
+                          "model_options", "parent", "cache_patched_weights", "memory", "_state", "_explicit",
+                          # ModelPatcher's ComfyUI bookkeeping (comfy_core/patching/model_extensions.py)
+                          "size", "weight_inplace_update", "hook_mode", "is_injected", "skip_injection",
+                          "backup", "object_patches_backup"})
 
 
 class Patcher:

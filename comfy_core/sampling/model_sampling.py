@@ -25,7 +25,7 @@ Cascade's shifted cosine schedule. They are plain data objects (equal settings g
 from __future__ import annotations
 
 import abc
-
+import enum
 import math
 from typing import Any, Literal
 
@@ -485,3 +485,41 @@ class StableCascadeModelSampling(ModelSampling):
 
     def __repr__(self) -> str:
         return f"StableCascadeModelSampling(shift={self.shift})"
+
+
+class ModelType(enum.Enum):
+    """ComfyUI's `comfy.model_base.ModelType`: a model's parametrisation, with ComfyUI's values."""
+
+    EPS = 1
+    V_PREDICTION = 2
+    V_PREDICTION_EDM = 3
+    STABLE_CASCADE = 4
+    EDM = 5
+    FLOW = 6
+    V_PREDICTION_CONTINUOUS = 7
+    FLUX = 8
+    IMG_TO_IMG = 9
+    FLOW_COSMOS = 10
+
+
+def model_type_of(sampling: Any) -> ModelType:
+    """The `ModelType` a sampling object stands for (ComfyUI's `model_sampling(config, type)`
+    inverted: the table class and the prediction together)."""
+    p = getattr(sampling, "prediction", "eps")
+    if isinstance(sampling, StableCascadeModelSampling):
+        return ModelType.STABLE_CASCADE
+    if isinstance(sampling, FluxModelSampling):
+        return ModelType.FLUX
+    if isinstance(sampling, FlowModelSampling) or p == "const":
+        return ModelType.FLOW
+    if isinstance(sampling, CosmosRFlowModelSampling) or p == "cosmos_rflow":
+        return ModelType.FLOW_COSMOS
+    if isinstance(sampling, ContinuousVModelSampling):
+        return ModelType.V_PREDICTION_CONTINUOUS
+    if isinstance(sampling, ContinuousEDMModelSampling):
+        return ModelType.V_PREDICTION_EDM if p == "v" else ModelType.EDM
+    by_prediction = {"eps": ModelType.EPS, "v": ModelType.V_PREDICTION, "img_to_img": ModelType.IMG_TO_IMG,
+                     "edm": ModelType.EDM, "x0": ModelType.EPS, "lcm": ModelType.EPS}
+    if p not in by_prediction:
+        raise ModelSamplingError(f"model_type_of: no ComfyUI ModelType for prediction {p!r}")
+    return by_prediction[p]

@@ -1,0 +1,104 @@
+"""ComfyUI's `comfy.model_detection` (and `supported_models.models`) for the SD families we load.
+
+`detect_unet_config(state_dict, key_prefix)` reads the UNet's structure from names and shapes
+with our detector (`UNetConfig.detect_from_weights`) and answers in ComfyUI's `unet_config` keys;
+`model_config_from_unet(...)` picks the first config class whose `unet_config` matches, in
+ComfyUI's order (comfy_core/models/model_config.py). Diffusers-layout UNets are not converted
+here (`unet_config_from_diffusers_unet` says so).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from comfy_core.models import model_config as mc
+
+# ComfyUI's match order for these classes (specific before general).
+SUPPORTED_MODELS: list[type[mc.BASE]] = [mc.SD15_instructpix2pix, mc.SDXL_instructpix2pix, mc.SD15, mc.SD20,
+                                         mc.SD21UnclipH, mc.SDXLRefiner, mc.SDXL, mc.SVD_img2vid]
+
+
+class DetectionError(NotImplementedError):
+    """A state dict or layout this detection does not handle."""
+
+
+class ClipTarget:
+    """ComfyUI's `supported_models_base.ClipTarget`: a tokenizer class and a text-model class."""
+
+    def __init__(self, tokenizer: Any, clip: Any) -> None:
+        self.clip = clip
+        self.tokenizer = tokenizer
+        self.params: dict[str, Any] = {}
+
+
+def count_blocks(state_dict_keys: Any, prefix_string: str) -> int:
+    """How many consecutive `prefix_string.format(i)` prefixes start some key (i = 0, 1, ...)."""
+    keys = list(state_dict_keys)
+    count = 0
+    while any(k.startswith(prefix_string.format(count)) for k in keys):
+        count += 1
+    return count
+
+
+def unet_prefix_from_state_dict(state_dict: Mapping[str, Any]) -> str:
+    """The prefix the diffusion model's keys carry: ComfyUI's candidates, the most common wins."""
+    candidates = ["model.diffusion_model.", "model.model.", "net."]
+    counts = {c: sum(1 for k in state_dict if k.startswith(c)) for c in candidates}
+    best = max(counts, key=lambda c: counts[c])
+    return best if counts[best] > 0 else "model."
+
+
+class _Shape:
+    def __init__(self, shape: Any) -> None:
+        self.shape = tuple(shape)
+
+
+def _detect(state_dict: Mapping[str, Any], key_prefix: str) -> Any:
+    """Our family detection (names and shapes) on the UNet under `key_prefix`."""
+    from comfy_core.families import default_registry
+    from comfy_core.families.errors import AmbiguousFamilyError, UnknownFamilyError
+
+    tensors = {"model.diffusion_model." + k[len(key_prefix):]: _Shape(v.shape)
+               for k, v in state_dict.items() if k.startswith(key_prefix)}
+    if "model.diffusion_model.input_blocks.0.0.weight" not in tensors:
+        raise DetectionError(f"model detection: no SD-family UNet under {key_prefix!r} (only the SD1/SD2/SDXL/SVD "
+                             "UNets this engine loads are detected)")
+    try:
+        return default_registry().detect_diffusion_model(tensors)
+    except (UnknownFamilyError, AmbiguousFamilyError) as exc:
+        raise DetectionError(f"model detection: {exc}") from None
+
+
+def detect_unet_config(state_dict: Mapping[str, Any], key_prefix: str, metadata: Any = None) -> dict[str, Any]:
+    """ComfyUI-keyed UNet config of the SD-family UNet under `key_prefix` (heads from its family)."""
+    detection = _detect(state_dict, key_prefix)
+    return mc.unet_config_dict(detection.unet_config)
+
+
+def model_config_from_unet_config(unet_config: dict[str, Any], state_dict: Any = None) -> mc.BASE | None:
+    """The first config class (ComfyUI's order) whose `unet_config` values all match."""
+    for cls in SUPPORTED_MODELS:
+        if cls.matches(unet_config, state_dict):
+            return cls(unet_config)
+    return None
+
+
+def model_config_from_unet(state_dict: Mapping[str, Any], unet_key_prefix: str, use_base_if_no_match: bool = False,
+                           metadata: Any = None) -> mc.BASE | None:
+    """The config of the UNet under `unet_key_prefix`, by our family detection (which reads the
+    structure, so it also knows tiny test UNets whose widths ComfyUI's tables would not match)."""
+    detection = _detect(state_dict, unet_key_prefix)
+    cls = mc.CONFIG_BY_FAMILY.get(detection.family.name)
+    unet_config = mc.unet_config_dict(detection.unet_config)
+    if cls is None:
+        return mc.BASE(unet_config) if use_base_if_no_match else None
+    return cls(unet_config)
+
+
+def convert_config(unet_config: dict[str, Any]) -> dict[str, Any]:
+    """ComfyUI turns `num_res_blocks` / per-level depths into per-block lists; ours are that already."""
+    return dict(unet_config)
+
+
+def unet_config_from_diffusers_unet(state_dict: Mapping[str, Any], dtype: Any = None) -> dict[str, Any]:
+    raise DetectionError("unet_config_from_diffusers_unet: diffusers-layout UNets are loaded by "
+                         "comfy_core.split.load_diffusers, not detected through comfy.model_detection here")

@@ -1,0 +1,74 @@
+"""ComfyUI's `comfy.model_base` model classes over our one `DiffusionModel` class.
+
+ComfyUI has a class per model kind (`BaseModel`, `SDXL`, `SDXLRefiner`, `SD21UNCLIP`, ...); we
+have one class whose `family` says what it is. Packs check `isinstance(model.model,
+comfy.model_base.SDXL)`, so each class here is a subclass of `DiffusionModel` whose metaclass
+answers `isinstance` from the model's family: true exactly for the families whose ComfyUI model
+is that class or a subclass of it (ComfyUI's hierarchy: `SDXL_instructpix2pix(IP2P, SDXL)`, ...).
+A class of a kind we do not load (Flux, SD3, WAN21, ...) matches no model of ours. Pack
+subclasses of these classes are ordinary classes (plain `isinstance`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from comfy_core.models.diffusion import DiffusionModel
+from comfy_core.sampling.model_sampling import ModelType  # noqa: F401  (ComfyUI's comfy.model_base.ModelType)
+
+
+class ModelClassError(NotImplementedError):
+    """Building a ComfyUI model class from a config, which our loaders do instead."""
+
+
+class _FamilyClass(type(DiffusionModel)):
+    """`isinstance(obj, cls)`: obj's family is one of `cls._families` (or a plain instance)."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if type.__instancecheck__(cls, obj):
+            return True
+        families = cls.__dict__.get("_families")
+        if families is None or not isinstance(obj, DiffusionModel):
+            return False
+        name = getattr(getattr(obj, "family", None), "name", None)
+        return families == "*" or name in families
+
+
+class BaseModel(DiffusionModel, metaclass=_FamilyClass):
+    """Every model of ours (ComfyUI's base class of all model kinds)."""
+
+    _families: Any = "*"
+
+    def __init__(self, model_config: Any = None, model_type: Any = None, device: Any = None, *args: Any,
+                 **kwargs: Any) -> None:
+        raise ModelClassError(
+            f"comfy.model_base.{type(self).__name__}(model_config, ...): this engine builds models with its "
+            "loaders (comfy.sd.load_checkpoint_guess_config, comfy.sd.load_diffusion_model); a ComfyUI model "
+            "class cannot be constructed from a config here")
+
+
+def _kind(name: str, families: frozenset[str] | tuple, *bases: type) -> type:
+    return _FamilyClass(name, bases or (BaseModel,), {"_families": frozenset(families), "__module__": __name__,
+                                                      "__qualname__": name})
+
+
+SDXL = _kind("SDXL", ("sdxl", "sdxl_inpaint", "sdxl_ip2p"))
+SDXLRefiner = _kind("SDXLRefiner", ("sdxl_refiner",))
+SD21UNCLIP = _kind("SD21UNCLIP", ("sd21_unclip",))
+SVD_img2vid = _kind("SVD_img2vid", ("svd",))
+IP2P = _kind("IP2P", ("sd1_ip2p", "sdxl_ip2p"))
+SD15_instructpix2pix = _kind("SD15_instructpix2pix", ("sd1_ip2p",), IP2P)
+SDXL_instructpix2pix = _kind("SDXL_instructpix2pix", ("sdxl_ip2p",), IP2P, SDXL)
+
+# ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
+_OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "SD3", "AuraFlow",
+                "StableAudio1", "HunyuanDiT", "PixArt", "Flux", "FluxInpaint", "GenmoMochi", "LTXV", "HunyuanVideo",
+                "CosmosVideo", "Lumina2", "WAN21", "WAN22", "HiDream", "Chroma", "ACEStep", "Omnigen2", "QwenImage",
+                "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
+globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
+
+
+def model_sampling(model_config: Any, model_type: ModelType) -> Any:
+    """ComfyUI's `model_sampling(config, type)`: the sampling object for a config and type."""
+    from compat.mp_model_sampling import sampling_for_type
+
+    return sampling_for_type(model_config, model_type)

@@ -1,0 +1,157 @@
+"""ComfyUI's `comfy.model_sampling` classes over ours (comfy_core/sampling/model_sampling.py).
+
+ComfyUI splits a sampling object into a table class (`ModelSamplingDiscrete`, ...) and a
+prediction mixin (`EPS`, `V_PREDICTION`, ...) that packs combine:
+`class ModelSamplingAdvanced(comfy.model_sampling.ModelSamplingDiscrete, comfy.model_sampling.EPS)`,
+built from a model config (`ModelSamplingAdvanced(model.model.model_config)`) and installed with
+`add_object_patch("model_sampling", ...)`. Here the mixins only name a prediction, and each table
+class is one of our table classes whose ComfyUI constructor `(model_config=None)` reads
+`model_config.sampling_settings` and takes its prediction from the mixin in the class's MRO,
+so the object a pack builds is one our sampler runs.
+
+Limit: a pack's own mixin with its own `calculate_denoised` is not consulted (ours does the maths
+for the named prediction); a mixin that names no prediction of ours is rejected when built.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from comfy_core.sampling import model_sampling as ms
+from comfy_core.sampling.model_sampling import ModelSamplingError, ModelType, flux_time_shift, time_snr_shift  # noqa: F401
+
+
+class _Prediction:
+    """Marker base of ComfyUI's prediction mixins."""
+
+    prediction = "eps"
+
+
+class EPS(_Prediction):
+    prediction = "eps"
+
+
+class V_PREDICTION(EPS):
+    prediction = "v"
+
+
+class EDM(V_PREDICTION):
+    prediction = "edm"
+
+
+class X0(EPS):
+    prediction = "x0"
+
+
+class IMG_TO_IMG(X0):
+    prediction = "img_to_img"
+
+
+class CONST(_Prediction):
+    prediction = "const"
+
+
+class COSMOS_RFLOW(_Prediction):
+    prediction = "cosmos_rflow"
+
+
+def _prediction(cls: type, default: str) -> str:
+    """The prediction the first ComfyUI mixin in `cls`'s MRO names (ComfyUI's method lookup)."""
+    for klass in cls.__mro__:
+        if issubclass(klass, _Prediction) and "prediction" in klass.__dict__:
+            return klass.__dict__["prediction"]
+    return default
+
+
+def _settings(model_config: Any) -> dict:
+    return dict(getattr(model_config, "sampling_settings", None) or {})
+
+
+class ModelSamplingDiscrete(ms.DiscreteModelSampling):
+    """ComfyUI's `ModelSamplingDiscrete(model_config=None, zsnr=None)`: the scaled-linear table."""
+
+    allowed_predictions = ("eps", "v", "x0", "img_to_img")
+
+    def __init__(self, model_config: Any = None, zsnr: bool | None = None) -> None:
+        settings = _settings(model_config)
+        schedule = settings.get("beta_schedule", "linear")
+        if schedule != "linear":  # ComfyUI's "linear" is latent diffusion's scaled-linear betas
+            raise ModelSamplingError(f"ModelSamplingDiscrete: beta_schedule {schedule!r} is not supported "
+                                     "(only 'linear', the scaled-linear betas of SD1/SD2/SDXL)")
+        super().__init__(_prediction(type(self), "eps"), settings.get("linear_start", 0.00085),
+                         settings.get("linear_end", 0.012), settings.get("timesteps", 1000),
+                         zsnr=bool(settings.get("zsnr", False) if zsnr is None else zsnr))
+
+    def _register_schedule(self, given_betas: Any = None, beta_schedule: str = "linear", timesteps: int = 1000,
+                           linear_start: float = 1e-4, linear_end: float = 2e-2, cosine_s: float = 8e-3) -> None:
+        """Rebuild the table (ComfyUI's method, called by packs that change the schedule)."""
+        if given_betas is not None or beta_schedule != "linear":
+            raise ModelSamplingError("ModelSamplingDiscrete._register_schedule: only the 'linear' schedule "
+                                     "without given betas is supported")
+        ms.DiscreteModelSampling.__init__(self, self.prediction, linear_start, linear_end, timesteps, zsnr=self.zsnr)
+
+
+class ModelSamplingContinuousEDM(ms.ContinuousEDMModelSampling):
+    """ComfyUI's `ModelSamplingContinuousEDM(model_config=None)`."""
+
+    def __init__(self, model_config: Any = None) -> None:
+        s = _settings(model_config)
+        super().__init__(_prediction(type(self), "edm"), s.get("sigma_min", 0.002), s.get("sigma_max", 120.0),
+                         s.get("sigma_data", 1.0))
+
+    def set_parameters(self, sigma_min: float, sigma_max: float, sigma_data: float) -> None:
+        ms.ContinuousEDMModelSampling.__init__(self, self.prediction, sigma_min, sigma_max, sigma_data)
+
+
+class ModelSamplingContinuousV(ms.ContinuousVModelSampling):
+    """ComfyUI's `ModelSamplingContinuousV(model_config=None)`."""
+
+    def __init__(self, model_config: Any = None) -> None:
+        s = _settings(model_config)
+        super().__init__(_prediction(type(self), "v"), s.get("sigma_min", 0.002), s.get("sigma_max", 120.0),
+                         s.get("sigma_data", 1.0))
+
+
+class ModelSamplingDiscreteFlow(ms.FlowModelSampling):
+    """ComfyUI's `ModelSamplingDiscreteFlow(model_config=None)` (with CONST)."""
+
+    def __init__(self, model_config: Any = None) -> None:
+        s = _settings(model_config)
+        super().__init__(s.get("shift", 1.0), s.get("multiplier", 1000))
+
+    def set_parameters(self, shift: float = 1.0, timesteps: int = 1000, multiplier: float = 1000) -> None:
+        ms.FlowModelSampling.__init__(self, shift, multiplier, timesteps)
+
+
+class ModelSamplingFlux(ms.FluxModelSampling):
+    """ComfyUI's `ModelSamplingFlux(model_config=None)` (with CONST)."""
+
+    def __init__(self, model_config: Any = None) -> None:
+        super().__init__(_settings(model_config).get("shift", 1.15))
+
+    def set_parameters(self, shift: float = 1.15, timesteps: int = 10000) -> None:
+        ms.FluxModelSampling.__init__(self, shift, timesteps)
+
+
+class StableCascadeSampling(ms.StableCascadeModelSampling):
+    """ComfyUI's `StableCascadeSampling(model_config=None)`."""
+
+    def __init__(self, model_config: Any = None) -> None:
+        super().__init__(_settings(model_config).get("shift", 1.0))
+
+
+_BY_TYPE = {
+    ModelType.EPS: (ModelSamplingDiscrete, EPS), ModelType.V_PREDICTION: (ModelSamplingDiscrete, V_PREDICTION),
+    ModelType.V_PREDICTION_EDM: (ModelSamplingContinuousEDM, V_PREDICTION),
+    ModelType.FLOW: (ModelSamplingDiscreteFlow, CONST), ModelType.STABLE_CASCADE: (StableCascadeSampling, EPS),
+    ModelType.EDM: (ModelSamplingContinuousEDM, EDM),
+    ModelType.V_PREDICTION_CONTINUOUS: (ModelSamplingContinuousV, V_PREDICTION),
+    ModelType.FLUX: (ModelSamplingFlux, CONST), ModelType.IMG_TO_IMG: (ModelSamplingDiscrete, IMG_TO_IMG),
+}
+
+
+def sampling_for_type(model_config: Any, model_type: ModelType) -> Any:
+    """ComfyUI's `comfy.model_base.model_sampling(config, type)`: table + mixin for the type."""
+    if model_type not in _BY_TYPE:
+        raise ModelSamplingError(f"model_sampling: ModelType {model_type} is not supported here")
+    table, mixin = _BY_TYPE[model_type]
+    return type("ModelSampling", (table, mixin), {})(model_config)
