@@ -25,7 +25,7 @@ from comfy_core.controlnet.types import UNION_CONTROLNET_TYPES
 from comfy_core.controlnet.union import (TRANSFORMER_HEADS, TRANSFORMER_WIDTH, ControlAddEmbedding,
                                          ResidualAttentionBlock, union_fuse)
 from comfy_core.models.transformer import SpatialTransformer
-from comfy_core.models.unet import TimestepBlock
+from comfy_core.models.unet import TimestepEmbedSequential
 from comfy_core.models.unet_blocks import Downsample, ResBlock, timestep_embedding
 
 # (out channels, stride) of the hint encoder's convolutions after the first (hint -> 16).
@@ -36,18 +36,18 @@ class ControlNetError(ValueError):
     """Inputs the ControlNet cannot run on (an unknown union control type, a missing y)."""
 
 
-def _zero_conv(channels: int) -> TimestepBlock:
-    return TimestepBlock(nn.Conv2d(channels, channels, 1))
+def _zero_conv(channels: int) -> TimestepEmbedSequential:
+    return TimestepEmbedSequential(nn.Conv2d(channels, channels, 1))
 
 
-def _hint_block(hint_channels: int, model_channels: int) -> TimestepBlock:
+def _hint_block(hint_channels: int, model_channels: int) -> TimestepEmbedSequential:
     layers: list[nn.Module] = [nn.Conv2d(hint_channels, 16, 3, padding=1), nn.SiLU()]
     ch = 16
     for out, stride in _HINT_LAYERS:
         layers += [nn.Conv2d(ch, out, 3, padding=1, stride=stride), nn.SiLU()]
         ch = out
     layers.append(nn.Conv2d(ch, model_channels, 3, padding=1))
-    return TimestepBlock(*layers)
+    return TimestepEmbedSequential(*layers)
 
 
 class ControlNetModel(nn.Module):
@@ -60,33 +60,34 @@ class ControlNetModel(nn.Module):
 
         def transformer(ch: int, depth: int) -> SpatialTransformer:
             heads, dim_head = u.heads_for(ch)
-            return SpatialTransformer(ch, heads, dim_head, depth, u.context_dim, u.use_linear_in_transformer)
+            return SpatialTransformer(ch, heads, dim_head, depth=depth, context_dim=u.context_dim,
+                                      use_linear=u.use_linear_in_transformer)
 
         self.time_embed = nn.Sequential(nn.Linear(c, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
         if u.adm_in_channels is not None:
             self.label_emb = nn.Sequential(nn.Sequential(
                 nn.Linear(u.adm_in_channels, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim)))
-        self.input_blocks = nn.ModuleList([TimestepBlock(nn.Conv2d(u.in_channels, c, 3, padding=1))])
+        self.input_blocks = nn.ModuleList([TimestepEmbedSequential(nn.Conv2d(u.in_channels, c, 3, padding=1))])
         self.zero_convs = nn.ModuleList([_zero_conv(c)])
         self.input_hint_block = _hint_block(config.hint_channels, c)
         ch = c
         for level, mult in enumerate(u.channel_mult):
             for r in range(u.num_res_blocks):
-                layers: list[nn.Module] = [ResBlock(ch, emb_dim, c * mult)]
+                layers: list[nn.Module] = [ResBlock(ch, emb_dim, 0.0, out_channels=c * mult)]
                 ch = c * mult
                 depth = u.transformer_depth[level * u.num_res_blocks + r]
                 if depth:
                     layers.append(transformer(ch, depth))
-                self.input_blocks.append(TimestepBlock(*layers))
+                self.input_blocks.append(TimestepEmbedSequential(*layers))
                 self.zero_convs.append(_zero_conv(ch))
             if level != len(u.channel_mult) - 1:
-                self.input_blocks.append(TimestepBlock(Downsample(ch)))
+                self.input_blocks.append(TimestepEmbedSequential(Downsample(ch)))
                 self.zero_convs.append(_zero_conv(ch))
-        middle: list[nn.Module] = [ResBlock(ch, emb_dim, ch)]
+        middle: list[nn.Module] = [ResBlock(ch, emb_dim, 0.0, out_channels=ch)]
         if u.transformer_depth_middle:
             middle.append(transformer(ch, u.transformer_depth_middle))
-        middle.append(ResBlock(ch, emb_dim, ch))
-        self.middle_block = TimestepBlock(*middle)
+        middle.append(ResBlock(ch, emb_dim, 0.0, out_channels=ch))
+        self.middle_block = TimestepEmbedSequential(*middle)
         self.middle_block_out = _zero_conv(ch)
         if config.union_control_types is not None:
             n = config.union_control_types

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from comfy_core.models.transformer import SpatialTransformer
-from comfy_core.models.unet_blocks import Downsample, ResBlock, Upsample, timestep_embedding
+from comfy_core.models.unet_blocks import (Downsample, ResBlock, TimestepBlock, Upsample, operations_or_default,
+                                          timestep_embedding)
 from comfy_core.models.weight_shapes import shape_reader
 
 log = logging.getLogger(__name__)
@@ -156,30 +157,45 @@ def _same(previous: int | None, value: int, what: str) -> int:
     return value
 
 
-class TimestepBlock(nn.Sequential):
-    """A sequence of ResBlock / SpatialTransformer / Down- or Upsample, each fed what it needs
-    (ComfyUI's `forward_timestep_embed`, with its `transformer_index` count and its
-    `forward_timestep_embed_patch` handlers for the other layers)."""
+def forward_timestep_embed(ts: nn.Module, x: torch.Tensor, emb: torch.Tensor, context: Any = None,
+                           transformer_options: dict[str, Any] | None = None, output_shape: Any = None,
+                           time_context: Any = None, num_video_frames: Any = None,
+                           image_only_indicator: Any = None) -> torch.Tensor:
+    """Run the layers of `ts` on `x`, feeding each what it takes, as ComfyUI's
+    `openaimodel.forward_timestep_embed`: `TimestepBlock`s (ResBlocks) get `emb`, spatial
+    transformers the context and options (and the running `transformer_index` goes up by one
+    each), an `Upsample` the skip's `output_shape`; any other layer of a class listed in
+    `patches["forward_timestep_embed_patch"]` runs that handler instead.
 
-    def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor | None,  # type: ignore[override]
-                transformer_options: dict[str, Any] | None = None,
-                output_shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        for layer in self:
-            if isinstance(layer, ResBlock):
-                x = layer(x, emb)
-            elif isinstance(layer, SpatialTransformer):
-                x = layer(x, context, transformer_options)
-                if transformer_options and "transformer_index" in transformer_options:
-                    transformer_options["transformer_index"] += 1
-            elif isinstance(layer, Upsample):
-                x = layer(x, output_shape)
+    The UNet calls this through the module global, so a node pack that replaces
+    `comfy.ldm.modules.diffusionmodules.openaimodel.forward_timestep_embed` (Advanced-ControlNet's
+    reference-only does) runs in our UNet too."""
+    options = {} if transformer_options is None else transformer_options
+    for layer in ts:
+        if isinstance(layer, TimestepBlock):
+            x = layer(x, emb)
+        elif isinstance(layer, SpatialTransformer):
+            x = layer(x, context, transformer_options)
+            if "transformer_index" in options:
+                options["transformer_index"] += 1
+        elif isinstance(layer, Upsample):
+            x = layer(x, output_shape)
+        else:
+            handler = _embed_patch(layer, options)
+            if handler is not None:
+                x = handler(layer, x, emb, context, transformer_options, output_shape, time_context,
+                            num_video_frames, image_only_indicator)
             else:
-                handler = _embed_patch(layer, transformer_options)
-                if handler is not None:
-                    x = handler(layer, x, emb, context, transformer_options, output_shape, None, None, None)
-                else:
-                    x = layer(x)
-        return x
+                x = layer(x)
+    return x
+
+
+class TimestepEmbedSequential(nn.Sequential, TimestepBlock):
+    """A sequence of ResBlock / SpatialTransformer / Down- or Upsample, each fed what it needs
+    (by the module-global `forward_timestep_embed`, looked up at every call)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        return forward_timestep_embed(self, *args, **kwargs)
 
 
 def _embed_patch(layer: nn.Module, transformer_options: dict[str, Any] | None) -> Any:
@@ -212,11 +228,25 @@ def apply_control(h: torch.Tensor, control: dict[str, list] | None, name: str) -
 
 
 class UNetModel(nn.Module):
-    """The text-conditioned UNet: `forward(x, timesteps, context, y=None) -> model output`."""
+    """The text-conditioned UNet: `forward(x, timesteps, context, y=None) -> model output`.
 
-    def __init__(self, config: UNetConfig) -> None:
+    Built from a `UNetConfig`, or from ComfyUI's keyword arguments (`model_channels=...,
+    transformer_depth=..., ...`, see `config_from_comfy_kwargs`), with `operations` (the layer
+    classes, e.g. a node pack's `comfy.ops` subclass), `dtype` and `device` as ComfyUI's."""
+
+    def __init__(self, config: UNetConfig | None = None, *, operations: Any = None, dtype: Any = None,
+                 device: Any = None, **comfy_kwargs: Any) -> None:
         super().__init__()
+        if config is None:
+            config = config_from_comfy_kwargs(comfy_kwargs)
+        elif comfy_kwargs:
+            raise UNetConfigError(f"UNet: pass a UNetConfig or ComfyUI's keyword arguments, not both "
+                                  f"(got {sorted(comfy_kwargs)})")
+        ops = operations_or_default(operations)
+        factory = {"dtype": dtype, "device": device, "operations": ops}
+        layer = {"dtype": dtype, "device": device}
         self.config = config
+        self.dtype = dtype if dtype is not None else torch.float32
         c = config.model_channels
         emb_dim = 4 * c
         levels = config.levels
@@ -229,45 +259,76 @@ class UNetModel(nn.Module):
 
         def transformer(ch: int, depth: int) -> SpatialTransformer:
             heads, dim_head = config.heads_for(ch)
-            return SpatialTransformer(ch, heads, dim_head, depth, config.context_dim, config.use_linear_in_transformer)
+            return SpatialTransformer(ch, heads, dim_head, depth=depth, context_dim=config.context_dim,
+                                      use_linear=config.use_linear_in_transformer, **factory)
 
-        self.time_embed = nn.Sequential(nn.Linear(c, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
+        def resblock(cin: int, cout: int) -> ResBlock:
+            return ResBlock(cin, emb_dim, 0.0, out_channels=cout, **factory)
+
+        self.time_embed = nn.Sequential(ops.Linear(c, emb_dim, **layer), nn.SiLU(), ops.Linear(emb_dim, emb_dim, **layer))
         if config.adm_in_channels is not None:
             # The "sequential" label embedding of SGM: Sequential(Sequential(Linear, SiLU, Linear)).
             self.label_emb = nn.Sequential(nn.Sequential(
-                nn.Linear(config.adm_in_channels, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim)))
-        self.input_blocks = nn.ModuleList([TimestepBlock(nn.Conv2d(config.in_channels, c, 3, padding=1))])
+                ops.Linear(config.adm_in_channels, emb_dim, **layer), nn.SiLU(), ops.Linear(emb_dim, emb_dim, **layer)))
+        self.input_blocks = nn.ModuleList([TimestepEmbedSequential(
+            ops.conv_nd(2, config.in_channels, c, 3, padding=1, **layer))])
         skip_channels = [c]
         ch = c
         for level, mult in enumerate(config.channel_mult):
             for r in range(config.num_res_blocks):
-                layers: list[nn.Module] = [ResBlock(ch, emb_dim, c * mult)]
+                layers: list[nn.Module] = [resblock(ch, c * mult)]
                 ch = c * mult
                 depth = config.transformer_depth[level * config.num_res_blocks + r]
                 if depth:
                     layers.append(transformer(ch, depth))
-                self.input_blocks.append(TimestepBlock(*layers))
+                self.input_blocks.append(TimestepEmbedSequential(*layers))
                 skip_channels.append(ch)
             if level != levels - 1:
-                self.input_blocks.append(TimestepBlock(Downsample(ch)))
+                self.input_blocks.append(TimestepEmbedSequential(Downsample(ch, True, **factory)))
                 skip_channels.append(ch)
-        middle: list[nn.Module] = [ResBlock(ch, emb_dim, ch)]
+        middle: list[nn.Module] = [resblock(ch, ch)]
         if config.transformer_depth_middle:
             middle.append(transformer(ch, config.transformer_depth_middle))
-        middle.append(ResBlock(ch, emb_dim, ch))
-        self.middle_block = TimestepBlock(*middle)
+        middle.append(resblock(ch, ch))
+        self.middle_block = TimestepEmbedSequential(*middle)
         self.output_blocks = nn.ModuleList()
         for step, (level, mult) in enumerate(reversed(list(enumerate(config.channel_mult)))):
             for r in range(config.num_res_blocks + 1):
-                layers = [ResBlock(ch + skip_channels.pop(), emb_dim, c * mult)]
+                layers = [resblock(ch + skip_channels.pop(), c * mult)]
                 ch = c * mult
                 depth = config.transformer_depth_output[step * (config.num_res_blocks + 1) + r]
                 if depth:
                     layers.append(transformer(ch, depth))
                 if level and r == config.num_res_blocks:
-                    layers.append(Upsample(ch))
-                self.output_blocks.append(TimestepBlock(*layers))
-        self.out = nn.Sequential(nn.GroupNorm(32, ch), nn.SiLU(), nn.Conv2d(ch, config.out_channels, 3, padding=1))
+                    layers.append(Upsample(ch, True, **factory))
+                self.output_blocks.append(TimestepEmbedSequential(*layers))
+        self.out = nn.Sequential(ops.GroupNorm(32, ch, **layer), nn.SiLU(),
+                                 ops.conv_nd(2, ch, config.out_channels, 3, padding=1, **layer))
+
+    # ComfyUI's attribute names for the structure (packs read them).
+    @property
+    def model_channels(self) -> int:
+        return self.config.model_channels
+
+    @property
+    def in_channels(self) -> int:
+        return self.config.in_channels
+
+    @property
+    def out_channels(self) -> int:
+        return self.config.out_channels
+
+    @property
+    def channel_mult(self) -> tuple[int, ...]:
+        return self.config.channel_mult
+
+    @property
+    def num_classes(self) -> str | None:
+        return None if self.config.adm_in_channels is None else "sequential"
+
+    @property
+    def adm_in_channels(self) -> int | None:
+        return self.config.adm_in_channels
 
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor,
                 y: torch.Tensor | None = None, transformer_options: dict[str, Any] | None = None,
@@ -285,11 +346,11 @@ class UNetModel(nn.Module):
             raise UNetConfigError(
                 f"UNet: y (the ADM/label input) must be given exactly when the model has a label embedding "
                 f"(adm_in_channels={config.adm_in_channels}); got {'none' if y is None else tuple(y.shape)}")
+        # A copy per call, written in place below as ComfyUI writes its per-call options.
         options = dict(transformer_options) if transformer_options else {}
         patches = options.get("patches", {})
-        if options:
-            options["original_shape"] = list(x.shape)
-            options["transformer_index"] = 0
+        options["original_shape"] = list(x.shape)
+        options["transformer_index"] = 0
         t_emb = timestep_embedding(timesteps, config.model_channels).to(x.dtype)  # [B, C]
         emb = self.time_embed(t_emb)  # [B, 4C]
         for patch in patches.get("emb_patch", ()):
@@ -298,29 +359,87 @@ class UNetModel(nn.Module):
             emb = emb + self.label_emb(y.to(emb.dtype))
         context = context.to(x.dtype) if context is not None else None
 
+        # Blocks run through the module globals `forward_timestep_embed` and `apply_control`,
+        # which node packs may replace (see their docstrings).
         hs: list[torch.Tensor] = []
         h = x
         for index, block in enumerate(self.input_blocks):
-            if options:
-                options["block"] = ("input", index)
-            h = block(h, emb, context, options or None)
+            options["block"] = ("input", index)
+            h = forward_timestep_embed(block, h, emb, context, options)
             h = apply_control(h, control, "input")
             for patch in patches.get("input_block_patch", ()):
                 h = patch(h, options)
             hs.append(h)
             for patch in patches.get("input_block_patch_after_skip", ()):
                 h = patch(h, options)
-        if options:
-            options["block"] = ("middle", 0)
-        h = self.middle_block(h, emb, context, options or None)
+        options["block"] = ("middle", 0)
+        h = forward_timestep_embed(self.middle_block, h, emb, context, options)
         h = apply_control(h, control, "middle")
         for index, block in enumerate(self.output_blocks):
-            if options:
-                options["block"] = ("output", index)
+            options["block"] = ("output", index)
             skip = apply_control(hs.pop(), control, "output")
             for patch in patches.get("output_block_patch", ()):
                 h, skip = patch(h, skip, options)
             h = torch.cat([h, skip], dim=1)  # [B, C + C_skip, h', w']
             output_shape = tuple(hs[-1].shape) if hs else None
-            h = block(h, emb, context, options or None, output_shape)
+            h = forward_timestep_embed(block, h, emb, context, options, output_shape)
         return self.out(h.to(x.dtype))
+
+
+# ComfyUI UNetModel arguments that do not change the SD1/SD2/SDXL structure built here.
+_COMFY_IGNORED = {"image_size", "dropout", "conv_resample", "use_checkpoint", "num_heads_upsample", "legacy",
+                  "use_new_attention_order", "use_spatial_transformer", "n_embed", "disable_middle_attention",
+                  "attn_precision", "default_num_video_frames"}
+# Arguments accepted only at their ComfyUI default (value given): other values are an error.
+_COMFY_DEFAULTS: dict[str, Any] = {"dims": 2, "use_scale_shift_norm": False, "resblock_updown": False,
+                                   "disable_self_attentions": None, "num_attention_blocks": None,
+                                   "use_temporal_resblock": False, "use_temporal_attention": False,
+                                   "extra_ff_mix_layer": False, "video_kernel_size": None}
+
+
+def config_from_comfy_kwargs(kwargs: Mapping[str, Any]) -> UNetConfig:
+    """A `UNetConfig` from ComfyUI's `UNetModel(**unet_config)` keyword arguments (the dicts in
+    `comfy/supported_models.py` and `model_detection.py`): `transformer_depth` per input res
+    block (or one int for all), `transformer_depth_output`, `transformer_depth_middle`,
+    `num_classes` None or "sequential" (with `adm_in_channels`). Options this UNet does not
+    build are a `UNetConfigError` naming them."""
+    kw = dict(kwargs)
+    for name in _COMFY_IGNORED:
+        kw.pop(name, None)
+    required = ("in_channels", "model_channels", "out_channels", "num_res_blocks")
+    missing = [n for n in required if n not in kw]
+    if missing:
+        raise UNetConfigError(f"UNet: ComfyUI arguments lack {missing}")
+    nrb = kw.pop("num_res_blocks")
+    channel_mult = tuple(kw.pop("channel_mult", (1, 2, 4, 8)))
+    if isinstance(nrb, (list, tuple)):
+        if len(set(nrb)) != 1:
+            raise UNetConfigError(f"UNet: a different number of res blocks per level is not built here ({nrb})")
+        nrb = nrb[0]
+    depth = kw.pop("transformer_depth", None)
+    depth_middle = kw.pop("transformer_depth_middle", None)
+    depth_output = kw.pop("transformer_depth_output", None)
+    if not isinstance(depth, (list, tuple)) or not isinstance(depth_output, (list, tuple)) or depth_middle is None:
+        # ComfyUI's UNetModel needs these lists too (it pops from them); its configs always give them.
+        raise UNetConfigError("UNet: ComfyUI arguments need transformer_depth and transformer_depth_output "
+                              "lists and transformer_depth_middle")
+    num_classes = kw.pop("num_classes", None)
+    adm = kw.pop("adm_in_channels", None)
+    if num_classes not in (None, "sequential"):
+        raise UNetConfigError(f"UNet: num_classes={num_classes!r} (class or continuous labels) is not built here; "
+                              f"only None or 'sequential' (SDXL's ADM embedding)")
+    if num_classes is None:
+        adm = None
+    bad = {n: kw[n] for n, d in _COMFY_DEFAULTS.items() if n in kw and kw[n] != d}
+    for n in _COMFY_DEFAULTS:
+        kw.pop(n, None)
+    config_kw = {n: kw.pop(n) for n in ("in_channels", "model_channels", "out_channels", "context_dim",
+                                          "use_linear_in_transformer", "num_heads", "num_head_channels") if n in kw}
+    bad.update(kw)
+    if bad:
+        raise UNetConfigError(f"UNet: ComfyUI arguments not supported by this UNet: {sorted(bad)}")
+    if isinstance(config_kw.get("context_dim"), (list, tuple)):
+        config_kw["context_dim"] = config_kw["context_dim"][0]
+    return UNetConfig(num_res_blocks=nrb, channel_mult=channel_mult, transformer_depth=tuple(depth),
+                      transformer_depth_output=tuple(depth_output), transformer_depth_middle=int(depth_middle),
+                      adm_in_channels=adm, **config_kw)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from comfy_core.models.transformer import BasicTransformerBlock, FeedForward, SpatialTransformer
+from comfy_core.models.transformer import BasicTransformerBlock, SpatialTransformer
 from comfy_core.models.unet_blocks import ResBlock, group_norm, timestep_embedding
 
 MERGE_STRATEGIES = ("fixed", "learned", "learned_with_images")
@@ -107,7 +107,7 @@ class VideoResBlock(ResBlock):
 
     def __init__(self, channels: int, emb_channels: int, out_channels: int, *, merge_factor: float = 0.0,
                  merge_strategy: str = "learned_with_images", kernel_size: tuple[int, int, int] = (3, 1, 1)) -> None:
-        super().__init__(channels, emb_channels, out_channels)
+        super().__init__(channels, emb_channels, 0.0, out_channels=out_channels)
         self.time_stack = TemporalResBlock(out_channels, emb_channels, kernel_size)
         self.time_mixer = AlphaBlender(merge_factor, merge_strategy, layout="video")
 
@@ -126,14 +126,8 @@ class TemporalTransformerBlock(BasicTransformerBlock):
     feed-forward (and its patch points, as ComfyUI runs the same class there)."""
 
     def __init__(self, dim: int, heads: int, dim_head: int, context_dim: int) -> None:
-        super().__init__(dim, heads, dim_head, context_dim)
-        self.norm_in = nn.LayerNorm(dim)
-        self.ff_in = FeedForward(dim)
-
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None,
-                transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
-        x = self.ff_in(self.norm_in(x)) + x  # [B*H*W, T, C]
-        return super().forward(x, context, transformer_options)
+        # ComfyUI's BasicTransformerBlock(ff_in=True): `norm_in`, `ff_in`, residual.
+        super().__init__(dim, heads, dim_head, context_dim=context_dim, ff_in=True)
 
 
 class SpatialVideoTransformer(SpatialTransformer):
@@ -145,7 +139,7 @@ class SpatialVideoTransformer(SpatialTransformer):
     def __init__(self, channels: int, heads: int, dim_head: int, depth: int, context_dim: int, use_linear: bool, *,
                  merge_factor: float = 0.0, merge_strategy: str = "learned_with_images",
                  max_time_embed_period: int = 10000) -> None:
-        super().__init__(channels, heads, dim_head, depth, context_dim, use_linear)
+        super().__init__(channels, heads, dim_head, depth=depth, context_dim=context_dim, use_linear=use_linear)
         inner = heads * dim_head
         self.max_time_embed_period = max_time_embed_period
         self.time_stack = nn.ModuleList(
@@ -190,7 +184,3 @@ class SpatialVideoTransformer(SpatialTransformer):
         if not self.use_linear:
             x = self.proj_out(x)
         return x + x_in
-
-    @property
-    def in_channels(self) -> int:
-        return self.norm.num_channels

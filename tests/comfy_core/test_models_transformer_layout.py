@@ -17,7 +17,7 @@ from comfy_core.models.transformer import SpatialTransformer
 @pytest.mark.parametrize("use_linear", [False, True], ids=["conv_proj", "linear_proj"])
 def test_projections_and_blocks_get_contiguous_tensors(use_linear: bool) -> None:
     torch.manual_seed(0)
-    st = SpatialTransformer(channels=32, heads=2, dim_head=16, depth=2, context_dim=24,
+    st = SpatialTransformer(in_channels=32, n_heads=2, d_head=16, depth=2, context_dim=24,
                             use_linear=use_linear).eval()
     x = torch.randn(2, 32, 4, 3)  # H != W and both > 1, so channels-last is not also contiguous
     context = torch.randn(2, 5, 24)

@@ -8,7 +8,7 @@ from comfy_core.models.transformer import BasicTransformerBlock
 
 def _block() -> tuple[BasicTransformerBlock, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    block = BasicTransformerBlock(dim=16, heads=2, dim_head=8, context_dim=12).eval()
+    block = BasicTransformerBlock(dim=16, n_heads=2, d_head=8, context_dim=12).eval()
     return block, torch.randn(2, 5, 16), torch.randn(2, 3, 12)
 
 

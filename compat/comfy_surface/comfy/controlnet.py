@@ -15,6 +15,7 @@ _NAMES = {
     "T2IAdapter": ("comfy_core.controlnet.t2i", "T2IAdapter"),
     "UNION_CONTROLNET_TYPES": ("comfy_core.controlnet.types", "UNION_CONTROLNET_TYPES"),
     "StrengthType": ("comfy_core.controlnet.types", "StrengthType"),
+    "ControlNetSD35": ("compat.ldm_controlnet", "ControlNetSD35"),
 }
 
 
@@ -27,7 +28,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["ControlBase", "ControlNet", "ControlLora", "T2IAdapter", "load_controlnet", "UNION_CONTROLNET_TYPES",
+__all__ = ["ControlBase", "ControlNet", "ControlNetSD35", "ControlLora", "T2IAdapter", "load_controlnet", "UNION_CONTROLNET_TYPES",
            "StrengthType", "broadcast_image_to"]
 
 

@@ -63,7 +63,7 @@ def test_random_divisor_counts_tiles_from_the_smallest_big_divisors() -> None:
 
 def _block() -> BasicTransformerBlock:
     torch.manual_seed(0)
-    block = BasicTransformerBlock(16, 2, 8, 12).eval()
+    block = BasicTransformerBlock(16, 2, 8, context_dim=12).eval()
     for p in block.parameters():
         torch.nn.init.normal_(p, std=0.3)
     return block

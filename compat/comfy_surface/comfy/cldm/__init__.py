@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.cldm` package (ControlNet networks) for node packs."""

@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.ldm` package (model code) for node packs: facades over our modules."""

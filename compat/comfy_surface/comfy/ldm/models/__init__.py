@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.ldm.models` package for node packs."""

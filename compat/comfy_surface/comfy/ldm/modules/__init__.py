@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.ldm.modules` package for node packs."""

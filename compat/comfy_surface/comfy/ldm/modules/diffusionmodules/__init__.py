@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.ldm.modules.diffusionmodules` package for node packs."""

@@ -1,0 +1,16 @@
+"""ComfyUI's `comfy.ldm.modules.diffusionmodules.util` for node packs: the UNet's helpers."""
+from compat.facade import facade
+
+facade(__name__, {
+    "timestep_embedding": "comfy_core.models.unet_blocks:timestep_embedding",
+    "avg_pool_nd": "comfy_core.models.unet_blocks:avg_pool_nd",
+    "AlphaBlender": "comfy_core.models.video_blocks:AlphaBlender",
+    "zero_module": "compat.ldm_util:zero_module",
+    "scale_module": "compat.ldm_util:scale_module",
+    "conv_nd": "compat.ldm_util:conv_nd",
+    "linear": "compat.ldm_util:linear",
+    "normalization": "compat.ldm_util:normalization",
+    "checkpoint": "compat.ldm_util:checkpoint",
+    "mean_flat": "compat.ldm_util:mean_flat",
+    "extract_into_tensor": "compat.ldm_util:extract_into_tensor",
+})

@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.t2i_adapter` package for node packs."""

@@ -1,0 +1,128 @@
+"""Small helpers of ComfyUI's `comfy.ldm.util` and `comfy.ldm.modules.diffusionmodules.util` /
+`model.py` for node packs (behaviour of those files, written here): module initialisers,
+layer factories and the VAE attention function packs call."""
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from compat.ldm_ops import disable_weight_init
+
+
+def exists(value: Any) -> bool:
+    return value is not None
+
+
+def default(value: Any, fallback: Any) -> Any:
+    """`value`, or `fallback` when `value` is None; a function `fallback` is called (as
+    comfy.ldm.util's `default`, unlike the attention module's)."""
+    if value is not None:
+        return value
+    return fallback() if inspect.isfunction(fallback) else fallback
+
+
+def get_obj_from_str(string: str, reload: bool = False) -> Any:
+    """The object `package.module.Name` names."""
+    module, _, name = string.rpartition(".")
+    mod = importlib.import_module(module)
+    if reload:
+        mod = importlib.reload(mod)
+    return getattr(mod, name)
+
+
+def instantiate_from_config(config: Mapping[str, Any]) -> Any:
+    """`target(**params)` from an LDM-style `{"target": "pkg.Class", "params": {...}}`."""
+    if "target" not in config:
+        if config in ("__is_first_stage__", "__is_unconditional__"):
+            return None
+        raise KeyError("instantiate_from_config: the config has no 'target' key")
+    return get_obj_from_str(config["target"])(**config.get("params", {}))
+
+
+def count_params(model: nn.Module, verbose: bool = False) -> int:
+    total = sum(p.numel() for p in model.parameters())
+    if verbose:
+        print(f"{type(model).__name__} has {total * 1.e-6:.2f} M params.")
+    return total
+
+
+def mean_flat(tensor: torch.Tensor) -> torch.Tensor:
+    """The mean over all non-batch dimensions."""
+    return tensor.mean(dim=list(range(1, tensor.dim())))
+
+
+def zero_module(module: nn.Module) -> nn.Module:
+    """Zero every parameter of `module` in place and return it (ControlNet's zero convolutions)."""
+    for p in module.parameters():
+        p.detach().zero_()
+    return module
+
+
+def scale_module(module: nn.Module, scale: float) -> nn.Module:
+    for p in module.parameters():
+        p.detach().mul_(scale)
+    return module
+
+
+def conv_nd(dims: int, *args: Any, **kwargs: Any) -> nn.Module:
+    """A 1-, 2- or 3-D torch convolution."""
+    convs = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+    if dims not in convs:
+        raise ValueError(f"unsupported dimensions: {dims}")
+    return convs[dims](*args, **kwargs)
+
+
+def linear(*args: Any, **kwargs: Any) -> nn.Module:
+    return nn.Linear(*args, **kwargs)
+
+
+def normalization(channels: int, dtype: Any = None) -> nn.Module:
+    """The 32-group norm of the LDM UNet (eps 1e-5)."""
+    return nn.GroupNorm(32, channels, dtype=dtype)
+
+
+def checkpoint(func: Callable[..., Any], inputs: tuple, params: Any, flag: bool) -> Any:
+    """`func(*inputs)`, with activation checkpointing when `flag` (training only)."""
+    if flag:
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+        return torch_checkpoint(func, *inputs, use_reentrant=False)
+    return func(*inputs)
+
+
+def extract_into_tensor(a: torch.Tensor, t: torch.Tensor, x_shape: tuple) -> torch.Tensor:
+    b = t.shape[0]
+    return a.gather(-1, t).reshape(b, *((1,) * (len(x_shape) - 1)))
+
+
+def normalize_transformer(in_channels: int, dtype: Any = None, device: Any = None) -> nn.Module:
+    """attention.py's `Normalize`: 32 groups, eps 1e-6."""
+    return nn.GroupNorm(32, in_channels, eps=1e-6, affine=True, dtype=dtype, device=device)
+
+
+def normalize_vae(in_channels: int, num_groups: int = 32) -> nn.Module:
+    """model.py's `Normalize` (the VAE's): eps 1e-6, built from `comfy.ops` as ComfyUI's."""
+    return disable_weight_init.GroupNorm(num_groups=num_groups, num_channels=in_channels, eps=1e-6, affine=True)
+
+
+def nonlinearity(x: torch.Tensor) -> torch.Tensor:
+    """Swish / SiLU."""
+    return x * torch.sigmoid(x)
+
+
+def vae_attention() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The VAE's single-head attention on images: `f(q, k, v)` with `[B, C, H, W]` inputs (or
+    `[B, C, T, H, W]`), returning the input's shape; it runs the backend the VAE's patcher chose."""
+    from comfy_core.attention import attention
+
+    def vae_attention_function(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        shape = q.shape
+        b, c = shape[0], shape[1]
+        q, k, v = (t.reshape(b, c, -1).transpose(1, 2) for t in (q, k, v))  # [B, N, C]
+        return attention(q, k, v, 1).transpose(1, 2).reshape(shape)
+
+    return vae_attention_function
