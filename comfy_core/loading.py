@@ -24,20 +24,17 @@ from typing import Any, Mapping
 import torch
 
 from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
-from comfy_core.checkpoint.diffusers_keys import DiffusersLayoutError, is_diffusers_vae
-from comfy_core.checkpoint.diffusers_keys import vae_names as diffusers_vae_names
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
 from comfy_core.checkpoint.errors import CheckpointError, MissingComponentError, ShapeMismatchError
-from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.checkpoint.materialize import build_on_meta, materialize, tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
-from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.unet import UNetModel
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.patching.vae import VaePatcher
+from comfy_core.patching.vae_build import vae_module_from, vae_view  # noqa: F401 -- vae_view: re-exported
 from comfy_core.sampling.model_sampling import ModelSampling
 from comfy_core.text_encoders import CLIP, ClipTextConfig, build_clip, detect_text_encoders
 from comfy_core.text_encoders.errors import TextEncoderError
@@ -73,7 +70,7 @@ class LoadOptions:
         return self.load_device or self.dtype_policy.device
 
 
-def load_checkpoint(path: str | Path, options: LoadOptions | None = None, *,
+def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None, *,
                     registry: FamilyRegistry | None = None,
                     **overrides: Any) -> tuple[ModelPatcher, CLIP | None, VaePatcher | None]:
     """Load a single-file SD1.x / SD2.x / SDXL checkpoint.
@@ -208,35 +205,10 @@ def _load_clip(checkpoint: CheckpointFile, configs: list[ClipTextConfig], option
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
 
 
-def vae_view(checkpoint: CheckpointFile) -> CheckpointFile | RenamedCheckpoint:
-    """The VAE file as our modules name it: a diffusers `AutoencoderKL` file (`decoder.up_blocks.*`,
-    ComfyUI's VAE loader converts those too) under the LDM names, any other file as it is."""
-    if not is_diffusers_vae(checkpoint.tensors):
-        return checkpoint
-    try:
-        return RenamedCheckpoint(checkpoint, diffusers_vae_names(checkpoint.tensors))
-    except DiffusersLayoutError as exc:
-        raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
-
-
-def load_vae(path: str | Path, options: LoadOptions | None = None) -> VaePatcher:
-    """A standalone VAE file (keys `encoder.*`/`decoder.*`, or a checkpoint's `first_stage_model.*`,
-    or diffusers' `AutoencoderKL` names) -> `VaePatcher` over an `AutoencoderKL`. Raises
-    `CheckpointError` subclasses naming the file."""
+def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None) -> VaePatcher:
+    """A standalone VAE file, or a state dict in memory (keys `encoder.*`/`decoder.*`, or a
+    checkpoint's `first_stage_model.*`, or diffusers' `AutoencoderKL` names) -> `VaePatcher` over
+    an `AutoencoderKL`. Raises `CheckpointError` subclasses naming the file."""
     options = options or LoadOptions()
-    with CheckpointFile(path) as file:
-        checkpoint = vae_view(file)
-        prefixes = [p for p in ("first_stage_model.", "vae.", "") if f"{p}encoder.conv_in.weight" in checkpoint.tensors]
-        if not prefixes:
-            raise MissingComponentError(checkpoint.path, "not a VAE: no 'encoder.conv_in.weight' (with or without "
-                                                         "a 'first_stage_model.' prefix)")
-        prefix = prefixes[0]
-        try:
-            config = VAEConfig.detect_from_weights(checkpoint.tensors, prefix)
-        except VAEConfigError as exc:
-            raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
-        vae = materialize(build_on_meta(lambda: AutoencoderKL(config)), checkpoint, prefix,
-                          options.dtype_policy.dtype_for(VAE), "VAE", (vae_attention_linear_to_conv(),),
-                          zero_copy=options.mmap, workers=options.io_workers)
-    vae.eval()
+    vae = vae_module_from(path, options.dtype_policy.dtype_for(VAE), mmap=options.mmap, workers=options.io_workers)
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")

@@ -30,6 +30,11 @@ class ProgressBar:
         if value > self.total:
             value = self.total
         self.current = value
+        from compat import files_utils  # torch-free; ComfyUI's global hook lives there
+
+        if files_utils.PROGRESS_BAR_HOOK is not None:  # a pack's comfy.utils.set_progress_bar_global_hook
+            files_utils.PROGRESS_BAR_HOOK(self.current, self.total, preview, node_id=self.node_id)
+            return
         ctx = current() or self._context
         if ctx is not None:
             ctx.progress(self.current, self.total, preview)

@@ -42,21 +42,28 @@ DTYPE_NAMES: Mapping[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 class CheckpointFile:
     """An open checkpoint: `tensors` (name -> TensorInfo), `metadata`, `read`/`read_into`/`stored_view`.
 
+    `path` is a file, or a name -> tensor mapping already in memory (a state dict; `name` labels
+    it in errors, `metadata` stands for the file's).
+
     Use as a context manager or call `close()`. Closing drops this object's hold on the memory map;
     tensors handed out by `stored_view` keep the mapping alive for as long as they live (the map
     is a copy-on-write one, so writing to them never changes the file). Reading after closing
     maps the file again.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        if not self.path.exists():
-            raise CheckpointNotFoundError(self.path, "no such file")
-        suffix = self.path.suffix.lower()
+    def __init__(self, path: str | Path | Mapping[str, torch.Tensor], *, metadata: Mapping[str, str] | None = None,
+                 name: str = "<state dict>") -> None:
         self._pickled: dict[str, torch.Tensor] | None = None
         self._map: mmap.mmap | None = None
         self._bytes: torch.Tensor | None = None  # uint8 [file_size] over self._map
         self._file_size = 0
+        if isinstance(path, Mapping):
+            self._open_state_dict(path, metadata, name)
+            return
+        self.path = Path(path)
+        if not self.path.exists():
+            raise CheckpointNotFoundError(self.path, "no such file")
+        suffix = self.path.suffix.lower()
         if suffix in SAFETENSORS_SUFFIXES:
             self.format = "safetensors"
             header = read_safetensors_header(self.path)
@@ -75,6 +82,22 @@ class CheckpointFile:
             raise UnsupportedFormatError(
                 self.path, f"unsupported checkpoint format {suffix or '(no suffix)'!r}; expected one of "
                            f"{', '.join(SAFETENSORS_SUFFIXES + PICKLE_SUFFIXES)}")
+
+    def _open_state_dict(self, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None,
+                         name: str) -> None:
+        """An in-memory state dict (what ComfyUI's loaders take: `VAE(sd=...)`,
+        `load_diffusion_model_state_dict(sd)`) seen as a checkpoint: reads serve its tensors as
+        they are (like a pickled file's), `path` is the label `name` for error messages."""
+        self.path = Path(name)
+        bad = [k for k, v in tensors.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+        if bad:
+            raise CorruptCheckpointError(self.path, f"expected a dict of tensors; entries {bad[:5]} are not tensors")
+        self.format = "state_dict"
+        self._pickled = dict(tensors)
+        self.tensors = {k: TensorInfo(DTYPE_NAMES.get(v.dtype, str(v.dtype)), tuple(v.shape))
+                        for k, v in self._pickled.items()}
+        self.metadata = dict(metadata or {})
+        self.data_start = 0
 
     # --- lifecycle ---
 

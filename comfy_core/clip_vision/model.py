@@ -70,6 +70,30 @@ class VisionTower(nn.Module):
         embeddings = self.vision_model.embeddings
         embeddings.position_ids = torch.arange(self.config.num_positions).expand((1, -1))
 
+    def forward(self, pixel_values: torch.Tensor, attention_mask: None = None,
+                intermediate_output: int | str | None = None) -> tuple:
+        """ComfyUI's `CLIPVisionModelProjection` call (what IPAdapter_plus runs on
+        `clip_vision.model`): `(last_hidden_state, intermediate, image_embeds, mm_projected)`.
+
+        `intermediate_output`: -2 (or `len(layers) - 2`) gives the second-to-last layer's output,
+        "all" every layer's stacked `[B, L, T, W]`, None gives None; other layers are refused."""
+        if attention_mask is not None:
+            raise ValueError("VisionTower: attention_mask is not supported (ComfyUI's vision towers take none)")
+        output = self.encode(pixel_values)
+        layers = self.config.layers
+        if intermediate_output is None:
+            intermediate = None
+        elif intermediate_output == "all":
+            intermediate = output["all_hidden_states"] if "all_hidden_states" in output.keys() else None
+            if intermediate is None:
+                raise ValueError("VisionTower: intermediate_output='all' is kept for SigLIP towers only")
+        elif intermediate_output in (-2, layers - 2):
+            intermediate = output["penultimate_hidden_states"]
+        else:
+            raise ValueError(f"VisionTower: intermediate_output={intermediate_output!r} is not supported "
+                             "(-2, 'all' or None)")
+        return output["last_hidden_state"], intermediate, output["image_embeds"], output["mm_projected"]
+
     def encode(self, pixel_values: torch.Tensor) -> ClipVisionOutput:
         """Normalised pixels `[B, 3, S, S]` (S = the config's image size) -> ComfyUI's outputs, float32."""
         config = self.config

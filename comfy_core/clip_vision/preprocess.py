@@ -26,9 +26,16 @@ def resized_size(height: int, width: int, size: int, crop: bool) -> tuple[int, i
     return round(scale * height), round(scale * width)
 
 
-def clip_preprocess(image: torch.Tensor, size: int, mean: Sequence[float], std: Sequence[float],
-                    crop: bool = True) -> torch.Tensor:
-    """IMAGE `[B, H, W, C]` (0..1) -> normalised pixel values `[B, 3, size, size]` (the input's dtype)."""
+# CLIP's normalisation (OpenAI), ComfyUI's defaults for `clip_preprocess`.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def clip_preprocess(image: torch.Tensor, size: int = 224, mean: Sequence[float] = CLIP_MEAN,
+                    std: Sequence[float] = CLIP_STD, crop: bool = True) -> torch.Tensor:
+    """IMAGE `[B, H, W, C]` (0..1) -> normalised pixel values `[B, 3, size, size]` (the input's dtype).
+
+    The defaults are ComfyUI's (`comfy.clip_vision.clip_preprocess(image, size=224, mean, std, crop)`)."""
     if image.ndim != 4:
         raise ValueError(f"clip_preprocess: expected an IMAGE [B, H, W, C], got shape {tuple(image.shape)}")
     pixels = image[..., :3].movedim(-1, 1)  # [B, C, H, W]

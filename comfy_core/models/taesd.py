@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,17 +43,27 @@ def _conv(n_in: int, n_out: int, bias: bool = True) -> nn.Conv2d:
     return nn.Conv2d(n_in, n_out, 3, padding=1, bias=bias)
 
 
-class Block(nn.Module):
-    """Three 3x3 convolutions with ReLUs between, plus the input (a residual block)."""
+def conv(n_in: int, n_out: int, **kwargs: Any) -> nn.Conv2d:
+    """A 3x3 convolution with padding 1 (ComfyUI's `comfy.taesd.taesd.conv`; kwargs to Conv2d)."""
+    return nn.Conv2d(n_in, n_out, 3, padding=1, **kwargs)
 
-    def __init__(self, width: int) -> None:
+
+class Block(nn.Module):
+    """Three 3x3 convolutions with ReLUs between, plus the input (a residual block).
+
+    `Block(width)`, or `Block(n_in, n_out)` as ComfyUI's: a width change goes through a 1x1
+    convolution on the skip path (`skip`); an unchanged width keeps the identity."""
+
+    def __init__(self, n_in: int, n_out: int | None = None) -> None:
         super().__init__()
-        self.conv = nn.Sequential(_conv(width, width), nn.ReLU(), _conv(width, width), nn.ReLU(),
-                                  _conv(width, width))
+        n_out = n_in if n_out is None else n_out
+        self.conv = nn.Sequential(_conv(n_in, n_out), nn.ReLU(), _conv(n_out, n_out), nn.ReLU(),
+                                  _conv(n_out, n_out))
+        self.skip = nn.Conv2d(n_in, n_out, 1, bias=False) if n_in != n_out else nn.Identity()
         self.fuse = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fuse(self.conv(x) + x)
+        return self.fuse(self.conv(x) + self.skip(x))
 
 
 class TAESDDecoder(nn.Sequential):

@@ -70,7 +70,7 @@ def compute_dtype(policy: DtypePolicy, storage: torch.dtype) -> torch.dtype | No
     return DtypePolicy(device=policy.device).dtype_for(UNET)
 
 
-def load_diffusion_model(path: str | Path, options: LoadOptions | None = None, *,
+def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None, *,
                          weight_dtype: torch.dtype | None = None, fp8_optimizations: bool = False,
                          registry: FamilyRegistry | None = None) -> ModelPatcher:
     """A diffusion model file -> `ModelPatcher` over a `DiffusionModel` (see the module docstring).
@@ -97,7 +97,7 @@ def load_diffusion_model(path: str | Path, options: LoadOptions | None = None, *
     if cast is not None:
         cast_weights_at_run_time(model.model.diffusion_model, fp8_matrix_mult=fp8_optimizations)
         model.model.manual_cast_dtype = cast
-    log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, weights %s%s", Path(path).name,
+    log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, weights %s%s", file.path.name,
              time.perf_counter() - started, family.display_name, prediction, storage,
              f", computed in {cast}" if cast is not None else "")
     return model

@@ -98,7 +98,7 @@ def text_encoder_config(checkpoint: CheckpointFile) -> ClipTextConfig:
     return config
 
 
-def load_text_encoders(paths: Sequence[str | Path], clip_type: str = "stable_diffusion",
+def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]], clip_type: str = "stable_diffusion",
                        options: LoadOptions | None = None, *, load_device: str | None = None,
                        offload_device: str = "cpu") -> CLIP:
     """One or two text-encoder files -> a CLIP object of the encoder set they form.
@@ -142,6 +142,6 @@ def load_text_encoders(paths: Sequence[str | Path], clip_type: str = "stable_dif
             except TextEncoderError as exc:
                 raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     module = TextEncoderSet(spec, encoders)
-    log.info("text encoders %s: %s (%s)", spec.name, ", ".join(Path(p).name for p in paths),
+    log.info("text encoders %s: %s (%s)", spec.name, ", ".join(f.path.name for f in files),
              ", ".join(f"{SLOT_NAMES[c.slot]} width {c.width} x{c.layers}" for c in configs))
     return CLIP.from_encoders(module, make_tokenizer(configs), load_device or options.device, offload_device)

@@ -15,7 +15,8 @@ import torch
 from comfy_core.patching import ClipPatcher
 from comfy_core.patching.signature import fingerprint
 from comfy_core.text_encoders.encoder_set import EncoderOptions, TextEncoderSet, with_clip_layer
-from comfy_core.text_encoders.sd_tokenizer import EmbeddingLookup, FamilyTokenizer
+from comfy_core.text_encoders.errors import TokenizeError
+from comfy_core.text_encoders.sd_tokenizer import TOKENIZER_OPTIONS, EmbeddingLookup, FamilyTokenizer
 
 CLIP_LAYER_OPTION = "clip_layer"
 
@@ -35,6 +36,8 @@ class CLIP:
         self._tokenizer = tokenizer
         # Held here, not in patcher options: options are deep-copied on clone, a lookup is shared.
         self._embedding_lookup: EmbeddingLookup | None = None
+        # ComfyUI's CLIP.tokenizer_options (set_tokenizer_option), passed to every tokenize call.
+        self.tokenizer_options: dict[str, Any] = {}
 
     @classmethod
     def from_encoders(cls, encoders: TextEncoderSet, tokenizer: FamilyTokenizer,
@@ -70,7 +73,8 @@ class CLIP:
         """Value-level identity for the executor's cache keys: the patcher's patch set (LoRA,
         clip skip, embeddings), the tokenizer and this clone's embedding lookup (None when one
         of them has no lasting identity)."""
-        key, stable = fingerprint((self.patcher, self._tokenizer, self._embedding_lookup))
+        key, stable = fingerprint((self.patcher, self._tokenizer, self._embedding_lookup,
+                                   tuple(sorted(self.tokenizer_options.items()))))
         return key if stable else None
 
     # --- cloning and patches ---
@@ -78,7 +82,18 @@ class CLIP:
     def clone(self) -> "CLIP":
         n = CLIP(self.patcher.clone(), self._tokenizer)
         n._embedding_lookup = self._embedding_lookup
+        n.tokenizer_options = dict(self.tokenizer_options)
         return n
+
+    def set_tokenizer_option(self, option_name: str, value: Any) -> None:
+        """ComfyUI's `CLIP.set_tokenizer_option`: an option every later `tokenize` passes to the
+        tokenizers. Ours honour `<encoder>_min_length` (`clip_l_min_length`, ...): pad the last
+        chunk to at least that many tokens; any other name is refused, not ignored."""
+        known = {pattern.format(key=slot) for pattern in TOKENIZER_OPTIONS for slot in self._tokenizer.slots}
+        if option_name not in known:
+            raise TokenizeError(f"set_tokenizer_option: option {option_name!r} is not supported by these "
+                                f"tokenizers; supported: {sorted(known)}")
+        self.tokenizer_options[option_name] = value
 
     def clip_layer(self, layer_idx: int | None) -> None:
         """Clip skip: use the hidden state of layer `layer_idx` (negative, from the end) of every encoder."""
@@ -106,6 +121,14 @@ class CLIP:
     def get_sd(self) -> dict[str, torch.Tensor]:
         return self.patcher.model_state_dict()
 
+    def load_sd(self, sd: Mapping[str, torch.Tensor], full_model: bool = False) -> Any:
+        """ComfyUI's `CLIP.load_sd`: copy `sd` (our parameter names, `clip_l.transformer...`) into
+        the encoders' weights, non-strictly; returns `(missing, unexpected)` keys. It changes the
+        base module every clone shares, as in ComfyUI; cached patched weights are dropped."""
+        result = self.cond_stage_model.load_state_dict(dict(sd), strict=False)
+        self.patcher.drop_weight_cache()
+        return result
+
     def encoder_options(self, slot: str) -> EncoderOptions:
         """Pad token, layer and final-norm choice in force for encoder `slot` (clip skip included)."""
         return with_clip_layer(self.cond_stage_model.spec.options(slot), self.layer_idx)
@@ -113,6 +136,9 @@ class CLIP:
     # --- encoding ---
 
     def tokenize(self, text: str, return_word_ids: bool = False, **kwargs: Any) -> dict[str, list]:
+        options = {**self.tokenizer_options, **(kwargs.get("tokenizer_options") or {})}
+        if options:
+            kwargs["tokenizer_options"] = options
         return self.tokenizer.tokenize_with_weights(text, return_word_ids, **kwargs)
 
     def encode_from_tokens(self, tokens: Mapping[str, Any], return_pooled: bool | str = False,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -73,13 +73,65 @@ def first_eos_positions(ids: torch.Tensor, eos_id: int = EOS_ID) -> torch.Tensor
     return torch.where(is_eos.any(dim=-1), first, last)
 
 
+BOS_ID = 49406
+
+
 class ClipTextEncoder(nn.Module):
-    """One text tower. `transformer` is a `CLIPTextModelWithProjection` (ComfyUI-compatible names)."""
+    """One text tower. `transformer` is a `CLIPTextModelWithProjection` (ComfyUI-compatible names).
+
+    It is ComfyUI's one-tower `comfy.sd1_clip.SDClipModel` for packs; built for the bigG slot
+    it is an `SDXLClipG`, for the ViT-H slot an `SD2ClipHModel` (both subclasses, as in ComfyUI).
+    `options` (the set's `EncoderOptions` for this slot: pad token, layer, final norm) is given
+    by the `TextEncoderSet` that holds it; `encode_token_weights` uses them.
+    """
+
+    options: Any = None  # comfy_core.text_encoders.encoder_set.EncoderOptions, set by the encoder set
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "ClipTextEncoder":
+        config = args[0] if args else kwargs.get("config")
+        if cls is ClipTextEncoder and isinstance(config, ClipTextConfig):
+            cls = _SLOT_CLASSES.get(config.slot, ClipTextEncoder)
+        return super().__new__(cls)
 
     def __init__(self, config: ClipTextConfig, transformer: nn.Module) -> None:
         super().__init__()
         self.config = config
         self.transformer = transformer
+
+    # --- ComfyUI's SDClipModel surface ---
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        pad = self.options.pad_token if self.options is not None else EOS_ID
+        return {"start": BOS_ID, "end": EOS_ID, "pad": pad}
+
+    @property
+    def max_length(self) -> int:
+        return min(77, self.config.max_positions)
+
+    @property
+    def layer_idx(self) -> int | None:
+        return self.options.layer_idx if self.options is not None else None
+
+    @property
+    def layer(self) -> str:
+        """ComfyUI's name for the output in use: "last", or "hidden" (a chosen layer)."""
+        return "last" if self.layer_idx is None else "hidden"
+
+    def encode_token_weights(self, token_weight_pairs: Sequence[Sequence[Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """ComfyUI's `SDClipModel.encode_token_weights`: (token, weight) chunks of this tower ->
+        (cond [1, T, width], pooled [1, P]), with this slot's default layer and padding."""
+        if self.options is None:
+            raise TokenizeError(f"{self.config.slot}: this text encoder is not part of an encoder set, so its pad "
+                                "token and layer are unknown; encode through the CLIP object")
+        from comfy_core.text_encoders.encoder_set import encode_weighted_chunks
+
+        with torch.no_grad():
+            return encode_weighted_chunks(self, token_weight_pairs, self.options)
+
+    def load_sd(self, sd: Mapping[str, torch.Tensor]) -> Any:
+        """Copy `sd` (our parameter names, relative to this tower) into the weights, non-strict."""
+        return self.load_state_dict(sd, strict=False)
 
     @property
     def num_layers(self) -> int:
@@ -150,6 +202,17 @@ class ClipTextEncoder(nn.Module):
                                     f"{override.position}..{end - 1} outside the [{batch}, {length}] token batch")
             embeds[override.row, override.position:end] = vectors.to(device=embeds.device, dtype=embeds.dtype)
         return embeds
+
+
+class SDXLClipG(ClipTextEncoder):
+    """The OpenCLIP bigG tower (ComfyUI's `comfy.sdxl_clip.SDXLClipG`)."""
+
+
+class SD2ClipHModel(ClipTextEncoder):
+    """The OpenCLIP ViT-H tower (ComfyUI's `comfy.sd2_clip.SD2ClipHModel`)."""
+
+
+_SLOT_CLASSES: dict[str, type[ClipTextEncoder]] = {"clip_g": SDXLClipG, "clip_h": SD2ClipHModel}
 
 
 def build_encoder(config: ClipTextConfig, state_dict: Mapping[str, torch.Tensor],

@@ -85,7 +85,23 @@ def with_clip_layer(options: EncoderOptions, layer_idx: int | None) -> EncoderOp
 
 
 class TextEncoderSet(nn.Module):
-    """The module a `ClipPatcher` wraps: encoders as children named by slot (`clip_l`, `clip_h`, `clip_g`)."""
+    """The module a `ClipPatcher` wraps: encoders as children named by slot (`clip_l`, `clip_h`, `clip_g`).
+
+    Built as `TextEncoderSet(spec, encoders)`, it is an instance of the set's class with
+    ComfyUI's name (`SD1ClipModel`, `SD2ClipModel`, `SDXLClipModel`, `SDXLRefinerClipModel`, below):
+    packs tell families apart by `isinstance(clip.cond_stage_model, SDXLClipModel)` or by its class
+    name (ComfyUI's `comfy/sd1_clip.py`, `sd2_clip.py`, `sdxl_clip.py`).
+    """
+
+    # ComfyUI's SD1ClipModel names its one tower `clip_<clip_name>` and stores that name in `clip`.
+    clip_name: str | None = None
+    clip: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "TextEncoderSet":
+        spec = args[0] if args else kwargs.get("spec")
+        if cls is TextEncoderSet and isinstance(spec, EncoderSetSpec):
+            cls = _SET_CLASSES.get(spec.name, TextEncoderSet)
+        return super().__new__(cls)
 
     def __init__(self, spec: EncoderSetSpec, encoders: Mapping[str, ClipTextEncoder]) -> None:
         super().__init__()
@@ -94,7 +110,9 @@ class TextEncoderSet(nn.Module):
                                             f"got {sorted(encoders)}")
         self.spec = spec
         for option in spec.encoders:
-            self.add_module(option.slot, encoders[option.slot])
+            encoder = encoders[option.slot]
+            encoder.options = option  # so the tower alone has ComfyUI's encode_token_weights
+            self.add_module(option.slot, encoder)
 
     def encoder(self, slot: str) -> ClipTextEncoder:
         return getattr(self, slot)
@@ -109,16 +127,8 @@ class TextEncoderSet(nn.Module):
             if options.token_key not in tokens:
                 raise TokenizeError(f"tokens for encoder set {self.spec.name} lack key {options.token_key!r} "
                                     f"({options.slot}); got keys {sorted(tokens)}")
-            encoder = self.encoder(options.slot)
-
-            def encode_chunks(chunks: list[list[Any]], _enc=encoder, _opt=options) -> tuple[torch.Tensor, torch.Tensor]:
-                ids, overrides = chunks_to_ids(chunks, _enc.width, mismatch_pad=_opt.pad_token)
-                out = _enc.encode_ids(ids, overrides, layer_idx=_opt.layer_idx,
-                                      layer_norm_hidden=_opt.layer_norm_hidden,
-                                      projected=projected_pooled and _opt.projected_pooled)
-                return out.hidden, out.pooled
-
-            cond, encoder_pooled = encode_token_weights(encode_chunks, tokens[options.token_key], options.pad_token)
+            cond, encoder_pooled = encode_weighted_chunks(self.encoder(options.slot), tokens[options.token_key],
+                                                          options, projected_pooled)
             outputs.append(cond)
             if options.slot == self.spec.pooled_from:
                 pooled = encoder_pooled
@@ -126,6 +136,47 @@ class TextEncoderSet(nn.Module):
             return outputs[0], pooled
         length = min(o.shape[1] for o in outputs)
         return torch.cat([o[:, :length] for o in outputs], dim=-1), pooled
+
+
+class SD1ClipModel(TextEncoderSet):
+    """SD1.x's CLIP-L set (ComfyUI's `comfy.sd1_clip.SD1ClipModel`)."""
+
+    clip_name, clip = "l", "clip_l"
+
+
+class SD2ClipModel(TextEncoderSet):
+    """SD2.x's OpenCLIP ViT-H set (ComfyUI's `comfy.sd2_clip.SD2ClipModel`)."""
+
+    clip_name, clip = "h", "clip_h"
+
+
+class SDXLClipModel(TextEncoderSet):
+    """SDXL's CLIP-L + OpenCLIP bigG set (ComfyUI's `comfy.sdxl_clip.SDXLClipModel`)."""
+
+
+class SDXLRefinerClipModel(TextEncoderSet):
+    """The SDXL refiner's bigG set (ComfyUI's `comfy.sdxl_clip.SDXLRefinerClipModel`)."""
+
+    clip_name, clip = "g", "clip_g"
+
+
+_SET_CLASSES: dict[str, type[TextEncoderSet]] = {
+    "sd1": SD1ClipModel, "sd2": SD2ClipModel, "sdxl": SDXLClipModel, "sdxl_refiner": SDXLRefinerClipModel,
+}
+
+
+def encode_weighted_chunks(encoder: ClipTextEncoder, chunks: Any, options: EncoderOptions,
+                           projected_pooled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """One encoder's weighted token chunks -> (cond [1, T, width], pooled), ComfyUI's weighting."""
+
+    def encode_chunks(rows: list[list[Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, overrides = chunks_to_ids(rows, encoder.width, mismatch_pad=options.pad_token)
+        out = encoder.encode_ids(ids, overrides, layer_idx=options.layer_idx,
+                                 layer_norm_hidden=options.layer_norm_hidden,
+                                 projected=projected_pooled and options.projected_pooled)
+        return out.hidden, out.pooled
+
+    return encode_token_weights(encode_chunks, chunks, options.pad_token)
 
 
 def chunks_to_ids(chunks: Sequence[Sequence[Any]], width: int,

@@ -80,7 +80,9 @@ class SDTokenizer:
         for segment, weight in segments:
             for piece in _split_embeddings(unescape_important(segment)):
                 groups.extend(self._piece_groups(piece, weight))
-        return self._pack(groups, return_word_ids)
+        options = kwargs.get("tokenizer_options") or {}
+        min_length = options.get(f"{self.embedding_key}_min_length", self.min_length)
+        return self._pack(groups, return_word_ids, min_length)
 
     def untokenize(self, token_weight_pair: list[tuple]) -> list[tuple]:
         return [(pair, self.clip_tokenizer.token_text(pair[0])) for pair in token_weight_pair]
@@ -122,7 +124,8 @@ class SDTokenizer:
                 leftover = f"{word[len(stripped):]} {leftover}"
         return found, leftover
 
-    def _pack(self, groups: list[list[tuple[Any, float]]], return_word_ids: bool) -> list[list[tuple]]:
+    def _pack(self, groups: list[list[tuple[Any, float]]], return_word_ids: bool,
+              min_length: int | None = None) -> list[list[tuple]]:
         limit = self.max_length - 1  # room for EOS
         chunks: list[list[tuple]] = []
         chunk: list[tuple] = [(self.start_token, 1.0, 0)]
@@ -148,8 +151,8 @@ class SDTokenizer:
         chunk.append((self.end_token, 1.0, 0))
         if len(chunk) < self.max_length:
             chunk.extend([(self.pad_token, 1.0, 0)] * (self.max_length - len(chunk)))
-        if self.min_length is not None and len(chunk) < self.min_length:
-            chunk.extend([(self.pad_token, 1.0, 0)] * (self.min_length - len(chunk)))
+        if min_length is not None and len(chunk) < min_length:
+            chunk.extend([(self.pad_token, 1.0, 0)] * (min_length - len(chunk)))
         if not return_word_ids:
             return [[(t, w) for t, w, _ in c] for c in chunks]
         return chunks
@@ -162,12 +165,24 @@ def _split_embeddings(text: str) -> list[str]:
     return [p for p in pieces if p != ""]
 
 
+# Tokenizer options (CLIP.set_tokenizer_option) our tokenizers honour, per encoder's embedding key.
+TOKENIZER_OPTIONS = ("{key}_min_length",)
+
+
 class FamilyTokenizer:
     """The tokenizers of one encoder set: `tokenize_with_weights(text)` -> {key: chunks}.
 
     Exposes each encoder's `SDTokenizer` as an attribute named by its slot (`clip_l`, `clip_g`,
-    `clip_h`), as ComfyUI's SD1Tokenizer/SDXLTokenizer do (packs reach in there).
+    `clip_h`), as ComfyUI's SD1Tokenizer/SDXLTokenizer do (packs reach in there). Built for a
+    set of slots, it is an instance of ComfyUI's class for it (`SD1Tokenizer`, `SD2Tokenizer`,
+    `SDXLTokenizer`, below), as packs check.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "FamilyTokenizer":
+        tokenizers = args[0] if args else kwargs.get("tokenizers")
+        if cls is FamilyTokenizer and isinstance(tokenizers, dict):
+            cls = _TOKENIZER_CLASSES.get(frozenset(tokenizers), FamilyTokenizer)
+        return super().__new__(cls)
 
     def __init__(self, tokenizers: dict[str, SDTokenizer]) -> None:
         self.slots = tuple(tokenizers)
@@ -190,3 +205,25 @@ class FamilyTokenizer:
 
     def untokenize(self, token_weight_pair: list[tuple]) -> list[tuple]:
         return getattr(self, self.slots[0]).untokenize(token_weight_pair)
+
+
+class SD1Tokenizer(FamilyTokenizer):
+    """SD1.x's CLIP-L tokenizer (ComfyUI's `comfy.sd1_clip.SD1Tokenizer`)."""
+
+
+class SD2Tokenizer(FamilyTokenizer):
+    """SD2.x's ViT-H tokenizer (ComfyUI's `comfy.sd2_clip.SD2Tokenizer`)."""
+
+
+class SDXLTokenizer(FamilyTokenizer):
+    """SDXL's CLIP-L + bigG tokenizers (ComfyUI's `comfy.sdxl_clip.SDXLTokenizer`)."""
+
+
+class SDXLRefinerTokenizer(FamilyTokenizer):
+    """The SDXL refiner's bigG tokenizer (ComfyUI uses its SDXLTokenizer class there too)."""
+
+
+_TOKENIZER_CLASSES: dict[frozenset, type[FamilyTokenizer]] = {
+    frozenset({"clip_l"}): SD1Tokenizer, frozenset({"clip_h"}): SD2Tokenizer,
+    frozenset({"clip_l", "clip_g"}): SDXLTokenizer, frozenset({"clip_g"}): SDXLRefinerTokenizer,
+}

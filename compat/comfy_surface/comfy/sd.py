@@ -1,2 +1,33 @@
-"""ComfyUI's `comfy.sd` loading entry points for node packs (compat/models.py)."""
-from compat.models import load_checkpoint_guess_config, load_lora_for_models
+"""ComfyUI's `comfy.sd` for node packs: our VAE and CLIP classes and the loaders (compat/files_sd.py).
+
+`VAE` is our `VaePatcher` (constructible as `VAE(sd=state_dict)`), `CLIP` our CLIP object, so
+`isinstance(vae, comfy.sd.VAE)` holds for what our loader nodes return, and what a pack builds
+flows into our nodes.
+"""
+from compat.facade import facade
+
+
+def __getattr__(name: str):
+    # `comfy.sd.model_detection` is a module (ComfyUI's sd.py imports it by name): resolved on
+    # first read, so importing comfy.sd stays torch-free.
+    if name == "model_detection":
+        from compat.files_sd import model_detection_module
+
+        return model_detection_module()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+facade(__name__, {
+    "VAE": "comfy_core.patching.vae:VaePatcher",
+    "CLIP": "comfy_core.text_encoders.clip:CLIP",
+    "CLIPType": "compat.files_sd:CLIPType",
+    "load_checkpoint_guess_config": "compat.files_sd:load_checkpoint_guess_config",
+    "load_checkpoint": "compat.files_sd:load_checkpoint",
+    "load_diffusion_model": "compat.files_sd:load_diffusion_model",
+    "load_diffusion_model_state_dict": "compat.files_sd:load_diffusion_model_state_dict",
+    "load_unet": "compat.files_sd:load_unet",
+    "load_unet_state_dict": "compat.files_sd:load_unet_state_dict",
+    "load_clip": "compat.files_sd:load_clip",
+    "load_text_encoder_state_dicts": "compat.files_sd:load_text_encoder_state_dicts",
+    "load_lora_for_models": "compat.files_sd:load_lora_for_models",
+})

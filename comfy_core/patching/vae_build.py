@@ -1,0 +1,61 @@
+"""Building the VAE module (`AutoencoderKL`) from a VAE file or an in-memory state dict.
+
+`comfy_core.loading.load_vae` (VAELoader) and `VaePatcher(sd=...)` (ComfyUI's `comfy.sd.VAE(sd=...)`,
+which packs call with a state dict they loaded themselves) share it, so both read the same key
+layouts: a standalone VAE (`encoder.*`/`decoder.*`), a checkpoint's `first_stage_model.*`, a
+`vae.*` prefix, or diffusers' `AutoencoderKL` names (converted, as ComfyUI's VAE loader does).
+The module is built on the meta device and given its tensors by assignment (no second copy).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import torch
+
+from comfy_core.checkpoint.bulk import DEFAULT_WORKERS
+from comfy_core.checkpoint.diffusers_keys import DiffusersLayoutError, is_diffusers_vae
+from comfy_core.checkpoint.diffusers_keys import vae_names as diffusers_vae_names
+from comfy_core.checkpoint.errors import MissingComponentError, ShapeMismatchError
+from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
+from comfy_core.checkpoint.materialize import build_on_meta, materialize
+from comfy_core.checkpoint.reader import CheckpointFile
+from comfy_core.checkpoint.renamed import RenamedCheckpoint
+from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
+
+VAE_PREFIXES = ("first_stage_model.", "vae.", "")
+
+
+def vae_view(checkpoint: CheckpointFile) -> CheckpointFile | RenamedCheckpoint:
+    """The VAE file as our modules name it: a diffusers `AutoencoderKL` file (`decoder.up_blocks.*`,
+    ComfyUI's VAE loader converts those too) under the LDM names, any other file as it is."""
+    if not is_diffusers_vae(checkpoint.tensors):
+        return checkpoint
+    try:
+        return RenamedCheckpoint(checkpoint, diffusers_vae_names(checkpoint.tensors))
+    except DiffusersLayoutError as exc:
+        raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
+
+
+def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torch.dtype = torch.float32, *,
+                    mmap: bool = True, workers: int = DEFAULT_WORKERS,
+                    metadata: Mapping[str, str] | None = None) -> AutoencoderKL:
+    """An `AutoencoderKL` (eval mode) from a VAE file or a state dict, weights in `dtype`.
+
+    Raises `CheckpointError` subclasses naming the file (`<state dict>` for a mapping):
+    `MissingComponentError` when it holds no VAE, `ShapeMismatchError` when it is malformed."""
+    with CheckpointFile(source, metadata=metadata) as file:
+        checkpoint = vae_view(file)
+        prefixes = [p for p in VAE_PREFIXES if f"{p}encoder.conv_in.weight" in checkpoint.tensors]
+        if not prefixes:
+            raise MissingComponentError(checkpoint.path, "not a VAE: no 'encoder.conv_in.weight' (with or without "
+                                                         "a 'first_stage_model.' prefix)")
+        prefix = prefixes[0]
+        try:
+            config = VAEConfig.detect_from_weights(checkpoint.tensors, prefix)
+        except VAEConfigError as exc:
+            raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
+        vae = materialize(build_on_meta(lambda: AutoencoderKL(config)), checkpoint, prefix, dtype, "VAE",
+                          (vae_attention_linear_to_conv(),), zero_copy=mmap, workers=workers)
+    vae.eval()
+    return vae

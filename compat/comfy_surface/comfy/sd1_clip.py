@@ -1,0 +1,23 @@
+"""ComfyUI's `comfy.sd1_clip` for node packs: our tokenizer and text-encoder classes under
+ComfyUI's names (comfy_core.text_encoders), ComfyUI's prompt-weight functions, and the helpers
+in compat/files_clip.py.
+
+`SD1ClipModel` is the class of an SD1 CLIP's `cond_stage_model`, `SDClipModel` of each tower
+in it, `SD1Tokenizer` of its `tokenizer`, `SDTokenizer` of each per-encoder tokenizer.
+"""
+from compat.facade import facade
+
+facade(__name__, {
+    "SDTokenizer": "comfy_core.text_encoders.sd_tokenizer:SDTokenizer",
+    "SD1Tokenizer": "comfy_core.text_encoders.sd_tokenizer:SD1Tokenizer",
+    "SDClipModel": "comfy_core.text_encoders.encoder:ClipTextEncoder",
+    "ClipTokenWeightEncoder": "comfy_core.text_encoders.encoder:ClipTextEncoder",
+    "SD1ClipModel": "comfy_core.text_encoders.encoder_set:SD1ClipModel",
+    "token_weights": "comfy_core.text_encoders.prompt_weights:parse_weights",
+    "parse_parentheses": "comfy_core.text_encoders.prompt_weights:split_parentheses",
+    "escape_important": "comfy_core.text_encoders.prompt_weights:escape_important",
+    "unescape_important": "comfy_core.text_encoders.prompt_weights:unescape_important",
+    "gen_empty_tokens": "compat.files_clip:gen_empty_tokens",
+    "expand_directory_list": "compat.files_clip:expand_directory_list",
+    "load_embed": "compat.files_clip:load_embed",
+})

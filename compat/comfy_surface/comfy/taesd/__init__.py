@@ -1,0 +1,1 @@
+"""ComfyUI's `comfy.taesd` package for node packs (submodule `taesd`)."""

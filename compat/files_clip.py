@@ -1,0 +1,75 @@
+"""`comfy.sd1_clip` / `comfy.sdxl_clip` / `comfy.text_encoders.*` helpers for packs (ComfyUI's
+comfy/sd1_clip.py behaviour), over comfy_core.text_encoders. The classes packs check are ours
+(their names are mapped in the surface files); this module holds the free functions and the
+names of families this engine does not have.
+
+torch is imported inside the functions: packs import these modules at start-up.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:
+    import torch
+
+
+def gen_empty_tokens(special_tokens: Mapping[str, Any], length: int) -> list:
+    """ComfyUI's empty prompt ids: start (when the tokenizer has one), end, then pad to `length`."""
+    tokens = [special_tokens[key] for key in ("start", "end") if special_tokens.get(key) is not None]
+    return tokens + [special_tokens.get("pad")] * (length - len(tokens))
+
+
+def expand_directory_list(directories: Iterable[str | os.PathLike]) -> list[str]:
+    """The directories and every subdirectory under them (links followed), each once."""
+    from comfy_core.text_encoders.embedding_files import search_folders
+
+    return [str(p) for p in search_folders(directories)]
+
+
+def load_embed(embedding_name: str, embedding_directory: str | os.PathLike | Iterable[str | os.PathLike],
+               embedding_size: int, embed_key: str | None = None) -> torch.Tensor | None:
+    """The vectors of embedding file `embedding_name` in the embeddings folders (`[n, size]`), or
+    None when no such file exists or it cannot be read (logged), as ComfyUI's `load_embed`."""
+    from comfy_core.text_encoders.embedding_files import FolderEmbeddingLookup
+
+    folders = [embedding_directory] if isinstance(embedding_directory, (str, os.PathLike)) else list(embedding_directory)
+    return FolderEmbeddingLookup([Path(f) for f in folders])(embedding_name, embed_key, embedding_size)
+
+
+class UnsupportedTextEncoderError(NotImplementedError):
+    """A ComfyUI text-encoder class of a model family this engine does not have."""
+
+
+class _Unsupported:
+    """Base of ComfyUI's text-encoder classes whose families are not here (SD3's T5-XXL set, ...):
+    the name exists, so packs that import it load and their `isinstance` checks are False (no
+    such model is ever loaded here); building one raises, naming what is missing."""
+
+    family = "?"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise UnsupportedTextEncoderError(
+            f"{type(self).__name__}: the {self.family} text encoders are not provided by this engine "
+            "(its text encoders are CLIP-L, OpenCLIP ViT-H and OpenCLIP bigG: SD1.x, SD2.x, SDXL)")
+
+
+class SD3ClipModel(_Unsupported):
+    family = "SD3 (CLIP-L + CLIP-G + T5-XXL)"
+
+
+class SD3Tokenizer(_Unsupported):
+    family = "SD3 (CLIP-L + CLIP-G + T5-XXL)"
+
+
+class T5XXLModel(_Unsupported):
+    family = "T5-XXL"
+
+
+class T5XXLTokenizer(_Unsupported):
+    family = "T5-XXL"
+
+
+class StableCascadeClipModel(_Unsupported):
+    family = "Stable Cascade (CLIP-G)"
