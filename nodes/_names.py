@@ -12,10 +12,23 @@ from comfy_core.attention_names import BACKEND_NAMES as ATTENTION_BACKENDS
 from comfy_core.attention_names import OPTIONAL_BACKENDS, missing_optional_backends
 from comfy_core.prompt.embedding_names import EMBEDDING_EXTENSIONS, EMBEDDINGS_KIND, embedding_files
 from comfy_core.prompt.emphasis_modes import DEFAULT_EMPHASIS, EMPHASIS_MODES
-from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
-from comfy_core.sampling.scheduler_names import SCHEDULER_NAMES
+from comfy_core.sampling.samplers.registry import SAMPLER_NAME_LIST, SAMPLER_NAMES
+from comfy_core.sampling.scheduler_names import SCHEDULER_NAME_LIST, SCHEDULER_NAMES
 
 __all__ = [
     "ATTENTION_BACKENDS", "DEFAULT_EMPHASIS", "EMBEDDINGS_KIND", "EMBEDDING_EXTENSIONS", "EMPHASIS_MODES",
     "OPTIONAL_BACKENDS", "SAMPLER_NAMES", "SCHEDULER_NAMES", "embedding_files", "missing_optional_backends",
+    "sampler_names", "scheduler_names",
 ]
+
+
+def sampler_names(env: object = None) -> list[str]:
+    """The sampler combo as it is now: ComfyUI's names plus any a node pack added to
+    `comfy.samplers.KSampler.SAMPLERS` / `SAMPLER_NAMES` (the live list in comfy_core), read each
+    time the combo is rendered or validated, as ComfyUI's nodes read `KSampler.SAMPLERS`."""
+    return list(SAMPLER_NAME_LIST)
+
+
+def scheduler_names(env: object = None) -> list[str]:
+    """The scheduler combo as it is now (ComfyUI's plus any a pack added to `SCHEDULER_NAMES`)."""
+    return list(SCHEDULER_NAME_LIST)

@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.native import Combo, Float, Input, Int, Output, node
 from nodes import checks
-from nodes._names import SAMPLER_NAMES
+from nodes._names import sampler_names
 from nodes.errors import NodeInputError
 
 MODULE = "comfy_extras.nodes_custom_sampler"
@@ -44,11 +44,11 @@ def _on_device(base: str, noise_device: str) -> str:
 
 
 @node("KSamplerSelect", category=CATEGORY, display_name="KSamplerSelect", python_module=MODULE,
-      inputs=[Combo("sampler_name", list(SAMPLER_NAMES))], outputs=[Output("SAMPLER")])
+      inputs=[Combo("sampler_name", sampler_names)], outputs=[Output("SAMPLER")])
 def ksampler_select(sampler_name: str) -> tuple:
     from comfy_core.sampling.sampler_object import sampler_object
 
-    return (sampler_object(_choice(sampler_name, list(SAMPLER_NAMES), "sampler_name")),)
+    return (sampler_object(_choice(sampler_name, sampler_names(), "sampler_name")),)
 
 
 @node("SamplerDPMPP_3M_SDE", category=CATEGORY, display_name="SamplerDPMPP_3M_SDE", python_module=MODULE,

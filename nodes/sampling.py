@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from graph.context import current
 from graph.native import Combo, Float, Input, Int, Output, node
 from nodes import checks
-from nodes._names import SAMPLER_NAMES, SCHEDULER_NAMES
+from nodes._names import sampler_names, scheduler_names
 
 if TYPE_CHECKING:
     import torch
@@ -97,8 +97,8 @@ def _common_inputs(seed_name: str, tips: bool = True) -> list:
         Int(seed_name, default=0, min=0, max=MAX_SEED, control_after_generate=True, **tip("seed")),
         Int("steps", default=20, min=1, max=10000, **tip("steps")),
         Float("cfg", default=8.0, min=0.0, max=100.0, step=0.1, round=0.01, **tip("cfg")),
-        Combo("sampler_name", list(SAMPLER_NAMES), **tip("sampler_name")),
-        Combo("scheduler", list(SCHEDULER_NAMES), **tip("scheduler")),
+        Combo("sampler_name", sampler_names, **tip("sampler_name")),
+        Combo("scheduler", scheduler_names, **tip("scheduler")),
         Input("positive", "CONDITIONING", **tip("positive")),
         Input("negative", "CONDITIONING", **tip("negative")),
         Input("latent_image", "LATENT", **tip("latent_image")),

@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
 from nodes import checks
-from nodes._names import SCHEDULER_NAMES
+from nodes._names import scheduler_names
 from nodes.errors import NodeInputError, describe
 
 MODULE = "comfy_extras.nodes_custom_sampler"
@@ -45,7 +45,7 @@ def _model_sampling(model: Any) -> Any:
 
 
 @node("BasicScheduler", category=SCHEDULERS, display_name="BasicScheduler", python_module=MODULE,
-      inputs=[Input("model", "MODEL"), Combo("scheduler", list(SCHEDULER_NAMES)),
+      inputs=[Input("model", "MODEL"), Combo("scheduler", scheduler_names),
               Int("steps", default=20, min=1, max=10000),
               Float("denoise", default=1.0, min=0.0, max=1.0, step=0.01)],
       outputs=[Output("SIGMAS")])

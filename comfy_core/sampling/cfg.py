@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from comfy_core.sampling.cond_batch import calc_composable, calc_cond_batch
+from comfy_core.sampling import cond_batch as _cond_batch
 
 
 def cfg_combine(cond_pred: torch.Tensor, uncond_pred: torch.Tensor, cond_scale: float) -> torch.Tensor:
@@ -70,17 +70,23 @@ def cfg_function(model: Any, cond_pred: torch.Tensor, uncond_pred: torch.Tensor,
 
 
 def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: list[dict] | None,
-                      cond: list[dict] | None, cond_scale: float, model_options: dict | None = None) -> torch.Tensor:
-    """The guided x0 prediction D(x, sigma) for prepared entries (ComfyUI `sampling_function`).
+                      cond: list[dict] | None, cond_scale: float, model_options: dict | None = None,
+                      seed: int | None = None) -> torch.Tensor:
+    """The guided x0 prediction D(x, sigma) for prepared entries (ComfyUI `sampling_function`,
+    same signature; `seed` is accepted and, as there, unused).
 
     `model.apply_model(x, sigma, c_crossattn=..., y=..., transformer_options=...) -> denoised`.
+    The guider calls this through this module's global and it calls `calc_cond_batch` and
+    `cfg_function` through theirs, so a pack's replacement of `comfy.samplers.sampling_function`,
+    `calc_cond_batch` or `cfg_function` (AnimateDiff, smZNodes) is what runs.
     """
     model_options = {} if model_options is None else model_options
     skip_uncond = math.isclose(cond_scale, 1.0) and not model_options.get("disable_cfg1_optimization", False)
     composable = cond is not None and any("composable_weight" in e for e in cond)
     if composable:
         # The composable sum needs the negative prediction whatever the scale.
-        terms, plain, uncond_pred = calc_composable(model.apply_model, cond, uncond, x, sigma, model_options)
+        terms, plain, uncond_pred = _cond_batch.calc_composable(model.apply_model, cond, uncond, x, sigma,
+                                                                model_options)
         out = [composable_positive(uncond_pred, terms, plain), uncond_pred]
         uncond_ = uncond
     else:
@@ -90,7 +96,7 @@ def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: 
             out = custom_batch({"model": model, "conds": [cond, uncond_], "input": x, "sigma": sigma,
                                 "model_options": model_options})
         else:
-            out = calc_cond_batch(model.apply_model, [cond, uncond_], x, sigma, model_options)
+            out = _cond_batch.calc_cond_batch(model, [cond, uncond_], x, sigma, model_options)
     conds = [cond, uncond_]
     for fn in model_options.get("sampler_pre_cfg_function", []):
         args = {"conds": conds, "conds_out": out, "cond_scale": cond_scale, "timestep": sigma, "input": x,

@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import torch
 
+from comfy_core.patching.wrappers import WrappersMP, run_wrapped
+
 FEATHER = 8  # area-edge feather in latent pixels (at most a quarter of the area side)
 
 
@@ -228,12 +230,37 @@ def _run_group(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, si
             n += r.mult
 
 
-def calc_cond_batch(apply_model: ApplyModel, conds: list[list[dict] | None], x: torch.Tensor,
+def _apply_model_of(model: Any) -> ApplyModel:
+    """ComfyUI passes the diffusion model (which has `apply_model`); our own callers may pass the
+    `apply_model` function itself. Either way, the function to run."""
+    apply_model = getattr(model, "apply_model", None)
+    return apply_model if callable(apply_model) else model
+
+
+def calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor,
                     sigma: torch.Tensor, model_options: dict) -> list[torch.Tensor]:
     """The weighted-average model output for each conditioning list (ComfyUI `calc_cond_batch`).
 
-    `conds[0]` is the positive list, `conds[1]` the negative (None: skipped, result 0).
+    `model` is the diffusion model (ComfyUI's signature; anything with `apply_model`) or an
+    `apply_model` function. `conds[0]` is the positive list, `conds[1]` the negative (None:
+    skipped, result 0). As ComfyUI: a `model_options["context_handler"]` that wants the call runs
+    it (context windows), and the `calc_cond_batch` wrappers of `model_options` run around it.
     """
+    handler = model_options.get("context_handler")
+    if handler is not None and handler.should_use_context(model, conds, x, sigma, model_options):
+        return handler.execute(_calc_cond_batch_outer, model, conds, x, sigma, model_options)
+    return _calc_cond_batch_outer(model, conds, x, sigma, model_options)
+
+
+def _calc_cond_batch_outer(model: Any, conds: list[list[dict] | None], x: torch.Tensor, sigma: torch.Tensor,
+                           model_options: dict) -> list[torch.Tensor]:
+    return run_wrapped(WrappersMP.CALC_COND_BATCH, model_options, _calc_cond_batch, model, conds, x, sigma,
+                       model_options)
+
+
+def _calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor, sigma: torch.Tensor,
+                     model_options: dict) -> list[torch.Tensor]:
+    apply_model = _apply_model_of(model)
     outputs = CondOutputs([torch.zeros_like(x) for _ in conds], [torch.full_like(x, 1e-37) for _ in conds])
     runs = []
     defaults: list[list[dict]] = []

@@ -22,6 +22,8 @@ import torch
 
 from comfy_core.sampling.guider import (CFGGuider, ProgressCallback, SamplingError, prepare_mask,  # noqa: F401
                                         process_latent_in, process_latent_out)
+from comfy_core.sampling import ksampler as _ksampler
+from comfy_core.sampling import schedulers as _schedulers
 from comfy_core.sampling.model_sampling import ModelSampling
 from comfy_core.sampling.sampler_object import KSampler, sampler_object
 from comfy_core.sampling.samplers.registry import DISCARD_PENULTIMATE_SIGMA_SAMPLERS, sampler_function
@@ -93,31 +95,41 @@ def cfg_guider(model: Any, positive: Any, negative: Any, cfg: float) -> CFGGuide
 def sample_custom(model: Any, noise: torch.Tensor, cfg: float, sampler: Any,
                   sigmas: torch.Tensor, positive: Any, negative: Any, latent_image: torch.Tensor,
                   noise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
-                  seed: int | None = None, sampler_options: dict | None = None) -> torch.Tensor:
-    """Sample with any sigma list and sampler (a name, a k-diffusion-style function or a SAMPLER).
+                  disable_pbar: bool = False, seed: int | None = None,
+                  sampler_options: dict | None = None) -> torch.Tensor:
+    """Sample with any sigma list and sampler (a name, a k-diffusion-style function or a SAMPLER),
+    as ComfyUI's `comfy.sample.sample_custom` (same signature, plus `sampler_options`).
 
-    `model` is a ModelPatcher (`applied()` context, `model_options`); returns the latent in VAE space.
+    `model` is a ModelPatcher (`applied()` context, `model_options`); returns the latent in VAE
+    space. Runs `comfy_core.sampling.ksampler.sample` (ComfyUI's `comfy.samplers.sample`), read
+    through its module so a pack's replacement of it is what runs.
     """
-    return cfg_guider(model, positive, negative, cfg).sample(
-        noise, latent_image, as_sampler(sampler, sampler_options), sigmas, denoise_mask=noise_mask,
-        callback=callback, disable_pbar=True, seed=seed)
+    return _ksampler.sample(model, noise, positive, negative, cfg, getattr(model, "load_device", None),
+                            as_sampler(sampler, sampler_options), sigmas, getattr(model, "model_options", None),
+                            latent_image=latent_image, denoise_mask=noise_mask, callback=callback,
+                            disable_pbar=disable_pbar, seed=seed)
 
 
 def sample(model: Any, noise: torch.Tensor, steps: int, cfg: float, sampler_name: str, scheduler: str,
-           positive: Any, negative: Any, latent_image: torch.Tensor, *, denoise: float = 1.0,
-           start_step: int | None = None, last_step: int | None = None, force_full_denoise: bool = False,
-           noise_mask: torch.Tensor | None = None, sigmas: torch.Tensor | None = None,
-           callback: ProgressCallback | None = None, seed: int | None = None) -> torch.Tensor:
-    """KSampler semantics (ComfyUI `comfy.sample.sample`): schedule by name, then `sample_custom`."""
+           positive: Any, negative: Any, latent_image: torch.Tensor, denoise: float = 1.0,
+           disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
+           force_full_denoise: bool = False, noise_mask: torch.Tensor | None = None,
+           sigmas: torch.Tensor | None = None, callback: ProgressCallback | None = None,
+           disable_pbar: bool = False, seed: int | None = None) -> torch.Tensor:
+    """KSampler semantics, ComfyUI's `comfy.sample.sample` (same signature; `disable_noise` is
+    unused there too: callers pass zero noise). A `comfy_core.sampling.ksampler.KSampler` for the
+    model and names, then its `sample`, looked up on the class at call time so that a pack's
+    replacement of `comfy.samplers.KSampler.sample` runs. Unlike ComfyUI's class, which falls back
+    to the first name, an unknown sampler or scheduler name is an error here."""
     sampler_function(sampler_name)  # fail early on an unknown name
-    if sigmas is None:
-        ms = _model_sampling_of(model)
-        sigmas = ksampler_sigmas(ms, steps, sampler_name, scheduler, denoise)
-    window = slice_sigmas(sigmas, start_step, last_step, force_full_denoise)
-    if window is None:
-        return latent_image
-    return sample_custom(model, noise, cfg, sampler_name, window, positive, negative, latent_image,
-                         noise_mask=noise_mask, callback=callback, seed=seed)
+    if sigmas is None and scheduler not in _schedulers.SCHEDULER_HANDLERS:
+        raise _schedulers.UnknownSchedulerError(
+            f"unknown scheduler {scheduler!r}; expected one of {', '.join(_schedulers.SCHEDULER_HANDLERS)}")
+    ksampler = _ksampler.KSampler(model, steps=steps, device=getattr(model, "load_device", None), sampler=sampler_name,
+                                  scheduler=scheduler, denoise=denoise, model_options=getattr(model, "model_options", None))
+    return ksampler.sample(noise, positive, negative, cfg=cfg, latent_image=latent_image, start_step=start_step,
+                           last_step=last_step, force_full_denoise=force_full_denoise, denoise_mask=noise_mask,
+                           sigmas=sigmas, callback=callback, disable_pbar=disable_pbar, seed=seed)
 
 
 def _model_sampling_of(model: Any) -> ModelSampling:

@@ -8,7 +8,16 @@ a run the guider is what sampler functions call (through `sampler_object.Inpaint
 name, as ComfyUI). `inner_model` is the patched diffusion model while a run is on (None outside),
 `model_patcher` the MODEL, `model_options` the patcher's options, `conds` the prepared entries.
 
-KSampler, SamplerCustom and SamplerCustomAdvanced all sample through `CFGGuider.sample`.
+KSampler, SamplerCustom and SamplerCustomAdvanced all sample through `CFGGuider.sample`, which
+has ComfyUI's structure, so packs that subclass the guider or wrap its steps (KJNodes, Easy-Use,
+AnimateDiff, Advanced-ControlNet) find the methods they override or wrap:
+`sample` -> `outer_sample` (the `outer_sample` wrappers; model patched and on its device) ->
+`inner_sample` (conditioning prepared; the sampler object's `sample` under the `sampler_sample`
+wrappers) and, per model call, `__call__` -> `outer_predict_noise` (the `predict_noise`
+wrappers) -> `predict_noise` -> `comfy_core.sampling.cfg.sampling_function`, read through its
+module so that a pack's replacement (`comfy.samplers.sampling_function = f`) is the one called.
+Wrappers come from the guider's `model_options` and the patcher's own `wrappers`, as ComfyUI's
+`prepare_model_patcher` merges them.
 """
 from __future__ import annotations
 
@@ -20,8 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from comfy_core.hooks.sampling import HOOK_RUN_OPTION, HookRun
-from comfy_core.sampling.cfg import cfg_function, sampling_function
-from comfy_core.sampling.cond_batch import calc_cond_batch, repeat_to_batch_size
+from comfy_core.patching.wrappers import WrappersMP, copy_nested_dicts, merge_nested_dicts, run_wrapped
+from comfy_core.sampling import cfg as _cfg
+from comfy_core.sampling import cond_batch as _cond_batch
+from comfy_core.sampling.cond_batch import repeat_to_batch_size
 from comfy_core.sampling.conditioning import (cleanup_control, cond_patchers, convert_cond, prepare_conds,
                                                prepare_control)
 
@@ -91,13 +102,21 @@ class CFGGuider:
 
     def __call__(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
                  seed: int | None = None) -> torch.Tensor:
-        return self.predict_noise(x, timestep, self.model_options if model_options is None else model_options, seed)
+        return self.outer_predict_noise(x, timestep, self.model_options if model_options is None else model_options, seed)
 
-    def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict,
+    def outer_predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
+                            seed: int | None = None) -> torch.Tensor:
+        """`predict_noise` under the `predict_noise` wrappers (ComfyUI's name)."""
+        options = {} if model_options is None else model_options
+        return run_wrapped(WrappersMP.PREDICT_NOISE, self.model_options, self.predict_noise, x, timestep, options, seed,
+                           class_obj=self)
+
+    def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
                       seed: int | None = None) -> torch.Tensor:
         """The guided x0 prediction (ComfyUI's name)."""
-        return sampling_function(self.inner_model, x, timestep, self.conds.get("negative"),
-                                 self.conds.get("positive"), self.cfg, model_options)
+        return _cfg.sampling_function(self.inner_model, x, timestep, self.conds.get("negative"),
+                                      self.conds.get("positive"), self.cfg, {} if model_options is None else model_options,
+                                      seed=seed)
 
     def sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
                denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
@@ -109,46 +128,104 @@ class CFGGuider:
         if noise.shape != latent_image.shape:
             raise SamplingError(f"sampling: noise shape {tuple(noise.shape)} != latent shape "
                                 f"{tuple(latent_image.shape)}")
-        base_options = dict(self.model_options)
+        self.conds = {k: [dict(e) for e in v] for k, v in self.original_conds.items()}
+        orig_model_options = self.model_options
+        self.model_options = self._run_options(orig_model_options)
+        try:
+            return run_wrapped(WrappersMP.OUTER_SAMPLE, self.model_options, self.outer_sample, noise, latent_image,
+                               sampler, sigmas, denoise_mask, callback, disable_pbar, seed, class_obj=self)
+        finally:
+            self.model_options = orig_model_options
+            self.conds = {}
+
+    def _run_options(self, model_options: dict) -> dict:
+        """A copy of `model_options` for one run, with the patcher's wrappers and callbacks merged
+        into its `transformer_options` (ComfyUI's `prepare_model_patcher`)."""
+        options = copy_nested_dicts(model_options)
+        transformer_options = dict(options.get("transformer_options", {}))
+        for name in ("wrappers", "callbacks"):
+            own = getattr(self.model_patcher, name, None)
+            if own:
+                transformer_options[name] = merge_nested_dicts(transformer_options.get(name, {}), own)
+        options["transformer_options"] = transformer_options
+        return options
+
+    def outer_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
+                     denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
+                     disable_pbar: bool = True, seed: int | None = None) -> torch.Tensor:
+        """Patch the model and move the run's tensors to its device; `inner_sample` there; the
+        result back on the latent's device (ComfyUI's intermediate device)."""
         with self.model_patcher.applied() as dm:
             check_latent(dm, latent_image)
             device = _device_of(dm)
             noise_d = noise.to(device)
             latent = latent_image.to(device)
             sigmas = sigmas.to(device)
-            if torch.count_nonzero(latent) > 0:  # an empty latent is left at 0
-                latent = process_latent_in(dm.latent_format, latent)
             mask = prepare_mask(denoise_mask, noise_d.shape, device) if denoise_mask is not None else None
-            conds = {k: [dict(e) for e in v] for k, v in self.original_conds.items()}
             # The conds' weight hooks (comfy_core/hooks): registered, and left only where registered.
-            hook_run = HookRun.for_conds(self.model_patcher, conds)
-            model_options = dict(base_options)
-            model_options["transformer_options"] = {**base_options.get("transformer_options", {}),
-                                                    "sample_sigmas": sigmas}
+            hook_run = HookRun.for_conds(self.model_patcher, self.conds)
             if hook_run is not None:
-                model_options[HOOK_RUN_OPTION] = hook_run
+                self.model_options[HOOK_RUN_OPTION] = hook_run
             self.inner_model = dm
+            pre_run, cleanup = getattr(self.model_patcher, "pre_run", None), getattr(self.model_patcher, "cleanup", None)
             try:
                 with contextlib.ExitStack() as stack:
-                    # Models the conditioning carries (GLIGEN) run beside the UNet, on its device.
-                    for patcher in cond_patchers(conds):
-                        stack.enter_context(patcher.applied(device))
-                    self.conds = prepare_conds(conds, noise_d, dm.model_sampling, getattr(dm, "encode_adm", None),
-                                               concat_cond=getattr(dm, "concat_cond", None), latent_image=latent,
-                                               denoise_mask=mask, seed=seed)
-                    prepare_control(self.conds, dm)  # ControlNets: sigma ranges, lent to uncond
-                    if hook_run is not None:
-                        hook_run.start(dm.model_sampling)
-                    extra_args = {"model_options": model_options, "seed": seed}
-                    samples = sampler.sample(self, sigmas, extra_args, callback, noise_d, latent, mask, disable_pbar)
+                    def prepare(model: Any, noise_shape: Any, conds: Any, model_options: dict | None = None) -> tuple:
+                        # ComfyUI's comfy.sampler_helpers._prepare_sampling: the models beside the
+                        # UNet (the conditioning's GLIGEN, the patcher's additional models, e.g. a
+                        # motion module) on its device, with their patches, for the run.
+                        nested = getattr(model, "get_nested_additional_models", None)
+                        models = cond_patchers(conds) + [m for m in (nested() if nested else ())
+                                                         if hasattr(m, "applied")]
+                        for patcher in models:
+                            stack.enter_context(patcher.applied(device))
+                        return dm, conds, models
+
+                    # PREPARE_SAMPLING wrappers see (patcher, noise shape, conds), as in ComfyUI.
+                    _, self.conds, models = run_wrapped(WrappersMP.PREPARE_SAMPLING, self.model_options, prepare,
+                                                        self.model_patcher, noise_d.shape, self.conds,
+                                                        model_options=self.model_options)
+                    if callable(pre_run):
+                        pre_run()
+                    try:
+                        samples = self.inner_sample(noise_d, latent, device, sampler, sigmas, mask, callback,
+                                                    disable_pbar, seed)
+                    finally:
+                        if callable(cleanup):
+                            cleanup()
+                        # ComfyUI's cleanup_models: every model loaded for the run is cleaned up.
+                        for patcher in models:
+                            if callable(getattr(patcher, "cleanup", None)):
+                                patcher.cleanup()
             finally:
                 cleanup_control(self.conds)
                 self.inner_model = None
-                self.conds = {}
                 if hook_run is not None:
                     hook_run.close()
-            # Back to the caller's device (ComfyUI's intermediate device), in float32.
-            return process_latent_out(dm.latent_format, samples.to(torch.float32)).to(latent_image.device)
+            return samples.to(latent_image.device)
+
+    def inner_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, device: torch.device, sampler: Any,
+                     sigmas: torch.Tensor, denoise_mask: torch.Tensor | None, callback: ProgressCallback | None,
+                     disable_pbar: bool, seed: int | None) -> torch.Tensor:
+        """Prepare the conditioning and run the sampler object (under the `sampler_sample`
+        wrappers) on the patched model `self.inner_model`; model space in, VAE space out."""
+        dm = self.inner_model
+        if latent_image is not None and torch.count_nonzero(latent_image) > 0:  # an empty latent is left at 0
+            latent_image = process_latent_in(dm.latent_format, latent_image)
+        self.conds = prepare_conds(self.conds, noise, dm.model_sampling, getattr(dm, "encode_adm", None),
+                                   concat_cond=getattr(dm, "concat_cond", None), latent_image=latent_image,
+                                   denoise_mask=denoise_mask, seed=seed)
+        prepare_control(self.conds, dm)  # ControlNets: sigma ranges, lent to uncond
+        hook_run = self.model_options.get(HOOK_RUN_OPTION)
+        if hook_run is not None:
+            hook_run.start(dm.model_sampling)
+        model_options = dict(self.model_options)
+        model_options["transformer_options"] = {**self.model_options.get("transformer_options", {}),
+                                                "sample_sigmas": sigmas}
+        extra_args = {"model_options": model_options, "seed": seed}
+        samples = run_wrapped(WrappersMP.SAMPLER_SAMPLE, model_options, sampler.sample, self, sigmas, extra_args,
+                              callback, noise, latent_image, denoise_mask, disable_pbar, class_obj=sampler)
+        return process_latent_out(dm.latent_format, samples.to(torch.float32))
 
 
 class BasicGuider(CFGGuider):
@@ -176,21 +253,22 @@ class DualCFGGuider(CFGGuider):
         middle = [[c[0], {**c[1], "prompt_type": "negative"}] for c in middle]
         self.inner_set_conds({"positive": positive, "middle": middle, "negative": negative})
 
-    def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict,
+    def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
                       seed: int | None = None) -> torch.Tensor:
+        model_options = {} if model_options is None else model_options
         negative = self.conds.get("negative")
         middle = self.conds.get("middle")
         positive = self.conds.get("positive")
         model = self.inner_model
         if self.nested:
-            out = calc_cond_batch(model.apply_model, [negative, middle, positive], x, timestep, model_options)
-            pred_text = cfg_function(model, out[2], out[1], self.cfg1, x, timestep, model_options,
+            out = _cond_batch.calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
+            pred_text = _cfg.cfg_function(model, out[2], out[1], self.cfg1, x, timestep, model_options,
                                      cond=positive, uncond=middle)
             return out[0] + self.cfg2 * (pred_text - out[0])
         if not model_options.get("disable_cfg1_optimization", False) and math.isclose(self.cfg2, 1.0):
             negative = None
             if math.isclose(self.cfg1, 1.0):
                 middle = None
-        out = calc_cond_batch(model.apply_model, [negative, middle, positive], x, timestep, model_options)
-        return (cfg_function(model, out[1], out[0], self.cfg2, x, timestep, model_options, cond=middle, uncond=negative)
+        out = _cond_batch.calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
+        return (_cfg.cfg_function(model, out[1], out[0], self.cfg2, x, timestep, model_options, cond=middle, uncond=negative)
                 + (out[2] - out[1]) * self.cfg1)

@@ -28,7 +28,9 @@ class InpaintDenoiser:
     `model.inner_model.model_patcher` reach what ComfyUI-written samplers expect).
     """
 
-    def __init__(self, guider: Any, sigmas: torch.Tensor, latent_image: torch.Tensor, noise: torch.Tensor) -> None:
+    def __init__(self, guider: Any, sigmas: torch.Tensor, latent_image: torch.Tensor | None = None,
+                 noise: torch.Tensor | None = None) -> None:
+        # ComfyUI's `KSamplerX0Inpaint(model, sigmas)` has `latent_image` / `noise` set afterwards.
         self.inner_model = guider
         self.sigmas = sigmas
         self.latent_image = latent_image
@@ -55,7 +57,22 @@ class InpaintDenoiser:
         return out * denoise_mask + self.latent_image * keep
 
 
-class KSampler:
+class Sampler:
+    """The SAMPLER base class (ComfyUI's `comfy.samplers.Sampler`): `sample(...)` runs it on a
+    guider, `max_denoise` says whether the schedule starts from pure noise. Packs subclass it and
+    patch `max_denoise` on it (smZNodes), so our sampler objects look it up on the class."""
+
+    def sample(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not implement Sampler.sample")
+
+    def max_denoise(self, model_wrap: Any, sigmas: torch.Tensor) -> bool:
+        """Whether the schedule starts at (or above) the model's sigma_max: start from pure noise."""
+        max_sigma = float(model_wrap.inner_model.model_sampling.sigma_max)
+        sigma = float(sigmas[0])
+        return math.isclose(max_sigma, sigma, rel_tol=1e-05) or sigma > max_sigma
+
+
+class KSampler(Sampler):
     """A k-diffusion-style sampler function plus its keyword options (ComfyUI `KSAMPLER`).
 
     `inpaint_options={"random": True}` (ddim) re-noises the kept region of an inpaint with fresh
@@ -67,13 +84,6 @@ class KSampler:
         self.sampler_function = sampler_function
         self.extra_options = dict(extra_options or {})
         self.inpaint_options = dict(inpaint_options or {})
-
-    @staticmethod
-    def max_denoise(guider: Any, sigmas: torch.Tensor) -> bool:
-        """Whether the schedule starts at (or above) the model's sigma_max: start from pure noise."""
-        max_sigma = float(guider.inner_model.model_sampling.sigma_max)
-        sigma = float(sigmas[0])
-        return math.isclose(max_sigma, sigma, rel_tol=1e-05) or sigma > max_sigma
 
     def sample(self, guider: Any, sigmas: torch.Tensor, extra_args: dict, callback: StepReport | None,
                noise: torch.Tensor, latent_image: torch.Tensor | None = None,

@@ -170,29 +170,34 @@ class SchedulerHandler(NamedTuple):
     use_ms: bool = True
 
 
+# Name -> handler, in ComfyUI's order. Like ComfyUI's `comfy.samplers.SCHEDULER_HANDLERS` it is
+# one live dict: a node pack registers a scheduler by adding an entry (and its name to
+# `SCHEDULER_NAME_LIST`), and `calculate_sigmas` finds it there.
+SCHEDULER_HANDLERS: dict[str, SchedulerHandler] = {
+    "simple": SchedulerHandler(simple),
+    "sgm_uniform": SchedulerHandler(sgm_uniform),
+    "karras": SchedulerHandler(get_sigmas_karras, use_ms=False),
+    "exponential": SchedulerHandler(get_sigmas_exponential, use_ms=False),
+    "ddim_uniform": SchedulerHandler(ddim_uniform),
+    "beta": SchedulerHandler(beta),
+    "normal": SchedulerHandler(normal),
+    "linear_quadratic": SchedulerHandler(linear_quadratic),
+    "kl_optimal": SchedulerHandler(kl_optimal, use_ms=False),
+}
+
+
 def scheduler_handlers() -> dict[str, SchedulerHandler]:
-    """Name -> handler, in ComfyUI's current order (a fresh dict: callers may extend their copy)."""
-    return {
-        "simple": SchedulerHandler(simple),
-        "sgm_uniform": SchedulerHandler(sgm_uniform),
-        "karras": SchedulerHandler(get_sigmas_karras, use_ms=False),
-        "exponential": SchedulerHandler(get_sigmas_exponential, use_ms=False),
-        "ddim_uniform": SchedulerHandler(ddim_uniform),
-        "beta": SchedulerHandler(beta),
-        "normal": SchedulerHandler(normal),
-        "linear_quadratic": SchedulerHandler(linear_quadratic),
-        "kl_optimal": SchedulerHandler(kl_optimal, use_ms=False),
-    }
-
-
+    """Name -> handler (a copy of `SCHEDULER_HANDLERS`: callers may extend their copy)."""
+    return dict(SCHEDULER_HANDLERS)
 
 
 def calculate_sigmas(model_sampling: ModelSampling, scheduler_name: str, steps: int) -> torch.Tensor:
     """The schedule `scheduler_name` for `steps` steps on this model's sigma table."""
-    handler = scheduler_handlers().get(scheduler_name)
+    handler = SCHEDULER_HANDLERS.get(scheduler_name)
     if handler is None:
         raise UnknownSchedulerError(
-            f"unknown scheduler {scheduler_name!r}; expected one of {', '.join(SCHEDULER_NAMES)}")
+            f"unknown scheduler {scheduler_name!r}; expected one of {', '.join(SCHEDULER_HANDLERS)} "
+            "(a node pack adds one with comfy.samplers.SCHEDULER_HANDLERS[name] = SchedulerHandler(fn))")
     if steps < 1:
         raise ValueError(f"scheduler {scheduler_name!r}: steps must be >= 1, got {steps}")
     if handler.use_ms:

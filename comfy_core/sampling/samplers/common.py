@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.sampling.noise import NoiseSampler, default_noise_sampler
+from comfy_core.sampling import noise as _noise
+from comfy_core.sampling.noise import NoiseSampler
 
 Denoiser = Callable[..., torch.Tensor]
 StepCallback = Callable[[dict[str, Any]], None] | None
@@ -44,10 +45,14 @@ def sigma_of_half_log_snr(lam: torch.Tensor) -> torch.Tensor:
 
 
 def seeded_noise_sampler(x: torch.Tensor, extra_args: dict, noise_sampler: NoiseSampler | None) -> NoiseSampler:
-    """`noise_sampler`, or else ComfyUI's default one seeded from `extra_args["seed"]`."""
+    """`noise_sampler`, or else ComfyUI's default one seeded from `extra_args["seed"]`.
+
+    Read through the module (not imported by name): packs replace
+    `comfy.k_diffusion.sampling.default_noise_sampler` (AnimateDiff's and smZNodes' noise options),
+    which assigns `comfy_core.sampling.noise.default_noise_sampler`, and every sampler then uses it."""
     if noise_sampler is not None:
         return noise_sampler
-    return default_noise_sampler(x, seed=extra_args.get("seed"))
+    return _noise.default_noise_sampler(x, seed=extra_args.get("seed"))
 
 
 def get_ancestral_step(sigma_from: torch.Tensor, sigma_to: torch.Tensor,

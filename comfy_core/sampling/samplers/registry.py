@@ -4,7 +4,8 @@
 ComfyUI's `comfy/samplers.py` lists them, so workflows and `/object_info` match. Every function
 returned by `sampler_function` takes a sigma list (k-diffusion's convention); `dpm_fast` and
 `dpm_adaptive` are wrapped to turn the list into (sigma_min, sigma_max) as ComfyUI does.
-All 42 are implemented.
+All 42 are implemented; the functions live in `comfy_core.sampling.samplers.kdiffusion` (the
+namespace `comfy.k_diffusion.sampling` is over), looked up there by name at each run.
 
 The name lists import without torch (the sampler modules are imported on first lookup), so the
 node layer can declare its combos from them before torch is loaded.
@@ -33,69 +34,54 @@ SAMPLER_NAMES: tuple[str, ...] = KSAMPLER_NAMES + ("ddim", "uni_pc", "uni_pc_bh2
 # Samplers that want `steps + 1` sigmas with the penultimate dropped (ComfyUI's KSampler rule).
 DISCARD_PENULTIMATE_SIGMA_SAMPLERS: frozenset[str] = frozenset({"dpm_2", "dpm_2_ancestral", "uni_pc", "uni_pc_bh2"})
 
+# The live name lists. ComfyUI's `comfy.samplers.KSAMPLER_NAMES` and `SAMPLER_NAMES` (which is
+# also `KSampler.SAMPLERS`) are mutable lists that node packs extend to add samplers (smZNodes
+# inserts "dpmpp_2m_alt" into `KSampler.SAMPLERS`); the compat surface hands out these very
+# objects and the built-in nodes read their combos from them when rendered and validated, so a
+# name a pack adds is offered and accepted like ComfyUI's own. The tuples above stay ComfyUI's.
+KSAMPLER_NAME_LIST: list[str] = list(KSAMPLER_NAMES)
+SAMPLER_NAME_LIST: list[str] = list(SAMPLER_NAMES)
+
 SamplerFunction = Callable[..., object]
 
-
-def _implemented() -> dict[str, SamplerFunction]:
-    from comfy_core.sampling.samplers import (ancestral, deis, deterministic, dpm_solver, extra, sa_solver, sde,
-                                              stochastic_ei, uni_pc)
-
-    return {
-        "euler": deterministic.sample_euler,
-        "euler_ancestral": ancestral.sample_euler_ancestral,
-        "heun": deterministic.sample_heun,
-        "heunpp2": deterministic.sample_heunpp2,
-        "dpm_2": deterministic.sample_dpm_2,
-        "dpm_2_ancestral": ancestral.sample_dpm_2_ancestral,
-        "lms": deterministic.sample_lms,
-        "dpm_fast": dpm_solver.sample_dpm_fast_sigmas,
-        "dpm_adaptive": dpm_solver.sample_dpm_adaptive_sigmas,
-        "dpmpp_2s_ancestral": ancestral.sample_dpmpp_2s_ancestral,
-        "dpmpp_sde": sde.sample_dpmpp_sde,
-        "dpmpp_sde_gpu": sde.sample_dpmpp_sde_gpu,
-        "dpmpp_2m": deterministic.sample_dpmpp_2m,
-        "dpmpp_2m_sde": sde.sample_dpmpp_2m_sde,
-        "dpmpp_2m_sde_gpu": sde.sample_dpmpp_2m_sde_gpu,
-        "dpmpp_2m_sde_heun": sde.sample_dpmpp_2m_sde_heun,
-        "dpmpp_2m_sde_heun_gpu": sde.sample_dpmpp_2m_sde_heun_gpu,
-        "dpmpp_3m_sde": sde.sample_dpmpp_3m_sde,
-        "dpmpp_3m_sde_gpu": sde.sample_dpmpp_3m_sde_gpu,
-        "ddpm": ancestral.sample_ddpm,
-        "lcm": ancestral.sample_lcm,
-        "ipndm": deterministic.sample_ipndm,
-        "ipndm_v": deterministic.sample_ipndm_v,
-        "euler_cfg_pp": extra.sample_euler_cfg_pp,
-        "euler_ancestral_cfg_pp": extra.sample_euler_ancestral_cfg_pp,
-        "dpmpp_2m_cfg_pp": extra.sample_dpmpp_2m_cfg_pp,
-        "dpmpp_2s_ancestral_cfg_pp": extra.sample_dpmpp_2s_ancestral_cfg_pp,
-        "gradient_estimation": extra.sample_gradient_estimation,
-        "gradient_estimation_cfg_pp": extra.sample_gradient_estimation_cfg_pp,
-        "res_multistep": extra.sample_res_multistep,
-        "res_multistep_cfg_pp": extra.sample_res_multistep_cfg_pp,
-        "res_multistep_ancestral": extra.sample_res_multistep_ancestral,
-        "res_multistep_ancestral_cfg_pp": extra.sample_res_multistep_ancestral_cfg_pp,
-        "deis": deis.sample_deis,
-        "er_sde": stochastic_ei.sample_er_sde,
-        "sa_solver": sa_solver.sample_sa_solver,
-        "sa_solver_pece": sa_solver.sample_sa_solver_pece,
-        "seeds_2": stochastic_ei.sample_seeds_2,
-        "seeds_3": stochastic_ei.sample_seeds_3,
-        # ddim is euler; the difference (random inpaint noise) lives in the sampling driver.
-        "ddim": deterministic.sample_euler,
-        "uni_pc": uni_pc.sample_unipc,
-        "uni_pc_bh2": uni_pc.sample_unipc_bh2,
-    }
+# Names whose function is not `sample_<name>` of the k-diffusion namespace (ComfyUI's `ksampler`
+# and `sampler_object` special cases): dpm_fast / dpm_adaptive take (sigma_min, sigma_max), so a
+# wrapper turns the sigma list into those; ddim is euler (its random inpaint noise lives in
+# `sampler_object`); uni_pc lives beside k-diffusion, as ComfyUI's `extra_samplers.uni_pc`.
+_SPECIAL: dict[str, tuple[str, str]] = {
+    "dpm_fast": ("comfy_core.sampling.samplers.dpm_solver", "sample_dpm_fast_sigmas"),
+    "dpm_adaptive": ("comfy_core.sampling.samplers.dpm_solver", "sample_dpm_adaptive_sigmas"),
+    "ddim": ("comfy_core.sampling.samplers.kdiffusion", "sample_euler"),
+    "uni_pc": ("comfy_core.sampling.samplers.uni_pc", "sample_unipc"),
+    "uni_pc_bh2": ("comfy_core.sampling.samplers.uni_pc", "sample_unipc_bh2"),
+}
 
 
 def implemented_sampler_names() -> tuple[str, ...]:
     """The names of `SAMPLER_NAMES` that have an implementation, in ComfyUI's order."""
-    table = _implemented()
-    return tuple(n for n in SAMPLER_NAMES if n in table)
+    return tuple(n for n in SAMPLER_NAMES if _lookup(n) is not None)
+
+
+def _lookup(name: str) -> SamplerFunction | None:
+    import importlib
+
+    if name in _SPECIAL:
+        module, attribute = _SPECIAL[name]
+        return getattr(importlib.import_module(module), attribute)
+    # Read from the namespace module on every call (ComfyUI's `getattr(k_diffusion_sampling,
+    # "sample_" + name)`): a pack that assigns `comfy.k_diffusion.sampling.sample_<name>` (to add a
+    # sampler or to wrap one of ours) assigns it there, and the next run uses it.
+    namespace = importlib.import_module("comfy_core.sampling.samplers.kdiffusion")
+    fn = getattr(namespace, f"sample_{name}", None)
+    return fn if callable(fn) else None
 
 
 def sampler_function(name: str) -> SamplerFunction:
-    """The sampler function for a ComfyUI sampler name."""
-    fn = _implemented().get(name) if name in SAMPLER_NAMES else None
+    """The sampler function for a sampler name: ComfyUI's, or one a node pack registered as
+    `comfy.k_diffusion.sampling.sample_<name>`."""
+    fn = _lookup(name) if isinstance(name, str) else None
     if fn is None:
-        raise UnknownSamplerError(f"unknown sampler {name!r}; expected one of {', '.join(SAMPLER_NAMES)}")
+        raise UnknownSamplerError(
+            f"unknown sampler {name!r}: neither one of {', '.join(SAMPLER_NAME_LIST)} with an implementation "
+            f"nor a function a node pack registered as comfy.k_diffusion.sampling.sample_{name}")
     return fn

@@ -1,2 +1,22 @@
-"""ComfyUI's `comfy.sample` for node packs (compat/models.py)."""
-from compat.models import fix_empty_latent_channels, prepare_noise, sample, sample_custom  # noqa: F401
+"""ComfyUI's `comfy.sample` for node packs: `sample` (KSampler semantics), `sample_custom`,
+`prepare_noise`, `fix_empty_latent_channels` over comfy_core.sampling (driver, noise).
+
+`comfy.sample.sample = f` (Impact-Pack's error enhancer) replaces the driver function the
+KSampler nodes call.
+"""
+import numpy as np  # noqa: F401  (ComfyUI's module exposes it; a pack reads comfy.sample.np)
+
+from compat.facade import facade
+
+_HELPERS = "compat.samplers_helpers"
+
+facade(__name__, {
+    "sample": "comfy_core.sampling.driver:sample",
+    "sample_custom": "comfy_core.sampling.driver:sample_custom",
+    "prepare_noise": "comfy_core.sampling.noise:prepare_noise",
+    "fix_empty_latent_channels": f"{_HELPERS}:fix_empty_latent_channels",
+    "prepare_mask": f"{_HELPERS}:prepare_mask",
+    "get_models_from_cond": f"{_HELPERS}:get_models_from_cond",
+    "prepare_sampling": f"{_HELPERS}:sample_prepare_sampling",
+    "cleanup_additional_models": f"{_HELPERS}:sample_cleanup_additional_models",
+})

@@ -1,14 +1,54 @@
-"""ComfyUI's `comfy.samplers` names for node packs (compat/models.py); importable without torch."""
-from typing import Any
+"""ComfyUI's `comfy.samplers` for node packs: our sampler objects, guider, CFG, batching and
+schedulers under ComfyUI's names (comfy_core.sampling; ComfyUI-signature adapters in
+compat/samplers_api.py). Importable without torch: the name lists and the `KSampler` class are
+torch-free, every other name resolves on first read (compat/facade.py).
 
-from comfy_core.sampling.samplers.registry import KSAMPLER_NAMES as _KSAMPLER_NAMES
-from compat.models import KSampler, calculate_sigmas, ksampler, runtime_class, sampler_object  # noqa: F401
+The lists are the live ones the built-in nodes read (`KSampler.SAMPLERS is SAMPLER_NAMES`, as in
+ComfyUI), and assigning a name here (`comfy.samplers.sampling_function = f`,
+`comfy.samplers.KSampler.sample = f`, `comfy.samplers.sample = f`) replaces it where our runtime
+calls it.
+"""
+from comfy.k_diffusion import sampling as k_diffusion_sampling  # noqa: F401  (ComfyUI's module name)
+from comfy_core.sampling.ksampler import KSampler  # noqa: F401  (torch-free; packs read KSampler.SAMPLERS)
+from compat.facade import facade
 
-SAMPLER_NAMES = list(KSampler.SAMPLERS)
-SCHEDULER_NAMES = list(KSampler.SCHEDULERS)
-KSAMPLER_NAMES = list(_KSAMPLER_NAMES)  # SAMPLER_NAMES less ddim, uni_pc, uni_pc_bh2, as in ComfyUI
+_CORE = "comfy_core.sampling"
+_API = "compat.samplers_api"
 
-
-def __getattr__(name: str) -> Any:
-    # KSAMPLER and CFGGuider need torch: resolved when a pack first reads them.
-    return runtime_class(name)
+facade(__name__, {
+    "SAMPLER_NAMES": f"{_CORE}.samplers.registry:SAMPLER_NAME_LIST",
+    "KSAMPLER_NAMES": f"{_CORE}.samplers.registry:KSAMPLER_NAME_LIST",
+    "SCHEDULER_NAMES": f"{_CORE}.scheduler_names:SCHEDULER_NAME_LIST",
+    "SCHEDULER_HANDLERS": f"{_CORE}.schedulers:SCHEDULER_HANDLERS",
+    "SchedulerHandler": f"{_CORE}.schedulers:SchedulerHandler",
+    "calculate_sigmas": f"{_CORE}.schedulers:calculate_sigmas",
+    "sample": f"{_CORE}.ksampler:sample",
+    "CFGGuider": f"{_CORE}.guider:CFGGuider",
+    "Sampler": f"{_CORE}.sampler_object:Sampler",
+    "KSAMPLER": f"{_CORE}.sampler_object:KSampler",
+    "KSamplerX0Inpaint": f"{_CORE}.sampler_object:InpaintDenoiser",
+    "ksampler": f"{_CORE}.sampler_object:ksampler",
+    "sampler_object": f"{_CORE}.sampler_object:sampler_object",
+    "sampling_function": f"{_CORE}.cfg:sampling_function",
+    "cfg_function": f"{_CORE}.cfg:cfg_function",
+    "calc_cond_batch": f"{_CORE}.cond_batch:calc_cond_batch",
+    "calc_cond_uncond_batch": f"{_API}:calc_cond_uncond_batch",
+    "get_area_and_mult": f"{_API}:get_area_and_mult",
+    "can_concat_cond": f"{_API}:can_concat_cond",
+    "cond_cat": f"{_API}:cond_cat",
+    "resolve_areas_and_cond_masks_multidim": f"{_API}:resolve_areas_and_cond_masks_multidim",
+    "resolve_areas_and_cond_masks": f"{_API}:resolve_areas_and_cond_masks",
+    "create_cond_with_same_area_if_none": f"{_API}:create_cond_with_same_area_if_none",
+    "calculate_start_end_timesteps": f"{_API}:calculate_start_end_timesteps",
+    "pre_run_control": f"{_API}:pre_run_control",
+    "apply_empty_x_to_equal_area": f"{_API}:apply_empty_x_to_equal_area",
+    "encode_model_conds": f"{_API}:encode_model_conds",
+    "process_conds": f"{_API}:process_conds",
+    "get_mask_aabb": f"{_API}:get_mask_aabb",
+    "simple_scheduler": f"{_API}:simple_scheduler",
+    "ddim_scheduler": f"{_API}:ddim_scheduler",
+    "normal_scheduler": f"{_API}:normal_scheduler",
+    "beta_scheduler": f"{_API}:beta_scheduler",
+    "linear_quadratic_schedule": f"{_API}:linear_quadratic_schedule",
+    "kl_optimal_scheduler": f"{_API}:kl_optimal_scheduler",
+})
