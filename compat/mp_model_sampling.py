@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from comfy_core.sampling import model_sampling as ms
 from comfy_core.sampling.model_sampling import ModelSamplingError, ModelType, flux_time_shift, time_snr_shift  # noqa: F401
 
@@ -66,28 +68,49 @@ def _settings(model_config: Any) -> dict:
     return dict(getattr(model_config, "sampling_settings", None) or {})
 
 
-class ModelSamplingDiscrete(ms.DiscreteModelSampling):
-    """ComfyUI's `ModelSamplingDiscrete(model_config=None, zsnr=None)`: the scaled-linear table."""
+class LCM(EPS):
+    """ComfyUI's `comfy_extras.nodes_model_advanced.LCM`: eps output read through LCM's
+    consistency boundary condition (comfy_core/sampling/model_sampling.py `_lcm_denoised`)."""
 
-    allowed_predictions = ("eps", "v", "x0", "img_to_img")
+    prediction = "lcm"
+
+
+class ModelSamplingDiscrete(ms.DiscreteModelSampling):
+    """ComfyUI's `ModelSamplingDiscrete(model_config=None, zsnr=None)`: the table of the config's
+    `sampling_settings` (`beta_schedule`, `linear_start`, `linear_end`, `timesteps`, `zsnr`)."""
+
+    allowed_predictions = ("eps", "v", "x0", "img_to_img", "lcm")
 
     def __init__(self, model_config: Any = None, zsnr: bool | None = None) -> None:
         settings = _settings(model_config)
-        schedule = settings.get("beta_schedule", "linear")
-        if schedule != "linear":  # ComfyUI's "linear" is latent diffusion's scaled-linear betas
-            raise ModelSamplingError(f"ModelSamplingDiscrete: beta_schedule {schedule!r} is not supported "
-                                     "(only 'linear', the scaled-linear betas of SD1/SD2/SDXL)")
-        super().__init__(_prediction(type(self), "eps"), settings.get("linear_start", 0.00085),
-                         settings.get("linear_end", 0.012), settings.get("timesteps", 1000),
-                         zsnr=bool(settings.get("zsnr", False) if zsnr is None else zsnr))
+        if zsnr is None:
+            zsnr = settings.get("zsnr", False)
+        # As ComfyUI: the config's schedule, never its `given_betas` (packs pass those to
+        # `_register_schedule` themselves, as AnimateDiff-Evolved does).
+        self._register_schedule(given_betas=None, beta_schedule=settings.get("beta_schedule", "linear"),
+                                timesteps=settings.get("timesteps", 1000),
+                                linear_start=settings.get("linear_start", 0.00085),
+                                linear_end=settings.get("linear_end", 0.012), cosine_s=8e-3, zsnr=bool(zsnr))
 
     def _register_schedule(self, given_betas: Any = None, beta_schedule: str = "linear", timesteps: int = 1000,
-                           linear_start: float = 1e-4, linear_end: float = 2e-2, cosine_s: float = 8e-3) -> None:
-        """Rebuild the table (ComfyUI's method, called by packs that change the schedule)."""
-        if given_betas is not None or beta_schedule != "linear":
-            raise ModelSamplingError("ModelSamplingDiscrete._register_schedule: only the 'linear' schedule "
-                                     "without given betas is supported")
-        ms.DiscreteModelSampling.__init__(self, self.prediction, linear_start, linear_end, timesteps, zsnr=self.zsnr)
+                           linear_start: float = 1e-4, linear_end: float = 2e-2, cosine_s: float = 8e-3,
+                           zsnr: bool = False) -> None:
+        """Build the table from betas (ComfyUI's method and defaults; packs call it to change the
+        schedule): `given_betas` [T] if given, else the named `beta_schedule`."""
+        if given_betas is not None and not hasattr(given_betas, "shape"):
+            given_betas = torch.tensor(list(given_betas), dtype=torch.float64)
+        super().__init__(_prediction(type(self), "eps"), linear_start, linear_end, timesteps, zsnr=bool(zsnr),
+                         beta_schedule=beta_schedule, given_betas=given_betas, cosine_s=cosine_s)
+
+
+class ModelSamplingDiscreteDistilled(ModelSamplingDiscrete, ms.DistilledModelSampling):
+    """ComfyUI's `comfy_extras.nodes_model_advanced.ModelSamplingDiscreteDistilled`: the discrete
+    table kept at `original_timesteps` (50) evenly spaced entries from the last, for LCM models.
+    A subclass may set `self.original_timesteps` before calling this constructor
+    (AnimateDiff-Evolved's 25- and 100-step variants)."""
+
+    allowed_predictions = ("eps", "v", "x0", "img_to_img", "lcm")
+    original_timesteps = 50
 
 
 class ModelSamplingContinuousEDM(ms.ContinuousEDMModelSampling):

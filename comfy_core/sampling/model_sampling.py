@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import abc
 import enum
+import hashlib
 import math
 from typing import Any, Literal
 
 import torch
+
+from comfy_core.sampling.beta_schedules import BetaScheduleError, make_beta_schedule, sigmas_from_betas
 
 Prediction = Literal["eps", "v"]
 # Every parametrisation the classes below understand (ComfyUI's EPS, V_PREDICTION, EDM, X0,
@@ -62,6 +65,12 @@ def rescale_zero_terminal_snr(sigmas: torch.Tensor) -> torch.Tensor:
     alphas_cumprod = sqrt_ab ** 2
     alphas_cumprod[-1] = _ZSNR_LAST_ALPHA_BAR
     return ((1.0 - alphas_cumprod) / alphas_cumprod) ** 0.5
+
+
+def _table_digest(sigmas: torch.Tensor) -> str:
+    """A short digest of a sigma table's float32 values (a cache signature part)."""
+    return hashlib.blake2b(sigmas.detach().to("cpu", torch.float32).contiguous().numpy().tobytes(),
+                           digest_size=16).hexdigest()
 
 
 def _per_sample(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -174,23 +183,34 @@ class ModelSampling(Parametrization):
     allowed_predictions: tuple[str, ...] = ("eps", "v")
 
     def __init__(self, prediction: Prediction = "eps", linear_start: float = 0.00085,
-                 linear_end: float = 0.012, timesteps: int = 1000, *, zsnr: bool = False) -> None:
+                 linear_end: float = 0.012, timesteps: int = 1000, *, zsnr: bool = False,
+                 beta_schedule: str = "linear", given_betas: Any = None, cosine_s: float = 8e-3) -> None:
         if prediction not in self.allowed_predictions:
             raise ModelSamplingError(
                 f"{type(self).__name__}: prediction must be one of {self.allowed_predictions}, got {prediction!r}")
         if timesteps < 2:
             raise ModelSamplingError(f"ModelSampling: timesteps must be >= 2, got {timesteps}")
-        if not 0.0 < linear_start < linear_end < 1.0:
+        if given_betas is None and not 0.0 < linear_start < linear_end < 1.0:
             raise ModelSamplingError(
                 f"ModelSampling: need 0 < linear_start < linear_end < 1, got {linear_start}, {linear_end}")
         self.prediction: Prediction = prediction
         self.linear_start = linear_start
         self.linear_end = linear_end
-        self.num_timesteps = timesteps
         self.zsnr = zsnr
-        betas = scaled_linear_betas(timesteps, linear_start, linear_end)  # [T] float64
-        alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
-        sigmas = ((1.0 - alphas_cumprod) / alphas_cumprod) ** 0.5
+        # ComfyUI's ModelSamplingDiscrete._register_schedule: explicit betas win over a named
+        # schedule (AnimateDiff's "sqrt_linear", ...); the table's length is the betas' length.
+        self.beta_schedule = "given" if given_betas is not None else beta_schedule
+        if given_betas is not None:
+            sigmas = sigmas_from_betas(given_betas)
+        elif beta_schedule == "linear":
+            sigmas = sigmas_from_betas(scaled_linear_betas(timesteps, linear_start, linear_end))  # [T] float64
+        else:
+            try:
+                sigmas = sigmas_from_betas(make_beta_schedule(beta_schedule, timesteps, linear_start, linear_end,
+                                                              cosine_s))
+            except BetaScheduleError as error:
+                raise ModelSamplingError(str(error)) from error
+        self.num_timesteps = int(sigmas.shape[0])
         if zsnr:
             sigmas = rescale_zero_terminal_snr(sigmas)
         self.set_sigmas(sigmas)
@@ -201,8 +221,9 @@ class ModelSampling(Parametrization):
         self.log_sigmas = sigmas.log().float()  # [T]
 
     def cache_signature(self) -> tuple:
+        # The table itself is in the signature: packs replace it (`set_sigmas`, given betas).
         return (type(self).__name__, self.prediction, self.linear_start, self.linear_end, self.num_timesteps,
-                self.zsnr)
+                self.zsnr, getattr(self, "beta_schedule", "linear"), _table_digest(self.sigmas))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(prediction={self.prediction!r}, linear_start={self.linear_start}, "
@@ -256,8 +277,9 @@ class DistilledModelSampling(ModelSampling):
     original_timesteps = 50
 
     def __init__(self, prediction: str = "lcm", linear_start: float = 0.00085, linear_end: float = 0.012,
-                 timesteps: int = 1000, *, zsnr: bool = False) -> None:
-        super().__init__(prediction, linear_start, linear_end, timesteps, zsnr=zsnr)  # type: ignore[arg-type]
+                 timesteps: int = 1000, *, zsnr: bool = False, **schedule: Any) -> None:
+        super().__init__(prediction, linear_start, linear_end, timesteps, zsnr=zsnr,  # type: ignore[arg-type]
+                         **schedule)
         self.skip_steps = self.num_timesteps // self.original_timesteps
         if self.skip_steps < 1:
             raise ModelSamplingError(f"DistilledModelSampling: need >= {self.original_timesteps} timesteps")
