@@ -7,6 +7,12 @@ ComfyUI 0.3.64 flag as the server runs with it), plus the session environment's 
 (`output_directory`, ...) and `preview_method` as ComfyUI's enum. A session whose host gave
 no flags answers only those. Any other name is an AttributeError. This module never imports the
 hosts: what they parsed comes in as a plain mapping.
+
+`preview_method` is the live one: the environment's `preview_method`, which the built-in
+samplers and `latent_preview.get_previewer` follow. Packs may set it (ComfyUI-Manager's preview
+setting does `args.preview_method = LatentPreviewMethod.TAESD`), and previews change from the
+next sampling step on, as in ComfyUI. Every other flag is read-only here: the server acted on
+them when it started.
 """
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ def _values() -> dict[str, Any]:
     values.update({
         "output_directory": str(env.output_dir), "input_directory": str(env.input_dir),
         "temp_directory": str(env.temp_dir), "user_directory": str(env.user_dir),
-        "preview_method": LatentPreviewMethod(values.get("preview_method", LatentPreviewMethod.NoPreviews.value)),
+        "preview_method": LatentPreviewMethod(getattr(env, "preview_method", None)
+                                              or values.get("preview_method", LatentPreviewMethod.NoPreviews.value)),
     })
     return values
 
@@ -60,8 +67,12 @@ class _Args:
         raise AttributeError(f"comfy.cli_args.args has no flag {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"comfy.cli_args.args is read-only here (tried to set {name!r}); flags are "
-                             "given on the command line")
+        if name == "preview_method":
+            # LatentPreviewMethod(value) rejects anything but ComfyUI's four methods.
+            active().env.preview_method = LatentPreviewMethod(value).value
+            return
+        raise AttributeError(f"comfy.cli_args.args.{name} is read-only here (only preview_method can be set "
+                             "while the server runs); flags are given on the command line")
 
     def __dir__(self) -> list[str]:
         return sorted(_values())

@@ -4,6 +4,14 @@ A meta-path finder placed first on `sys.meta_path` answers only for the names in
 (submodules such as `comfy.utils` are then found through the package's `__path__`, as usual),
 and for the `comfy_extras.nodes_*` modules that have no file, which it generates from the
 built-in nodes' facades (compat/extras_modules.py).
+
+`utils` is ComfyUI's top-level helper package (`utils.install_util`, `utils.json_util`,
+`utils.extra_config`, which ComfyUI-Manager imports). The name is common: many packs carry their
+own `utils` module or package and import it as `import utils` once their folder is on
+`sys.path`. In ComfyUI those win only when their folder precedes ComfyUI's root on `sys.path`;
+here the rule is: a `utils` found on a `sys.path` entry that is not an installed-packages or
+standard-library folder (a pack's folder, the working directory) wins, and ours answers
+otherwise (as ComfyUI's root precedes site-packages). Our own code never imports `utils`.
 It stays installed once a server installed it, because packs also import lazily while nodes
 run. It also remembers the most recently installed `CompatSession`, the fallback of
 `compat.session.active()`, and answers ComfyUI's names on our `nodes` package
@@ -12,6 +20,7 @@ run. It also remembers the most recently installed `CompatSession`, the fallback
 from __future__ import annotations
 
 import importlib.abc
+import os
 import importlib.machinery
 import sys
 from pathlib import Path
@@ -20,7 +29,9 @@ from typing import Any
 SURFACE = Path(__file__).resolve().parent / "comfy_surface"
 # ComfyUI's module names that packs import (our `nodes` package answers `import nodes` itself).
 TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "comfy_extras",
-                       "latent_preview", "node_helpers"})
+                       "latent_preview", "node_helpers", "execution", "utils"})
+# Names a module of the same name elsewhere on sys.path takes over (see the module docstring).
+YIELDING = frozenset({"utils"})
 
 
 class ComfyModuleFinder(importlib.abc.MetaPathFinder):
@@ -34,6 +45,8 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
             return self.session.generated_module_spec(fullname)  # a module made of node facades
         if fullname not in TOP_LEVEL:
             return None
+        if fullname in YIELDING and _found_outside_installed_packages(fullname):
+            return None  # the pack's own module: the next finders import it
         return importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])
 
     def comfy_module_attribute(self, module: str, name: str) -> Any:
@@ -41,6 +54,36 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
         our `nodes` package forwards the names it lacks here (nodes/__init__.py), so it needs
         no import of compat; the session answers (CompatSession.module_attribute)."""
         return self.session.module_attribute(module, name)
+
+
+def _installed_package_roots() -> set[str]:
+    """Folders of installed distributions and the standard library (resolved)."""
+    import site
+    import sysconfig
+
+    roots = {p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # virtualenv's old site module
+        pass
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    if user:
+        roots.add(user)
+    return {str(Path(r).resolve()) for r in roots}
+
+
+def _found_outside_installed_packages(name: str) -> bool:
+    """True when the first `sys.path` entry holding a module or package `name` is not an
+    installed-packages or standard-library folder (see the module docstring)."""
+    installed = _installed_package_roots()
+    for entry in sys.path:
+        folder = Path(entry or ".")
+        if not ((folder / name / "__init__.py").is_file() or (folder / f"{name}.py").is_file()
+                or (folder / name).is_dir() and any((folder / name).glob("*.py"))):
+            continue
+        resolved = str(folder.resolve())
+        return not any(resolved == root or resolved.startswith(root + os.sep) for root in installed)
+    return False
 
 
 def _installed() -> ComfyModuleFinder | None:

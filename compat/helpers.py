@@ -48,9 +48,32 @@ def pillow(fn: Callable[[Any], T], arg: Any) -> T:
             ImageFile.LOAD_TRUNCATED_IMAGES = previous
 
 
+_HASHERS = {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha512": hashlib.sha512}
+
+
 def hasher() -> Callable[..., Any]:
-    """The file hash ComfyUI uses by default (sha256)."""
-    return hashlib.sha256
+    """The hash constructor of the server's `--default-hashing-function` (sha256 unless set)."""
+    from compat.cli_args import args
+
+    name = getattr(args, "default_hashing_function", "sha256")
+    if name not in _HASHERS:
+        raise ValueError(f"hasher: --default-hashing-function must be one of {sorted(_HASHERS)}, got {name!r}")
+    return _HASHERS[name]
+
+
+def image_alpha_fix(destination: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Make two IMAGE tensors' channel counts compatible before compositing (ComfyUI's
+    node_helpers.image_alpha_fix): a source with more channels is cut to the destination's;
+    a destination with more channels gets one more channel, set to 1.0 (ComfyUI pads the
+    destination, not the source; kept as it is, so results match)."""
+    import torch
+
+    if destination.shape[-1] < source.shape[-1]:
+        source = source[..., :destination.shape[-1]]
+    elif destination.shape[-1] > source.shape[-1]:
+        destination = torch.nn.functional.pad(destination, (0, 1))
+        destination[..., -1] = 1.0
+    return destination, source
 
 
 def _dtypes() -> dict[str, torch.dtype | None]:

@@ -1,19 +1,35 @@
-"""`server.PromptServer.instance` for packs: routes, custom WebSocket events, the running client.
+"""`server.PromptServer.instance` for packs: the aiohttp app and routes, the queue, custom
+WebSocket events, the running client.
 
-ComfyUI's `PromptServer` is the aiohttp server itself; packs use a few of its members:
-`instance.routes` (a `RouteTableDef` they decorate at import time; served bare and under
-`/api` when the app is created), `instance.send_sync(event, data, sid=None)` (a JSON message to
-one client, or to every client when `sid` is None; callable from node threads),
-`instance.send_progress_text(text, node_id, sid=None)`, `instance.client_id` (the running
-prompt's client), `instance.add_on_prompt_handler(fn)`. `PromptServer.instance` is the facade of
-the active `CompatSession` (compat/session.py).
+ComfyUI's `PromptServer` is the aiohttp server itself; packs use a few of its members (ComfyUI
+0.3.64's server.py names):
+- `instance.app`: the real `aiohttp.web.Application` the server will serve. It is made when
+  a pack first reads it (ComfyUI's: `client_max_size` from `--max-upload-size`), so routes,
+  static folders, middlewares and startup hooks packs add at import time are there when the
+  host builds its app on it (web/app.py `create_app` puts the server's own middlewares first,
+  as ComfyUI's are first in its list);
+- `instance.routes`: a `RouteTableDef` packs decorate at import time, served bare and under
+  `/api` when the app is created;
+- `instance.prompt_queue`: ComfyUI's `PromptQueue` methods over the server's queue and history
+  (compat/pack_queue.py); `instance.number`: the next prompt number;
+- `send_sync(event, data, sid=None)` (a JSON message to one client, or to every client when
+  `sid` is None; callable from node threads), `send` / `send_json` / `send_bytes` (async),
+  `send_progress_text(text, node_id, sid=None)`;
+- `client_id`, `last_prompt_id` (the running prompt's), `last_node_id` (the node running in the
+  calling thread), `loop`, `supports`, `sockets_metadata` (each client's feature flags),
+  `add_on_prompt_handler(fn)`, `trigger_on_prompt(body)`.
+`PromptServer.instance` is the facade of the active `CompatSession` (compat/session.py). Other
+members of ComfyUI's server (`user_manager`, `web_root`, `sockets`, ...) raise an
+AttributeError that names them.
 """
 from __future__ import annotations
 
 import logging
 import struct
+import traceback
 from typing import Any, Callable
 
+from compat.pack_queue import PackPromptQueue, ServerNotStartedError
 from compat.session import CompatSession, active
 
 log = logging.getLogger(__name__)
@@ -26,6 +42,23 @@ class BinaryEventTypes:
     UNENCODED_PREVIEW_IMAGE = 2
     TEXT = 3
     PREVIEW_IMAGE_WITH_METADATA = 4
+
+
+def _preview_data(event: int, data: Any) -> dict:
+    """The server's preview event data from ComfyUI's unencoded preview payloads."""
+    from graph.context import current
+
+    meta: dict = {}
+    if event == BinaryEventTypes.PREVIEW_IMAGE_WITH_METADATA:
+        data, meta = data
+        meta = dict(meta or {})
+    fmt, image, max_size = data
+    ctx = current()
+    if ctx is not None:  # the calling node's ids, unless the pack named its own
+        meta.setdefault("node_id", ctx.node_id)
+        meta.setdefault("display_node_id", ctx.display_node_id)
+        meta.setdefault("prompt_id", ctx.prompt_id)
+    return {**meta, "image": image, "format": str(fmt).upper(), "max_size": max_size}
 
 
 class _Instance:
@@ -45,6 +78,51 @@ class PromptServer:
         self._session = session
         self.routes = session.routes
         self.supports = ["custom_nodes_from_web"]
+        self.prompt_queue = PackPromptQueue(session)
+
+    def __getattr__(self, name: str) -> Any:  # only for names this facade does not define
+        raise AttributeError(f"PromptServer.instance.{name}: ComfyUI's server has it, this engine's server "
+                             "facade does not provide it (compat/prompt_server.py lists what it does)")
+
+    @property
+    def app(self) -> Any:
+        """The `aiohttp.web.Application` this session's server will serve (made on first read)."""
+        return self._session.pack_app()
+
+    @property
+    def on_prompt_handlers(self) -> list[Callable[[dict], dict]]:
+        return self._session.on_prompt_handlers
+
+    @property
+    def number(self) -> int:
+        """The number the next prompt without one gets (ComfyUI's counter)."""
+        return self._state("number").queue.counter
+
+    @number.setter
+    def number(self, value: int) -> None:
+        self._state("number").queue.counter = value
+
+    @property
+    def sockets_metadata(self) -> dict[str, dict]:
+        """`{client_id: {"feature_flags": {...}}}` of the connected clients (what each sent in
+        its `feature_flags` message; comfy_api.feature_flags reads it). Empty without a server."""
+        state = self._session.state
+        clients = dict(getattr(getattr(state, "hub", None), "clients", {}) or {})
+        return {sid: {"feature_flags": dict(getattr(conn, "feature_flags", {}) or {})} for sid, conn in clients.items()}
+
+    @property
+    def last_node_id(self) -> str | None:
+        """The node running in the calling thread (its display id, as ComfyUI sets it), else None."""
+        from graph.context import current
+
+        ctx = current()
+        return ctx.display_node_id if ctx is not None else None
+
+    def _state(self, what: str) -> Any:
+        state = self._session.state
+        if state is None:
+            raise ServerNotStartedError(f"PromptServer.instance.{what}: no server is running in this process yet")
+        return state
 
     @property
     def client_id(self) -> str | None:
@@ -64,18 +142,37 @@ class PromptServer:
 
     def send_sync(self, event: str | int, data: Any, sid: str | None = None) -> None:
         """Send `{"type": event, "data": data}` to client `sid` (None: every client); an int
-        event with bytes data is a binary frame. Thread-safe; dropped (logged) without a server."""
+        event with bytes data is a binary frame; `UNENCODED_PREVIEW_IMAGE` with `(format, PIL
+        image, max_size)` (or `PREVIEW_IMAGE_WITH_METADATA` with `((format, image, max_size),
+        metadata)`) is encoded as the server's own previews are, scaled to fit max_size (None:
+        as it is). Thread-safe; dropped (logged) without a server."""
         state = self._session.state
         if state is None:
             log.warning("PromptServer.send_sync(%r) before the server started; dropped", event)
             return
-        if event == BinaryEventTypes.UNENCODED_PREVIEW_IMAGE:
-            raise ValueError("send_sync: unencoded preview images are sent through comfy.utils.ProgressBar "
-                             "update_absolute(value, total, preview), not send_sync")
+        if event in (BinaryEventTypes.UNENCODED_PREVIEW_IMAGE, BinaryEventTypes.PREVIEW_IMAGE_WITH_METADATA):
+            state.send_preview(_preview_data(event, data), sid)
+            return
         state.send(event, data, sid)
 
     async def send(self, event: str | int, data: Any, sid: str | None = None) -> None:
         self.send_sync(event, data, sid)
+
+    async def send_json(self, event: str, data: Any, sid: str | None = None) -> None:
+        """`{"type": event, "data": data}` to `sid` (None: every client)."""
+        if not isinstance(event, str):
+            raise TypeError(f"send_json: the event type must be a string, got {event!r}")
+        self.send_sync(event, data, sid)
+
+    async def send_bytes(self, event: int, data: bytes, sid: str | None = None) -> None:
+        """A binary frame `[u32 event][data]` to `sid` (None: every client)."""
+        self.send_sync(event, self.encode_bytes(event, data)[4:], sid)
+
+    def encode_bytes(self, event: int, data: bytes) -> bytes:
+        """ComfyUI's binary frame: big-endian u32 event type, then the payload."""
+        if not isinstance(event, int):
+            raise RuntimeError(f"Binary event types must be integers, got {event}")
+        return struct.pack(">I", event) + bytes(data)
 
     def send_progress_text(self, text: str | bytes, node_id: str, sid: str | None = None) -> None:
         """ComfyUI's TEXT frame: `[u32 len(node_id)][node_id][text]` (binary type 3)."""
@@ -87,3 +184,13 @@ class PromptServer:
     def add_on_prompt_handler(self, handler: Callable[[dict], dict]) -> None:
         """`handler(body) -> body` rewrites every POST /prompt body before validation."""
         self._session.on_prompt_handlers.append(handler)
+
+    def trigger_on_prompt(self, json_data: dict) -> dict:
+        """Every on_prompt handler in order over `json_data`; one that raises is logged and
+        skipped (ComfyUI's server.py), as the server's own POST /prompt does."""
+        for handler in list(self._session.on_prompt_handlers):
+            try:
+                json_data = handler(json_data)
+            except Exception:  # noqa: BLE001 -- ComfyUI logs and carries on
+                log.warning("an on_prompt handler failed:\n%s", traceback.format_exc())
+        return json_data

@@ -54,6 +54,10 @@ class CompatSession:
         # folder kinds packs declare (folder_paths.folder_names_and_paths) -> file extensions
         self.extensions: dict[str, set[str]] = {}
         self.prompt_server: Any = None  # compat.prompt_server.PromptServer, made on first use
+        self._app: Any = None  # the aiohttp Application packs added to (pack_app), made on first use
+        # ComfyUI's `nodes.EXTENSION_WEB_DIRS` ({pack name: web folder}): loaded packs' WEB_DIRECTORY,
+        # plus what packs put in it themselves (Impact-Pack does); `bind` serves every entry.
+        self.extension_web_dirs: dict[str, str] = {}
 
     @classmethod
     def install(cls, env: Any, registry: "Registry", *, comfy_args: Mapping[str, Any] | None = None
@@ -73,9 +77,16 @@ class CompatSession:
             _active.reset(token)
 
     def import_context(self) -> contextlib.AbstractContextManager:
-        """graph.packs' `import_context`: the import hook is in place and this session active."""
+        """graph.packs' `import_context`: the import hook is in place and this session active;
+        shared modules the import drops from `sys.modules` come back (compat/pack_imports.py)."""
+        from compat.pack_imports import keep_shared_modules
+
         finder.install(self)
-        return self.activate()
+        stack = contextlib.ExitStack()
+        roots = self.env.folders.paths("custom_nodes") if "custom_nodes" in self.env.folders.kinds() else []
+        stack.enter_context(keep_shared_modules(roots))
+        stack.enter_context(self.activate())
+        return stack
 
     def before_node_call(self, unique_id: str, call_index: int, graph_index: int) -> None:
         """The executor's hook before each node call (in the calling task): selects this session
@@ -95,6 +106,12 @@ class CompatSession:
         dirs = [Path(d) for d in dirs]
         allowed = list(whitelist) if whitelist is not None else None
         _forget_modules_under(dirs)
+        # ComfyUI's folder_paths lists the custom-node folders as kind "custom_nodes"; prestartup
+        # scripts (ComfyUI-Manager's) ask for them first thing.
+        known = set(self.env.folders.paths("custom_nodes")) if "custom_nodes" in self.env.folders.kinds() else set()
+        for folder in dirs:
+            if folder.resolve() not in known:
+                self.env.folders.add("custom_nodes", folder)
         with self.import_context():
             self.prestartup = run_prestartup_scripts(dirs, whitelist=allowed)
         self._prestartup_ran_for = (tuple(dirs), allowed)
@@ -113,6 +130,9 @@ class CompatSession:
         self._prestartup_ran_for = None  # a later load_packs (another server's folders) runs them again
         self.packs = load_custom_nodes(self.registry, dirs, whitelist=allowed, import_context=self.import_context,
                                        module_hooks=[self.module_hook])
+        for pack in self.packs:
+            if pack.ok and pack.web_directory is not None:
+                self.extension_web_dirs.setdefault(pack.name, str(pack.web_directory))
         return self.packs
 
     def module_hook(self, module: ModuleType, pack_name: str, registry: "Registry") -> None:
@@ -122,6 +142,18 @@ class CompatSession:
         register_entrypoint(self, module, pack_name, registry)
 
     # -- the server -----------------------------------------------------------------------------
+    def pack_app(self) -> Any:
+        """ComfyUI's `PromptServer.instance.app`: one `aiohttp.web.Application` per session, made
+        on first read with ComfyUI's `client_max_size` (`--max-upload-size` MB, default 100) and
+        no middlewares yet. `bind` hands it to the server state, and the host's app factory
+        builds the served app on it (web/app.py), so what packs add at import time is served."""
+        if self._app is None:
+            from aiohttp import web
+
+            megabytes = float((self.comfy_args or {}).get("max_upload_size", 100))
+            self._app = web.Application(client_max_size=round(megabytes * 1024 * 1024))
+        return self._app
+
     def bind(self, state: Any) -> None:
         """Attach to a built server state (web.state.AppState) before its app is created: packs'
         routes and on_prompt handlers are served, send_sync reaches its sockets, and
@@ -129,6 +161,10 @@ class CompatSession:
         from compat.status import status_routes
 
         self.state = state
+        # The application packs see as PromptServer.instance.app is the one served, also when
+        # a pack first reads it later (once served, its router is frozen, as in ComfyUI).
+        state.pack_app = self.pack_app()
+        self._serve_extension_web_dirs(state)
         state.extra_routes.append(self._routes_in_session())
         state.extra_routes.append(status_routes(self))
         state.on_prompt_handlers.extend(self.on_prompt_handlers)
@@ -136,6 +172,22 @@ class CompatSession:
         # The caller goes on to start the server in this context, so the server's tasks (request
         # handlers: validation, /object_info's INPUT_TYPES) inherit this session.
         _active.set(self)
+
+    def _serve_extension_web_dirs(self, state: Any) -> None:
+        """Entries packs wrote into `nodes.EXTENSION_WEB_DIRS` are served like WEB_DIRECTORY
+        folders: on the pack of that name, or as a web-only entry of their own."""
+        from graph.packs import PackResult
+
+        if not self.extension_web_dirs:
+            return
+        by_name = {pack.name: pack for pack in state.packs}
+        for name, folder in self.extension_web_dirs.items():
+            pack = by_name.get(name)
+            if pack is not None:
+                pack.web_directory = Path(folder)
+            else:
+                state.packs.append(PackResult(name=name, path=Path(folder), ok=True, error=None, seconds=0.0,
+                                              web_directory=Path(folder), module=None))
 
     def _routes_in_session(self) -> Any:
         """Packs' routes, each handler run with this session active (so its `folder_paths` and
@@ -170,6 +222,8 @@ class CompatSession:
         (compat.finder) passes our `nodes` package's unknown attributes here."""
         if module != "nodes":
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        if name == "EXTENSION_WEB_DIRS":
+            return active().extension_web_dirs
         return node_facades.attribute(name)
 
     # -- folders ----------------------------------------------------------------------------

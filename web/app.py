@@ -64,7 +64,7 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     middlewares = list(middlewares_for(state.config))
     if state.config.compress_response_body:
         middlewares.append(compress_body)
-    app = web.Application(client_max_size=state.config.max_upload_bytes, middlewares=middlewares)
+    app = _app_with(state, middlewares)
     app[STATE_KEY] = state
     app[_WARM_UP] = warm_up
     app[_WARM_UP_TASK] = []
@@ -87,6 +87,21 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     app.on_startup.append(_on_startup)
     app.on_shutdown.append(_on_shutdown)
     app.on_cleanup.append(_on_cleanup)
+    return app
+
+
+def _app_with(state: AppState, middlewares: list) -> web.Application:
+    """A new application, or the one packs already added routes and middlewares to
+    (`state.pack_app`, ComfyUI's `PromptServer.instance.app`) with ours put in front of theirs:
+    ComfyUI's own middlewares come first in its list, packs append after them."""
+    app = state.pack_app
+    if app is None:
+        return web.Application(client_max_size=state.config.max_upload_bytes, middlewares=middlewares)
+    if app.frozen:
+        log.warning("the packs' application was already served once; this app leaves out what they added to it")
+        return web.Application(client_max_size=state.config.max_upload_bytes, middlewares=middlewares)
+    for index, middleware in enumerate(middlewares):
+        app.middlewares.insert(index, middleware)
     return app
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from web.queue_item import QueueItem, now_ms
 from web.store import PromptStore
@@ -43,6 +43,24 @@ class PromptQueue:
         n = self._counter
         self._counter += 1
         return -n if front else n
+
+    @property
+    def counter(self) -> int:
+        """The number the next prompt without `number` gets (ComfyUI's `PromptServer.number`)."""
+        return self._counter
+
+    @counter.setter
+    def counter(self, value: int) -> None:
+        self._counter = int(value)
+
+    def put_wire(self, item: Sequence[Any]) -> QueueItem:
+        """Queue ComfyUI's tuple `(number, prompt_id, prompt, extra_data, outputs_to_execute)`
+        as it is (packs' `prompt_queue.put`, compat/pack_queue.py); returns the queued item."""
+        number, prompt_id, prompt, extra_data, outputs = tuple(item)[:5]
+        queued = QueueItem(number=float(number), prompt_id=str(prompt_id), prompt=prompt,
+                           extra_data=dict(extra_data or {}), outputs=[str(o) for o in outputs])
+        self.put(queued)
+        return queued
 
     def contains(self, prompt_id: str) -> bool:
         return prompt_id in self._ids or (self.running is not None and self.running.prompt_id == prompt_id)

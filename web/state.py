@@ -23,11 +23,15 @@ Fields (stable; add, don't rename):
   packs        list of graph.packs.PackResult — loaded custom-node packs (`.web_directory`)
   extra_routes list of aiohttp RouteTableDef — routes added before start (packs); each one is
                registered bare and under /api by the app factory (web.app.create_app)
+  pack_app     aiohttp Application or None — the app node packs added routes, static folders,
+               middlewares or hooks to at import time (ComfyUI's `PromptServer.instance.app`);
+               the app factory builds on it, the server's own middlewares first
   on_prompt_handlers  list of callables `(body: dict) -> dict` that may rewrite every POST
                /prompt body before validation (ComfyUI's add_on_prompt_handler); an exception in
                one is logged and that handler skipped
 
 Thread-safe methods (callable from node worker threads):
+  state.send_preview(data, client_id=None)  a preview image frame (packs' unencoded previews)
   state.send(event_type, data, client_id=None)  JSON event `{"type", "data"}` to one client
                (or to all with client_id=None); an `int` event_type with `bytes` data sends a
                binary frame `[u32 type][data]`
@@ -66,10 +70,19 @@ class AppState:
     packs: list[Any] = field(default_factory=list)
     extra_routes: list[web.RouteTableDef] = field(default_factory=list)
     on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)
+    pack_app: web.Application | None = None
 
     def send(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
         """Send an event to `client_id` (None: every socket). Safe from any thread."""
         self.hub.send_threadsafe(event_type, data, client_id)
+
+    def send_preview(self, data: dict, client_id: str | None = None) -> None:
+        """A preview image frame (type 1, or 4 for clients that asked for metadata) from `data`
+        = `{"image": PIL image, "format": "JPEG"|"PNG", "max_size": int|None, "node_id", ...}`
+        to `client_id` (None: every socket). Safe from any thread; needs the started worker."""
+        if self.worker is None:
+            raise RuntimeError("send_preview: the server's queue worker has not started")
+        self.worker.send_preview(data, client_id)
 
     @property
     def running_client_id(self) -> str | None:

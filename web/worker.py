@@ -101,6 +101,10 @@ class QueueWorker:
                 log.warning("prompt %s did not stop within %.0f s of shutdown", running and running.prompt_id,
                             timeout)
 
+    def request_free_flags(self, *, unload_models: bool = False, free_memory: bool = False) -> None:
+        """`request_free` from ComfyUI's queue flags (packs' `prompt_queue.set_flag`)."""
+        self.request_free(FreeRequest(unload_models=unload_models, free_memory=free_memory))
+
     def request_free(self, request: FreeRequest) -> None:
         """Free now when idle, else after the running prompt."""
         if self.queue.running is None:
@@ -201,10 +205,15 @@ class QueueWorker:
             return
         hub.send_threadsafe(event.type, event.data, client_id)
 
-    def _send_preview(self, data: dict, client_id: str) -> None:
+    def _send_preview(self, data: dict, client_id: str | None) -> None:
         self._on_loop(self._queue_preview, data, client_id)
 
-    def _queue_preview(self, data: dict, client_id: str) -> None:
+    def send_preview(self, data: dict, client_id: str | None) -> None:
+        """A preview image (`data` as the executor's `preview` event: image, format, max_size,
+        node ids) to `client_id` (None: every client), encoded off the loop. Thread-safe."""
+        self._send_preview(data, client_id)
+
+    def _queue_preview(self, data: dict, client_id: str | None) -> None:
         """Encode off the event loop (a full-size PNG takes a while) but keep the frame's place
         in the client's message order: the outbox holds the future until it is done."""
         hub = self.hub

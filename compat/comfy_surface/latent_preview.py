@@ -1,2 +1,16 @@
-"""ComfyUI's `latent_preview` names packs use (compat/previews.py)."""
-from compat.previews import LatentPreviewer, get_previewer, prepare_callback, preview_to_image
+"""ComfyUI's `latent_preview` for node packs (compat/previews.py; `TAESD` is compat/taesd_model.py,
+`LatentPreviewMethod` is `comfy.cli_args`')."""
+from compat.facade import facade
+
+facade(__name__, {
+    "LatentPreviewer": "compat.previews:LatentPreviewer",
+    "Latent2RGBPreviewer": "compat.previews:Latent2RGBPreviewer",
+    "TAESDPreviewerImpl": "compat.previews:TAESDPreviewerImpl",
+    "get_previewer": "compat.previews:get_previewer",
+    "prepare_callback": "compat.previews:prepare_callback",
+    "preview_to_image": "compat.previews:preview_to_image",
+    "MAX_PREVIEW_RESOLUTION": "compat.previews:MAX_PREVIEW_RESOLUTION",
+    "LatentPreviewMethod": "compat.cli_args:LatentPreviewMethod",
+    "args": "compat.cli_args:args",
+    "TAESD": "compat.taesd_model:TAESD",
+})

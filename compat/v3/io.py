@@ -263,6 +263,12 @@ class NodeOutput:
     def result(self) -> tuple | None:
         return self.args if self.args else None
 
+    def __getitem__(self, index: Any) -> Any:
+        """The output values by position, as ComfyUI's `NodeOutput`, so packs calling a V3 node's
+        `execute` directly unpack it like a V1 tuple (UltimateSDUpscale's
+        `(upscaled,) = ImageUpscaleWithModel.execute(...)`)."""
+        return self.args[index]
+
 
 # -- the V1 face of a V3 class (ComfyUI's PREPARE_CLASS_CLONE / EXECUTE_NORMALIZED) -----------------
 def input_spec_of(node_id: str, item: Any) -> InputSpec:
@@ -408,3 +414,97 @@ class ComfyNode(metaclass=_ComfyNodeMeta):
 
 
 ComfyNodeV3 = ComfyNode  # an older spelling some packs use
+
+
+# -- more of ComfyUI's io names -------------------------------------------------------------------
+# More of ComfyUI's `comfy_api.latest.io` (comfy_api/latest/_io.py): the folder and upload
+# enums, the remaining plain wire types, and `MatchType`, an input whose type is one of a
+# template's allowed types and an output of the type that was connected.
+#
+# `MatchType` on this engine: the input's wire type is the union of the template's allowed types
+# (`"IMAGE,MASK"`: links of either type validate), and the output's is that type when the
+# template allows one type, else `*` (the frontend then lets it connect anywhere, and the
+# receiving input's own type is checked when the prompt is validated). ComfyUI 0.3.64 declares
+# `MatchType.Output(id, template)`; packs written for later ComfyUI pass the template first, so
+# both orders are accepted.
+
+
+class FolderType(str, Enum):
+    input = "input"
+    output = "output"
+    temp = "temp"
+
+
+class UploadType(str, Enum):
+    image = "image_upload"
+    audio = "audio_upload"
+    video = "video_upload"
+    model = "file_upload"
+
+
+StyleModel = _plain("StyleModel", "STYLE_MODEL")
+Gligen = _plain("Gligen", "GLIGEN")
+SVG = _plain("SVG", "SVG")
+LoraModel = _plain("LoraModel", "LORA_MODEL")
+LossMap = _plain("LossMap", "LOSS_MAP")
+Voxel = _plain("Voxel", "VOXEL")
+Mesh = _plain("Mesh", "MESH")
+Hooks = _plain("Hooks", "HOOKS")
+HookKeyframes = _plain("HookKeyframes", "HOOK_KEYFRAMES")
+TimestepsRange = _plain("TimestepsRange", "TIMESTEPS_RANGE")
+LatentOperation = _plain("LatentOperation", "LATENT_OPERATION")
+FlowControl = _plain("FlowControl", "FLOW_CONTROL")
+Accumulation = _plain("Accumulation", "ACCUMULATION")
+Photomaker = _plain("Photomaker", "PHOTOMAKER")
+Point = _plain("Point", "POINT")
+FaceAnalysis = _plain("FaceAnalysis", "FACE_ANALYSIS")
+BBOX = _plain("BBOX", "BBOX")
+SEGS = _plain("SEGS", "SEGS")
+MODEL_PATCH = _plain("MODEL_PATCH", "MODEL_PATCH")
+AudioEncoder = _plain("AudioEncoder", "AUDIO_ENCODER")
+AudioEncoderOutput = _plain("AudioEncoderOutput", "AUDIO_ENCODER_OUTPUT")
+WanCameraEmbedding = _plain("WanCameraEmbedding", "WAN_CAMERA_EMBEDDING")
+
+
+def _type_name(item: Any) -> str:
+    return item if isinstance(item, str) else item.io_type
+
+
+class MatchType(ComfyType):
+    """See the module docstring."""
+
+    io_type = "COMFY_MATCHTYPE_V3"
+
+    class Template:
+        def __init__(self, template_id: str, allowed_types: Any = ()) -> None:
+            self.template_id = template_id
+            listed = allowed_types if isinstance(allowed_types, (list, tuple)) else [allowed_types]
+            self.allowed_types = list(listed)
+
+        def wire_types(self) -> list[str]:
+            return list(dict.fromkeys(_type_name(t) for t in self.allowed_types))
+
+        def as_dict(self) -> dict:
+            return {"template_id": self.template_id, "allowed_types": ",".join(self.wire_types())}
+
+    class Input(Input):
+        def __init__(self, id: str, template: "MatchType.Template", display_name: str | None = None,  # noqa: A002
+                     optional: bool = False, tooltip: str | None = None, lazy: bool | None = None,
+                     extra_dict: dict | None = None) -> None:
+            if not isinstance(template, MatchType.Template):
+                raise SchemaError(f"MatchType.Input {id!r}: template must be a MatchType.Template, got {template!r}")
+            super().__init__(id, display_name, optional, tooltip, lazy, extra_dict)
+            self.template = template
+            self.io_type = ",".join(template.wire_types()) or "*"
+
+    class Output(Output):
+        def __init__(self, id: Any = None, template: "MatchType.Template | None" = None,  # noqa: A002
+                     display_name: str | None = None, tooltip: str | None = None, is_output_list: bool = False) -> None:
+            if isinstance(id, MatchType.Template):  # later ComfyUI: Output(template, id=None, ...)
+                id, template = template if isinstance(template, str) else None, id
+            if not isinstance(template, MatchType.Template):
+                raise SchemaError(f"MatchType.Output {id!r}: template must be a MatchType.Template, got {template!r}")
+            super().__init__(id, display_name, tooltip, is_output_list)
+            self.template = template
+            wire = template.wire_types()
+            self.io_type = wire[0] if len(wire) == 1 else "*"

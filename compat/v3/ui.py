@@ -14,15 +14,26 @@ import os
 import random
 from typing import TYPE_CHECKING, Any
 
+from compat.v3.io import FolderType  # noqa: F401 -- ComfyUI's ui re-exports it
+
 if TYPE_CHECKING:
     import torch
 
 
 class SavedResult(dict):
-    """`{"filename", "subfolder", "type"}`, the file record the editor shows."""
+    """`{"filename", "subfolder", "type"}`, the file record the editor shows (`type` a folder
+    name or ComfyUI's `io.FolderType`, stored as its string)."""
 
-    def __init__(self, filename: str, subfolder: str, type: str) -> None:  # noqa: A002
-        super().__init__(filename=filename, subfolder=subfolder, type=type)
+    def __init__(self, filename: str, subfolder: str, type: Any) -> None:  # noqa: A002
+        super().__init__(filename=filename, subfolder=subfolder, type=getattr(type, "value", type))
+
+    @property
+    def filename(self) -> str:
+        return self["filename"]
+
+    @property
+    def subfolder(self) -> str:
+        return self["subfolder"]
 
 
 class _UIOutput:
@@ -115,3 +126,27 @@ class PreviewText(_UIOutput):
 
     def as_dict(self) -> dict:
         return {"text": [self.value]}
+
+
+class PreviewVideo(_UIOutput):
+    """Saved video files shown on the node (ComfyUI's `ui.PreviewVideo`: `{"images": [...],
+    "animated": (True,)}`; the editor plays them)."""
+
+    def __init__(self, values: list, **kwargs: Any) -> None:
+        self.values = list(values)
+
+    def as_dict(self) -> dict:
+        return {"images": [dict(v) for v in self.values], "animated": (True,)}
+
+
+class AudioBackendMissingError(RuntimeError):
+    """Saving audio (FLAC/MP3/Opus) was asked for; ComfyUI encodes it with PyAV, which this
+    engine does not ship."""
+
+
+class PreviewAudio(_UIOutput):
+    """ComfyUI's `ui.PreviewAudio(audio, cls)` saves the audio as FLAC in the temp folder with
+    PyAV; this engine has no audio encoder, so making one raises `AudioBackendMissingError`."""
+
+    def __init__(self, audio: dict, cls: Any = None, **kwargs: Any) -> None:
+        raise AudioBackendMissingError("ui.PreviewAudio: saving audio needs PyAV, which this engine does not ship")

@@ -311,13 +311,15 @@ def test_cli_args_answer_for_the_bound_server(session, tmp_path):
     from web.comfy_args import comfy_args
     from web.config import ServerConfig
 
-    # A session whose host gave no flags answers the environment's folders and the preview method only.
+    # A session whose host gave no flags answers the environment's folders and the preview method
+    # only; the preview method is the environment's (what the samplers follow).
     assert args.output_directory == str((tmp_path / "output").resolve())
-    assert args.preview_method == LatentPreviewMethod.NoPreviews
+    assert args.preview_method == LatentPreviewMethod(session.env.preview_method) == LatentPreviewMethod.Latent2RGB
     with pytest.raises(AttributeError, match="no flag"):
         args.port  # noqa: B018
 
     session.comfy_args = comfy_args(ServerConfig())  # what the web host gives: ComfyUI's defaults
+    session.env.preview_method = ServerConfig().preview_method  # as the host builds its environment
     assert args.preview_method == LatentPreviewMethod.NoPreviews and args.port == 8188
     assert args.lowvram is False and args.disable_metadata is False
     with pytest.raises(AttributeError, match="no flag"):
@@ -328,6 +330,7 @@ def test_cli_args_answer_for_the_bound_server(session, tmp_path):
     config = ServerConfig(port=9999, preview_method="taesd", cpu=True, attention_backend="split",
                           disable_metadata=True)
     session.comfy_args = comfy_args(config)
+    session.env.preview_method = config.preview_method
     assert (args.port, args.preview_method, args.cpu) == (9999, LatentPreviewMethod.TAESD, True)
     # A config built in code (no parsed flags) still reports what the server runs with.
     assert args.use_split_cross_attention and args.disable_metadata and not args.use_quad_cross_attention

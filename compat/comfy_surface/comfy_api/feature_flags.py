@@ -1,0 +1,5 @@
+"""ComfyUI's `comfy_api.feature_flags` for node packs (compat/feature_flags.py)."""
+from compat.facade import facade
+
+facade(__name__, {name: f"compat.feature_flags:{name}" for name in (
+    "SERVER_FEATURE_FLAGS", "get_connection_feature", "supports_feature", "get_server_features")})

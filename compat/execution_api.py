@@ -1,0 +1,236 @@
+"""ComfyUI's top-level `execution` module for packs: validation and an executor with ComfyUI's
+signatures and return shapes, over our graph engine (graph.validation, graph.executor).
+
+- `validate_prompt(prompt_id, prompt, partial_execution_list)` answers ComfyUI's tuple
+  `(ok, error, good_outputs, node_errors)`; `validate_inputs(prompt_id, prompt, item, validated)`
+  validates one node and its ancestors into `validated` (`{node_id: (ok, errors, node_id)}`);
+  both run graph.validation against the active session's registry and environment.
+- `get_input_data(inputs, class_def, unique_id, outputs, dynprompt, extra_data)` is ComfyUI's
+  input resolution for one node: links read from `outputs` (`.get(node_id)` -> the node's output
+  tuple), widget values wrapped in a one-item list, hidden inputs filled.
+- `PromptExecutor(server)` runs prompts on its own `graph.executor.Executor` (its own caches),
+  reporting through `add_message` and `handle_execution_error` as ComfyUI's does, so a pack
+  that wraps those methods sees each message.
+
+What a pack replaces here changes what packs calling these names get; the server's own queue
+worker keeps validating and executing with graph.validation and graph.executor (it never looks
+these names up), as documented in docs/dev/README-packs.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
+MAXIMUM_HISTORY_SIZE = 10000
+_HIDDEN_FROM_EXTRA = {"EXTRA_PNGINFO": "extra_pnginfo", "AUTH_TOKEN_COMFY_ORG": "auth_token_comfy_org",
+                      "API_KEY_COMFY_ORG": "api_key_comfy_org"}
+
+
+class ExecutionResult(Enum):
+    """ComfyUI's result of one node step."""
+
+    SUCCESS = 0
+    FAILURE = 1
+    PENDING = 2
+
+
+class CacheType(Enum):
+    """ComfyUI's cache strategies (graph.cache kinds: classic, lru, none, ram)."""
+
+    CLASSIC = 0
+    LRU = 1
+    NONE = 2
+    RAM_PRESSURE = 3
+
+
+_CACHE_KINDS = {CacheType.CLASSIC: "classic", CacheType.LRU: "lru", CacheType.NONE: "none",
+                CacheType.RAM_PRESSURE: "ram"}
+
+
+class DuplicateNodeError(Exception):
+    """ComfyUI's error for an expansion that reuses a node id."""
+
+
+class NodeExecutionError(Exception):
+    """The exception `PromptExecutor.handle_execution_error` receives for a failed node: the
+    node's own exception was raised on the executor's thread and is reported by value
+    (`exception_type`, `exception_message`, `traceback`), as in the execution_error message."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        super().__init__(error.get("exception_message", ""))
+        self.exception_type = error.get("exception_type", "")
+        self.traceback = error.get("traceback", [])
+
+
+def full_type_name(klass: type) -> str:
+    from graph.validation import full_type_name as name
+
+    return name(klass)
+
+
+def _session() -> Any:
+    from compat.active import active
+
+    return active()
+
+
+# -- validation -------------------------------------------------------------------------------
+async def validate_prompt(prompt_id: str, prompt: dict, partial_execution_list: list[str] | None = None
+                          ) -> tuple[bool, dict | None, list[str], dict]:
+    """ComfyUI's `execution.validate_prompt`: `(ok, error, good_outputs, node_errors)`."""
+    from graph.validation import validate_prompt as validate
+
+    session = _session()
+    result = await validate(prompt, session.registry, env=session.env,
+                            partial_execution_targets=partial_execution_list)
+    return (result.ok, result.error, list(result.outputs), result.node_errors)
+
+
+async def validate_inputs(prompt_id: str, prompt: dict, item: str, validated: dict) -> tuple[bool, list[dict], str]:
+    """ComfyUI's `execution.validate_inputs`: validate node `item` (and what it links to) into
+    `validated`; returns `(ok, errors, item)`."""
+    from graph.validation import _Validator  # noqa: PLC2701 -- the engine's one-node walk
+
+    session = _session()
+    validator = _Validator(prompt, session.registry, session.env)
+    validator.validated = validated
+    if item not in validated:
+        await validator.validate_output(item)
+    return validated[item]
+
+
+# -- one node's inputs --------------------------------------------------------------------------
+def _is_link(value: Any) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], int) and not isinstance(value[1], bool))
+
+
+def get_input_data(inputs: Mapping[str, Any], class_def: type, unique_id: str, outputs: Any = None,
+                   dynprompt: Any = None, extra_data: Mapping[str, Any] | None = None
+                   ) -> tuple[dict[str, Any], dict[str, bool], dict]:
+    """ComfyUI's `execution.get_input_data` for a V1 class: `(input_data_all, missing_keys,
+    hidden_inputs_v3)`. A link's value is `outputs.get(source_id)[index]` (marked missing, as
+    `(None,)`, when `outputs` is None or lacks it); a widget value becomes `[value]`; hidden
+    PROMPT, DYNPROMPT, EXTRA_PNGINFO, UNIQUE_ID and the API-key inputs are filled."""
+    extra_data = extra_data or {}
+    valid = class_def.INPUT_TYPES()
+    declared: dict[str, dict] = {}
+    for section in ("required", "optional"):
+        for name, entry in (valid.get(section) or {}).items():
+            options = entry[1] if isinstance(entry, (list, tuple)) and len(entry) > 1 else {}
+            declared[name] = options if isinstance(options, dict) else {}
+    input_data_all: dict[str, Any] = {}
+    missing: dict[str, bool] = {}
+    for name, value in inputs.items():
+        options = declared.get(name)
+        if _is_link(value) and not (options or {}).get("rawLink", False):
+            cached = outputs.get(value[0]) if outputs is not None else None
+            if cached is None or value[1] >= len(cached):
+                missing[name] = True
+                input_data_all[name] = (None,)
+                continue
+            input_data_all[name] = cached[value[1]]
+        elif options is not None:
+            input_data_all[name] = [value]
+    for name, kind in (valid.get("hidden") or {}).items():
+        if kind == "PROMPT":
+            input_data_all[name] = [dynprompt.get_original_prompt() if dynprompt is not None else {}]
+        elif kind == "DYNPROMPT":
+            input_data_all[name] = [dynprompt]
+        elif kind == "UNIQUE_ID":
+            input_data_all[name] = [unique_id]
+        elif kind in _HIDDEN_FROM_EXTRA:
+            input_data_all[name] = [extra_data.get(_HIDDEN_FROM_EXTRA[kind])]
+    return input_data_all, missing, {}
+
+
+# -- the executor -------------------------------------------------------------------------------
+class PromptExecutor:
+    """ComfyUI's `execution.PromptExecutor(server, cache_type, cache_size)` over a
+    `graph.executor.Executor` of the active session's registry (caches kept across `execute`
+    calls until `reset`). After `execute`: `success`, `status_messages` and `history_result`
+    (`{"outputs", "meta"}`) as ComfyUI sets them."""
+
+    def __init__(self, server: Any, cache_type: Any = False, cache_size: int | None = None) -> None:
+        self.server = server
+        self.cache_type = cache_type
+        self.cache_size = cache_size
+        self.reset()
+
+    def _cache_config(self) -> Any:
+        from graph.cache import CacheConfig
+
+        kind = _CACHE_KINDS.get(self.cache_type, "classic") if isinstance(self.cache_type, CacheType) else "classic"
+        if kind == "lru" and not self.cache_size:
+            kind = "classic"  # ComfyUI: --cache-lru 0 is the classic cache
+        return CacheConfig(kind=kind, size=int(self.cache_size or 0))
+
+    def reset(self) -> None:
+        from graph.executor import Executor
+
+        session = _session()
+        self._executor = Executor(session.registry, cache=self._cache_config(), env=session.env,
+                                  before_node_call=[session.before_node_call])
+        self.status_messages: list[tuple[str, dict]] = []
+        self.success = True
+        self.history_result: dict = {}
+        self.client_id: str | None = None
+
+    def add_message(self, event: str, data: dict, broadcast: bool) -> None:
+        """Record a status message (timestamped) and send it to the prompt's client, or to every
+        client when `broadcast` (ComfyUI's rule). The client is the one `extra_data` named
+        (ComfyUI keeps it on `server.client_id`; here that is the server's running prompt's)."""
+        data = {**data, "timestamp": int(time.time() * 1000)}
+        self.status_messages.append((event, data))
+        if self.client_id is not None or broadcast:
+            self.server.send_sync(event, data, self.client_id)
+
+    def handle_execution_error(self, prompt_id: str, prompt: dict, current_outputs: Iterable[str],
+                               executed: Iterable[str], error: dict, ex: BaseException) -> None:
+        """Report a failed (or interrupted) node, ComfyUI's message shapes."""
+        from compat.devices import InterruptProcessingException
+
+        node_id = error["node_id"]
+        message = {"prompt_id": prompt_id, "node_id": node_id, "node_type": prompt[node_id]["class_type"],
+                   "executed": list(executed)}
+        if isinstance(ex, InterruptProcessingException):
+            self.add_message("execution_interrupted", message, broadcast=True)
+            return
+        message.update({"exception_message": error["exception_message"], "exception_type": error["exception_type"],
+                        "traceback": error["traceback"], "current_inputs": error["current_inputs"],
+                        "current_outputs": list(current_outputs)})
+        self.add_message("execution_error", message, broadcast=False)
+
+    def execute(self, prompt: dict, prompt_id: str, extra_data: Mapping[str, Any] | None = None,
+                execute_outputs: Iterable[str] = ()) -> None:
+        asyncio.run(self.execute_async(prompt, prompt_id, extra_data, execute_outputs))
+
+    async def execute_async(self, prompt: dict, prompt_id: str, extra_data: Mapping[str, Any] | None = None,
+                            execute_outputs: Iterable[str] = ()) -> None:
+        """Run the nodes `execute_outputs` need; every engine message goes through
+        `add_message` (errors and interrupts through `handle_execution_error`)."""
+        from graph.context import Interrupted
+
+        extra_data = dict(extra_data or {})
+        self.client_id = extra_data.get("client_id")
+        self.status_messages = []
+        current_outputs = sorted(str(k) for k in prompt)
+
+        def sink(event: Any) -> None:
+            kind, data = event.type, dict(event.data)
+            data.pop("timestamp", None)
+            if kind == "preview":
+                return  # preview frames go to the running node's client through its ProgressBar
+            if kind in ("execution_error", "execution_interrupted"):
+                ex = Interrupted() if kind == "execution_interrupted" else NodeExecutionError(data)
+                self.handle_execution_error(prompt_id, prompt, current_outputs, data.get("executed", []), data, ex)
+                return
+            self.add_message(kind, data, broadcast=False)
+
+        outcome = await self._executor.execute(prompt, prompt_id, outputs=list(execute_outputs),
+                                               extra_data=extra_data, sink=sink)
+        self.success = outcome.status == "success"
+        self.history_result = {"outputs": outcome.ui_outputs, "meta": outcome.meta}
