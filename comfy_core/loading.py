@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+from torch import nn
 
 from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
@@ -145,6 +146,13 @@ def _load_model(checkpoint: CheckpointFile, family: Family, unet: UNetModel, pre
                 options: LoadOptions, loaded: Mapping[str, torch.Tensor]) -> ModelPatcher:
     unet = materialize(unet, checkpoint, family.unet_prefix, options.dtype_policy.dtype_for(UNET), "UNet",
                        family.key_conversions, zero_copy=options.mmap, workers=options.io_workers, loaded=loaded)
+    return model_from_unet(checkpoint, family, unet, prediction, options)
+
+
+def model_from_unet(checkpoint: CheckpointFile, family: Family, unet: nn.Module, prediction: str,
+                    options: LoadOptions) -> ModelPatcher:
+    """A loaded UNet -> `ModelPatcher` over the family's `DiffusionModel` (its sampling, latent
+    format, ADM), as every diffusion-model loader wraps it."""
     zsnr = family.zsnr_marker is not None and family.zsnr_marker in checkpoint.tensors
     sampling = ModelSampling(prediction, linear_start=family.sampling.linear_start,
                              linear_end=family.sampling.linear_end, timesteps=family.sampling.timesteps, zsnr=zsnr)

@@ -173,7 +173,11 @@ def _diffusion_model(source: Any, model_options: Mapping | None) -> Any:
     model_options = dict(model_options or {})
     weight_dtype = model_options.pop("dtype", None) or model_options.pop("weight_dtype", None)
     fp8 = bool(model_options.pop("fp8_optimizations", False))
-    model = ours(source, _options(model_options), weight_dtype=weight_dtype, fp8_optimizations=fp8)
+    # ComfyUI's `custom_operations`: the UNet's layer classes (a pack's comfy.ops subclass, e.g.
+    # ComfyUI-GGUF's GGMLOps, given a class or an instance), which then load their own tensors.
+    operations = model_options.pop("custom_operations", None)
+    model = ours(source, _options(model_options), weight_dtype=weight_dtype, fp8_optimizations=fp8,
+                 operations=operations)
     _finish(model)
     return model
 
@@ -211,10 +215,42 @@ def _text_encoders(sources: list, embedding_directory: Any, clip_type: Any, mode
         kind = "sdxl"  # ComfyUI picks the set from the weights: CLIP-L + bigG is SDXL's
     model_options = dict(model_options or {})
     load_device = model_options.pop("load_device", None)
+    # ComfyUI's "initial_device": where the encoders sit before first use, our offload device.
+    initial_device = model_options.pop("initial_device", None)
+    _check_text_operations(model_options.pop("custom_operations", None), sources)
     clip = load_text_encoders(sources, kind, _options(None, model_options),
-                              load_device=str(load_device) if load_device is not None else None)
+                              load_device=str(load_device) if load_device is not None else None,
+                              offload_device=str(initial_device) if initial_device is not None else "cpu")
     _finish(clip=clip, embedding_directory=embedding_directory)
     return clip
+
+
+def _check_text_operations(operations: Any, sources: list) -> None:
+    """`custom_operations` for text encoders (ComfyUI-GGUF's CLIPLoaderGGUF passes its GGMLOps).
+
+    Our text encoders are not built from ComfyUI's operations classes, so they are honoured where
+    they cannot change a result: classes of ComfyUI's `comfy.ops` family (which only cast a plain
+    weight to the input's dtype and device) over state dicts of plain tensors. A tensor subclass
+    (e.g. GGUF-quantized weights, which only the pack's layers can read) or any other operations
+    object is refused, naming what is missing."""
+    if operations is None:
+        return
+    from compat.ldm_ops import disable_weight_init
+
+    ops_class = operations if isinstance(operations, type) else type(operations)
+    if not issubclass(ops_class, disable_weight_init):
+        raise LoaderOptionError(f"text encoders: custom_operations {ops_class.__name__} is not a comfy.ops class; "
+                                "this engine's text encoders take only comfy.ops-family operations")
+    import torch
+
+    for source in sources:
+        if isinstance(source, Mapping):
+            odd = sorted(k for k, v in source.items() if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor)
+            if odd:
+                raise LoaderOptionError(
+                    f"text encoders: {len(odd)} tensors are {type(source[odd[0]]).__name__} (e.g. {odd[0]!r}), which "
+                    f"only {ops_class.__name__}'s layers can read; this engine's text encoders do not use "
+                    "custom_operations layers (quantized text encoders are not supported)")
 
 
 # --- LoRA ---

@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -33,9 +33,10 @@ from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
-from comfy_core.loading import LoadOptions, _build_unet, _load_model, resolve_prediction
+from comfy_core.loading import LoadOptions, _build_unet, _load_model, model_from_unet, resolve_prediction
 from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time
 from comfy_core.patching.model import ModelPatcher
+from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,18 @@ def compute_dtype(policy: DtypePolicy, storage: torch.dtype) -> torch.dtype | No
 
 def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None, *,
                          weight_dtype: torch.dtype | None = None, fp8_optimizations: bool = False,
-                         registry: FamilyRegistry | None = None) -> ModelPatcher:
+                         registry: FamilyRegistry | None = None, operations: Any = None) -> ModelPatcher:
     """A diffusion model file -> `ModelPatcher` over a `DiffusionModel` (see the module docstring).
 
-    `weight_dtype`: the UNet's storage dtype (None: the policy's, as for checkpoints). Raises
-    `CheckpointError` subclasses naming the file (`UnknownFamilyError` for a UNet of no known family).
+    `weight_dtype`: the UNet's storage dtype (None: the policy's, as for checkpoints).
+    `operations`: layer classes to build the UNet from (ComfyUI's `model_options["custom_operations"]`,
+    e.g. ComfyUI-GGUF's `GGMLOps`); the layers then load their own tensors
+    (comfy_core/split/custom_operations.py). Raises `CheckpointError` subclasses naming the file
+    (`UnknownFamilyError` for a UNet of no known family).
     """
+    if operations is not None:
+        return _load_with_operations(path, options or LoadOptions(), weight_dtype, registry or default_registry(),
+                                     operations)
     options = options or LoadOptions()
     registry = registry or default_registry()
     started = time.perf_counter()
@@ -100,4 +107,30 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, weights %s%s", file.path.name,
              time.perf_counter() - started, family.display_name, prediction, storage,
              f", computed in {cast}" if cast is not None else "")
+    return model
+
+
+def _load_with_operations(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions,
+                          weight_dtype: torch.dtype | None, registry: FamilyRegistry, operations: Any) -> ModelPatcher:
+    """`load_diffusion_model` with the UNet built from `operations` (ComfyUI's custom_operations)."""
+    started = time.perf_counter()
+    policy = options.dtype_policy
+    storage = weight_dtype or policy.dtype_for(UNET)
+    load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
+    with CheckpointFile(path) as file:
+        view = RenamedCheckpoint(file, diffusion_model_names(file))
+        detection = registry.detect_diffusion_model(view.tensors, file.path)
+        family = detection.family
+        prediction = resolve_prediction(view, family, options.prediction)
+        unet = build_unet_with_operations(view, detection, operations)
+        unet = load_with_operations(unet, view, family.unet_prefix, storage)
+        model = model_from_unet(view, family, unet, prediction, load_options)
+    # The UNet computes in the storage dtype (ComfyUI's unet_dtype; the layers dequantize or cast
+    # to their input's dtype). DiffusionModel reads its compute dtype from the output layer's
+    # weight, which a pack's layer may hold packed (e.g. as bytes): then name it explicitly.
+    if model.model.get_dtype() != storage:
+        model.model.manual_cast_dtype = storage
+    log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, custom operations %s (weights %s)",
+             file.path.name, time.perf_counter() - started, family.display_name, prediction,
+             getattr(operations, "__name__", type(operations).__name__), dict(storage_of(unet)))
     return model
