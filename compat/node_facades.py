@@ -36,11 +36,57 @@ from nodes.environment import Environment, current_env
 # for the nodes ComfyUI declares with the V3 schema (packs call `GrowMask.execute(...)` there).
 FUNCTION_NAMES_FILE = Path(__file__).resolve().parent / "comfy_node_functions.json"
 V3_FUNCTION = "EXECUTE_NORMALIZED"
+# ComfyUI 0.3.64's parameter order of each V1 node's method (after `self`), recorded from its
+# classes (facts, not code): packs call them positionally (`VAEDecode().decode(vae, samples)`,
+# `CLIPTextEncode().encode(clip, text)`), and ComfyUI's order is not always INPUT_TYPES order.
+ARGUMENT_ORDER_FILE = Path(__file__).resolve().parent / "comfy_node_arguments.json"
 
 
 @functools.lru_cache(maxsize=1)
 def comfy_function_names() -> dict[str, str]:
     return json.loads(FUNCTION_NAMES_FILE.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=1)
+def comfy_argument_orders() -> dict[str, list[str]]:
+    return json.loads(ARGUMENT_ORDER_FILE.read_text(encoding="utf-8"))
+
+
+class UnsupportedNodeArgumentError(TypeError):
+    """A pack passed an argument of ComfyUI's node method that our node does not have."""
+
+
+def positional_binder(node_id: str, method_name: str,
+                      signature: inspect.Signature) -> Callable[..., tuple[tuple, dict]]:
+    """`bind(*args, **kwargs) -> (args, kwargs)` for a facade method: positional arguments are named by
+    ComfyUI's parameter order for the node (else by the function's own order), so a pack's
+    positional call means what it means on ComfyUI; a ComfyUI parameter our function lacks is
+    refused by name, never dropped."""
+    comfy_order = comfy_argument_orders().get(node_id)
+    accepted = set(signature.parameters)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+
+    def bind(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+        if comfy_order is None or not args:
+            bound = signature.bind(*args, **kwargs)
+            return bound.args, bound.kwargs
+        if len(args) > len(comfy_order):
+            raise TypeError(f"{node_id}.{method_name}() takes {len(comfy_order)} positional arguments "
+                            f"({', '.join(comfy_order)}), got {len(args)}")
+        named = dict(zip(comfy_order, args))
+        for name in named:
+            if name in kwargs:
+                raise TypeError(f"{node_id}.{method_name}() got multiple values for argument {name!r}")
+        named.update(kwargs)
+        unsupported = [] if takes_any else sorted(set(named) - accepted)
+        if unsupported:
+            raise UnsupportedNodeArgumentError(
+                f"{node_id}.{method_name}(): argument(s) {unsupported} of ComfyUI's node are not supported "
+                f"by this engine's {node_id} (it takes {list(signature.parameters)})")
+        signature.bind(**named)  # missing required arguments: Python's own message
+        return (), named
+
+    return bind
 
 
 DEFAULT_FUNCTION = "execute"
@@ -63,15 +109,15 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
     """A V1 class over a native node function."""
     method_name = comfy_function_names().get(spec.node_id, DEFAULT_FUNCTION)
     signature = inspect.signature(fn)
+    bind = positional_binder(spec.node_id, method_name, signature)
 
     def input_types(cls: type) -> dict:
         return node_info(spec, active().env)["input"]
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # Positional arguments follow the function's parameter order, which is ComfyUI's method
-        # order (usually INPUT_TYPES order; where ComfyUI's method differs, the function follows it).
-        bound = signature.bind(*args, **kwargs)
-        return fn(*bound.args, **bound.kwargs)
+        # Positional arguments follow ComfyUI's method order (positional_binder).
+        call_args, call_kwargs = bind(*args, **kwargs)
+        return fn(*call_args, **call_kwargs)
 
     attrs: dict[str, Any] = {
         "__doc__": spec.description or f"ComfyUI-style facade of the built-in node {spec.node_id}.",

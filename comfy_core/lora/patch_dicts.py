@@ -77,7 +77,11 @@ def calculate_weight(patches: Sequence[Any], weight: torch.Tensor, key: str,
     strength_model, offset, function)` applied in order to `weight` (worked on in
     `intermediate_dtype`, in place where it already is that dtype); returns the patched weight
     in `weight`'s dtype. `original_weights` (ComfyUI's for "model_as_lora") is not needed: our
-    merge patches carry the other model's weight themselves."""
+    merge patches carry the other model's weight themselves.
+
+    Our patchers call it through this module's global (comfy_core/patching/patcher.py), so a pack
+    that assigns `comfy.lora.calculate_weight` (Easy-Use's layer_diffuse wrapper) changes what
+    they apply, as in ComfyUI."""
     working = weight if weight.dtype == intermediate_dtype else weight.to(intermediate_dtype)
     out = apply_entries(working, list(patches), key)
     return out if out.dtype == weight.dtype else out.to(weight.dtype)

@@ -28,7 +28,7 @@ from comfy_core.patching.errors import ObjectPatchError, PatchDataError
 from comfy_core.patching.model_weight import ModelWeight
 from comfy_core.patching.signature import fingerprint, freeze
 from comfy_core.patching.state import BaseModuleState, PatchStats
-from comfy_core.patching.weights import Offset, PatchEntry, calculate_weight
+from comfy_core.patching.weights import Offset, PatchEntry
 
 ATTENTION_BACKEND = "attention_backend"
 ATTENTION_OPTIONS = "attention_options"
@@ -307,7 +307,14 @@ class Patcher:
                     raise PatchDataError(f"weight patch {key!r}: the module has no tensor there")
                 patched = cache.tensors.get(key) if reuse else None
                 if patched is None or patched.device != original.device or patched.dtype != original.dtype:
-                    patched = calculate_weight(original.detach(), entries, key)
+                    # Through comfy.lora's module global (ComfyUI's argument order, on a float32
+                    # copy, as ComfyUI's patch_weight_to_device): a pack replacing
+                    # `comfy.lora.calculate_weight` changes what is applied. Imported here: the
+                    # LoRA package imports this one.
+                    from comfy_core.lora import patch_dicts
+
+                    working = original.detach().to(torch.float32, copy=True)
+                    patched = patch_dicts.calculate_weight(entries, working, key).to(original.dtype)
                     if attr in owner._parameters:
                         patched = nn.Parameter(patched, requires_grad=original.requires_grad)
                     state.stats.weights_computed += 1

@@ -147,7 +147,8 @@ class GuidedDenoiser:
 
     def predict(self, x: torch.Tensor, sigma: torch.Tensor, model_options: dict | None = None) -> torch.Tensor:
         options = self.model_options if model_options is None else model_options
-        return sampling_function(self.model, x, sigma, self.negative, self.positive, self.cfg, options)
+        # model_options by keyword, as ComfyUI calls it (packs' replacements read it from kwargs)
+        return sampling_function(self.model, x, sigma, self.negative, self.positive, self.cfg, model_options=options)
 
     def __call__(self, x: torch.Tensor, sigma: torch.Tensor, denoise_mask: torch.Tensor | None = None,
                  model_options: dict | None = None, seed: int | None = None, **_: Any) -> torch.Tensor:

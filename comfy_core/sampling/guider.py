@@ -114,9 +114,11 @@ class CFGGuider:
     def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
                       seed: int | None = None) -> torch.Tensor:
         """The guided x0 prediction (ComfyUI's name)."""
+        # model_options by keyword, as ComfyUI's CFGGuider.predict_noise: packs' replacements of
+        # sampling_function read it from kwargs (smZNodes).
         return _cfg.sampling_function(self.inner_model, x, timestep, self.conds.get("negative"),
-                                      self.conds.get("positive"), self.cfg, {} if model_options is None else model_options,
-                                      seed=seed)
+                                      self.conds.get("positive"), self.cfg,
+                                      model_options={} if model_options is None else model_options, seed=seed)
 
     def sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
                denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,

@@ -53,9 +53,18 @@ class CLIP:
 
     @property
     def tokenizer(self) -> FamilyTokenizer:
-        """The tokenizer, with this clone's embedding lookup (if one was set) wired in."""
+        """The tokenizer, with this clone's embedding lookup (if one was set) wired in: the same
+        object on every read (and for every clone with that lookup), so what a pack sets on it
+        stays, as on ComfyUI's `CLIP.tokenizer` attribute."""
         lookup = self._embedding_lookup
         return self._tokenizer if lookup is None else self._tokenizer.with_embedding_lookup(lookup)
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: FamilyTokenizer) -> None:
+        """A pack assigning `clip.tokenizer` (a plain attribute in ComfyUI): used as given, from now
+        on, by this CLIP and its later clones; embeddings resolve as that tokenizer's own lookup says."""
+        self._tokenizer = tokenizer
+        self._embedding_lookup = None
 
     @property
     def layer_idx(self) -> int | None:

@@ -9,8 +9,9 @@ the EOS token's final, layer-normed state, then the text projection).
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -76,6 +77,17 @@ def first_eos_positions(ids: torch.Tensor, eos_id: int = EOS_ID) -> torch.Tensor
 BOS_ID = 49406
 
 
+class TokenEmbedding(nn.Embedding):
+    """The token-embedding table with ComfyUI's calling convention, `embedding(ids, out_dtype)`
+    (`comfy.ops` Embedding): packs wrap `transformer.text_model.embeddings.token_embedding` and
+    call the wrapped table so (smZNodes' textual-inversion wrapper). Our encoder calls it
+    through `transformer.get_input_embeddings()`, so such a wrapper is what runs."""
+
+    def forward(self, input: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:  # noqa: A002
+        out = super().forward(input)
+        return out if out_dtype is None else out.to(out_dtype)
+
+
 class ClipTextEncoder(nn.Module):
     """One text tower. `transformer` is a `CLIPTextModelWithProjection` (ComfyUI-compatible names).
 
@@ -118,6 +130,61 @@ class ClipTextEncoder(nn.Module):
         """ComfyUI's name for the output in use: "last", or "hidden" (a chosen layer)."""
         return "last" if self.layer_idx is None else "hidden"
 
+    default_options: Any = None  # the options the set gave this tower (reset_clip_options)
+
+    def set_clip_options(self, options: Mapping[str, Any]) -> None:
+        """ComfyUI's `SDClipModel.set_clip_options`: `{"layer": n}` selects the hidden state of
+        layer n (None, or beyond the depth: the final output), `{"projected_pooled": b}` the
+        pooled output's projection. It lasts until `reset_clip_options` (packs that encode
+        through the towers themselves set it first, as Easy-Use's advanced encoder does)."""
+        if self.options is None:
+            raise TokenizeError(f"{self.config.slot}: this text encoder is not part of an encoder set")
+        from dataclasses import replace
+
+        changes: dict[str, Any] = {}
+        if "layer" in options:
+            layer = options["layer"]
+            changes["layer_idx"] = None if layer is None or abs(layer) > self.num_layers else int(layer)
+        if "projected_pooled" in options:
+            changes["projected_pooled"] = bool(options["projected_pooled"])
+        self.options = replace(self.options, **changes)
+
+    def reset_clip_options(self) -> None:
+        """ComfyUI's `SDClipModel.reset_clip_options`: the set's defaults for this tower again."""
+        self.options = self.default_options
+
+    @contextmanager
+    def using_options(self, options: Any) -> Iterator[None]:
+        """Run with `options` (clip skip, pooled projection) for the duration, then restore: the
+        set calls `encode_token_weights` inside this, so a pack's replacement of that method
+        (ComfyUI's `set_clip_options` / `reset_clip_options` around it) sees the layer in force."""
+        saved = self.options
+        self.options = options
+        try:
+            yield
+        finally:
+            self.options = saved
+
+    def forward(self, tokens: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """ComfyUI's `SDClipModel.forward(tokens)`: token rows (a `[B, T]` id tensor, or lists of
+        ids and embedding vectors) -> (the selected layer's states `[B, T, width]` float32, the
+        pooled output `[B, P]`), with this slot's options (layer, final norm, projection)."""
+        if self.options is None:
+            raise TokenizeError(f"{self.config.slot}: this text encoder is not part of an encoder set, so its pad "
+                                "token and layer are unknown; encode through the CLIP object")
+        from comfy_core.text_encoders.encoder_set import chunks_to_ids
+
+        rows = tokens.tolist() if isinstance(tokens, torch.Tensor) else [list(row) for row in tokens]
+        ids, overrides = chunks_to_ids(rows, self.width, mismatch_pad=self.options.pad_token)
+        out = self.encode_ids(ids, overrides, layer_idx=self.options.layer_idx,
+                              layer_norm_hidden=self.options.layer_norm_hidden,
+                              projected=self.options.projected_pooled)
+        return out.hidden, out.pooled
+
+    def encode(self, tokens: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """ComfyUI's `SDClipModel.encode`: `forward`."""
+        return self(tokens)
+
     def encode_token_weights(self, token_weight_pairs: Sequence[Sequence[Any]]) -> tuple[torch.Tensor, torch.Tensor]:
         """ComfyUI's `SDClipModel.encode_token_weights`: (token, weight) chunks of this tower ->
         (cond [1, T, width], pooled [1, P]), with this slot's default layer and padding."""
@@ -141,8 +208,10 @@ class ClipTextEncoder(nn.Module):
     def width(self) -> int:
         return self.config.width
 
-    def token_embedding(self) -> nn.Embedding:
-        return self.transformer.text_model.embeddings.token_embedding
+    def token_embedding(self) -> nn.Module:
+        """The input-embedding module in use: ComfyUI's `transformer.get_input_embeddings()`,
+        which a pack may have replaced by a wrapper (textual inversion)."""
+        return self.transformer.get_input_embeddings()
 
     def encode_ids(self, ids: torch.Tensor, overrides: Sequence[EmbeddingOverride] = (),
                    layer_idx: int | None = None, layer_norm_hidden: bool = True,
@@ -164,7 +233,7 @@ class ClipTextEncoder(nn.Module):
                                 f"{self.config.max_positions} positions")
         ids = ids.to(device=weight.device, dtype=torch.long)
         # float32 activations throughout, whatever the weights' dtype (see compute_in_float32).
-        embeds = self.token_embedding()(ids).float()  # [B, T, W]
+        embeds = self.token_embedding()(ids, out_dtype=torch.float32)  # [B, T, W]
         if overrides:
             embeds = self._apply_overrides(embeds, overrides)
         x = compute_in_float32(text_model.embeddings, inputs_embeds=embeds)  # + position embeddings
@@ -227,6 +296,8 @@ def build_encoder(config: ClipTextConfig, state_dict: Mapping[str, torch.Tensor]
 
     with torch.device("meta"):
         transformer = CLIPTextModelWithProjection(config.to_transformers())
+    # ComfyUI's embedding calling convention (no new state: the class alone changes).
+    transformer.text_model.embeddings.token_embedding.__class__ = TokenEmbedding
     converted = convert_state_dict(config, state_dict)
     expected = {k: v for k, v in transformer.state_dict().items()}
     if not config.has_projection:

@@ -112,10 +112,23 @@ class TextEncoderSet(nn.Module):
         for option in spec.encoders:
             encoder = encoders[option.slot]
             encoder.options = option  # so the tower alone has ComfyUI's encode_token_weights
+            encoder.default_options = option
             self.add_module(option.slot, encoder)
 
     def encoder(self, slot: str) -> ClipTextEncoder:
         return getattr(self, slot)
+
+    def set_clip_options(self, options: Mapping[str, Any]) -> None:
+        """ComfyUI's `set_clip_options` on the set: every tower's (`{"layer": n}`, ...). Our own
+        encodes do not read it (each call passes its clip skip); packs that call the towers'
+        `encode_token_weights` themselves do."""
+        for option in self.spec.encoders:
+            self.encoder(option.slot).set_clip_options(options)
+
+    def reset_clip_options(self) -> None:
+        """ComfyUI's `reset_clip_options`: every tower's defaults again."""
+        for option in self.spec.encoders:
+            self.encoder(option.slot).reset_clip_options()
 
     def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
                              projected_pooled: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -124,11 +137,17 @@ class TextEncoderSet(nn.Module):
         pooled = None
         for base in self.spec.encoders:
             options = with_clip_layer(base, layer_idx)
+            options = replace(options, projected_pooled=projected_pooled and options.projected_pooled)
             if options.token_key not in tokens:
                 raise TokenizeError(f"tokens for encoder set {self.spec.name} lack key {options.token_key!r} "
                                     f"({options.slot}); got keys {sorted(tokens)}")
-            cond, encoder_pooled = encode_weighted_chunks(self.encoder(options.slot), tokens[options.token_key],
-                                                          options, projected_pooled)
+            encoder = self.encoder(options.slot)
+            # Through the tower's own `encode_token_weights`, as ComfyUI's SD1ClipModel /
+            # SDXLClipModel do: a pack that replaces it on the tower (smZNodes' A1111 parsers)
+            # is what runs, with this call's layer and projection in force.
+            with encoder.using_options(options):
+                out = encoder.encode_token_weights(tokens[options.token_key])
+            cond, encoder_pooled = out[0], out[1]
             outputs.append(cond)
             if options.slot == self.spec.pooled_from:
                 pooled = encoder_pooled

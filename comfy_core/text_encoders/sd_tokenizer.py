@@ -68,9 +68,34 @@ class SDTokenizer:
         self.max_word_length = MAX_WORD_LENGTH
         self.embedding_identifier = EMBEDDING_IDENTIFIER
         self.embedding_key = spec.embedding_key
+        # ComfyUI's SDTokenizer instance attributes (comfy/sd1_clip.py), which packs read from
+        # the instance (smZNodes copies `vars(tokenizer)` into its own prompt engines):
+        # `tokenizer` is the transformers CLIPTokenizer (`get_vocab`, `__call__`,
+        # `convert_tokens_to_string`); CLIP tokenizers add BOS and EOS, pad every chunk to 77.
+        self.tokenizer = clip_tokenizer.backend
+        self.tokens_start = 1
+        self.tokenizer_adds_end_token = True
+        self.pad_with_end = spec.pad_token == clip_tokenizer.eos_id
+        self.pad_to_max_length = True
+        self.min_padding = None
+        self.embedding_size = spec.embedding_width
+        self.inv_vocab = clip_tokenizer.inverse_vocab
+        self.embedding_directory = _embedding_directory(embedding_lookup)
 
     def with_embedding_lookup(self, lookup: EmbeddingLookup | None) -> "SDTokenizer":
         return SDTokenizer(self.clip_tokenizer, self.spec, lookup)
+
+    def _try_get_embedding(self, embedding_name: str) -> tuple[Any, str]:
+        """ComfyUI's `SDTokenizer._try_get_embedding`: (the vectors of the embedding the first
+        word names, or None; the rest of the text). Without an embedding lookup nothing is found."""
+        if self.embedding_lookup is None:
+            words = embedding_name.split()
+            return None, " ".join(words[1:])
+        return self._find_embedding(embedding_name)
+
+    def state_dict(self) -> dict:
+        """ComfyUI's `SDTokenizer.state_dict`: CLIP tokenizers save nothing."""
+        return {}
 
     def tokenize_with_weights(self, text: str, return_word_ids: bool = False, **kwargs: Any) -> list[list[tuple]]:
         """Chunks of `(token, weight)` (or `(token, weight, word_id)`), each `max_length` long."""
@@ -158,6 +183,12 @@ class SDTokenizer:
         return chunks
 
 
+def _embedding_directory(lookup: EmbeddingLookup | None) -> list[str] | None:
+    """ComfyUI's `embedding_directory` for a lookup over folders (its `folders`), else None."""
+    folders = getattr(lookup, "folders", None)
+    return None if folders is None else [str(folder) for folder in folders]
+
+
 def _split_embeddings(text: str) -> list[str]:
     """Cut text before every ` embedding:` / newline-`embedding:`, keeping the identifier on the piece."""
     parts = re.split(" {0}|\n{0}".format(re.escape(EMBEDDING_IDENTIFIER)), text)
@@ -197,7 +228,21 @@ class FamilyTokenizer:
         return {slot: getattr(self, slot) for slot in self.slots}
 
     def with_embedding_lookup(self, lookup: EmbeddingLookup | None) -> "FamilyTokenizer":
-        return FamilyTokenizer({slot: t.with_embedding_lookup(lookup) for slot, t in self.by_slot().items()})
+        """These tokenizers resolving `embedding:NAME` with `lookup`: one object per lookup (built on
+        first use, then the same), so CLIP clones sharing a lookup share their tokenizer, as
+        ComfyUI's clones share theirs, and a pack's patch on it (smZNodes replaces
+        `tokenize_with_weights` on the per-encoder tokenizers) holds for every later read."""
+        views = self.__dict__.setdefault("_lookup_views", {})
+        key = id(lookup)
+        entry = views.get(key)
+        if entry is None or entry[0] is not lookup:
+            view = FamilyTokenizer({slot: t.with_embedding_lookup(lookup) for slot, t in self.by_slot().items()})
+            entry = views[key] = (lookup, view)  # the lookup is held, so its id is not reused
+        return entry[1]
+
+    def state_dict(self) -> dict:
+        """ComfyUI's tokenizer `state_dict`: CLIP tokenizers save nothing."""
+        return {}
 
     def tokenize_with_weights(self, text: str, return_word_ids: bool = False, **kwargs: Any) -> dict[str, list]:
         return {t.spec.key: t.tokenize_with_weights(text, return_word_ids, **kwargs)

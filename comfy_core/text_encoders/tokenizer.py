@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from comfy_core.text_encoders.vocab import ClipVocabulary, load_vocabulary
+
+if TYPE_CHECKING:
+    from transformers import CLIPTokenizer
 
 # Far above any prompt: we chunk ourselves, so the library must neither truncate nor warn.
 _NO_LIMIT = 1 << 30
@@ -68,6 +71,17 @@ class ClipTokenizer:
 
     def get_vocab(self) -> dict[str, int]:
         return dict(self.vocabulary.vocab)
+
+    @property
+    def backend(self) -> "CLIPTokenizer":
+        """The transformers `CLIPTokenizer` this wraps: ComfyUI's `SDTokenizer.tokenizer`, which
+        packs call directly (`tokenizer(texts, add_special_tokens=False)["input_ids"]`)."""
+        return self._backend
+
+    @property
+    def inverse_vocab(self) -> dict[int, str]:
+        """id -> vocabulary entry (ComfyUI's `SDTokenizer.inv_vocab`); shared, do not modify."""
+        return self._inverse
 
 
 @cache

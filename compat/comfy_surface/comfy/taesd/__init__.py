@@ -1,1 +1,4 @@
 """ComfyUI's `comfy.taesd` package for node packs (submodule `taesd`)."""
+from compat.submodules import submodule_attribute
+
+__getattr__ = submodule_attribute(__name__)  # submodules as attributes, as after ComfyUI start-up
