@@ -2,8 +2,9 @@
 dpmpp_2s_ancestral, ddpm, lcm.
 
 Noise per step comes from `noise_sampler`, by default `default_noise_sampler(x, seed)` seeded
-from `extra_args["seed"]` exactly as ComfyUI does. These are the VE/eps-v forms; ComfyUI's
-flow-model ("_RF") variants do not apply to SD1/SD2/SDXL.
+from `extra_args["seed"]` exactly as ComfyUI does. On a rectified-flow model sampling (ComfyUI's `CONST`,
+e.g. an SD model after ModelSamplingSD3) euler_ancestral, dpm_2_ancestral and dpmpp_2s_ancestral
+run their flow forms (`ancestral_rf`), as ComfyUI's do.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from comfy_core.sampling.noise import NoiseSampler
+from comfy_core.sampling.samplers import ancestral_rf
 from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, get_ancestral_step,
                                                  half_log_snr, seeded_noise_sampler, sigma_of_half_log_snr, to_d)
 
@@ -76,6 +78,9 @@ def sample_euler_ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Tenso
                            s_noise: float = 1.0, noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
     """Euler steps to sigma_down plus fresh noise sigma_up: ancestral sampling (Ho et al. 2020) in
     Karras et al.'s ODE form (k-diffusion). A step whose sigma_down is 0 returns `denoised` (ComfyUI)."""
+    if ancestral_rf.is_flow_model(model):
+        return ancestral_rf.sample_euler_ancestral_RF(
+            model, x, sigmas, extra_args, callback, disable, eta, s_noise, noise_sampler)
     return _ancestral(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, _euler_to, True)
 
 
@@ -84,6 +89,9 @@ def sample_dpm_2_ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Tenso
                            callback: StepCallback = None, disable: Any = None, eta: float = 1.0,
                            s_noise: float = 1.0, noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
     """`dpm_2` (geometric-midpoint second-order step) to sigma_down, plus ancestral noise (k-diffusion)."""
+    if ancestral_rf.is_flow_model(model):
+        return ancestral_rf.sample_dpm_2_ancestral_RF(
+            model, x, sigmas, extra_args, callback, disable, eta, s_noise, noise_sampler)
     return _ancestral(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, _dpm_2_to, True)
 
 
@@ -93,6 +101,9 @@ def sample_dpmpp_2s_ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Te
                               s_noise: float = 1.0, noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
     """DPM-Solver++(2S) single-step second order (Lu et al. 2022, arXiv 2211.01095, Algorithm 1)
     to sigma_down, plus ancestral noise (k-diffusion)."""
+    if ancestral_rf.is_flow_model(model):
+        return ancestral_rf.sample_dpmpp_2s_ancestral_RF(
+            model, x, sigmas, extra_args, callback, disable, eta, s_noise, noise_sampler)
     return _ancestral(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, _dpmpp_2s_to, False)
 
 

@@ -20,6 +20,8 @@ from comfy_core.sampling.noise import BatchedBrownianTree, BrownianTreeNoiseSamp
 from comfy_core.sampling.noise import default_noise_sampler  # noqa: F401  (home: comfy_core.sampling.noise)
 from comfy_core.sampling.samplers.ancestral import (sample_ddpm, sample_dpm_2_ancestral,  # noqa: F401
                                                     sample_dpmpp_2s_ancestral, sample_euler_ancestral, sample_lcm)
+from comfy_core.sampling.samplers.ancestral_rf import (sample_dpm_2_ancestral_RF,  # noqa: F401
+                                                       sample_dpmpp_2s_ancestral_RF, sample_euler_ancestral_RF)
 from comfy_core.sampling.samplers.common import append_dims, get_ancestral_step, to_d  # noqa: F401
 from comfy_core.sampling.samplers.deis import sample_deis  # noqa: F401
 from comfy_core.sampling.samplers.deterministic import (linear_multistep_coeff, sample_dpm_2,  # noqa: F401

@@ -1,0 +1,2 @@
+"""The pack's bundled module (UltimateSDUpscale bundles `modules.shared`)."""
+STATE = {}
