@@ -10,7 +10,17 @@ into one folder both servers read; ComfyUI also gets bench/comfyui_tiny_models, 
 accept those tiny widths. Each workflow is queued on both; every image an output node
 saved is fetched through `/view` and compared: the table prints, per workflow and output node,
 the largest difference in 0..255 levels (or the error either side reported). Packs' requirements
-must be installed in each server's Python.
+must be installed in each server's Python, and the `gguf` package in this script's Python for
+.gguf files.
+
+Pack loaders' files written here (PACK_LOADER_INPUTS, PACK_WRITERS): ComfyUI-GGUF's `.gguf` UNets
+(the tiny SD1 UNet, Q8_0 where a row is a multiple of 32 wide, F32 else) and its CLIP loaders'
+text encoders (the tiny CLIP-L), IPAdapter_plus's `ip-adapter_sd15` layout over the tiny SD1
+UNet's cross-attention widths and 224-px CLIP vision towers (`*224*` names). The workflows in
+bench/pack_workflows/ use them:
+
+    python bench/pack_parity.py --packs-dir /work/scratch/packs --pack ComfyUI-GGUF \
+        --pack ComfyUI_IPAdapter_plus --comfyui COMFYUI_DIR --comfy-python COMFY_PY bench/pack_workflows/*.json
 """
 from __future__ import annotations
 
@@ -39,9 +49,97 @@ PACK_LOADER_INPUTS = {
     ("easy a1111Loader", "ckpt_name"): "checkpoints",
     ("easy comfyLoader", "ckpt_name"): "checkpoints",
     ("CheckpointLoaderSimpleWithNoiseSelect", "ckpt_name"): "checkpoints",
+    ("UnetLoaderGGUF", "unet_name"): "diffusion_models",
+    ("UnetLoaderGGUFAdvanced", "unet_name"): "diffusion_models",
+    ("CLIPLoaderGGUF", "clip_name"): "text_encoders",
+    ("IPAdapterModelLoader", "ipadapter_file"): "ipadapter",
 }
 TINY_MODELS_FOR_COMFYUI = Path(__file__).resolve().parent / "comfyui_tiny_models"
 sys.path.insert(0, str(REPO))
+
+
+def pack_file_kind(folder: str, name: str) -> str | None:
+    """The tiny writer for a pack loader's file, or None for tests/fixtures/template_models.py's rules."""
+    if name.endswith(".gguf"):
+        return "gguf_sd1"
+    if folder == "ipadapter":
+        return "ipadapter_sd15"
+    if folder == "clip_vision" and "224" in name:
+        return "clip_vision_224"
+    if folder == "text_encoders":
+        return "clip_l_sd1"
+    return None
+
+
+def _tiny_sd1_state() -> dict:
+    from safetensors.torch import load_file
+
+    from tests.fixtures.checkpoints import write_tiny_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sd1.safetensors"
+        write_tiny_checkpoint(path, "sd1")
+        return load_file(str(path))
+
+
+def write_gguf_sd1(path: Path) -> None:
+    """The tiny SD1 UNet as ComfyUI-GGUF reads it: architecture "sd1", bare UNet tensor names,
+    2-D weights whose rows are a multiple of 32 wide in Q8_0, everything else F32."""
+    import gguf  # ComfyUI-GGUF's own requirement
+
+    prefix = "model.diffusion_model."
+    writer = gguf.GGUFWriter(str(path), "sd1")
+    for key, value in _tiny_sd1_state().items():
+        if not key.startswith(prefix):
+            continue
+        data = value.float().numpy()
+        kind = gguf.GGMLQuantizationType.Q8_0 if data.ndim == 2 and data.shape[-1] % 32 == 0 \
+            else gguf.GGMLQuantizationType.F32
+        writer.add_tensor(key[len(prefix):], gguf.quants.quantize(data, kind), raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_clip_l_sd1(path: Path) -> None:
+    """The tiny SD1 checkpoint's CLIP-L as a text-encoder file (transformers names)."""
+    from safetensors.torch import save_file
+
+    from tests.fixtures.split_files import text_encoder_files
+
+    save_file({k: v.contiguous() for k, v in text_encoder_files(_tiny_sd1_state(), "sd1")["clip_l"].items()},
+              str(path))
+
+
+def write_ipadapter_sd15(path: Path) -> None:
+    """An `ip-adapter_sd15` file for the tiny SD1 UNet (32 channels x [1, 2, 2, 2], context 64):
+    the image projection (4 tokens of width 64) and to_k_ip / to_v_ip per cross-attention, in
+    IPAdapter_plus's order (input blocks 1, 2, 4, 5, 7, 8; output 3..11; middle), keys 1, 3, ..., 31."""
+    import torch
+    from safetensors.torch import save_file
+
+    widths = [32, 32, 64, 64, 64, 64] + [64] * 6 + [32] * 3 + [64]
+    g = torch.Generator().manual_seed(5)
+    sd = {"image_proj.proj.weight": torch.randn(4 * 64, 64, generator=g) * 0.1,
+          "image_proj.proj.bias": torch.randn(4 * 64, generator=g) * 0.1,
+          "image_proj.norm.weight": 1 + 0.1 * torch.randn(64, generator=g),
+          "image_proj.norm.bias": 0.1 * torch.randn(64, generator=g)}
+    for n, width in enumerate(widths):
+        for kv in ("k", "v"):
+            sd[f"ip_adapter.{2 * n + 1}.to_{kv}_ip.weight"] = torch.randn(width, 64, generator=g) * 0.2
+    save_file(sd, str(path))
+
+
+def write_clip_vision_224(path: Path) -> None:
+    """A tiny 224-px CLIP vision tower (IPAdapter_plus crops to 224), projection 64."""
+    from tests.fixtures.clip_vision import write_tiny_clip_vision
+
+    write_tiny_clip_vision(path, "clip", "hf", width=32, image_size=224, projection_dim=64)
+
+
+PACK_WRITERS = {"gguf_sd1": write_gguf_sd1, "clip_l_sd1": write_clip_l_sd1,
+                "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224}
 
 
 def _free_port() -> int:
@@ -133,9 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--keep", action="store_true", help="keep the base directories and print where")
     args = parser.parse_args(argv)
+    import tests.fixtures.template_models as template_models
     from tests.fixtures.template_models import LOADER_INPUTS, WRITERS, provide_files, register_writer
 
     LOADER_INPUTS.update(PACK_LOADER_INPUTS)
+    for kind, writer in PACK_WRITERS.items():
+        register_writer(kind, writer)
+    template_kind = template_models.file_kind
+    # provide_files looks the kind up through the module's global: pack files first
+    template_models.file_kind = lambda folder, name: pack_file_kind(folder, name) or template_kind(folder, name)
 
     # ComfyUI's detection needs SD1's transformer count per block, which the quick "sd1_fast"
     # stand-in of the template tests leaves out: the full tiny SD1 layout here.

@@ -132,8 +132,10 @@ def clip_text_encode_weighted_sdxl(text: str, clip: Any, emphasis: str = DEFAULT
                                    crop_w: int = 0, crop_h: int = 0, target_width: int = 1024,
                                    target_height: int = 1024) -> tuple:
     clip = checks.clip(clip, encoders=True)
-    if "clip_g" not in clip.patcher.encoder_slots():
-        raise NodeInputError("clip", "an SDXL CLIP (with clip_g)", f"encoders {clip.patcher.encoder_slots()}")
+    from comfy_core.patching.clip import encoder_slots  # any patcher over the encoders (a pack may re-class it)
+
+    if "clip_g" not in encoder_slots(clip.patcher):
+        raise NodeInputError("clip", "an SDXL CLIP (with clip_g)", f"encoders {encoder_slots(clip.patcher)}")
     from comfy_core.prompt.conditioning import PromptOptions
 
     size = {"width": width, "height": height, "crop_w": crop_w, "crop_h": crop_h,

@@ -22,7 +22,7 @@ from torch import nn
 from comfy_core.patching import model_options as mo
 from comfy_core.patching.errors import PatchError
 from comfy_core.patching.model_extensions import ModelPatcherExtensions
-from comfy_core.patching.patcher import Patcher
+from comfy_core.patching.patcher import Patcher, _resolve_parent
 from comfy_core.patching.weights import calculate_weight as _calculate_weight
 from comfy_core.patching.wrappers import CallbacksMP
 
@@ -33,6 +33,14 @@ def _positional_arity(fn: Callable) -> int | None:
         return len(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class _Backup:
+    """ComfyUI's `backup` entry (a `Dimension(weight, inplace_update)` namedtuple there)."""
+
+    weight: torch.Tensor
+    inplace_update: bool
 
 
 @dataclass(frozen=True)
@@ -105,10 +113,26 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
 
     def patch_weight_to_device(self, key: str, device_to: Any = None, inplace_update: bool = False) -> None:
         """ComfyUI patches one weight here; ours are patched together by `applied()` /
-        `patch_model()`: inside one the weight already holds its patches, outside it is an error."""
+        `patch_model()`: inside one the weight already holds its patches, outside it is an error.
+
+        A subclass that overrides this (ComfyUI-GGUF's GGUFModelPatcher) is called for each
+        patched key while `applied()` puts the patches on (see `_patch_weights_one_by_one`); when
+        it calls this method there, the weight is patched here, as ComfyUI's
+        comfy/model_patcher.py `patch_weight_to_device` (float32 copy, `comfy.lora.calculate_weight`)."""
+        if self.__dict__.get("_patching_one_by_one"):
+            self._patch_one_weight(key, device_to, inplace_update)
+            return
         if not self.in_use:
             raise PatchError(f"patch_weight_to_device({key!r}): weights are patched by ModelPatcher.patch_model() "
                              "or `with patcher.applied():`, not one by one")
+
+    def unpatch_model(self, device_to: torch.device | str | None = None, unpatch_weights: bool = True) -> None:
+        """ComfyUI's explicit form (comfy_core/patching/patcher.py). Called by our own restore
+        (`_unpatch_after_restore`), it restores what a subclass changed in place from `backup`."""
+        if self.__dict__.get("_restoring"):
+            self._restore_backup()
+            return
+        super().unpatch_model(device_to)
 
     def set_model_compute_dtype(self, dtype: torch.dtype | None) -> None:
         """Compute in `dtype` (weights cast per layer), as ComfyUI: the model's `manual_cast_dtype`."""
@@ -130,9 +154,81 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
                     self.eject_model()
 
     def _apply(self, device: torch.device, weight_sig: Any) -> None:
-        super()._apply(device, weight_sig)
+        if weight_sig and type(self).patch_weight_to_device is not ModelPatcher.patch_weight_to_device:
+            super()._apply(device, ())  # the device and object patches; the weights one by one:
+            self._patch_weights_one_by_one(device)
+        else:
+            super()._apply(device, weight_sig)
         for callback in self.get_all_callbacks(CallbacksMP.ON_LOAD):
             callback(self, device, 0, True, True)  # (patcher, device_to, lowvram memory, force, full)
+
+    # --- weights patched one by one by a subclass (ComfyUI's load / unpatch_model path) ---
+
+    def _patch_weights_one_by_one(self, device: torch.device) -> None:
+        """Call `patch_weight_to_device(key, device_to=device)` for each patched weight, as
+        ComfyUI's `ModelPatcher.load` does, for a subclass that puts patches its own way (GGUF
+        hangs them on its quantized tensors). Whatever tensor object it leaves at a key is swapped
+        in through the shared state, so the module's own tensor comes back on restore; then
+        `unpatch_model(unpatch_weights=True)` lets the subclass undo what it set on those tensors."""
+        state = self._state
+        state.on_restore(self._unpatch_after_restore)  # registered first: also runs if a key fails
+        self.__dict__["_patching_one_by_one"] = True
+        try:
+            with torch.no_grad():
+                for key, entries in self.patches.items():
+                    if not entries:
+                        continue
+                    owner, attr = _resolve_parent(self.model, key)
+                    store = owner._parameters if attr in owner._parameters else owner._buffers
+                    original = store.get(attr)
+                    if original is None:
+                        raise PatchError(f"weight patch {key!r}: the module has no tensor there")
+                    self.patch_weight_to_device(key, device_to=device)
+                    replaced = store.get(attr)
+                    if replaced is not original:
+                        store[attr] = original  # the state records the module's own tensor ...
+                        state.swap_weight(owner, attr, key, replaced)  # ... and puts the new one in
+                    state.stats.weights_computed += 1
+        finally:
+            del self.__dict__["_patching_one_by_one"]
+
+    def _patch_one_weight(self, key: str, device_to: Any, inplace_update: bool) -> None:
+        """ComfyUI's own `patch_weight_to_device` (a subclass calling super() gets this)."""
+        if key not in self.patches:
+            return
+        from comfy_core.lora import patch_dicts  # the LoRA package imports this one
+
+        owner, attr = _resolve_parent(self.model, key)
+        weight = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
+        working = weight.detach().to(device=device_to or weight.device, dtype=torch.float32, copy=True)
+        patched = patch_dicts.calculate_weight(self.patches[key], working, key).to(weight.dtype)
+        if inplace_update or self.weight_inplace_update:
+            if key not in self.backup:
+                self.backup[key] = _Backup(weight.detach().to(self.offload_device, copy=True), True)
+            weight.data.copy_(patched)
+        elif attr in owner._parameters:
+            owner._parameters[attr] = nn.Parameter(patched, requires_grad=False)
+        else:
+            owner._buffers[attr] = patched
+
+    def _unpatch_after_restore(self) -> None:
+        """Run by the shared state once the module's own tensors are back: the subclass's
+        `unpatch_model(unpatch_weights=True)` (GGUF clears the patches it hung on them)."""
+        self.__dict__["_restoring"] = True
+        try:
+            self.unpatch_model(None, unpatch_weights=True)
+        finally:
+            del self.__dict__["_restoring"]
+
+    def _restore_backup(self) -> None:
+        """Values a subclass changed in place (ComfyUI's `backup` with `inplace_update`) copied back."""
+        with torch.no_grad():
+            for key, saved in self.backup.items():
+                if getattr(saved, "inplace_update", False):
+                    owner, attr = _resolve_parent(self.model, key)
+                    current = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
+                    current.data.copy_(saved.weight.to(current.device))
+        self.backup.clear()
 
     def model_patches_models(self) -> list:
         """Models that block patches carry (objects with `.models()`), loaded beside this one."""

@@ -73,6 +73,7 @@ class BaseModuleState:
         self._holders: dict[int, int] = {}
         self._weights: dict[str, _WeightBackup] = {}
         self._objects: list[tuple[Any, str, Any]] = []  # (parent, attr, original or _MISSING)
+        self._on_restore: list[Callable[[], None]] = []  # run once `restore` put the originals back
         # A weight overlay (`overlay`): the thread that has one on, the threads waiting for one,
         # and the tensors it replaced (the applied ones, put back when it ends).
         self._overlay_owner: int | None = None
@@ -244,8 +245,14 @@ class BaseModuleState:
         self._objects.append((parent, attr, original))
         setattr(parent, attr, value)
 
+    def on_restore(self, callback: Callable[[], None]) -> None:
+        """Run `callback()` after the next `restore` (a patcher undoing what it set on the module's
+        own tensors, comfy_core/patching/model.py `_patch_weights_one_by_one`)."""
+        self._on_restore.append(callback)
+
     def restore(self) -> None:
-        """Put back every original tensor object and attribute, weights first, in reverse order."""
+        """Put back every original tensor object and attribute, weights first, in reverse order,
+        then run the `on_restore` callbacks."""
         while self._weights:
             key = next(reversed(self._weights))
             b = self._weights[key]
@@ -262,6 +269,8 @@ class BaseModuleState:
                 delattr(parent, attr)
             else:
                 setattr(parent, attr, original)
+        while self._on_restore:
+            self._on_restore.pop()()
 
     def clear_cache(self) -> int:
         """Drop the cached patched weights (e.g. before offloading); returns the bytes freed."""

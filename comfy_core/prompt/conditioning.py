@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from comfy_core.patching.clip import encoder_slots
 from comfy_core.prompt.attention import parse_prompt_attention
 from comfy_core.prompt.chunking import DEFAULT_COMMA_BACKTRACK
 from comfy_core.prompt.embedding import Embedding
@@ -66,7 +67,7 @@ def registered_embeddings(clip: Any) -> tuple[Embedding, ...]:
 
 def encoder_widths(clip: Any) -> dict[str, int]:
     """Slot -> width of each encoder of the CLIP, in module order."""
-    return {slot: int(getattr(clip.patcher.model, slot).width) for slot in clip.patcher.encoder_slots()}
+    return {slot: int(getattr(clip.patcher.model, slot).width) for slot in encoder_slots(clip.patcher)}
 
 
 def check_embedding_fits(embedding: Embedding, widths: Mapping[str, int]) -> None:

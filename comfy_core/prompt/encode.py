@@ -21,7 +21,7 @@ Behaviour of webui 1.10 `modules/sd_hijack_clip.py::forward/process_tokens`,
 - an SDXL negative prompt whose batch is all empty is zeros, context and pooled alike.
 
 The CLIP object is used through a narrow surface: `clip.patcher` (a `ClipPatcher`:
-`encoder_slots()`, `applied()`), `clip.tokenizer.clip_tokenizer` (a `ClipTokenizer`: its BPE
+`encoder_slots(patcher)`, `applied()`), `clip.tokenizer.clip_tokenizer` (a `ClipTokenizer`: its BPE
 through `encode_words`) and `clip.layer_idx`.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from comfy_core.patching.clip import encoder_slots
 from comfy_core.prompt.attention import parse_prompt_attention
 from comfy_core.prompt.chunking import (CHUNK_TOKENS, DEFAULT_COMMA_BACKTRACK, Chunk, EmbeddingIndex,
                                         SpecialTokens, TokenItem, empty_chunk, pad_chunk_ids,
@@ -185,7 +186,7 @@ def encode_texts(clip: Any, texts: Sequence[str], *, emphasis: str = DEFAULT_EMP
     distinct = list(occurrences)  # first-appearance order
     repeats = (torch.tensor([occurrences[text] for text in distinct], dtype=torch.float32)
                if len(distinct) < len(texts) else None)
-    plans = encoder_plan(clip.patcher.encoder_slots(), getattr(clip, "layer_idx", None))
+    plans = encoder_plan(encoder_slots(clip.patcher), getattr(clip, "layer_idx", None))
     bpe = clip.tokenizer.clip_tokenizer
     tokenizers = {plan.tokenizer: webui_tokenizer(bpe, plan.tokenizer) for plan in plans}
     # webui registers embedding names with the first encoder's tokenizer (sd_models_xl.tokenize).

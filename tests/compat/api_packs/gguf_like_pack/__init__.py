@@ -7,7 +7,8 @@ layer classes subclassing `comfy.ops.manual_cast` that take such tensors in thei
 `_load_from_state_dict` and dequantize them in `forward_comfy_cast_weights`, and the MODEL is
 re-classed with `QModelPatcher.clone(model)` (a `comfy.model_patcher.ModelPatcher` subclass with
 GGUF's overrides). The text encoders load through `comfy.sd.load_text_encoder_state_dicts` with
-the same `custom_operations`, as CLIPLoaderGGUF does.
+the same `custom_operations`, and the CLIP's patcher is re-classed with
+`QModelPatcher.clone(clip.patcher)`, as CLIPLoaderGGUF does.
 
 Quantization: per output row, a float32 scale and int8 values (`quantize_rows`); 2-D weights
 whose rows are at least 16 wide are quantized, everything else stays a plain tensor.
@@ -235,6 +236,8 @@ class QuantizedCLIPLoader:
             model_options={"custom_operations": QOps,
                            "initial_device": comfy.model_management.text_encoder_offload_device()},
             embedding_directory=folder_paths.get_folder_paths("embeddings"))
+        # as CLIPLoaderGGUF: the CLIP's patcher (a ModelPatcher in ComfyUI) re-classed as the pack's
+        clip.patcher = QModelPatcher.clone(clip.patcher)
         return (clip,)
 
 
