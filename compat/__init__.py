@@ -42,6 +42,8 @@ def install(env: Any, registry: Any, *, comfy_args: Mapping[str, Any] | None = N
     installs the import hook (kept for the life of the process) and returns the `CompatSession`.
     `comfy_args` is ComfyUI's `args` as the host parsed them (attribute name -> value), what
     `comfy.cli_args.args` answers; the hosts build it (web/comfy_args.py), compat never imports them."""
+    from compat.mp_model_classes import install_model_classes
     from compat.session import CompatSession
 
+    install_model_classes()  # models load as ComfyUI's comfy.model_base classes from now on
     return CompatSession.install(env, registry, comfy_args=comfy_args)

@@ -67,6 +67,26 @@ _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Pla
 globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
 
 
+# Our family -> ComfyUI's model class for it (the class each `supported_models` config's
+# `get_model` builds in ComfyUI); compat/mp_model_classes.py has loaders build exactly that class.
+CLASS_OF_FAMILY = {"sd1": BaseModel, "sd1_inpaint": BaseModel, "sd2": BaseModel, "sd2_inpaint": BaseModel,
+                   "sd1_ip2p": SD15_instructpix2pix, "sd21_unclip": SD21UNCLIP, "sdxl": SDXL, "sdxl_inpaint": SDXL,
+                   "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner, "svd": SVD_img2vid}
+
+
+def convert_tensor(extra: Any, dtype: Any, device: Any) -> Any:
+    """ComfyUI's `convert_tensor`: a tensor moved to `device`, cast to `dtype` unless it holds
+    integers (those keep theirs); anything else unchanged (ControlNet packs pass extra conds)."""
+    import torch
+
+    from compat.device_dtypes import cast_to_device
+
+    if not hasattr(extra, "dtype"):
+        return extra
+    integer = extra.dtype in (torch.int, torch.long)
+    return cast_to_device(extra, device, None if integer else dtype)
+
+
 def model_sampling(model_config: Any, model_type: ModelType) -> Any:
     """ComfyUI's `model_sampling(config, type)`: the sampling object for a config and type."""
     from compat.mp_model_sampling import sampling_for_type

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from comfy_core.models.family_classes import class_for
 from comfy_core.models.latent_formats import LatentFormat
 from comfy_core.patching import wrappers
 from comfy_core.models.unet import UNetModel
@@ -66,6 +67,13 @@ class DiffusionModel(nn.Module):
         # are stored in another one (fp8 storage, comfy_core/models/storage_cast.py); None: the
         # weights' own dtype.
         self.manual_cast_dtype: torch.dtype | None = None
+        # A host may have models be instances of its own subclass per family (ComfyUI's
+        # comfy.model_base classes, see family_classes); the subclass adds no state.
+        registered = class_for(getattr(family, "name", None))
+        if registered is not None and type(self) is DiffusionModel:
+            if not issubclass(registered, DiffusionModel):
+                raise TypeError(f"family class for {family.name!r}: {registered!r} is not a DiffusionModel subclass")
+            self.__class__ = registered
 
     # --- ComfyUI's BaseModel surface, for samplers and node packs ---
 

@@ -87,7 +87,7 @@ def test_wrappers_and_callbacks_run_where_comfyui_runs_them(pack, sd1) -> None:
     assert kinds[:2] == ["outer_sample", "pre_run"] and kinds[-1] == "cleanup"  # pre_run inside outer_sample
     assert ("outer_sample", "CFGGuider", True) in pack.EVENTS
     assert kinds.count("apply_model") == 2 and kinds.count("diffusion_model") == 2  # 2 steps, cond+uncond batched
-    assert ("apply_model", "DiffusionModel", (2, 4, 8, 8)) in pack.EVENTS
+    assert ("apply_model", "BaseModel", (2, 4, 8, 8)) in pack.EVENTS
     assert ("diffusion_model", "UNetModel") in pack.EVENTS
     assert not sd1.wrappers and not sd1.callbacks  # the clone's, not the base's
 
