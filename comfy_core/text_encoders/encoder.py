@@ -20,20 +20,12 @@ from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.config import ClipTextConfig
 from comfy_core.text_encoders.convert import convert_state_dict
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
+from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids, encode_weighted_chunks
 
 
 log = logging.getLogger(__name__)
 
 EOS_ID = 49407
-
-
-@dataclass(frozen=True)
-class EmbeddingOverride:
-    """Replace the input embeddings of `row`, positions `position ... position+k-1`, by `vectors` [k, width]."""
-
-    row: int
-    position: int
-    vectors: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -172,8 +164,6 @@ class ClipTextEncoder(nn.Module):
         if self.options is None:
             raise TokenizeError(f"{self.config.slot}: this text encoder is not part of an encoder set, so its pad "
                                 "token and layer are unknown; encode through the CLIP object")
-        from comfy_core.text_encoders.encoder_set import chunks_to_ids
-
         rows = tokens.tolist() if isinstance(tokens, torch.Tensor) else [list(row) for row in tokens]
         ids, overrides = chunks_to_ids(rows, self.width, mismatch_pad=self.options.pad_token)
         out = self.encode_ids(ids, overrides, layer_idx=self.options.layer_idx,
@@ -191,8 +181,6 @@ class ClipTextEncoder(nn.Module):
         if self.options is None:
             raise TokenizeError(f"{self.config.slot}: this text encoder is not part of an encoder set, so its pad "
                                 "token and layer are unknown; encode through the CLIP object")
-        from comfy_core.text_encoders.encoder_set import encode_weighted_chunks
-
         with torch.no_grad():
             return encode_weighted_chunks(self, token_weight_pairs, self.options)
 
