@@ -82,7 +82,7 @@ class GatedSelfAttention(nn.Module):
         super().__init__()
         self.linear = nn.Linear(context_dim, query_dim)
         self.attn = CrossAttention(query_dim, None, heads, dim_head)
-        self.ff = FeedForward(query_dim)
+        self.ff = FeedForward(query_dim, glu=True)  # GEGLU, as ComfyUI's gligen.py
         self.norm1 = nn.LayerNorm(query_dim)
         self.norm2 = nn.LayerNorm(query_dim)
         self.alpha_attn = nn.Parameter(torch.tensor(0.0))
