@@ -274,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
 def compare_with(servers: list[Server], ours: dict, theirs: dict) -> list[str]:
     if "error" in ours or "error" in theirs:
         return [f"ours: {ours.get('error', 'ok')} | ComfyUI: {theirs.get('error', 'ok')}"]
-    a, b = servers[0].images(ours), servers[1].images(theirs)
+    return compare_images(servers[0].images(ours), servers[1].images(theirs))
+
+
+def compare_images(a: dict[str, list[np.ndarray]], b: dict[str, list[np.ndarray]]) -> list[str]:
+    """Per output node and image (ours `a`, ComfyUI's `b`): the largest and mean difference in levels."""
     lines = []
     for node_id in sorted(set(a) | set(b)):
         x, y = a.get(node_id, []), b.get(node_id, [])

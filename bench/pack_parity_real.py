@@ -21,10 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pack_parity import PACK_LOADER_INPUTS, REPO, Server  # noqa: E402  (the sibling script)
+from pack_parity import PACK_LOADER_INPUTS, REPO, Server, compare_images  # noqa: E402  (the sibling script)
 
 DEFAULT_CACHE = Path("/work/scratch/real_models")
 REAL_SD15_NAME = "sd15_real_random_fp16.safetensors"
@@ -148,20 +147,7 @@ def compare(ours: dict, theirs: dict) -> list[str]:
     """Per output node and image: the largest and mean difference in 0..255 levels."""
     if "error" in ours or "error" in theirs:
         return [f"ours: {ours.get('error', 'ok')} | ComfyUI: {theirs.get('error', 'ok')}"]
-    a, b = ours["images"], theirs["images"]
-    lines = []
-    for node_id in sorted(set(a) | set(b)):
-        x, y = a.get(node_id, []), b.get(node_id, [])
-        if len(x) != len(y):
-            lines.append(f"node {node_id}: {len(x)} images here, {len(y)} on ComfyUI")
-            continue
-        for i, (p, q) in enumerate(zip(x, y)):
-            if p.shape != q.shape:
-                lines.append(f"node {node_id}[{i}]: shape {p.shape} here, {q.shape} on ComfyUI")
-            else:
-                d = np.abs(p - q)
-                lines.append(f"node {node_id}[{i}] {p.shape[1]}x{p.shape[0]}: max {d.max()} mean {d.mean():.3f}")
-    return lines or ["no images"]
+    return compare_images(ours["images"], theirs["images"])
 
 
 if __name__ == "__main__":

@@ -6,35 +6,24 @@ and the ControlNet call protocol the sampler follows (`pre_run`, `get_control`, 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.compat.api_pack_support import import_api_pack, load_sd1_model
 from tests.fixtures.controlnets import controlnet_state_dict, write_controlnet
 
-PACK = Path(__file__).parent / "api_packs" / "acn_like_pack" / "__init__.py"
 
 
 @pytest.fixture
 def pack(session):
-    spec = importlib.util.spec_from_file_location("acn_like_pack_fixture", PACK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    module.EVENTS.clear()
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from import_api_pack("acn_like_pack")
 
 
 @pytest.fixture(scope="module")
 def sd1(tiny_sd1_ckpt):
-    from comfy_core.loading import load_checkpoint
-
-    model, _, _ = load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
-    return model
+    return load_sd1_model(tiny_sd1_ckpt)
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +166,7 @@ def test_sparse_like_subclass_of_cldm_controlnet_from_comfy_kwargs(session):
     from comfy_core.controlnet.config import ControlNetConfig
     from comfy_core.controlnet.model import ControlNetModel
 
-    spec = importlib.util.spec_from_file_location("acn_like_pack_sparse", PACK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = next(import_api_pack("acn_like_pack"))
     sd = controlnet_state_dict("sd1")
     detected = ControlNetConfig.detect_from_weights(sd)
     config = comfy.model_detection.model_config_from_unet(

@@ -6,42 +6,29 @@ injects it into the UNet by a `PatcherInjection` on a MODEL clone, runs it by a
 built from `comfy_extras.nodes_model_advanced`."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.compat.api_pack_support import constant_cond, import_api_pack, load_sd1_model
 from tests.fixtures.motion_modules import motion_module_shapes, write_motion_module
 
-PACK = Path(__file__).parent / "api_packs" / "kosinkadink_pack" / "__init__.py"
 TINY_CHANNELS = (32, 64, 64, 64)  # the tiny SD1 UNet's level widths (tests/fixtures/checkpoints.py)
 FRAMES = 4
 
 
 @pytest.fixture
 def pack(session):
-    spec = importlib.util.spec_from_file_location("kosinkadink_pack_fixture", PACK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    module.EVENTS.clear()
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from import_api_pack("kosinkadink_pack")
 
 
 @pytest.fixture(scope="module")
 def sd1(tiny_sd1_ckpt):
-    from comfy_core.loading import load_checkpoint
-
-    model, _, _ = load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
-    return model
+    return load_sd1_model(tiny_sd1_ckpt)
 
 
 def _cond(model, value: float):
-    ctx = model.model.diffusion_model.config.context_dim
-    return [[torch.full((1, 77, ctx), value), {}]]
+    return constant_cond(model, value)
 
 
 def _sample(model, latent: torch.Tensor, steps: int = 2) -> torch.Tensor:

@@ -4,38 +4,25 @@ wrappers, callbacks and a ModelPatcher subclass; sampling gives the numbers the 
 and the base model is unchanged afterwards."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-PACK = Path(__file__).parent / "api_packs" / "patcher_pack" / "__init__.py"
+from tests.compat.api_pack_support import constant_cond, import_api_pack, load_sd1_model
 
 
 @pytest.fixture
 def pack(session):
-    spec = importlib.util.spec_from_file_location("patcher_pack_fixture", PACK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    module.EVENTS.clear()
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from import_api_pack("patcher_pack")
 
 
 @pytest.fixture(scope="module")
 def sd1(tiny_sd1_ckpt):
-    from comfy_core.loading import load_checkpoint
-
-    model, _, _ = load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
-    return model
+    return load_sd1_model(tiny_sd1_ckpt)
 
 
 def _cond(model, value: float):
-    ctx = model.model.diffusion_model.config.context_dim
-    return [[torch.full((1, 77, ctx), value), {}]]
+    return constant_cond(model, value)
 
 
 def _sample(model, steps: int = 2, cfg: float = 2.0):
