@@ -74,6 +74,20 @@ def _wants_cast(layer: Any) -> bool:
     return layer.comfy_cast_weights or len(layer.weight_function) > 0 or len(layer.bias_function) > 0
 
 
+class _CastingLayer(CastWeightBiasOp):
+    """What every layer below shares (placed before the torch class in its bases): no parameter
+    initialisation (weights come from a file), and a `forward` that takes the casting path
+    (`forward_comfy_cast_weights`) when the layer asks for it, else the torch layer's own."""
+
+    def reset_parameters(self) -> None:
+        return None
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if _wants_cast(self):
+            return self.forward_comfy_cast_weights(*args, **kwargs)
+        return super().forward(*args, **kwargs)
+
+
 class _RMSNorm(torch.nn.Module):
     """`x / rms(x) * weight` over the last `normalized_shape` dims (Zhang & Sennrich 2019)."""
 
@@ -92,75 +106,32 @@ class _RMSNorm(torch.nn.Module):
 
 
 class disable_weight_init:  # noqa: N801 - ComfyUI's name
-    class Linear(torch.nn.Linear, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class Linear(_CastingLayer, torch.nn.Linear):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             weight, bias = cast_bias_weight(self, input)
             return F.linear(input, weight, bias)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class Conv1d(torch.nn.Conv1d, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class Conv1d(_CastingLayer, torch.nn.Conv1d):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             weight, bias = cast_bias_weight(self, input)
             return self._conv_forward(input, weight, bias)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class Conv2d(torch.nn.Conv2d, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class Conv2d(_CastingLayer, torch.nn.Conv2d):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             weight, bias = cast_bias_weight(self, input)
             return self._conv_forward(input, weight, bias)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class Conv3d(torch.nn.Conv3d, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class Conv3d(_CastingLayer, torch.nn.Conv3d):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             weight, bias = cast_bias_weight(self, input)
             return self._conv_forward(input, weight, bias)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class GroupNorm(torch.nn.GroupNorm, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class GroupNorm(_CastingLayer, torch.nn.GroupNorm):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             weight, bias = cast_bias_weight(self, input)
             return F.group_norm(input, self.num_groups, weight, bias, self.eps)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class LayerNorm(torch.nn.LayerNorm, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class LayerNorm(_CastingLayer, torch.nn.LayerNorm):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             if self.weight is not None:
                 weight, bias = cast_bias_weight(self, input)
@@ -168,28 +139,12 @@ class disable_weight_init:  # noqa: N801 - ComfyUI's name
                 weight = bias = None
             return F.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class RMSNorm(_RMSNorm, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class RMSNorm(_CastingLayer, _RMSNorm):
         def forward_comfy_cast_weights(self, input: torch.Tensor) -> torch.Tensor:
             weight = cast_bias_weight(self, input)[0] if self.weight is not None else None
             return F.rms_norm(input, self.normalized_shape, weight, self.eps)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class ConvTranspose2d(torch.nn.ConvTranspose2d, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class ConvTranspose2d(_CastingLayer, torch.nn.ConvTranspose2d):
         def forward_comfy_cast_weights(self, input: torch.Tensor, output_size: Any = None) -> torch.Tensor:
             padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size,
                                            2, self.dilation)
@@ -197,15 +152,7 @@ class disable_weight_init:  # noqa: N801 - ComfyUI's name
             return F.conv_transpose2d(input, weight, bias, self.stride, self.padding, padding, self.groups,
                                       self.dilation)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class ConvTranspose1d(torch.nn.ConvTranspose1d, CastWeightBiasOp):
-        def reset_parameters(self) -> None:
-            return None
-
+    class ConvTranspose1d(_CastingLayer, torch.nn.ConvTranspose1d):
         def forward_comfy_cast_weights(self, input: torch.Tensor, output_size: Any = None) -> torch.Tensor:
             padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size,
                                            1, self.dilation)
@@ -213,12 +160,7 @@ class disable_weight_init:  # noqa: N801 - ComfyUI's name
             return F.conv_transpose1d(input, weight, bias, self.stride, self.padding, padding, self.groups,
                                       self.dilation)
 
-        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if _wants_cast(self):
-                return self.forward_comfy_cast_weights(*args, **kwargs)
-            return super().forward(*args, **kwargs)
-
-    class Embedding(torch.nn.Embedding, CastWeightBiasOp):
+    class Embedding(_CastingLayer, torch.nn.Embedding):
         def reset_parameters(self) -> None:
             self.bias = None
             return None
@@ -234,8 +176,8 @@ class disable_weight_init:  # noqa: N801 - ComfyUI's name
         def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
             if _wants_cast(self):
                 return self.forward_comfy_cast_weights(*args, **kwargs)
-            kwargs.pop("out_dtype", None)
-            return super().forward(*args, **kwargs)
+            kwargs.pop("out_dtype", None)  # only the casting path takes it
+            return torch.nn.Embedding.forward(self, *args, **kwargs)
 
     @classmethod
     def conv_nd(cls, dims: int, *args: Any, **kwargs: Any) -> torch.nn.Module:
