@@ -41,3 +41,17 @@ def constant_cond(model: Any, value: float) -> list:
 
     ctx = model.model.diffusion_model.config.context_dim
     return [[torch.full((1, 77, ctx), value), {}]]
+
+
+def unet_output(patcher: Any, seed: int = 3) -> Any:
+    """The tiny SD1 UNet's output for a seeded latent and context, with the patcher's transformer
+    options (what the sampler passes), inside its patches."""
+    import torch
+
+    unet = patcher.model.diffusion_model
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 4, 8, 8, generator=gen)
+    ctx = torch.randn(1, 3, unet.config.context_dim, generator=gen)
+    options = patcher.model_options.get("transformer_options", {})
+    with torch.no_grad(), patcher.applied():
+        return unet(x, torch.tensor([400.0]), ctx, transformer_options=dict(options))

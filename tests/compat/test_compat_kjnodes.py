@@ -5,48 +5,23 @@ CFG functions reading the run's sigmas, `CFGGuider` subclasses calling `sampling
 object patches; each checked against numbers computed independently here."""
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.compat.api_pack_support import import_api_pack, load_sd1_model, unet_output
 from tests.nodes.test_custom_sampling import _c, _d, _toy_model
-
-API_PACKS_DIR = Path(__file__).parent / "api_packs"
-
 
 @pytest.fixture
 def kj_pack(session):  # noqa: ANN001, ANN201
-    sys.path.insert(0, str(API_PACKS_DIR))
-    try:
-        module = importlib.import_module("kj_pack")
-        module.EVENTS.clear()
-        yield module
-    finally:
-        sys.path.remove(str(API_PACKS_DIR))
-        sys.modules.pop("kj_pack", None)
+    yield from import_api_pack("kj_pack")
 
 
 @pytest.fixture
 def sd1(tiny_sd1_ckpt):  # noqa: ANN001, ANN201
-    from comfy_core.loading import load_checkpoint
-
-    patcher, _clip, _vae = load_checkpoint(tiny_sd1_ckpt)
-    return patcher
+    return load_sd1_model(tiny_sd1_ckpt)
 
 
-def _unet_out(patcher, seed: int = 3) -> torch.Tensor:  # noqa: ANN001
-    """The UNet's output with the patcher's transformer options, inside its patches."""
-    unet = patcher.model.diffusion_model
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(1, 4, 8, 8, generator=gen)
-    ctx = torch.randn(1, 3, unet.config.context_dim, generator=gen)
-    options = patcher.model_options.get("transformer_options", {})
-    with torch.no_grad(), patcher.applied():
-        return unet(x, torch.tensor([400.0]), ctx, transformer_options=dict(options))
 
 
 def _complex_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -151,11 +126,11 @@ def test_lumina_feedforward_has_comfyuis_widths_and_swiglu(kj_pack) -> None:  # 
 
 
 def test_attention_override_calling_wrapped_sdpa_keeps_the_output(kj_pack, sd1) -> None:  # noqa: ANN001
-    reference = _unet_out(sd1)
+    reference = unet_output(sd1)
     patched = kj_pack.KJPackAttentionOverride().patch(sd1, "pytorch")[0]
     override = patched.model_options["transformer_options"]["optimized_attention_override"]
     assert "optimized_attention_override" not in sd1.model_options.get("transformer_options", {})
-    assert torch.allclose(_unet_out(patched), reference, atol=1e-5)
+    assert torch.allclose(unet_output(patched), reference, atol=1e-5)
     assert override.calls and set(override.calls) == {"attention_in_force"}
     assert kj_pack.KJPackAttentionOverride().patch(sd1, "disabled")[0] is sd1
 
@@ -250,11 +225,11 @@ def test_pre_run_and_cleanup_callbacks_frame_each_sampling(kj_pack) -> None:  # 
 
 
 def test_chunked_feed_forward_object_patches(kj_pack, sd1) -> None:  # noqa: ANN001
-    reference = _unet_out(sd1)
+    reference = unet_output(sd1)
     same = kj_pack.KJPackChunkFeedForward().patch(sd1, 2, 1.0)[0]
     assert any(name.endswith(".ff.forward") for name in same.object_patches)
-    assert torch.allclose(_unet_out(same), reference, atol=1e-5)
+    assert torch.allclose(unet_output(same), reference, atol=1e-5)
     silenced = kj_pack.KJPackChunkFeedForward().patch(sd1, 2, 0.0)[0]
-    assert not torch.allclose(_unet_out(silenced), reference, atol=1e-3)
+    assert not torch.allclose(unet_output(silenced), reference, atol=1e-3)
     # the patches lived only inside applied(): the shared module is as it was
-    assert torch.equal(_unet_out(sd1), reference)
+    assert torch.equal(unet_output(sd1), reference)

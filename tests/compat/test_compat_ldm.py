@@ -3,44 +3,20 @@ the classes packs import are our model's classes, the module-level functions our
 the replaceable globals, and a fixture pack's patches change the numbers exactly as they say."""
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-API_PACKS_DIR = Path(__file__).parent / "api_packs"
-
-
+from tests.compat.api_pack_support import import_api_pack, load_sd1_model, unet_output
 @pytest.fixture
 def ldm_pack(session):  # noqa: ANN001, ANN201
-    sys.path.insert(0, str(API_PACKS_DIR))
-    try:
-        module = importlib.import_module("ldm_pack")
-        yield module
-    finally:
-        sys.path.remove(str(API_PACKS_DIR))
-        sys.modules.pop("ldm_pack", None)
+    yield from import_api_pack("ldm_pack")
 
 
 @pytest.fixture
 def model(tiny_sd1_ckpt):  # noqa: ANN001, ANN201
-    from comfy_core.loading import load_checkpoint
-
-    patcher, _clip, _vae = load_checkpoint(tiny_sd1_ckpt)
-    return patcher
+    return load_sd1_model(tiny_sd1_ckpt)
 
 
-def _run(patcher, seed: int = 3) -> torch.Tensor:  # noqa: ANN001
-    """The UNet's output with the patcher's transformer options (what the sampler passes)."""
-    unet = patcher.model.diffusion_model
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(1, 4, 8, 8, generator=gen)
-    ctx = torch.randn(1, 3, unet.config.context_dim, generator=gen)
-    options = patcher.model_options.get("transformer_options", {})
-    with torch.no_grad(), patcher.applied():
-        return unet(x, torch.tensor([400.0]), ctx, transformer_options=dict(options))
 
 
 def test_surface_classes_are_our_model_classes(session) -> None:  # noqa: ANN001
@@ -78,12 +54,12 @@ def test_isinstance_checks_see_the_loaded_unets_modules(session, model) -> None:
 
 
 def test_default_returning_attn2_replacement_is_bit_exact(ldm_pack, model) -> None:  # noqa: ANN001
-    reference = _run(model)
+    reference = unet_output(model)
     (same,) = ldm_pack.LdmAttn2Scale().patch(model, 1.0)
     assert same.model_options["transformer_options"]["patches_replace"]["attn2"]
-    assert torch.equal(_run(same), reference)
+    assert torch.equal(unet_output(same), reference)
     (zeroed,) = ldm_pack.LdmAttn2Scale().patch(model, 0.0)
-    assert not torch.allclose(_run(zeroed), reference)
+    assert not torch.allclose(unet_output(zeroed), reference)
 
 
 def test_attn2_replacement_scaling_changes_the_output_as_implied(ldm_pack, model) -> None:  # noqa: ANN001
@@ -112,24 +88,24 @@ def test_attn2_replacement_scaling_changes_the_output_as_implied(ldm_pack, model
 
 
 def test_output_block_patch_scales_as_implied(ldm_pack, model) -> None:  # noqa: ANN001
-    reference = _run(model)
+    reference = unet_output(model)
     (one,) = ldm_pack.LdmOutputBlockScale().patch(model, 1.0)
-    assert torch.equal(_run(one), reference)
+    assert torch.equal(unet_output(one), reference)
     (zero,) = ldm_pack.LdmOutputBlockScale().patch(model, 0.0)
     # b = 0 drops the backbone at every output block: the result is the skips' path alone, which
     # differs from the unpatched one.
-    assert not torch.allclose(_run(zero), reference)
+    assert not torch.allclose(unet_output(zero), reference)
 
 
 def test_module_wide_optimized_attention_replacement_is_used_by_our_unet(ldm_pack, model) -> None:  # noqa: ANN001
     import comfy.ldm.modules.attention as attention
     from comfy_core.models import transformer
 
-    reference = _run(model)
+    reference = unet_output(model)
     counting = ldm_pack.install_counting_attention()
     try:
         assert transformer.optimized_attention is counting
-        out = _run(model)
+        out = unet_output(model)
     finally:
         attention.optimized_attention = counting.previous
     assert transformer.optimized_attention is counting.previous
@@ -148,10 +124,10 @@ def test_replacing_forward_timestep_embed_reaches_our_unet(session, model) -> No
         seen.append(transformer_options["block"])
         return original(ts, x, emb, context, transformer_options, *args, **kwargs)
 
-    reference = _run(model)
+    reference = unet_output(model)
     openaimodel.forward_timestep_embed = wrapped
     try:
-        out = _run(model)
+        out = unet_output(model)
     finally:
         openaimodel.forward_timestep_embed = original
     unet = model.model.diffusion_model
@@ -169,10 +145,10 @@ def test_attention_override_option_routes_every_call(session, model) -> None:  #
         calls.append(func.__name__)
         return attention.attention_pytorch(*args, **kwargs)
 
-    reference = _run(model)
+    reference = unet_output(model)
     patched = model.clone()
     patched.model_options.setdefault("transformer_options", {})["optimized_attention_override"] = override
-    assert torch.allclose(_run(patched), reference, atol=1e-5)
+    assert torch.allclose(unet_output(patched), reference, atol=1e-5)
     assert calls and set(calls) == {"attention_in_force"}
 
 
