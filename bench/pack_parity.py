@@ -220,17 +220,31 @@ class Server:
         self.log.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def common_parser(doc: str, timeout: float) -> argparse.ArgumentParser:
+    """The arguments both parity scripts take (this one and pack_parity_real.py)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("workflows", nargs="+", type=Path)
     parser.add_argument("--packs-dir", type=Path, required=True)
     parser.add_argument("--pack", action="append", default=[])
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--comfyui", type=Path, required=True)
     parser.add_argument("--comfy-python", required=True)
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=timeout)
     parser.add_argument("--keep", action="store_true", help="keep the base directories and print where")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def work_folders(prefix: str) -> tuple[Path, Path]:
+    """A fresh temporary folder and, inside it, the `shared/` folder (models/, input/) both servers read."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    shared = tmp / "shared"
+    (shared / "models").mkdir(parents=True)
+    (shared / "input").mkdir()
+    return tmp, shared
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common_parser(__doc__, timeout=600.0).parse_args(argv)
     import tests.fixtures.template_models as template_models
     from tests.fixtures.template_models import LOADER_INPUTS, WRITERS, provide_files, register_writer
 
@@ -247,10 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     packs = [args.packs_dir / name for name in args.pack]
     prompts = {wf.stem: json.loads(wf.read_text()) for wf in args.workflows}
-    tmp = Path(tempfile.mkdtemp(prefix="pack_parity_"))
-    shared = tmp / "shared"
-    (shared / "models").mkdir(parents=True)
-    (shared / "input").mkdir()
+    tmp, shared = work_folders("pack_parity_")
     for prompt in prompts.values():
         provide_files(prompt, shared)
     servers = [Server("ours", [args.python, str(REPO / "main.py")], REPO, tmp / "ours", shared, packs),

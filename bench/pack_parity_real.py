@@ -15,15 +15,13 @@ holds the ~4 GB fp32 UNet in memory.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pack_parity import PACK_LOADER_INPUTS, REPO, Server, compare_images  # noqa: E402  (the sibling script)
+from pack_parity import PACK_LOADER_INPUTS, REPO, Server, common_parser, compare_images, work_folders  # noqa: E402  (the sibling script)
 
 DEFAULT_CACHE = Path("/work/scratch/real_models")
 REAL_SD15_NAME = "sd15_real_random_fp16.safetensors"
@@ -96,16 +94,8 @@ def provide_real_files(prompt: dict, shared: Path, cache: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workflows", nargs="+", type=Path)
-    parser.add_argument("--packs-dir", type=Path, required=True)
-    parser.add_argument("--pack", action="append", default=[])
-    parser.add_argument("--python", default=sys.executable)
-    parser.add_argument("--comfyui", type=Path, required=True)
-    parser.add_argument("--comfy-python", required=True)
+    parser = common_parser(__doc__, timeout=1200.0)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    parser.add_argument("--timeout", type=float, default=1200.0)
-    parser.add_argument("--keep", action="store_true", help="keep the base directories and print where")
     args = parser.parse_args(argv)
     from tests.fixtures.template_models import LOADER_INPUTS
 
@@ -114,10 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     packs = [args.packs_dir / name for name in args.pack]
     prompts = {wf.stem: json.loads(wf.read_text()) for wf in args.workflows}
-    tmp = Path(tempfile.mkdtemp(prefix="pack_parity_real_"))
-    shared = tmp / "shared"
-    (shared / "models").mkdir(parents=True)
-    (shared / "input").mkdir()
+    tmp, shared = work_folders("pack_parity_real_")
     for prompt in prompts.values():
         provide_real_files(prompt, shared, args.cache)
     specs = [("ours", [args.python, str(REPO / "main.py")], REPO, tmp / "ours"),
