@@ -297,6 +297,12 @@ class Patcher:
             state.clear_cache()  # before computing: never hold two sets of patched weights at once
         cache = state.cache
         fresh: dict[str, torch.Tensor] = {}
+        # Weights are computed through comfy.lora's module global (ComfyUI's argument order, on a
+        # float32 copy, as ComfyUI's patch_weight_to_device): a pack replacing
+        # `comfy.lora.calculate_weight` changes what is applied. Imported here: the LoRA package
+        # imports this one.
+        from comfy_core.lora import patch_dicts
+
         with torch.no_grad():
             for key, entries in self.patches.items():
                 if not entries:
@@ -307,12 +313,6 @@ class Patcher:
                     raise PatchDataError(f"weight patch {key!r}: the module has no tensor there")
                 patched = cache.tensors.get(key) if reuse else None
                 if patched is None or patched.device != original.device or patched.dtype != original.dtype:
-                    # Through comfy.lora's module global (ComfyUI's argument order, on a float32
-                    # copy, as ComfyUI's patch_weight_to_device): a pack replacing
-                    # `comfy.lora.calculate_weight` changes what is applied. Imported here: the
-                    # LoRA package imports this one.
-                    from comfy_core.lora import patch_dicts
-
                     working = original.detach().to(torch.float32, copy=True)
                     patched = patch_dicts.calculate_weight(entries, working, key).to(original.dtype)
                     if attr in owner._parameters:
