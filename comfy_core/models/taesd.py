@@ -2,7 +2,8 @@
 convolutional decoder trained to map SD latents to images, used for live previews.
 
 Architecture and state-dict names as in the published `taesd_decoder.*` / `taesdxl_decoder.*`
-files (read from ComfyUI's `comfy/taesd/taesd.py` and madebyollin's `taesd.py`; written here):
+(4 latent channels) and `taesd3_decoder.*` / `taef1_decoder.*` (16, for SD3 and Flux.1) files
+(read from ComfyUI's `comfy/taesd/taesd.py` and madebyollin's `taesd.py`; written here):
 a plain `nn.Sequential` whose indices are the key prefixes,
 
     0 clamp (tanh(x / 3) * 3)   1 conv(latent, w)   2 ReLU   3-5 Block x3
@@ -10,7 +11,8 @@ a plain `nn.Sequential` whose indices are the key prefixes,
     11 upsample x2  12 conv(w, w, no bias)  13-15 Block x3
     16 upsample x2  17 conv(w, w, no bias)  18 Block        19 conv(w, 3)
 
-with 3x3 convolutions (padding 1), width w = 64 in the real files, and `Block` =
+with 3x3 convolutions (padding 1), width w = 64 in the real files (a loaded file's latent
+channels and width are read from its `1.weight`, so one class serves all four), and `Block` =
 `ReLU(conv(ReLU(conv(ReLU(conv(x))))) + x)` (keys `N.conv.0`, `N.conv.2`, `N.conv.4`; the skip is
 the identity since every block keeps the width). The output is an image in [0, 1] (three 8x
 upsamplings: a [B, C, h, w] latent gives [B, 3, 8h, 8w]); `decode` maps it to [-1, 1] as ComfyUI's
@@ -99,9 +101,9 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_taesd_decoder(path: str | os.PathLike, device: torch.device | str | None = None) -> TAESDDecoder:
-    """A TAESD decoder from a `taesd_decoder.*` / `taesdxl_decoder.*` file (.safetensors or a
-    torch pickle such as the published `.pth`), with the latent channels and width the file has,
-    in fp32 on `device` (default: the CPU)."""
+    """A TAESD decoder from a `taesd_decoder.*` / `taesdxl_decoder.*` / `taesd3_decoder.*` /
+    `taef1_decoder.*` file (.safetensors or a torch pickle such as the published `.pth`), with
+    the latent channels and width the file has, in fp32 on `device` (default: the CPU)."""
     path = Path(path)
     state = _read_state_dict(path)
     first = state.get("1.weight")

@@ -7,6 +7,13 @@ Models", sec. 3). Parameter names follow `ldm/modules/diffusionmodules/model.py`
 convolutions, `quant_conv`, `post_quant_conv`, `decoder.up.N.upsample`), so the checkpoint's
 `first_stage_model.*` tensors load unchanged. Written here from that description.
 
+The SD3 and Flux.1 autoencoders (Esser et al. 2024, "Scaling Rectified Flow Transformers", sec.
+5.2.1; BFL's `flux/modules/autoencoder.py`) are the same network with 16 latent channels and no
+quantisation convolutions (ComfyUI builds them as an `AutoencodingEngine` whose regulariser
+takes the moments straight from the encoder, `comfy/sd.py: VAE`): `VAEConfig.use_quant_conv`
+is read from the weights (`quant_conv.weight` present or not), so `ae.safetensors` (bare
+`encoder.*`/`decoder.*`), SD3.5's `first_stage_model.*` and diffusers' layouts load as they are.
+
 Pixel conventions are ComfyUI's (`comfy/sd.py: VAE`): `encode` takes IMAGE `[B, H, W, C]` in
 0..1, maps it to -1..1 and returns the posterior **mean** (no sampling); `decode` returns
 `clamp((x + 1) / 2, 0, 1)` as `[B, H, W, 3]`. Latents are the raw first-stage space: the
@@ -43,6 +50,14 @@ class VAEConfig:
     embed_dim: int = 4
     in_channels: int = 3
     out_ch: int = 3
+    # The 1x1 `quant_conv` / `post_quant_conv` around the bottleneck (SD1/SD2/SDXL); SD3 and
+    # Flux have neither, and then `embed_dim == z_channels`.
+    use_quant_conv: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.use_quant_conv and self.embed_dim != self.z_channels:
+            raise VAEConfigError(f"VAE without quantisation convolutions: embed_dim ({self.embed_dim}) must "
+                                 f"equal z_channels ({self.z_channels})")
 
     @property
     def downscale(self) -> int:
@@ -50,7 +65,11 @@ class VAEConfig:
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "first_stage_model.") -> "VAEConfig":
-        """Widths, levels and res blocks of the autoencoder under `prefix`, from names and shapes."""
+        """Widths, levels, res blocks, latent channels and the presence of the quantisation
+        convolutions of the autoencoder under `prefix`, from names and shapes.
+
+        Raises `VAEConfigError` for missing or inconsistent tensors (also when only one of
+        `quant_conv` / `post_quant_conv` is there)."""
         shape = shape_reader(tensors, prefix, VAEConfigError, "VAE")
 
         conv_in = shape("encoder.conv_in.weight")
@@ -72,11 +91,26 @@ class VAEConfig:
                                      f"{sorted(found.get(level, ()))}, expected 0..{num_res_blocks - 1}")
             width = shape(f"encoder.down.{level}.block.{num_res_blocks - 1}.conv2.weight")[0]
             ch_mult.append(width // ch)
-        z2 = shape("encoder.conv_out.weight")[0]
-        embed2 = shape("quant_conv.weight")[0]
+        z_channels = shape("encoder.conv_out.weight")[0] // 2
         out_ch = shape("decoder.conv_out.weight")[0]
-        return cls(ch=ch, ch_mult=tuple(ch_mult), num_res_blocks=num_res_blocks, z_channels=z2 // 2,
-                   embed_dim=embed2 // 2, in_channels=in_channels, out_ch=out_ch)
+        has_quant = f"{prefix}quant_conv.weight" in tensors
+        if has_quant != (f"{prefix}post_quant_conv.weight" in tensors):
+            present, absent = ("quant_conv", "post_quant_conv") if has_quant else ("post_quant_conv", "quant_conv")
+            raise VAEConfigError(f"VAE under {prefix!r} has {present}.weight but no {absent}.weight")
+        if has_quant:
+            embed_dim = shape("quant_conv.weight")[0] // 2
+            post = shape("post_quant_conv.weight")
+            if tuple(post[:2]) != (z_channels, embed_dim):
+                raise VAEConfigError(f"VAE under {prefix!r}: post_quant_conv.weight is {tuple(post)}, expected "
+                                     f"({z_channels}, {embed_dim}, 1, 1)")
+        else:
+            embed_dim = z_channels
+        decoder_in = shape("decoder.conv_in.weight")[1]
+        if decoder_in != z_channels:
+            raise VAEConfigError(f"VAE under {prefix!r}: decoder.conv_in takes {decoder_in} channels, the encoder "
+                                 f"gives {z_channels}")
+        return cls(ch=ch, ch_mult=tuple(ch_mult), num_res_blocks=num_res_blocks, z_channels=z_channels,
+                   embed_dim=embed_dim, in_channels=in_channels, out_ch=out_ch, use_quant_conv=has_quant)
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -114,7 +148,9 @@ class AttnBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
         n = self.norm(x)
-        q, k, v = (p(n).flatten(2).transpose(1, 2) for p in (self.q, self.k, self.v))  # [B, HW, C]
+        # Contiguous [B, HW, C], as ComfyUI's `pytorch_attention` makes them: a strided view keeps
+        # SDPA on its math kernel on the CPU (an HW x HW score matrix: 1 GiB at 1024x1024 pixels).
+        q, k, v = (p(n).flatten(2).transpose(1, 2).contiguous() for p in (self.q, self.k, self.v))  # [B, HW, C]
         # Contiguous, as ComfyUI's VAE attention hands it on: a channels-last view into the 1x1
         # proj_out takes other CPU kernels that round differently (see SpatialTransformer).
         out = attention(q, k, v, 1).transpose(1, 2).reshape(b, c, h, w).contiguous()
@@ -218,15 +254,17 @@ class Decoder(nn.Module):
 
 
 class AutoencoderKL(nn.Module):
-    """Encoder, decoder and the 1x1 (post-)quantisation convolutions of the KL autoencoder."""
+    """Encoder, decoder and (when `config.use_quant_conv`) the 1x1 (post-)quantisation
+    convolutions of the KL autoencoder."""
 
     def __init__(self, config: VAEConfig) -> None:
         super().__init__()
         self.config = config
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        self.quant_conv = nn.Conv2d(2 * config.z_channels, 2 * config.embed_dim, 1)
-        self.post_quant_conv = nn.Conv2d(config.embed_dim, config.z_channels, 1)
+        if config.use_quant_conv:
+            self.quant_conv = nn.Conv2d(2 * config.z_channels, 2 * config.embed_dim, 1)
+            self.post_quant_conv = nn.Conv2d(config.embed_dim, config.z_channels, 1)
 
     @property
     def downscale_ratio(self) -> int:
@@ -237,17 +275,23 @@ class AutoencoderKL(nn.Module):
         return self.config.embed_dim
 
     def _dtype(self) -> torch.dtype:
-        return self.quant_conv.weight.dtype
+        first = self.quant_conv if self.config.use_quant_conv else self.encoder.conv_in
+        return first.weight.dtype
 
     def encode_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, 3, H, W] in -1..1 -> (mean, logvar) each [B, embed_dim, H/f, W/f]."""
-        moments = self.quant_conv(self.encoder(x.to(self._dtype())))
+        moments = self.encoder(x.to(self._dtype()))  # [B, 2 * z_channels, H/f, W/f]
+        if self.config.use_quant_conv:
+            moments = self.quant_conv(moments)  # [B, 2 * embed_dim, H/f, W/f]
         mean, logvar = moments.chunk(2, dim=1)
         return mean, logvar
 
     def decode_raw(self, z: torch.Tensor) -> torch.Tensor:
         """z [B, embed_dim, h, w] -> x [B, 3, h*f, w*f] in about -1..1 (unclamped)."""
-        return self.decoder(self.post_quant_conv(z.to(self._dtype())))
+        z = z.to(self._dtype())
+        if self.config.use_quant_conv:
+            z = self.post_quant_conv(z)  # [B, z_channels, h, w]
+        return self.decoder(z)
 
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:
         """IMAGE [B, H, W, C] in 0..1 -> latent mean [B, embed_dim, H/f, W/f] (float32).

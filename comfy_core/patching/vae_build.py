@@ -4,6 +4,9 @@
 which packs call with a state dict they loaded themselves) share it, so both read the same key
 layouts: a standalone VAE (`encoder.*`/`decoder.*`), a checkpoint's `first_stage_model.*`, a
 `vae.*` prefix, or diffusers' `AutoencoderKL` names (converted, as ComfyUI's VAE loader does).
+With or without the quantisation convolutions (SD3 / Flux.1 16-channel VAEs have none; the
+config reads which from the weights). A temporal decoder (SVD's, `decoder.mid.block_1.mix_factor`)
+builds the video autoencoder, as ComfyUI's `comfy/sd.py: VAE` does.
 The module is built on the meta device and given its tensors by assignment (no second copy).
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
+from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
 
 VAE_PREFIXES = ("first_stage_model.", "vae.", "")
 
@@ -51,11 +55,15 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
             raise MissingComponentError(checkpoint.path, "not a VAE: no 'encoder.conv_in.weight' (with or without "
                                                          "a 'first_stage_model.' prefix)")
         prefix = prefixes[0]
+        # Without quantisation convolutions an image VAE and SVD's would both build: tell them apart.
+        video = f"{prefix}decoder.mid.block_1.mix_factor" in checkpoint.tensors
+        detect, build = ((video_vae_config, VideoAutoencoder) if video
+                         else (VAEConfig.detect_from_weights, AutoencoderKL))
         try:
-            config = VAEConfig.detect_from_weights(checkpoint.tensors, prefix)
+            config = detect(checkpoint.tensors, prefix)
         except VAEConfigError as exc:
             raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
-        vae = materialize(build_on_meta(lambda: AutoencoderKL(config)), checkpoint, prefix, dtype, "VAE",
+        vae = materialize(build_on_meta(lambda: build(config)), checkpoint, prefix, dtype, "VAE",
                           (vae_attention_linear_to_conv(),), zero_copy=mmap, workers=workers)
     vae.eval()
     return vae
