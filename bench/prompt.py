@@ -78,10 +78,12 @@ def encode_figures(ckpt: Path, count: int) -> None:
 
     from comfy_core.prompt.conditioning import PromptOptions, encode_prompt
     from comfy_core.prompt.encode import chunk_texts
+    from comfy_core.families import encoder_set_for, encoder_sets
     from comfy_core.text_encoders.factory import build_clip, detect_text_encoders
 
     sd = safetensors.torch.load_file(str(ckpt))
-    clip = build_clip(detect_text_encoders(sd), sd)
+    configs = detect_text_encoders(sd, encoder_sets())
+    clip = build_clip(configs, sd, spec=encoder_set_for(configs))
     prompts = long_prompts(count)
     _, counts = chunk_texts([prompts[0]], clip.tokenizer.clip_tokenizer.encode)
     start = time.perf_counter()

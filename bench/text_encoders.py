@@ -28,6 +28,7 @@ def _peak_rss_mib() -> float:
 
 
 def bench_tokenizer() -> None:
+    from comfy_core.families import encoder_set_for
     from comfy_core.text_encoders.factory import make_tokenizer
     from comfy_core.text_encoders.config import ClipTextConfig
     from comfy_core.text_encoders.tokenizer import ClipTokenizer
@@ -44,7 +45,7 @@ def bench_tokenizer() -> None:
     clip_tokenizer = ClipTokenizer(vocabulary)
     print(f"tokenizer: build {time.perf_counter() - t:.3f} s")
     config = ClipTextConfig("clip_l", "p.", "hf", 768, 12, 12, 3072, 49408, 77, 768, False, "quick_gelu")
-    family = make_tokenizer([config], clip_tokenizer)
+    family = make_tokenizer([config], clip_tokenizer, spec=encoder_set_for([config]))
     n = 0
     t = time.perf_counter()
     while time.perf_counter() - t < 1.0:
@@ -70,14 +71,15 @@ def random_clip_l_checkpoint() -> dict[str, torch.Tensor]:
 
 
 def bench_full_clip_l() -> None:
+    from comfy_core.families import encoder_set_for, encoder_sets
     from comfy_core.text_encoders import build_clip, detect_text_encoders
 
     sd = random_clip_l_checkpoint()
     params = sum(v.numel() for v in sd.values())
     print(f"CLIP-L: {params / 1e6:.1f} M params, fp32 {params * 4 / 2**20:.0f} MiB; peak RSS so far {_peak_rss_mib():.0f} MiB")
     t = time.perf_counter()
-    configs = detect_text_encoders(sd)
-    clip = build_clip(configs, sd)
+    configs = detect_text_encoders(sd, encoder_sets())
+    clip = build_clip(configs, sd, spec=encoder_set_for(configs))
     print(f"CLIP-L: detect + build_clip (meta + assign, no copy) {time.perf_counter() - t:.3f} s; "
           f"peak RSS {_peak_rss_mib():.0f} MiB")
     tokens = clip.tokenize(PROMPTS[0])

@@ -15,6 +15,7 @@ near one copy of the weights (`LoadOptions.mmap=False` copies every tensor into 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -28,15 +29,14 @@ from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
 from comfy_core.checkpoint.errors import CheckpointError, MissingComponentError, ShapeMismatchError
 from comfy_core.checkpoint.materialize import build_on_meta, materialize, tensor_requests
-from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
+from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
-from comfy_core.models.unet import UNetModel
+from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.patching.vae import VaePatcher
 from comfy_core.patching.vae_build import vae_module_from, vae_view  # noqa: F401 -- vae_view: re-exported
-from comfy_core.sampling.model_sampling import ModelSampling
 from comfy_core.text_encoders import CLIP, ClipTextConfig, build_clip, detect_text_encoders
 from comfy_core.text_encoders.errors import TextEncoderError
 
@@ -91,30 +91,59 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         detection = registry.detect(checkpoint.tensors, checkpoint.path)
         family = detection.family
         prediction = resolve_prediction(checkpoint, family, options.prediction)
+        # A diffusion model shipped in fp8 (Flux's "fp8" single files) stays fp8 and computes in
+        # the device's UNet dtype, as ComfyUI keeps a file's fp8 weight dtype.
+        shipped_fp8 = stored_fp8_dtype(checkpoint.tensors, family.unet_prefix) if policy.unet is None else None
+        if shipped_fp8 is not None:
+            options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=shipped_fp8))
+            policy = options.dtype_policy
         # Everything that can be refused from the header is checked before any data is read.
         vae_config = _vae_config(checkpoint, family) if options.output_vae else None
-        clip_configs = _clip_configs(checkpoint) if options.output_clip else None
+        clip_configs = _clip_configs(checkpoint, family) if options.output_clip else None
         requests = tensor_requests(checkpoint, family.unet_prefix, policy.dtype_for(UNET))
         if vae_config is not None:
             requests.update(tensor_requests(checkpoint, family.vae_prefix, policy.dtype_for(VAE)))
         for config in clip_configs or ():
-            requests.update(tensor_requests(checkpoint, config.prefix, policy.dtype_for(TEXT)))
+            # fp8 T5 towers stay fp8 (comfy_core/text_encoders/towers.py)
+            text_dtype = stored_fp8_dtype(checkpoint.tensors, config.prefix) if config.slot == "t5xxl" else None
+            requests.update(tensor_requests(checkpoint, config.prefix, text_dtype or policy.dtype_for(TEXT)))
         with BulkRead(checkpoint, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             # The modules are built (on the meta device) while the workers read the file.
             unet = _build_unet(checkpoint, detection)
             build_vae = family.components.build_vae if family.components is not None else AutoencoderKL
             vae_module = build_on_meta(lambda: build_vae(vae_config)) if vae_config is not None else None
-            clip = _load_clip(checkpoint, clip_configs, options, reading) if clip_configs else None
+            clip = _load_clip(checkpoint, family, clip_configs, options, reading) if clip_configs else None
             model = _load_model(checkpoint, family, unet, prediction, options, reading.result())
             vae = _load_vae(checkpoint, family, vae_module, options, reading.result()) if vae_module else None
+    if shipped_fp8 is not None:
+        cast_weights_at_run_time(model.model.diffusion_model)
+        model.model.manual_cast_dtype = DtypePolicy(device=policy.device).dtype_for(UNET)
     log.info("loaded %s in %.2fs: %s, %s-prediction, unet %s, vae %s", checkpoint.path.name,
              time.perf_counter() - started, family.display_name, prediction,
              options.dtype_policy.dtype_for(UNET), options.dtype_policy.dtype_for(VAE))
     return model, clip, vae
 
 
+def stored_fp8_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | None:
+    """The fp8 dtype most floating tensors under `prefix` are stored in, or None (header only)."""
+    counts: dict[str, int] = {}
+    for name, info in tensors.items():
+        if name.startswith(prefix):
+            counts[str(info.dtype)] = counts.get(str(info.dtype), 0) + 1
+    if not counts:
+        return None
+    dtype = TORCH_DTYPES.get(max(counts, key=counts.get))
+    return dtype if dtype in FP8_DTYPES else None
+
+
 def resolve_prediction(checkpoint: CheckpointFile, family: Family, explicit: str | None) -> str:
-    """Explicit option, then file metadata, then the family's look at the weights, then its default."""
+    """Explicit option, then file metadata, then the family's look at the weights, then its default.
+    Flow-matching families have one parametrisation (the velocity): theirs."""
+    if family.sampling.schedule != "discrete":
+        if explicit is not None and explicit != family.sampling.prediction:
+            raise CheckpointError(checkpoint.path, f"{family.display_name} is a flow-matching model: prediction "
+                                                   f"{explicit!r} does not apply")
+        return family.sampling.prediction
     if explicit is not None:
         if explicit not in ("eps", "v"):
             raise CheckpointError(checkpoint.path, f"prediction must be 'eps' or 'v', got {explicit!r}")
@@ -133,16 +162,16 @@ def resolve_prediction(checkpoint: CheckpointFile, family: Family, explicit: str
     return family.sampling.prediction
 
 
-def _build_unet(checkpoint: CheckpointFile, detection: Detection) -> UNetModel:
+def _build_unet(checkpoint: CheckpointFile, detection: Detection) -> nn.Module:
     config = detection.unet_config
     if config is None:
         raise MissingComponentError(checkpoint.path, "no UNet in the file; load the diffusion model separately")
     components = detection.family.components
-    build = components.build_unet if components is not None else UNetModel
+    build = components.build_unet if components is not None else detection.family.architecture.build
     return build_on_meta(lambda: build(config))
 
 
-def _load_model(checkpoint: CheckpointFile, family: Family, unet: UNetModel, prediction: str,
+def _load_model(checkpoint: CheckpointFile, family: Family, unet: nn.Module, prediction: str,
                 options: LoadOptions, loaded: Mapping[str, torch.Tensor]) -> ModelPatcher:
     unet = materialize(unet, checkpoint, family.unet_prefix, options.dtype_policy.dtype_for(UNET), "UNet",
                        family.key_conversions, zero_copy=options.mmap, workers=options.io_workers, loaded=loaded)
@@ -154,12 +183,11 @@ def model_from_unet(checkpoint: CheckpointFile, family: Family, unet: nn.Module,
     """A loaded UNet -> `ModelPatcher` over the family's `DiffusionModel` (its sampling, latent
     format, ADM), as every diffusion-model loader wraps it."""
     zsnr = family.zsnr_marker is not None and family.zsnr_marker in checkpoint.tensors
-    sampling = ModelSampling(prediction, linear_start=family.sampling.linear_start,
-                             linear_end=family.sampling.linear_end, timesteps=family.sampling.timesteps, zsnr=zsnr)
     if family.components is not None:
         model = family.components.build_model(unet, family, prediction, zsnr)
     else:
-        model = DiffusionModel(unet, sampling, family.latent_format, family=family, adm=family.adm)
+        sampling = family.sampling.model_sampling(prediction, zsnr)
+        model = DiffusionModel(unet, sampling, family.latent_format, family=family)
     model.eval()
     return ModelPatcher(model, load_device=options.device, offload_device="cpu")
 
@@ -190,10 +218,13 @@ def _load_vae(checkpoint: CheckpointFile, family: Family, vae: AutoencoderKL, op
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
 
 
-def _clip_configs(checkpoint: CheckpointFile) -> list[ClipTextConfig]:
-    """The text encoders' configs from the header; typed errors when there are none or they are malformed."""
+def _clip_configs(checkpoint: CheckpointFile, family: Family) -> list[ClipTextConfig]:
+    """The text encoders' configs from the header (under the family's prefixes); typed errors when
+    there are none or they are malformed."""
+    if family.text_encoders is None:
+        raise MissingComponentError(checkpoint.path, f"{family.display_name} files carry no text encoder")
     try:
-        configs = detect_text_encoders(checkpoint.tensors)
+        configs = detect_text_encoders(checkpoint.tensors, [family.text_encoders])
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     if not configs:
@@ -201,14 +232,15 @@ def _clip_configs(checkpoint: CheckpointFile) -> list[ClipTextConfig]:
     return configs
 
 
-def _load_clip(checkpoint: CheckpointFile, configs: list[ClipTextConfig], options: LoadOptions,
+def _load_clip(checkpoint: CheckpointFile, family: Family, configs: list[ClipTextConfig], options: LoadOptions,
                reading: BulkRead) -> CLIP:
     dtype = options.dtype_policy.dtype_for(TEXT)
     # build_clip builds its encoders on meta before it reads a tensor: the first read waits for
     # `reading`; keys outside the requests (none today) would be read on access.
     state = LazyStateDict(checkpoint, dtype, pending=reading)
     try:
-        return build_clip(configs, state, dtype, load_device=options.device, offload_device="cpu")
+        return build_clip(configs, state, dtype, load_device=options.device, offload_device="cpu",
+                          spec=family.text_encoders)
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
 

@@ -140,7 +140,8 @@ def process_conds(model: Any, noise: torch.Tensor, conds: dict[str, list[dict]],
 
     prepared = prepare_conds(conds, noise.to(device) if device is not None else noise, model.model_sampling,
                              getattr(model, "encode_adm", None), concat_cond=getattr(model, "concat_cond", None),
-                             latent_image=latent_image, denoise_mask=denoise_mask, seed=seed)
+                             latent_image=latent_image, denoise_mask=denoise_mask, seed=seed,
+                             extra_inputs=getattr(model, "extra_inputs", None))
     prepare_control(prepared, model)
     return prepared
 

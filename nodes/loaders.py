@@ -232,8 +232,7 @@ def _load_clip_files(paths: list[Path], clip_type: str, device: str) -> Any:
     try:
         clip = load_text_encoders(paths, clip_type, _options(), load_device="cpu" if device == "cpu" else None)
     except UnsupportedClipTypeError as exc:
-        raise NodeInputError("type", "a text encoder type of a family this engine has ('stable_diffusion', 'sdxl')",
-                             str(exc)) from exc
+        raise NodeInputError("type", "a text encoder type of a family this engine has", str(exc)) from exc
     _embedding_lookup(clip)
     _track(clip)
     return clip
@@ -271,6 +270,17 @@ def clip_loader(clip_name: str, type: str = "stable_diffusion", device: str = "d
 def dual_clip_loader(clip_name1: str, clip_name2: str, type: str, device: str = "default") -> tuple[Any]:
     paths = [_path("text_encoders", clip_name1, "clip_name1"), _path("text_encoders", clip_name2, "clip_name2")]
     return (_load_clip_files(paths, type, device),)
+
+
+@node("TripleCLIPLoader", category="advanced/loaders", display_name=None, python_module="comfy_extras.nodes_sd3",
+      description="[Recipes]\n\nsd3: clip-l, clip-g, t5",
+      inputs=[Combo("clip_name1", _files("text_encoders")), Combo("clip_name2", _files("text_encoders")),
+              Combo("clip_name3", _files("text_encoders"))],
+      outputs=[Output("CLIP")])
+def triple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str) -> tuple[Any]:
+    """SD3's three text encoders (CLIP-L, CLIP-G, T5-XXL in any order: told apart by their weights)."""
+    paths = [_path("text_encoders", name, f"clip_name{i}") for i, name in enumerate((clip_name1, clip_name2, clip_name3), 1)]
+    return (_load_clip_files(paths, "sd3", "default"),)
 
 
 def _diffusers_folders(env: Any = None) -> list[str]:

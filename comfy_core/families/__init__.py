@@ -1,5 +1,6 @@
 """Model families (SD1.x, SD2.x, SDXL, SDXL refiner, their inpainting and instruct-pix2pix
-variants, SD2.1 unCLIP, Stable Video Diffusion) and their registry.
+variants, SD2.1 unCLIP, Stable Video Diffusion, SD3/SD3.5, Flux.1 dev/Kontext and schnell) and
+their registry.
 
 `default_registry()` returns a new `FamilyRegistry` holding the built-in families; callers that
 add their own build on it (`registry.register(my_family.definition())`). See README.md.
@@ -12,14 +13,27 @@ from comfy_core.families.registry import Detection, FamilyRegistrationError, Fam
 
 def default_registry() -> FamilyRegistry:
     """A fresh registry with the built-in families."""
-    from comfy_core.families import (sd1, sd1_inpaint, sd1_ip2p, sd2, sd2_inpaint, sd21_unclip, sdxl, sdxl_inpaint,
-                                     sdxl_ip2p, sdxl_refiner, svd)
+    from comfy_core.families import (flux, flux_schnell, sd1, sd1_inpaint, sd1_ip2p, sd2, sd2_inpaint, sd3,
+                                     sd21_unclip, sdxl, sdxl_inpaint, sdxl_ip2p, sdxl_refiner, svd)
 
     return FamilyRegistry([sd1.definition(), sd2.definition(), sdxl.definition(), sdxl_refiner.definition(),
                            sd1_inpaint.definition(), sd1_ip2p.definition(), sd2_inpaint.definition(),
                            sdxl_inpaint.definition(), sdxl_ip2p.definition(), sd21_unclip.definition(),
-                           svd.definition()])
+                           svd.definition(), sd3.definition(), flux.definition(), flux_schnell.definition()])
+
+
+def encoder_sets() -> list:
+    """The text-encoder sets of the built-in families (`EncoderSetSpec`s), for loaders of text
+    encoders alone and for callers that build a CLIP from a state dict."""
+    return default_registry().encoder_sets()
+
+
+def encoder_set_for(configs: list) -> object:
+    """The built-in encoder set formed by these detected towers."""
+    from comfy_core.text_encoders.encoder_set import spec_for_slots
+
+    return spec_for_slots([c.slot for c in configs], encoder_sets())
 
 
 __all__ = ["Detection", "Family", "FamilyRegistrationError", "FamilyRegistry", "Geometry", "SamplingPolicy",
-           "Signature", "default_registry"]
+           "Signature", "default_registry", "encoder_set_for", "encoder_sets"]

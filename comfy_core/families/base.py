@@ -13,14 +13,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
+from comfy_core.families.architecture import Architecture, unet_architecture, unet_facts  # noqa: F401 -- unet_facts: re-exported
 from comfy_core.models.latent_formats import LatentFormat
-from comfy_core.models.unet import UNetConfig
 
 if TYPE_CHECKING:
     from comfy_core.checkpoint.keys import KeyConversion
     from comfy_core.checkpoint.reader import CheckpointFile
 
 PREDICTIONS = ("eps", "v")
+SCHEDULES = ("discrete", "flow", "flux")
 CONCAT_KINDS = ("none", "inpaint", "ip2p")
 
 
@@ -60,21 +61,16 @@ class Signature:
         return all(unet_facts.get(k) == v for k, v in self.unet + self.diffusion_model)
 
 
-def unet_facts(config: UNetConfig) -> dict[str, Any]:
-    """The facts a `Signature.unet` may test."""
-    facts = dataclasses.asdict(config)
-    facts["has_adm"] = config.adm_in_channels is not None
-    facts["channel_mult"] = tuple(config.channel_mult)
-    facts["levels"] = len(config.channel_mult)
-    # SD1/SD2 attend at full latent resolution, SDXL and its refiner start attending one level down.
-    facts["attention_at_first_level"] = bool(config.transformer_depth and config.transformer_depth[0] > 0)
-    return facts
-
-
 @dataclass(frozen=True)
 class SamplingPolicy:
-    """How the model was trained to be sampled. `prediction` "eps" or "v"; the DDPM schedule is
-    scaled-linear from `linear_start` to `linear_end` over `timesteps`."""
+    """How the model was trained to be sampled.
+
+    `schedule` "discrete": a DDPM table, scaled-linear from `linear_start` to `linear_end` over
+    `timesteps`, `prediction` "eps" or "v" (SD1/SD2/SDXL). "flow": rectified flow (Liu et al. 2022;
+    Esser et al. 2024) with SD3's time shift `shift` and timestep multiplier `multiplier` (ComfyUI's
+    ModelSamplingDiscreteFlow: SD3 shift 3, multiplier 1000; Flux schnell shift 1, multiplier 1).
+    "flux": rectified flow with Flux's exponential shift `shift` (ComfyUI's ModelSamplingFlux,
+    Flux dev 1.15). Flow models predict the velocity (`prediction` "flow", ComfyUI's CONST)."""
 
     prediction: str = "eps"
     linear_start: float = 0.00085
@@ -82,10 +78,28 @@ class SamplingPolicy:
     timesteps: int = 1000
     default_sampler: str = "euler"
     default_scheduler: str = "normal"
+    schedule: str = "discrete"
+    shift: float = 1.0
+    multiplier: float = 1000.0
 
     def __post_init__(self) -> None:
-        if self.prediction not in PREDICTIONS:
-            raise ValueError(f"SamplingPolicy.prediction must be one of {PREDICTIONS}, got {self.prediction!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"SamplingPolicy.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        allowed = PREDICTIONS if self.schedule == "discrete" else ("flow",)
+        if self.prediction not in allowed:
+            raise ValueError(f"SamplingPolicy.prediction must be one of {allowed} for a {self.schedule} "
+                             f"schedule, got {self.prediction!r}")
+
+    def model_sampling(self, prediction: str, zsnr: bool = False) -> Any:
+        """The model-sampling object of this policy (`prediction`: the resolved eps/v of a discrete table)."""
+        from comfy_core.sampling.model_sampling import FlowModelSampling, FluxModelSampling, ModelSampling
+
+        if self.schedule == "flow":
+            return FlowModelSampling(shift=self.shift, multiplier=self.multiplier)
+        if self.schedule == "flux":
+            return FluxModelSampling(shift=self.shift)
+        return ModelSampling(prediction, linear_start=self.linear_start, linear_end=self.linear_end,
+                             timesteps=self.timesteps, zsnr=zsnr)
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,7 @@ class Components(Protocol):
     module from its detected config, the VAE config from the header and its module, and the
     denoiser (`DiffusionModel` or a subclass, with its model sampling) around the loaded UNet."""
 
-    def build_unet(self, config: UNetConfig) -> Any: ...
+    def build_unet(self, config: Any) -> Any: ...
 
     def vae_config(self, tensors: Mapping[str, Any], prefix: str) -> Any: ...
 
@@ -123,7 +137,11 @@ class Family:
     # Head layout (weights cannot show it): exactly one of these is positive.
     num_heads: int = -1
     num_head_channels: int = -1
-    adm: str = "none"  # "none" | "sdxl" | "sdxl_refiner" | "unclip" (see comfy_core.models.diffusion)
+    # What the network gets besides the noisy latent and the text context: the label embedding
+    # `y` ("ADM": SDXL's pooled text + size embeddings, unCLIP's image embedding, SD3's pooled
+    # text) and further model inputs (Flux's guidance and reference latents). A
+    # `comfy_core.models.model_conditions.ModelConditions`; None: none (SD1/SD2).
+    conditioning: Any = None
     # Extra UNet input channels concatenated to the noisy latent (ComfyUI's `concat_keys` /
     # `IP2P.concat_cond`): "none", "inpaint" (mask + masked-image latent, 9-channel UNets) or
     # "ip2p" (the source image's latent, 8-channel instruct-pix2pix UNets).
@@ -142,14 +160,27 @@ class Family:
     # (SVD's video UNet and temporal VAE decoder); None: the loader's image defaults. See
     # `Components`.
     components: "Components | None" = None
+    # The diffusion network (UNet by default; MMDiT, Flux DiT ...): detection and builder.
+    architecture: Architecture = field(default_factory=unet_architecture)
+    # The text encoders (`comfy_core.text_encoders.encoder_set.EncoderSetSpec`: slots, single-file
+    # prefixes, layers, pooling, how outputs combine, the empty-negative rule); None: none (SVD).
+    text_encoders: Any = None
+    # ComfyUI's `model_config.unet_config` dict of a loaded model, for families whose network is
+    # not a UNet (packs read it); None: derived from the UNet config.
+    comfy_config: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
-        if (self.num_heads > 0) == (self.num_head_channels > 0):
+        if self.architecture.head_layout and (self.num_heads > 0) == (self.num_head_channels > 0):
             raise ValueError(f"family {self.name!r}: set exactly one of num_heads / num_head_channels")
         if self.concat not in CONCAT_KINDS:
             raise ValueError(f"family {self.name!r}: concat must be one of {CONCAT_KINDS}, got {self.concat!r}")
 
-    def unet_config(self, tensors: Mapping[str, Any]) -> UNetConfig:
-        """The UNet config of a checkpoint of this family (structure from weights, heads from here)."""
-        config = UNetConfig.detect_from_weights(tensors, self.unet_prefix)
-        return dataclasses.replace(config, num_heads=self.num_heads, num_head_channels=self.num_head_channels)
+    def unet_config(self, tensors: Mapping[str, Any]) -> Any:
+        """The diffusion network's config of a checkpoint of this family (structure from the
+        weights, what they cannot show from here: a UNet's head layout)."""
+        return self.architecture.config(tensors, self.unet_prefix, self)
+
+    @property
+    def adm(self) -> str:
+        """The name of the family's model conditioning ("none", "sdxl", "sdxl_refiner", "unclip", ...)."""
+        return getattr(self.conditioning, "name", "none")

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from comfy_core.families.errors import AmbiguousFamilyError, UnknownFamilyError
-from comfy_core.families.base import Family, unet_facts
-from comfy_core.models.unet import UNetConfig, UNetConfigError
+from comfy_core.families.base import Family
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +25,11 @@ class FamilyRegistrationError(ValueError):
 @dataclass(frozen=True)
 class Detection:
     family: Family
-    unet_config: UNetConfig | None  # None when the file has no UNet
+    unet_config: Any  # the diffusion network's config (UNetConfig, ...); None when the file has none
+
+    @property
+    def config(self) -> Any:
+        return self.unet_config
 
 
 class FamilyRegistry:
@@ -72,22 +75,15 @@ class FamilyRegistry:
         naming `path`.
         """
         names = frozenset(tensors)
-        facts_by_prefix: dict[str, dict[str, Any] | None] = {}
-        structure_errors: dict[str, str] = {}
+        facts_by_key: dict[tuple[str, str], dict[str, Any] | None] = {}
+        structure_errors: dict[tuple[str, str], str] = {}
         matched: list[tuple[Family, dict[str, Any] | None]] = []
         for family in self._families.values():
-            prefix = family.unet_prefix
-            if prefix not in facts_by_prefix:
-                facts_by_prefix[prefix] = None
-                if any(n.startswith(prefix) for n in names):
-                    try:
-                        facts_by_prefix[prefix] = unet_facts(UNetConfig.detect_from_weights(tensors, prefix))
-                    except UNetConfigError as exc:
-                        structure_errors[prefix] = str(exc)
-            if family.signature.matches(names, facts_by_prefix[prefix]):
-                matched.append((family, facts_by_prefix[prefix]))
+            facts = self._facts(family, tensors, names, facts_by_key, structure_errors)
+            if family.signature.matches(names, facts):
+                matched.append((family, facts))
         if not matched:
-            hint = f" (UNet structure: {'; '.join(structure_errors.values())})" if structure_errors else ""
+            hint = f" (network structure: {'; '.join(structure_errors.values())})" if structure_errors else ""
             raise UnknownFamilyError(
                 path, f"no known model family matches its {len(names)} tensors{hint}; known families: "
                       f"{', '.join(self._families)}")
@@ -96,13 +92,30 @@ class FamilyRegistry:
                 path, f"matches several model families: {', '.join(f.name for f, _ in matched)}")
         family, facts = matched[0]
         config = family.unet_config(tensors) if facts is not None else None
-        if config is not None:
+        if config is not None and family.architecture.head_layout:
             log.info("%s: %s (UNet %d ch x %s, %d res blocks, depth %s, context %d, %s projections%s)",
                      Path(str(path)).name, family.display_name, config.model_channels, list(config.channel_mult),
                      config.num_res_blocks, list(config.transformer_depth), config.context_dim,
                      "linear" if config.use_linear_in_transformer else "conv",
                      f", ADM {config.adm_in_channels}" if config.adm_in_channels else "")
+        elif config is not None:
+            log.info("%s: %s (%s)", Path(str(path)).name, family.display_name, config)
         return Detection(family, config)
+
+    def _facts(self, family: Family, tensors: Mapping[str, Any], names: Any,
+               cache: dict[tuple[str, str], dict[str, Any] | None], errors: dict[tuple[str, str], str]) -> dict[str, Any] | None:
+        """The facts of `family`'s architecture under its prefix (None: the network is not there
+        or does not read), computed once per (architecture, prefix)."""
+        architecture, prefix = family.architecture, family.unet_prefix
+        key = (architecture.name, prefix)
+        if key not in cache:
+            cache[key] = None
+            if architecture.present(names, prefix):
+                try:
+                    cache[key] = architecture.facts(architecture.detect(tensors, prefix))
+                except architecture.errors as exc:
+                    errors[key] = str(exc)
+        return cache[key]
 
     def detect_diffusion_model(self, tensors: Mapping[str, Any], path: str | Path = "<memory>") -> Detection:
         """The family of a diffusion model that comes alone (UNETLoader's split files), its
@@ -114,23 +127,16 @@ class FamilyRegistry:
         one whose facts say the most wins (a family declaring none is assumed to be told apart by
         its UNet facts alone), and a tie is an `AmbiguousFamilyError`. Reads names and shapes only.
         """
-        facts_by_prefix: dict[str, dict[str, Any] | None] = {}
-        errors: list[str] = []
+        names = frozenset(tensors)
+        facts_by_key: dict[tuple[str, str], dict[str, Any] | None] = {}
+        structure_errors: dict[tuple[str, str], str] = {}
         matched: list[Family] = []
         for family in self._families.values():
-            prefix = family.unet_prefix
-            if prefix not in facts_by_prefix:
-                facts_by_prefix[prefix] = None
-                if any(n.startswith(prefix) for n in tensors):
-                    try:
-                        facts_by_prefix[prefix] = unet_facts(UNetConfig.detect_from_weights(tensors, prefix))
-                    except UNetConfigError as exc:
-                        errors.append(str(exc))
-            facts = facts_by_prefix[prefix]
+            facts = self._facts(family, tensors, names, facts_by_key, structure_errors)
             if facts is not None and family.signature.matches_diffusion_model(facts):
                 matched.append(family)
         if not matched:
-            hint = f" (UNet structure: {'; '.join(errors)})" if errors else ""
+            hint = f" (network structure: {'; '.join(structure_errors.values())})" if structure_errors else ""
             raise UnknownFamilyError(
                 path, f"not a diffusion model of a known family{hint}; known families: {', '.join(self._families)}")
         most = max(len(f.signature.diffusion_model) for f in matched)
@@ -140,7 +146,20 @@ class FamilyRegistry:
                 path, f"the diffusion model fits several model families: {', '.join(f.name for f in best)}")
         family = best[0]
         config = family.unet_config(tensors)
-        log.info("%s: diffusion model of %s (UNet %d ch x %s, context %d%s)", Path(str(path)).name,
-                 family.display_name, config.model_channels, list(config.channel_mult), config.context_dim,
-                 f", ADM {config.adm_in_channels}" if config.adm_in_channels else "")
+        if family.architecture.head_layout:
+            log.info("%s: diffusion model of %s (UNet %d ch x %s, context %d%s)", Path(str(path)).name,
+                     family.display_name, config.model_channels, list(config.channel_mult), config.context_dim,
+                     f", ADM {config.adm_in_channels}" if config.adm_in_channels else "")
+        else:
+            log.info("%s: diffusion model of %s (%s)", Path(str(path)).name, family.display_name, config)
         return Detection(family, config)
+
+    def encoder_sets(self) -> list[Any]:
+        """The distinct text-encoder sets of the registered families, in registration order
+        (what CLIPLoader-style loaders match a set of towers against)."""
+        sets: list[Any] = []
+        for family in self._families.values():
+            spec = family.text_encoders
+            if spec is not None and all(spec.name != s.name for s in sets):
+                sets.append(spec)
+        return sets

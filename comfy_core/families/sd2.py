@@ -11,6 +11,15 @@ from typing import TYPE_CHECKING
 from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.models.latent_formats import sd15_latent_format
+from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, SD2ClipModel
+from comfy_core.text_encoders.sd_tokenizer import SD2Tokenizer
+
+# OpenCLIP ViT-H, penultimate layer through the final norm, zero-padded; A1111 the same layer
+# whatever the clip skip.
+TEXT_ENCODERS = EncoderSetSpec(
+    "sd2", (EncoderOptions("clip_h", "h", PAD_ZERO, -2, True, prefixes=("cond_stage_model.model.",),
+                           webui_layer_idx=-2, webui_layer_norm=True, webui_tokenizer="open_clip"),),
+    "clip_h", set_class=SD2ClipModel, tokenizer_class=SD2Tokenizer, clip_types=("stable_diffusion",))
 
 if TYPE_CHECKING:
     from comfy_core.checkpoint.reader import CheckpointFile
@@ -41,6 +50,7 @@ def definition() -> Family:
         latent_format=sd15_latent_format(),
         sampling=SamplingPolicy(prediction="eps"),
         num_head_channels=64,
+        text_encoders=TEXT_ENCODERS,
         prediction_from_weights=prediction_from_weights,
         key_conversions=(vae_attention_linear_to_conv(),),
     )

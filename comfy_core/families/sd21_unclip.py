@@ -18,6 +18,7 @@ import dataclasses
 
 from comfy_core.families import sd2
 from comfy_core.families.base import Family
+from comfy_core.models.model_conditions import UnclipConditions
 
 
 def definition() -> Family:
@@ -28,5 +29,5 @@ def definition() -> Family:
             base.signature, unet=tuple((k, True if k == "has_adm" else v) for k, v in base.signature.unet),
             # alone (a split file) it must not pass for the SDXL refiner, the other 4-level ADM UNet
             diffusion_model=(("levels", 4), ("attention_at_first_level", True))),
-        adm="unclip", clip_vision_prefix="embedder.model.visual.",
+        conditioning=UnclipConditions(), clip_vision_prefix="embedder.model.visual.",
     )

@@ -9,6 +9,18 @@ from typing import TYPE_CHECKING
 from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.models.latent_formats import sdxl_latent_format
+from comfy_core.models.model_conditions import SdxlConditions
+from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec, SDXLClipModel
+from comfy_core.text_encoders.sd_tokenizer import SDXLTokenizer
+
+# CLIP-L and OpenCLIP bigG, both their penultimate layer without the final norm, concatenated;
+# pooled from bigG. A1111: the same layers (clip skip ignored), an all-empty negative is zeros.
+TEXT_ENCODERS = EncoderSetSpec(
+    "sdxl", (EncoderOptions("clip_l", "l", PAD_EOS, -2, False, prefixes=("conditioner.embedders.0.transformer.text_model.",),
+                            webui_layer_idx=-2, webui_layer_norm=False, webui_tokenizer="transformers"),
+             EncoderOptions("clip_g", "g", PAD_ZERO, -2, False, prefixes=("conditioner.embedders.1.model.",),
+                            webui_layer_idx=-2, webui_layer_norm=False, webui_tokenizer="open_clip")),
+    "clip_g", set_class=SDXLClipModel, tokenizer_class=SDXLTokenizer, clip_types=("sdxl",), webui_zero_empty_negative=True)
 
 if TYPE_CHECKING:
     from comfy_core.checkpoint.reader import CheckpointFile
@@ -33,7 +45,8 @@ def definition() -> Family:
         latent_format=sdxl_latent_format(),
         sampling=SamplingPolicy(prediction="eps"),
         num_head_channels=64,
-        adm="sdxl",
+        text_encoders=TEXT_ENCODERS,
+        conditioning=SdxlConditions(),
         prediction_from_weights=prediction_from_markers,
         zsnr_marker="ztsnr",
         key_conversions=(vae_attention_linear_to_conv(),),

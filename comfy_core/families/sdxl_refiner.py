@@ -6,6 +6,16 @@ from __future__ import annotations
 from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.models.latent_formats import sdxl_latent_format
+from comfy_core.models.model_conditions import SdxlRefinerConditions
+from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, SDXLRefinerClipModel
+from comfy_core.text_encoders.sd_tokenizer import SDXLRefinerTokenizer
+
+# OpenCLIP bigG alone, penultimate layer without the final norm (A1111 the same; an all-empty
+# negative is zeros).
+TEXT_ENCODERS = EncoderSetSpec(
+    "sdxl_refiner", (EncoderOptions("clip_g", "g", PAD_ZERO, -2, False, prefixes=("conditioner.embedders.0.model.",),
+                                    webui_layer_idx=-2, webui_layer_norm=False, webui_tokenizer="open_clip"),),
+    "clip_g", set_class=SDXLRefinerClipModel, tokenizer_class=SDXLRefinerTokenizer, clip_types=("stable_diffusion",), webui_zero_empty_negative=True)
 
 
 def definition() -> Family:
@@ -22,6 +32,7 @@ def definition() -> Family:
         latent_format=sdxl_latent_format(),
         sampling=SamplingPolicy(prediction="eps"),
         num_head_channels=64,
-        adm="sdxl_refiner",
+        text_encoders=TEXT_ENCODERS,
+        conditioning=SdxlRefinerConditions(),
         key_conversions=(vae_attention_linear_to_conv(),),
     )

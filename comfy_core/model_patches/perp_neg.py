@@ -32,7 +32,8 @@ class PerpNegCFG:
         model = args["model"]
         x = args["input"]
         # As ComfyUI: the entries get their model conds only (no area or timestep-range preparation).
-        entries = [encode_model_conds(e, x, getattr(model, "encode_adm", None), "negative") for e in self.entries]
+        entries = [encode_model_conds(e, x, getattr(model, "encode_adm", None), "negative",
+                                      extra_inputs=getattr(model, "extra_inputs", None)) for e in self.entries]
         (nocond,) = calc_cond_batch(model.apply_model, [entries], x, args["sigma"], args["model_options"])
         guided = perp_neg(args["cond_denoised"], args["uncond_denoised"], nocond, self.neg_scale, args["cond_scale"])
         return x - guided

@@ -22,7 +22,7 @@ the batch.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -99,3 +99,30 @@ def ip2p_concat(noise: torch.Tensor, device: torch.device | str,
     """`[B, C, h, w]`: the image latent to edit (zeros without one), fitted to the noise."""
     image = torch.zeros_like(noise) if concat_latent_image is None else concat_latent_image.to(device=device)
     return resize_to_batch_size(_fit(image, noise), noise.shape[0])
+
+
+def flux_concat(noise: torch.Tensor, device: torch.device | str, in_channels: int, out_channels: int, *,
+                concat_latent_image: torch.Tensor | None, concat_mask: torch.Tensor | None,
+                denoise_mask: torch.Tensor | None, process_latent_in: Any) -> torch.Tensor | None:
+    """Flux's extra input channels, as ComfyUI's `model_base.Flux.concat_cond`: none for the plain
+    model (16 channels in); the image latent (Canny / Depth dev, 32 in: InstructPixToPixConditioning's
+    `concat_latent_image`, zeros without one); or that plus the mask packed 8x8 into 64 channels
+    (Fill, 96 in: InpaintModelConditioning's `concat_mask`, else the denoise mask, else ones).
+
+    `in_channels` counts the unpatchified channels (the `img_in` width over the patch area)."""
+    if in_channels <= out_channels:
+        return None
+    image = concat_latent_image if concat_latent_image is not None else torch.zeros_like(noise)
+    image = upscale_samples(image.to(device), noise.shape[-1], noise.shape[-2], "bilinear", "center")
+    image = process_latent_in(resize_to_batch_size(image, noise.shape[0]))  # [B, 16, h, w]
+    if in_channels <= out_channels * 2:
+        return image
+    mask = concat_mask if concat_mask is not None else denoise_mask
+    if mask is None:
+        mask = torch.ones_like(noise)[:, :1]
+    mask = torch.mean(mask.to(device), dim=1, keepdim=True)  # [B, 1, H, W]
+    mask = upscale_samples(mask, noise.shape[-1] * 8, noise.shape[-2] * 8, "bilinear", "center")
+    b, h, w = mask.shape[0], noise.shape[-2], noise.shape[-1]
+    # Each latent pixel's 8x8 mask values become 64 channels, row-major within the patch.
+    mask = mask.view(b, h, 8, w, 8).permute(0, 2, 4, 1, 3).reshape(b, 64, h, w)
+    return torch.cat((image, resize_to_batch_size(mask, noise.shape[0])), dim=1)  # [B, 80, h, w]

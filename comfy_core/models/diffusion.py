@@ -6,13 +6,10 @@ k-diffusion's `external.py`): scale the noisy input with `model_sampling.calcula
 sigma to the discrete timestep the network was trained on, run the UNet in its weight dtype, and
 turn its eps/v output back into a denoised estimate with `model_sampling.calculate_denoised`.
 
-SDXL's extra conditioning ("ADM", Podell et al. 2023, sec. 2.2) is built by `encode_adm`: the
-pooled text embedding followed by 256-wide sinusoidal embeddings of the original size, crop
-offsets and target size (base) or aesthetic score (refiner), as ComfyUI's `SDXL.encode_adm` /
-`SDXLRefiner.encode_adm` do, with the same defaults. SD2.1 unCLIP's ADM is the noise-augmented
-CLIP image embedding of its `unclip_conditioning` (zeros without one), and an SDXL
-`unclip_conditioning` replaces the pooled text by the image half of that embedding, as ComfyUI's
-`SD21UNCLIP.encode_adm` / `sdxl_pooled` (comfy_core/models/unclip.py).
+What the network gets besides the latent and the text context is the family's
+`ModelConditions` (comfy_core/models/model_conditions.py): SDXL's and unCLIP's label embedding
+(`encode_adm`), SD3's pooled text, Flux's guidance and reference latents (`extra_inputs`). Those
+extra inputs reach the network as keyword arguments, as ComfyUI's `_apply_model` passes them.
 
 Inpainting and instruct-pix2pix UNets take extra input channels (`c_concat`), built by
 `concat_cond` from the conditioning and the run's latent and denoise mask as ComfyUI's
@@ -28,41 +25,57 @@ from torch import nn
 
 from comfy_core.models.family_classes import class_for
 from comfy_core.models.latent_formats import LatentFormat
+# re-exported: their home was this module
+from comfy_core.models.model_conditions import (UNCLIP_MERGE_DEFAULT, UNCLIP_SEED_OFFSET,  # noqa: F401
+                                                ConditioningError, ModelConditions, SdxlConditions,
+                                                SdxlRefinerConditions, UnclipConditions, size_embedding)
 from comfy_core.patching import wrappers
-from comfy_core.models.unet import UNetModel
-from comfy_core.models.unet_blocks import timestep_embedding
 
 ADM_NONE = "none"
 ADM_SDXL = "sdxl"
 ADM_SDXL_REFINER = "sdxl_refiner"
 ADM_UNCLIP = "unclip"
-# ComfyUI's seed offset for the unCLIP noise augmentation (`kwargs.get("seed", 0) - 10`).
-UNCLIP_SEED_OFFSET = 10
-UNCLIP_MERGE_DEFAULT = 0.05  # SD21UNCLIP's `unclip_noise_augment_merge` default (SDXL: 0)
+# The conditioning objects behind the ADM names a caller may still pass (`adm="sdxl"`).
+_CONDITIONS_BY_NAME = {ADM_NONE: ModelConditions, ADM_SDXL: SdxlConditions, ADM_SDXL_REFINER: SdxlRefinerConditions,
+                       ADM_UNCLIP: UnclipConditions}
 
 
-class ConditioningError(ValueError):
-    """Conditioning that does not fit the model (missing pooled output, wrong widths)."""
+def _conditions_of(adm: Any) -> ModelConditions:
+    if isinstance(adm, ModelConditions):
+        return adm
+    if adm is None:
+        return ModelConditions()
+    try:
+        return _CONDITIONS_BY_NAME[adm]()
+    except (KeyError, TypeError):
+        raise ValueError(f"DiffusionModel: unknown ADM kind {adm!r}") from None
 
 
-def size_embedding(values: list[float], dim: int = 256) -> torch.Tensor:
-    """Concatenated sinusoidal embeddings of scalar conditions, `[len(values) * dim]`."""
-    return timestep_embedding(torch.tensor(values, dtype=torch.float32), dim).flatten()
+def _cast_extra(value: Any, dtype: torch.dtype) -> Any:
+    """An extra model input in the network's dtype (floating tensors, also inside lists), as
+    ComfyUI's `_apply_model` casts them; integer tensors and other values unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, list):
+        return [_cast_extra(v, dtype) for v in value]
+    return value
 
 
 class DiffusionModel(nn.Module):
-    """`.diffusion_model` (the UNet), `.model_sampling`, `.family`, `.latent_format`, `.adm`."""
+    """`.diffusion_model` (the UNet or DiT), `.model_sampling`, `.family`, `.latent_format`,
+    `.conditions` (the family's `ModelConditions`; `.adm` its name)."""
 
-    def __init__(self, unet: UNetModel, model_sampling: Any, latent_format: LatentFormat,
-                 family: Any = None, adm: str = ADM_NONE) -> None:
+    def __init__(self, unet: nn.Module, model_sampling: Any, latent_format: LatentFormat,
+                 family: Any = None, adm: "str | ModelConditions | None" = None) -> None:
         super().__init__()
-        if adm not in (ADM_NONE, ADM_SDXL, ADM_SDXL_REFINER, ADM_UNCLIP):
-            raise ValueError(f"DiffusionModel: unknown ADM kind {adm!r}")
         self.diffusion_model = unet
         self.model_sampling = model_sampling
         self.latent_format = latent_format
         self.family = family
-        self.adm = adm
+        if adm is None:
+            adm = getattr(family, "conditioning", None)
+        # Not a submodule: a plain policy object (see model_conditions).
+        self.__dict__["conditions"] = _conditions_of(adm)
         # ComfyUI's `BaseModel.manual_cast_dtype`: the dtype the UNet computes in when its weights
         # are stored in another one (fp8 storage, comfy_core/models/storage_cast.py); None: the
         # weights' own dtype.
@@ -106,12 +119,35 @@ class DiffusionModel(nn.Module):
         area = input_shape[0] * math.prod(input_shape[2:])
         return area * torch.empty((), dtype=dtype).element_size() * 0.01 * self.memory_usage_factor * (1024 * 1024)
 
+    @property
+    def adm(self) -> str:
+        """The name of the model conditioning ("none", "sdxl", "sdxl_refiner", "unclip", "pooled", "flux")."""
+        return self.conditions.name
+
+    def _reference_weight(self) -> torch.Tensor:
+        # The output layer's weight (a UNet's `out[2]`), else the network's last parameter: a
+        # pack's layer may hold its first weights packed, the output projection is the one
+        # ComfyUI's dtype logic and ours read.
+        out = getattr(self.diffusion_model, "out", None)
+        if isinstance(out, nn.Sequential) and len(out) > 2 and getattr(out[2], "weight", None) is not None:
+            return out[2].weight
+        *_, last = self.diffusion_model.parameters()
+        return last
+
     def get_dtype(self) -> torch.dtype:
-        return self.diffusion_model.out[2].weight.dtype
+        return self._reference_weight().dtype
 
     @property
     def adm_channels(self) -> int:
-        return self.diffusion_model.config.adm_in_channels or 0
+        config = getattr(self.diffusion_model, "config", None)
+        return getattr(config, "adm_in_channels", None) or 0
+
+    def _context_width(self) -> int | None:
+        config = getattr(self.diffusion_model, "config", None)
+        architecture = getattr(self.family, "architecture", None)
+        if architecture is not None and config is not None:
+            return architecture.context_width(config)
+        return getattr(config, "context_dim", None)
 
     def process_latent_in(self, latent: torch.Tensor) -> torch.Tensor:
         return self.latent_format.process_in(latent)
@@ -139,26 +175,29 @@ class DiffusionModel(nn.Module):
                      c_crossattn: torch.Tensor | None = None, control: Any = None,
                      transformer_options: dict[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
         """The unwrapped model call, in ComfyUI's argument order (see `apply_model`)."""
-        y = kwargs.get("y")
+        y = kwargs.pop("y", None)
         if c_crossattn is None:
             raise ConditioningError("DiffusionModel.apply_model: c_crossattn (the text conditioning) is required")
-        ctx_dim = self.diffusion_model.config.context_dim
-        if c_crossattn.shape[-1] != ctx_dim:
+        ctx_dim = self._context_width()
+        if ctx_dim is not None and c_crossattn.shape[-1] != ctx_dim:
             raise ConditioningError(
                 f"DiffusionModel.apply_model: conditioning is {c_crossattn.shape[-1]} wide, this "
-                f"{getattr(self.family, 'name', 'model')} UNet expects {ctx_dim} (wrong CLIP for this model?)")
+                f"{getattr(self.family, 'name', 'model')} network expects {ctx_dim} (wrong CLIP for this model?)")
         dtype = self.manual_cast_dtype or self.get_dtype()
         xc = self.model_sampling.calculate_input(sigma, x)  # [B, C, h, w]
         if c_concat is not None:
             xc = torch.cat([xc, c_concat], dim=1)
-        t = self.model_sampling.timestep(sigma).float()  # [B] integer-valued
+        t = self.model_sampling.timestep(sigma).float()  # [B] integer-valued (discrete), sigma-scaled (flow)
         to = transformer_options if transformer_options is not None else {}
+        # Further model inputs (Flux's guidance, reference latents, ...) go to the network as
+        # keyword arguments in its dtype, as ComfyUI's `_apply_model` passes its extra conds.
+        extra = {k: _cast_extra(v, dtype) for k, v in kwargs.items()}
         # DIFFUSION_MODEL wrappers get ComfyUI's UNet arguments (x, timesteps, context, y, control,
         # transformer_options) and `executor.class_obj` = the UNet.
         out = wrappers.run_wrapped(
             wrappers.WrappersMP.DIFFUSION_MODEL, to, self._run_unet, xc.to(dtype), t, c_crossattn.to(dtype),
             None if y is None else y.to(dtype), control, transformer_options, class_obj=self.diffusion_model,
-            is_model_options=False).float()
+            is_model_options=False, **extra).float()
         return self.model_sampling.calculate_denoised(sigma, out, x)
 
     def _run_unet(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, y: torch.Tensor | None,
@@ -170,68 +209,19 @@ class DiffusionModel(nn.Module):
         return self.apply_model(*args, **kwargs)
 
     def encode_adm(self, **kwargs: Any) -> torch.Tensor | None:
-        """The UNet's `y` input from conditioning options (None for models without one).
+        """The network's `y` input from a conditioning entry's options (None for models without
+        one): the family's `ModelConditions.encode_adm` (SDXL's size embedding, unCLIP's image
+        embedding, SD3's and Flux's pooled text)."""
+        return self.conditions.encode_adm(self, **kwargs)
 
-        SDXL base: `pooled_output [B, P]` then embeddings of height, width, crop_h, crop_w,
-        target_height, target_width (defaults 768, 768, 0, 0, height, width, as ComfyUI).
-        SDXL refiner: height, width, crop_h, crop_w, aesthetic_score (default 6, or 2.5 when
-        `prompt_type == "negative"`).
-        """
-        if self.adm == ADM_NONE:
-            return None
-        if self.adm == ADM_UNCLIP:
-            return self._unclip_adm(kwargs)
-        pooled = kwargs.get("pooled_output")
-        if "unclip_conditioning" in kwargs:  # SDXL "revision": the image embedding as pooled output
-            pooled = self._unclip_embedding(kwargs, 0.0)[:, :self.adm_channels - (6 if self.adm == ADM_SDXL else 5) * 256]
-        if pooled is None:
-            raise ConditioningError(
-                f"{getattr(self.family, 'name', 'SDXL')}: conditioning has no 'pooled_output' "
-                "(use a CLIP from an SDXL checkpoint)")
-        width = kwargs.get("width", 768)
-        height = kwargs.get("height", 768)
-        crop_w = kwargs.get("crop_w", 0)
-        crop_h = kwargs.get("crop_h", 0)
-        if self.adm == ADM_SDXL:
-            values = [height, width, crop_h, crop_w, kwargs.get("target_height", height), kwargs.get("target_width", width)]
-        else:
-            default_score = 2.5 if kwargs.get("prompt_type", "") == "negative" else 6.0
-            values = [height, width, crop_h, crop_w, kwargs.get("aesthetic_score", default_score)]
-        flat = size_embedding([float(v) for v in values]).to(pooled.device, pooled.dtype)  # [n*256]
-        y = torch.cat([pooled, flat.unsqueeze(0).repeat(pooled.shape[0], 1)], dim=1)  # [B, P + n*256]
-        if y.shape[1] != self.adm_channels:
-            raise ConditioningError(
-                f"{getattr(self.family, 'name', 'SDXL')}: pooled output is {pooled.shape[1]} wide, the UNet's "
-                f"label embedding needs {self.adm_channels - len(values) * 256} (wrong CLIP for this model?)")
-        return y
-
-    # --- unCLIP and concatenated inputs (ComfyUI's SD21UNCLIP.encode_adm, concat_cond) ---
-
-    def _unclip_embedding(self, kwargs: dict[str, Any], merge_default: float) -> torch.Tensor:
-        from comfy_core.models.unclip import UnclipConditioningError, unclip_adm
-
-        seed = kwargs.get("seed")
-        device = kwargs.get("device") or self._device()
-        try:
-            return unclip_adm(kwargs["unclip_conditioning"], device,
-                              kwargs.get("unclip_noise_augment_merge", merge_default),
-                              (0 if seed is None else int(seed)) - UNCLIP_SEED_OFFSET)
-        except UnclipConditioningError as exc:
-            raise ConditioningError(f"{getattr(self.family, 'name', 'model')}: {exc}") from None
-
-    def _unclip_adm(self, kwargs: dict[str, Any]) -> torch.Tensor:
-        """SD2.1 unCLIP: `[1, adm]`, zeros when the entry has no `unclip_conditioning`."""
-        if kwargs.get("unclip_conditioning") is None:
-            return torch.zeros((1, self.adm_channels), device=kwargs.get("device") or self._device())
-        y = self._unclip_embedding(kwargs, UNCLIP_MERGE_DEFAULT)
-        if y.shape[1] != self.adm_channels:
-            raise ConditioningError(
-                f"{getattr(self.family, 'name', 'unCLIP')}: the CLIP vision embedding is {y.shape[1] // 2} wide, "
-                f"this model needs {self.adm_channels // 2} (wrong CLIP vision model for this checkpoint?)")
-        return y
+    def extra_inputs(self, **kwargs: Any) -> dict[str, Any]:
+        """Further network inputs from a conditioning entry's options (Flux's `guidance`,
+        `ref_latents`, ...): the family's `ModelConditions.extra_conds` (ComfyUI's
+        `BaseModel.extra_conds` less the inputs every model has: c_crossattn, y, c_concat)."""
+        return self.conditions.extra_conds(self, **kwargs)
 
     def _device(self) -> torch.device:
-        return self.diffusion_model.out[2].weight.device
+        return self._reference_weight().device
 
     def concat_cond(self, **kwargs: Any) -> torch.Tensor | None:
         """The UNet's extra input channels `[B, k, h, w]` for this family (None for plain models).
@@ -243,7 +233,7 @@ class DiffusionModel(nn.Module):
 
         kind = getattr(self.family, "concat", "none")
         if kind == "none":
-            return None
+            return self.conditions.concat_cond(self, **kwargs)
         noise = kwargs["noise"]
         device = kwargs.get("device") or noise.device
         if kind == "ip2p":

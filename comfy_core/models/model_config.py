@@ -117,6 +117,45 @@ class SVD_img2vid(BASE):
     sampling_settings = {"sigma_max": 700.0, "sigma_min": 0.002}
 
 
+class SD3(BASE):
+    """SD3 / SD3.5 (MMDiT): ComfyUI matches any 16-channel MMDiT config (`pos_embed_scaling_factor`
+    is a key only MMDiT configs have)."""
+
+    unet_config = {"in_channels": 16, "pos_embed_scaling_factor": None}
+    unet_extra_config: dict[str, Any] = {}
+    sampling_settings = {"shift": 3.0}
+    latent_format = latent_formats.SD3
+    memory_usage_factor = 1.2
+    text_encoder_key_prefix = ["text_encoders."]
+
+
+class Flux(BASE):
+    """Flux.1 dev / Kontext (guidance-distilled)."""
+
+    unet_config = {"image_model": "flux", "guidance_embed": True}
+    unet_extra_config: dict[str, Any] = {}
+    sampling_settings: dict[str, Any] = {}
+    latent_format = latent_formats.Flux
+    memory_usage_factor = 3.1
+    supported_inference_dtypes = [torch.bfloat16, torch.float16, torch.float32]
+    vae_key_prefix = ["vae."]
+    text_encoder_key_prefix = ["text_encoders."]
+
+
+class FluxInpaint(Flux):
+    """Flux.1 Fill (96 input channels: latent, masked image, packed mask)."""
+
+    unet_config = {"image_model": "flux", "guidance_embed": True, "in_channels": 96}
+    supported_inference_dtypes = [torch.bfloat16, torch.float32]
+
+
+class FluxSchnell(Flux):
+    """Flux.1 schnell (no guidance embedding; plain rectified-flow sampling, shift 1)."""
+
+    unet_config = {"image_model": "flux", "guidance_embed": False}
+    sampling_settings = {"multiplier": 1.0, "shift": 1.0}
+
+
 # Our family name -> ComfyUI's config class for it (inpainting UNets are their base's config in
 # ComfyUI too: `inpaint_model()` tells them apart).
 CONFIG_BY_FAMILY: dict[str, type[BASE]] = {
@@ -124,6 +163,7 @@ CONFIG_BY_FAMILY: dict[str, type[BASE]] = {
     "sd2": SD20, "sd2_inpaint": SD20, "sd21_unclip": SD21UnclipH,
     "sdxl": SDXL, "sdxl_inpaint": SDXL, "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner,
     "svd": SVD_img2vid,
+    "sd3": SD3, "flux": Flux, "flux_schnell": FluxSchnell,
 }
 
 
@@ -146,6 +186,19 @@ def unet_config_dict(config: Any) -> dict[str, Any]:
     }
 
 
+def comfy_unet_config(config: Any, family: Any = None) -> dict[str, Any]:
+    """A diffusion model's config in ComfyUI's `unet_config` keys: what the family's architecture
+    says (`Architecture.comfy_config`: an MMDiT's `MMDiTConfig.comfy_unet_config()`, what ComfyUI's
+    `detect_unet_config` makes of the same weights; Flux's `image_model: "flux"` and the
+    `Flux(**unet_config)` arguments), else the config's own `comfy_unet_config()` (DiT configs
+    have one), else a UNet's (`unet_config_dict`)."""
+    convert = getattr(getattr(family, "architecture", None), "comfy_config", None)
+    if convert is not None:
+        return convert(config)
+    own = getattr(config, "comfy_unet_config", None)
+    return own() if own is not None else unet_config_dict(config)
+
+
 def config_for(model: Any) -> BASE:
     """The ComfyUI config of a loaded `DiffusionModel`, from its family and UNet."""
     name = getattr(getattr(model, "family", None), "name", None)
@@ -153,11 +206,15 @@ def config_for(model: Any) -> BASE:
         raise ModelConfigError(f"model_config: family {name!r} has no ComfyUI model config class "
                                f"(known: {sorted(CONFIG_BY_FAMILY)})")
     cls = CONFIG_BY_FAMILY[name]
-    config = cls(unet_config_dict(model.diffusion_model.config))
+    config = cls(comfy_unet_config(model.diffusion_model.config, getattr(model, "family", None)))
     config.latent_format = model.latent_format
     config.manual_cast_dtype = model.manual_cast_dtype
     sampling = model.model_sampling
     if hasattr(sampling, "linear_start"):
         config.sampling_settings.update(linear_start=sampling.linear_start, linear_end=sampling.linear_end,
                                         timesteps=sampling.num_timesteps, zsnr=bool(getattr(sampling, "zsnr", False)))
+    elif hasattr(sampling, "shift"):  # flow sampling (SD3's discrete flow, Flux's): what it runs with
+        config.sampling_settings["shift"] = sampling.shift
+        if hasattr(sampling, "multiplier"):
+            config.sampling_settings["multiplier"] = sampling.multiplier
     return config

@@ -332,8 +332,10 @@ class UNetModel(nn.Module):
 
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor,
                 y: torch.Tensor | None = None, transformer_options: dict[str, Any] | None = None,
-                control: dict[str, list] | None = None) -> torch.Tensor:
+                control: dict[str, list] | None = None, **kwargs: Any) -> torch.Tensor:
         """x [B, in, h, w], timesteps [B], context [B, M, context_dim], y [B, adm] -> [B, out, h, w].
+        Other keyword arguments (model inputs of other architectures) are ignored, as ComfyUI's
+        `UNetModel.forward` does.
 
         `transformer_options` carries ComfyUI's patches (`patches`: emb_patch, input_block_patch,
         input_block_patch_after_skip, output_block_patch, forward_timestep_embed_patch and the

@@ -61,27 +61,26 @@ class EncoderPlan:
     tokenizer: Flavour = "transformers"  # webui: transformers' for CLIP-L, open_clip's otherwise
 
 
-def encoder_plan(slots: Sequence[str], clip_layer: int | None) -> list[EncoderPlan]:
-    """webui's per-family layer choice (reference 3.7) for the encoders present.
+def encoder_plan(slots: Sequence[str], clip_layer: int | None, spec: Any) -> list[EncoderPlan]:
+    """webui's per-family layer choice (reference 3.7) for the encoders present, from the encoder
+    set's `webui_*` options (`spec`: the CLIP's `EncoderSetSpec`).
 
-    `clip_layer` is the CLIP's `layer_idx` (None or -N for "clip skip N"); only SD1 uses it.
+    `clip_layer` is the CLIP's `layer_idx` (None or -N for "clip skip N"); it is used where the
+    set's `webui_layer_idx` is None (SD1).
     """
     slots = list(slots)
-    eos = SpecialTokens().eos
-    if slots == ["clip_l"]:  # SD1.x
-        return [EncoderPlan("clip_l", eos, clip_layer, True)]
-    if slots == ["clip_h"]:  # SD2.x: penultimate, through ln_final
-        return [EncoderPlan("clip_h", 0, -2, True, "open_clip")]
-    plans = []
-    for slot in slots:  # SDXL base (clip_l + clip_g) or refiner (clip_g): penultimate, no norm
-        if slot not in ("clip_l", "clip_g"):
-            raise ValueError(f"unsupported text encoder set {slots}: expected clip_l, clip_h, clip_l+clip_g or clip_g")
-        if slot == "clip_l":
-            plans.append(EncoderPlan(slot, eos, -2, False, "transformers"))
-        else:
-            plans.append(EncoderPlan(slot, 0, -2, False, "open_clip"))
-    if not plans:
+    if not slots:
         raise ValueError("the CLIP has no text encoders")
+    if spec is None:
+        raise ValueError(f"unsupported text encoder set {slots}: the CLIP names no encoder set")
+    plans = []
+    for slot in slots:
+        options = spec.options(slot)
+        if options.kind != "clip":
+            raise ValueError(f"AUTOMATIC1111 prompt encoding runs CLIP text encoders only; the {spec.name} set's "
+                             f"{slot} is a {options.kind} encoder (use CLIPTextEncode)")
+        layer = clip_layer if options.webui_layer_idx is None else options.webui_layer_idx
+        plans.append(EncoderPlan(slot, options.pad_token, layer, options.webui_layer_norm, options.webui_tokenizer))
     return plans
 
 
@@ -176,7 +175,7 @@ def encode_texts(clip: Any, texts: Sequence[str], *, emphasis: str = DEFAULT_EMP
 
     The result has one row per distinct text (`EncodedTexts.row`); a text given twice counts
     twice in "Original"'s mean, as in webui. `zero_if_empty`: the SDXL empty-negative rule
-    (applied only to SDXL encoder sets).
+    (applied only to encoder sets that declare it: SDXL's).
     """
     from comfy_core.text_encoders.encoder import EmbeddingOverride
 
@@ -186,7 +185,8 @@ def encode_texts(clip: Any, texts: Sequence[str], *, emphasis: str = DEFAULT_EMP
     distinct = list(occurrences)  # first-appearance order
     repeats = (torch.tensor([occurrences[text] for text in distinct], dtype=torch.float32)
                if len(distinct) < len(texts) else None)
-    plans = encoder_plan(encoder_slots(clip.patcher), getattr(clip, "layer_idx", None))
+    spec = getattr(getattr(clip, "cond_stage_model", None), "spec", None)
+    plans = encoder_plan(encoder_slots(clip.patcher), getattr(clip, "layer_idx", None), spec)
     bpe = clip.tokenizer.clip_tokenizer
     tokenizers = {plan.tokenizer: webui_tokenizer(bpe, plan.tokenizer) for plan in plans}
     # webui registers embedding names with the first encoder's tokenizer (sd_models_xl.tokenize).
@@ -196,7 +196,7 @@ def encode_texts(clip: Any, texts: Sequence[str], *, emphasis: str = DEFAULT_EMP
                for flavour, tokenize in tokenizers.items()}
     pad_chunk_counts([per_text for per_text, _ in chunked.values()])
     counts = chunked[plans[0].tokenizer][1]
-    pooling_slot = "clip_g" if any(p.slot == "clip_g" for p in plans) else plans[0].slot
+    pooling_slot = spec.pooled_from
     conds: list[torch.Tensor] = []
     pooled = None
     with clip.patcher.applied() as encoders, torch.no_grad():
@@ -215,7 +215,6 @@ def encode_texts(clip: Any, texts: Sequence[str], *, emphasis: str = DEFAULT_EMP
                     pooled = out.pooled  # [D, P]
             conds.append(torch.cat(per_chunk, dim=1))  # [D, 77 * chunks, width]
     cond = torch.cat(conds, dim=2)  # [D, 77 * chunks, sum of widths]
-    is_sdxl = pooling_slot == "clip_g"
-    if zero_if_empty and is_sdxl and all(text == "" for text in texts):
+    if zero_if_empty and spec.webui_zero_empty_negative and all(text == "" for text in texts):
         cond, pooled = torch.zeros_like(cond), torch.zeros_like(pooled)
     return EncodedTexts(cond=cond, pooled=pooled, token_counts=tuple(counts), texts=tuple(distinct))

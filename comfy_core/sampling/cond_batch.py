@@ -99,7 +99,7 @@ def get_area_and_mult(entry: dict, x: torch.Tensor, sigma: torch.Tensor, slot: i
     for k, v in entry["model_conds"].items():
         if k == "c_concat" and area is not None:  # noise-shaped: cut to the area (ComfyUI's CONDNoiseShape)
             v = v[:, :, area[2]:area[2] + area[0], area[3]:area[3] + area[1]]
-        conditioning[k] = repeat_to_batch_size(v, x.shape[0]).to(x.device)
+        conditioning[k] = _to_batch(v, x.shape[0], x.device)
     return CondRun(input_x, mult, conditioning, area, slot, entry.get("uuid"), entry.get("control"), entry.get("patches"),
                    entry.get("hooks"))
 
@@ -115,6 +115,36 @@ def _feather(mult: torch.Tensor, area: tuple[int, int, int, int], full_shape: to
         if size + offset < full:
             for t in range(rr):
                 mult.narrow(2 + dim, size - 1 - t, 1).mul_((1.0 / rr) * (t + 1))
+
+
+def _to_batch(value: Any, batch_size: int, device: torch.device) -> Any:
+    """A model input for a run of `batch_size` rows: tensors tiled along dim 0 (ComfyUI's
+    CONDRegular), lists of tensors each tiled (CONDList: Flux's reference latents), anything else
+    passed as it is (CONDConstant)."""
+    if isinstance(value, torch.Tensor):
+        return repeat_to_batch_size(value, batch_size).to(device)
+    if isinstance(value, list):
+        return [_to_batch(v, batch_size, device) for v in value]
+    return value
+
+
+def _input_can_concat(a: Any, b: Any) -> bool:
+    """Whether two runs' values of one model input can share a forward pass."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_input_can_concat(x, y) for x, y in zip(a, b))
+    if isinstance(a, (torch.Tensor, list)) or isinstance(b, (torch.Tensor, list)):
+        return False
+    return a == b
+
+
+def _concat_input(values: list[Any]) -> Any:
+    if isinstance(values[0], torch.Tensor):
+        return torch.cat(values)
+    if isinstance(values[0], list):
+        return [_concat_input([v[i] for v in values]) for i in range(len(values[0]))]
+    return values[0]
 
 
 def _crossattn_can_concat(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -140,7 +170,7 @@ def can_concat(a: CondRun, b: CondRun) -> bool:
         if k == "c_crossattn":
             if not _crossattn_can_concat(va, vb):
                 return False
-        elif va.shape != vb.shape:
+        elif not _input_can_concat(va, vb):
             return False
     return True
 
@@ -155,7 +185,7 @@ def concat_conditioning(items: list[dict[str, torch.Tensor]]) -> dict[str, torch
             for t in tensors:
                 length = math.lcm(length, t.shape[1])
             tensors = [t.repeat(1, length // t.shape[1], 1) if t.shape[1] < length else t for t in tensors]
-        out[k] = torch.cat(tensors)
+        out[k] = _concat_input(tensors)
     return out
 
 

@@ -3,12 +3,14 @@
 CONDITIONING is a list of `[tensor [B, tokens, width], dict]`. Before sampling each entry becomes a
 dict (a copy of its options) with:
 
-- `model_conds`: `{"c_crossattn": tensor, "y": tensor, "c_concat": tensor}` (y only when the
+- `model_conds`: `{"c_crossattn": tensor, "y": tensor, "c_concat": tensor, ...}` (y only when the
   model has a label embedding, e.g. SDXL's pooled text + size embedding or unCLIP's image
   embedding from `DiffusionModel.encode_adm`; c_concat only for models with extra input channels,
   inpainting and instruct-pix2pix, from `DiffusionModel.concat_cond`, or an entry's
-  `noise_concat`). Both receive the entry's options plus `noise`, `device`, `latent_image`,
-  `denoise_mask` and `seed`, as ComfyUI's `extra_conds` does;
+  `noise_concat`; further keys from `DiffusionModel.extra_inputs`: Flux's `guidance` `[1]`,
+  `ref_latents` (a list of latents), `ref_latents_method` (a constant)). All receive the entry's
+  options plus `noise`, `device`, `latent_image`, `denoise_mask` and `seed`, as ComfyUI's
+  `extra_conds` does;
 - `area` resolved to latent units `(h, w, y, x)` and `mask` resized to the latent `[B, h, w]`
   (`set_area_to_bounds` turns a mask into its bounding box);
 - `timestep_start` / `timestep_end` as sigmas from `start_percent` / `end_percent`;
@@ -122,9 +124,10 @@ def resolve_timestep_range(entry: dict, model_sampling: ModelSampling) -> dict:
 
 def encode_model_conds(entry: dict, latent: torch.Tensor, encode_adm: Callable[..., Any] | None,
                        prompt_type: str = "positive", concat_cond: Callable[..., Any] | None = None,
-                       extra: dict[str, Any] | None = None) -> dict:
+                       extra: dict[str, Any] | None = None, extra_inputs: Callable[..., Any] | None = None) -> dict:
     """Fill `model_conds`: `c_crossattn` from the text tensor, `y` from the model's label
-    embedding, `c_concat` from its concatenated inputs.
+    embedding, `c_concat` from its concatenated inputs, and the model's further inputs
+    (`extra_inputs`: Flux's guidance and reference latents, ...).
 
     The model functions get the entry's options with `noise` (= `latent`, the run's noise),
     `device`, width/height (default: the latent size times 8), `prompt_type` ("positive" /
@@ -150,6 +153,8 @@ def encode_model_conds(entry: dict, latent: torch.Tensor, encode_adm: Callable[.
         y = encode_adm(**params)
         if y is not None:
             model_conds["y"] = y
+    if extra_inputs is not None:
+        model_conds.update(extra_inputs(**params))
     if entry.get("noise_concat") is not None:
         model_conds["c_concat"] = entry["noise_concat"]
     entry = dict(entry)
@@ -188,7 +193,7 @@ def add_same_area_twin(entries: list[dict], entry: dict) -> None:
 def prepare_conds(conds: dict[str, list[dict]], latent: torch.Tensor, model_sampling: ModelSampling,
                   encode_adm: Callable[..., Any] | None, *, concat_cond: Callable[..., Any] | None = None,
                   latent_image: torch.Tensor | None = None, denoise_mask: torch.Tensor | None = None,
-                  seed: int | None = None) -> dict[str, list[dict]]:
+                  seed: int | None = None, extra_inputs: Callable[..., Any] | None = None) -> dict[str, list[dict]]:
     """All preparation steps, on copies: {"positive": [...], "negative": [...]} -> ready entries.
 
     `latent` is the run's noise; `latent_image` the latent being sampled (model space) and
@@ -201,7 +206,7 @@ def prepare_conds(conds: dict[str, list[dict]], latent: torch.Tensor, model_samp
         for e in entries:
             e = resolve_area_and_mask(e, hw, latent.device)
             e = resolve_timestep_range(e, model_sampling)
-            e = encode_model_conds(e, latent, encode_adm, key, concat_cond, extra)
+            e = encode_model_conds(e, latent, encode_adm, key, concat_cond, extra, extra_inputs)
             prepared.append(e)
         out[key] = prepared
     for key in out:

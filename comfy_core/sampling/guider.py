@@ -216,7 +216,8 @@ class CFGGuider:
             latent_image = process_latent_in(dm.latent_format, latent_image)
         self.conds = prepare_conds(self.conds, noise, dm.model_sampling, getattr(dm, "encode_adm", None),
                                    concat_cond=getattr(dm, "concat_cond", None), latent_image=latent_image,
-                                   denoise_mask=denoise_mask, seed=seed)
+                                   denoise_mask=denoise_mask, seed=seed,
+                                   extra_inputs=getattr(dm, "extra_inputs", None))
         prepare_control(self.conds, dm)  # ControlNets: sigma ranges, lent to uncond
         hook_run = self.model_options.get(HOOK_RUN_OPTION)
         if hook_run is not None:

@@ -1,15 +1,18 @@
-"""The `type` choices of ComfyUI's CLIPLoader and DualCLIPLoader, and which of them we can load.
+"""The `type` choices of ComfyUI's CLIPLoader, DualCLIPLoader and TripleCLIPLoader, and which of
+them we can load.
 
 ComfyUI 0.3.64 (`nodes.py` CLIPLoader / DualCLIPLoader, `comfy/sd.py: load_text_encoder_state_dicts`)
 builds the text encoder from the files' weights and uses `type` to pick among the model families
-that share an encoder. The CLIP text towers of the SD1.x, SD2.x and SDXL families are ours
-(CLIP-L, OpenCLIP-H, OpenCLIP-bigG); so `stable_diffusion` (one file: CLIP-L -> SD1, OpenCLIP-H ->
-SD2, bigG -> the SDXL refiner's encoder, as ComfyUI) and `sdxl` (CLIP-L + bigG) load. Every other
-type names a family whose text encoders (T5, UMT5, Llama, Gemma, Qwen, ...) and models this
-engine does not have: asking for one is an `UnsupportedClipTypeError` naming the type and what it
-needs, never a half-built CLIP.
+that share an encoder. Which types load here is the families' word: an encoder set lists the
+types that select it (`EncoderSetSpec.clip_types`: SD1/SD2/the SDXL refiner's single towers for
+`stable_diffusion`, `sdxl`, `sd3` (any of CLIP-L, CLIP-G, T5-XXL), `flux` (CLIP-L + T5-XXL)).
+Every other type names a family whose text encoders (UMT5, Llama, Gemma, Qwen, ...) and models
+this engine does not have: asking for one is an `UnsupportedClipTypeError` naming the type and
+what it needs, never a half-built CLIP.
 """
 from __future__ import annotations
+
+from typing import Any, Sequence
 
 from comfy_core.text_encoders.errors import TextEncoderError
 
@@ -19,13 +22,11 @@ CLIP_LOADER_TYPES: tuple[str, ...] = (
     "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image")
 DUAL_CLIP_LOADER_TYPES: tuple[str, ...] = ("sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image")
 
-# The types whose encoders we build from CLIP-L / OpenCLIP-H / OpenCLIP-bigG files.
-SUPPORTED_TYPES: frozenset[str] = frozenset({"stable_diffusion", "sdxl"})
+TRIPLE_CLIP_LOADER_TYPES: tuple[str, ...] = ("sd3",)  # TripleCLIPLoader has no type input: SD3's set
 
 # type -> what ComfyUI builds for it (its loaders' recipes), for the error message.
 NEEDS: dict[str, str] = {
     "stable_cascade": "the Stable Cascade family (its CLIP-G text encoder and Stage B/C models)",
-    "sd3": "the SD3 family (T5-XXL with CLIP-L / CLIP-G, and the MMDiT model)",
     "stable_audio": "the Stable Audio family (a T5-base text encoder)",
     "mochi": "the Mochi video family (a T5-XXL text encoder)",
     "ltxv": "the LTX-Video family (a T5-XXL text encoder)",
@@ -39,7 +40,6 @@ NEEDS: dict[str, str] = {
     "omnigen2": "the OmniGen2 family (a Qwen2.5-VL 3B text encoder)",
     "qwen_image": "the Qwen-Image family (a Qwen2.5-VL 7B text encoder)",
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
-    "flux": "the Flux family (CLIP-L with T5-XXL, and the Flux DiT)",
     "hunyuan_video": "the HunyuanVideo family (CLIP-L with a Llama text encoder)",
 }
 
@@ -47,22 +47,32 @@ NEEDS: dict[str, str] = {
 class UnsupportedClipTypeError(TextEncoderError):
     """A CLIPLoader / DualCLIPLoader `type` whose model family this engine does not have."""
 
-    def __init__(self, clip_type: str, known: tuple[str, ...] = CLIP_LOADER_TYPES + DUAL_CLIP_LOADER_TYPES) -> None:
+    def __init__(self, clip_type: str, supported: tuple[str, ...] = (),
+                 known: tuple[str, ...] = CLIP_LOADER_TYPES + DUAL_CLIP_LOADER_TYPES) -> None:
         self.clip_type = clip_type
         if clip_type in NEEDS:
             detail = f"it needs {NEEDS[clip_type]}, which this engine does not have yet"
         else:
             detail = f"it is not one of ComfyUI's types {sorted(set(known))}"
         super().__init__(f"text encoder type {clip_type!r} is not supported: {detail}; supported: "
-                         "'stable_diffusion' (one CLIP-L, OpenCLIP-H or OpenCLIP-bigG file: SD1.x, SD2.x, SDXL "
-                         "refiner) and 'sdxl' (CLIP-L + OpenCLIP-bigG)")
+                         f"{', '.join(repr(t) for t in supported)}")
 
 
 class ClipFilesError(TextEncoderError):
     """Text-encoder files that do not form an encoder set of the type asked for."""
 
 
-def check_type(clip_type: str) -> None:
-    """Refuse a type we cannot load (see the module docstring)."""
-    if clip_type not in SUPPORTED_TYPES:
-        raise UnsupportedClipTypeError(clip_type)
+def supported_types(sets: Sequence[Any]) -> tuple[str, ...]:
+    """The loader types the encoder sets `sets` answer, in their order."""
+    out: list[str] = []
+    for spec in sets:
+        out.extend(t for t in spec.clip_types if t not in out)
+    return tuple(out)
+
+
+def sets_for_type(clip_type: str, sets: Sequence[Any]) -> list[Any]:
+    """The encoder sets a loader `type` selects; refuses a type none answers (see the module docstring)."""
+    chosen = [spec for spec in sets if clip_type in spec.clip_types]
+    if not chosen:
+        raise UnsupportedClipTypeError(clip_type, supported_types(sets))
+    return chosen

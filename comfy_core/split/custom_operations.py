@@ -26,7 +26,6 @@ from comfy_core.checkpoint.errors import ShapeMismatchError, UnsupportedFormatEr
 from comfy_core.checkpoint.materialize import build_on_meta
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.families import Detection
-from comfy_core.models.unet import UNetModel
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def build_unet_with_operations(checkpoint: CheckpointFile, detection: Detection,
             checkpoint.path, f"custom_operations: {detection.family.display_name} diffusion models have their own "
                              "UNet builder, which does not take ComfyUI operations classes")
     config = detection.unet_config
-    return build_on_meta(lambda: UNetModel(config, operations=operations))
+    return build_on_meta(lambda: detection.family.architecture.build(config, operations=operations))
 
 
 def load_with_operations(module: nn.Module, checkpoint: CheckpointFile, prefix: str, storage: torch.dtype,

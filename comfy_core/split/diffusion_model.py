@@ -33,7 +33,8 @@ from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
-from comfy_core.loading import LoadOptions, _build_unet, _load_model, model_from_unet, resolve_prediction
+from comfy_core.loading import (LoadOptions, _build_unet, _load_model, model_from_unet, resolve_prediction,
+                                stored_fp8_dtype)
 from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
@@ -60,6 +61,37 @@ def diffusion_model_names(checkpoint: CheckpointFile) -> dict[str, str]:
     raise MissingComponentError(
         checkpoint.path, f"not a diffusion model: no {LDM_MARKER!r} (LDM layout, with or without "
                          f"{UNET_PREFIX!r}) and no diffusers UNet names (e.g. 'down_blocks.0.resnets.0.conv1.weight')")
+
+
+def diffusion_model_view(checkpoint: CheckpointFile, registry: FamilyRegistry) -> Any:
+    """`checkpoint` presented under the single-file names our families detect and load.
+
+    For each architecture the registry's families use (UNet, MMDiT, Flux DiT, ...), in order: its
+    names under `model.diffusion_model.` (a whole checkpoint) are used as they are, bare names get
+    the prefix (a renamed view, no copy), and diffusers-layout names are converted to the family's
+    names by the architecture's `from_diffusers` (a DiT's fused q/k/v are new tensors, the rest
+    read from the file). UNets in any layout go through `diffusion_model_names`."""
+    names = checkpoint.tensors
+    seen: set[str] = set()
+    for family in registry:
+        architecture = family.architecture
+        if architecture.name in seen or architecture.head_layout:
+            continue
+        seen.add(architecture.name)
+        if architecture.present(names, UNET_PREFIX):
+            return RenamedCheckpoint(checkpoint, {n: n for n in names if n.startswith(UNET_PREFIX)})
+        if architecture.present(names, ""):
+            return RenamedCheckpoint(checkpoint, {UNET_PREFIX + n: n for n in names})
+        if architecture.is_diffusers is not None and architecture.is_diffusers(names):
+            state = {n: checkpoint.read_stored(n) for n in names}
+            try:
+                converted = architecture.from_diffusers(state)
+            except ValueError as exc:
+                raise ShapeMismatchError(checkpoint.path, f"diffusers-layout {architecture.name} file: {exc}") from None
+            # In memory, named after the file it came from (for error messages).
+            return CheckpointFile({UNET_PREFIX + n: t for n, t in converted.items()}, metadata=checkpoint.metadata,
+                                  name=str(checkpoint.path))
+    return RenamedCheckpoint(checkpoint, diffusion_model_names(checkpoint))
 
 
 def compute_dtype(policy: DtypePolicy, storage: torch.dtype) -> torch.dtype | None:
@@ -89,11 +121,13 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     registry = registry or default_registry()
     started = time.perf_counter()
     policy = options.dtype_policy
-    storage = weight_dtype or policy.dtype_for(UNET)
-    cast = compute_dtype(policy, storage)
-    load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
     with CheckpointFile(path) as file:
-        view = RenamedCheckpoint(file, diffusion_model_names(file))
+        view = diffusion_model_view(file, registry)
+        # No weight_dtype asked: a file shipped in fp8 stays fp8 (ComfyUI keeps the file's dtype).
+        shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
+        storage = weight_dtype or shipped or policy.dtype_for(UNET)
+        cast = compute_dtype(policy, storage)
+        load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
         detection = registry.detect_diffusion_model(view.tensors, file.path)
         family = detection.family
         prediction = resolve_prediction(view, family, options.prediction)
@@ -118,7 +152,7 @@ def _load_with_operations(path: str | Path | Mapping[str, torch.Tensor], options
     storage = weight_dtype or policy.dtype_for(UNET)
     load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
     with CheckpointFile(path) as file:
-        view = RenamedCheckpoint(file, diffusion_model_names(file))
+        view = diffusion_model_view(file, registry)
         detection = registry.detect_diffusion_model(view.tensors, file.path)
         family = detection.family
         prediction = resolve_prediction(view, family, options.prediction)

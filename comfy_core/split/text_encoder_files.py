@@ -16,7 +16,7 @@ import dataclasses
 import logging
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
@@ -24,11 +24,13 @@ from comfy_core.checkpoint.bulk import BulkRead
 from comfy_core.checkpoint.dtype import TEXT
 from comfy_core.checkpoint.errors import ShapeMismatchError
 from comfy_core.checkpoint.materialize import tensor_requests
-from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
+from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
 from comfy_core.loading import LoadOptions
-from comfy_core.split.clip_types import ClipFilesError, check_type
-from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, build_encoder, make_tokenizer
-from comfy_core.text_encoders.encoder_set import spec_for_slots
+from comfy_core.split.clip_types import ClipFilesError, sets_for_type
+from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
+from comfy_core.families import FamilyRegistry, default_registry
+from comfy_core.text_encoders.t5_config import T5Config
+from comfy_core.text_encoders.towers import FP8_STORAGE, build_tower
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +38,9 @@ HF_PREFIX = "text_model."
 # ComfyUI's depth rule: these layer indices exist only in the deeper towers.
 BIGG_LAYER = 30
 H_LAYER = 22
-SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG"}
+SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL"}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
-_OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5 text encoder"),
+_OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout (UMT5?)"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
 
 
@@ -72,9 +74,16 @@ class _OldProjection(Mapping[str, torch.Tensor]):
         return len(self._state)
 
 
-def text_encoder_config(checkpoint: CheckpointFile) -> ClipTextConfig:
-    """The tower one text-encoder file holds (names and shapes only; see the module docstring)."""
+def text_encoder_config(checkpoint: CheckpointFile) -> Any:
+    """The tower one text-encoder file holds (names and shapes only; see the module docstring):
+    a `ClipTextConfig`, or a `T5Config` (slot `t5xxl`) for a T5 encoder file."""
     tensors = checkpoint.tensors
+    try:
+        t5 = T5Config.detect_from_weights(tensors, "")
+    except TextEncoderError as exc:
+        raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
+    if t5 is not None:
+        return t5
     try:
         if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
             config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")
@@ -88,7 +97,7 @@ def text_encoder_config(checkpoint: CheckpointFile) -> ClipTextConfig:
         what = next((kind for key, kind in _OTHER_ENCODERS if key in tensors), None)
         raise ClipFilesError(f"{checkpoint.path}: " + (
             f"holds {what}, which this engine cannot load (only CLIP text encoders: CLIP-L, OpenCLIP-H, "
-            "OpenCLIP-bigG)" if what else
+            "OpenCLIP-bigG, and T5 encoders)" if what else
             "not a CLIP text encoder (no 'text_model.final_layer_norm.weight' nor OpenCLIP's 'ln_final.weight')"))
     slot = slot_for_depth(config.layers)
     config = dataclasses.replace(config, slot=slot, activation="quick_gelu" if slot == "clip_l" else "gelu")
@@ -100,15 +109,16 @@ def text_encoder_config(checkpoint: CheckpointFile) -> ClipTextConfig:
 
 def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]], clip_type: str = "stable_diffusion",
                        options: LoadOptions | None = None, *, load_device: str | None = None,
-                       offload_device: str = "cpu") -> CLIP:
-    """One or two text-encoder files -> a CLIP object of the encoder set they form.
+                       offload_device: str = "cpu", registry: FamilyRegistry | None = None) -> CLIP:
+    """Text-encoder files -> a CLIP object of the encoder set they form.
 
-    `clip_type`: CLIPLoader's / DualCLIPLoader's type (`comfy_core.split.clip_types`); a type of a
-    family we do not have raises `UnsupportedClipTypeError` before any file is read. Raises
-    `ClipFilesError` when the files do not form an encoder set, `CheckpointError` subclasses for
-    unreadable files.
+    `clip_type`: CLIPLoader's / DualCLIPLoader's type (TripleCLIPLoader: "sd3"); the registry's
+    encoder sets say which types they answer (`EncoderSetSpec.clip_types`); a type of a family we
+    do not have raises `UnsupportedClipTypeError` before any file is read. Raises
+    `ClipFilesError` when the files do not form an encoder set of that type, `CheckpointError`
+    subclasses for unreadable files.
     """
-    check_type(clip_type)
+    candidates = sets_for_type(clip_type, (registry or default_registry()).encoder_sets())
     options = options or LoadOptions()
     if not paths:
         raise ClipFilesError("no text-encoder file given")
@@ -117,31 +127,41 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
         files = [stack.enter_context(CheckpointFile(p)) for p in paths]
         configs = [text_encoder_config(f) for f in files]
         slots = [c.slot for c in configs]
-        if len(set(slots)) != len(slots) or (clip_type == "sdxl" and set(slots) != {"clip_l", "clip_g"}):
+        spec = next((c for c in candidates if {o.slot for o in c.encoders} == set(slots)), None) \
+            or next((c for c in candidates if c.fits(slots)), None)
+        if len(set(slots)) != len(slots) or spec is None:
+            wanted = " or ".join("+".join(SLOT_NAMES[o.slot] for o in c.encoders) + (" (any of them)" if c.partial else "")
+                                 for c in candidates)
             raise ClipFilesError(
                 f"text encoder type {clip_type!r}: the files hold "
                 f"{', '.join(f'{f.path.name}: {SLOT_NAMES[c.slot]} ({c.layers} layers)' for f, c in zip(files, configs))}"
-                f"; {'sdxl needs one CLIP-L and one OpenCLIP-bigG file' if clip_type == 'sdxl' else 'each file must hold a different tower'}")
-        try:
-            spec = spec_for_slots(slots)
-        except TextEncoderError as exc:
-            raise ClipFilesError(f"text encoder type {clip_type!r}: {exc}") from None
+                f"; {clip_type} needs {wanted}" + ("" if len(set(slots)) == len(slots) else
+                                                  "; each file must hold a different tower"))
         encoders = {}
         for checkpoint, config in zip(files, configs):
-            requests = tensor_requests(checkpoint, config.prefix, dtype)
+            # fp8 T5 files stay fp8 (comfy_core.text_encoders.towers.build_tower); the rest in the policy's dtype.
+            stored = None if str(getattr(config, "dtype", "")) in FP8_STORAGE and isinstance(config, T5Config) else dtype
+            requests = tensor_requests(checkpoint, config.prefix, stored or _stored_dtype(checkpoint, config))
             if config.prefix == HF_PREFIX:
                 requests.update(tensor_requests(checkpoint, "text_projection", dtype))
             reading = stack.enter_context(BulkRead(checkpoint, requests, zero_copy=options.mmap,
                                                    workers=options.io_workers))
-            state: Mapping[str, torch.Tensor] = LazyStateDict(checkpoint, dtype, pending=reading)
+            state: Mapping[str, torch.Tensor] = LazyStateDict(checkpoint, stored, pending=reading)
             if config.prefix == HF_PREFIX and "text_projection" in checkpoint.tensors \
                     and "text_projection.weight" not in checkpoint.tensors:
                 state = _OldProjection(state)
             try:
-                encoders[config.slot] = build_encoder(config, state, dtype)
+                encoders[config.slot] = build_tower(config, state, dtype)
             except TextEncoderError as exc:
                 raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     module = TextEncoderSet(spec, encoders)
     log.info("text encoders %s: %s (%s)", spec.name, ", ".join(f.path.name for f in files),
              ", ".join(f"{SLOT_NAMES[c.slot]} width {c.width} x{c.layers}" for c in configs))
-    return CLIP.from_encoders(module, make_tokenizer(configs), load_device or options.device, offload_device)
+    return CLIP.from_encoders(module, make_tokenizer(configs, spec=spec), load_device or options.device, offload_device)
+
+
+def _stored_dtype(checkpoint: CheckpointFile, config: Any) -> torch.dtype:
+    """The dtype a tower's weights are stored in (its token table's)."""
+    key = config.prefix + getattr(config, "embedding_key", "shared.weight")
+    info = checkpoint.tensors.get(key)
+    return TORCH_DTYPES[info.dtype] if info is not None else torch.float32

@@ -55,7 +55,7 @@ from __future__ import annotations
 from comfy_core.text_encoders.clip import CLIP
 from comfy_core.text_encoders.config import ClipTextConfig
 from comfy_core.text_encoders.encoder import ClipTextEncoder, EmbeddingOverride, EncoderOutput, build_encoder
-from comfy_core.text_encoders.encoder_set import ENCODER_SETS, EncoderOptions, EncoderSetSpec, TextEncoderSet
+from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.errors import (
     TextEncoderDetectionError,
     TextEncoderError,
@@ -68,7 +68,7 @@ from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer, SDTokenizer, 
 from comfy_core.text_encoders.tokenizer import ClipTokenizer
 
 __all__ = [
-    "CLIP", "ClipTextConfig", "ClipTextEncoder", "ClipTokenizer", "ENCODER_SETS", "EmbeddingOverride",
+    "CLIP", "ClipTextConfig", "ClipTextEncoder", "ClipTokenizer", "EmbeddingOverride",
     "EncoderOptions", "EncoderOutput", "EncoderSetSpec", "FamilyTokenizer", "SDTokenizer",
     "TextEncoderDetectionError", "TextEncoderError", "TextEncoderKeyError", "TextEncoderSet",
     "TokenizeError", "TokenizerSpec", "VocabularyError", "build_clip", "build_encoder",

@@ -136,7 +136,10 @@ def _detect_hf(tensors: Mapping[str, Any], prefix: str, slot: str | None, heads:
         slot=slot or "clip_l", prefix=prefix, layout=LAYOUT_HF, width=width, layers=layers,
         heads=heads or default_heads(width), intermediate=intermediate, vocab_size=vocab,
         max_positions=positions, projection_dim=projection_dim, has_projection=has_projection,
-        activation="quick_gelu", dtype=str(tensors[f"{prefix}embeddings.token_embedding.weight"].dtype),
+        # OpenAI's CLIP-L uses quick-GELU; an OpenCLIP tower saved in transformers' layout (SD3's
+        # CLIP-G in `text_encoders.clip_g.`) keeps OpenCLIP's GELU.
+        activation="quick_gelu" if (slot or "clip_l") == "clip_l" else "gelu",
+        dtype=str(tensors[f"{prefix}embeddings.token_embedding.weight"].dtype),
     )
 
 

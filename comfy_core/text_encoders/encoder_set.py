@@ -1,19 +1,28 @@
-"""Which encoders a model family uses, how each is run, and how their outputs combine.
+"""An encoder set: which text encoders a model family uses, how each is run, how outputs combine.
 
-Per-encoder choices follow ComfyUI (`comfy/sd1_clip.py`, `sd2_clip.py`, `sdxl_clip.py`) and match
-AUTOMATIC1111 (reference a1111-prompt.md §3.1, §3.7):
+The sets themselves are family policy: each family file declares its `EncoderSetSpec`
+(comfy_core/families/*.py); loaders read the detected family's set, and loaders of text-encoder
+files alone (CLIPLoader) match the towers found against the registry's sets
+(`FamilyRegistry.encoder_sets`). Per-encoder choices follow ComfyUI (`comfy/sd1_clip.py`,
+`sd2_clip.py`, `sdxl_clip.py`, `text_encoders/sd3_clip.py`, `flux.py`) and match AUTOMATIC1111
+where its prompt path runs (reference a1111-prompt.md §3.1, §3.7):
 
-| set          | encoders        | token key | pad | default layer           | final norm on hidden |
-|--------------|-----------------|-----------|-----|-------------------------|----------------------|
-| sd1          | clip_l          | l         | EOS | last (after final norm) | yes                  |
-| sd2          | clip_h          | h         | 0   | -2 (penultimate)        | yes                  |
-| sdxl         | clip_l, clip_g  | l, g      | EOS, 0 | -2, -2               | no, no               |
-| sdxl_refiner | clip_g          | g         | 0   | -2                      | no                   |
+| set          | encoders               | token key     | pad       | default layer        | final norm on hidden |
+|--------------|------------------------|---------------|-----------|----------------------|----------------------|
+| sd1          | clip_l                 | l             | EOS       | last (after norm)    | yes                  |
+| sd2          | clip_h                 | h             | 0         | -2 (penultimate)     | yes                  |
+| sdxl         | clip_l, clip_g         | l, g          | EOS, 0    | -2, -2               | no, no               |
+| sdxl_refiner | clip_g                 | g             | 0         | -2                   | no                   |
+| sd3          | clip_l, clip_g, t5xxl  | l, g, t5xxl   | EOS, 0, 0 | -2, -2, last         | no, no, yes          |
+| flux         | clip_l, t5xxl          | l, t5xxl      | EOS, 0    | last, last           | yes, yes             |
 
-Clip skip (`CLIP.clip_layer(n)`, CLIPSetLastLayer) overrides the layer of every encoder of the set,
-keeping each one's final-norm choice. Several encoders: hidden states are concatenated along the
-channel axis (in slot order l, g), cut to the shorter token count; the pooled output comes from the
-set's pooling encoder (CLIP-G for SDXL), from its first chunk.
+Clip skip (`CLIP.clip_layer(n)`, CLIPSetLastLayer) overrides the layer of every CLIP encoder of
+the set, keeping each one's final-norm choice. How the outputs combine is the set's `combine`:
+"concat" (SD: hidden states concatenated along the channel axis in slot order, cut to the shorter
+token count), "sd3" (CLIP-L and CLIP-G concatenated along channels, zero-padded to T5's width, then
+T5's tokens appended; pooled = CLIP-L's and CLIP-G's pooled outputs concatenated) or "flux" (T5's
+states; pooled = CLIP-L's), as ComfyUI's SD3ClipModel / FluxClipModel. The pooled output comes
+from the set's `pooled_from` encoder, from its first chunk.
 """
 from __future__ import annotations
 
@@ -45,6 +54,22 @@ class EncoderOptions:
     layer_idx: int | None  # None = final output after the final layer norm
     layer_norm_hidden: bool
     projected_pooled: bool = True
+    # Where the tower sits in the family's single-file checkpoints (most specific first).
+    prefixes: tuple[str, ...] = ()
+    kind: str = "clip"  # "clip" | "t5": which tower type (comfy_core/text_encoders/towers.py)
+    # AUTOMATIC1111's use of this encoder (comfy_core/prompt/encode.py): its layer (None: the
+    # CLIP's clip skip, SD1), whether that hidden state goes through the final norm, and whose
+    # tokenizer rules ("transformers" for CLIP-L, "open_clip" for the OpenCLIP towers).
+    webui_layer_idx: int | None = None
+    webui_layer_norm: bool = True
+    webui_tokenizer: str = "transformers"
+    # The output width this slot stands for when a partial set lacks the tower (SD3's zeros).
+    nominal_width: int = 0
+    # T5 towers: the tokenizer's `min_length` (ComfyUI: 77 for SD3, 256 for Flux).
+    min_length: int | None = None
+
+
+COMBINE_RULES = ("concat", "sd3", "flux")
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,28 @@ class EncoderSetSpec:
     name: str
     encoders: tuple[EncoderOptions, ...]
     pooled_from: str  # slot whose pooled output the set returns
+    combine: str = "concat"  # see the module docstring
+    # ComfyUI's classes for the set and its tokenizer (packs check them): TextEncoderSet and
+    # FamilyTokenizer subclasses; None: the base classes.
+    set_class: Any = None
+    tokenizer_class: Any = None
+    # AUTOMATIC1111's SDXL rule: a negative prompt that is empty in every row is all zeros.
+    webui_zero_empty_negative: bool = False
+    # ComfyUI's CLIPLoader / DualCLIPLoader / TripleCLIPLoader `type` values that load this set
+    # from text-encoder files alone.
+    clip_types: tuple[str, ...] = ()
+    # Whether the set may be loaded with only some of its encoders (SD3: any of CLIP-L, CLIP-G,
+    # T5-XXL, as ComfyUI's SD3ClipModel; the absent ones count as zeros).
+    partial: bool = False
+
+    def fits(self, slots: Sequence[str]) -> bool:
+        """Whether towers in `slots` form this set."""
+        mine, given = {o.slot for o in self.encoders}, set(slots)
+        return given == mine or (self.partial and bool(given) and given <= mine)
+
+    def __post_init__(self) -> None:
+        if self.combine not in COMBINE_RULES:
+            raise ValueError(f"encoder set {self.name!r}: combine must be one of {COMBINE_RULES}, got {self.combine!r}")
 
     def options(self, slot: str) -> EncoderOptions:
         for option in self.encoders:
@@ -60,24 +107,19 @@ class EncoderSetSpec:
         raise KeyError(slot)
 
 
-ENCODER_SETS: tuple[EncoderSetSpec, ...] = (
-    EncoderSetSpec("sd1", (EncoderOptions("clip_l", "l", PAD_EOS, None, True),), "clip_l"),
-    EncoderSetSpec("sd2", (EncoderOptions("clip_h", "h", PAD_ZERO, -2, True),), "clip_h"),
-    EncoderSetSpec("sdxl", (EncoderOptions("clip_l", "l", PAD_EOS, -2, False),
-                            EncoderOptions("clip_g", "g", PAD_ZERO, -2, False)), "clip_g"),
-    EncoderSetSpec("sdxl_refiner", (EncoderOptions("clip_g", "g", PAD_ZERO, -2, False),), "clip_g"),
-)
-
-
-def spec_for_slots(slots: Sequence[str]) -> EncoderSetSpec:
-    """The encoder-set definition whose encoders are exactly `slots`."""
+def spec_for_slots(slots: Sequence[str], sets: Sequence[EncoderSetSpec]) -> EncoderSetSpec:
+    """The encoder set whose encoders are exactly `slots` (or, for a partial set, some of them),
+    among `sets` (`FamilyRegistry.encoder_sets()`, `comfy_core.families.encoder_sets()`)."""
     wanted = set(slots)
-    for spec in ENCODER_SETS:
+    for spec in sets:
         if {o.slot for o in spec.encoders} == wanted:
+            return spec
+    for spec in sets:
+        if spec.fits(slots):
             return spec
     raise TextEncoderDetectionError(
         f"no known text-encoder set has exactly the encoders {sorted(wanted)}; known sets: "
-        + ", ".join(f"{s.name}={[o.slot for o in s.encoders]}" for s in ENCODER_SETS))
+        + ", ".join(f"{s.name}={[o.slot for o in s.encoders]}" for s in sets))
 
 
 def with_clip_layer(options: EncoderOptions, layer_idx: int | None) -> EncoderOptions:
@@ -100,17 +142,20 @@ class TextEncoderSet(nn.Module):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "TextEncoderSet":
         spec = args[0] if args else kwargs.get("spec")
-        if cls is TextEncoderSet and isinstance(spec, EncoderSetSpec):
-            cls = _SET_CLASSES.get(spec.name, TextEncoderSet)
+        if cls is TextEncoderSet and isinstance(spec, EncoderSetSpec) and spec.set_class is not None:
+            cls = spec.set_class
         return super().__new__(cls)
 
     def __init__(self, spec: EncoderSetSpec, encoders: Mapping[str, ClipTextEncoder]) -> None:
         super().__init__()
-        if set(encoders) != {o.slot for o in spec.encoders}:
+        if not spec.fits(list(encoders)):
             raise TextEncoderDetectionError(f"encoder set {spec.name} needs {[o.slot for o in spec.encoders]}, "
                                             f"got {sorted(encoders)}")
         self.spec = spec
+        self.slots = tuple(o.slot for o in spec.encoders if o.slot in encoders)
         for option in spec.encoders:
+            if option.slot not in encoders:
+                continue
             encoder = encoders[option.slot]
             encoder.options = option  # so the tower alone has ComfyUI's encode_token_weights
             encoder.default_options = option
@@ -123,21 +168,27 @@ class TextEncoderSet(nn.Module):
         """ComfyUI's `set_clip_options` on the set: every tower's (`{"layer": n}`, ...). Our own
         encodes do not read it (each call passes its clip skip); packs that call the towers'
         `encode_token_weights` themselves do."""
-        for option in self.spec.encoders:
-            self.encoder(option.slot).set_clip_options(options)
+        for slot in self.slots:
+            self.encoder(slot).set_clip_options(options)
 
     def reset_clip_options(self) -> None:
         """ComfyUI's `reset_clip_options`: every tower's defaults again."""
-        for option in self.spec.encoders:
-            self.encoder(option.slot).reset_clip_options()
+        for slot in self.slots:
+            self.encoder(slot).reset_clip_options()
 
     def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
                              projected_pooled: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ComfyUI tokens dict {key: chunks} -> (cond [1, T, sum of widths], pooled [1, P])."""
-        outputs: list[torch.Tensor] = []
-        pooled = None
+        outputs: dict[str, torch.Tensor] = {}
+        pooled_by_slot: dict[str, torch.Tensor | None] = {}
+        # SD3 (ComfyUI's SD3ClipModel): no CLIP tokens at all (CLIPTextEncodeSD3's "none" padding of
+        # empty texts) means no CLIP part, only T5's states and a zero pooled output.
+        skip_clips = self.spec.combine == "sd3" and all(
+            len(tokens.get(o.token_key) or ()) == 0 for o in self.spec.encoders if o.kind == "clip")
         for base in self.spec.encoders:
-            options = with_clip_layer(base, layer_idx)
+            if base.slot not in self.slots or (skip_clips and base.kind == "clip"):
+                continue
+            options = with_clip_layer(base, layer_idx) if base.kind == "clip" else base
             options = replace(options, projected_pooled=projected_pooled and options.projected_pooled)
             if options.token_key not in tokens:
                 raise TokenizeError(f"tokens for encoder set {self.spec.name} lack key {options.token_key!r} "
@@ -148,14 +199,58 @@ class TextEncoderSet(nn.Module):
             # is what runs, with this call's layer and projection in force.
             with encoder.using_options(options):
                 out = encoder.encode_token_weights(tokens[options.token_key])
-            cond, encoder_pooled = out[0], out[1]
-            outputs.append(cond)
-            if options.slot == self.spec.pooled_from:
-                pooled = encoder_pooled
-        if len(outputs) == 1:
-            return outputs[0], pooled
-        length = min(o.shape[1] for o in outputs)
-        return torch.cat([o[:, :length] for o in outputs], dim=-1), pooled
+            outputs[options.slot], pooled_by_slot[options.slot] = out[0], out[1]
+        return combine_outputs(self.spec, outputs, pooled_by_slot)
+
+
+def _width(spec: EncoderSetSpec, slot: str, outputs: Mapping[str, torch.Tensor],
+           pooled: Mapping[str, torch.Tensor | None], of_pooled: bool = False) -> int:
+    """A slot's output (or pooled) width: the encoder's own when present, else the nominal one."""
+    source = pooled.get(slot) if of_pooled else outputs.get(slot)
+    return int(source.shape[-1]) if source is not None else spec.options(slot).nominal_width
+
+
+def combine_outputs(spec: EncoderSetSpec, outputs: Mapping[str, torch.Tensor],
+                    pooled: Mapping[str, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The set's conditioning and pooled output from its encoders' (see the module docstring);
+    `outputs` holds the encoders present (all of them, except in a partial set). Widths are the
+    present encoders' own, the nominal ones (768, 1280, 4096) for absent encoders."""
+    if spec.combine == "concat":
+        conds = [outputs[o.slot] for o in spec.encoders]
+        if len(conds) == 1:
+            return conds[0], pooled.get(spec.pooled_from)
+        length = min(c.shape[1] for c in conds)
+        return torch.cat([c[:, :length] for c in conds], dim=-1), pooled.get(spec.pooled_from)
+    clips = [o for o in spec.encoders if o.kind == "clip"]
+    t5 = next((o for o in spec.encoders if o.kind != "clip"), None)
+    if spec.combine == "flux":  # ComfyUI's FluxClipModel: T5's states, CLIP-L's pooled output
+        if t5 is None or t5.slot not in outputs:
+            raise TokenizeError(f"encoder set {spec.name}: its T5 encoder is missing")
+        return outputs[t5.slot], pooled.get(spec.pooled_from)
+    # "sd3" (ComfyUI's SD3ClipModel): CLIP-L | CLIP-G along channels (cut to the shorter; an absent
+    # one is zeros), zero-padded to T5's width, T5's tokens appended; pooled L | G (absent: zeros).
+    width = _width(spec, t5.slot, outputs, pooled) if t5 is not None else 4096
+    some = next((outputs[o.slot] for o in clips if o.slot in outputs), None)
+    device = some.device if some is not None else next(iter(outputs.values())).device if outputs else None
+    cond = None
+    if some is not None:
+        length = min(outputs[o.slot].shape[1] for o in clips if o.slot in outputs)
+        parts = [outputs[o.slot][:, :length] if o.slot in outputs else
+                 torch.zeros((some.shape[0], length, o.nominal_width), dtype=some.dtype, device=device) for o in clips]
+        if sum(p.shape[-1] for p in parts) > width:
+            raise TokenizeError(f"encoder set {spec.name}: the CLIP states ({sum(p.shape[-1] for p in parts)} wide) "
+                                f"are wider than T5's {width}")
+        cond = torch.cat(parts, dim=-1)
+        cond = torch.nn.functional.pad(cond, (0, width - cond.shape[-1]))
+    if t5 is not None and t5.slot in outputs:
+        cond = outputs[t5.slot] if cond is None else torch.cat([cond, outputs[t5.slot]], dim=-2)
+    if cond is None:
+        cond = torch.zeros((1, 77, width))
+    if some is None:  # no CLIP part: ComfyUI's zeros of CLIP-L's and CLIP-G's nominal widths
+        return cond, torch.zeros((1, sum(o.nominal_width for o in clips)), device=device)
+    pooled_parts = [pooled[o.slot] if pooled.get(o.slot) is not None else
+                    torch.zeros((1, o.nominal_width), device=device) for o in clips]
+    return cond, torch.cat(pooled_parts, dim=-1)
 
 
 class SD1ClipModel(TextEncoderSet):
@@ -180,8 +275,10 @@ class SDXLRefinerClipModel(TextEncoderSet):
     clip_name, clip = "g", "clip_g"
 
 
-_SET_CLASSES: dict[str, type[TextEncoderSet]] = {
-    "sd1": SD1ClipModel, "sd2": SD2ClipModel, "sdxl": SDXLClipModel, "sdxl_refiner": SDXLRefinerClipModel,
-}
+class SD3ClipModel(TextEncoderSet):
+    """SD3's CLIP-L + CLIP-G + T5-XXL set, any of them optional (ComfyUI's
+    `comfy.text_encoders.sd3_clip.SD3ClipModel`)."""
 
 
+class FluxClipModel(TextEncoderSet):
+    """Flux's CLIP-L + T5-XXL set (ComfyUI's `comfy.text_encoders.flux.FluxClipModel`)."""

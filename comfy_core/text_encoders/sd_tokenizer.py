@@ -197,7 +197,7 @@ def _split_embeddings(text: str) -> list[str]:
 
 
 # Tokenizer options (CLIP.set_tokenizer_option) our tokenizers honour, per encoder's embedding key.
-TOKENIZER_OPTIONS = ("{key}_min_length",)
+TOKENIZER_OPTIONS = ("{key}_min_length", "{key}_min_padding")
 
 
 class FamilyTokenizer:
@@ -205,15 +205,9 @@ class FamilyTokenizer:
 
     Exposes each encoder's `SDTokenizer` as an attribute named by its slot (`clip_l`, `clip_g`,
     `clip_h`), as ComfyUI's SD1Tokenizer/SDXLTokenizer do (packs reach in there). Built for a
-    set of slots, it is an instance of ComfyUI's class for it (`SD1Tokenizer`, `SD2Tokenizer`,
-    `SDXLTokenizer`, below), as packs check.
+    family's encoder set, it is an instance of ComfyUI's class for it (the set's `tokenizer_class`:
+    `SD1Tokenizer`, `SD2Tokenizer`, `SDXLTokenizer`, below), as packs check.
     """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "FamilyTokenizer":
-        tokenizers = args[0] if args else kwargs.get("tokenizers")
-        if cls is FamilyTokenizer and isinstance(tokenizers, dict):
-            cls = _TOKENIZER_CLASSES.get(frozenset(tokenizers), FamilyTokenizer)
-        return super().__new__(cls)
 
     def __init__(self, tokenizers: dict[str, SDTokenizer]) -> None:
         self.slots = tuple(tokenizers)
@@ -236,7 +230,7 @@ class FamilyTokenizer:
         key = id(lookup)
         entry = views.get(key)
         if entry is None or entry[0] is not lookup:
-            view = FamilyTokenizer({slot: t.with_embedding_lookup(lookup) for slot, t in self.by_slot().items()})
+            view = type(self)({slot: t.with_embedding_lookup(lookup) for slot, t in self.by_slot().items()})
             entry = views[key] = (lookup, view)  # the lookup is held, so its id is not reused
         return entry[1]
 
@@ -268,7 +262,9 @@ class SDXLRefinerTokenizer(FamilyTokenizer):
     """The SDXL refiner's bigG tokenizer (ComfyUI uses its SDXLTokenizer class there too)."""
 
 
-_TOKENIZER_CLASSES: dict[frozenset, type[FamilyTokenizer]] = {
-    frozenset({"clip_l"}): SD1Tokenizer, frozenset({"clip_h"}): SD2Tokenizer,
-    frozenset({"clip_l", "clip_g"}): SDXLTokenizer, frozenset({"clip_g"}): SDXLRefinerTokenizer,
-}
+class SD3Tokenizer(FamilyTokenizer):
+    """SD3's CLIP-L, CLIP-G and T5-XXL tokenizers (ComfyUI's `comfy.text_encoders.sd3_clip.SD3Tokenizer`)."""
+
+
+class FluxTokenizer(FamilyTokenizer):
+    """Flux's CLIP-L and T5-XXL tokenizers (ComfyUI's `comfy.text_encoders.flux.FluxTokenizer`)."""

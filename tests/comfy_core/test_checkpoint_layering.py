@@ -34,7 +34,7 @@ def test_the_checkpoint_package_imports_only_itself_from_comfy_core():
 def test_loading_imports_what_it_composes_at_module_level():
     tree = ast.parse((ROOT / "loading.py").read_text(encoding="utf-8"))
     top = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
-    assert {"comfy_core.families", "comfy_core.models.unet", "comfy_core.models.vae", "comfy_core.patching.model",
+    assert {"comfy_core.families", "comfy_core.models.diffusion", "comfy_core.models.vae", "comfy_core.patching.model",
             "comfy_core.text_encoders", "comfy_core.checkpoint.materialize"} <= top
     local = [node for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
              for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]

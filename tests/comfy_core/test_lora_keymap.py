@@ -29,6 +29,7 @@ def test_unet_diffusers_names_match_diffusers_converter(family):
 
 def test_sdxl_text_encoder_names_on_the_real_encoder_set():
     from comfy_core.lora import text_encoder_key_map
+    from comfy_core.families import encoder_set_for, encoder_sets
     from comfy_core.text_encoders import build_clip, detect_text_encoders
 
     class Header:
@@ -36,7 +37,8 @@ def test_sdxl_text_encoder_names_on_the_real_encoder_set():
             self.shape, self.dtype = tuple(tensor.shape), "F32"
 
     sd = tiny_state_dict("sdxl")
-    clip = build_clip(detect_text_encoders({k: Header(v) for k, v in sd.items()}), sd)
+    configs = detect_text_encoders({k: Header(v) for k, v in sd.items()}, encoder_sets())
+    clip = build_clip(configs, sd, spec=encoder_set_for(configs))
     key_map = text_encoder_key_map(clip.patcher.model)
     params = {n for n, _ in clip.patcher.model.named_parameters()}
     layer = "text_model.encoder.layers.0.self_attn.q_proj"

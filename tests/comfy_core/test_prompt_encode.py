@@ -6,6 +6,7 @@ import torch
 from comfy_core.prompt.chunking import PLACEHOLDER_ID
 from comfy_core.prompt.conditioning import registered_embeddings, with_embedding
 from comfy_core.prompt.embedding import Embedding
+from comfy_core.families import sd1 as sd1_family, sd2 as sd2_family, sdxl as sdxl_family
 from comfy_core.prompt.encode import encode_texts, encoder_plan
 from comfy_core.prompt.errors import EmbeddingNotFoundError, EmbeddingWidthError
 from comfy_core.text_encoders.encoder import EmbeddingOverride
@@ -126,9 +127,9 @@ def test_sd1_empty_negative_is_encoded(sd1):
 
 
 def test_encoder_plan_per_family():
-    assert [(p.slot, p.pad, p.layer_idx, p.layer_norm) for p in encoder_plan(["clip_l"], -3)] == [("clip_l", EOS, -3, True)]
-    assert [(p.layer_idx, p.layer_norm) for p in encoder_plan(["clip_h"], -1)] == [(-2, True)]
-    assert [(p.slot, p.pad, p.layer_idx, p.layer_norm) for p in encoder_plan(["clip_l", "clip_g"], -1)] == [
+    assert [(p.slot, p.pad, p.layer_idx, p.layer_norm) for p in encoder_plan(["clip_l"], -3, sd1_family.TEXT_ENCODERS)] == [("clip_l", EOS, -3, True)]
+    assert [(p.layer_idx, p.layer_norm) for p in encoder_plan(["clip_h"], -1, sd2_family.TEXT_ENCODERS)] == [(-2, True)]
+    assert [(p.slot, p.pad, p.layer_idx, p.layer_norm) for p in encoder_plan(["clip_l", "clip_g"], -1, sdxl_family.TEXT_ENCODERS)] == [
         ("clip_l", EOS, -2, False), ("clip_g", 0, -2, False)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from comfy_core.families import encoder_set_for, encoder_sets
 from comfy_core.patching import ClipPatcher
 from comfy_core.text_encoders import (
     CLIP,
@@ -30,8 +31,8 @@ def clip_tokenizer():
 
 def _build(family, clip_tokenizer):
     sd = tiny_state_dict(family)
-    configs = detect_text_encoders({k: _Info(v) for k, v in sd.items()})
-    return build_clip(configs, sd, clip_tokenizer=clip_tokenizer)
+    configs = detect_text_encoders({k: _Info(v) for k, v in sd.items()}, encoder_sets())
+    return build_clip(configs, sd, clip_tokenizer=clip_tokenizer, spec=encoder_set_for(configs))
 
 
 @pytest.fixture(scope="module")
@@ -220,8 +221,9 @@ def test_build_from_file_in_fp16(tiny_sd1_ckpt, clip_tokenizer):
 
     from comfy_core.checkpoint.header import read_safetensors_header
 
-    configs = detect_text_encoders(read_safetensors_header(tiny_sd1_ckpt).tensors)
-    clip = build_clip(configs, load_file(str(tiny_sd1_ckpt)), torch.float16, clip_tokenizer=clip_tokenizer)
+    configs = detect_text_encoders(read_safetensors_header(tiny_sd1_ckpt).tensors, encoder_sets())
+    clip = build_clip(configs, load_file(str(tiny_sd1_ckpt)), torch.float16, clip_tokenizer=clip_tokenizer,
+                      spec=encoder_set_for(configs))
     assert {p.dtype for p in clip.cond_stage_model.parameters()} == {torch.float16}
     cond = clip.encode("a cat")
     assert cond.dtype == torch.float32 and torch.isfinite(cond).all()
@@ -235,10 +237,10 @@ def test_fp16_weights_compute_in_float32_as_comfyui(tiny_sd1_ckpt, clip_tokenize
 
     from comfy_core.checkpoint.header import read_safetensors_header
 
-    configs = detect_text_encoders(read_safetensors_header(tiny_sd1_ckpt).tensors)
+    configs = detect_text_encoders(read_safetensors_header(tiny_sd1_ckpt).tensors, encoder_sets())
     rounded = {k: v.half().float() if v.is_floating_point() else v for k, v in load_file(str(tiny_sd1_ckpt)).items()}
-    half = build_clip(configs, rounded, torch.float16, clip_tokenizer=clip_tokenizer)
-    full = build_clip(configs, rounded, torch.float32, clip_tokenizer=clip_tokenizer)
+    half = build_clip(configs, rounded, torch.float16, clip_tokenizer=clip_tokenizer, spec=encoder_set_for(configs))
+    full = build_clip(configs, rounded, torch.float32, clip_tokenizer=clip_tokenizer, spec=encoder_set_for(configs))
     tokens = half.tokenize("a photo of a (cat:1.2), embedding:none")
     got, got_pooled = half.encode_from_tokens(tokens, return_pooled=True)
     want, want_pooled = full.encode_from_tokens(tokens, return_pooled=True)

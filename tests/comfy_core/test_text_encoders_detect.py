@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from comfy_core.checkpoint.header import read_safetensors_header
+from comfy_core.families import encoder_sets
 from comfy_core.text_encoders import (
     ClipTextConfig,
     TextEncoderDetectionError,
@@ -34,7 +35,7 @@ def _with_garbage_data(src, dst):
 ])
 def test_detect_tiny_checkpoints_from_header_only(fixture, expected, request, tmp_path):
     path = _with_garbage_data(request.getfixturevalue(fixture), tmp_path / "garbage.safetensors")
-    configs = detect_text_encoders(read_safetensors_header(path).tensors)
+    configs = detect_text_encoders(read_safetensors_header(path).tensors, encoder_sets())
     assert [(c.slot, c.prefix, c.layout) for c in configs] == expected
     for config in configs:
         assert (config.width, config.layers, config.vocab_size, config.max_positions) == (64, 3, 49408, 77)
@@ -64,16 +65,16 @@ def _open_clip_tower(prefix, width=1024, layers=24, projection=1024):
 def test_full_size_shapes_give_published_configs():
     sdxl = {**_hf_tower("conditioner.embedders.0.transformer.text_model."),
             **_open_clip_tower("conditioner.embedders.1.model.", 1280, 32, 1280)}
-    clip_l, clip_g = detect_text_encoders(sdxl)
+    clip_l, clip_g = detect_text_encoders(sdxl, encoder_sets())
     assert (clip_l.heads, clip_l.intermediate, clip_l.activation, clip_l.dtype) == (12, 3072, "quick_gelu", "F16")
     assert (clip_g.heads, clip_g.intermediate, clip_g.layers, clip_g.projection_dim, clip_g.activation) == \
         (20, 5120, 32, 1280, "gelu")
-    (clip_h,) = detect_text_encoders(_open_clip_tower("cond_stage_model.model."))
+    (clip_h,) = detect_text_encoders(_open_clip_tower("cond_stage_model.model."), encoder_sets())
     assert (clip_h.slot, clip_h.heads, clip_h.layers) == ("clip_h", 16, 24)
 
 
 def test_old_sd1_layout_without_text_model():
-    (config,) = detect_text_encoders(_hf_tower("cond_stage_model.transformer."))
+    (config,) = detect_text_encoders(_hf_tower("cond_stage_model.transformer."), encoder_sets())
     assert config.prefix == "cond_stage_model.transformer." and config.slot == "clip_l"
 
 
@@ -85,39 +86,39 @@ def test_default_slot_from_width_for_unknown_prefix():
 
 
 def test_no_text_encoder_gives_empty_list():
-    assert detect_text_encoders({"model.diffusion_model.out.2.weight": _Info((4, 320, 3, 3))}) == []
+    assert detect_text_encoders({"model.diffusion_model.out.2.weight": _Info((4, 320, 3, 3))}, encoder_sets()) == []
 
 
 def test_missing_layer_is_refused():
     tensors = _hf_tower("cond_stage_model.transformer.text_model.", 64, 4)
     del tensors["cond_stage_model.transformer.text_model.encoder.layers.2.mlp.fc1.weight"]
     with pytest.raises(TextEncoderDetectionError, match=r"layers \[2\] are missing"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())
 
 
 def test_inconsistent_shapes_are_refused():
     tensors = _open_clip_tower("cond_stage_model.model.", 64, 2, 64)
     tensors["cond_stage_model.model.positional_embedding"] = _Info((77, 32))
     with pytest.raises(TextEncoderDetectionError, match="positional_embedding"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())
     tensors = _open_clip_tower("cond_stage_model.model.", 64, 2, 64)
     tensors["cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight"] = _Info((64, 64))
     with pytest.raises(TextEncoderDetectionError, match="in_proj_weight"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())
 
 
 def test_incomplete_tower_is_refused():
     tensors = _hf_tower("cond_stage_model.transformer.text_model.", 64, 2)
     del tensors["cond_stage_model.transformer.text_model.embeddings.position_embedding.weight"]
     with pytest.raises(TextEncoderDetectionError, match="position_embedding.weight.*missing"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())
 
 
 def test_unknown_encoder_combination_is_refused():
     tensors = {**_open_clip_tower("cond_stage_model.model.", 64, 2, 64),
                **_open_clip_tower("conditioner.embedders.1.model.", 64, 2, 64)}
     with pytest.raises(TextEncoderDetectionError, match="no known text-encoder set"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())
 
 
 @pytest.mark.parametrize("tower, prefix, stem", [
@@ -127,8 +128,8 @@ def test_unknown_encoder_combination_is_refused():
 def test_tower_without_layers_is_refused_in_both_layouts(tower, prefix, stem):
     tensors = {k: v for k, v in tower(prefix, 64, 2).items() if stem not in k}
     with pytest.raises(TextEncoderDetectionError, match=rf"no {stem}\.N\.\* keys"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())
     tensors = tower(prefix, 64, 2)
     tensors[next(k for k in tensors if "position" in k)] = _Info((77, 32))
     with pytest.raises(TextEncoderDetectionError, match=r"expected shape \(77, 64\), got \(77, 32\)"):
-        detect_text_encoders(tensors)
+        detect_text_encoders(tensors, encoder_sets())

@@ -274,10 +274,11 @@ def test_checkpoint_layout_round_trips(family):
     """Checkpoint -> built encoders -> checkpoint keys gives back every tensor bit-exactly."""
     from tests.fixtures.checkpoints import tiny_state_dict
 
+    from comfy_core.families import encoder_sets
     from comfy_core.text_encoders import detect_text_encoders
 
     sd = tiny_state_dict(family)
-    for config in detect_text_encoders(header({k: v for k, v in sd.items() if v.dtype == torch.float32})):
+    for config in detect_text_encoders(header({k: v for k, v in sd.items() if v.dtype == torch.float32}), encoder_sets()):
         encoder = build_encoder(config, sd)
         back = to_checkpoint_layout(config, encoder.transformer.state_dict())
         expected = {k: v for k, v in sd.items() if k.startswith(config.prefix)

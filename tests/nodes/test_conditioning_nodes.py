@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from comfy_core.families import encoder_set_for, encoder_sets
 from comfy_core.text_encoders import ClipTokenizer, build_clip, detect_text_encoders
 from graph.native import Input, Output, node, spec_of
 from nodes.conditioning import (
@@ -28,8 +29,8 @@ def clips():
     out = {}
     for family in ("sd1", "sdxl"):
         sd = tiny_state_dict(family)
-        out[family] = build_clip(detect_text_encoders({k: _Info(v) for k, v in sd.items()}), sd,
-                                 clip_tokenizer=tokenizer)
+        configs = detect_text_encoders({k: _Info(v) for k, v in sd.items()}, encoder_sets())
+        out[family] = build_clip(configs, sd, clip_tokenizer=tokenizer, spec=encoder_set_for(configs))
     return out
 
 

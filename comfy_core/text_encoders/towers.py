@@ -1,0 +1,57 @@
+"""The kinds of text tower an encoder set may hold, and how each is found, built and tokenized.
+
+An `EncoderOptions.kind` names one: "clip" (CLIP / OpenCLIP text transformers: `ClipTextConfig`,
+`ClipTextEncoder`, the CLIP BPE `SDTokenizer`) or "t5" (T5 encoders: `T5Config`, `T5TextEncoder`,
+`T5XXLTokenizer`). The factory and the split-file loader go through these three functions, so an
+encoder set mixing CLIP and T5 towers (SD3, Flux) is built like a CLIP-only one.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from comfy_core.text_encoders.config import ClipTextConfig
+from comfy_core.text_encoders.encoder_set import EncoderOptions
+from comfy_core.text_encoders.t5_config import T5Config
+
+KIND_CLIP = "clip"
+KIND_T5 = "t5"
+FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
+
+
+def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
+    """The config of the `options.kind` tower under `prefix` (None when none is there)."""
+    if options.kind == KIND_T5:
+        config = T5Config.detect_from_weights(tensors, prefix)
+        if config is not None and config.slot != options.slot:
+            import dataclasses
+
+            config = dataclasses.replace(config, slot=options.slot)
+        return config
+    return ClipTextConfig.detect_from_weights(tensors, prefix, slot=options.slot)
+
+
+def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:
+    """The encoder module of a detected tower. T5 files stored in fp8 stay fp8 (cast per layer as
+    they run, as ComfyUI keeps `dtype_t5`): an fp8 T5-XXL is 5 GB, 19 GB in float32."""
+    if isinstance(config, T5Config):
+        from comfy_core.text_encoders.t5 import build_t5_encoder
+
+        return build_t5_encoder(config, state_dict, None if str(config.dtype) in FP8_STORAGE else dtype)
+    from comfy_core.text_encoders.encoder import build_encoder
+
+    return build_encoder(config, state_dict, dtype)
+
+
+def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, embedding_key: str) -> Any:
+    """The tokenizer of one tower of a set (see `comfy_core.text_encoders.factory.make_tokenizer`)."""
+    if options.kind == KIND_T5:
+        from comfy_core.text_encoders.t5_tokenizer import T5XXLTokenizer
+
+        return T5XXLTokenizer(min_length=options.min_length, embedding_width=config.width)
+    from comfy_core.text_encoders.sd_tokenizer import SDTokenizer, TokenizerSpec
+
+    return SDTokenizer(clip_tokenizer, TokenizerSpec(
+        key=options.token_key, pad_token=options.pad_token, embedding_width=config.width,
+        embedding_key=embedding_key, max_length=min(77, config.max_positions)))
