@@ -21,14 +21,14 @@ COMPLETE_MODULES = (
     "comfy_extras.nodes_morphology", "comfy_extras.nodes_post_processing", "comfy_extras.nodes_images",
     "comfy_extras.nodes_latent", "comfy_extras.nodes_rebatch", "comfy_extras.nodes_string",
     "comfy_extras.nodes_primitive", "comfy_extras.nodes_preview_any", "comfy_extras.nodes_upscale_model",
-    "comfy_extras.nodes_clip_sdxl", "comfy_extras.nodes_video_model",
+    "comfy_extras.nodes_clip_sdxl", "comfy_extras.nodes_video_model", "comfy_extras.nodes_sd3",
     "comfy_extras.nodes_model_merging", "comfy_extras.nodes_model_merging_model_specific",
     "comfy_extras.nodes_lora_extract", "comfy_extras.nodes_controlnet", "comfy_extras.nodes_canny",
     "comfy_extras.nodes_hooks", "comfy_extras.nodes_freelunch", "comfy_extras.nodes_pag", "comfy_extras.nodes_sag",
     "comfy_extras.nodes_perpneg", "comfy_extras.nodes_attention_multiply", "comfy_extras.nodes_tomesd",
     "comfy_extras.nodes_hypertile", "comfy_extras.nodes_model_downscale", "comfy_extras.nodes_differential_diffusion",
     "comfy_extras.nodes_fresca", "comfy_extras.nodes_hypernetwork", "comfy_extras.nodes_model_advanced",
-    "comfy_extras.nodes_ip2p",
+    "comfy_extras.nodes_ip2p", "comfy_extras.nodes_flux", "comfy_extras.nodes_slg", "comfy_extras.nodes_edit_model",
 )
 # Also ComfyUI's, from modules not complete yet.
 PRESENT_NODES = ("PerpNegGuider", "CLIPVisionLoader", "CLIPVisionEncode", "StyleModelLoader", "StyleModelApply",
@@ -39,7 +39,10 @@ PRESENT_NODES = ("PerpNegGuider", "CLIPVisionLoader", "CLIPVisionEncode", "Style
                  "ControlNetLoader", "DiffControlNetLoader", "ControlNetApply", "ControlNetApplyAdvanced",
                  "unCLIPCheckpointLoader", "unCLIPConditioning", "GLIGENLoader", "GLIGENTextBoxApply",
                  "InpaintModelConditioning", "UNETLoader", "CLIPLoader", "DualCLIPLoader", "DiffusersLoader",
-                 "LoadImageOutput")
+                 "LoadImageOutput",
+                 # comfy_extras.nodes_sd3, nodes_cond
+                 "CLIPTextEncodeSD3", "EmptySD3LatentImage", "SkipLayerGuidanceSD3", "T5TokenizerOptions",
+                 "ControlNetApplySD3")
 
 
 @pytest.fixture(scope="module")
