@@ -1,6 +1,8 @@
 """ControlNet nodes with ComfyUI 0.3.64's names, sockets and semantics (`nodes.py`,
 `comfy_extras/nodes_controlnet.py`): ControlNetLoader, DiffControlNetLoader, ControlNetApply
-(deprecated), ControlNetApplyAdvanced, SetUnionControlNetType, ControlNetInpaintingAliMamaApply.
+(deprecated), ControlNetApplyAdvanced, ControlNetApplySD3 (deprecated: Apply ControlNet with a
+required VAE, for ControlNets whose hint is a latent), SetUnionControlNetType,
+ControlNetInpaintingAliMamaApply.
 
 Files come from the `controlnet` model folders (models/controlnet and models/t2i_adapter, as
 ComfyUI's). The work is in `comfy_core.controlnet`; CONTROL_NET is a `ControlBase` (ControlNet,
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 # /object_info must not import it (server start-up).
 
 EXTRAS = "comfy_extras.nodes_controlnet"
+SD3_MODULE = "comfy_extras.nodes_sd3"
 CATEGORY = "conditioning/controlnet"
 # comfy_core.controlnet.types.UNION_CONTROLNET_TYPES, in its order (kept here torch-free).
 UNION_TYPES = ["openpose", "depth", "hed/pidi/scribble/ted", "canny/lineart/anime_lineart/mlsd", "normal",
@@ -150,6 +153,22 @@ def apply_controlnet(positive: list, negative: list, control_net: Any, image: to
                          _control_net(control_net), checks.image_batch(image, "image").movedim(-1, 1),
                          _strength(strength), _percent(start_percent, "start_percent"),
                          _percent(end_percent, "end_percent"), vae=vae)
+
+
+@node("ControlNetApplySD3", category=CATEGORY, display_name="Apply Controlnet with VAE", deprecated=True,
+      python_module=SD3_MODULE,
+      inputs=[Input("positive", "CONDITIONING"), Input("negative", "CONDITIONING"),
+              Input("control_net", "CONTROL_NET"), Input("vae", "VAE"), Input("image", "IMAGE"), *ADVANCED_INPUTS],
+      outputs=[Output("CONDITIONING", "positive"), Output("CONDITIONING", "negative")])
+def apply_controlnet_sd3(positive: list, negative: list, control_net: Any, vae: Any, image: torch.Tensor,
+                         strength: float, start_percent: float, end_percent: float) -> tuple[list, list]:
+    """Apply ControlNet with the VAE that encodes the hint (SD3 / SD3.5 ControlNets take the
+    hint's latent); ComfyUI's (deprecated) ControlNetApplySD3, i.e. ControlNetApplyAdvanced with
+    a required vae."""
+    return apply_to_pair(checks.conditioning(positive, "positive"), checks.conditioning(negative, "negative"),
+                         _control_net(control_net), checks.image_batch(image, "image").movedim(-1, 1),
+                         _strength(strength), _percent(start_percent, "start_percent"),
+                         _percent(end_percent, "end_percent"), vae=checks.vae(vae))
 
 
 @node("SetUnionControlNetType", category=CATEGORY, display_name="SetUnionControlNetType", python_module=EXTRAS,

@@ -13,4 +13,7 @@ Files: `types` (names and enums), `hint` (hint resizing and batch broadcasting),
 `model` (the ControlNet network on our UNet blocks), `union` (the union/ProMax fusion blocks),
 `diffusers_keys` (diffusers names -> original names), `runner` (ControlNet: running the network
 each step), `control_lora` (ControlLora), `t2i_model` / `t2i` (T2I-Adapters), `load` (files).
+SD3 / SD3.5: `mmdit_controlnet` (diffusers' `SD3ControlNetModel` layout), `dit_embedder` (SAI's
+SD3.5 format, ControlNetEmbedder), `sd3_runner` (their CONTROL_NET objects: latent hints,
+ControlNetSD35 borrowing the main model's embedder), `load_mmdit` (their files).
 """

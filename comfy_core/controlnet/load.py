@@ -5,11 +5,13 @@ from the header): a `lora_controlnet` tensor marks a control-LoRA; `controlnet_c
 the diffusers layout (union/ProMax when `control_add_embedding.*` is there); `control_model.*`
 the original ControlNet release layout (a diff ControlNet when it also holds `difference`: its
 weights are offsets added to the given model's UNet weights); bare `zero_convs.*` the same
-without prefix; anything else is tried as a T2I-Adapter (full, light, SDXL; original or diffusers
-names). The network is built on the meta device and given its tensors by assignment
-(`comfy_core.checkpoint`), every one checked against the detected structure; floating tensors
-are read in `dtype` (the loaders pass the dtype policy's UNet dtype, so a ControlNet runs in the
-model's dtype). Files named `*_shuffle` get global average pooling, as in ComfyUI.
+without prefix; `controlnet_blocks.*` with `pos_embed_input.*` an SD3 / SD3.5 ControlNet (SAI's
+format or diffusers', `load_mmdit.py`); anything else is tried as a T2I-Adapter (full, light,
+SDXL; original or diffusers names). The network is built on the meta device and given its
+tensors by assignment (`comfy_core.checkpoint`), every one checked against the detected
+structure; floating tensors are read in `dtype` (the loaders pass the dtype policy's UNet dtype,
+so a ControlNet runs in the model's dtype). Files named `*_shuffle` get global average pooling,
+as in ComfyUI.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from comfy_core.controlnet.config import ControlNetConfig, ControlNetConfigError
 from comfy_core.controlnet.control_lora import MARKER as CONTROL_LORA_MARKER
 from comfy_core.controlnet.control_lora import ControlLora
 from comfy_core.controlnet.diffusers_keys import DIFFUSERS_MARKER, diffusers_to_original
+from comfy_core.controlnet.load_mmdit import load_mmdit_controlnet, mmdit_controlnet_layout
 from comfy_core.controlnet.model import ControlNetModel
 from comfy_core.controlnet.runner import ControlNet
 from comfy_core.controlnet.t2i import T2IAdapter
@@ -57,6 +60,8 @@ def load_controlnet(path: str | Path, model: Any = None, dtype: torch.dtype = to
         if CONTROL_LORA_MARKER in checkpoint.tensors:
             weights = load_tensors(checkpoint, {n: _stored(checkpoint, n) for n in names}, zero_copy=mmap)
             return ControlLora(weights, global_average_pooling=global_average_pooling)
+        if mmdit_controlnet_layout(checkpoint.tensors) is not None:  # SD3 / SD3.5 ControlNets
+            return load_mmdit_controlnet(checkpoint, dtype, load_device=load_device, mmap=mmap)
         if DIFFUSERS_MARKER in checkpoint.tensors:
             source, left = diffusers_to_original(names)
             if left:
