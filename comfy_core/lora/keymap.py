@@ -6,6 +6,7 @@ A LoRA file names the layer it patches by a module path, in one of several conve
 - diffusers / PEFT: `unet.<diffusers path>`, `text_encoder.<hf path>`, `text_encoder_2.<...>`;
 - ComfyUI's own saves: the parameter path without `.weight` (`diffusion_model.input_blocks...`;
   `text_encoders.clip_l.transformer...` for the text encoders, as its LoraSave writes them).
+Flux and SD3 transformers have their own spellings and fused-weight slices (`dit_keymap.py`).
 
 Nothing here knows a layout by heart: the maps are derived by walking the module's parameters.
 The UNet's diffusers names come from its LDM structure (`input_blocks.i.0` res blocks, `.0.op`
@@ -14,9 +15,11 @@ downsamplers, ...) the way diffusers' single-file converter relates the two layo
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 from torch import nn
+
+from comfy_core.lora.dit_keymap import dit_key_map
 
 UNET_PREFIX = "diffusion_model."
 
@@ -99,8 +102,14 @@ def _block_prefixes(names: list[str]) -> list[tuple[str, str, bool]]:
     return prefixes
 
 
-def unet_key_map(model: nn.Module) -> dict[str, str]:
-    """LoRA layer name -> parameter name, for the UNet under `diffusion_model.` of `model`."""
+def unet_key_map(model: nn.Module) -> dict[str, Any]:
+    """LoRA layer name -> parameter name, for the UNet under `diffusion_model.` of `model`.
+
+    For a Flux or MMDiT network the DiT map (`comfy_core.lora.dit_keymap`), whose targets may
+    also be slices `(name, (dim, offset, size))` or transformed tensors `(name, None, fn)`."""
+    dit = dit_key_map(model)
+    if dit is not None:
+        return dit
     names = [n for n, _ in model.named_parameters() if n.startswith(UNET_PREFIX)]
     key_map: dict[str, str] = {}
     for module in _weight_modules(names):
@@ -121,14 +130,17 @@ def text_encoder_key_map(encoders: nn.Module) -> dict[str, str]:
     """LoRA layer name -> parameter name, for an encoder set with children `clip_l`/`clip_h`/`clip_g`.
 
     One encoder gets `lora_te_` and `text_encoder.`; several get `lora_te1_`, `lora_te2_`, ... and
-    `text_encoder.`, `text_encoder_2.`, ... in child order (SDXL: CLIP-L first, then bigG).
+    `text_encoder.`, `text_encoder_2.`, ... in child order (SDXL: CLIP-L first, then bigG). A
+    `t5xxl` child also gets ComfyUI's T5 numbers (`_t5_kohya_indices`).
     """
     slots = [name for name, _ in encoders.named_children()]
     single = len(slots) == 1
     key_map: dict[str, str] = {}
     names = [n for n, _ in encoders.named_parameters()]
     for index, slot in enumerate(slots, start=1):
-        kohya = "lora_te_" if single else f"lora_te{index}_"
+        kohya = ["lora_te_" if single else f"lora_te{index}_"]
+        if slot == "t5xxl":
+            kohya += [f"lora_te{i}_" for i in _t5_kohya_indices(slots) if f"lora_te{i}_" not in kohya]
         diffusers = "text_encoder." if index == 1 else f"text_encoder_{index}."
         for module in _weight_modules(n for n in names if n.startswith(slot + ".")):
             key = module + ".weight"
@@ -137,6 +149,16 @@ def text_encoder_key_map(encoders: nn.Module) -> dict[str, str]:
             relative = module[len(slot) + 1:]
             if relative.startswith("transformer."):
                 relative = relative[len("transformer."):]
-            key_map[kohya + relative.replace(".", "_")] = key
+            for prefix in kohya:
+                key_map[prefix + relative.replace(".", "_")] = key
             key_map[diffusers + relative] = key
     return key_map
+
+
+def _t5_kohya_indices(slots: list[str]) -> list[int]:
+    """The `lora_te<N>_` numbers ComfyUI gives T5-XXL (OneTrainer's SD3 / Flux LoRAs): after the
+    CLIPs present, so 3 beside CLIP-L and bigG (SD3); beside CLIP-L alone (Flux) both 2 and 3."""
+    index = 1 + ("clip_g" in slots) + ("clip_l" in slots)
+    if "clip_l" in slots and index == 2:
+        return [2, 3]
+    return [index]

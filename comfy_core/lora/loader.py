@@ -16,6 +16,9 @@ from typing import Any, Hashable, Mapping
 import torch
 
 from comfy_core.lora.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.lora.dit_convert import convert_dit_lora
+from comfy_core.lora.dit_keymap import dit_kind, row_permutations
+from comfy_core.lora.fit import drop_misfits
 from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
 from comfy_core.patching.errors import PatchDataError
 
@@ -34,7 +37,8 @@ _SUFFIXES: tuple[tuple[str, str, str], ...] = (
     (".lokr_w1_a", "lokr", "w1a"), (".lokr_w1_b", "lokr", "w1b"),
     (".lokr_w2_a", "lokr", "w2a"), (".lokr_w2_b", "lokr", "w2b"),
     (".lokr_w1", "lokr", "w1"), (".lokr_w2", "lokr", "w2"), (".lokr_t2", "lokr", "t2"),
-    (".diff_b", "diff_b", "diff_b"), (".diff", "diff", "diff"),
+    (".diff_b", "diff_b", "diff_b"), (".diff", "diff", "diff"), (".set_weight", "set", "set"),
+    (".w_norm", "diff", "diff"), (".b_norm", "diff_b", "diff_b"),
     (".alpha", "*", "alpha"), (".dora_scale", "*", "dora_scale"),
 )
 # Old diffusers attention-processor names: `attn1.processor.to_q_lora.up.weight` -> `attn1.to_q.lora.up.weight`.
@@ -91,8 +95,8 @@ def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], 
     return result
 
 
-def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str, name: str,
-             source: Hashable | None) -> list[tuple[str, Any]]:
+def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: Any, name: str,
+             source: Hashable | None) -> list[tuple[Any, Any]]:
     kinds = {kind for kind, _ in parts.values()} - {"*"}
     get = lambda p: parts[p][1] if p in parts else None  # noqa: E731
     alpha_t = get("alpha")
@@ -102,7 +106,14 @@ def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str
     if "lora" in kinds:
         if get("up") is None or get("down") is None:
             raise PatchDataError(f"LoRA {label!r}: needs both up and down weights, has {sorted(parts)}")
-        records.append((target, LoraAdapter(get("up"), get("down"), alpha, get("mid"), get("dora_scale"), label, source)))
+        up, weight_target = get("up"), target
+        if get("mid") is None and get("dora_scale") is None and _is_row_permutation(target):
+            # A row permutation of the delta (the final adaLN's halves swapped) is the same
+            # permutation of `up`, exactly: patch the whole weight the plain way, so the diffusers
+            # spelling patches bit-for-bit as the BFL / SAI one does.
+            up, weight_target = target[2](up), target[0]
+        records.append((weight_target, LoraAdapter(up, get("down"), alpha, get("mid"), get("dora_scale"), label,
+                                                   source)))
     elif "loha" in kinds:
         missing = {"w1a", "w1b", "w2a", "w2b"} - set(parts)
         if missing:
@@ -114,11 +125,37 @@ def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: str
                                             get("w2b"), get("t2"), alpha, label, source)))
     elif "diff" in kinds:
         records.append((target, ("diff", (get("diff"),))))
-    if "diff_b" in kinds and target.endswith(".weight"):
-        records.append((target[: -len(".weight")] + ".bias", ("diff", (get("diff_b"),))))
+    elif "set" in kinds:
+        records.append((target, ("set", (get("set"),))))
+    bias = _bias_target(target)
+    if "diff_b" in kinds and bias is not None:
+        records.append((bias, ("diff", (get("diff_b"),))))
     if not records:
         raise PatchDataError(f"LoRA {label!r}: only {sorted(parts)}, no weights to apply")
     return records
+
+
+def _is_row_permutation(target: Any) -> bool:
+    """Whether `target` is `(name, None, fn)` with `fn` a permutation of the first axis (the
+    scale/shift swap of the DiT key maps)."""
+    return (isinstance(target, tuple) and len(target) == 3 and target[1] is None
+            and target[2] in row_permutations())
+
+
+def _bias_target(target: Any) -> Any:
+    """The bias beside a weight target: `x.bias` for `x.weight`; for a slice or a transformed
+    target the same slice / transform of the bias (its first axis is the weight's). None when
+    the target is no `.weight`."""
+    name = target if isinstance(target, str) else target[0]
+    if not name.endswith(".weight"):
+        return None
+    bias = name[: -len(".weight")] + ".bias"
+    return bias if isinstance(target, str) else (bias, *target[1:])
+
+
+class LoraMatchError(ValueError):
+    """A LoRA file none of whose keys names a weight of the model (or CLIP) it is applied to:
+    a LoRA for another model family (e.g. an SDXL LoRA on Flux)."""
 
 
 @dataclass
@@ -128,6 +165,7 @@ class LoraReport:
     model_keys: int = 0
     clip_keys: int = 0
     unmatched: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # records whose shapes do not fit (DiT models)
 
 
 def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tensor],
@@ -138,8 +176,16 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
     ComfyUI's semantics (comfy/sd.py: load_lora_for_models): either may be None, which skips it;
     strengths scale each side. Returns the clones and a report; unmatched keys are logged once.
     `source` (see `parse_lora`) makes the patches' signatures survive re-reading the file.
+
+    For a Flux / SD3 model (`comfy_core.lora.dit_keymap`), as ComfyUI: files in the layouts
+    ComfyUI converts are converted first (`convert_dit_lora`), and records whose shapes do not fit
+    their weight are skipped with a warning (`report.skipped`); a file none of whose keys names
+    anything of the model or CLIP raises `LoraMatchError`.
     """
-    key_map: dict[str, str] = {}
+    dit = dit_kind(model.model) if model is not None else None
+    if dit is not None:
+        tensors = convert_dit_lora(tensors)
+    key_map: dict[str, Any] = {}
     owner: dict[str, str] = {}
     if model is not None:
         for k, v in unet_key_map(model.model).items():
@@ -153,6 +199,18 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
     report = LoraReport()
     model_parse = parse_lora(tensors, model_map, name, source)
     clip_parse = parse_lora(tensors, clip_map, name, source)
+    if dit is not None:
+        shapes = {k: tuple(v.shape) for k, v in model.model.state_dict(keep_vars=True).items()}
+        model_parse.patches, report.skipped = drop_misfits(model_parse.patches, shapes)
+        if report.skipped:
+            shown = "; ".join(report.skipped[:3]) + ("; ..." if len(report.skipped) > 3 else "")
+            log.warning("LoRA %s: %d weights skipped, their shapes do not fit this %s model: %s",
+                        name or "(unnamed)", len(report.skipped), dit, shown)
+        if tensors and not model_parse.patches and not report.skipped and not clip_parse.patches:
+            shown = ", ".join(sorted(tensors)[:5]) + (", ..." if len(tensors) > 5 else "")
+            raise LoraMatchError(f"LoRA {name or '(unnamed)'}: none of its {len(tensors)} keys names a weight of "
+                                 f"this {dit} model{' or its CLIP' if clip is not None else ''} "
+                                 f"(a LoRA for another model?): {shown}")
     new_model, new_clip = model, clip
     if model is not None:
         new_model = model.clone()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from comfy_core.lora.adapters import dora_renormalise
+from comfy_core.lora.dit_convert import convert_dit_lora
 from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
 from comfy_core.lora.loader import parse_lora
 from comfy_core.patching.weight_function import identity
@@ -112,12 +113,8 @@ def pad_tensor_to_shape(tensor: torch.Tensor, new_shape: Sequence[int]) -> torch
 
 
 def convert_lora(sd: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
-    """ComfyUI's `comfy.lora_convert.convert_lora`: our parser reads the SD LoRA layouts as they
-    are, so those come back unchanged; the two Flux layouts ComfyUI converts name a family this
-    engine does not have and are refused."""
-    if "img_in.lora_A.weight" in sd and "single_blocks.0.norm.key_norm.scale" in sd:
-        raise NotImplementedError("convert_lora: Flux control LoRAs (BFL layout) need the Flux family, "
-                                  "which this engine does not have")
-    if "lora_unet_norm_out.lora_down.weight" in sd:
-        raise NotImplementedError("convert_lora: USO LoRAs need the Flux family, which this engine does not have")
-    return sd
+    """ComfyUI's `comfy.lora_convert.convert_lora`: our parser reads the SD and most Flux/SD3
+    layouts as they are, so those come back unchanged; USO's Flux LoRAs come back renamed onto
+    BFL's names (`comfy_core.lora.dit_convert`); BFL's Flux control LoRAs, which widen the
+    model's input, are refused (`UnsupportedLoraLayout`, a NotImplementedError)."""
+    return convert_dit_lora(sd)

@@ -197,11 +197,12 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
         if key not in self.patches:
             return
         from comfy_core.lora import patch_dicts  # the LoRA package imports this one
+        from comfy_core.lora.stochastic_rounding import store_patched
 
         owner, attr = _resolve_parent(self.model, key)
         weight = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
         working = weight.detach().to(device=device_to or weight.device, dtype=torch.float32, copy=True)
-        patched = patch_dicts.calculate_weight(self.patches[key], working, key).to(weight.dtype)
+        patched = store_patched(patch_dicts.calculate_weight(self.patches[key], working, key), weight.dtype, key)
         if inplace_update or self.weight_inplace_update:
             if key not in self.backup:
                 self.backup[key] = _Backup(weight.detach().to(self.offload_device, copy=True), True)

@@ -301,7 +301,9 @@ class Patcher:
         # float32 copy, as ComfyUI's patch_weight_to_device): a pack replacing
         # `comfy.lora.calculate_weight` changes what is applied. Imported here: the LoRA package
         # imports this one.
+        # Stored back in the weight's dtype as ComfyUI stores it: fp8 by seeded stochastic rounding.
         from comfy_core.lora import patch_dicts
+        from comfy_core.lora.stochastic_rounding import store_patched
 
         with torch.no_grad():
             for key, entries in self.patches.items():
@@ -314,7 +316,7 @@ class Patcher:
                 patched = cache.tensors.get(key) if reuse else None
                 if patched is None or patched.device != original.device or patched.dtype != original.dtype:
                     working = original.detach().to(torch.float32, copy=True)
-                    patched = patch_dicts.calculate_weight(entries, working, key).to(original.dtype)
+                    patched = store_patched(patch_dicts.calculate_weight(entries, working, key), original.dtype, key)
                     if attr in owner._parameters:
                         patched = nn.Parameter(patched, requires_grad=original.requires_grad)
                     state.stats.weights_computed += 1

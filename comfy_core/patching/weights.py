@@ -4,7 +4,7 @@ A weight patch entry is ComfyUI's 5-tuple `(strength_patch, data, strength_model
 function)` (comfy/model_patcher.py, comfy/lora.py: `calculate_weight`), applied in order to an
 fp32 copy of the original weight, always recomputed from the original so patching never drifts:
 
-    weight *= strength_model                        (when != 1)
+    weight[offset] *= strength_model                (when != 1; the whole weight without an offset)
     weight[offset] = combine(weight[offset], strength_patch, data, function)
 
 `data` may be:
@@ -76,13 +76,16 @@ def apply_entries(weight: torch.Tensor, entries: Sequence[PatchEntry | tuple], k
 def _apply_entries(weight: torch.Tensor, entries: Sequence[PatchEntry | tuple], key: str) -> torch.Tensor:
     for raw in entries:
         entry = PatchEntry(*raw)
-        if entry.strength_model != 1.0:
-            weight *= entry.strength_model
         if entry.offset is not None:
+            # As ComfyUI: strength_model scales the slice the entry covers, not the whole weight.
             dim, start, length = entry.offset
             view = weight.narrow(dim, start, length)
+            if entry.strength_model != 1.0:
+                view *= entry.strength_model
             view.copy_(_combine(view.clone(), entry, key))
         else:
+            if entry.strength_model != 1.0:
+                weight *= entry.strength_model
             weight = _combine(weight, entry, key)
     return weight
 
