@@ -1,7 +1,7 @@
 """`comfy.sd1_clip` / `comfy.sdxl_clip` / `comfy.text_encoders.*` helpers for packs (ComfyUI's
 comfy/sd1_clip.py behaviour), over comfy_core.text_encoders. The classes packs check are ours
 (their names are mapped in the surface files); this module holds the free functions and the
-names of families this engine does not have.
+names of families this engine does not have, and SD3 / Flux's `t5_xxl_detect`.
 
 torch is imported inside the functions: packs import these modules at start-up.
 """
@@ -38,12 +38,25 @@ def load_embed(embedding_name: str, embedding_directory: str | os.PathLike | Ite
     return FolderEmbeddingLookup([Path(f) for f in folders])(embedding_name, embed_key, embedding_size)
 
 
+def t5_xxl_detect(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """ComfyUI's `sd3_clip.t5_xxl_detect`: `{"dtype_t5": dtype}` when a T5 encoder (its final layer
+    norm) is under `prefix`, plus `{"t5xxl_scaled_fp8": dtype}` when the file marks scaled fp8."""
+    out: dict[str, Any] = {}
+    norm = state_dict.get(f"{prefix}encoder.final_layer_norm.weight")
+    if norm is not None:
+        out["dtype_t5"] = norm.dtype
+    scaled = state_dict.get(f"{prefix}scaled_fp8")
+    if scaled is not None:
+        out["t5xxl_scaled_fp8"] = scaled.dtype
+    return out
+
+
 class UnsupportedTextEncoderError(NotImplementedError):
     """A ComfyUI text-encoder class of a model family this engine does not have."""
 
 
 class _Unsupported:
-    """Base of ComfyUI's text-encoder classes whose families are not here (SD3's T5-XXL set, ...):
+    """Base of ComfyUI's text-encoder classes whose families are not here (Stable Cascade's, ...):
     the name exists, so packs that import it load and their `isinstance` checks are False (no
     such model is ever loaded here); building one raises, naming what is missing."""
 
@@ -52,23 +65,8 @@ class _Unsupported:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise UnsupportedTextEncoderError(
             f"{type(self).__name__}: the {self.family} text encoders are not provided by this engine "
-            "(its text encoders are CLIP-L, OpenCLIP ViT-H and OpenCLIP bigG: SD1.x, SD2.x, SDXL)")
-
-
-class SD3ClipModel(_Unsupported):
-    family = "SD3 (CLIP-L + CLIP-G + T5-XXL)"
-
-
-class SD3Tokenizer(_Unsupported):
-    family = "SD3 (CLIP-L + CLIP-G + T5-XXL)"
-
-
-class T5XXLModel(_Unsupported):
-    family = "T5-XXL"
-
-
-class T5XXLTokenizer(_Unsupported):
-    family = "T5-XXL"
+            "(its text encoders are CLIP-L, OpenCLIP ViT-H, OpenCLIP bigG and T5-XXL: SD1.x, SD2.x, SDXL, SD3, "
+            "Flux)")
 
 
 class StableCascadeClipModel(_Unsupported):

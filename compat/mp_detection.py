@@ -1,10 +1,15 @@
-"""ComfyUI's `comfy.model_detection` (and `supported_models.models`) for the SD families we load.
+"""ComfyUI's `comfy.model_detection` (and `supported_models.models`) for the families we load.
 
-`detect_unet_config(state_dict, key_prefix)` reads the UNet's structure from names and shapes
-with our detector (`UNetConfig.detect_from_weights`) and answers in ComfyUI's `unet_config` keys;
-`model_config_from_unet(...)` picks the first config class whose `unet_config` matches, in
-ComfyUI's order (comfy_core/models/model_config.py). Diffusers-layout UNets are not converted
-here (`unet_config_from_diffusers_unet` says so).
+`detect_unet_config(state_dict, key_prefix)` reads the diffusion model's structure from names and
+shapes with our detectors and answers in ComfyUI's `unet_config` keys: a UNet's
+(`UNetConfig.detect_from_weights`, through our family registry), an MMDiT's
+(`MMDiTConfig.detect_from_weights(...).comfy_unet_config()`) or a Flux's (`image_model: "flux"`
+and `FluxConfig.detect_from_weights(...).params()`: read from the shapes, where ComfyUI writes
+Flux.1's full-size widths whatever the file). `model_config_from_unet(...)` picks the first
+config class whose `unet_config` matches, in ComfyUI's order (comfy_core/models/model_config.py).
+`convert_diffusers_mmdit` converts diffusers-layout SD3 and Flux transformers to SAI / BFL names
+(comfy_core/models/mmdit_keys.py, flux_keys.py). Diffusers-layout UNets are not converted here
+(`unet_config_from_diffusers_unet` says so).
 """
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ from typing import Any, Mapping
 from comfy_core.models import model_config as mc
 
 # ComfyUI's match order for these classes (specific before general).
-SUPPORTED_MODELS: list[type[mc.BASE]] = [mc.SD15_instructpix2pix, mc.SDXL_instructpix2pix, mc.SD15, mc.SD20,
-                                         mc.SD21UnclipH, mc.SDXLRefiner, mc.SDXL, mc.SVD_img2vid]
+SUPPORTED_MODELS: list[type[mc.BASE]] = [mc.SD15_instructpix2pix, mc.SD15, mc.SD20, mc.SD21UnclipH,
+                                         mc.SDXL_instructpix2pix, mc.SDXLRefiner, mc.SDXL, mc.SD3, mc.FluxInpaint,
+                                         mc.Flux, mc.FluxSchnell, mc.SVD_img2vid]
 
 
 class DetectionError(NotImplementedError):
@@ -68,8 +74,26 @@ def _detect(state_dict: Mapping[str, Any], key_prefix: str) -> Any:
         raise DetectionError(f"model detection: {exc}") from None
 
 
+def _dit_config(state_dict: Mapping[str, Any], key_prefix: str) -> Any:
+    """Our config of the MMDiT or Flux transformer under `key_prefix`, or None when it is neither
+    (ComfyUI's marker keys); a broken one raises the detector's typed error."""
+    from comfy_core.models.flux import FluxConfig, is_flux
+    from comfy_core.models.mmdit import MMDiTConfig
+
+    tensors = {k: _Shape(v.shape) for k, v in state_dict.items() if k.startswith(key_prefix)}
+    if key_prefix + "joint_blocks.0.context_block.attn.qkv.weight" in tensors:
+        return MMDiTConfig.detect_from_weights(tensors, key_prefix)
+    if is_flux(tensors, key_prefix):
+        return FluxConfig.detect_from_weights(tensors, key_prefix)
+    return None
+
+
 def detect_unet_config(state_dict: Mapping[str, Any], key_prefix: str, metadata: Any = None) -> dict[str, Any]:
-    """ComfyUI-keyed UNet config of the SD-family UNet under `key_prefix` (heads from its family)."""
+    """ComfyUI-keyed config of the diffusion model under `key_prefix`: an MMDiT's or a Flux's
+    (see the module docstring), else the SD-family UNet's (heads from its family)."""
+    dit = _dit_config(state_dict, key_prefix)
+    if dit is not None:
+        return mc.comfy_unet_config(dit)
     detection = _detect(state_dict, key_prefix)
     return mc.unet_config_dict(detection.unet_config)
 
@@ -86,6 +110,11 @@ def model_config_from_unet(state_dict: Mapping[str, Any], unet_key_prefix: str, 
                            metadata: Any = None) -> mc.BASE | None:
     """The config of the UNet under `unet_key_prefix`, by our family detection (which reads the
     structure, so it also knows tiny test UNets whose widths ComfyUI's tables would not match)."""
+    dit = _dit_config(state_dict, unet_key_prefix)
+    if dit is not None:
+        unet_config = mc.comfy_unet_config(dit)
+        config = model_config_from_unet_config(unet_config, state_dict)
+        return mc.BASE(unet_config) if config is None and use_base_if_no_match else config
     detection = _detect(state_dict, unet_key_prefix)
     cls = mc.CONFIG_BY_FAMILY.get(detection.family.name)
     unet_config = mc.unet_config_dict(detection.unet_config)
@@ -102,3 +131,17 @@ def convert_config(unet_config: dict[str, Any]) -> dict[str, Any]:
 def unet_config_from_diffusers_unet(state_dict: Mapping[str, Any], dtype: Any = None) -> dict[str, Any]:
     raise DetectionError("unet_config_from_diffusers_unet: diffusers-layout UNets are loaded by "
                          "comfy_core.split.load_diffusers, not detected through comfy.model_detection here")
+
+
+def convert_diffusers_mmdit(state_dict: Mapping[str, Any], output_prefix: str = "") -> dict[str, Any] | None:
+    """A diffusers-layout SD3 (`SD3Transformer2DModel`) or Flux (`FluxTransformer2DModel`) state
+    dict in SAI / BFL names under `output_prefix` (q/k/v fused, adaLN halves swapped), or None
+    for other layouts (ComfyUI also converts AuraFlow and PixArt; those are not here). Unlike
+    ComfyUI's, `state_dict` is left as it is (ComfyUI pops the converted keys)."""
+    from comfy_core.models import flux_keys, mmdit_keys
+
+    if flux_keys.is_diffusers_flux(state_dict):
+        return flux_keys.convert_diffusers_state_dict(state_dict, output_prefix=output_prefix)
+    if mmdit_keys.is_diffusers_mmdit(state_dict):
+        return mmdit_keys.convert_diffusers_state_dict(state_dict, output_prefix=output_prefix)
+    return None

@@ -5,8 +5,10 @@ have one class whose `family` says what it is. Packs check `isinstance(model.mod
 comfy.model_base.SDXL)`, so each class here is a subclass of `DiffusionModel` whose metaclass
 answers `isinstance` from the model's family: true exactly for the families whose ComfyUI model
 is that class or a subclass of it (ComfyUI's hierarchy: `SDXL_instructpix2pix(IP2P, SDXL)`, ...).
-A class of a kind we do not load (Flux, SD3, WAN21, ...) matches no model of ours. Pack
-subclasses of these classes are ordinary classes (plain `isinstance`).
+`SD3` (SD3 / SD3.5 MMDiTs) and `Flux` (Flux.1 dev, Kontext and schnell; ComfyUI builds schnell
+as a `Flux` too, with flow sampling) answer for our DiT families. A class of a kind we do not load
+(WAN21, HunyuanVideo, ...) matches no model of ours. Pack subclasses of these classes are ordinary
+classes (plain `isinstance`).
 """
 from __future__ import annotations
 
@@ -58,11 +60,15 @@ SVD_img2vid = _kind("SVD_img2vid", ("svd",))
 IP2P = _kind("IP2P", ("sd1_ip2p", "sdxl_ip2p"))
 SD15_instructpix2pix = _kind("SD15_instructpix2pix", ("sd1_ip2p",), IP2P)
 SDXL_instructpix2pix = _kind("SDXL_instructpix2pix", ("sdxl_ip2p",), IP2P, SDXL)
+# The flow-matching DiT families (comfy_core/families: "sd3", "flux", "flux_schnell").
+SD3 = _kind("SD3", ("sd3",))
+Flux = _kind("Flux", ("flux", "flux_schnell"))
+Chroma = _kind("Chroma", (), Flux)  # ComfyUI's Chroma(Flux): a Flux subclass no model of ours is
 
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
-_OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "SD3", "AuraFlow",
-                "StableAudio1", "HunyuanDiT", "PixArt", "Flux", "FluxInpaint", "GenmoMochi", "LTXV", "HunyuanVideo",
-                "CosmosVideo", "Lumina2", "WAN21", "WAN22", "HiDream", "Chroma", "ACEStep", "Omnigen2", "QwenImage",
+_OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
+                "StableAudio1", "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "HunyuanVideo",
+                "CosmosVideo", "Lumina2", "WAN21", "WAN22", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
 globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
 
@@ -71,7 +77,8 @@ globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
 # `get_model` builds in ComfyUI); compat/mp_model_classes.py has loaders build exactly that class.
 CLASS_OF_FAMILY = {"sd1": BaseModel, "sd1_inpaint": BaseModel, "sd2": BaseModel, "sd2_inpaint": BaseModel,
                    "sd1_ip2p": SD15_instructpix2pix, "sd21_unclip": SD21UNCLIP, "sdxl": SDXL, "sdxl_inpaint": SDXL,
-                   "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner, "svd": SVD_img2vid}
+                   "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner, "svd": SVD_img2vid,
+                   "sd3": SD3, "flux": Flux, "flux_schnell": Flux}
 
 
 def convert_tensor(extra: Any, dtype: Any, device: Any) -> Any:

@@ -173,13 +173,12 @@ def test_clip_type_other_families_are_typed_errors(files, tmp_path):
     import comfy.sd
     from comfy_core.split import UnsupportedClipTypeError
 
-    with pytest.raises(UnsupportedClipTypeError, match="sd3"):
-        comfy.sd.load_clip([tmp_path / "x.safetensors"], clip_type=comfy.sd.CLIPType.SD3)
+    with pytest.raises(UnsupportedClipTypeError, match="stable_cascade"):
+        comfy.sd.load_clip([tmp_path / "x.safetensors"], clip_type=comfy.sd.CLIPType.STABLE_CASCADE)
     from comfy.text_encoders.sd3_clip import SD3ClipModel
-    from compat.files_clip import UnsupportedTextEncoderError
+    from comfy_core.text_encoders.encoder_set import SD3ClipModel as ours
 
-    with pytest.raises(UnsupportedTextEncoderError, match="SD3"):
-        SD3ClipModel(clip_l=False, clip_g=False, t5=False)
+    assert SD3ClipModel is ours  # SD3's encoder set is ours now (tests/compat/test_compat_dit_text.py)
 
 
 def test_diffusion_model_state_dict_loads_like_a_file(files, tmp_path):

@@ -1,4 +1,4 @@
-"""ComfyUI's `comfy.text_encoders` package for node packs (submodules: sd2_clip, sd3_clip)."""
+"""ComfyUI's `comfy.text_encoders` package for node packs (submodules: sd2_clip, sd3_clip, flux, t5)."""
 from compat.submodules import submodule_attribute
 
 __getattr__ = submodule_attribute(__name__)  # submodules as attributes, as after ComfyUI start-up

@@ -1,11 +1,11 @@
-"""ComfyUI's `comfy.ldm.flux.math` for node packs: RoPE in ComfyUI's rotation-matrix layout
-(`comfy_core.attention.rope`) and the DiT attention over `[B, H, L, D]` (`compat.ldm_dit`)."""
+"""ComfyUI's `comfy.ldm.flux.math` for node packs: Flux's RoPE (ComfyUI's rotation-matrix layout)
+and the DiT attention over `[B, H, L, D]`, the functions our Flux runs (`comfy_core.models.flux_math`)."""
 from compat.facade import facade
 
-_R = "comfy_core.attention.rope:"
+_F = "comfy_core.models.flux_math:"
 facade(__name__, {
-    "apply_rope": _R + "apply_rope",
-    "apply_rope1": _R + "apply_rope1",
-    "rope": "compat.ldm_dit:rope",
-    "attention": "compat.ldm_dit:attention",
+    "apply_rope": _F + "apply_rope",
+    "apply_rope1": _F + "apply_rope1",
+    "rope": _F + "rope",
+    "attention": _F + "attention",
 })

@@ -1,0 +1,13 @@
+"""ComfyUI's `comfy.text_encoders.flux` for node packs: Flux's CLIP-L + T5-XXL set and its
+tokenizers, our classes (`FluxClipModel`: comfy_core/text_encoders/encoder_set.py, towers `clip_l`
+and `t5xxl`; `FluxTokenizer`: comfy_core/text_encoders/sd_tokenizer.py). `T5XXLTokenizer` is our
+one T5 tokenizer class (ComfyUI has a second class here whose minimum length is 256: ours takes it
+as `min_length`, and Flux's tokenizer is built with 256). Constructors are ours (see sd3_clip)."""
+from compat.facade import facade
+
+facade(__name__, {
+    "FluxClipModel": "comfy_core.text_encoders.encoder_set:FluxClipModel",
+    "FluxTokenizer": "comfy_core.text_encoders.sd_tokenizer:FluxTokenizer",
+    "T5XXLTokenizer": "comfy_core.text_encoders.t5_tokenizer:T5XXLTokenizer",
+    "T5XXLModel": "comfy_core.text_encoders.t5:T5TextEncoder",
+})

@@ -1,0 +1,53 @@
+"""ComfyUI 0.3.64's `comfy.supported_models` config classes of model kinds this engine does not
+load (HunyuanDiT, GenmoMochi, WAN21_T2V, ...), for node packs that name them.
+
+Packs walk an `isinstance` chain over these classes to tell a model's kind (Easy-Use's
+`get_sd_version` tests SD3, then HunyuanDiT, then Flux, then GenmoMochi): every name must exist
+for the chain to reach the classes of our families, and none may match a config of ours. Each is
+an empty subclass of ComfyUI's parent for it (`BASE`, or `SDXL` / `SD20` where ComfyUI derives
+from those), never in `comfy.model_detection`'s match list, so no model is detected as one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# name -> ComfyUI's base class for it, when it is one of our families' classes (else BASE).
+_PARENTS: dict[str, str] = {
+    "SSD1B": "SDXL", "Segmind_Vega": "SDXL", "KOALA_700M": "SDXL", "KOALA_1B": "SDXL",
+    "SD21UnclipL": "SD20", "SD_X4Upscaler": "SD20", "LotusD": "SD20", "SV3D_u": "SVD_img2vid",
+}
+_KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
+          "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
+          "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2", "Lumina2", "WAN21_T2V",
+          "Hunyuan3Dv2", "HiDream", "Chroma", "ACEStep", "Omnigen2", "QwenImage")
+# Subclasses of the kinds above, as ComfyUI's hierarchy has them.
+_SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
+             "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",
+             "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
+             "CosmosI2VPredict2": "CosmosT2IPredict2", "WAN21_I2V": "WAN21_T2V", "WAN21_FunControl2V": "WAN21_T2V",
+             "WAN21_Vace": "WAN21_T2V", "WAN21_Camera": "WAN21_T2V", "WAN22_T2V": "WAN21_T2V",
+             "WAN22_Camera": "WAN21_T2V", "WAN22_S2V": "WAN21_T2V", "WAN21_HuMo": "WAN21_T2V",
+             "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2",
+             "ChromaRadiance": "Chroma"}
+
+
+OTHER_CONFIG_NAMES: tuple[str, ...] = _KINDS + tuple(_SUBKINDS)
+_built: dict[str, type] = {}
+
+
+def _config_class(name: str) -> type:
+    if name not in _built:
+        from comfy_core.models import model_config as mc
+
+        parent = _config_class(_SUBKINDS[name]) if name in _SUBKINDS else getattr(mc, _PARENTS.get(name, "BASE"))
+        _built[name] = type(name, (parent,), {
+            "__module__": __name__, "__qualname__": name,
+            "__doc__": f"ComfyUI's `{name}` config (a kind this engine does not load)."})
+    return _built[name]
+
+
+def __getattr__(name: str) -> Any:
+    # Built on first read (the module is imported torch-free by comfy/supported_models.py).
+    if name in OTHER_CONFIG_NAMES:
+        return _config_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
