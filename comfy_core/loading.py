@@ -218,9 +218,10 @@ def _load_vae(checkpoint: CheckpointFile, family: Family, vae: AutoencoderKL, op
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
 
 
-def _clip_configs(checkpoint: CheckpointFile, family: Family) -> list[ClipTextConfig]:
-    """The text encoders' configs from the header (under the family's prefixes); typed errors when
-    there are none or they are malformed."""
+def _clip_configs(checkpoint: CheckpointFile, family: Family) -> list[Any]:
+    """The text encoders' configs from the header (under the family's prefixes); a typed error
+    when they are malformed. A file without its text encoders (SD3.5 and Flux diffusion-model
+    releases) gives none: the CLIP output is None, as ComfyUI's loader warns and returns."""
     if family.text_encoders is None:
         raise MissingComponentError(checkpoint.path, f"{family.display_name} files carry no text encoder")
     try:
@@ -228,7 +229,8 @@ def _clip_configs(checkpoint: CheckpointFile, family: Family) -> list[ClipTextCo
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     if not configs:
-        raise MissingComponentError(checkpoint.path, "no text encoder in the file; load one with a CLIP loader")
+        log.warning("%s: no text encoder weights in the file; no CLIP is loaded (load one with a CLIP loader)",
+                    checkpoint.path.name)
     return configs
 
 

@@ -272,3 +272,15 @@ def test_files_shipped_in_fp8_stay_fp8(tmp_path):
     alone = load_diffusion_model(save({k[len(UNET):]: v for k, v in shipped.items() if k.startswith(UNET)},
                                       tmp_path / "flux1-dev-fp8-unet.safetensors"))
     assert alone.model.diffusion_model.img_in.weight.dtype == torch.float8_e4m3fn
+
+
+def test_a_single_file_without_text_encoders_gives_no_clip(tmp_path):
+    """SD3.5 releases without text encoders: the CLIP output is None (ComfyUI warns and returns None)."""
+    from nodes.conditioning import clip_text_encode
+    from nodes.errors import NodeInputError
+
+    state = {k: v for k, v in sd3_state_dict("sd35").items() if not k.startswith("text_encoders.")}
+    model, clip, vae = load_checkpoint(save(state, tmp_path / "sd3.5_large.safetensors"))
+    assert clip is None and model.model.family.name == "sd3" and vae is not None
+    with pytest.raises(NodeInputError, match="clip"):
+        clip_text_encode("a cat", None)
