@@ -113,41 +113,11 @@ class SDTokenizer:
         return [(pair, self.clip_tokenizer.token_text(pair[0])) for pair in token_weight_pair]
 
     def _piece_groups(self, piece: str, weight: float) -> list[list[tuple[Any, float]]]:
-        groups: list[list[tuple[Any, float]]] = []
-        if piece.startswith(EMBEDDING_IDENTIFIER) and self.embedding_lookup is not None:
-            name = piece[len(EMBEDDING_IDENTIFIER):].strip("\n")
-            vectors, leftover = self._find_embedding(name)
-            if vectors is None:
-                log.warning("embedding:%s does not exist, ignoring", name)
-            else:
-                if vectors.dim() not in (1, 2):
-                    raise TokenizeError(f"embedding {name!r} has shape {tuple(vectors.shape)}; encoder "
-                                        f"{self.spec.embedding_key} needs [n, {self.spec.embedding_width}] vectors")
-                # A vector of another width (an SD1 embedding in an SDXL prompt, for bigG) stays in
-                # the tokens, as in ComfyUI; the encoder drops it with a warning (chunks_to_ids).
-                rows = [vectors] if vectors.dim() == 1 else [vectors[i] for i in range(vectors.shape[0])]
-                groups.append([(row, weight) for row in rows])
-            if leftover == "":
-                return groups
-            piece = leftover
-        groups.append([(t, weight) for t in self.clip_tokenizer.encode(piece)])
-        return groups
+        return embedding_piece_groups(piece, weight, self.embedding_lookup is not None, self._find_embedding,
+                                      self.clip_tokenizer.encode, self.spec.embedding_key, self.spec.embedding_width)
 
     def _find_embedding(self, name: str) -> tuple[Any, str]:
-        """Look `name` up; as ComfyUI, retry without trailing commas and keep them as leftover text.
-
-        Only the first whitespace-separated word is the name; the rest is tokenized as text.
-        """
-        words = name.split()
-        word = words[0] if words else ""
-        leftover = " ".join(words[1:])
-        found = self.embedding_lookup(word, self.embedding_key, self.spec.embedding_width)
-        if found is None:
-            stripped = word.strip(",")
-            if len(stripped) < len(word):
-                found = self.embedding_lookup(stripped, self.embedding_key, self.spec.embedding_width)
-                leftover = f"{word[len(stripped):]} {leftover}"
-        return found, leftover
+        return find_embedding(self.embedding_lookup, name, self.embedding_key, self.spec.embedding_width)
 
     def _pack(self, groups: list[list[tuple[Any, float]]], return_word_ids: bool,
               min_length: int | None = None) -> list[list[tuple]]:
@@ -198,6 +168,48 @@ def _split_embeddings(text: str) -> list[str]:
 
 # Tokenizer options (CLIP.set_tokenizer_option) our tokenizers honour, per encoder's embedding key.
 TOKENIZER_OPTIONS = ("{key}_min_length", "{key}_min_padding")
+
+
+def find_embedding(lookup: "EmbeddingLookup", name: str, key: str, width: int) -> tuple[Any, str]:
+    """Look `name` up (ComfyUI's `_try_get_embedding`): only the first whitespace-separated word is
+    the name, the rest is tokenized as text; retried without trailing commas, kept as leftover."""
+    words = name.split()
+    word = words[0] if words else ""
+    leftover = " ".join(words[1:])
+    found = lookup(word, key, width)
+    if found is None:
+        stripped = word.strip(",")
+        if len(stripped) < len(word):
+            found = lookup(stripped, key, width)
+            leftover = f"{word[len(stripped):]} {leftover}"
+    return found, leftover
+
+
+def embedding_piece_groups(piece: str, weight: float, embeddings_enabled: bool,
+                           find: Callable[[str], tuple[Any, str]], encode: Callable[[str], list[int]],
+                           key: str, width: int) -> list[list[tuple[Any, float]]]:
+    """The token groups of one prompt piece: an `embedding:NAME` piece's vectors (one group) and
+    its leftover text, or the piece's token ids; ComfyUI's `tokenize_with_weights` word loop.
+    An unknown embedding is dropped with a warning, as ComfyUI does."""
+    groups: list[list[tuple[Any, float]]] = []
+    if piece.startswith(EMBEDDING_IDENTIFIER) and embeddings_enabled:
+        name = piece[len(EMBEDDING_IDENTIFIER):].strip("\n")
+        vectors, leftover = find(name)
+        if vectors is None:
+            log.warning("embedding:%s does not exist, ignoring", name)
+        else:
+            if vectors.dim() not in (1, 2):
+                raise TokenizeError(f"embedding {name!r} has shape {tuple(vectors.shape)}; encoder "
+                                    f"{key} needs [n, {width}] vectors")
+            # A vector of another width (an SD1 embedding in an SDXL prompt, for bigG) stays in
+            # the tokens, as in ComfyUI; the encoder drops it with a warning (chunks_to_ids).
+            rows = [vectors] if vectors.dim() == 1 else [vectors[i] for i in range(vectors.shape[0])]
+            groups.append([(row, weight) for row in rows])
+        if leftover == "":
+            return groups
+        piece = leftover
+    groups.append([(t, weight) for t in encode(piece)])
+    return groups
 
 
 class FamilyTokenizer:

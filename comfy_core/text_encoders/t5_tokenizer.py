@@ -33,6 +33,8 @@ from comfy_core.text_encoders.sd_tokenizer import (
     MAX_WORD_LENGTH,
     TokenizerSpec,
     _split_embeddings,
+    embedding_piece_groups,
+    find_embedding,
 )
 
 if TYPE_CHECKING:
@@ -185,37 +187,11 @@ class T5XXLTokenizer:
         return [(pair, inverse[pair[0]]) for pair in token_weight_pair]
 
     def _piece_groups(self, piece: str, weight: float) -> list[list[tuple[Any, float]]]:
-        groups: list[list[tuple[Any, float]]] = []
-        if piece.startswith(EMBEDDING_IDENTIFIER) and self.embedding_lookup is not None:
-            name = piece[len(EMBEDDING_IDENTIFIER):].strip("\n")
-            vectors, leftover = self._find_embedding(name)
-            if vectors is None:
-                log.warning("embedding:%s does not exist, ignoring", name)
-            else:
-                if vectors.dim() not in (1, 2):
-                    raise TokenizeError(f"embedding {name!r} has shape {tuple(vectors.shape)}; encoder "
-                                        f"{self.embedding_key} needs [n, {self.embedding_size}] vectors")
-                rows = [vectors] if vectors.dim() == 1 else [vectors[i] for i in range(vectors.shape[0])]
-                groups.append([(row, weight) for row in rows])
-            if leftover == "":
-                return groups
-            piece = leftover
-        groups.append([(t, weight) for t in self.encode(piece)])
-        return groups
+        return embedding_piece_groups(piece, weight, self.embedding_lookup is not None, self._find_embedding,
+                                      self.encode, self.embedding_key, self.embedding_size)
 
     def _find_embedding(self, name: str) -> tuple[Any, str]:
-        """ComfyUI's `_try_get_embedding`: the first word names the embedding; retried without
-        trailing commas, which are then kept as text."""
-        words = name.split()
-        word = words[0] if words else ""
-        leftover = " ".join(words[1:])
-        found = self.embedding_lookup(word, self.embedding_key, self.embedding_size)
-        if found is None:
-            stripped = word.strip(",")
-            if len(stripped) < len(word):
-                found = self.embedding_lookup(stripped, self.embedding_key, self.embedding_size)
-                leftover = f"{word[len(stripped):]} {leftover}"
-        return found, leftover
+        return find_embedding(self.embedding_lookup, name, self.embedding_key, self.embedding_size)
 
     def _pack(self, groups: list[list[tuple[Any, float]]], min_length: int | None,
               min_padding: int | None) -> list[list[tuple]]:
