@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from comfy_core.text_encoders.errors import TokenizeError, VocabularyError
+from comfy_core.text_encoders.errors import VocabularyError
 from comfy_core.text_encoders.prompt_weights import escape_important, parse_weights, unescape_important
 from comfy_core.text_encoders.sd_tokenizer import (
     EMBEDDING_IDENTIFIER,
@@ -40,7 +39,6 @@ from comfy_core.text_encoders.sd_tokenizer import (
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-log = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).with_name("data")
 DEFAULT_VOCABULARY = DATA_DIR / "t5_tokenizer.json.gz"
