@@ -21,6 +21,12 @@ bench/pack_workflows/ use them:
 
     python bench/pack_parity.py --packs-dir /work/scratch/packs --pack ComfyUI-GGUF \
         --pack ComfyUI_IPAdapter_plus --comfyui COMFYUI_DIR --comfy-python COMFY_PY bench/pack_workflows/*.json
+
+Flux.1 and SD3.5 (bench/pack_workflows/dit_*.json, core nodes only, so `--packs-dir` may be an
+empty folder): files named `tiny_dit_<what>.safetensors` are tests/fixtures/dit_checkpoints.py's
+float32 single files (`checkpoints/`: flux_dev, flux_schnell, sd3, sd35, sd35_medium) and their
+parts (`diffusion_models/` the same names, `text_encoders/` clip_l, clip_g, t5xxl, `vae/`
+flux_vae, sd3_vae); bench/comfyui_tiny_models makes ComfyUI build them at their widths.
 """
 from __future__ import annotations
 
@@ -53,6 +59,13 @@ PACK_LOADER_INPUTS = {
     ("UnetLoaderGGUFAdvanced", "unet_name"): "diffusion_models",
     ("CLIPLoaderGGUF", "clip_name"): "text_encoders",
     ("IPAdapterModelLoader", "ipadapter_file"): "ipadapter",
+    ("UNETLoader", "unet_name"): "diffusion_models",
+    ("CLIPLoader", "clip_name"): "text_encoders",
+    ("DualCLIPLoader", "clip_name1"): "text_encoders",
+    ("DualCLIPLoader", "clip_name2"): "text_encoders",
+    ("TripleCLIPLoader", "clip_name1"): "text_encoders",
+    ("TripleCLIPLoader", "clip_name2"): "text_encoders",
+    ("TripleCLIPLoader", "clip_name3"): "text_encoders",
 }
 TINY_MODELS_FOR_COMFYUI = Path(__file__).resolve().parent / "comfyui_tiny_models"
 sys.path.insert(0, str(REPO))
@@ -60,6 +73,8 @@ sys.path.insert(0, str(REPO))
 
 def pack_file_kind(folder: str, name: str) -> str | None:
     """The tiny writer for a pack loader's file, or None for tests/fixtures/template_models.py's rules."""
+    if Path(name).name.startswith(DIT_PREFIX):
+        return f"dit:{folder}:{Path(name).stem[len(DIT_PREFIX):]}"
     if name.endswith(".gguf"):
         return "gguf_sd1"
     if folder == "ipadapter":
@@ -138,8 +153,48 @@ def write_clip_vision_224(path: Path) -> None:
     write_tiny_clip_vision(path, "clip", "hf", width=32, image_size=224, projection_dim=64)
 
 
+# Flux.1 / SD3.5 files for the DiT workflows (bench/pack_workflows/dit_*.json), float32 so
+# the two engines are compared on the same numbers: `tiny_dit_<what>.safetensors` in each
+# folder, the parts of tests/fixtures/dit_checkpoints.py's single files (seed 0, so a split
+# part holds what the single file holds).
+DIT_PREFIX = "tiny_dit_"
+
+
+def _dit_state(family: str) -> dict:
+    from tests.fixtures import dit_checkpoints as dit
+
+    if family.startswith("flux"):
+        return dit.flux_state_dict(schnell=family == "flux_schnell")
+    return dit.sd3_state_dict(family)
+
+
+def _dit_writer(family: str, prefix: str):
+    """Write the tensors of `family`'s single file under `prefix` (bare names), or all of it."""
+    def write(path: Path) -> None:
+        from tests.fixtures import dit_checkpoints as dit
+
+        state = _dit_state(family)
+        dit.save(dit.under(state, prefix) if prefix else state, path)
+    return write
+
+
+def _dit_writers() -> dict:
+    from tests.fixtures.dit_checkpoints import TE, UNET
+
+    writers = {}
+    for family in ("flux_dev", "flux_schnell", "sd35", "sd35_medium", "sd3"):
+        writers[f"dit:checkpoints:{family}"] = _dit_writer(family, "")
+        writers[f"dit:diffusion_models:{family}"] = _dit_writer(family, UNET)
+    for family, vae in (("flux", "vae."), ("sd3", "first_stage_model.")):
+        writers[f"dit:vae:{family}_vae"] = _dit_writer("flux_dev" if family == "flux" else "sd35", vae)
+    for slot in ("clip_l", "clip_g", "t5xxl"):  # the SD3.5 file's towers (Flux's CLIP-L / T5 are the same widths)
+        writers[f"dit:text_encoders:{slot}"] = _dit_writer("sd35", f"{TE}{slot}.transformer.")
+    return writers
+
+
 PACK_WRITERS = {"gguf_sd1": write_gguf_sd1, "clip_l_sd1": write_clip_l_sd1,
-                "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224}
+                "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224,
+                **_dit_writers()}
 
 
 def _free_port() -> int:
