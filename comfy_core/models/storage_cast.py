@@ -17,6 +17,7 @@ classes afterwards (subclasses with the same parameters and names: state dicts, 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -116,3 +117,34 @@ def cast_weights_at_run_time(module: nn.Module, *, fp8_matrix_mult: bool = False
             layer.__class__ = target
             changed += 1
     return changed
+
+
+# ComfyUI's "scaled fp8" files (`sd3.5_large_fp8_scaled`, ...): a `scaled_fp8` marker under the
+# diffusion model's prefix and, per layer, a `scale_weight` by which the stored fp8 weight is
+# multiplied (comfy/model_detection.py, comfy/ops.py `scaled_fp8_ops`).
+SCALED_FP8_MARKER = "scaled_fp8"
+SCALE_WEIGHT = "scale_weight"
+SCALED_STORAGE = torch.bfloat16
+
+
+def is_scaled_fp8(names: object, prefix: str) -> bool:
+    return prefix + SCALED_FP8_MARKER in names  # type: ignore[operator]
+
+
+def dequantize_scaled_fp8(module: nn.Module, names: object, read: Callable[[str], torch.Tensor], prefix: str,
+                          dtype: torch.dtype = SCALED_STORAGE) -> int:
+    """Multiply every layer's stored weight by its `scale_weight` (read by name from the file)
+    and keep the product in `dtype`: the true weights, so patching, LoRA and the casting layers
+    see ordinary tensors. bfloat16 holds them in half the float32 memory (twice the fp8 file's;
+    ComfyUI keeps fp8 and multiplies at run time). Returns how many layers were scaled."""
+    count = 0
+    for name, layer in module.named_modules():
+        key = f"{prefix}{name}.{SCALE_WEIGHT}" if name else f"{prefix}{SCALE_WEIGHT}"
+        weight = getattr(layer, "weight", None)
+        if weight is None or key not in names:  # type: ignore[operator]
+            continue
+        scale = read(key).float()
+        layer.weight = nn.Parameter((weight.float() * scale).to(dtype), requires_grad=False)
+        count += 1
+    log.info("scaled fp8: %d layers dequantized to %s", count, dtype)
+    return count

@@ -35,7 +35,7 @@ from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.loading import (LoadOptions, _build_unet, _load_model, model_from_unet, resolve_prediction,
                                 stored_fp8_dtype)
-from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time
+from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, dequantize_scaled_fp8, is_scaled_fp8
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 
@@ -135,6 +135,8 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
         with BulkRead(view, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             unet = _build_unet(view, detection)
             model = _load_model(view, family, unet, prediction, load_options, reading.result())
+            if is_scaled_fp8(view.tensors, family.unet_prefix):
+                dequantize_scaled_fp8(model.model.diffusion_model, view.tensors, view.read, family.unet_prefix)
     if cast is not None:
         cast_weights_at_run_time(model.model.diffusion_model, fp8_matrix_mult=fp8_optimizations)
         model.model.manual_cast_dtype = cast

@@ -284,3 +284,39 @@ def test_a_single_file_without_text_encoders_gives_no_clip(tmp_path):
     assert clip is None and model.model.family.name == "sd3" and vae is not None
     with pytest.raises(NodeInputError, match="clip"):
         clip_text_encode("a cat", None)
+
+
+def _scaled_fp8(state: dict, prefix: str) -> dict:
+    """ComfyUI's scaled-fp8 layout: each 2-D weight stored as fp8 of weight / scale with its
+    `scale_weight`, a `scaled_fp8` marker under the diffusion model's prefix."""
+    out = {}
+    for key, value in state.items():
+        if key.startswith(prefix) and key.endswith(".weight") and value.ndim == 2:
+            scale = value.abs().max() / 448.0
+            out[key] = (value / scale).to(torch.float8_e4m3fn)
+            out[key[:-len("weight")] + "scale_weight"] = scale.reshape(())
+        elif key.startswith(prefix) and value.is_floating_point():
+            out[key] = value.to(torch.float8_e4m3fn)
+        else:
+            out[key] = value
+    out[prefix + "scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
+    return out
+
+
+def test_scaled_fp8_files_load_their_true_weights(tmp_path):
+    """sd3.5_large_fp8_scaled-style files: weight = fp8 value * scale_weight, not the raw fp8 value."""
+    state = sd3_state_dict("sd35", seed=6)
+    reference, _clip, _vae = load_checkpoint(save(state, tmp_path / "sd35.safetensors"), output_clip=False)
+    scaled = _scaled_fp8(state, UNET)
+    model, _clip, _vae = load_checkpoint(save(scaled, tmp_path / "sd3.5_large_fp8_scaled.safetensors"), output_clip=False)
+    key = "joint_blocks.0.x_block.attn.qkv.weight"
+    ours = model.model.diffusion_model.state_dict()[key].float()
+    true = reference.model.diffusion_model.state_dict()[key]
+    assert (ours - true).abs().max() <= 0.07 * true.abs().max()  # fp8's 3-bit mantissa, not the raw values
+    alone = load_diffusion_model(save({k[len(UNET):]: v for k, v in scaled.items() if k.startswith(UNET)},
+                                      tmp_path / "sd35_scaled_unet.safetensors"))
+    assert torch.equal(alone.model.diffusion_model.state_dict()[key].float(), ours)
+    x = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(3))
+    cond, pooled = torch.randn(1, 5, T5_WIDTH), torch.randn(1, 2 * CLIP_WIDTH)
+    a, b = _denoise(model, x, torch.tensor([0.6]), cond, pooled), _denoise(reference, x, torch.tensor([0.6]), cond, pooled)
+    assert (a - b).abs().max() < 0.2 * b.abs().max()
