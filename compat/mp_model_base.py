@@ -60,10 +60,11 @@ SVD_img2vid = _kind("SVD_img2vid", ("svd",))
 IP2P = _kind("IP2P", ("sd1_ip2p", "sdxl_ip2p"))
 SD15_instructpix2pix = _kind("SD15_instructpix2pix", ("sd1_ip2p",), IP2P)
 SDXL_instructpix2pix = _kind("SDXL_instructpix2pix", ("sdxl_ip2p",), IP2P, SDXL)
-# The flow-matching DiT families (comfy_core/families: "sd3", "flux", "flux_schnell").
+# The flow-matching DiT families (comfy_core/families: "sd3", "flux", "flux_schnell", "chroma").
 SD3 = _kind("SD3", ("sd3",))
-Flux = _kind("Flux", ("flux", "flux_schnell"))
-Chroma = _kind("Chroma", (), Flux)  # ComfyUI's Chroma(Flux): a Flux subclass no model of ours is
+# ComfyUI's Chroma is a Flux subclass: a Chroma model is a Flux too.
+Flux = _kind("Flux", ("flux", "flux_schnell", "chroma"))
+Chroma = _kind("Chroma", ("chroma",), Flux)
 
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
 _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
@@ -78,7 +79,7 @@ globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
 CLASS_OF_FAMILY = {"sd1": BaseModel, "sd1_inpaint": BaseModel, "sd2": BaseModel, "sd2_inpaint": BaseModel,
                    "sd1_ip2p": SD15_instructpix2pix, "sd21_unclip": SD21UNCLIP, "sdxl": SDXL, "sdxl_inpaint": SDXL,
                    "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner, "svd": SVD_img2vid,
-                   "sd3": SD3, "flux": Flux, "flux_schnell": Flux}
+                   "sd3": SD3, "flux": Flux, "flux_schnell": Flux, "chroma": Chroma}
 
 
 def convert_tensor(extra: Any, dtype: Any, device: Any) -> Any:

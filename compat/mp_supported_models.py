@@ -15,11 +15,12 @@ from typing import Any
 _PARENTS: dict[str, str] = {
     "SSD1B": "SDXL", "Segmind_Vega": "SDXL", "KOALA_700M": "SDXL", "KOALA_1B": "SDXL",
     "SD21UnclipL": "SD20", "SD_X4Upscaler": "SD20", "LotusD": "SD20", "SV3D_u": "SVD_img2vid",
+    "ChromaRadiance": "Chroma",
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
           "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2", "Lumina2", "WAN21_T2V",
-          "Hunyuan3Dv2", "HiDream", "Chroma", "ACEStep", "Omnigen2", "QwenImage")
+          "Hunyuan3Dv2", "HiDream", "ChromaRadiance", "ACEStep", "Omnigen2", "QwenImage")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",
@@ -27,8 +28,7 @@ _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArt
              "CosmosI2VPredict2": "CosmosT2IPredict2", "WAN21_I2V": "WAN21_T2V", "WAN21_FunControl2V": "WAN21_T2V",
              "WAN21_Vace": "WAN21_T2V", "WAN21_Camera": "WAN21_T2V", "WAN22_T2V": "WAN21_T2V",
              "WAN22_Camera": "WAN21_T2V", "WAN22_S2V": "WAN21_T2V", "WAN21_HuMo": "WAN21_T2V",
-             "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2",
-             "ChromaRadiance": "Chroma"}
+             "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2"}
 
 
 OTHER_CONFIG_NAMES: tuple[str, ...] = _KINDS + tuple(_SUBKINDS)

@@ -202,7 +202,9 @@ class DiffusionModel(nn.Module):
 
     def _run_unet(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, y: torch.Tensor | None,
                   control: Any, transformer_options: dict[str, Any] | None, **kwargs: Any) -> torch.Tensor:
-        return self.diffusion_model(x, timesteps, context, y, transformer_options=transformer_options,
+        # `y` by keyword, as ComfyUI's `_apply_model` passes every input: Chroma's network takes
+        # `guidance` fourth (comfy/ldm/chroma/model.py) and ignores `y` among its **kwargs.
+        return self.diffusion_model(x, timesteps, context, y=y, transformer_options=transformer_options,
                                     control=control, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:

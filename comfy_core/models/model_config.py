@@ -156,6 +156,17 @@ class FluxSchnell(Flux):
     sampling_settings = {"multiplier": 1.0, "shift": 1.0}
 
 
+class Chroma(BASE):
+    """Chroma (Flux-derived, T5-XXL only): model type FLUX, only the multiplier set (shift: 1.15)."""
+
+    unet_config = {"image_model": "chroma"}
+    unet_extra_config: dict[str, Any] = {}
+    sampling_settings = {"multiplier": 1.0}
+    latent_format = latent_formats.Flux
+    memory_usage_factor = 3.2
+    supported_inference_dtypes = [torch.bfloat16, torch.float16, torch.float32]
+
+
 # Our family name -> ComfyUI's config class for it (inpainting UNets are their base's config in
 # ComfyUI too: `inpaint_model()` tells them apart).
 CONFIG_BY_FAMILY: dict[str, type[BASE]] = {
@@ -163,7 +174,7 @@ CONFIG_BY_FAMILY: dict[str, type[BASE]] = {
     "sd2": SD20, "sd2_inpaint": SD20, "sd21_unclip": SD21UnclipH,
     "sdxl": SDXL, "sdxl_inpaint": SDXL, "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner,
     "svd": SVD_img2vid,
-    "sd3": SD3, "flux": Flux, "flux_schnell": FluxSchnell,
+    "sd3": SD3, "flux": Flux, "flux_schnell": FluxSchnell, "chroma": Chroma,
 }
 
 
