@@ -20,7 +20,9 @@ TEXT_ENCODERS = EncoderSetSpec(
                             webui_layer_idx=-2, webui_layer_norm=False, webui_tokenizer="transformers"),
              EncoderOptions("clip_g", "g", PAD_ZERO, -2, False, prefixes=("conditioner.embedders.1.model.",),
                             webui_layer_idx=-2, webui_layer_norm=False, webui_tokenizer="open_clip")),
-    "clip_g", set_class=SDXLClipModel, tokenizer_class=SDXLTokenizer, clip_types=("sdxl",), webui_zero_empty_negative=True)
+    "clip_g", set_class=SDXLClipModel, tokenizer_class=SDXLTokenizer,
+    # ComfyUI loads two CLIP towers as SDXL's set whatever the type (comfy/sd.py load_text_encoder_state_dicts)
+    clip_types=("sdxl", "stable_diffusion"), webui_zero_empty_negative=True)
 
 if TYPE_CHECKING:
     from comfy_core.checkpoint.reader import CheckpointFile

@@ -245,7 +245,8 @@ def test_dual_clip_order_does_not_matter(made):
     assert all(torch.equal(x, y) for x, y in zip(_encode(a), _encode(b)))
 
 
-@pytest.mark.parametrize("clip_type", sorted(set(CLIP_LOADER_TYPES + DUAL_CLIP_LOADER_TYPES) - {"stable_diffusion", "sdxl"}))
+@pytest.mark.parametrize("clip_type", sorted(set(CLIP_LOADER_TYPES + DUAL_CLIP_LOADER_TYPES)
+                                              - {t for s in default_registry().encoder_sets() for t in s.clip_types}))
 def test_types_of_families_we_do_not_have_are_typed_errors(clip_type, tmp_path):
     # Refused before any file is read: the file need not even exist.
     with pytest.raises(UnsupportedClipTypeError, match=f"'{clip_type}' is not supported: it needs") as caught:
@@ -255,7 +256,7 @@ def test_types_of_families_we_do_not_have_are_typed_errors(clip_type, tmp_path):
 
 def test_files_that_do_not_form_the_asked_set_are_typed_errors(made, tmp_path):
     files = made("sdxl")
-    with pytest.raises(ClipFilesError, match="sdxl needs one CLIP-L and one OpenCLIP-bigG"):
+    with pytest.raises(ClipFilesError, match=r"sdxl needs CLIP-L\+OpenCLIP-bigG; each file must hold a different tower"):
         load_text_encoders([files["clip_l"], made("sd1")["clip_l"]], "sdxl")
     with pytest.raises(ClipFilesError, match="sdxl needs"):
         load_text_encoders([files["clip_g"]], "sdxl")
