@@ -66,8 +66,8 @@ NOT_RUNNING = {
 }
 # Templates the index tags Flux that are not Flux.1 / SD3.5 models this engine runs (not run here).
 OUT_OF_SCOPE = {
-    "image_chroma_text_to_image": "Chroma (a Flux-derived family: no guidance/vector embedders, an approximator "
-                                  "network, ModelSamplingAuraFlow): no Chroma family",
+    "image_chroma_text_to_image": "Chroma: the family exists (tests/comfy_core/test_chroma.py), but template_models has "
+                                  "no tiny writers for its file names (Chroma1-HD-fp8_scaled, a scaled-fp8 T5) yet",
     "api_bfl_flux_pro_t2i": "an API node (BFL's hosted Flux Pro)",
     "api_bfl_flux_1_kontext_pro_image": "an API node (BFL's hosted Kontext Pro)",
     "api_bfl_flux_1_kontext_max_image": "an API node (BFL's hosted Kontext Max)",
