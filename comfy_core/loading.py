@@ -28,7 +28,7 @@ from torch import nn
 from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
 from comfy_core.checkpoint.errors import CheckpointError, MissingComponentError, ShapeMismatchError
-from comfy_core.checkpoint.materialize import build_on_meta, materialize, tensor_requests
+from comfy_core.checkpoint.materialize import build_on_meta, materialize, stored_requests, tensor_requests
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
@@ -104,9 +104,11 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         if vae_config is not None:
             requests.update(tensor_requests(checkpoint, family.vae_prefix, policy.dtype_for(VAE)))
         for config in clip_configs or ():
-            # fp8 T5 towers stay fp8 (comfy_core/text_encoders/towers.py)
-            text_dtype = stored_fp8_dtype(checkpoint.tensors, config.prefix) if config.slot == "t5xxl" else None
-            requests.update(tensor_requests(checkpoint, config.prefix, text_dtype or policy.dtype_for(TEXT)))
+            # fp8 T5 towers stay as stored (comfy_core/text_encoders/towers.py; scaled-fp8 scales in float32)
+            if config.slot == "t5xxl" and stored_fp8_dtype(checkpoint.tensors, config.prefix) is not None:
+                requests.update(stored_requests(checkpoint, config.prefix))
+            else:
+                requests.update(tensor_requests(checkpoint, config.prefix, policy.dtype_for(TEXT)))
         with BulkRead(checkpoint, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             # The modules are built (on the meta device) while the workers read the file.
             unet = _build_unet(checkpoint, detection)

@@ -29,6 +29,12 @@ def tensor_requests(checkpoint: CheckpointFile, prefix: str, dtype: torch.dtype)
             for name, info in checkpoint.tensors.items() if name.startswith(prefix)}
 
 
+def stored_requests(checkpoint: CheckpointFile, prefix: str) -> dict[str, torch.dtype]:
+    """`{name: its stored dtype}` for every tensor under `prefix`: read as the file holds them (fp8
+    towers whose scales must not be rounded to fp8)."""
+    return {name: TORCH_DTYPES[info.dtype] for name, info in checkpoint.tensors.items() if name.startswith(prefix)}
+
+
 def materialize(module: nn.Module, checkpoint: CheckpointFile, prefix: str, dtype: torch.dtype,
                 component: str, conversions: Iterable[KeyConversion] = (), *, zero_copy: bool = True,
                 workers: int = DEFAULT_WORKERS, loaded: Mapping[str, torch.Tensor] | None = None) -> nn.Module:

@@ -23,8 +23,8 @@ import torch
 from comfy_core.checkpoint.bulk import BulkRead
 from comfy_core.checkpoint.dtype import TEXT
 from comfy_core.checkpoint.errors import ShapeMismatchError
-from comfy_core.checkpoint.materialize import tensor_requests
-from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
+from comfy_core.checkpoint.materialize import stored_requests, tensor_requests
+from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
 from comfy_core.loading import LoadOptions
 from comfy_core.split.clip_types import ClipFilesError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
@@ -141,7 +141,9 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
         for checkpoint, config in zip(files, configs):
             # fp8 T5 files stay fp8 (comfy_core.text_encoders.towers.build_tower); the rest in the policy's dtype.
             stored = None if str(getattr(config, "dtype", "")) in FP8_STORAGE and isinstance(config, T5Config) else dtype
-            requests = tensor_requests(checkpoint, config.prefix, stored or _stored_dtype(checkpoint, config))
+            # fp8 towers are read as stored (their scaled-fp8 scales must stay float32)
+            requests = stored_requests(checkpoint, config.prefix) if stored is None else \
+                tensor_requests(checkpoint, config.prefix, stored)
             if config.prefix == HF_PREFIX:
                 requests.update(tensor_requests(checkpoint, "text_projection", dtype))
             reading = stack.enter_context(BulkRead(checkpoint, requests, zero_copy=options.mmap,
@@ -158,10 +160,3 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
     log.info("text encoders %s: %s (%s)", spec.name, ", ".join(f.path.name for f in files),
              ", ".join(f"{SLOT_NAMES[c.slot]} width {c.width} x{c.layers}" for c in configs))
     return CLIP.from_encoders(module, make_tokenizer(configs, spec=spec), load_device or options.device, offload_device)
-
-
-def _stored_dtype(checkpoint: CheckpointFile, config: Any) -> torch.dtype:
-    """The dtype a tower's weights are stored in (its token table's)."""
-    key = config.prefix + getattr(config, "embedding_key", "shared.weight")
-    info = checkpoint.tensors.get(key)
-    return TORCH_DTYPES[info.dtype] if info is not None else torch.float32

@@ -335,13 +335,22 @@ def t5_state_dict(config: T5Config, state_dict: Mapping[str, torch.Tensor]) -> d
         elif name in _IGNORED_KEYS or name.startswith(_IGNORED_SUBTREES):
             continue
         elif name.endswith((".scale_weight", ".scale_input")):
-            raise T5KeyError(f"T5 key {key!r}: ComfyUI's scaled-fp8 format is not supported yet "
-                             "(use an unscaled fp8, fp16 or bf16 T5 file)")
+            if not config.scaled_fp8:
+                raise T5KeyError(f"T5 key {key!r}: a scaled-fp8 scale in a file without the scaled_fp8 marker")
+            continue  # read by `weight_scales`
         elif name.startswith("encoder."):
             out[name] = tensor
         elif prefix:
             raise T5KeyError(f"T5 key {key!r} is not part of a T5 encoder")
     return out
+
+
+def weight_scales(config: T5Config, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """ComfyUI's scaled-fp8 T5 files: `{T5EncoderModel weight name: its scale_weight}` (the true
+    weight is the stored fp8 value times the scale; `scale_input` only serves fp8 matrix products)."""
+    prefix, suffix = config.prefix, ".scale_weight"
+    return {key[len(prefix):-len(suffix)] + ".weight": tensor for key, tensor in state_dict.items()
+            if key.startswith(prefix) and key.endswith(suffix)}
 
 
 def build_t5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
@@ -354,9 +363,8 @@ def build_t5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
     """
     from transformers import T5EncoderModel
 
-    if config.scaled_fp8:
-        raise T5KeyError(f"{config.prefix}scaled_fp8: ComfyUI's scaled-fp8 T5 format is not supported yet "
-                         "(use an unscaled fp8, fp16 or bf16 T5 file)")
+    # Scaled fp8 (t5xxl_fp8_e4m3fn_scaled): each scaled weight is dequantized once, into bfloat16.
+    scales = weight_scales(config, state_dict) if config.scaled_fp8 else {}
     with torch.device("meta"):
         transformer = T5EncoderModel(config.to_transformers())
     # The encoder's tied copy of the table is not ours to hold: `shared` is the table (ComfyUI's names).
@@ -376,6 +384,9 @@ def build_t5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise T5KeyError(f"T5 key {config.prefix + name!r}: expected shape {tuple(expected[name].shape)}, "
                              f"got {tuple(tensor.shape)}")
+        if name in scales:
+            loaded[name] = (tensor.float() * scales[name].float()).to(torch.bfloat16)
+            continue
         loaded[name] = tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
     transformer.load_state_dict(loaded, strict=True, assign=True)
     transformer.eval()

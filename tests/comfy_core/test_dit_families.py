@@ -320,3 +320,26 @@ def test_scaled_fp8_files_load_their_true_weights(tmp_path):
     cond, pooled = torch.randn(1, 5, T5_WIDTH), torch.randn(1, 2 * CLIP_WIDTH)
     a, b = _denoise(model, x, torch.tensor([0.6]), cond, pooled), _denoise(reference, x, torch.tensor([0.6]), cond, pooled)
     assert (a - b).abs().max() < 0.2 * b.abs().max()
+
+
+def test_scaled_fp8_t5_files_load_through_the_clip_loaders(tmp_path):
+    """t5xxl_fp8_e4m3fn_scaled: per-layer scales read in float32 (not rounded to fp8, where small
+    scales underflow to zero), weights dequantized."""
+    from tests.fixtures.dit_checkpoints import t5_tower
+
+    tower = t5_tower("", seed=9)
+    scaled = {"scaled_fp8": torch.zeros(0, dtype=torch.float8_e4m3fn)}
+    for key, value in tower.items():
+        if key.startswith("encoder.block.") and key.endswith(".weight") and value.ndim == 2:
+            scale = value.abs().max() / 448.0  # ~1e-3: below fp8's smallest normal value
+            scaled[key] = (value / scale).to(torch.float8_e4m3fn)
+            scaled[key[:-len("weight")] + "scale_weight"] = scale.reshape(())
+        else:
+            scaled[key] = value.to(torch.float8_e4m3fn) if value.is_floating_point() else value
+    clip_l = save({k[len("text_encoders.clip_l.transformer."):]: v for k, v in flux_state_dict().items()
+                   if k.startswith("text_encoders.clip_l.transformer.")}, tmp_path / "clip_l.safetensors")
+    plain = load_text_encoders([clip_l, save(tower, tmp_path / "t5xxl_fp16.safetensors")], "flux")
+    ours = load_text_encoders([clip_l, save(scaled, tmp_path / "t5xxl_fp8_e4m3fn_scaled.safetensors")], "flux")
+    tokens = plain.tokenize("a cat")
+    a, b = ours.encode_from_tokens(tokens), plain.encode_from_tokens(tokens)
+    assert torch.isfinite(a).all() and (a - b).abs().max() < 0.2 * b.abs().max()

@@ -203,9 +203,30 @@ def test_missing_and_unknown_keys_are_typed_errors(gated_sd):
     prefixed[SD3_PREFIX + "something.else"] = torch.zeros(1)
     with pytest.raises(T5KeyError, match="something.else"):
         _build(prefixed, SD3_PREFIX)
-    scaled = dict(gated_sd, scaled_fp8=torch.zeros(0, dtype=torch.float8_e4m3fn))
-    with pytest.raises(T5KeyError, match="scaled-fp8"):
-        _build(scaled)
+    stray = dict(gated_sd)
+    stray["encoder.block.0.layer.0.SelfAttention.q.scale_weight"] = torch.tensor(1.0)
+    with pytest.raises(T5KeyError, match="scaled_fp8 marker"):
+        _build(stray)
+
+
+def test_scaled_fp8_files_give_the_true_weights(gated_sd):
+    """ComfyUI's t5xxl_fp8_e4m3fn_scaled layout: fp8 of weight / scale plus `scale_weight` per layer."""
+    scaled = {"scaled_fp8": torch.zeros(0, dtype=torch.float8_e4m3fn)}
+    for key, value in gated_sd.items():
+        if key.startswith("encoder.block.") and key.endswith(".weight") and value.ndim == 2:
+            scale = value.abs().max() / 448.0
+            scaled[key] = (value / scale).to(torch.float8_e4m3fn)
+            scaled[key[:-len("weight")] + "scale_weight"] = scale.reshape(())
+        else:
+            scaled[key] = value
+    ours = _build(scaled)
+    key = "encoder.block.0.layer.0.SelfAttention.q.weight"
+    weight = dict(ours.named_parameters())[next(n for n, _ in ours.named_parameters() if n.endswith(key))]
+    assert weight.dtype == torch.bfloat16
+    assert (weight.float() - gated_sd[key]).abs().max() <= 0.07 * gated_sd[key].abs().max()
+    a = ours.encode_ids(IDS)
+    b = _build(gated_sd).encode_ids(IDS)
+    assert (a - b).abs().max() < 0.15 * b.abs().max()
 
 
 def test_a_file_with_the_tied_table_and_a_decoder_loads(gated_sd):
