@@ -57,5 +57,5 @@ def tiny_sdxl_refiner_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--all-templates", action="store_true", default=False,
-                     help="run every SD1.x/SD2.x/SDXL official template in tests/web/test_template_workflows.py "
-                          "(the default run covers a quick subset)")
+                     help="run every SD1.x/SD2.x/SDXL, Flux.1 and SD3.5 official template in "
+                          "tests/web/test_template_workflows*.py (the default run covers a quick subset)")
