@@ -148,28 +148,9 @@ class FluxConfig:
         if final_out % area:
             raise FluxConfigError(f"Flux: {prefix}final_layer.linear.weight gives {final_out} channels, not a "
                                   f"multiple of the patch area {area}")
-        depth = _count_blocks(tensors, prefix, "double_blocks")
-        depth_single = _count_blocks(tensors, prefix, "single_blocks")
-        if depth:
-            head_dim = shape("double_blocks.0.img_attn.norm.query_norm.scale")[0]
-            mlp_hidden = shape("double_blocks.0.img_mlp.0.weight")[0]
-            qkv_bias = prefix + "double_blocks.0.img_attn.qkv.bias" in tensors
-        elif depth_single:
-            head_dim = shape("single_blocks.0.norm.query_norm.scale")[0]
-            mlp_hidden = shape("single_blocks.0.linear1.weight")[0] - 3 * hidden
-            qkv_bias = True
-        else:
-            raise FluxConfigError(f"Flux: no {prefix}double_blocks.N or {prefix}single_blocks.N weights")
-        if head_dim <= 0 or hidden % head_dim:
-            raise FluxConfigError(f"Flux: hidden size {hidden} is not a multiple of the head width {head_dim} "
-                                  f"(the QK-norm scale)")
-        for i in range(depth):
-            _expect(shape, f"double_blocks.{i}.img_attn.qkv.weight", (3 * hidden, hidden), prefix)
-            _expect(shape, f"double_blocks.{i}.txt_attn.qkv.weight", (3 * hidden, hidden), prefix)
-            _expect(shape, f"double_blocks.{i}.img_mlp.0.weight", (mlp_hidden, hidden), prefix)
-        for i in range(depth_single):
-            _expect(shape, f"single_blocks.{i}.linear1.weight", (3 * hidden + mlp_hidden, hidden), prefix)
-            _expect(shape, f"single_blocks.{i}.linear2.weight", (hidden, hidden + mlp_hidden), prefix)
+        blocks = stream_blocks(tensors, prefix, hidden, shape)
+        depth, depth_single, head_dim = blocks.depth, blocks.depth_single, blocks.head_dim
+        mlp_hidden, qkv_bias = blocks.mlp_hidden, blocks.qkv_bias
         guidance = prefix + "guidance_in.in_layer.weight" in tensors
         if guidance:
             _expect(shape, "guidance_in.in_layer.weight", (hidden, 256), prefix)
@@ -187,19 +168,62 @@ def is_flux(tensors: Mapping[str, Any], prefix: str = "") -> bool:
             and prefix + "vector_in.in_layer.weight" in tensors)
 
 
-def _count_blocks(tensors: Mapping[str, Any], prefix: str, group: str) -> int:
+def _count_blocks(tensors: Mapping[str, Any], prefix: str, group: str, error: type[ValueError] = None,
+                  name: str = "Flux") -> int:
     pattern = re.compile(re.escape(prefix + group) + r"\.(\d+)\.")
     indices = {int(m.group(1)) for m in map(pattern.match, tensors) if m}
     if indices and indices != set(range(len(indices))):
         missing = sorted(set(range(max(indices) + 1)) - indices)
-        raise FluxConfigError(f"Flux: {prefix}{group} has blocks up to {max(indices)} but none numbered {missing}")
+        raise (error or FluxConfigError)(f"{name}: {prefix}{group} has entries up to {max(indices)} but none "
+                                         f"numbered {missing}")
     return len(indices)
 
 
-def _expect(shape: Callable[[str], tuple[int, ...]], key: str, expected: tuple[int, ...], prefix: str) -> None:
+@dataclass(frozen=True)
+class StreamBlocks:
+    """The double- and single-stream blocks of a Flux-style transformer, read from its weights."""
+
+    depth: int
+    depth_single: int
+    head_dim: int
+    mlp_hidden: int
+    qkv_bias: bool
+
+
+def stream_blocks(tensors: Mapping[str, Any], prefix: str, hidden: int, shape: Callable[[str], tuple[int, ...]],
+                  error: type[ValueError] = None, name: str = "Flux") -> StreamBlocks:
+    """Depths, head width (the QK-norm scale), MLP width and q/k/v bias of the blocks under
+    `prefix`, every block's shapes checked (Flux and Chroma share these blocks)."""
+    error = error or FluxConfigError
+    depth = _count_blocks(tensors, prefix, "double_blocks", error, name)
+    depth_single = _count_blocks(tensors, prefix, "single_blocks", error, name)
+    if depth:
+        head_dim = shape("double_blocks.0.img_attn.norm.query_norm.scale")[0]
+        mlp_hidden = shape("double_blocks.0.img_mlp.0.weight")[0]
+        qkv_bias = prefix + "double_blocks.0.img_attn.qkv.bias" in tensors
+    elif depth_single:
+        head_dim = shape("single_blocks.0.norm.query_norm.scale")[0]
+        mlp_hidden = shape("single_blocks.0.linear1.weight")[0] - 3 * hidden
+        qkv_bias = True
+    else:
+        raise error(f"{name}: no {prefix}double_blocks.N or {prefix}single_blocks.N weights")
+    if head_dim <= 0 or hidden % head_dim:
+        raise error(f"{name}: hidden size {hidden} is not a multiple of the head width {head_dim} (the QK-norm scale)")
+    for i in range(depth):
+        for stream in ("img", "txt"):
+            _expect(shape, f"double_blocks.{i}.{stream}_attn.qkv.weight", (3 * hidden, hidden), prefix, error, name)
+            _expect(shape, f"double_blocks.{i}.{stream}_mlp.0.weight", (mlp_hidden, hidden), prefix, error, name)
+    for i in range(depth_single):
+        _expect(shape, f"single_blocks.{i}.linear1.weight", (3 * hidden + mlp_hidden, hidden), prefix, error, name)
+        _expect(shape, f"single_blocks.{i}.linear2.weight", (hidden, hidden + mlp_hidden), prefix, error, name)
+    return StreamBlocks(depth, depth_single, head_dim, mlp_hidden, qkv_bias)
+
+
+def _expect(shape: Callable[[str], tuple[int, ...]], key: str, expected: tuple[int, ...], prefix: str,
+            error: type[ValueError] = None, name: str = "Flux") -> None:
     found = shape(key)
     if found != expected:
-        raise FluxConfigError(f"Flux: {prefix}{key} has shape {found}, expected {expected}")
+        raise (error or FluxConfigError)(f"{name}: {prefix}{key} has shape {found}, expected {expected}")
 
 
 def pad_to_patch_size(img: torch.Tensor, patch_size: Sequence[int] = (2, 2),

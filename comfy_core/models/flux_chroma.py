@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from comfy_core.models.flux import FluxConfigError, default_axes_dim, pad_to_patch_size
+from comfy_core.models.flux import FluxConfigError, default_axes_dim, pad_to_patch_size, stream_blocks
 from comfy_core.models.flux_blocks import EmbedND, timestep_embedding
 from comfy_core.models.flux_chroma_blocks import (Approximator, ChromaModulationOut, DoubleStreamBlock, LastLayer,
                                                   SingleStreamBlock)
@@ -167,28 +167,9 @@ class ChromaConfig:
             for layer in ("in_layer", "out_layer"):
                 _expect(shape, f"{GUIDANCE_LAYER}layers.{i}.{layer}.weight", (approx_hidden, approx_hidden), prefix)
             _expect(shape, f"{GUIDANCE_LAYER}norms.{i}.scale", (approx_hidden,), prefix)
-        depth = _count(tensors, prefix, "double_blocks")
-        depth_single = _count(tensors, prefix, "single_blocks")
-        if depth:
-            head_dim = shape("double_blocks.0.img_attn.norm.query_norm.scale")[0]
-            mlp_hidden = shape("double_blocks.0.img_mlp.0.weight")[0]
-            qkv_bias = prefix + "double_blocks.0.img_attn.qkv.bias" in tensors
-        elif depth_single:
-            head_dim = shape("single_blocks.0.norm.query_norm.scale")[0]
-            mlp_hidden = shape("single_blocks.0.linear1.weight")[0] - 3 * hidden
-            qkv_bias = True
-        else:
-            raise ChromaConfigError(f"Chroma: no {prefix}double_blocks.N or {prefix}single_blocks.N weights")
-        if head_dim <= 0 or hidden % head_dim:
-            raise ChromaConfigError(f"Chroma: hidden size {hidden} is not a multiple of the head width {head_dim} "
-                                    f"(the QK-norm scale)")
-        for i in range(depth):
-            for stream in ("img", "txt"):
-                _expect(shape, f"double_blocks.{i}.{stream}_attn.qkv.weight", (3 * hidden, hidden), prefix)
-                _expect(shape, f"double_blocks.{i}.{stream}_mlp.0.weight", (mlp_hidden, hidden), prefix)
-        for i in range(depth_single):
-            _expect(shape, f"single_blocks.{i}.linear1.weight", (3 * hidden + mlp_hidden, hidden), prefix)
-            _expect(shape, f"single_blocks.{i}.linear2.weight", (hidden, hidden + mlp_hidden), prefix)
+        blocks = stream_blocks(tensors, prefix, hidden, shape, ChromaConfigError, "Chroma")
+        depth, depth_single, head_dim = blocks.depth, blocks.depth_single, blocks.head_dim
+        mlp_hidden, qkv_bias = blocks.mlp_hidden, blocks.qkv_bias
         try:
             axes_dim = default_axes_dim(head_dim)
         except FluxConfigError as exc:
