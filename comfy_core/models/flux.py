@@ -153,7 +153,7 @@ class FluxConfig:
         mlp_hidden, qkv_bias = blocks.mlp_hidden, blocks.qkv_bias
         guidance = prefix + "guidance_in.in_layer.weight" in tensors
         if guidance:
-            _expect(shape, "guidance_in.in_layer.weight", (hidden, 256), prefix)
+            expect_shape(shape, "guidance_in.in_layer.weight", (hidden, 256), prefix)
         return cls(in_channels=img_in // area, out_channels=final_out // area, vec_in_dim=vec_in_dim,
                    context_in_dim=context_in_dim, hidden_size=hidden, mlp_ratio=mlp_hidden / hidden,
                    num_heads=hidden // head_dim, depth=depth, depth_single_blocks=depth_single,
@@ -168,8 +168,9 @@ def is_flux(tensors: Mapping[str, Any], prefix: str = "") -> bool:
             and prefix + "vector_in.in_layer.weight" in tensors)
 
 
-def _count_blocks(tensors: Mapping[str, Any], prefix: str, group: str, error: type[ValueError] = None,
-                  name: str = "Flux") -> int:
+def count_numbered(tensors: Mapping[str, Any], prefix: str, group: str, error: type[ValueError] = None,
+                   name: str = "Flux") -> int:
+    """How many `group.N.` entries there are under `prefix`; a gap in the numbering is `error`."""
     pattern = re.compile(re.escape(prefix + group) + r"\.(\d+)\.")
     indices = {int(m.group(1)) for m in map(pattern.match, tensors) if m}
     if indices and indices != set(range(len(indices))):
@@ -195,8 +196,8 @@ def stream_blocks(tensors: Mapping[str, Any], prefix: str, hidden: int, shape: C
     """Depths, head width (the QK-norm scale), MLP width and q/k/v bias of the blocks under
     `prefix`, every block's shapes checked (Flux and Chroma share these blocks)."""
     error = error or FluxConfigError
-    depth = _count_blocks(tensors, prefix, "double_blocks", error, name)
-    depth_single = _count_blocks(tensors, prefix, "single_blocks", error, name)
+    depth = count_numbered(tensors, prefix, "double_blocks", error, name)
+    depth_single = count_numbered(tensors, prefix, "single_blocks", error, name)
     if depth:
         head_dim = shape("double_blocks.0.img_attn.norm.query_norm.scale")[0]
         mlp_hidden = shape("double_blocks.0.img_mlp.0.weight")[0]
@@ -211,16 +212,17 @@ def stream_blocks(tensors: Mapping[str, Any], prefix: str, hidden: int, shape: C
         raise error(f"{name}: hidden size {hidden} is not a multiple of the head width {head_dim} (the QK-norm scale)")
     for i in range(depth):
         for stream in ("img", "txt"):
-            _expect(shape, f"double_blocks.{i}.{stream}_attn.qkv.weight", (3 * hidden, hidden), prefix, error, name)
-            _expect(shape, f"double_blocks.{i}.{stream}_mlp.0.weight", (mlp_hidden, hidden), prefix, error, name)
+            expect_shape(shape, f"double_blocks.{i}.{stream}_attn.qkv.weight", (3 * hidden, hidden), prefix, error, name)
+            expect_shape(shape, f"double_blocks.{i}.{stream}_mlp.0.weight", (mlp_hidden, hidden), prefix, error, name)
     for i in range(depth_single):
-        _expect(shape, f"single_blocks.{i}.linear1.weight", (3 * hidden + mlp_hidden, hidden), prefix, error, name)
-        _expect(shape, f"single_blocks.{i}.linear2.weight", (hidden, hidden + mlp_hidden), prefix, error, name)
+        expect_shape(shape, f"single_blocks.{i}.linear1.weight", (3 * hidden + mlp_hidden, hidden), prefix, error, name)
+        expect_shape(shape, f"single_blocks.{i}.linear2.weight", (hidden, hidden + mlp_hidden), prefix, error, name)
     return StreamBlocks(depth, depth_single, head_dim, mlp_hidden, qkv_bias)
 
 
-def _expect(shape: Callable[[str], tuple[int, ...]], key: str, expected: tuple[int, ...], prefix: str,
-            error: type[ValueError] = None, name: str = "Flux") -> None:
+def expect_shape(shape: Callable[[str], tuple[int, ...]], key: str, expected: tuple[int, ...], prefix: str,
+                 error: type[ValueError] = None, name: str = "Flux") -> None:
+    """`error` naming `name` and the key when `shape(key)` is not `expected`."""
     found = shape(key)
     if found != expected:
         raise (error or FluxConfigError)(f"{name}: {prefix}{key} has shape {found}, expected {expected}")

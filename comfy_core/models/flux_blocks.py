@@ -259,6 +259,13 @@ class SingleStreamBlock(nn.Module):
                 transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
         # x [B, N, C] (text tokens first), vec [B, C]
         mod, _ = self.modulation(vec)
+        return self.modulated_forward(x, mod, pe, attn_mask, modulation_dims, transformer_options)
+
+    def modulated_forward(self, x: torch.Tensor, mod: Any, pe: torch.Tensor | None,
+                          attn_mask: torch.Tensor | None = None, modulation_dims: Any = None,
+                          transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
+        """The block given its modulation (`shift`, `scale`, `gate`): Flux computes it from `vec`,
+        Chroma's approximator hands it over."""
         modulated = apply_mod(self.pre_norm(x), 1 + mod.scale, mod.shift, modulation_dims)
         qkv, mlp = torch.split(self.linear1(modulated), [3 * self.hidden_size, self.mlp_hidden_dim], dim=-1)
         q, k, v = _heads(qkv, self.num_heads)  # each [B, H, N, d]

@@ -48,7 +48,8 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from comfy_core.models.flux import FluxConfigError, default_axes_dim, pad_to_patch_size, stream_blocks
+from comfy_core.models.flux import (FluxConfigError, count_numbered, default_axes_dim, expect_shape,
+                                    pad_to_patch_size, stream_blocks)
 from comfy_core.models.flux_blocks import EmbedND, timestep_embedding
 from comfy_core.models.flux_chroma_blocks import (Approximator, ChromaModulationOut, DoubleStreamBlock, LastLayer,
                                                   SingleStreamBlock)
@@ -189,18 +190,11 @@ def is_chroma(tensors: Mapping[str, Any], prefix: str = "") -> bool:
 
 
 def _count(tensors: Mapping[str, Any], prefix: str, group: str) -> int:
-    pattern = re.compile(re.escape(prefix + group) + r"\.(\d+)\.")
-    indices = {int(m.group(1)) for m in map(pattern.match, tensors) if m}
-    if indices and indices != set(range(len(indices))):
-        missing = sorted(set(range(max(indices) + 1)) - indices)
-        raise ChromaConfigError(f"Chroma: {prefix}{group} has entries up to {max(indices)} but none numbered {missing}")
-    return len(indices)
+    return count_numbered(tensors, prefix, group, ChromaConfigError, "Chroma")
 
 
 def _expect(shape: Callable[[str], tuple[int, ...]], key: str, expected: tuple[int, ...], prefix: str) -> None:
-    found = shape(key)
-    if found != expected:
-        raise ChromaConfigError(f"Chroma: {prefix}{key} has shape {found}, expected {expected}")
+    expect_shape(shape, key, expected, prefix, ChromaConfigError, "Chroma")
 
 
 class Chroma(nn.Module):

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from comfy_core.models import flux_math
-from comfy_core.models.flux_blocks import (MLPEmbedder, ModulationOut, QKNorm, RMSNorm, SelfAttention, _clamp_fp16,
+from comfy_core.models import flux_blocks, flux_math
+from comfy_core.models.flux_blocks import (MLPEmbedder, ModulationOut, RMSNorm, SelfAttention, _clamp_fp16,
                                            _heads, _mlp, apply_mod)
 from comfy_core.models.unet_blocks import operations_or_default
 
@@ -123,38 +123,21 @@ class DoubleStreamBlock(nn.Module):
         return img, _clamp_fp16(txt)
 
 
-class SingleStreamBlock(nn.Module):
-    """Flux's single-stream block (parallel attention + MLP, Dehghani et al. 2023) fed its
-    modulation `vec` (one `ChromaModulationOut`)."""
+class SingleStreamBlock(flux_blocks.SingleStreamBlock):
+    """Flux's single-stream block (parallel attention + MLP, Dehghani et al. 2023) without its own
+    modulation layer: fed `vec` (one `ChromaModulationOut`) by the approximator."""
 
     def __init__(self, hidden_size: int, num_heads: int, mlp_ratio: float = 4.0, qk_scale: float | None = None,
                  dtype: Any = None, device: Any = None, operations: Any = None) -> None:
-        super().__init__()
-        ops = operations_or_default(operations)
-        factory = {"dtype": dtype, "device": device}
-        self.hidden_dim = hidden_size
-        self.hidden_size = hidden_size
-        self.num_heads = num_heads
-        head_dim = hidden_size // num_heads
-        self.scale = qk_scale or head_dim ** -0.5
-        self.mlp_hidden_dim = int(hidden_size * mlp_ratio)
-        self.linear1 = ops.Linear(hidden_size, hidden_size * 3 + self.mlp_hidden_dim, **factory)
-        self.linear2 = ops.Linear(hidden_size + self.mlp_hidden_dim, hidden_size, **factory)
-        self.norm = QKNorm(head_dim, operations=ops, **factory)
-        self.pre_norm = ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory)
-        self.mlp_act = nn.GELU(approximate="tanh")
+        super().__init__(hidden_size, num_heads, mlp_ratio, qk_scale, dtype=dtype, device=device,
+                         operations=operations)
+        del self.modulation
 
-    def forward(self, x: torch.Tensor, pe: torch.Tensor | None, vec: ModulationOut,
+    def forward(self, x: torch.Tensor, pe: torch.Tensor | None, vec: ModulationOut,  # type: ignore[override]
                 attn_mask: torch.Tensor | None = None,
                 transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
         # x [B, N, C] (text tokens first)
-        modulated = apply_mod(self.pre_norm(x), 1 + vec.scale, vec.shift)
-        qkv, mlp = torch.split(self.linear1(modulated), [3 * self.hidden_size, self.mlp_hidden_dim], dim=-1)
-        q, k, v = _heads(qkv, self.num_heads)  # each [B, H, N, d]
-        q, k = self.norm(q, k, v)
-        attn = flux_math.attention(q, k, v, pe=pe, mask=attn_mask, transformer_options=transformer_options)
-        output = self.linear2(torch.cat((attn, self.mlp_act(mlp)), 2))  # [B, N, C]
-        return _clamp_fp16(x + apply_mod(output, vec.gate))
+        return self.modulated_forward(x, vec, pe, attn_mask, None, transformer_options)
 
 
 class LastLayer(nn.Module):
