@@ -23,6 +23,7 @@ modules on the meta device while the bytes arrive.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import mmap
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -122,6 +123,7 @@ class BulkRead:
         self._futures: list[Future[None]] = []
         self._pending: list[Callable[[], None]] = []
         self._done = False
+        self._jobs_of: dict[str, list[int]] = {}  # name -> indexes of the jobs that fill it
         if checkpoint.format != "safetensors":
             self._tensors = _from_pickled(checkpoint, requests, zero_copy)
             return
@@ -130,6 +132,7 @@ class BulkRead:
         targets: dict[str, torch.Tensor] = {}  # name -> flat destination to fill from sources[name]
         extents: dict[str, tuple[int, int, int]] = {}
         touches: list[tuple[int, int]] = []
+        zero_copied: dict[str, tuple[int, int]] = {}  # name -> its byte range, for views of the map
         for name, dtype in requests.items():
             source = checkpoint.stored_view(name)
             info = checkpoint.tensors[name]
@@ -140,6 +143,7 @@ class BulkRead:
             if zero_copy and source.dtype == dtype:
                 self._tensors[name] = source
                 touches.append((start, start + info.nbytes))
+                zero_copied[name] = touches[-1]
                 continue
             self._tensors[name] = torch.empty(info.shape, dtype=dtype)  # [*shape]; faulted in by the workers
             sources[name] = source.reshape(-1)
@@ -156,15 +160,29 @@ class BulkRead:
                 targets[chunk.name][chunk.start:chunk.stop].copy_(sources[chunk.name][chunk.start:chunk.stop])
                 release(chunk.file_start, chunk.file_stop)  # the copy no longer needs its source pages
 
-        work = [(a, functools.partial(touch, a, b)) for a, b in plan_touches(touches, chunk_bytes)]
-        work += [(job[0].file_start, functools.partial(copy, job)) for job in pack(plan_chunks(extents, chunk_bytes),
-                                                                                   chunk_bytes)]
+        # (file start, file stop, names served, job): a touch serves the zero-copy tensors inside
+        # its byte range, a copy job the tensors it has chunks of.
+        work = [(a, b, (), functools.partial(touch, a, b)) for a, b in plan_touches(touches, chunk_bytes)]
+        work += [(job[0].file_start, job[-1].file_stop, {c.name for c in job}, functools.partial(copy, job))
+                 for job in pack(plan_chunks(extents, chunk_bytes), chunk_bytes)]
         work.sort(key=lambda w: w[0])  # file order: the disk sees a mostly sequential stream
+        self._jobs_of = _jobs_serving(work, zero_copied)
         if workers == 1 or len(work) < 2:
-            self._pending = [fn for _, fn in work]
+            self._pending = [fn for *_, fn in work]
             return
         self._pool = ThreadPoolExecutor(max_workers=min(workers, len(work)), thread_name_prefix="checkpoint-read")
-        self._futures = [self._pool.submit(fn) for _, fn in work]
+        self._futures = [self._pool.submit(fn) for *_, fn in work]
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """One requested tensor, waiting only for the jobs that fill it (not the whole read), so
+        a caller can build a text encoder from its tensors while the UNet's are still cast."""
+        if self._done or not self._futures:
+            return self.result()[name]
+        if name not in self.requests:
+            raise KeyError(name)
+        for index in self._jobs_of.get(name, ()):
+            self._futures[index].result()
+        return self._tensors[name]
 
     def result(self) -> dict[str, torch.Tensor]:
         """Wait for every read; `{name: tensor}`. Re-raises a worker's exception."""
@@ -199,6 +217,26 @@ def load_tensors(checkpoint: "CheckpointFile", requests: Mapping[str, torch.dtyp
     now (see `BulkRead`). Raises the checkpoint's `CorruptCheckpointError` for a name not in it."""
     with BulkRead(checkpoint, requests, zero_copy=zero_copy, workers=workers, chunk_bytes=chunk_bytes) as reading:
         return reading.result()
+
+
+def _jobs_serving(work: list[tuple[int, int, object, object]],
+                  zero_copied: Mapping[str, tuple[int, int]]) -> dict[str, list[int]]:
+    """`{name: [index of each job in work that fills it]}`: copy jobs by the names they hold,
+    touches by byte range (a zero-copy tensor is ready once every page of its range is in)."""
+    jobs_of: dict[str, list[int]] = {}
+    for index, (_, _, names, _) in enumerate(work):
+        for name in names:
+            jobs_of.setdefault(name, []).append(index)
+    touch_ranges = [(a, b, i) for i, (a, b, names, _) in enumerate(work) if not names]
+    starts = [a for a, _, _ in touch_ranges]
+    for name, (start, stop) in zero_copied.items():
+        first = max(0, bisect.bisect_right(starts, start) - 1)
+        for a, b, index in touch_ranges[first:]:
+            if a >= stop:
+                break
+            if b > start:
+                jobs_of.setdefault(name, []).append(index)
+    return jobs_of
 
 
 def _touch(flat: torch.Tensor) -> None:

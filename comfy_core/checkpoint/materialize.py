@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import torch
 from torch import nn
 
 from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, load_tensors
 from comfy_core.checkpoint.errors import ShapeMismatchError
+from comfy_core.checkpoint.meta_build import build_on_meta, meta_build  # noqa: F401  (loaders import both steps here)
 from comfy_core.checkpoint.keys import KeyConversion, find_conversion, strip_prefix
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile
 
@@ -92,9 +93,3 @@ def materialize(module: nn.Module, checkpoint: CheckpointFile, prefix: str, dtyp
                                                   f"tensor (not in its state dict), e.g. {', '.join(left[:5])}")
     return module
 
-
-def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
-    """`factory()` built on the meta device: no default initialisation, no memory, until
-    `materialize` assigns the checkpoint's tensors."""
-    with torch.device("meta"):
-        return factory()

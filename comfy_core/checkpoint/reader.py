@@ -214,12 +214,14 @@ class PendingRead(Protocol):
 
     def result(self) -> dict[str, torch.Tensor]: ...
 
+    def tensor(self, name: str) -> torch.Tensor: ...
+
 
 class LazyStateDict(Mapping[str, torch.Tensor]):
     """A read-only name -> tensor mapping over a `CheckpointFile`; floating tensors in `dtype`.
 
     Tensors requested from `pending` (a `PendingRead`, e.g. a `bulk.BulkRead` in the right dtypes) are served from it,
-    the first such access waiting for it to finish; any other access reads its tensor then. Iteration and `len` come from the header,
+    each access waiting for that tensor's part of the read; any other access reads its tensor then. Iteration and `len` come from the header,
     so consumers that only look at keys read nothing.
     """
 
@@ -231,7 +233,7 @@ class LazyStateDict(Mapping[str, torch.Tensor]):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if self._pending is not None and name in self._pending.requests:
-            return self._pending.result()[name]
+            return self._pending.tensor(name)
         if name not in self._checkpoint.tensors:
             raise KeyError(name)
         return self._checkpoint.read(name, self.dtype_for(name))

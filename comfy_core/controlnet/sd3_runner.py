@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.controlnet.runner import ControlNet, ControlNetRunError
 from comfy_core.models.latent_formats import LatentFormat, sd3_latent_format
 from comfy_core.models.mmdit_blocks import PatchEmbed, VectorEmbedder
@@ -127,7 +128,7 @@ def lend_embedder(name: str, source: nn.Module, network: nn.Module, dtype: torch
         if weight is None or weight.ndim != 4 or weight.shape[0] != hidden:
             raise ControlNetRunError(f"this SD3.5 ControlNet is {hidden} wide; the model's x_embedder.proj.weight is "
                                      f"{None if weight is None else list(weight.shape)}")
-        with torch.device("meta"):
+        with meta_build():
             lent: nn.Module = PatchEmbed(None, weight.shape[2], weight.shape[1], hidden, bias="proj.bias" in state,
                                          strict_img_size=True)
     else:
@@ -135,7 +136,7 @@ def lend_embedder(name: str, source: nn.Module, network: nn.Module, dtype: torch
         if weight is None or weight.shape[0] != hidden:
             raise ControlNetRunError(f"this SD3.5 ControlNet is {hidden} wide; the model's y_embedder.mlp.0.weight is "
                                      f"{None if weight is None else list(weight.shape)}")
-        with torch.device("meta"):
+        with meta_build():
             lent = VectorEmbedder(weight.shape[1], hidden)
     wanted = lent.state_dict()
     tensors = {}

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from comfy_core.checkpoint.meta_build import meta_build
+
 TAESD_WIDTH = 64  # channels of the published decoders
 
 
@@ -110,7 +112,7 @@ def load_taesd_decoder(path: str | os.PathLike, device: torch.device | str | Non
     if first is None or first.ndim != 4:
         raise TAESDError(f"{path}: not a TAESD decoder (no 4-d '1.weight'; keys start {sorted(state)[:3]})")
     width, latent_channels = int(first.shape[0]), int(first.shape[1])
-    with torch.device("meta"):
+    with meta_build():
         decoder = TAESDDecoder(latent_channels=latent_channels, width=width)
     try:
         decoder.load_state_dict(state, strict=True, assign=True)

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.config import ClipTextConfig
 from comfy_core.text_encoders.convert import convert_state_dict
@@ -282,7 +283,7 @@ def build_encoder(config: ClipTextConfig, state_dict: Mapping[str, torch.Tensor]
     """
     from transformers import CLIPTextModelWithProjection
 
-    with torch.device("meta"):
+    with meta_build():
         transformer = CLIPTextModelWithProjection(config.to_transformers())
     # ComfyUI's embedding calling convention (no new state: the class alone changes).
     transformer.text_model.embeddings.token_embedding.__class__ = TokenEmbedding

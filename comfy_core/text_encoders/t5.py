@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.attention.calling import attention_in_force
+from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.encoder import TokenEmbedding, resolve_layer
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
@@ -365,7 +366,7 @@ def build_t5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
 
     # Scaled fp8 (t5xxl_fp8_e4m3fn_scaled): each scaled weight is dequantized once, into bfloat16.
     scales = weight_scales(config, state_dict) if config.scaled_fp8 else {}
-    with torch.device("meta"):
+    with meta_build():
         transformer = T5EncoderModel(config.to_transformers())
     # The encoder's tied copy of the table is not ours to hold: `shared` is the table (ComfyUI's names).
     transformer.encoder.embed_tokens = None

@@ -195,3 +195,34 @@ def test_bulk_read_leaves_no_thread_behind_on_error(mixed):
             BulkRead(ckpt, {"nope": torch.float32})
         with pytest.raises(ValueError, match="workers"):
             BulkRead(ckpt, {"big": torch.float16}, workers=0)
+
+
+def test_jobs_serving_maps_each_tensor_to_exactly_the_jobs_that_fill_it():
+    from comfy_core.checkpoint.bulk import _jobs_serving
+
+    # Touches over [0, 100) in pieces of 40, then two copy jobs holding chunks of "c" and "d".
+    work = [(0, 40, (), None), (40, 80, (), None), (80, 100, (), None),
+            (100, 140, {"c"}, None), (140, 180, {"c", "d"}, None)]
+    zero_copied = {"a": (0, 30), "b": (30, 90), "edge": (40, 40 + 40)}
+    jobs = _jobs_serving(work, zero_copied)
+    assert jobs["a"] == [0]
+    assert sorted(jobs["b"]) == [0, 1, 2]
+    assert sorted(jobs["edge"]) == [1]
+    assert jobs["c"] == [3, 4] and jobs["d"] == [4]
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_one_tensor_is_served_before_the_whole_read_with_the_same_values(mixed, zero_copy):
+    from comfy_core.checkpoint.bulk import BulkRead
+
+    path, tensors = mixed
+    with CheckpointFile(path) as ckpt:
+        requests = {"big": torch.float32, "small": torch.float16, "f32": torch.float32, "ids": torch.int64}
+        with BulkRead(ckpt, requests, zero_copy=zero_copy, workers=2, chunk_bytes=512) as reading:
+            small = reading.tensor("small")
+            big = reading.tensor("big")
+            with pytest.raises(KeyError):
+                reading.tensor("not-requested")
+            everything = reading.result()
+    assert small is everything["small"] and torch.equal(small, tensors["small"])
+    assert big is everything["big"] and torch.equal(big, tensors["big"].float())
