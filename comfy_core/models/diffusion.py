@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from comfy_core.models import conv_prepack
 from comfy_core.models.family_classes import class_for
 from comfy_core.models.latent_formats import LatentFormat
 # re-exported: their home was this module
@@ -80,6 +81,10 @@ class DiffusionModel(nn.Module):
         # are stored in another one (fp8 storage, comfy_core/models/storage_cast.py); None: the
         # weights' own dtype.
         self.manual_cast_dtype: torch.dtype | None = None
+        # CPU forwards reorder large convolution weights once (comfy_core/models/conv_prepack.py);
+        # False runs every convolution through plain F.conv2d. Not a submodule: a cache of copies.
+        self.cpu_conv_prepack = True
+        self.__dict__["_conv_prepack_cache"] = conv_prepack.PrepackCache()
         # A host may have models be instances of its own subclass per family (ComfyUI's
         # comfy.model_base classes, see family_classes); the subclass adds no state.
         registered = class_for(getattr(family, "name", None))
@@ -204,8 +209,19 @@ class DiffusionModel(nn.Module):
                   control: Any, transformer_options: dict[str, Any] | None, **kwargs: Any) -> torch.Tensor:
         # `y` by keyword, as ComfyUI's `_apply_model` passes every input: Chroma's network takes
         # `guidance` fourth (comfy/ldm/chroma/model.py) and ignores `y` among its **kwargs.
-        return self.diffusion_model(x, timesteps, context, y=y, transformer_options=transformer_options,
-                                    control=control, **kwargs)
+        if not self._prepacks_convolutions(x):
+            return self.diffusion_model(x, timesteps, context, y=y, transformer_options=transformer_options,
+                                        control=control, **kwargs)
+        with conv_prepack.PrepackedConvMode(self._conv_prepack_cache):
+            return self.diffusion_model(x, timesteps, context, y=y, transformer_options=transformer_options,
+                                        control=control, **kwargs)
+
+    def _prepacks_convolutions(self, x: torch.Tensor) -> bool:
+        """A CPU float32 forward of an uncompiled network, with packing on and available."""
+        network = self.diffusion_model
+        return (self.cpu_conv_prepack and x.device.type == "cpu" and x.dtype == torch.float32
+                and isinstance(network, nn.Module) and not hasattr(network, "_orig_mod")  # torch.compile's wrapper
+                and not torch.compiler.is_compiling() and conv_prepack.available())
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.apply_model(*args, **kwargs)

@@ -1,0 +1,96 @@
+"""CPU convolutions on weights packed once (comfy_core/models/conv_prepack.py)."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from comfy_core.models import conv_prepack
+from comfy_core.models.conv_prepack import PrepackCache, PrepackedConvMode
+
+pytestmark = pytest.mark.skipif(not conv_prepack.available(), reason="this torch build has no oneDNN packed convolution")
+
+
+def _conv(out_ch=256, in_ch=512, k=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    conv = torch.nn.Conv2d(in_ch, out_ch, k, padding=k // 2)
+    with torch.no_grad():
+        conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen) * 0.02)
+        conv.bias.copy_(torch.randn(conv.bias.shape, generator=gen))
+    return conv, torch.randn(1, in_ch, 8, 8, generator=gen)
+
+
+def test_a_qualifying_convolution_runs_packed_with_the_plain_result():
+    conv, x = _conv()
+    assert conv.weight.numel() >= conv_prepack.MIN_WEIGHT_ELEMENTS
+    cache = PrepackCache(memory_margin=0)
+    with torch.inference_mode():
+        plain = conv(x)
+        with PrepackedConvMode(cache):
+            packed = conv(x)
+            again = conv(x)
+    assert len(cache) == 1 and cache.packed_bytes() == conv.weight.numel() * 4
+    torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
+    assert torch.equal(packed, again)
+
+
+def test_a_weight_written_in_place_is_repacked_and_a_freed_weight_leaves_the_cache():
+    conv, x = _conv()
+    cache = PrepackCache(memory_margin=0)
+    with torch.inference_mode(), PrepackedConvMode(cache):
+        before = conv(x)
+    with torch.no_grad():
+        conv.weight.mul_(-2.0)  # what a patcher's in-place LoRA merge does to the tensor
+    with torch.inference_mode():
+        plain = conv(x)
+        with PrepackedConvMode(cache):
+            after = conv(x)
+    torch.testing.assert_close(after, plain, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(after, before)
+    assert len(cache) == 1
+    del conv
+    gc.collect()
+    assert len(cache) == 0
+
+
+def test_large_images_small_weights_no_headroom_and_training_take_the_plain_path():
+    conv, _ = _conv()
+    big_image = torch.randn(1, 512, 64, 64)
+    small, small_x = _conv(out_ch=8, in_ch=8)
+    cache = PrepackCache(memory_margin=0)
+    with torch.inference_mode(), PrepackedConvMode(cache):
+        torch.testing.assert_close(conv(big_image), F.conv2d(big_image, conv.weight, conv.bias, padding=1))
+        small(small_x)
+    assert len(cache) == 0
+    starved = PrepackCache(memory_margin=1 << 62)  # no machine has this much left over
+    conv2, x2 = _conv()
+    with torch.inference_mode(), PrepackedConvMode(starved):
+        conv2(x2)
+    assert len(starved) == 0
+    with PrepackedConvMode(cache):  # grad mode with a trainable weight: autograd needs the plain op
+        conv(x2).sum().backward()
+    assert len(cache) == 0 and conv.weight.grad is not None
+
+
+def test_a_diffusion_model_forward_on_the_cpu_packs_and_matches_the_plain_forward(monkeypatch, tiny_sd1_ckpt):
+    from comfy_core import load_checkpoint
+
+    model, _, _ = load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
+    base = model.model
+    monkeypatch.setattr(conv_prepack, "MIN_WEIGHT_ELEMENTS", 0)  # the tiny UNet's weights count too
+    monkeypatch.setattr(conv_prepack, "MEMORY_MARGIN", 0)
+    base.__dict__["_conv_prepack_cache"] = PrepackCache(memory_margin=0)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 4, 8, 8, generator=gen)
+    context = torch.randn(1, 77, base.diffusion_model.config.context_dim, generator=gen)
+    sigma = torch.tensor([3.0])
+    with torch.inference_mode():
+        base.cpu_conv_prepack = False
+        plain = base.apply_model(x, sigma, c_crossattn=context)
+        assert len(base._conv_prepack_cache) == 0
+        base.cpu_conv_prepack = True
+        packed = base.apply_model(x, sigma, c_crossattn=context)
+    assert len(base._conv_prepack_cache) > 0
+    torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
