@@ -1,0 +1,117 @@
+"""One measurement for bench/vs_comfyui.py, in a fresh process, for ours or for ComfyUI.
+
+    python bench/vs_comfyui_child.py ours    CHECKPOINT FIGURE [--steps N] [--threads T]
+    python bench/vs_comfyui_child.py comfyui CHECKPOINT FIGURE --comfyui DIR [-- COMFYUI FLAGS...]
+
+FIGURE is `load` (the library call that loads a single-file checkpoint, CPU default precision:
+ours `comfy_core.load_checkpoint`, ComfyUI's `comfy.sd.load_checkpoint_guess_config`) or `step`
+(load, encode a prompt and an empty one, then KSampler's `sample` at 512x512, batch 1, cfg 7,
+euler/normal; the figure is the median time between consecutive step callbacks, so set-up and
+the first step's one-off costs are not in it). Both sides run the same calls through their own
+APIs (ComfyUI's `comfy.sample.sample` has the signature ours has). Prints one JSON line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _api(impl: str, comfyui: str | None, flags: list[str]):
+    """(load, sample, torch) for `impl`: load(path) -> (model, clip, vae)."""
+    if impl == "ours":
+        sys.path.insert(0, str(ROOT))
+        import torch
+
+        from comfy_core import load_checkpoint
+        from comfy_core.sampling.driver import sample
+
+        import comfy_core.text_encoders  # noqa: F401  (import cost is not load cost)
+        import transformers.models.clip.modeling_clip  # noqa: F401
+        return load_checkpoint, sample, torch
+    if not comfyui:
+        raise SystemExit("comfyui: --comfyui DIR is required")
+    sys.path.insert(0, comfyui)
+    sys.argv = [sys.argv[0], *flags]
+    import torch
+
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+    import comfy.sample
+    import comfy.sd
+
+    def load(path):
+        model, clip, vae, _ = comfy.sd.load_checkpoint_guess_config(str(path), output_vae=True, output_clip=True)
+        return model, clip, vae
+
+    return load, comfy.sample.sample, torch
+
+
+def measure(impl: str, checkpoint: Path, figure: str, steps: int, threads: int, comfyui: str | None,
+            flags: list[str]) -> dict:
+    load, sample, torch = _api(impl, comfyui, flags)
+    torch.set_num_threads(threads)
+    cpu, started = _cpu_s(), time.perf_counter()
+    model, clip, vae = load(checkpoint)
+    load_s, load_cpu = time.perf_counter() - started, _cpu_s() - cpu
+    if figure == "load":
+        return {"seconds": load_s, "cpu": load_cpu}
+    if figure != "step":
+        raise SystemExit(f"unknown figure {figure!r}; choose load or step")
+
+    def encode(text):
+        cond, pooled = clip.encode_from_tokens(clip.tokenize(text), return_pooled=True)
+        return [[cond, {"pooled_output": pooled}]]
+
+    positive, negative = encode("a photograph of a lighthouse at dusk"), encode("")
+    latent = torch.zeros(1, 4, 64, 64)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+    stamps: list[float] = []
+
+    def callback(step, x0, x, total):
+        stamps.append(time.perf_counter())
+
+    with torch.inference_mode():
+        started = time.perf_counter()
+        out = sample(model, noise, steps, 7.0, "euler", "normal", positive, negative, latent,
+                     callback=callback, disable_pbar=True, seed=0)
+    total = time.perf_counter() - started
+    deltas = [b - a for a, b in zip(stamps, stamps[1:])]
+    return {"seconds": statistics.median(deltas) if deltas else total, "first_step": stamps[0] - started,
+            "deltas": deltas, "finite": bool(torch.isfinite(out).all())}
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    flags: list[str] = []
+    if "--" in args:
+        at = args.index("--")
+        args, flags = args[:at], args[at + 1:]
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("impl", choices=("ours", "comfyui"))
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("figure", choices=("load", "step"))
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--comfyui", default=None)
+    parsed = parser.parse_args(args)
+    result = measure(parsed.impl, parsed.checkpoint, parsed.figure, parsed.steps, parsed.threads,
+                     parsed.comfyui, flags)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
