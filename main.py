@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, MutableMapping, Sequence, TextIO
 
 from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, CacheSettings, DtypeSettings, ServerConfig
 from web.flags import (ALL_INTERFACES, add_common_flags, add_server_flags, attention_backends, comfy_namespace,
-                       component_dtype, flags_without_effect)
+                       component_dtype, flags_without_effect, vram_mode)
 
 if TYPE_CHECKING:
     from comfy_core.folders import ModelFolders
@@ -92,6 +92,7 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         vae_attention_backend=vae_attention,
         mmap=not args.disable_mmap,
         reserve_vram_gb=args.reserve_vram,
+        vram_mode=vram_mode(args),
         deterministic=args.deterministic,
         cuda_device=args.cuda_device,
         default_device=args.default_device,

@@ -44,8 +44,11 @@ class LoadedModel:
         return self.model.model_size()
 
     def model_loaded_memory(self) -> int:
-        """Bytes of the weights on the load device (all or nothing here: modules move whole)."""
+        """Bytes of the weights on the load device: the resident part of a model loaded in part."""
         model = self.model
+        loaded_size = getattr(model, "loaded_size", None)
+        if loaded_size is not None:
+            return loaded_size()
         return model.model_size() if model.current_device() == model.load_device else 0
 
     def model_offloaded_memory(self) -> int:

@@ -115,10 +115,10 @@ def get_torch_device_name(device: Any) -> str:
 
 
 def intermediate_device() -> torch.device:
-    """Where nodes hand tensors to each other: the CPU, as in ComfyUI (without --gpu-only)."""
+    """Where nodes hand tensors to each other: the CPU, the compute device with --gpu-only (ComfyUI's rule)."""
     import torch
 
-    return torch.device("cpu")
+    return get_torch_device() if flag("gpu_only") else torch.device("cpu")
 
 
 def unet_offload_device() -> torch.device:
@@ -129,7 +129,17 @@ def unet_offload_device() -> torch.device:
 
 
 text_encoder_offload_device = vae_offload_device = unet_offload_device
-text_encoder_device = vae_device = get_torch_device
+vae_device = get_torch_device
+
+
+def text_encoder_device() -> torch.device:
+    """Where text encoders compute: the CPU in lowvram and novram (ComfyUI's rule), else the
+    compute device."""
+    import torch
+
+    if current_vram_state() in (VRAMState.LOW_VRAM, VRAMState.NO_VRAM):
+        return torch.device("cpu")
+    return get_torch_device()
 
 
 def current_cpu_state() -> CPUState:
@@ -247,7 +257,12 @@ def requested_vram_state_for(*, lowvram: bool = False, novram: bool = False) -> 
 
 
 def current_vram_state() -> VRAMState:
-    """`vram_state` for this server's device and flags."""
+    """`vram_state` for this server: its memory manager's mode (after an out-of-memory fallback
+    too), else from the device and the flags."""
+    memory = server_memory()
+    mode = getattr(memory, "mode", None) if memory is not None else None
+    if mode is not None and hasattr(mode, "comfy_state_name"):
+        return VRAMState[mode.comfy_state_name]
     return vram_state_for(get_torch_device().type, lowvram=bool(flag("lowvram")), novram=bool(flag("novram")),
                           highvram=bool(flag("highvram")), gpu_only=bool(flag("gpu_only")))
 

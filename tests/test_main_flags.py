@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import main
+from web.config import ServerConfig
 from web.flags import NO_EFFECT, PerformanceFeature, comfy_namespace, flags_without_effect
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,11 +98,12 @@ def test_the_namespace_has_every_comfyui_attribute_and_its_post_processing():
 
 def test_flags_without_effect_are_named_and_acting_ones_are_not():
     parser, args = _parse("--lowvram", "--fast", "--multi-user", "--disable-metadata", "--use-quad-cross-attention",
-                          "--fp8_e4m3fn-unet", "--preview-method", "taesd", "--deterministic")
-    assert flags_without_effect(args, parser) == ["--fp8_e4m3fn-unet", "--lowvram", "--fast", "--multi-user"]
+                          "--fp8_e4m3fn-unet", "--preview-method", "taesd", "--deterministic", "--async-offload")
+    assert flags_without_effect(args, parser) == ["--fp8_e4m3fn-unet", "--async-offload", "--fast", "--multi-user"]
     assert flags_without_effect(*_parse()) == []
     assert not set(NO_EFFECT) & {"disable_metadata", "use_quad_cross_attention", "use_split_cross_attention",
-                                 "tls_keyfile", "front_end_root", "preview_method", "deterministic", "cuda_device"}
+                                 "tls_keyfile", "front_end_root", "preview_method", "deterministic", "cuda_device",
+                                 "gpu_only", "highvram", "normalvram", "lowvram", "novram", "reserve_vram"}
 
 
 def test_main_logs_the_flags_without_effect_once(tmp_path, caplog):
@@ -109,7 +111,7 @@ def test_main_logs_the_flags_without_effect_once(tmp_path, caplog):
     assert main.main(["--base-directory", str(tmp_path), "--quick-test-for-ci", "--disable-all-custom-nodes",
                       "--highvram", "--disable-smart-memory", "--disable-metadata"]) == 0
     lines = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
-    assert lines == ["accepted, but no effect on this build: --highvram --disable-smart-memory"]
+    assert lines == ["accepted, but no effect on this build: --disable-smart-memory"]
 
 
 @pytest.mark.parametrize("argv, model, vae", [
@@ -191,3 +193,12 @@ def test_deterministic_switches_torch_to_deterministic_algorithms_in_the_warm_up
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+def test_vram_flags_reach_the_config():
+    assert _config().vram_mode is None
+    for flag, mode in (("--gpu-only", "gpu_only"), ("--highvram", "highvram"), ("--normalvram", "normalvram"),
+                       ("--lowvram", "lowvram"), ("--novram", "novram")):
+        assert _config(flag).vram_mode == mode
+    with pytest.raises(ValueError, match="vram_mode"):
+        ServerConfig(vram_mode="tinyvram")

@@ -33,24 +33,27 @@ def build_environment(config: ServerConfig) -> tuple[Any, list[Path]]:
         custom_dirs = [Path(p).resolve() for p in config.custom_node_dirs]
     # Both stay torch-free until a node needs them (web/warmup.py): the memory manager is built
     # on first use, and the loaders turn the dtype names into comfy_core's DtypePolicy.
-    env.memory = DeferredMemoryManager(cpu_only=config.cpu, factory=memory_factory(config.reserve_vram_gb))
+    env.memory = DeferredMemoryManager(cpu_only=config.cpu,
+                                       factory=memory_factory(config.reserve_vram_gb, config.vram_mode))
     env.dtype_policy = config.dtype.policy_names() or None
     env.ensure_dirs()
     return env, custom_dirs
 
 
-def memory_factory(reserve_vram_gb: float | None) -> Callable[..., Any] | None:
-    """How the deferred memory manager is built: with --reserve-vram GB, that much more device
-    memory is kept free than the default reserve (ComfyUI's EXTRA_RESERVED_VRAM, added to its
-    minimum inference memory in comfy/model_management.py); None: the default manager."""
-    if reserve_vram_gb is None:
+def memory_factory(reserve_vram_gb: float | None, vram_mode: str | None = None) -> Callable[..., Any] | None:
+    """How the deferred memory manager is built from the memory flags: the VRAM mode
+    (`--gpu-only --highvram --normalvram --lowvram --novram`, comfy_core.memory_plan.VramMode;
+    the CPU ignores them, as ComfyUI) and `--reserve-vram GB`, kept free on the device besides
+    the minimum inference memory (ComfyUI's EXTRA_RESERVED_VRAM, comfy/model_management.py).
+    None: neither flag was given, the default manager (the device's default mode)."""
+    if reserve_vram_gb is None and vram_mode is None:
         return None
-    extra = int(reserve_vram_gb * 1024 ** 3)
 
     def build(*, cpu_only: bool) -> Any:
-        from comfy_core.memory import DEFAULT_RESERVE, MemoryManager
+        from comfy_core.memory import MemoryManager
 
-        return MemoryManager(cpu_only=cpu_only, reserve_bytes=DEFAULT_RESERVE + extra)
+        flags = {vram_mode: True} if vram_mode is not None else {}
+        return MemoryManager.from_flags(cpu_only=cpu_only, reserve_vram_gb=reserve_vram_gb, **flags)
     return build
 
 

@@ -15,6 +15,8 @@ DEFAULT_MAX_UPLOAD_MB = 100.0
 DEFAULT_PREVIEW_SIZE = 512
 # ComfyUI's LatentPreviewMethod values; ComfyUI's default is "none" (no preview frames).
 PREVIEW_METHODS = ("none", "auto", "latent2rgb", "taesd")
+# The VRAM modes ComfyUI's flags name (comfy_core.memory_plan.VramMode values; web.flags parses them).
+VRAM_MODES = ("gpu_only", "highvram", "normalvram", "lowvram", "novram")
 # ComfyUI's MAXIMUM_HISTORY_SIZE: older entries are dropped first.
 DEFAULT_MAX_HISTORY = 10000
 
@@ -123,6 +125,7 @@ class ServerConfig:
     vae_attention_backend: str | None = None
     mmap: bool = True  # False: --disable-mmap
     reserve_vram_gb: float | None = None  # --reserve-vram
+    vram_mode: str | None = None  # --gpu-only / --highvram / --normalvram / --lowvram / --novram (web.flags.VRAM_MODES)
     deterministic: bool = False  # --deterministic
     cuda_device: int | None = None  # --cuda-device / --default-device / --oneapi-device-selector:
     default_device: int | None = None  # the devices this process sees (main.py sets the variables)
@@ -136,6 +139,8 @@ class ServerConfig:
     comfy_flags: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if self.vram_mode is not None and self.vram_mode not in VRAM_MODES:
+            raise ValueError(f"ServerConfig.vram_mode: expected one of {VRAM_MODES} or None, got {self.vram_mode!r}")
         if self.preview_method not in PREVIEW_METHODS:
             raise ValueError(f"ServerConfig.preview_method: expected one of {PREVIEW_METHODS}, "
                              f"got {self.preview_method!r}")

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 # ComfyUI's `--fast` options: the enum packs import from comfy.cli_args, so `--fast` parses into it.
 from compat.cli_args import PerformanceFeature
-from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, PREVIEW_METHODS
+from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, PREVIEW_METHODS, VRAM_MODES
 
 ALL_INTERFACES = "0.0.0.0,::"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -42,8 +42,7 @@ NO_EFFECT: Mapping[str, str] = {
     "use_sage_attention": "--use-sage-attention", "use_flash_attention": "--use-flash-attention",
     "disable_xformers": "--disable-xformers",  # our default is never xformers (it is sdpa)
     "force_upcast_attention": "--force-upcast-attention", "dont_upcast_attention": "--dont-upcast-attention",
-    "gpu_only": "--gpu-only", "highvram": "--highvram", "normalvram": "--normalvram", "lowvram": "--lowvram",
-    "novram": "--novram", "async_offload": "--async-offload", "force_non_blocking": "--force-non-blocking",
+    "async_offload": "--async-offload", "force_non_blocking": "--force-non-blocking",
     "disable_smart_memory": "--disable-smart-memory", "fast": "--fast",
     "mmap_torch_files": "--mmap-torch-files", "disable_api_nodes": "--disable-api-nodes",
     "multi_user": "--multi-user", "front_end_version": "--front-end-version",
@@ -199,6 +198,15 @@ def _add_attention_flags(parser: argparse.ArgumentParser) -> None:
     attention.add_argument("--disable-xformers", action="store_true")
     upcast = attention.add_mutually_exclusive_group()
     _store_true(upcast, "--force-upcast-attention", "--dont-upcast-attention")
+
+
+def vram_mode(args: argparse.Namespace) -> str | None:
+    """The VRAM mode flag given (`--gpu-only`, `--highvram`, `--normalvram`, `--lowvram`,
+    `--novram`; argparse makes them exclusive), or None for the device's default."""
+    for name in VRAM_MODES:
+        if getattr(args, name, False):
+            return name
+    return None
 
 
 def component_dtype(args: argparse.Namespace, component: str) -> str | None:

@@ -91,12 +91,17 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
         return self.size
 
     def loaded_size(self) -> int:
-        """Bytes of the model on `load_device` now: all of it or nothing (we never load in part)."""
+        """Bytes of the model on `load_device` now: the resident part of a model its memory
+        manager loads in part (comfy_core/memory.py), else all of it or nothing."""
+        partial = getattr(self.memory, "loaded_weight_bytes", None) if self.memory is not None else None
+        if partial is not None and (resident := partial(self)) is not None:
+            return resident
         return self.model_size() if self.current_device() == self.load_device else 0
 
     def lowvram_patch_counter(self) -> int:
-        """Weights patched on the fly by low-VRAM loading: none here (patches apply whole)."""
-        return 0
+        """Weight patches on modules streamed per forward (a model loaded in part), else 0."""
+        count = getattr(self.memory, "lowvram_patch_count", None) if self.memory is not None else None
+        return count(self) if count is not None else 0
 
     def current_loaded_device(self) -> torch.device:
         return self.current_device()

@@ -285,7 +285,9 @@ class Patcher:
 
     def _apply(self, device: torch.device, weight_sig: Hashable) -> None:
         state = self._state
-        if self.current_device() != device:
+        # The memory manager places a model it loads in part (comfy_core/memory_stream.py).
+        place = getattr(self.memory, "place", None) if self.memory is not None else None
+        if not (place is not None and place(self, device, state.on_restore)) and self.current_device() != device:
             self.model.to(device)
         for name, obj in self.object_patches.items():
             parent, attr = _resolve_parent(self.model, name)

@@ -212,3 +212,23 @@ def test_start_up_reads_stay_torch_free(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["torch"] is False and result["values"][1:3] == [True, True]
+
+
+def test_vram_state_and_loaded_memory_follow_the_memory_manager(session):
+    import comfy.model_management as mm
+    from comfy_core.memory import MemoryManager
+    from comfy_core.patching import ModelPatcher
+
+    memory = MemoryManager(device="cpu:0", offload_device="cpu", mode="novram", partial_floor=0)
+    session.env.memory = memory
+    assert mm.vram_state is mm.VRAMState.NO_VRAM
+    assert mm.text_encoder_device() == torch.device("cpu")
+    patcher = memory.track(ModelPatcher(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))))
+    with patcher.applied() as module:
+        module(torch.zeros(1, 4))
+    record = mm.LoadedModel(patcher)
+    plan = memory.plan_for(patcher)
+    assert record.model_loaded_memory() == plan.resident_bytes < record.model_memory()
+    memory.recover(torch.OutOfMemoryError("out of memory"))
+    memory.mode = memory.configured_mode = type(memory.mode).HIGH
+    assert mm.vram_state is mm.VRAMState.HIGH_VRAM

@@ -160,3 +160,17 @@ def test_reserve_vram_keeps_that_much_more_device_memory_free(monkeypatch):
     assert memory_factory(None) is None
     manager = memory_factory(2.0)(cpu_only=True)
     assert manager.budget_bytes == 16 * gib - memory.DEFAULT_RESERVE - 2 * gib
+
+
+def test_vram_flags_build_the_memory_manager_in_that_mode(monkeypatch):
+    import comfy_core.memory as memory
+    from comfy_core.memory_plan import VramMode
+    from web.bootstrap import memory_factory
+
+    assert memory_factory(None, None) is None
+    manager = memory_factory(None, "lowvram")(cpu_only=True)
+    assert manager.mode is VramMode.DISABLED  # the CPU ignores VRAM flags, as ComfyUI
+    monkeypatch.setattr(memory, "choose_device", lambda cpu_only=False: memory.torch.device("meta"))
+    manager = memory_factory(None, "novram")(cpu_only=False)
+    assert manager.mode is VramMode.NO and manager.device.type == "meta"
+    assert memory_factory(1.0, "gpu_only")(cpu_only=False).offload_device.type == "meta"
