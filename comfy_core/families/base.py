@@ -168,6 +168,9 @@ class Family:
     # ComfyUI's `model_config.unet_config` dict of a loaded model, for families whose network is
     # not a UNet (packs read it); None: derived from the UNet config.
     comfy_config: Callable[[Any], dict[str, Any]] | None = None
+    # The diffusion model's inference dtypes in preference order (ComfyUI's
+    # `supported_inference_dtypes`), read by comfy_core.checkpoint.dtype on GPUs.
+    inference_dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
 
     def __post_init__(self) -> None:
         if self.architecture.head_layout and (self.num_heads > 0) == (self.num_head_channels > 0):

@@ -97,4 +97,5 @@ def definition() -> Family:
         key_conversions=(vae_attention_linear_to_conv(),),
         architecture=flux_architecture(),
         text_encoders=TEXT_ENCODERS,
+        inference_dtypes=("bf16", "fp16", "fp32"),  # ComfyUI's supported_models.Flux
     )

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from comfy_core.checkpoint.dtype import DtypePolicy, DtypePolicyError
+from comfy_core.checkpoint.dtype import DeviceFacts, DtypePolicy, DtypePolicyError
 from comfy_core.checkpoint.errors import MissingComponentError, ShapeMismatchError
 from comfy_core.families.errors import UnknownFamilyError
 from comfy_core.loading import LoadOptions, load_checkpoint, load_vae
@@ -83,7 +83,8 @@ def test_dtype_policy(tiny_sd1_ckpt):
     assert vae.model.quant_conv.weight.dtype == torch.float32
     assert DtypePolicy.from_flags(bf16_unet=True).dtype_for("unet") == torch.bfloat16
     assert DtypePolicy().dtype_for("text") == torch.float16
-    assert DtypePolicy(device="cuda").dtype_for("unet") == torch.float16
+    ampere = DeviceFacts(kind="cuda", capability=(8, 6), name="NVIDIA RTX A4000", bf16_supported=True)
+    assert DtypePolicy(device="cuda", device_facts=ampere).dtype_for("unet") == torch.float16
     with pytest.raises(DtypePolicyError):
         DtypePolicy(unet=torch.int8)
 
