@@ -2,21 +2,60 @@
 # Creates .venv (once) and installs the runtime requirements; with --dev also the test tools
 # and Debian's Chromium for the browser tests. Safe to run repeatedly: pip is quick when
 # everything is already there.
+#
+# torch: a CUDA build where an NVIDIA driver is found (the newest of cu130/cu128/cu126 it runs),
+# else the CPU build; --cuda / --cpu or TORCH_BUILD=cpu|cu126|cu128|cu130 choose instead
+# (scripts/torch_build.py decides and says why). Where download.pytorch.org cannot be reached,
+# the CPU choice falls back to the package index's pair, which also runs on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+DEV=0
+BUILD_FLAG=()
+for arg in "$@"; do
+    case "$arg" in
+        --dev) DEV=1 ;;
+        --cpu|--cuda) BUILD_FLAG=("$arg") ;;
+        *) echo "setup: unknown argument $arg (expected --dev, --cpu, --cuda)" >&2; exit 2 ;;
+    esac
+done
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-# torch and torchvision first, alone and pinned together, so no later requirement can pull
-# another build (they run on the CPU here and on NVIDIA GPUs elsewhere).
-.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.14.1 torchvision==0.29.1
-if [ "${1:-}" = "--dev" ]; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+eval "$("$PY" scripts/torch_build.py "${BUILD_FLAG[@]}")"
+# torch and torchvision first, alone and pinned together; the constraints file keeps any later
+# requirement from pulling another build.
+installed=$(.venv/bin/python -c 'import torch, torchvision; print(f"torch=={torch.__version__} torchvision=={torchvision.__version__}")' 2>/dev/null || true)
+wanted_is_installed() {
+    case "$TORCH_TAG" in
+        cpu|cu126|cu128) [ "$installed" = "$TORCH_SPEC" ] ;;
+        *) [[ "$installed" =~ ^torch==2\.14\.1(\+cu130)?\ torchvision==0\.29\.1(\+cu130)?$ ]] ;;
+    esac
+}
+if wanted_is_installed; then
+    note="already installed"
+elif [ -n "$TORCH_INDEX" ] && "${PIP[@]}" --timeout 20 --retries 1 --index-url "$TORCH_INDEX" $TORCH_SPEC; then
+    note="from $TORCH_INDEX"
+elif [ -n "$TORCH_FALLBACK" ]; then
+    echo "setup: $TORCH_INDEX cannot be reached; installing the package index's torch build instead (it runs on the CPU too)" >&2
+    "${PIP[@]}" $TORCH_FALLBACK
+    note="package index fallback"
+elif [ -z "$TORCH_INDEX" ]; then
+    "${PIP[@]}" $TORCH_SPEC
+    note="from the package index"
+else
+    echo "setup: could not install $TORCH_SPEC from $TORCH_INDEX" >&2
+    exit 1
+fi
+.venv/bin/python -c 'import torch, torchvision; print(f"torch=={torch.__version__}\ntorchvision=={torchvision.__version__}")' > .venv/torch-constraints.txt
+echo "setup: torch $(head -1 .venv/torch-constraints.txt | cut -d= -f3) ($note); build $TORCH_TAG chosen: $TORCH_REASON"
+if [ "$DEV" = 1 ]; then
+    "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements-dev.txt
     if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
         (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
             || echo "setup: chromium could not be installed; browser tests will be skipped" >&2
     fi
 else
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+    "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements.txt
 fi
