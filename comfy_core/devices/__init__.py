@@ -1,0 +1,1 @@
+"""Facts about the compute device that choices are made from (attention backend probes)."""
