@@ -94,8 +94,9 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         # A diffusion model shipped in fp8 (Flux's "fp8" single files) stays fp8 and computes in
         # the device's UNet dtype, as ComfyUI keeps a file's fp8 weight dtype.
         shipped_fp8 = stored_fp8_dtype(checkpoint.tensors, family.unet_prefix) if policy.unet is None else None
-        if shipped_fp8 is not None:
-            options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=shipped_fp8))
+        if policy.unet is None:  # the device's default for this family and file, fixed for the whole load
+            chosen = shipped_fp8 or default_unet_dtype(policy, family, checkpoint.tensors)
+            options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=chosen))
             policy = options.dtype_policy
         # Everything that can be refused from the header is checked before any data is read.
         vae_config = _vae_config(checkpoint, family) if options.output_vae else None
@@ -121,23 +122,37 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         if is_scaled_fp8(checkpoint.tensors, family.unet_prefix):
             dequantize_scaled_fp8(model.model.diffusion_model, checkpoint.tensors, checkpoint.read, family.unet_prefix)
         cast_weights_at_run_time(model.model.diffusion_model)
-        model.model.manual_cast_dtype = DtypePolicy(device=policy.device).dtype_for(UNET)
+        model.model.manual_cast_dtype = DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(
+            UNET, supported=family.inference_dtypes)
     log.info("loaded %s in %.2fs: %s, %s-prediction, unet %s, vae %s", checkpoint.path.name,
              time.perf_counter() - started, family.display_name, prediction,
              options.dtype_policy.dtype_for(UNET), options.dtype_policy.dtype_for(VAE))
     return model, clip, vae
 
 
-def stored_fp8_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | None:
-    """The fp8 dtype most floating tensors under `prefix` are stored in, or None (header only)."""
+def stored_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | None:
+    """The dtype most tensors under `prefix` are stored in, or None (header only)."""
     counts: dict[str, int] = {}
     for name, info in tensors.items():
         if name.startswith(prefix):
             counts[str(info.dtype)] = counts.get(str(info.dtype), 0) + 1
     if not counts:
         return None
-    dtype = TORCH_DTYPES.get(max(counts, key=counts.get))
+    return TORCH_DTYPES.get(max(counts, key=counts.get))
+
+
+def stored_fp8_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | None:
+    """The fp8 dtype most floating tensors under `prefix` are stored in, or None (header only)."""
+    dtype = stored_dtype(tensors, prefix)
     return dtype if dtype in FP8_DTYPES else None
+
+
+def default_unet_dtype(policy: DtypePolicy, family: Family, tensors: Mapping[str, Any]) -> torch.dtype:
+    """The UNet dtype `policy` gives `family` for a file storing `tensors`: the family's inference
+    dtypes in its order, fp16 first when the file stores fp16 (ComfyUI's `unet_dtype`); on the
+    CPU float32 whatever the family."""
+    return policy.dtype_for(UNET, supported=family.inference_dtypes,
+                            weight_dtype=stored_dtype(tensors, family.unet_prefix))
 
 
 def resolve_prediction(checkpoint: CheckpointFile, family: Family, explicit: str | None) -> str:

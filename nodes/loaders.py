@@ -85,11 +85,19 @@ def _default_attention(model: Any = None, vae: Any = None) -> None:
     """Give freshly loaded patchers the host's default attention backend (the server's attention
     flags, `env.attention_backend` / `env.vae_attention_backend`): a patch option on these
     patchers only, never a process-wide switch."""
+    import torch
+
+    from comfy_core.devices.attention_probe import attention_backend_for
+
     env = current_env()
     for patcher, name in ((model, getattr(env, "attention_backend", None)),
                           (vae, getattr(env, "vae_attention_backend", None))):
         if patcher is not None and name is not None:
-            patcher.set_attention_backend(name)
+            # A backend asked for that cannot run on this device and dtype (xformers on a CPU, say)
+            # becomes SDPA, said once in the log.
+            device = getattr(patcher, "load_device", None) or "cpu"
+            dtype = patcher.model_dtype() if hasattr(patcher, "model_dtype") else torch.float32
+            patcher.set_attention_backend(attention_backend_for(device, dtype, requested=name))
 
 
 def _embedding_lookup(clip: Any) -> None:

@@ -33,8 +33,8 @@ from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
-from comfy_core.loading import (LoadOptions, _build_unet, _load_model, model_from_unet, resolve_prediction,
-                                stored_fp8_dtype)
+from comfy_core.loading import (LoadOptions, _build_unet, _load_model, default_unet_dtype, model_from_unet,
+                                resolve_prediction, stored_fp8_dtype)
 from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, dequantize_scaled_fp8, is_scaled_fp8
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
@@ -94,13 +94,14 @@ def diffusion_model_view(checkpoint: CheckpointFile, registry: FamilyRegistry) -
     return RenamedCheckpoint(checkpoint, diffusion_model_names(checkpoint))
 
 
-def compute_dtype(policy: DtypePolicy, storage: torch.dtype) -> torch.dtype | None:
+def compute_dtype(policy: DtypePolicy, storage: torch.dtype, family: Any = None) -> torch.dtype | None:
     """The dtype a UNet stored in `storage` computes in, or None for its own (ComfyUI's
     `unet_manual_cast` for the dtypes UNETLoader offers: fp8 storage computes in the device's
-    default UNet dtype)."""
+    default UNet dtype for the family)."""
     if storage not in FP8_DTYPES:
         return None
-    return DtypePolicy(device=policy.device).dtype_for(UNET)
+    supported = getattr(family, "inference_dtypes", None)
+    return DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(UNET, supported=supported)
 
 
 def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None, *,
@@ -124,12 +125,12 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     with CheckpointFile(path) as file:
         view = diffusion_model_view(file, registry)
         # No weight_dtype asked: a file shipped in fp8 stays fp8 (ComfyUI keeps the file's dtype).
-        shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
-        storage = weight_dtype or shipped or policy.dtype_for(UNET)
-        cast = compute_dtype(policy, storage)
-        load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
         detection = registry.detect_diffusion_model(view.tensors, file.path)
         family = detection.family
+        shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
+        storage = weight_dtype or shipped or default_unet_dtype(policy, family, view.tensors)
+        cast = compute_dtype(policy, storage, family)
+        load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
         prediction = resolve_prediction(view, family, options.prediction)
         requests: Mapping[str, torch.dtype] = tensor_requests(view, family.unet_prefix, storage)
         with BulkRead(view, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:

@@ -61,3 +61,20 @@ def test_probe_on_the_gpu_gives_a_backend_that_runs():
         out = attention_heads(q, q, q)
     expected = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float())
     torch.testing.assert_close(out.float(), expected, atol=2e-3, rtol=2e-3)
+
+
+def test_loaders_give_new_models_the_flag_s_backend_or_sdpa_where_it_cannot_run(monkeypatch, tiny_sd1_ckpt):
+    from types import SimpleNamespace
+
+    import nodes.loaders as loaders
+    from comfy_core import load_checkpoint
+    from comfy_core.attention import unavailable_reason
+
+    model, _, vae = load_checkpoint(tiny_sd1_ckpt, output_clip=False)
+    if unavailable_reason("xformers", torch.device("cpu"), torch.float32) is None:
+        pytest.skip("xformers runs on this CPU")
+    env = SimpleNamespace(attention_backend="xformers", vae_attention_backend="sub_quadratic")
+    monkeypatch.setattr(loaders, "current_env", lambda: env)
+    loaders._default_attention(model, vae)
+    assert model.attention_choice().name == "sdpa"
+    assert vae.attention_choice().name == "sub_quadratic"
