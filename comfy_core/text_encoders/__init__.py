@@ -28,7 +28,7 @@ strength_model)`, `get_key_patches()`, `get_sd()`, `load_model()`, `set_embeddin
 `embedding:NAME` with `fn(name, embedding_key, width) -> tensor [n, width] | None`, this clone
 only), `.patcher` (a `comfy_core.patching.ClipPatcher` whose base module is a
 `TextEncoderSet` with children `clip_l` / `clip_h` / `clip_g`, each a `ClipTextEncoder` whose
-`transformer` is transformers' `CLIPTextModelWithProjection`, so parameter names are ComfyUI's:
+`transformer` is our `ClipTextModelWithProjection` in transformers' layout, so parameter names are ComfyUI's:
 `clip_l.transformer.text_model.encoder.layers.0.self_attn.q_proj.weight`), `.tokenizer`, `.layer_idx`.
 Prompt weighting is ComfyUI's: `(word:1.2)`, `(word)` = x1.1, escaped `\\(`; a weighted token is
 interpolated from the encoding of the empty prompt.

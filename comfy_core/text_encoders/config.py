@@ -69,6 +69,15 @@ class ClipTextConfig:
             return _detect_open_clip(tensors, prefix, slot, heads)
         return None
 
+    def to_model_config(self) -> Any:
+        """The shape of our `ClipTextModelWithProjection` for this tower (clip_text_model.py)."""
+        from comfy_core.text_encoders.clip_text_model import ClipTextModelConfig
+
+        return ClipTextModelConfig(
+            vocab_size=self.vocab_size, hidden_size=self.width, intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers, num_attention_heads=self.heads, max_position_embeddings=self.max_positions,
+            projection_dim=self.projection_dim, hidden_act=self.activation, layer_norm_eps=1e-5)
+
     def to_transformers(self) -> Any:
         """transformers' `CLIPTextConfig` for this tower (SDPA attention, our eos id)."""
         from transformers import CLIPTextConfig

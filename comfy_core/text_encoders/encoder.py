@@ -1,6 +1,7 @@
-"""`ClipTextEncoder`: one CLIP text tower on transformers' `CLIPTextModelWithProjection`.
+"""`ClipTextEncoder`: one CLIP text tower on our `ClipTextModelWithProjection` (clip_text_model.py,
+transformers' module and parameter names).
 
-The forward pass is ours (the modules are transformers'): it lets us (a) replace token embeddings
+The forward pass here drives the tower layer by layer: it lets us (a) replace token embeddings
 at chosen positions (textual inversion), (b) take the hidden state of any layer, optionally
 through the final layer norm (clip skip; SDXL's un-normalised penultimate layer), and (c) pool at
 the first EOS, as ComfyUI's `comfy/clip_model.py` and the original CLIP do (Radford et al. 2021:
@@ -19,6 +20,7 @@ from torch import nn
 from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.config import ClipTextConfig
+from comfy_core.text_encoders.clip_text_model import ClipTextModelWithProjection
 from comfy_core.text_encoders.convert import convert_state_dict
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids, encode_weighted_chunks
@@ -82,7 +84,7 @@ class TokenEmbedding(nn.Embedding):
 
 
 class ClipTextEncoder(nn.Module):
-    """One text tower. `transformer` is a `CLIPTextModelWithProjection` (ComfyUI-compatible names).
+    """One text tower. `transformer` is a `ClipTextModelWithProjection` (transformers' and ComfyUI's names).
 
     It is ComfyUI's one-tower `comfy.sd1_clip.SDClipModel` for packs; built for the bigG slot
     it is an `SDXLClipG`, for the ViT-H slot an `SD2ClipHModel` (both subclasses, as in ComfyUI).
@@ -281,10 +283,8 @@ def build_encoder(config: ClipTextConfig, state_dict: Mapping[str, torch.Tensor]
     A tower without a text projection (OpenAI CLIP-L in SD checkpoints) gets an identity one, so
     its pooled output is the unprojected EOS state, as in ComfyUI and diffusers.
     """
-    from transformers import CLIPTextModelWithProjection
-
     with meta_build():
-        transformer = CLIPTextModelWithProjection(config.to_transformers())
+        transformer = ClipTextModelWithProjection(config.to_model_config())
     # ComfyUI's embedding calling convention (no new state: the class alone changes).
     transformer.text_model.embeddings.token_embedding.__class__ = TokenEmbedding
     converted = convert_state_dict(config, state_dict)

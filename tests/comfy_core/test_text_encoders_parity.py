@@ -321,3 +321,22 @@ def test_open_clip_image_tower_keys_are_skipped_and_logged(open_clip_sd, caplog)
         encoder = build_encoder(config, sd)
     assert "skipped 1 image-tower keys" in caplog.text
     assert not any("visual" in name for name, _ in encoder.named_parameters())
+
+
+def test_building_a_text_encoder_imports_no_transformers_modeling_code(tmp_path):
+    """The CLIP tower is ours (clip_text_model.py): loading a checkpoint's text encoder must not
+    import transformers' modeling modules (~2.5 s on a small CPU), which would fall on the first
+    prompt of a fresh server. Checked in a fresh interpreter, where nothing imported them yet."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.checkpoints import write_tiny_checkpoint
+
+    path = tmp_path / "tiny.safetensors"
+    write_tiny_checkpoint(path)
+    code = ("import sys; from comfy_core import load_checkpoint; "
+            f"m, clip, v = load_checkpoint({str(path)!r}, output_vae=False); "
+            "clip.encode_from_tokens(clip.tokenize('a cat')); "
+            "print(sorted(n for n in sys.modules if n.startswith('transformers.models.') and 'modeling' in n))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
