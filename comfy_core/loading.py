@@ -127,7 +127,24 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
     log.info("loaded %s in %.2fs: %s, %s-prediction, unet %s, vae %s", checkpoint.path.name,
              time.perf_counter() - started, family.display_name, prediction,
              options.dtype_policy.dtype_for(UNET), options.dtype_policy.dtype_for(VAE))
+    warn_if_emulated_bf16(options.dtype_policy.dtype_for(UNET), options.device)
     return model, clip, vae
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix work in hardware (else oneDNN emulates it, many times
+    slower than float32: bench/cpu_precision.py)."""
+    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(probe is not None and probe() for probe in probes)
+
+
+def warn_if_emulated_bf16(dtype: torch.dtype, device: str | torch.device) -> bool:
+    """Log once per load that a bf16 UNet on a CPU without native bf16 only saves memory; True if so."""
+    if dtype != torch.bfloat16 or torch.device(device).type != "cpu" or cpu_has_native_bf16():
+        return False
+    log.warning("bf16 UNet on a CPU without native bf16 (no AVX512-BF16/AMX): it runs emulated, several "
+                "times slower than float32; it only saves memory (bench/cpu_precision.py measures it)")
+    return True
 
 
 def stored_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | None:

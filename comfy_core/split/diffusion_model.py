@@ -34,7 +34,7 @@ from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.loading import (LoadOptions, _build_unet, _load_model, default_unet_dtype, model_from_unet,
-                                resolve_prediction, stored_fp8_dtype)
+                                resolve_prediction, stored_fp8_dtype, warn_if_emulated_bf16)
 from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, dequantize_scaled_fp8, is_scaled_fp8
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
@@ -144,6 +144,7 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, weights %s%s", file.path.name,
              time.perf_counter() - started, family.display_name, prediction, storage,
              f", computed in {cast}" if cast is not None else "")
+    warn_if_emulated_bf16(cast or storage, options.device)
     return model
 
 

@@ -167,3 +167,16 @@ def test_sdxl_v_prediction_and_zsnr_markers(tmp_path, tiny_sdxl_ckpt):
     assert plain.model.model_sampling.prediction == "eps"
     # Zero terminal SNR makes the last sigma huge compared with the plain schedule's ~14.6.
     assert float(sampling.sigmas[-1]) > 100 * float(plain.model.model_sampling.sigmas[-1])
+
+
+def test_a_bf16_unet_on_a_cpu_without_native_bf16_is_warned_about(monkeypatch, caplog):
+    import comfy_core.loading as loading
+
+    monkeypatch.setattr(loading, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level("WARNING", logger="comfy_core.loading"):
+        assert loading.warn_if_emulated_bf16(torch.bfloat16, "cpu")
+    assert "emulated" in caplog.text
+    assert not loading.warn_if_emulated_bf16(torch.float32, "cpu")
+    assert not loading.warn_if_emulated_bf16(torch.bfloat16, "cuda")
+    monkeypatch.setattr(loading, "cpu_has_native_bf16", lambda: True)
+    assert not loading.warn_if_emulated_bf16(torch.bfloat16, "cpu")
