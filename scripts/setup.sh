@@ -35,20 +35,24 @@ wanted_is_installed() {
 }
 if wanted_is_installed; then
     note="already installed"
-elif [ -n "$TORCH_INDEX" ] && "${PIP[@]}" --timeout 20 --retries 1 --index-url "$TORCH_INDEX" $TORCH_SPEC; then
+elif [ -n "$TORCH_INDEX" ] && "${PIP[@]}" --timeout 20 --retries 1 --index-url "$TORCH_INDEX" $TORCH_SPEC \
+        2>.venv/torch-index.log; then
     note="from $TORCH_INDEX"
 elif [ -n "$TORCH_FALLBACK" ]; then
-    echo "setup: $TORCH_INDEX cannot be reached; installing the package index's torch build instead (it runs on the CPU too)" >&2
+    echo "setup: $TORCH_SPEC is not available from $TORCH_INDEX (pip's answer: .venv/torch-index.log); installing the package index's torch build instead (it runs on the CPU too)" >&2
     "${PIP[@]}" $TORCH_FALLBACK
     note="package index fallback"
 elif [ -z "$TORCH_INDEX" ]; then
     "${PIP[@]}" $TORCH_SPEC
     note="from the package index"
 else
+    cat .venv/torch-index.log >&2
     echo "setup: could not install $TORCH_SPEC from $TORCH_INDEX" >&2
     exit 1
 fi
-.venv/bin/python -c 'import torch, torchvision; print(f"torch=={torch.__version__}\ntorchvision=={torchvision.__version__}")' > .venv/torch-constraints.txt
+# The installed distributions' versions (pip's, e.g. 2.14.1 for PyPI's wheel, 2.14.1+cpu for the CPU
+# index's), not torch.__version__ (2.14.1+cu130 for PyPI's), which no index serves by that name.
+.venv/bin/python -c 'from importlib.metadata import version; print("torch==" + version("torch")); print("torchvision==" + version("torchvision"))' > .venv/torch-constraints.txt
 echo "setup: torch $(head -1 .venv/torch-constraints.txt | cut -d= -f3) ($note); build $TORCH_TAG chosen: $TORCH_REASON"
 if [ "$DEV" = 1 ]; then
     "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements-dev.txt
