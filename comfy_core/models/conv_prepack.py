@@ -75,6 +75,14 @@ class PrepackCache:
         self._entries: dict[int, tuple[weakref.ref, int, tuple, torch.Tensor, int]] = {}
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict) -> "PrepackCache":
+        """A copied model (deepcopy, pickle) starts with an empty cache: packed copies belong to
+        the weights they were made from, which the copy does not share."""
+        return PrepackCache(self.memory_margin)
+
+    def __reduce__(self) -> tuple:
+        return PrepackCache, (self.memory_margin,)
+
     def packed_bytes(self) -> int:
         with self._lock:
             return sum(entry[4] for entry in self._entries.values())

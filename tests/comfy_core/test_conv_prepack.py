@@ -94,3 +94,16 @@ def test_a_diffusion_model_forward_on_the_cpu_packs_and_matches_the_plain_forwar
         packed = base.apply_model(x, sigma, c_crossattn=context)
     assert len(base._conv_prepack_cache) > 0
     torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
+
+
+def test_a_copied_model_starts_with_an_empty_cache():
+    import copy
+    import pickle
+
+    conv, x = _conv()
+    cache = PrepackCache(memory_margin=0)
+    with torch.inference_mode(), PrepackedConvMode(cache):
+        conv(x)
+    assert len(cache) == 1
+    for copied in (copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
+        assert isinstance(copied, PrepackCache) and len(copied) == 0 and copied.memory_margin == 0
