@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import aiohttp
 
@@ -47,25 +48,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+async def wait_until_serving(session: aiohttp.ClientSession, proc: subprocess.Popen, base_url: str,
+                             exited: Callable[[int], str]) -> None:
+    """Poll `GET base_url/object_info` until it answers 200; `SystemExit(exited(returncode))` if
+    the server process ends first."""
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(exited(proc.returncode))
+        try:
+            async with session.get(f"{base_url}/object_info") as resp:
+                if resp.status == 200:
+                    await resp.read()
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.02)
+
+
 async def _startup(base: Path, port: int) -> tuple[subprocess.Popen, float, float]:
     """Launch the server; seconds to the first /object_info answer, then to the end of a first
     trivial prompt posted at that moment."""
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "--base-directory", str(base), "--port",
                              str(port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/object_info"
     async with aiohttp.ClientSession() as session:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"server exited with status {proc.returncode}")
-            try:
-                async with session.get(url) as resp:
-                    if resp.status == 200:
-                        await resp.read()
-                        break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.02)
+        await wait_until_serving(session, proc, f"http://127.0.0.1:{port}",
+                                 lambda code: f"server exited with status {code}")
         object_info = time.perf_counter() - started
         base_url = f"http://127.0.0.1:{port}"
         ws = await session.ws_connect(f"{base_url}/ws?clientId=first")

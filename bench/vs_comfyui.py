@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,16 +38,14 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.server import _free_port, wait_until_serving  # noqa: E402
+
 CHILD = REPO / "bench" / "vs_comfyui_child.py"
 CHECKPOINT = "sd15_random_fp16.safetensors"
 FIGURES = ("start", "first_step", "load", "step")
 DEFAULT_COMFY_FLAGS = "--cpu --use-pytorch-cross-attention"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_step_prompt(checkpoint: str) -> dict:
@@ -88,19 +85,12 @@ async def _serve_and_prompt(impl: str, checkpoint: Path, comfy: tuple[str, str] 
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
-            while True:
-                if proc.poll() is not None:
-                    log.flush()
-                    tail = (base / "server.log").read_text(errors="replace")[-2000:]
-                    raise SystemExit(f"{impl} server exited ({proc.returncode}); its log ends:\n{tail}")
-                try:
-                    async with session.get(f"{url}/object_info") as resp:
-                        if resp.status == 200:
-                            await resp.read()
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.02)
+            def exited(code: int) -> str:
+                log.flush()
+                tail = (base / "server.log").read_text(errors="replace")[-2000:]
+                return f"{impl} server exited ({code}); its log ends:\n{tail}"
+
+            await wait_until_serving(session, proc, url, exited)
             start = time.perf_counter() - started
             ws = await session.ws_connect(f"{url}/ws?clientId=bench")
             posted = time.perf_counter()
@@ -169,7 +159,6 @@ def main() -> None:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench_vs_"))
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = folder / CHECKPOINT
-    sys.path.insert(0, str(REPO))
     from bench.load import write_checkpoint
 
     try:
