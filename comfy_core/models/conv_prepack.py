@@ -164,7 +164,10 @@ class PrepackedConvMode(TorchFunctionMode):
         stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
         if stride is None or padding is None or dilation is None:
             return None
-        if weight.numel() < MIN_WEIGHT_ELEMENTS:
+        if weight.numel() < MIN_WEIGHT_ELEMENTS or not isinstance(weight, torch.nn.Parameter):
+            # Only a module's own weight lives across calls: a weight made for this call (fp8 or
+            # GGUF storage cast at run time) would be packed, used once and dropped, dearer than
+            # the per-call reorder it replaces.
             return None
         out_h = (x.shape[2] + 2 * padding[0] - dilation[0] * (weight.shape[2] - 1) - 1) // stride[0] + 1
         out_w = (x.shape[3] + 2 * padding[1] - dilation[1] * (weight.shape[3] - 1) - 1) // stride[1] + 1

@@ -216,6 +216,10 @@ class DiffusionModel(nn.Module):
             return self.diffusion_model(x, timesteps, context, y=y, transformer_options=transformer_options,
                                         control=control, **kwargs)
 
+    def forget_derived_weights(self) -> None:
+        """Drop the packed convolution weights (the patcher calls this when it changes weights)."""
+        self._conv_prepack_cache.clear()
+
     def _prepacks_convolutions(self, x: torch.Tensor) -> bool:
         """A CPU float32 forward of an uncompiled network, with packing on and available."""
         network = self.diffusion_model

@@ -285,6 +285,13 @@ class Patcher:
 
     def _apply(self, device: torch.device, weight_sig: Hashable) -> None:
         state = self._state
+        # Whatever the model computed from its weights (CPU convolution weights packed by
+        # comfy_core/models/conv_prepack.py) is stale once they change: dropped now and again when
+        # the state puts the originals back (in-place restores do not move a version counter).
+        forget = getattr(self.model, "forget_derived_weights", None)
+        if forget is not None:
+            forget()
+            state.on_restore(forget)
         # The memory manager places a model it loads in part (comfy_core/memory_stream.py).
         place = getattr(self.memory, "place", None) if self.memory is not None else None
         if not (place is not None and place(self, device, state.on_restore)) and self.current_device() != device:

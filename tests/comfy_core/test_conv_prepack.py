@@ -107,3 +107,44 @@ def test_a_copied_model_starts_with_an_empty_cache():
     assert len(cache) == 1
     for copied in (copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
         assert isinstance(copied, PrepackCache) and len(copied) == 0 and copied.memory_margin == 0
+
+
+def test_a_weight_made_for_the_call_is_not_packed():
+    conv, x = _conv()
+    cache = PrepackCache(memory_margin=0)
+    with torch.inference_mode(), PrepackedConvMode(cache):
+        cast_each_call = F.conv2d(x, conv.weight.detach().clone(), conv.bias, padding=1)  # as run-time casts make
+    assert len(cache) == 0
+    torch.testing.assert_close(cast_each_call, F.conv2d(x, conv.weight, conv.bias, padding=1))
+
+
+def test_weights_patched_and_restored_in_place_never_leave_a_stale_packing(monkeypatch, tiny_sd1_ckpt):
+    """An in-place LoRA merge and its restore write through `.data` (no version bump): the patcher
+    drops the packings when it applies and when it restores, so the next forward packs afresh."""
+    from comfy_core import load_checkpoint
+
+    monkeypatch.setattr(conv_prepack, "MIN_WEIGHT_ELEMENTS", 0)
+    patched, _, _ = load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
+    plain = patched.clone()
+    base = patched.model
+    base.__dict__["_conv_prepack_cache"] = PrepackCache(memory_margin=0)
+    key = next(k for k, v in base.state_dict().items() if v.dim() == 4 and v.shape[2] == 3)
+    patched.weight_inplace_update = True
+    patched.add_patches({key: (torch.full_like(base.state_dict()[key], 0.05),)}, 1.0)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 4, 8, 8, generator=gen)
+    context = torch.randn(1, 77, base.diffusion_model.config.context_dim, generator=gen)
+    sigma = torch.tensor([3.0])
+
+    def run(patcher, pack):
+        with torch.inference_mode(), patcher.applied() as model:
+            model.cpu_conv_prepack = pack
+            out = model.apply_model(x, sigma, c_crossattn=context)
+            assert (len(base._conv_prepack_cache) > 0) == pack
+            return out
+
+    with_lora = run(patched, True)
+    torch.testing.assert_close(with_lora, run(patched, False), rtol=1e-4, atol=1e-4)
+    without = run(plain, True)  # the LoRA restored in place, then the plain model packed again
+    torch.testing.assert_close(without, run(plain, False), rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(with_lora, without)
