@@ -95,7 +95,7 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         # the device's UNet dtype, as ComfyUI keeps a file's fp8 weight dtype.
         shipped_fp8 = stored_fp8_dtype(checkpoint.tensors, family.unet_prefix) if policy.unet is None else None
         if policy.unet is None:  # the device's default for this family and file, fixed for the whole load
-            chosen = shipped_fp8 or default_unet_dtype(policy, family, checkpoint.tensors)
+            chosen = shipped_fp8 or family_unet_dtype(policy, family, checkpoint.tensors)
             options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=chosen))
             policy = options.dtype_policy
         # Everything that can be refused from the header is checked before any data is read.
@@ -164,7 +164,7 @@ def stored_fp8_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | N
     return dtype if dtype in FP8_DTYPES else None
 
 
-def default_unet_dtype(policy: DtypePolicy, family: Family, tensors: Mapping[str, Any]) -> torch.dtype:
+def family_unet_dtype(policy: DtypePolicy, family: Family, tensors: Mapping[str, Any]) -> torch.dtype:
     """The UNet dtype `policy` gives `family` for a file storing `tensors`: the family's inference
     dtypes in its order, fp16 first when the file stores fp16 (ComfyUI's `unet_dtype`); on the
     CPU float32 whatever the family."""

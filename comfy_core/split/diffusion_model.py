@@ -33,7 +33,7 @@ from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
-from comfy_core.loading import (LoadOptions, _build_unet, _load_model, default_unet_dtype, model_from_unet,
+from comfy_core.loading import (LoadOptions, _build_unet, _load_model, family_unet_dtype, model_from_unet,
                                 resolve_prediction, stored_fp8_dtype, warn_if_emulated_bf16)
 from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, dequantize_scaled_fp8, is_scaled_fp8
 from comfy_core.patching.model import ModelPatcher
@@ -128,7 +128,7 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
         detection = registry.detect_diffusion_model(view.tensors, file.path)
         family = detection.family
         shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
-        storage = weight_dtype or shipped or default_unet_dtype(policy, family, view.tensors)
+        storage = weight_dtype or shipped or family_unet_dtype(policy, family, view.tensors)
         cast = compute_dtype(policy, storage, family)
         load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
         prediction = resolve_prediction(view, family, options.prediction)

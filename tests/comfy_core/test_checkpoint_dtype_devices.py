@@ -96,14 +96,14 @@ def test_probed_facts_of_the_real_gpu():
 def test_the_loader_s_unet_dtype_follows_the_family_and_the_file_on_each_device():
     from types import SimpleNamespace
 
-    from comfy_core.loading import default_unet_dtype as loader_unet_dtype
+    from comfy_core.loading import family_unet_dtype
 
     registry = default_registry()
     ampere = DeviceFacts(kind="cuda", capability=(8, 6), name="NVIDIA RTX A4000", bf16_supported=True)
     bf16_file = {"model.diffusion_model.x.weight": SimpleNamespace(dtype="BF16", shape=(2,))}
     fp16_file = {"model.diffusion_model.x.weight": SimpleNamespace(dtype="F16", shape=(2,))}
     on_gpu = DtypePolicy(device="cuda", device_facts=ampere)
-    assert loader_unet_dtype(on_gpu, registry.get("flux"), bf16_file) == torch.bfloat16
-    assert loader_unet_dtype(on_gpu, registry.get("sd1"), bf16_file) == torch.float16
-    assert loader_unet_dtype(on_gpu, registry.get("flux"), fp16_file) == torch.float16  # ComfyUI: the file's fp16 first
-    assert loader_unet_dtype(DtypePolicy(), registry.get("flux"), bf16_file) == torch.float32  # the CPU: float32
+    assert family_unet_dtype(on_gpu, registry.get("flux"), bf16_file) == torch.bfloat16
+    assert family_unet_dtype(on_gpu, registry.get("sd1"), bf16_file) == torch.float16
+    assert family_unet_dtype(on_gpu, registry.get("flux"), fp16_file) == torch.float16  # ComfyUI: the file's fp16 first
+    assert family_unet_dtype(DtypePolicy(), registry.get("flux"), bf16_file) == torch.float32  # the CPU: float32
