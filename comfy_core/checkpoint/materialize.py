@@ -68,7 +68,9 @@ def materialize(module: nn.Module, checkpoint: CheckpointFile, prefix: str, dtyp
                 checkpoint.path, f"{component}: tensor {stored[name]!r} has shape {list(have)}, "
                                  f"the detected architecture needs {list(shape)}")
         plan[name] = conversion
-    unused = sorted(set(stored) - set(expected))
+    # Scaled-fp8 scales and markers are read by the layers after materializing, not unused.
+    unused = sorted(name for name in set(stored) - set(expected)
+                    if not name.endswith(("scale_weight", "scale_input", "scaled_fp8")))
     if unused:
         log.warning("%s: %d unused tensors under %r in %s, e.g. %s", component, len(unused), prefix,
                     checkpoint.path.name, ", ".join(unused[:3]))

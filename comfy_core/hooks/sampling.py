@@ -29,6 +29,8 @@ import torch
 from comfy_core.hooks.cursor import KeyframeCursor
 from comfy_core.hooks.hook import EnumHookType, EnumWeightTarget, HookGroup
 from comfy_core.hooks.patches import Patches, combined, hook_patches
+from comfy_core.patching.patcher import _resolve_parent
+from comfy_core.patching.weight_access import stored_form, true_weight
 from comfy_core.patching.weights import calculate_weight
 
 # The `model_options` key the batching code finds the run under (comfy_core/sampling/cond_batch.py).
@@ -128,8 +130,13 @@ class HookRun:
         out = {}
         with torch.no_grad():
             for key, entries in self.group_patches(hooks).items():
-                # On top of the model's own patches: computed from the tensor applied now.
-                out[key] = calculate_weight(self.patcher.applied_tensor(key).detach(), entries, key)
+                # On top of the model's own patches: computed from the tensor applied now, as the
+                # true weight (a scaled-fp8 layer's stored value times its scale), stored back in
+                # the layer's own form.
+                owner, attr = _resolve_parent(self.patcher.model, key)
+                current = self.patcher.applied_tensor(key).detach()
+                out[key] = stored_form(owner, attr, key,
+                                       calculate_weight(true_weight(owner, attr, current), entries, key), current.dtype)
                 self.weights_computed += 1
         self._cache[id(hooks)] = (hooks, strengths, out)  # one strength set per group: the latest
         return out

@@ -23,6 +23,7 @@ from comfy_core.patching import model_options as mo
 from comfy_core.patching.errors import PatchError
 from comfy_core.patching.model_extensions import ModelPatcherExtensions
 from comfy_core.patching.patcher import Patcher, _resolve_parent
+from comfy_core.patching.weight_access import stored_form, true_weight
 from comfy_core.patching.weights import calculate_weight as _calculate_weight
 from comfy_core.patching.wrappers import CallbacksMP
 
@@ -202,12 +203,12 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
         if key not in self.patches:
             return
         from comfy_core.lora import patch_dicts  # the LoRA package imports this one
-        from comfy_core.lora.stochastic_rounding import store_patched
 
         owner, attr = _resolve_parent(self.model, key)
         weight = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
-        working = weight.detach().to(device=device_to or weight.device, dtype=torch.float32, copy=True)
-        patched = store_patched(patch_dicts.calculate_weight(self.patches[key], working, key), weight.dtype, key)
+        working = true_weight(owner, attr, weight, device_to or weight.device)  # scaled fp8: times its scale
+        patched = stored_form(owner, attr, key, patch_dicts.calculate_weight(self.patches[key], working, key),
+                              weight.dtype)
         if inplace_update or self.weight_inplace_update:
             if key not in self.backup:
                 self.backup[key] = _Backup(weight.detach().to(self.offload_device, copy=True), True)

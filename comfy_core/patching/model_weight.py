@@ -21,6 +21,7 @@ from torch import nn
 
 from comfy_core.patching.signature import fingerprint
 from comfy_core.patching.state import BaseModuleState
+from comfy_core.patching.weight_access import true_weight
 from comfy_core.patching.weight_function import Function
 from comfy_core.patching.weights import PatchEntry, apply_entries
 
@@ -50,8 +51,9 @@ class ModelWeight:
 
     def value(self, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """w2': the source weight with the source patcher's entries applied, as a new `dtype` tensor."""
-        base = self.original()
-        out = base.to(device=device if device is not None else base.device, dtype=dtype, copy=True)
+        owner_name, _, attr = self.key.rpartition(".")
+        owner = self.module.get_submodule(owner_name) if owner_name else self.module
+        out = true_weight(owner, attr, self.original(), device, dtype)  # a scaled-fp8 layer's scale applied
         return apply_entries(out, self.entries, self.key)
 
     def apply_to(self, weight: torch.Tensor, strength: float, function: Function) -> torch.Tensor:

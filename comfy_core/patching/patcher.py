@@ -28,6 +28,7 @@ from comfy_core.patching.errors import ObjectPatchError, PatchDataError
 from comfy_core.patching.model_weight import ModelWeight
 from comfy_core.patching.signature import fingerprint, freeze
 from comfy_core.patching.state import BaseModuleState, PatchStats
+from comfy_core.patching.weight_access import converters, stored_form, true_weight
 from comfy_core.patching.weights import Offset, PatchEntry
 
 ATTENTION_BACKEND = "attention_backend"
@@ -116,7 +117,12 @@ class Patcher:
         """For each weight: `[(original,), *patch entries]` (ComfyUI's form, which packs read)."""
         result = {}
         for key, tensor in self.model_state_dict(filter_prefix).items():
-            result[key] = [(tensor,)] + list(self.patches.get(key, ()))
+            # A layer storing another form (scaled fp8) hands over its converter too, as ComfyUI's
+            # `(weight, convert_func)`; the nested-list maths applies it (patching/weights.py).
+            owner, attr = _resolve_parent(self.model, key)
+            convert, _ = converters(owner, attr)
+            head = (tensor,) if convert is None else (tensor, convert)
+            result[key] = [head] + list(self.patches.get(key, ()))
         return result
 
     def weight_references(self, filter_prefix: str | None = None) -> dict[str, ModelWeight]:
@@ -310,9 +316,10 @@ class Patcher:
         # float32 copy, as ComfyUI's patch_weight_to_device): a pack replacing
         # `comfy.lora.calculate_weight` changes what is applied. Imported here: the LoRA package
         # imports this one.
-        # Stored back in the weight's dtype as ComfyUI stores it: fp8 by seeded stochastic rounding.
+        # The maths sees the true weight (a scaled-fp8 layer's stored fp8 times its scale) and the
+        # result is stored back as the layer stores it (comfy_core/patching/weight_access.py); plain
+        # weights in their dtype as ComfyUI stores them: fp8 by seeded stochastic rounding.
         from comfy_core.lora import patch_dicts
-        from comfy_core.lora.stochastic_rounding import store_patched
 
         with torch.no_grad():
             for key, entries in self.patches.items():
@@ -324,8 +331,9 @@ class Patcher:
                     raise PatchDataError(f"weight patch {key!r}: the module has no tensor there")
                 patched = cache.tensors.get(key) if reuse else None
                 if patched is None or patched.device != original.device or patched.dtype != original.dtype:
-                    working = original.detach().to(torch.float32, copy=True)
-                    patched = store_patched(patch_dicts.calculate_weight(entries, working, key), original.dtype, key)
+                    working = true_weight(owner, attr, original)
+                    patched = stored_form(owner, attr, key, patch_dicts.calculate_weight(entries, working, key),
+                                          original.dtype)
                     if attr in owner._parameters:
                         patched = nn.Parameter(patched, requires_grad=original.requires_grad)
                     state.stats.weights_computed += 1

@@ -10,8 +10,9 @@ fp32 copy of the original weight, always recomputed from the original so patchin
 `data` may be:
 - a tensor, or a 1-tuple `(tensor,)`, or `("diff", (tensor,))`: `weight += function(strength * t)`;
 - `("set", (tensor,))`: `weight = t` (strength ignored, as ComfyUI does);
-- a list `[(w2,), *entries]`: the weight `w2` patched by `entries` (ComfyUI's nested form, used
-  by model merging), then added like a diff;
+- a list `[(w2,) or (w2, convert), *entries]`: the weight `w2` (made true by `convert`, ComfyUI's
+  `convert_func`) patched by `entries` (ComfyUI's nested form, used by model merging), then
+  added like a diff;
 - a `WeightAdapter`: any object with `apply_to(weight, strength, function) -> weight` (the LoRA
   family in `comfy_core.lora.adapters`; another model's weight, `comfy_core.patching.model_weight`);
 - ComfyUI's older tuples `("lora"|"loha"|"lokr", (...))`, converted to those adapters.
@@ -99,6 +100,8 @@ def _combine(weight: torch.Tensor, entry: PatchEntry, key: str) -> torch.Tensor:
         if not data or not isinstance(data[0], tuple) or not isinstance(data[0][0], torch.Tensor):
             raise PatchDataError(f"weight patch {key!r}: a nested patch list must start with (weight,)")
         base = data[0][0].to(device=weight.device, dtype=weight.dtype, copy=True)
+        if len(data[0]) > 1 and callable(data[0][1]):  # ComfyUI's `(weight, convert_func)`: the true weight
+            base = data[0][1](base, inplace=True)
         data = _apply_entries(base, data[1:], key)
     kind = "diff"
     if isinstance(data, tuple):

@@ -14,6 +14,11 @@ exactly as a checkpoint's UNet is: the family from the UNet's names and shapes
 computes in the device's UNet dtype (ComfyUI's `unet_manual_cast`: float32 on the CPU, float16
 on CUDA), each layer casting its weights as it runs (`comfy_core.models.storage_cast`);
 `fp8_optimizations` (ComfyUI's fp8_e4m3fn_fast) also multiplies in fp8 where the GPU can.
+
+A scaled-fp8 file (ComfyUI's `*_fp8_scaled`: a `scaled_fp8` marker, a `scale_weight` per linear
+layer) keeps its fp8 weights as stored, left in the file mapping, with the scales applied in each
+layer's per-call cast (`storage_cast.keep_scaled_fp8`, ComfyUI's `scaled_fp8_ops`): a 14 B model
+takes its fp8 file size, never a bfloat16 copy.
 """
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.loading import (LoadOptions, _build_unet, _load_model, family_unet_dtype, model_from_unet,
                                 resolve_prediction, stored_fp8_dtype, warn_if_emulated_bf16)
-from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, dequantize_scaled_fp8, is_scaled_fp8
+from comfy_core.models.storage_cast import (FP8_DTYPES, SCALED_FP8_MARKER, cast_weights_at_run_time, is_scaled_fp8,
+                                            keep_scaled_fp8, marker_optimizations, scaled_storage_dtype)
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 
@@ -104,6 +110,34 @@ def compute_dtype(policy: DtypePolicy, storage: torch.dtype, family: Any = None)
     return DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(UNET, supported=supported)
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaledFp8Plan:
+    """How a scaled-fp8 file is held (ComfyUI's `scaled_fp8_ops` with `model_config.scaled_fp8`):
+    linear layers in the marker's fp8 dtype (`storage`, what the file is read in), the other
+    tensors in `other` (ComfyUI's unet_dtype: the `weight_dtype` asked, else the device's), all
+    computed in `compute`; `fp8_matrix_mult`: the marker's fp8 optimisations or fp8_e4m3fn_fast."""
+
+    storage: torch.dtype
+    other: torch.dtype
+    compute: torch.dtype
+    fp8_matrix_mult: bool
+
+
+def scaled_fp8_plan(view: Any, family: Any, policy: DtypePolicy, weight_dtype: torch.dtype | None,
+                    fp8_optimizations: bool) -> ScaledFp8Plan | None:
+    """The plan for a scaled-fp8 file (its `scaled_fp8` marker under the family's prefix), else None.
+    The scales stay separate: the fp8 weights are used as stored (zero-copy from the mapping)."""
+    marker_key = family.unet_prefix + SCALED_FP8_MARKER
+    if not is_scaled_fp8(view.tensors, family.unet_prefix):
+        return None
+    marker = view.read(marker_key)
+    storage = scaled_storage_dtype(marker)
+    default = compute_dtype(policy, storage, family)
+    other = weight_dtype or policy.unet or default
+    compute = default if other in FP8_DTYPES else other
+    return ScaledFp8Plan(storage, other, compute, fp8_optimizations or marker_optimizations(marker))
+
+
 def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None, *,
                          weight_dtype: torch.dtype | None = None, fp8_optimizations: bool = False,
                          registry: FamilyRegistry | None = None, operations: Any = None) -> ModelPatcher:
@@ -130,14 +164,18 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
         shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
         storage = weight_dtype or shipped or family_unet_dtype(policy, family, view.tensors)
         cast = compute_dtype(policy, storage, family)
+        scaled = scaled_fp8_plan(view, family, policy, weight_dtype, fp8_optimizations)
+        if scaled is not None:
+            storage, cast = scaled.storage, scaled.compute
         load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
         prediction = resolve_prediction(view, family, options.prediction)
         requests: Mapping[str, torch.dtype] = tensor_requests(view, family.unet_prefix, storage)
         with BulkRead(view, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             unet = _build_unet(view, detection)
             model = _load_model(view, family, unet, prediction, load_options, reading.result())
-            if is_scaled_fp8(view.tensors, family.unet_prefix):
-                dequantize_scaled_fp8(model.model.diffusion_model, view.tensors, view.read, family.unet_prefix)
+            if scaled is not None:
+                keep_scaled_fp8(model.model.diffusion_model, view.tensors, view.read, family.unet_prefix,
+                                fp8_matrix_mult=scaled.fp8_matrix_mult, other_dtype=scaled.other)
     if cast is not None:
         cast_weights_at_run_time(model.model.diffusion_model, fp8_matrix_mult=fp8_optimizations)
         model.model.manual_cast_dtype = cast
