@@ -5,10 +5,11 @@ ComfyUI 0.3.64 (`nodes.py` CLIPLoader / DualCLIPLoader, `comfy/sd.py: load_text_
 builds the text encoder from the files' weights and uses `type` to pick among the model families
 that share an encoder. Which types load here is the families' word: an encoder set lists the
 types that select it (`EncoderSetSpec.clip_types`: SD1/SD2/the SDXL refiner's single towers for
-`stable_diffusion`, `sdxl`, `sd3` (any of CLIP-L, CLIP-G, T5-XXL), `flux` (CLIP-L + T5-XXL), `chroma` (T5-XXL)).
-Every other type names a family whose text encoders (UMT5, Llama, Gemma, Qwen, ...) and models
-this engine does not have: asking for one is an `UnsupportedClipTypeError` naming the type and
-what it needs, never a half-built CLIP.
+`stable_diffusion`, `sdxl`, `sd3` (any of CLIP-L, CLIP-G, T5-XXL), `flux` (CLIP-L + T5-XXL), `chroma` (T5-XXL),
+`wan` (umT5-XXL, comfy_core/text_encoders/umt5.py, with the file's own SentencePiece tokenizer)).
+Every other type names a family whose text encoders (Llama, Gemma, Qwen, ...) and models this
+engine does not have: asking for one is an `UnsupportedClipTypeError` naming the type and what it
+needs, never a half-built CLIP.
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ NEEDS: dict[str, str] = {
     "pixart": "the PixArt family (a T5-XXL text encoder)",
     "cosmos": "the Cosmos family (the old T5-XXL text encoder)",
     "lumina2": "the Lumina 2 family (a Gemma 2 2B text encoder)",
-    "wan": "the Wan video family (a UMT5-XXL text encoder)",
     "hidream": "the HiDream family (Llama 3.1 and/or T5-XXL, CLIP-L, CLIP-G text encoders)",
     "ace": "the ACE-Step audio family (a T5-base text encoder)",
     "omnigen2": "the OmniGen2 family (a Qwen2.5-VL 3B text encoder)",

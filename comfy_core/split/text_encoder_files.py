@@ -9,6 +9,13 @@ otherwise OpenAI CLIP-L (12); the activation follows (quick-GELU for OpenAI's CL
 OpenCLIP towers). The towers found form the encoder set of their family (CLIP-L: SD1, OpenCLIP-H:
 SD2, bigG: SDXL refiner, CLIP-L + bigG: SDXL), built exactly as a checkpoint's encoders are
 (`comfy_core.text_encoders`), so the same weights give the same conditioning bit for bit.
+
+T5 files (`encoder.block.N...`, `shared.weight`) are a `t5xxl` tower, or, with a
+relative-attention table in every block, Wan's `umt5xxl` (ComfyUI's `umt5_xxl_*.safetensors`; the
+original Wan-AI layout `blocks.N.attn.q.weight`... is renamed, `comfy_core.text_encoders.umt5_keys`).
+A umT5 tokenizer is the file's own `spiece_model` tensor, passed on as ComfyUI's `tokenizer_data`
+(ComfyUI's `load_text_encoder_state_dicts` does so for CLIPType.WAN); a umT5 file without one is refused
+before its weights are read (`MissingTokenizerError`).
 """
 from __future__ import annotations
 
@@ -31,6 +38,8 @@ from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, Tex
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.text_encoders.t5_config import T5Config
 from comfy_core.text_encoders.towers import FP8_STORAGE, build_tower
+from comfy_core.text_encoders.umt5_keys import RenamedMapping, is_wan_layout
+from comfy_core.text_encoders.umt5_tokenizer import SPIECE_KEY, MissingTokenizerError
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +47,10 @@ HF_PREFIX = "text_model."
 # ComfyUI's depth rule: these layer indices exist only in the deeper towers.
 BIGG_LAYER = 30
 H_LAYER = 22
-SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL"}
+SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL",
+              "umt5xxl": "umT5-XXL"}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
-_OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout (UMT5?)"),
+_OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
 
 
@@ -76,8 +86,8 @@ class _OldProjection(Mapping[str, torch.Tensor]):
 
 def text_encoder_config(checkpoint: CheckpointFile) -> Any:
     """The tower one text-encoder file holds (names and shapes only; see the module docstring):
-    a `ClipTextConfig`, or a `T5Config` (slot `t5xxl`) for a T5 encoder file."""
-    tensors = checkpoint.tensors
+    a `ClipTextConfig`, or a `T5Config` (slot `t5xxl`, or `umt5xxl` for umT5) for a T5 encoder file."""
+    tensors = _named(checkpoint.tensors)
     try:
         t5 = T5Config.detect_from_weights(tensors, "")
     except TextEncoderError as exc:
@@ -107,16 +117,24 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
     return config
 
 
+def _named(tensors: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A file's tensors (or header) under ComfyUI's names: Wan's own umT5 layout renamed."""
+    return RenamedMapping(tensors) if is_wan_layout(tensors) else tensors
+
+
 def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]], clip_type: str = "stable_diffusion",
                        options: LoadOptions | None = None, *, load_device: str | None = None,
-                       offload_device: str = "cpu", registry: FamilyRegistry | None = None) -> CLIP:
+                       offload_device: str = "cpu", registry: FamilyRegistry | None = None,
+                       tokenizer_data: Mapping[str, Any] | None = None) -> CLIP:
     """Text-encoder files -> a CLIP object of the encoder set they form.
 
     `clip_type`: CLIPLoader's / DualCLIPLoader's type (TripleCLIPLoader: "sd3"); the registry's
     encoder sets say which types they answer (`EncoderSetSpec.clip_types`); a type of a family we
     do not have raises `UnsupportedClipTypeError` before any file is read. Raises
     `ClipFilesError` when the files do not form an encoder set of that type, `CheckpointError`
-    subclasses for unreadable files.
+    subclasses for unreadable files. `tokenizer_data`: ComfyUI's, for files that carry no
+    tokenizer of their own (`{"spiece_model": bytes or uint8 tensor}` for Wan-AI's umT5 `.pth`,
+    e.g. google/umt5-xxl's `spiece.model`); a file's own tokenizer takes precedence.
     """
     candidates = sets_for_type(clip_type, (registry or default_registry()).encoder_sets())
     options = options or LoadOptions()
@@ -137,10 +155,20 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                 f"{', '.join(f'{f.path.name}: {SLOT_NAMES[c.slot]} ({c.layers} layers)' for f, c in zip(files, configs))}"
                 f"; {clip_type} needs {wanted}" + ("" if len(set(slots)) == len(slots) else
                                                   "; each file must hold a different tower"))
+        given = dict(tokenizer_data or {})
+        tokenizer_data = dict(given)
+        for checkpoint, config in zip(files, configs):
+            if isinstance(config, T5Config) and config.relative_attention_per_block:
+                if SPIECE_KEY in checkpoint.tensors:
+                    tokenizer_data[SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)
+                elif SPIECE_KEY not in given:
+                    raise MissingTokenizerError(str(checkpoint.path))
         encoders = {}
         for checkpoint, config in zip(files, configs):
             # fp8 T5 files stay fp8 (comfy_core.text_encoders.towers.build_tower); the rest in the policy's dtype.
-            stored = None if str(getattr(config, "dtype", "")) in FP8_STORAGE and isinstance(config, T5Config) else dtype
+            # Scaled-fp8 files are read as stored too: their fp8 weights and float32 scales are kept.
+            stored = None if isinstance(config, T5Config) and (
+                str(config.dtype) in FP8_STORAGE or config.scaled_fp8) else dtype
             # fp8 towers are read as stored (their scaled-fp8 scales must stay float32)
             requests = stored_requests(checkpoint, config.prefix) if stored is None else \
                 tensor_requests(checkpoint, config.prefix, stored)
@@ -152,6 +180,7 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
             if config.prefix == HF_PREFIX and "text_projection" in checkpoint.tensors \
                     and "text_projection.weight" not in checkpoint.tensors:
                 state = _OldProjection(state)
+            state = _named(state)
             try:
                 encoders[config.slot] = build_tower(config, state, dtype)
             except TextEncoderError as exc:
@@ -159,4 +188,5 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
     module = TextEncoderSet(spec, encoders)
     log.info("text encoders %s: %s (%s)", spec.name, ", ".join(f.path.name for f in files),
              ", ".join(f"{SLOT_NAMES[c.slot]} width {c.width} x{c.layers}" for c in configs))
-    return CLIP.from_encoders(module, make_tokenizer(configs, spec=spec), load_device or options.device, offload_device)
+    return CLIP.from_encoders(module, make_tokenizer(configs, spec=spec, tokenizer_data=tokenizer_data),
+                              load_device or options.device, offload_device)

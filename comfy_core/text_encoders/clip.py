@@ -128,7 +128,13 @@ class CLIP:
         return self.patcher
 
     def get_sd(self) -> dict[str, torch.Tensor]:
-        return self.patcher.model_state_dict()
+        """The encoders' weights, plus what the tokenizer carries in the file (umT5's
+        `spiece_model`), as ComfyUI's `CLIP.get_sd`, so a saved CLIP loads with its tokenizer."""
+        state = self.patcher.model_state_dict()
+        tokenizer_state = getattr(self.tokenizer, "state_dict", None)
+        if callable(tokenizer_state):
+            state.update(tokenizer_state())
+        return state
 
     def load_sd(self, sd: Mapping[str, torch.Tensor], full_model: bool = False) -> Any:
         """ComfyUI's `CLIP.load_sd`: copy `sd` (our parameter names, `clip_l.transformer...`) into

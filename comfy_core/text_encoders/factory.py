@@ -66,8 +66,9 @@ def detect_text_encoders(tensors: Mapping[str, Any], sets: Sequence[EncoderSetSp
 
 
 def make_tokenizer(configs: Sequence[ClipTextConfig], clip_tokenizer: ClipTokenizer | None = None, *,
-                   spec: EncoderSetSpec) -> FamilyTokenizer:
-    """The family tokenizer for these encoders (pad token per encoder, from the encoder set `spec`)."""
+                   spec: EncoderSetSpec, tokenizer_data: Mapping[str, Any] | None = None) -> FamilyTokenizer:
+    """The family tokenizer for these encoders (pad token per encoder, from the encoder set `spec`).
+    `tokenizer_data`: ComfyUI's, what the files carry for their tokenizers (umT5's `spiece_model`)."""
     clip_tokenizer = clip_tokenizer or ClipTokenizer.shared_default()
     by_slot = {c.slot: c for c in configs}
     tokenizers = {}
@@ -75,7 +76,7 @@ def make_tokenizer(configs: Sequence[ClipTextConfig], clip_tokenizer: ClipTokeni
         if options.slot not in by_slot:  # a partial set (SD3 without some towers)
             continue
         tokenizers[options.slot] = tower_tokenizer(options, by_slot[options.slot], clip_tokenizer,
-                                                   _EMBEDDING_KEYS.get(options.slot, options.slot))
+                                                   _EMBEDDING_KEYS.get(options.slot, options.slot), tokenizer_data)
     return (spec.tokenizer_class or FamilyTokenizer)(tokenizers)
 
 

@@ -9,7 +9,9 @@ Unified Text-to-Text Transformer"; T5 v1.1's gated-GELU feed-forward) as ComfyUI
 - pre-norm blocks with RMS layer norms (no mean, no bias); no 1/sqrt(d) attention scaling: keys
   are multiplied by sqrt(d_kv) so the attention call's scaling cancels;
 - one relative-position bias (block 0's table, bucketed as in Mesh TensorFlow), added to every
-  block's attention scores;
+  block's attention scores; UMT5 (Wan's umT5-XXL, `T5Config.relative_attention_per_block`) has a
+  table in every block, each block adding its own (ComfyUI's T5 with `model_type` "umt5";
+  transformers' `UMT5EncoderModel` holds the weights then);
 - attention through `attention_in_force` (the backend the patcher chose; SDPA by default);
 - every layer computed in float32 whatever the weights are stored in (fp32, fp16, bf16 or fp8),
   one layer's weights cast at a time (`compute_in_float32`, ComfyUI's `manual_cast`); fp8 token
@@ -17,8 +19,10 @@ Unified Text-to-Text Transformer"; T5 v1.1's gated-GELU feed-forward) as ComfyUI
 
 Tokens and weighting follow ComfyUI's `comfy/sd1_clip.py: SDClipModel` as `sd3_clip.py:
 T5XXLModel` sets it up: special tokens end 1, pad 0 (no start); attention masks off by default
-(padding is attended, SD3 and Flux); `encode_token_weights` interpolates weighted tokens from
-the empty prompt's encoding (`weighting.interpolate_from_empty`); there is no pooled output.
+(padding is attended, SD3 and Flux); `zero_out_masked` (ComfyUI's switch, on for Wan's umT5)
+multiplies the output states by the token mask, so states after the first end token are zeros;
+`encode_token_weights` interpolates weighted tokens from the empty prompt's encoding
+(`weighting.interpolate_from_empty`); there is no pooled output.
 """
 from __future__ import annotations
 
@@ -119,6 +123,7 @@ class T5TextEncoder(nn.Module):
 
     options: Any = None  # the set's EncoderOptions for this slot, else T5Options()
     default_options: Any = None
+    zero_out_masked = False  # ComfyUI's SDClipModel switch: output states times the token mask
 
     def __init__(self, config: T5Config, transformer: nn.Module, attention_mask: bool = False) -> None:
         super().__init__()
@@ -196,6 +201,8 @@ class T5TextEncoder(nn.Module):
         hidden = self.encode_ids(ids, overrides, layer_idx=self.options.layer_idx,
                                  layer_norm_hidden=self.options.layer_norm_hidden,
                                  attention_mask=mask if self.enable_attention_masks else None)
+        if self.zero_out_masked:
+            hidden = hidden * mask.to(device=hidden.device, dtype=hidden.dtype).unsqueeze(-1)  # [B, T, W]
         if self.return_attention_masks:
             return hidden, None, {"attention_mask": mask.to(hidden.device)}
         return hidden, None
@@ -262,14 +269,13 @@ class T5TextEncoder(nn.Module):
         if overrides:
             x = _apply_overrides(x, overrides)
         encoder = self.transformer.encoder
-        first_attention = encoder.block[0].layer[0].SelfAttention
-        bias = position_bias(first_attention.relative_attention_bias.weight, ids.shape[1],
-                             self.config.relative_attention_max_distance)  # [1, H, T, T]
-        if attention_mask is not None:
-            bias = bias + key_padding_bias(attention_mask.to(bias.device))  # [B, H, T, T]
+        padding = None if attention_mask is None else key_padding_bias(attention_mask.to(x.device))  # [B, 1, 1, T]
+        bias = None
         target = resolve_layer(layer_idx, self.num_layers)
         hidden = None
         for index, block in enumerate(encoder.block):
+            if bias is None or self.config.relative_attention_per_block:
+                bias = self._position_bias(block, ids.shape[1], padding)  # [B or 1, H, T, T]
             x = self._block(block, x, bias)
             if index == target:
                 hidden = x
@@ -279,6 +285,12 @@ class T5TextEncoder(nn.Module):
         if layer_norm_hidden:
             hidden = compute_in_float32(encoder.final_layer_norm, hidden)
         return hidden.float()
+
+    def _position_bias(self, block: nn.Module, length: int, padding: torch.Tensor | None) -> torch.Tensor:
+        """The block's relative-position table as an additive bias, plus the key padding bias."""
+        table = block.layer[0].SelfAttention.relative_attention_bias.weight
+        bias = position_bias(table, length, self.config.relative_attention_max_distance)  # [1, H, T, T]
+        return bias if padding is None else bias + padding.to(bias.device)
 
     def _block(self, block: nn.Module, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """One pre-norm T5 block: x + attention(norm(x)), then x + feed_forward(norm(x))."""
@@ -354,20 +366,45 @@ def weight_scales(config: T5Config, state_dict: Mapping[str, torch.Tensor]) -> d
             if key.startswith(prefix) and key.endswith(suffix)}
 
 
+def _keep_scaled_fp8(config: T5Config, transformer: nn.Module, state_dict: Mapping[str, torch.Tensor],
+                     scales: Mapping[str, torch.Tensor]) -> None:
+    """The linear layers as `ScaledFp8Linear`s (fp8 weight, float32 `scale_weight`, 1 where the
+    file has none; the marker's fp8 dtype), no fp8 matrix products (ComfyUI's text encoders). A
+    scale on another layer (a relative-attention table) is applied once, into float32: ComfyUI's
+    scaled layers are linear ones only, and these tables are small."""
+    from comfy_core.models.storage_cast import SCALE_WEIGHT, SCALED_FP8_MARKER, keep_scaled_fp8
+
+    found: dict[str, torch.Tensor] = {}
+    for name, scale in scales.items():
+        layer = transformer.get_submodule(name[:-len(".weight")])
+        if isinstance(layer, nn.Linear):
+            found[name[:-len("weight")] + SCALE_WEIGHT] = scale
+        else:
+            layer.weight = nn.Parameter(layer.weight.float() * scale.float(), requires_grad=False)
+    marker = config.prefix + SCALED_FP8_MARKER
+    if marker in state_dict:
+        found[SCALED_FP8_MARKER] = state_dict[marker]
+    keep_scaled_fp8(transformer, found, found.__getitem__, "", fp8_matrix_mult=False)
+
+
 def build_t5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
-                     dtype: torch.dtype | None = None, attention_mask: bool = False) -> T5TextEncoder:
+                     dtype: torch.dtype | None = None, attention_mask: bool = False,
+                     encoder_class: type[T5TextEncoder] = T5TextEncoder) -> T5TextEncoder:
     """Build on the meta device, then load the file's tensors with `assign=True`.
 
     `dtype`: the storage dtype (computation is float32 anyway); None keeps each tensor as the
     file stores it (fp8 stays fp8, cast per layer as it runs). Tensors already in `dtype` are
     used as they are (mmap views stay views). `attention_mask`: ComfyUI's `t5_attention_mask`.
+    `encoder_class`: the tower class (UMT5's `UMT5XXlModel` sets ComfyUI's switches for Wan).
     """
-    from transformers import T5EncoderModel
+    from transformers import T5EncoderModel, UMT5EncoderModel
 
-    # Scaled fp8 (t5xxl_fp8_e4m3fn_scaled): each scaled weight is dequantized once, into bfloat16.
+    # Scaled fp8 (t5xxl_fp8_e4m3fn_scaled, umt5_xxl_fp8_e4m3fn_scaled): the linear layers keep
+    # their fp8 weights and scales, the scale applied in each call's cast (ComfyUI's scaled_fp8_ops).
     scales = weight_scales(config, state_dict) if config.scaled_fp8 else {}
+    model_class = UMT5EncoderModel if config.relative_attention_per_block else T5EncoderModel
     with meta_build():
-        transformer = T5EncoderModel(config.to_transformers())
+        transformer = model_class(config.to_transformers())
     # The encoder's tied copy of the table is not ours to hold: `shared` is the table (ComfyUI's names).
     transformer.encoder.embed_tokens = None
     transformer.shared.__class__ = TokenEmbedding  # ComfyUI's embedding(ids, out_dtype) convention
@@ -386,10 +423,12 @@ def build_t5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
             raise T5KeyError(f"T5 key {config.prefix + name!r}: expected shape {tuple(expected[name].shape)}, "
                              f"got {tuple(tensor.shape)}")
         if name in scales:
-            loaded[name] = (tensor.float() * scales[name].float()).to(torch.bfloat16)
+            loaded[name] = tensor  # as stored (fp8); `keep_scaled_fp8` below gives the layer its scale
             continue
         loaded[name] = tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
     transformer.load_state_dict(loaded, strict=True, assign=True)
+    if config.scaled_fp8:
+        _keep_scaled_fp8(config, transformer, state_dict, scales)
     transformer.eval()
     transformer.requires_grad_(False)
-    return T5TextEncoder(config, transformer, attention_mask=attention_mask)
+    return encoder_class(config, transformer, attention_mask=attention_mask)

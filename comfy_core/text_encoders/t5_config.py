@@ -7,7 +7,9 @@ Key layout (transformers' `T5EncoderModel`, which ComfyUI's `comfy/text_encoders
 `encoder.block.N.layer.1.DenseReluDense.{wi_0,wi_1,wo}.weight` (gated GELU, T5 v1.1) or
 `...DenseReluDense.{wi,wo}.weight` (relu, original T5), `encoder.block.N.layer.1.layer_norm.weight`;
 `encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight` [buckets, heads] (block 0
-only: T5 shares one position bias; UMT5 has one per block); `encoder.final_layer_norm.weight`.
+only: T5 shares one position bias); `encoder.final_layer_norm.weight`. UMT5 (Chung et al. 2023,
+"UniMax"; Wan's umT5-XXL, ComfyUI's `model_type` "umt5") has the same names with a
+`relative_attention_bias` in every block: `relative_attention_per_block`, slot `umt5xxl`.
 
 Prefixes seen in the wild: "" (ComfyUI's models/text_encoders/t5xxl_*.safetensors, diffusers'
 `text_encoder_3/`), `text_encoders.t5xxl.transformer.` (SD3.5 / Flux single files). Heads come
@@ -26,6 +28,7 @@ from comfy_core.text_encoders.errors import TextEncoderDetectionError
 ACT_GATED_GELU = "gated-gelu"
 ACT_RELU = "relu"
 _BLOCK = "encoder.block."
+UMT5_SLOT = "umt5xxl"  # ComfyUI's name of the tower (`WanT5Model(name="umt5xxl")`)
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "float8_e4m3fn", "float8_e5m2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
@@ -51,7 +54,9 @@ class T5Config:
     dtype: str = "F32"  # storage dtype of the file's weights (safetensors name), from the final norm
     scaled_fp8: bool = False  # ComfyUI's `scaled_fp8` marker (per-layer `scale_weight` keys)
     embedding_key: str = "shared.weight"  # the token table's key under the prefix
-    slot: str = "t5xxl"  # the child name in an encoder set (ComfyUI's `t5xxl`)
+    slot: str = "t5xxl"  # the child name in an encoder set (ComfyUI's `t5xxl`; UMT5: `umt5xxl`)
+    # UMT5: every block has its own relative-attention table (T5: block 0's, shared by all blocks)
+    relative_attention_per_block: bool = False
 
     @property
     def width(self) -> int:
@@ -98,9 +103,8 @@ class T5Config:
         if inner % heads:
             raise T5DetectionError(f"{attn}q.weight: {inner} outputs do not split into {heads} heads "
                                    f"(from relative_attention_bias)")
-        if f"{prefix}{_BLOCK}1.layer.0.SelfAttention.relative_attention_bias.weight" in tensors:
-            raise T5DetectionError(f"{prefix}: every block has its own relative_attention_bias (the UMT5 "
-                                   "layout); only T5's shared position bias is supported")
+        per_block = num_layers > 1 and \
+            f"{prefix}{_BLOCK}1.layer.0.SelfAttention.relative_attention_bias.weight" in tensors
         dense = f"{prefix}{_BLOCK}0.layer.1.DenseReluDense."
         if f"{dense}wi_0.weight" in tensors:
             feed_forward = ACT_GATED_GELU
@@ -113,10 +117,14 @@ class T5Config:
         config = cls(prefix=prefix, d_model=d_model, d_kv=inner // heads, d_ff=d_ff, num_layers=num_layers,
                      num_heads=heads, vocab_size=vocab, feed_forward=feed_forward,
                      relative_attention_num_buckets=buckets, dtype=str(getattr(tensors[final_key], "dtype", "F32")),
-                     scaled_fp8=f"{prefix}scaled_fp8" in tensors, embedding_key=embedding_key)
+                     scaled_fp8=f"{prefix}scaled_fp8" in tensors, embedding_key=embedding_key,
+                     slot=UMT5_SLOT if per_block else "t5xxl", relative_attention_per_block=per_block)
         for block in range(num_layers):
             for name, shape in config.block_shapes(block).items():
                 key = f"{prefix}{name}"
+                if per_block and key not in tensors and name.endswith("relative_attention_bias.weight"):
+                    raise T5DetectionError(f"T5 key {key!r} is missing: block 1 has its own relative_attention_bias, "
+                                           "the UMT5 layout, where every block has one")
                 _expect(key, _shape(tensors, key, ndim=len(shape)), shape)
         return config
 
@@ -137,16 +145,21 @@ class T5Config:
             shapes[f"{base}1.DenseReluDense.wi_1.weight"] = (self.d_ff, self.d_model)
         else:
             shapes[f"{base}1.DenseReluDense.wi.weight"] = (self.d_ff, self.d_model)
-        if block == 0:
+        if block == 0 or self.relative_attention_per_block:
             shapes[f"{base}0.SelfAttention.relative_attention_bias.weight"] = (
                 self.relative_attention_num_buckets, self.num_heads)
         return shapes
 
-    def to_transformers(self) -> Any:
-        """transformers' `T5Config` for an encoder of this shape (SDPA attention)."""
-        from transformers import T5Config as HFT5Config
+    @property
+    def is_umt5(self) -> bool:
+        return self.relative_attention_per_block
 
-        config = HFT5Config(
+    def to_transformers(self) -> Any:
+        """transformers' `T5Config` (`UMT5Config` for the UMT5 layout) for an encoder of this
+        shape (SDPA attention)."""
+        from transformers import T5Config as HFT5Config, UMT5Config
+
+        config = (UMT5Config if self.relative_attention_per_block else HFT5Config)(
             vocab_size=self.vocab_size, d_model=self.d_model, d_kv=self.d_kv, d_ff=self.d_ff,
             num_layers=self.num_layers, num_heads=self.num_heads,
             relative_attention_num_buckets=self.relative_attention_num_buckets,

@@ -2,7 +2,9 @@
 
 An `EncoderOptions.kind` names one: "clip" (CLIP / OpenCLIP text transformers: `ClipTextConfig`,
 `ClipTextEncoder`, the CLIP BPE `SDTokenizer`) or "t5" (T5 encoders: `T5Config`, `T5TextEncoder`,
-`T5XXLTokenizer`). The factory and the split-file loader go through these three functions, so an
+`T5XXLTokenizer`) or "umt5" (Wan's umT5: `T5Config` with a table per block, `umt5.UMT5XXlModel`,
+`umt5_tokenizer.UMT5XXlTokenizer` over the file's own SentencePiece model, given as ComfyUI's
+`tokenizer_data`). The factory and the split-file loader go through these three functions, so an
 encoder set mixing CLIP and T5 towers (SD3, Flux) is built like a CLIP-only one.
 """
 from __future__ import annotations
@@ -13,17 +15,23 @@ import torch
 
 from comfy_core.text_encoders.config import ClipTextConfig
 from comfy_core.text_encoders.encoder_set import EncoderOptions
-from comfy_core.text_encoders.t5_config import T5Config
+from comfy_core.text_encoders.t5_config import T5Config, T5DetectionError
 
 KIND_CLIP = "clip"
 KIND_T5 = "t5"
+KIND_UMT5 = "umt5"
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
-    if options.kind == KIND_T5:
+    if options.kind in (KIND_T5, KIND_UMT5):
         config = T5Config.detect_from_weights(tensors, prefix)
+        if config is not None and config.relative_attention_per_block != (options.kind == KIND_UMT5):
+            raise T5DetectionError(
+                f"{prefix or 'the file'}: a {'umT5' if config.relative_attention_per_block else 'T5'} encoder "
+                f"where the {options.slot} slot needs a {'umT5' if options.kind == KIND_UMT5 else 'T5'} one "
+                "(umT5 has a relative_attention_bias in every block, T5 only in block 0)")
         if config is not None and config.slot != options.slot:
             import dataclasses
 
@@ -36,16 +44,29 @@ def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torc
     """The encoder module of a detected tower. T5 files stored in fp8 stay fp8 (cast per layer as
     they run, as ComfyUI keeps `dtype_t5`): an fp8 T5-XXL is 5 GB, 19 GB in float32."""
     if isinstance(config, T5Config):
+        stored = None if str(config.dtype) in FP8_STORAGE else dtype
+        if config.relative_attention_per_block:
+            from comfy_core.text_encoders.umt5 import build_umt5_encoder
+
+            return build_umt5_encoder(config, state_dict, stored)
         from comfy_core.text_encoders.t5 import build_t5_encoder
 
-        return build_t5_encoder(config, state_dict, None if str(config.dtype) in FP8_STORAGE else dtype)
+        return build_t5_encoder(config, state_dict, stored)
     from comfy_core.text_encoders.encoder import build_encoder
 
     return build_encoder(config, state_dict, dtype)
 
 
-def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, embedding_key: str) -> Any:
-    """The tokenizer of one tower of a set (see `comfy_core.text_encoders.factory.make_tokenizer`)."""
+def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, embedding_key: str,
+                    tokenizer_data: Mapping[str, Any] | None = None) -> Any:
+    """The tokenizer of one tower of a set (see `comfy_core.text_encoders.factory.make_tokenizer`).
+    `tokenizer_data`: ComfyUI's, what a tower's file carries for its tokenizer (umT5's
+    `spiece_model`); a umT5 tower without it is a `MissingTokenizerError`."""
+    if options.kind == KIND_UMT5:
+        from comfy_core.text_encoders.umt5_tokenizer import umt5_tokenizer
+
+        return umt5_tokenizer(tokenizer_data, min_length=options.min_length, embedding_width=config.width,
+                              source=f"the {options.slot} text encoder")
     if options.kind == KIND_T5:
         from comfy_core.text_encoders.t5_tokenizer import T5XXLTokenizer
 

@@ -1,0 +1,74 @@
+"""Wan's text encoder: umT5-XXL (Chung et al. 2023, "UniMax: Fairer and More Effective Language
+Sampling for Large-Scale Multilingual Pretraining"), as ComfyUI 0.3.64's
+`comfy/text_encoders/wan.py` sets it up.
+
+umT5 is T5 v1.1 (gated-GELU feed-forward, RMS norms, no attention scaling; vocab 256384, d_model
+4096, 24 blocks, 64 heads, d_ff 10240) with a relative-attention table in every block
+(`encoder.block.N.layer.0.SelfAttention.relative_attention_bias.weight`), run by our T5 tower
+(`t5.T5TextEncoder` with `T5Config.relative_attention_per_block`). ComfyUI's `UMT5XXlModel`
+switches: special tokens end 1, pad 0; the attention mask is used (`enable_attention_masks`:
+pad keys are not attended) and `zero_out_masked` (states after the prompt's end token are
+zeros); not returned with the conditioning. The tokenizer is the file's own SentencePiece model
+(`umt5_tokenizer.py`), min length 512, so a short prompt gives CONDITIONING `[1, 512, 4096]`.
+
+The set (`WAN_TEXT_ENCODERS`, CLIPLoader type "wan") holds the one tower `umt5xxl`; its classes
+have ComfyUI's names (`WanT5Model`, `WanT5Tokenizer`; towers `UMT5XXlModel`, `UMT5XXlTokenizer`).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, TextEncoderSet
+from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
+from comfy_core.text_encoders.t5 import T5TextEncoder, build_t5_encoder
+from comfy_core.text_encoders.t5_config import UMT5_SLOT, T5Config
+from comfy_core.text_encoders.umt5_tokenizer import SPIECE_KEY, UMT5_MIN_LENGTH, UMT5XXlTokenizer  # noqa: F401
+
+UMT5_WIDTH = 4096
+
+
+class UMT5XXlModel(T5TextEncoder):
+    """ComfyUI's `UMT5XXlModel` (an `SDClipModel`): the T5 tower with the attention mask in force
+    and the states after the end token zeroed; the mask is not returned."""
+
+    zero_out_masked = True
+
+    def __init__(self, config: T5Config, transformer: torch.nn.Module, attention_mask: bool = True) -> None:
+        super().__init__(config, transformer, attention_mask=True)
+        self.return_attention_masks = False
+
+
+class WanT5Model(TextEncoderSet):
+    """Wan's text-encoder set (ComfyUI's `comfy.text_encoders.wan.WanT5Model`, an SD1ClipModel
+    named `umt5xxl`: its tower is the child `umt5xxl`)."""
+
+    clip_name, clip = UMT5_SLOT, UMT5_SLOT
+
+
+class WanT5Tokenizer(FamilyTokenizer):
+    """Wan's tokenizer (ComfyUI's `comfy.text_encoders.wan.WanT5Tokenizer`: an SD1Tokenizer with
+    clip_name "umt5xxl", its tower tokenizer at `clip_umt5xxl`, tokens under key "umt5xxl")."""
+
+    clip_name, clip = UMT5_SLOT, f"clip_{UMT5_SLOT}"
+
+    @property
+    def clip_umt5xxl(self) -> Any:
+        return getattr(self, UMT5_SLOT)
+
+    def state_dict(self) -> dict:
+        """ComfyUI's tokenizer `state_dict`: the tower's SentencePiece model (`spiece_model`)."""
+        return getattr(self, UMT5_SLOT).state_dict()
+
+
+WAN_TEXT_ENCODERS = EncoderSetSpec(
+    "wan", (EncoderOptions(UMT5_SLOT, UMT5_SLOT, PAD_ZERO, None, True, projected_pooled=False,
+                           kind="umt5", nominal_width=UMT5_WIDTH, min_length=UMT5_MIN_LENGTH),),
+    UMT5_SLOT, combine="concat", set_class=WanT5Model, tokenizer_class=WanT5Tokenizer, clip_types=("wan",))
+
+
+def build_umt5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],
+                       dtype: torch.dtype | None = None) -> UMT5XXlModel:
+    """The umT5 tower from a state dict in ComfyUI's / transformers' names (see `t5.build_t5_encoder`)."""
+    return build_t5_encoder(config, state_dict, dtype, attention_mask=True, encoder_class=UMT5XXlModel)
