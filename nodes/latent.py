@@ -2,7 +2,9 @@
 
 Semantics are ComfyUI's (`nodes.py` at the reference snapshot, described in
 `shared/reference/comfyui-contract.md`): LATENT is `{"samples": [B, 4, H/8, W/8]}` in the VAE's
-raw space; `.latent` files are safetensors with `latent_tensor` and the marker
+raw space (a video VAE's `[B, C, T, h, w]`: VAEEncode of an IMAGE batch on a Wan VAE encodes the
+images as the frames of one video, VAEDecode returns all videos' frames as one IMAGE batch);
+`.latent` files are safetensors with `latent_tensor` and the marker
 `latent_format_version_0` (files without the marker hold latents pre-multiplied by 0.18215 and
 are divided back on load), so files move freely between ComfyUI and this engine.
 """
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from comfy_core.image.file_names import confined_file, save_location
 from comfy_core.image.resize import center_crop, upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, image_input_errors
 from nodes.image import file_sha256
@@ -54,8 +56,20 @@ def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[di
               Input("vae", "VAE", tooltip="The VAE model used for decoding the latent.")],
       outputs=[Output("IMAGE", tooltip="The decoded image.")])
 def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
-    images = vae.decode(checks.latent(samples, ndims=(4,)))  # [B, H, W, 3]
+    latent = checks.latent(samples, ndims=(4, 5))
+    _check_latent_fits(latent, vae)
+    images = vae.decode(latent)  # [B, H, W, 3]; a video VAE: [B, T, H, W, 3]
+    if images.ndim == 5:  # ComfyUI combines the videos' frames into one IMAGE batch
+        images = images.reshape(-1, *images.shape[-3:])
     return (images,)
+
+
+def _check_latent_fits(latent: torch.Tensor, vae: Any) -> None:
+    """A video latent [B, C, T, h, w] needs a video VAE, an image latent an image VAE."""
+    axes = int(getattr(vae, "latent_dim", 2))
+    if latent.ndim != axes + 2:
+        kind = "a video latent [B, C, T, h, w]" if axes == 3 else "an image latent [B, C, h, w]"
+        raise NodeInputError("samples", f"{kind} for this VAE", f"a latent of shape {list(latent.shape)}")
 
 
 @node("VAEEncode", category="latent", display_name="VAE Encode",

@@ -4,9 +4,12 @@ Names, inputs, categories and semantics are ComfyUI's (`nodes.py` at the referen
 
 - The tiled nodes take their sizes in pixels; the VAE works on overlapping tiles blended with
   linear feathering (`comfy_core.models.vae_tiling`). VAEDecodeTiled divides tile and overlap by
-  the VAE's factor (8) for the latent and, as ComfyUI, lowers an overlap above a quarter of the
-  tile to a quarter. `temporal_size`/`temporal_overlap` only matter to video VAEs; the image VAEs
-  here have no time axis, so they are accepted and unused, as ComfyUI does for image VAEs.
+  the VAE's factor (8, 16 for Wan 2.2) for the latent and, as ComfyUI, lowers an overlap above a
+  quarter of the tile to a quarter. `temporal_size`/`temporal_overlap` (frames) only matter to
+  video VAEs (Wan): VAEDecodeTiled halves an overlap above half the size and divides both by the
+  VAE's temporal compression (4) into latent frames (at least 2 per tile, overlap at least 1 and
+  at most half a tile), and returns every video's frames as one IMAGE batch; VAEEncodeTiled hands
+  them on in frames (the VAE converts them). An image VAE ignores them, as ComfyUI's do.
 - VAEEncodeForInpaint crops pixels to a multiple of 8 (centred), resizes the mask to the image
   (bilinear), sets masked pixels to grey (0.5) before encoding, and returns the mask grown by
   `grow_mask_by` pixels (a box kernel of that size) as the LATENT's `noise_mask` [B, 1, H, W].
@@ -17,7 +20,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from graph.native import Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -65,17 +68,30 @@ def vae_decode_tiled(samples: dict, vae: Any, tile_size: int = 512, overlap: int
                      temporal_overlap: int = 8) -> tuple[torch.Tensor]:
     from comfy_core.models.vae_tiling import TilingError
 
-    latent = checks.latent(samples, ndims=(4,))
+    latent = checks.latent(samples, ndims=(4, 5))
     overlap = checks.integer(overlap, "overlap", 0)  # validation enforces min 0; a direct call gets the same
     if tile_size < overlap * 4:  # ComfyUI's rule: the overlap is at most a quarter of the tile
         overlap = tile_size // 4
+    if temporal_size < temporal_overlap * 2:
+        temporal_overlap = temporal_overlap // 2
+    temporal = vae.temporal_compression_decode() if hasattr(vae, "temporal_compression_decode") else None
+    if temporal is not None:  # a video VAE: frames to latent frames, as ComfyUI
+        tile_t: int | None = max(2, temporal_size // temporal)
+        overlap_t: int | None = max(1, min(tile_t // 2, temporal_overlap // temporal))
+    else:
+        tile_t = overlap_t = None
+    if latent.ndim != (5 if temporal is not None else 4):
+        kind = "a video latent [B, C, T, h, w]" if temporal is not None else "an image latent [B, C, h, w]"
+        raise NodeInputError("samples", f"{kind} for this VAE", f"a latent of shape {list(latent.shape)}")
     factor = _factor(vae)
     try:
         images = vae.decode_tiled(latent, tile_x=tile_size // factor, tile_y=tile_size // factor,
-                                  overlap=overlap // factor, progress=_progress())
+                                  overlap=overlap // factor, tile_t=tile_t, overlap_t=overlap_t, progress=_progress())
     except TilingError as exc:
         # Only a tile_size far below the declared minimum (a latent tile under 2) gets here.
         raise NodeInputError("tile_size", f"at least {2 * factor} pixels", str(exc)) from None
+    if images.ndim == 5:  # [B, T, H, W, 3] -> one IMAGE batch of all frames, as ComfyUI
+        images = images.reshape(-1, *images.shape[-3:])
     return (images,)
 
 
@@ -93,7 +109,8 @@ def vae_encode_tiled(pixels: torch.Tensor, vae: Any, tile_size: int = 512, overl
     pixels = _pixels(pixels, _factor(vae))
     overlap = checks.integer(overlap, "overlap", 0)
     try:
-        latent = vae.encode_tiled(pixels, tile_x=tile_size, tile_y=tile_size, overlap=overlap, progress=_progress())
+        latent = vae.encode_tiled(pixels[..., :3], tile_x=tile_size, tile_y=tile_size, overlap=overlap,
+                                  tile_t=temporal_size, overlap_t=temporal_overlap, progress=_progress())
     except TilingError as exc:
         # ComfyUI has no guard here: a half-size tiling no larger than the overlap steps by zero
         # (an error) or backwards (no tiles, a NaN latent). Name the input instead.

@@ -19,13 +19,18 @@ Behaviour of ComfyUI's `comfy/utils.py: tiled_scale_multidim` (two spatial axes)
   once; when all three coincide (the image fits the tiles) the result is that one tiling's,
   exactly what the plain, untiled call gives.
 
+Video latents (`tiled_nd`) are tiled over time and space at once, in one tiling, as ComfyUI's
+`tiled_scale_multidim` does for video VAEs.
+
 Batch elements are processed one at a time and every tile result is moved to `output_device`
 at once, so the accelerator holds the module and one tile's activations, never the whole image.
 """
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 
@@ -145,3 +150,71 @@ def crop_to_multiple(pixels: torch.Tensor, factor: int) -> torch.Tensor:
         return pixels
     top, left = (pixels.shape[1] % factor) // 2, (pixels.shape[2] % factor) // 2
     return pixels[:, top:top + height, left:left + width, :]
+
+
+# --- Video latents: one tiling over time and space (ComfyUI's `tiled_scale_multidim`) ---
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How one axis of a video is tiled: `tile` and `overlap` in input units; `size(n)` is the
+    output length of an input of length `n` (also the feather width of an overlap), `place(p)`
+    the output start of a tile starting at input index `p` (they differ for Wan's time axis:
+    T' latent frames decode to 4T' - 3 frames, a tile starting at latent frame p lands at 4p)."""
+
+    tile: int
+    overlap: int
+    size: Callable[[int], float]
+    place: Callable[[int], float]
+
+
+def tiled_nd(samples: torch.Tensor, fn: TileFn, axes: Sequence[Axis], out_channels: int,
+             output_device: torch.device | str = "cpu", progress: Progress | None = None) -> torch.Tensor:
+    """samples [B, C, *dims] -> float32 [B, out_channels, *round(axis.size(dim))], mapped by `fn`
+    in one tiling of overlapping tiles (spans as `tile_spans`), each weighted by the product of
+    its axes' linear ramps (`feather_ramp`, width `round(axis.size(overlap))`) and normalised by
+    the summed weights. A batch element that fits one tile is mapped whole. ComfyUI uses this
+    single tiling (not the mean of three) for video VAEs; so does this."""
+    if samples.ndim != 2 + len(axes):
+        raise TilingError(f"expected samples [B, C] + {len(axes)} axes, got shape {tuple(samples.shape)}")
+    dims = samples.shape[2:]
+    out_dims = [round(axis.size(n)) for axis, n in zip(axes, dims)]
+    spans = [tile_spans(n, axis.tile, axis.overlap) for axis, n in zip(axes, dims)]
+    whole = all(len(s) == 1 for s in spans)
+    total = samples.shape[0] * (1 if whole else math.prod(len(s) for s in spans))
+    done = 0
+    output = torch.empty(samples.shape[0], out_channels, *out_dims, device=output_device)
+    for b in range(samples.shape[0]):
+        element = samples[b:b + 1]
+        if whole:
+            output[b:b + 1] = fn(element).to(device=output_device, dtype=torch.float32)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+            continue
+        acc = torch.zeros(1, out_channels, *out_dims, device=output_device)
+        weight = torch.zeros(1, 1, *out_dims, device=output_device)
+        for corner in itertools.product(*spans):
+            piece = element
+            for d, (start, length) in enumerate(corner):
+                piece = piece.narrow(d + 2, start, length)
+            result = fn(piece).to(device=output_device, dtype=torch.float32)
+            mask = torch.ones((), device=output_device)
+            where = []
+            for d, ((start, _), axis) in enumerate(zip(corner, axes)):
+                top = round(axis.place(start))
+                keep = min(result.shape[d + 2], out_dims[d] - top)  # a rounded-up last tile is cut
+                result = result.narrow(d + 2, 0, keep)
+                ramp = feather_ramp(keep, round(axis.size(axis.overlap))).to(output_device)
+                mask = mask.unsqueeze(-1) * ramp  # grows to [keep_0, ..., keep_d]
+                where.append(slice(top, top + keep))
+            acc[(..., *where)] += result * mask
+            weight[(..., *where)] += mask
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        if not bool((weight > 0).all()):
+            raise TilingError(f"tiles {[a.tile for a in axes]} with overlaps {[a.overlap for a in axes]} leave parts "
+                              f"of a {list(dims)} input uncovered")
+        output[b:b + 1] = acc / weight
+    return output

@@ -6,7 +6,9 @@ layouts: a standalone VAE (`encoder.*`/`decoder.*`), a checkpoint's `first_stage
 `vae.*` prefix, or diffusers' `AutoencoderKL` names (converted, as ComfyUI's VAE loader does).
 With or without the quantisation convolutions (SD3 / Flux.1 16-channel VAEs have none; the
 config reads which from the weights). A temporal decoder (SVD's, `decoder.mid.block_1.mix_factor`)
-builds the video autoencoder, as ComfyUI's `comfy/sd.py: VAE` does.
+builds the video autoencoder, as ComfyUI's `comfy/sd.py: VAE` does. A Wan VAE (2.1 or 2.2:
+`decoder.middle.0.residual.0.gamma`, ComfyUI's marker, or diffusers' `AutoencoderKLWan` names,
+converted) builds `comfy_core.models.wan_vae.WanVAE` with the architecture read from the weights.
 The module is built on the meta device and given its tensors by assignment (no second copy).
 """
 from __future__ import annotations
@@ -26,6 +28,9 @@ from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
+from comfy_core.models.wan_vae import WanVAE
+from comfy_core.models.wan_vae_config import WAN_MARKER, WanVAEConfig
+from comfy_core.models.wan_vae_keys import WanKeyError, is_diffusers_wan_vae, wan_vae_names
 
 VAE_PREFIXES = ("first_stage_model.", "vae.", "")
 
@@ -41,18 +46,49 @@ def vae_view(checkpoint: CheckpointFile) -> CheckpointFile | RenamedCheckpoint:
         raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
 
 
+def wan_vae_view(checkpoint: CheckpointFile) -> tuple[CheckpointFile | RenamedCheckpoint, str] | None:
+    """(the file under the original Wan names, prefix) when it holds a Wan VAE, else None.
+
+    The original layout is found under any of `VAE_PREFIXES`; a diffusers `AutoencoderKLWan`
+    layout is renamed (its prefix is folded into the names, so the prefix is then "")."""
+    names = checkpoint.tensors
+    for prefix in VAE_PREFIXES:
+        if f"{prefix}{WAN_MARKER}" in names:
+            return checkpoint, prefix
+    for prefix in VAE_PREFIXES:
+        if is_diffusers_wan_vae(names, prefix):
+            try:
+                return RenamedCheckpoint(checkpoint, wan_vae_names(names, prefix)), ""
+            except WanKeyError as exc:
+                raise ShapeMismatchError(checkpoint.path, f"Wan VAE: {exc}") from None
+    return None
+
+
 def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torch.dtype = torch.float32, *,
                     mmap: bool = True, workers: int = DEFAULT_WORKERS,
-                    metadata: Mapping[str, str] | None = None) -> AutoencoderKL:
-    """An `AutoencoderKL` (eval mode) from a VAE file or a state dict, weights in `dtype`.
+                    metadata: Mapping[str, str] | None = None) -> AutoencoderKL | WanVAE:
+    """An `AutoencoderKL` (or a Wan video VAE, eval mode) from a VAE file or a state dict,
+    weights in `dtype`.
 
     Raises `CheckpointError` subclasses naming the file (`<state dict>` for a mapping):
     `MissingComponentError` when it holds no VAE, `ShapeMismatchError` when it is malformed."""
     with CheckpointFile(source, metadata=metadata) as file:
+        wan = wan_vae_view(file)
+        if wan is not None:
+            checkpoint, prefix = wan
+            try:
+                config = WanVAEConfig.detect_from_weights(checkpoint.tensors, prefix)
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: WanVAE(config)), checkpoint, prefix, dtype, "VAE",
+                              zero_copy=mmap, workers=workers)
+            vae.eval()
+            return vae
         checkpoint = vae_view(file)
         prefixes = [p for p in VAE_PREFIXES if f"{p}encoder.conv_in.weight" in checkpoint.tensors]
         if not prefixes:
-            raise MissingComponentError(checkpoint.path, "not a VAE: no 'encoder.conv_in.weight' (with or without "
+            raise MissingComponentError(checkpoint.path, "not a VAE: no 'encoder.conv_in.weight' nor Wan's "
+                                                         f"'{WAN_MARKER}' (with or without "
                                                          "a 'first_stage_model.' prefix)")
         prefix = prefixes[0]
         # Without quantisation convolutions an image VAE and SVD's would both build: tell them apart.
