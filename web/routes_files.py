@@ -4,7 +4,8 @@ Every client-supplied name goes through `web.confined_path` (lexical check, then
 resolving symlinks), so no request reaches outside its folder. Names are never "fixed up": a name
 with a path separator, a control character or `..` is refused with a 400 that says why.
 Active content (HTML, SVG, XML, JS, CSS) is only ever sent as a download (ComfyUI CVE-2024-10099,
-CVE-2026-56670).
+CVE-2026-56670). Files are sent with HTTP range support (206 partial content), as a video
+element seeking needs; their types come from comfy_core.video.media_types.
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import asyncio
 import hashlib
 import io
 import json
-import mimetypes
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_request import FileField
 
+from comfy_core.video.media_types import media_type
 from web.confined_path import PathOutsideRoot, confined_path
 from web.middlewares import json_error
 from web.state import AppState, state_of
@@ -138,7 +139,10 @@ async def view(request: web.Request) -> web.StreamResponse:
     if variant is not None:
         data, content_type = variant
         return web.Response(body=data, content_type=content_type, headers=headers)
-    content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    # Video and audio types from a fixed table (the browser's <video>/<audio> pick a decoder from
+    # it); aiohttp's FileResponse answers `Range: bytes=a-b` with 206 and Content-Range, which
+    # the video element needs to seek and to read an MP4's index at the end of the file.
+    content_type = media_type(path.name) or "application/octet-stream"
     if content_type in _ACTIVE_TYPES:
         content_type = "application/octet-stream"
         headers["Content-Disposition"] = f'attachment; filename="{_header_safe(path.name)}"'

@@ -139,14 +139,15 @@ class PreviewVideo(_UIOutput):
         return {"images": [dict(v) for v in self.values], "animated": (True,)}
 
 
-class AudioBackendMissingError(RuntimeError):
-    """Saving audio (FLAC/MP3/Opus) was asked for; ComfyUI encodes it with PyAV, which this
-    engine does not ship."""
-
-
 class PreviewAudio(_UIOutput):
-    """ComfyUI's `ui.PreviewAudio(audio, cls)` saves the audio as FLAC in the temp folder with
-    PyAV; this engine has no audio encoder, so making one raises `AudioBackendMissingError`."""
+    """ComfyUI's `ui.PreviewAudio(audio, cls)`: each batch item saved as FLAC in the temp folder
+    (nodes/audio.py, PyAV), previewed by the editor's audio widget."""
 
     def __init__(self, audio: dict, cls: Any = None, **kwargs: Any) -> None:
-        raise AudioBackendMissingError("ui.PreviewAudio: saving audio needs PyAV, which this engine does not ship")
+        from nodes.audio import write_audio_files
+
+        suffix = "".join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
+        self.values = write_audio_files(audio, f"ComfyUI_temp_{suffix}", "temp", "flac", None, None, None)["ui"]["audio"]
+
+    def as_dict(self) -> dict:
+        return {"audio": self.values}

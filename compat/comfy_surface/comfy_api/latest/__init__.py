@@ -1,11 +1,12 @@
-"""ComfyUI's `comfy_api.latest`: `io`, `ui`, `ComfyExtension`, `ComfyAPI`, `ComfyAPISync`, `InputImpl`, `Types`
-(compat/v3/)."""
+"""ComfyUI's `comfy_api.latest`: `io`, `ui`, `ComfyExtension`, `ComfyAPI`, `ComfyAPISync`, `Input`, `InputImpl`,
+`Types` (compat/v3/)."""
 from compat.v3 import io, ui
 from compat.v3.api import ComfyAPI, ComfyAPISync, ComfyExtension
-from compat.v3.video import InputImpl, Types
+from compat.v3.video import Input, InputImpl, Types
 
 IO = io
 UI = ui
 comfy_io = io
 
-__all__ = ["io", "ui", "IO", "UI", "comfy_io", "ComfyExtension", "ComfyAPI", "ComfyAPISync", "InputImpl", "Types"]
+__all__ = ["io", "ui", "IO", "UI", "comfy_io", "ComfyExtension", "ComfyAPI", "ComfyAPISync", "Input", "InputImpl",
+           "Types"]

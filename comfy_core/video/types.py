@@ -1,0 +1,109 @@
+"""ComfyUI's VIDEO value and its parts (comfy_api/latest/_util/video_types.py and
+_input/video_types.py, 0.3.64): the container and codec choices, `VideoComponents` and the
+abstract `VideoInput` every VIDEO value is.
+
+The choices are ComfyUI's own (SaveVideo offers `auto`/`mp4` and `auto`/`h264`; WEBM has its own
+node), so workflows and `/object_info` match; a value outside them is an `UnknownChoiceError`
+that lists them. IMAGE frames are float `[T, H, W, C]` in 0..1; AUDIO is ComfyUI's dict
+`{"waveform": [B, C, S] float, "sample_rate": int}`.
+"""
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+from typing import IO, Any
+
+from comfy_core.video.errors import UnknownChoiceError
+
+
+class VideoCodec(str, Enum):
+    AUTO = "auto"
+    H264 = "h264"
+
+    @classmethod
+    def as_input(cls) -> list[str]:
+        """The codec names a combo input offers."""
+        return [member.value for member in cls]
+
+    @classmethod
+    def parse(cls, value: Any) -> "VideoCodec":
+        """`value` (a member or its name) as a member, or `UnknownChoiceError` naming the choices."""
+        return _member(cls, "video codec", value)
+
+
+class VideoContainer(str, Enum):
+    AUTO = "auto"
+    MP4 = "mp4"
+
+    @classmethod
+    def as_input(cls) -> list[str]:
+        """The container names a combo input offers."""
+        return [member.value for member in cls]
+
+    @classmethod
+    def get_extension(cls, value: Any) -> str:
+        """The file extension of a container: "mp4" for mp4 and for auto, as ComfyUI."""
+        value = cls.parse(value)
+        return "mp4" if value in (cls.MP4, cls.AUTO) else ""
+
+    @classmethod
+    def parse(cls, value: Any) -> "VideoContainer":
+        return _member(cls, "video container", value)
+
+
+def _member(enum: type[Enum], what: str, value: Any) -> Any:
+    if isinstance(value, enum):
+        return value
+    try:
+        return enum(value)
+    except ValueError:
+        raise UnknownChoiceError(what, value, [member.value for member in enum]) from None
+
+
+@dataclass
+class VideoComponents:
+    """Frames (IMAGE `[T, H, W, C]`), frame rate, optional AUDIO and the container's metadata."""
+
+    images: Any
+    frame_rate: Fraction
+    audio: Any = None
+    metadata: dict | None = None
+
+
+class VideoInput(ABC):
+    """ComfyUI's abstract `VIDEO` value: its components, and saving it to a file or stream."""
+
+    @abstractmethod
+    def get_components(self) -> VideoComponents:
+        """Frames, audio, frame rate (and metadata, for a file)."""
+
+    @abstractmethod
+    def save_to(self, path: str | IO[bytes], format: Any = VideoContainer.AUTO,  # noqa: A002
+                codec: Any = VideoCodec.AUTO, metadata: dict | None = None) -> None:
+        """Write the video to `path` (a file name or a binary stream)."""
+
+    def get_stream_source(self) -> str | io.BytesIO:
+        """Something `av.open` reads: the video written to memory unless a subclass holds a file."""
+        buffer = io.BytesIO()
+        self.save_to(buffer)
+        buffer.seek(0)
+        return buffer
+
+    def get_dimensions(self) -> tuple[int, int]:
+        """(width, height) of the frames."""
+        images = self.get_components().images
+        return int(images.shape[2]), int(images.shape[1])
+
+    def get_duration(self) -> float:
+        """Seconds: frames / frame rate."""
+        components = self.get_components()
+        return float(components.images.shape[0] / components.frame_rate)
+
+    def get_container_format(self) -> str:
+        """The container's format name as FFmpeg reports it (`"mov,mp4,m4a,3gp,3g2,mj2"`)."""
+        from comfy_core.video.containers import container_format
+
+        return container_format(self.get_stream_source())

@@ -1,0 +1,4 @@
+"""ComfyUI's `comfy_api.latest._util.video_types` (comfy_core/video/)."""
+from compat.v3.video import VideoCodec, VideoComponents, VideoContainer
+
+__all__ = ["VideoContainer", "VideoCodec", "VideoComponents"]

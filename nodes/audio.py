@@ -1,0 +1,123 @@
+"""The audio nodes video needs, from ComfyUI's comfy_extras/nodes_audio.py (0.3.64): LoadAudio,
+SaveAudio (FLAC), SaveAudioMP3, SaveAudioOpus, PreviewAudio. AUDIO is ComfyUI's dict
+`{"waveform": [B, C, S] float, "sample_rate": int}`; the files are read and written with PyAV
+(comfy_core.video.audio_files).
+
+- LoadAudio lists the input folder's audio and video files (the track of a video loads too),
+  with ComfyUI's `audio_upload` widget; change detection is the file's SHA-256, as ComfyUI.
+- The save nodes write one file per batch item, `<prefix>_00001_.<ext>` (`%batch_num%` in the
+  prefix becomes the item's index; the counter counts up), with the prompt and each
+  `extra_pnginfo` key as JSON tags unless `--disable-metadata`, and return
+  `{"ui": {"audio": [{filename, subfolder, type}]}}`, which the editor plays.
+- PreviewAudio writes FLAC into the temp folder, `ComfyUI_temp_<5 random letters>`.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from graph.native import Combo, Hidden, Input, Output, String, node
+from nodes._media_files import input_files_of, media_errors, validate_file
+from nodes.environment import current_env
+from nodes.errors import NodeInputError, describe, image_input_errors
+from nodes.image import annotated_path, file_sha256
+
+MODULE = "comfy_extras.nodes_audio"
+MP3_QUALITIES = ["V0", "128k", "320k"]  # comfy_core.video.audio_files.MP3_QUALITIES
+OPUS_QUALITIES = ["64k", "96k", "128k", "192k", "320k"]
+list_input_audio = input_files_of(("audio", "video"))
+
+
+def audio_exists(audio: str) -> bool | str:
+    return validate_file(audio, "audio", "audio")
+
+
+def audio_hash(audio: str, **_: Any) -> str | float:
+    from nodes._media_files import context_env
+
+    env = context_env()
+    if env is None:
+        return float("nan")
+    return file_sha256(annotated_path(env, audio, input_name="audio"))
+
+
+def _tags(prompt: Any, extra_pnginfo: Any) -> dict[str, str]:
+    if current_env().disable_metadata:
+        return {}
+    tags = {} if prompt is None else {"prompt": json.dumps(prompt)}
+    if isinstance(extra_pnginfo, dict):
+        tags.update({key: json.dumps(value) for key, value in extra_pnginfo.items()})
+    return tags
+
+
+def write_audio_files(audio: Any, filename_prefix: Any, folder_type: str, format: str,  # noqa: A002
+                      quality: str | None, prompt: Any, extra_pnginfo: Any) -> dict:
+    """Each batch item of `audio` as a `format` file in the output or temp folder; the UI record."""
+    from comfy_core.image.file_names import save_location
+    from comfy_core.video.audio_files import encode_audio
+    from comfy_core.video.audio_frames import check_audio
+
+    with media_errors("audio"):
+        waveform, sample_rate = check_audio(audio)
+    if not isinstance(filename_prefix, str):
+        raise NodeInputError("filename_prefix", "a STRING", describe(filename_prefix))
+    env = current_env()
+    root = Path(env.output_dir if folder_type == "output" else env.temp_dir)
+    with image_input_errors():
+        folder, filename, counter, subfolder = save_location(root, filename_prefix, 0, 0)
+    tags = _tags(prompt, extra_pnginfo)
+    results = []
+    for batch_number, clip in enumerate(waveform.detach().cpu()):
+        name = f"{filename.replace('%batch_num%', str(batch_number))}_{counter:05}_.{format}"
+        with media_errors("audio"):
+            data = encode_audio(clip, sample_rate, format, quality, tags)
+        (folder / name).write_bytes(data)
+        results.append({"filename": name, "subfolder": subfolder, "type": folder_type})
+        counter += 1
+    return {"ui": {"audio": results}}
+
+
+@node("LoadAudio", category="audio", display_name="Load Audio", python_module=MODULE,
+      inputs=[Combo("audio", list_input_audio, audio_upload=True)],
+      outputs=[Output("AUDIO")], is_changed=audio_hash, validate_inputs=audio_exists)
+def load_audio(audio: str) -> tuple[dict]:
+    """The first audio stream of the file, `[1, C, S]` float32 at its sample rate."""
+    from comfy_core.video.audio_files import read_audio
+
+    path = annotated_path(current_env(), audio, input_name="audio")
+    with media_errors("audio"):
+        waveform, sample_rate = read_audio(path)
+    return ({"waveform": waveform.unsqueeze(0), "sample_rate": sample_rate},)
+
+
+_SAVE_INPUTS = [Input("audio", "AUDIO"), String("filename_prefix", default="audio/ComfyUI")]
+_HIDDEN = [Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")]
+
+
+@node("SaveAudio", category="audio", display_name="Save Audio (FLAC)", output_node=True, python_module=MODULE,
+      inputs=[*_SAVE_INPUTS, *_HIDDEN])
+def save_audio(audio: dict, filename_prefix: str = "ComfyUI", prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+    return write_audio_files(audio, filename_prefix, "output", "flac", None, prompt, extra_pnginfo)
+
+
+@node("SaveAudioMP3", category="audio", display_name="Save Audio (MP3)", output_node=True, python_module=MODULE,
+      inputs=[*_SAVE_INPUTS, Combo("quality", MP3_QUALITIES, default="V0"), *_HIDDEN])
+def save_audio_mp3(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k", prompt: Any = None,
+                   extra_pnginfo: Any = None) -> dict:
+    return write_audio_files(audio, filename_prefix, "output", "mp3", quality, prompt, extra_pnginfo)
+
+
+@node("SaveAudioOpus", category="audio", display_name="Save Audio (Opus)", output_node=True, python_module=MODULE,
+      inputs=[*_SAVE_INPUTS, Combo("quality", OPUS_QUALITIES, default="128k"), *_HIDDEN])
+def save_audio_opus(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k", prompt: Any = None,
+                    extra_pnginfo: Any = None) -> dict:
+    return write_audio_files(audio, filename_prefix, "output", "opus", quality, prompt, extra_pnginfo)
+
+
+@node("PreviewAudio", category="audio", display_name="Preview Audio", output_node=True, python_module=MODULE,
+      inputs=[Input("audio", "AUDIO"), *_HIDDEN])
+def preview_audio(audio: dict, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+    suffix = "".join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
+    return write_audio_files(audio, f"ComfyUI_temp_{suffix}", "temp", "flac", None, prompt, extra_pnginfo)
