@@ -7,7 +7,7 @@ answers `isinstance` from the model's family: true exactly for the families whos
 is that class or a subclass of it (ComfyUI's hierarchy: `SDXL_instructpix2pix(IP2P, SDXL)`, ...).
 `SD3` (SD3 / SD3.5 MMDiTs) and `Flux` (Flux.1 dev, Kontext and schnell; ComfyUI builds schnell
 as a `Flux` too, with flow sampling) answer for our DiT families. A class of a kind we do not load
-(WAN21, HunyuanVideo, ...) matches no model of ours. Pack subclasses of these classes are ordinary
+(HunyuanVideo, LTXV, ...) matches no model of ours. Pack subclasses of these classes are ordinary
 classes (plain `isinstance`).
 """
 from __future__ import annotations
@@ -65,11 +65,18 @@ SD3 = _kind("SD3", ("sd3",))
 # ComfyUI's Chroma is a Flux subclass: a Chroma model is a Flux too.
 Flux = _kind("Flux", ("flux", "flux_schnell", "chroma"))
 Chroma = _kind("Chroma", ("chroma",), Flux)
+# Wan (comfy_core/families/wan*.py): ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
+_WAN = ("wan21_t2v", "wan21_i2v", "wan21_fun_control", "wan22_i2v", "wan21_vace", "wan21_camera", "wan22_camera",
+        "wan22_ti2v")
+WAN21 = _kind("WAN21", _WAN)
+WAN21_Vace = _kind("WAN21_Vace", ("wan21_vace",), WAN21)
+WAN21_Camera = _kind("WAN21_Camera", ("wan21_camera", "wan22_camera"), WAN21)
+WAN22 = _kind("WAN22", ("wan22_ti2v",), WAN21)
 
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
 _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
                 "StableAudio1", "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "HunyuanVideo",
-                "CosmosVideo", "Lumina2", "WAN21", "WAN22", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
+                "CosmosVideo", "Lumina2", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
 globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
 
@@ -79,7 +86,10 @@ globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
 CLASS_OF_FAMILY = {"sd1": BaseModel, "sd1_inpaint": BaseModel, "sd2": BaseModel, "sd2_inpaint": BaseModel,
                    "sd1_ip2p": SD15_instructpix2pix, "sd21_unclip": SD21UNCLIP, "sdxl": SDXL, "sdxl_inpaint": SDXL,
                    "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner, "svd": SVD_img2vid,
-                   "sd3": SD3, "flux": Flux, "flux_schnell": Flux, "chroma": Chroma}
+                   "sd3": SD3, "flux": Flux, "flux_schnell": Flux, "chroma": Chroma,
+                   "wan21_t2v": WAN21, "wan21_i2v": WAN21, "wan21_fun_control": WAN21, "wan22_i2v": WAN21,
+                   "wan21_vace": WAN21_Vace, "wan21_camera": WAN21_Camera, "wan22_camera": WAN21_Camera,
+                   "wan22_ti2v": WAN22}
 
 
 def convert_tensor(extra: Any, dtype: Any, device: Any) -> Any:

@@ -1,5 +1,5 @@
 """ComfyUI 0.3.64's `comfy.supported_models` config classes of model kinds this engine does not
-load (HunyuanDiT, GenmoMochi, WAN21_T2V, ...), for node packs that name them.
+load (HunyuanDiT, GenmoMochi, WAN22_S2V, ...), for node packs that name them.
 
 Packs walk an `isinstance` chain over these classes to tell a model's kind (Easy-Use's
 `get_sd_version` tests SD3, then HunyuanDiT, then Flux, then GenmoMochi): every name must exist
@@ -19,15 +19,13 @@ _PARENTS: dict[str, str] = {
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
-          "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2", "Lumina2", "WAN21_T2V",
+          "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2", "Lumina2",
           "Hunyuan3Dv2", "HiDream", "ChromaRadiance", "ACEStep", "Omnigen2", "QwenImage")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",
              "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
-             "CosmosI2VPredict2": "CosmosT2IPredict2", "WAN21_I2V": "WAN21_T2V", "WAN21_FunControl2V": "WAN21_T2V",
-             "WAN21_Vace": "WAN21_T2V", "WAN21_Camera": "WAN21_T2V", "WAN22_T2V": "WAN21_T2V",
-             "WAN22_Camera": "WAN21_T2V", "WAN22_S2V": "WAN21_T2V", "WAN21_HuMo": "WAN21_T2V",
+             "CosmosI2VPredict2": "CosmosT2IPredict2", "WAN22_S2V": "WAN21_T2V", "WAN21_HuMo": "WAN21_T2V",
              "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2"}
 
 
@@ -39,7 +37,10 @@ def _config_class(name: str) -> type:
     if name not in _built:
         from comfy_core.models import model_config as mc
 
-        parent = _config_class(_SUBKINDS[name]) if name in _SUBKINDS else getattr(mc, _PARENTS.get(name, "BASE"))
+        if name in _SUBKINDS:  # a subclass of another kind here, or of one of our families' classes
+            parent = getattr(mc, _SUBKINDS[name], None) or _config_class(_SUBKINDS[name])
+        else:
+            parent = getattr(mc, _PARENTS.get(name, "BASE"))
         _built[name] = type(name, (parent,), {
             "__module__": __name__, "__qualname__": name,
             "__doc__": f"ComfyUI's `{name}` config (a kind this engine does not load)."})

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graph.context import current
 from graph.native import Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes._names import sampler_names, scheduler_names
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
     from comfy_core.sampling.driver import sample
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
-    samples = checks.latent(latent, "latent_image", ndims=(4,))
+    samples = checks.latent(latent, "latent_image", ndims=(4, 5))
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)
     noise = noise_source.generate_noise(latent)
     out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,

@@ -1,6 +1,6 @@
 """Model families (SD1.x, SD2.x, SDXL, SDXL refiner, their inpainting and instruct-pix2pix
-variants, SD2.1 unCLIP, Stable Video Diffusion, SD3/SD3.5, Flux.1 dev/Kontext and schnell, Chroma) and
-their registry.
+variants, SD2.1 unCLIP, Stable Video Diffusion, SD3/SD3.5, Flux.1 dev/Kontext and schnell, Chroma, the
+Wan 2.1 / 2.2 video DiTs) and their registry.
 
 `default_registry()` returns a new `FamilyRegistry` holding the built-in families; callers that
 add their own build on it (`registry.register(my_family.definition())`). See README.md.
@@ -14,13 +14,16 @@ from comfy_core.families.registry import Detection, FamilyRegistrationError, Fam
 def default_registry() -> FamilyRegistry:
     """A fresh registry with the built-in families."""
     from comfy_core.families import (chroma, flux, flux_schnell, sd1, sd1_inpaint, sd1_ip2p, sd2, sd2_inpaint, sd3,
-                                     sd21_unclip, sdxl, sdxl_inpaint, sdxl_ip2p, sdxl_refiner, svd)
+                                     sd21_unclip, sdxl, sdxl_inpaint, sdxl_ip2p, sdxl_refiner, svd, wan21, wan21_camera,
+                                     wan21_fun_control, wan21_i2v, wan21_vace, wan22, wan22_camera, wan22_i2v)
 
     return FamilyRegistry([sd1.definition(), sd2.definition(), sdxl.definition(), sdxl_refiner.definition(),
                            sd1_inpaint.definition(), sd1_ip2p.definition(), sd2_inpaint.definition(),
                            sdxl_inpaint.definition(), sdxl_ip2p.definition(), sd21_unclip.definition(),
                            svd.definition(), sd3.definition(), flux.definition(), flux_schnell.definition(),
-                           chroma.definition()])
+                           chroma.definition(), wan21.definition(), wan21_i2v.definition(),
+                           wan21_fun_control.definition(), wan21_vace.definition(), wan21_camera.definition(),
+                           wan22.definition(), wan22_i2v.definition(), wan22_camera.definition()])
 
 
 def encoder_sets() -> list:

@@ -1,4 +1,5 @@
-"""LoRA key maps of the flow-matching DiTs: Flux.1 (BFL layout) and SD3 / SD3.5 (SAI's MMDiT).
+"""LoRA key maps of the flow-matching DiTs: Flux.1 (BFL layout), SD3 / SD3.5 (SAI's MMDiT) and
+the Wan 2.1 / 2.2 video DiT.
 
 A LoRA file for these models names its layers in one of these spellings (ComfyUI 0.3.64 reads
 them all, comfy/lora.py `model_lora_keys_unet`, its Flux and SD3 branches):
@@ -13,6 +14,12 @@ them all, comfy/lora.py `model_lora_keys_unet`, its Flux and SD3 branches):
   (`transformer.transformer_blocks.0.attn.to_q`), SD3 also `base_model.model.<diffusers path>`;
 - OneTrainer: `lora_transformer_<diffusers path with _>`; SimpleTuner's LyCORIS: `lycoris_<...>`;
 - Flux only: `diffusion_model.single_blocks.N.linear1_qkv`, the q/k/v rows of `linear1`.
+- Wan: the native names (ComfyUI's, lightx2v's `diffusion_model.blocks.N.self_attn.q`, with
+  `.diff` / `.diff_b` records), musubi-tuner's kohya-style `lora_unet_blocks_0_self_attn_q`,
+  diffusion-pipe's / VideoX-Fun's `lora_unet__blocks_0_...` (ComfyUI converts that double
+  underscore), SimpleTuner's `lycoris_blocks_0_...`, `transformer.blocks.0.self_attn.q`, and the
+  diffusers names (`transformer.blocks.0.attn1.to_q`, `lora_transformer_blocks_0_attn1_to_q`,
+  from `comfy_core.models.wan_keys`); no fused weights, every target a whole parameter.
 
 Where diffusers splits a fused BFL/SAI weight, the target is a slice of it,
 `(param, (dim, offset, size))` (q/k/v thirds of `qkv`; q/k/v/mlp rows of Flux's `linear1`); the
@@ -36,6 +43,7 @@ Target = Union[str, tuple]
 
 FLUX = "flux"
 MMDIT = "mmdit"
+WAN = "wan"
 
 
 def dit_kind(model: nn.Module) -> str | None:
@@ -47,11 +55,14 @@ def dit_kind(model: nn.Module) -> str | None:
     # Imported here: the LoRA package is imported by the patchers, the models are heavier.
     from comfy_core.models.flux import Flux
     from comfy_core.models.mmdit import MMDiT
+    from comfy_core.models.wan import WanModel
 
     if isinstance(network, Flux):
         return FLUX
     if isinstance(network, MMDiT):
         return MMDIT
+    if isinstance(network, WanModel):
+        return WAN
     return None
 
 
@@ -128,6 +139,29 @@ def mmdit_key_map(model: nn.Module) -> dict[str, Target]:
     return key_map
 
 
+def wan_key_map(model: nn.Module) -> dict[str, Target]:
+    """LoRA layer name -> target for the Wan DiT under `model.diffusion_model`."""
+    from comfy_core.models.wan_keys import original_to_diffusers_name
+
+    names = _state_names(model)
+    key_map = native_key_map(names)
+    for name in names:
+        if not name.endswith(".weight"):
+            continue
+        layer = name[len(UNET_PREFIX):-len(".weight")]
+        underscored = layer.replace(".", "_")
+        key_map["lora_unet__" + underscored] = name  # diffusion-pipe / VideoX-Fun
+        key_map["lycoris_" + underscored] = name  # SimpleTuner's LyCORIS
+        key_map["transformer." + layer] = name
+        diffusers = original_to_diffusers_name(layer + ".weight")
+        if diffusers is not None:
+            diffusers_layer = diffusers[: -len(".weight")]
+            key_map["transformer." + diffusers_layer] = name
+            key_map["diffusion_model." + diffusers_layer] = name
+            key_map["lora_transformer_" + diffusers_layer.replace(".", "_")] = name
+    return key_map
+
+
 def row_permutations() -> tuple[Any, ...]:
     """The target functions of these maps that only reorder the first axis (the adaLN halves'
     swap of `flux_keys` and `mmdit_keys`): for a LoRA, `fn(up @ down) == fn(up) @ down` exactly."""
@@ -137,14 +171,16 @@ def row_permutations() -> tuple[Any, ...]:
 
 
 def dit_key_map(model: nn.Module) -> dict[str, Target] | None:
-    """The LoRA key map of a Flux or MMDiT `model` (a MODEL's `.model`), None for other models."""
+    """The LoRA key map of a Flux, MMDiT or Wan `model` (a MODEL's `.model`), None for other models."""
     kind = dit_kind(model)
     if kind == FLUX:
         return flux_key_map(model)
     if kind == MMDIT:
         return mmdit_key_map(model)
+    if kind == WAN:
+        return wan_key_map(model)
     return None
 
 
-__all__ = ["FLUX", "MMDIT", "Target", "dit_key_map", "dit_kind", "flux_key_map", "mmdit_key_map",
-           "native_key_map", "row_permutations", "target_name"]
+__all__ = ["FLUX", "MMDIT", "WAN", "Target", "dit_key_map", "dit_kind", "flux_key_map", "mmdit_key_map",
+           "native_key_map", "row_permutations", "target_name", "wan_key_map"]

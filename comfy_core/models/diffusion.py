@@ -230,6 +230,17 @@ class DiffusionModel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.apply_model(*args, **kwargs)
 
+    def scale_latent_inpaint(self, sigma: torch.Tensor, noise: torch.Tensor, latent_image: torch.Tensor,
+                             **kwargs: Any) -> torch.Tensor:
+        """What the region a denoise mask keeps is set to at `sigma` (ComfyUI's
+        `BaseModel.scale_latent_inpaint`): the latent re-noised to sigma, unless the family's
+        conditions keep it clean (Wan 2.2 TI2V, `ModelConditions.scale_latent_inpaint`)."""
+        own = getattr(self.conditions, "scale_latent_inpaint", None)
+        if own is not None:
+            return own(self, sigma=sigma, noise=noise, latent_image=latent_image)
+        s = sigma.reshape([sigma.shape[0]] + [1] * (noise.ndim - 1)) if sigma.ndim == 1 else sigma
+        return self.model_sampling.noise_scaling(s, noise, latent_image)
+
     def encode_adm(self, **kwargs: Any) -> torch.Tensor | None:
         """The network's `y` input from a conditioning entry's options (None for models without
         one): the family's `ModelConditions.encode_adm` (SDXL's size embedding, unCLIP's image

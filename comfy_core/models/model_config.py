@@ -167,6 +167,55 @@ class Chroma(BASE):
     supported_inference_dtypes = [torch.bfloat16, torch.float16, torch.float32]
 
 
+class WAN21_T2V(BASE):
+    """Wan 2.1 text-to-video (and the Wan 2.2 A14B experts): shift 8, memory factor dim / 2222."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "t2v"}
+    unet_extra_config: dict[str, Any] = {}
+    sampling_settings = {"shift": 8.0}
+    # ComfyUI's Wan21 / Wan22 format classes once comfy_core.models.latent_formats has them
+    # (the Wan VAE's area); a loaded model's config always carries the model's own format.
+    latent_format = getattr(latent_formats, "Wan21", None)
+    memory_usage_factor = 0.9
+    vae_key_prefix = ["vae."]
+    text_encoder_key_prefix = ["text_encoders."]
+
+    def __init__(self, unet_config: dict[str, Any]) -> None:
+        super().__init__(unet_config)
+        self.memory_usage_factor = self.unet_config.get("dim", 2000) / 2222  # ComfyUI's rule
+
+
+class WAN21_I2V(WAN21_T2V):
+    unet_config = {"image_model": "wan2.1", "model_type": "i2v", "in_dim": 36}
+
+
+class WAN21_FunControl2V(WAN21_T2V):
+    unet_config = {"image_model": "wan2.1", "model_type": "i2v", "in_dim": 48}
+
+
+class WAN21_Camera(WAN21_T2V):
+    unet_config = {"image_model": "wan2.1", "model_type": "camera", "in_dim": 32}
+
+
+class WAN22_Camera(WAN21_T2V):
+    unet_config = {"image_model": "wan2.1", "model_type": "camera_2.2", "in_dim": 36}
+
+
+class WAN21_Vace(WAN21_T2V):
+    unet_config = {"image_model": "wan2.1", "model_type": "vace"}
+
+    def __init__(self, unet_config: dict[str, Any]) -> None:
+        super().__init__(unet_config)
+        self.memory_usage_factor = 1.2 * self.memory_usage_factor
+
+
+class WAN22_T2V(WAN21_T2V):
+    """Wan 2.2 TI2V-5B (48 output channels)."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "t2v", "out_dim": 48}
+    latent_format = getattr(latent_formats, "Wan22", None)
+
+
 # Our family name -> ComfyUI's config class for it (inpainting UNets are their base's config in
 # ComfyUI too: `inpaint_model()` tells them apart).
 CONFIG_BY_FAMILY: dict[str, type[BASE]] = {
@@ -175,6 +224,9 @@ CONFIG_BY_FAMILY: dict[str, type[BASE]] = {
     "sdxl": SDXL, "sdxl_inpaint": SDXL, "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner,
     "svd": SVD_img2vid,
     "sd3": SD3, "flux": Flux, "flux_schnell": FluxSchnell, "chroma": Chroma,
+    "wan21_t2v": WAN21_T2V, "wan21_i2v": WAN21_I2V, "wan21_fun_control": WAN21_FunControl2V,
+    "wan21_vace": WAN21_Vace, "wan21_camera": WAN21_Camera, "wan22_camera": WAN22_Camera,
+    "wan22_ti2v": WAN22_T2V, "wan22_i2v": WAN21_T2V,  # ComfyUI's WAN21_T2V takes the A14B i2v experts
 }
 
 

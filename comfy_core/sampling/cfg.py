@@ -160,7 +160,11 @@ class GuidedDenoiser:
             denoise_mask = mask_fn(sigma, denoise_mask, extra_options={"model": self.model, "sigmas": sigma})
         keep = 1.0 - denoise_mask
         s = sigma.reshape([sigma.shape[0]] + [1] * (x.ndim - 1))
-        renoised = self.model_sampling.noise_scaling(s, self.noise, self.latent_image)
+        # ComfyUI's `scale_latent_inpaint`: the kept region re-noised to sigma, or left clean where
+        # the model says so (Wan 2.2 TI2V's clean first frame).
+        scale = getattr(self.model, "scale_latent_inpaint", None)
+        renoised = (scale(x=x, sigma=s, noise=self.noise, latent_image=self.latent_image) if scale is not None
+                    else self.model_sampling.noise_scaling(s, self.noise, self.latent_image))
         x = x * denoise_mask + renoised * keep
         out = self.predict(x, sigma, options)
         return out * denoise_mask + self.latent_image * keep

@@ -45,7 +45,17 @@ class SamplingError(ValueError):
 
 
 def prepare_mask(noise_mask: torch.Tensor, shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """A [B?, h, w] noise mask resized (bilinear) to the latent and repeated over channels/batch."""
+    """A [B?, h, w] noise mask resized (bilinear) to the latent and repeated over channels/batch.
+    For a video latent `[B, C, T, h, w]` the mask (`[B?, T?, h, w]` or 5-D) is resized trilinearly
+    over frames, rows and columns (ComfyUI's `reshape_mask`)."""
+    if len(shape) == 5:
+        mask = noise_mask.float()
+        if mask.ndim < 5:
+            mask = mask.reshape((1, 1, -1, mask.shape[-2], mask.shape[-1]))
+        mask = F.interpolate(mask, size=tuple(shape[2:]), mode="trilinear")
+        if mask.shape[1] < shape[1]:
+            mask = mask.repeat((1, shape[1], 1, 1, 1))[:, :shape[1]]
+        return repeat_to_batch_size(mask, shape[0]).to(device)
     mask = noise_mask.reshape((-1, 1, noise_mask.shape[-2], noise_mask.shape[-1])).float()
     mask = F.interpolate(mask, size=(shape[2], shape[3]), mode="bilinear")
     mask = torch.cat([mask] * shape[1], dim=1)
@@ -53,19 +63,26 @@ def prepare_mask(noise_mask: torch.Tensor, shape: torch.Size, device: torch.devi
 
 
 def process_latent_in(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
-    """VAE latent -> model space: `(latent - shift) * scale`."""
+    """VAE latent -> model space: `(latent - shift) * scale`; formats normalised per channel
+    (Wan's mean / std) by their own `process_in`."""
+    if getattr(latent_format, "latent_dimensions", 2) == 3 and hasattr(latent_format, "process_in"):
+        return latent_format.process_in(latent)
     return (latent - getattr(latent_format, "shift_factor", 0.0)) * latent_format.scale_factor
 
 
 def process_latent_out(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
-    """Model space -> VAE latent: `latent / scale + shift`."""
+    """Model space -> VAE latent: `latent / scale + shift` (per-channel formats: their `process_out`)."""
+    if getattr(latent_format, "latent_dimensions", 2) == 3 and hasattr(latent_format, "process_out"):
+        return latent_format.process_out(latent)
     return latent / latent_format.scale_factor + getattr(latent_format, "shift_factor", 0.0)
 
 
 def check_latent(dm: Any, latent: torch.Tensor) -> None:
-    """A 4-D latent with the model's channel count."""
-    if latent.ndim != 4:
-        raise SamplingError(f"sampling: latent must be [batch, channels, height, width], got {tuple(latent.shape)}")
+    """A 4-D latent (5-D `[B, C, T, h, w]` for video models) with the model's channel count."""
+    dims = 5 if getattr(dm.latent_format, "latent_dimensions", 2) == 3 else 4
+    if latent.ndim != dims:
+        expected = "[batch, channels, frames, height, width]" if dims == 5 else "[batch, channels, height, width]"
+        raise SamplingError(f"sampling: latent must be {expected}, got {tuple(latent.shape)}")
     channels = getattr(dm.latent_format, "channels", None) or getattr(dm.latent_format, "latent_channels", None)
     if channels is not None and latent.shape[1] != channels:
         raise SamplingError(f"sampling: the model expects {channels}-channel latents, got {latent.shape[1]} channels")

@@ -1,0 +1,186 @@
+"""What the Wan DiT receives besides the noisy latent and the umT5 context: ComfyUI's
+`comfy/model_base.py` `WAN21.concat_cond` / `extra_conds`, `WAN21_Vace`, `WAN21_Camera` and
+`WAN22.extra_conds`, from the conditioning keys ComfyUI's Wan nodes set; written here.
+
+- Extra input channels (`concat_cond`, the network's `in_dim` minus the latent's channels):
+  `concat_latent_image` (a VAE latent, brought into model space chunk by latent-width chunk,
+  resized per frame to the latent and to the batch) after a 4-channel mask; the mask is
+  `concat_mask` (else the sampler's denoise mask), averaged to one channel unless it has 4,
+  inverted (1 = the given frames), resized, padded with zeros to the latent's frames, repeated
+  to 4 channels; `concat_mask_index` puts the mask after that many image channels. Without an
+  image, zeros; a model whose extra channels are not image + 4 (Fun control's 48 on an i2v
+  model, or a non-i2v model) takes the image alone, as ComfyUI.
+- `clip_vision_output.penultimate_hidden_states` -> `clip_fea`; `time_dim_concat` (model
+  space); the last of `reference_latents`, first frame -> `reference_latent`.
+- VACE: `vace_frames` (each `[B, 32, T, H, W]`, two 16-channel latents) in model space plus
+  `vace_mask` (64 channels) -> `vace_context` `[B, n, 96, T, H, W]`, zeros / ones when absent;
+  `vace_strength` (one float per hint set, default 1.0).
+- Camera: `camera_conditions` as given.
+- Wan 2.2 TI2V: the denoise mask (`denoise_mask`), which the network turns into per-frame
+  timesteps (the clean first frame gets timestep 0).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from comfy_core.image.resize import upscale_samples
+from comfy_core.models.concat_inputs import resize_to_batch_size
+from comfy_core.models.model_conditions import ConditioningError, ModelConditions
+
+MASK_CHANNELS = 4  # Wan's i2v mask: the 4 frames a latent frame stands for
+VACE_FRAME_CHANNELS = 32
+VACE_MASK_CHANNELS = 64
+KINDS = ("wan21", "vace", "camera", "wan22")
+
+
+def upscale_frames(x: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """`[B, C, T, H, W]` resized bilinearly per frame (centre crop to the target aspect) to
+    `[B, C, T, height, width]`, as ComfyUI's `common_upscale` on 5-D latents."""
+    if x.ndim == 4:
+        return upscale_samples(x, width, height, "bilinear", "center")
+    b, c, t = x.shape[:3]
+    if x.shape[-2:] == (height, width):
+        return x
+    frames = x.movedim(2, 1).reshape(b * t, c, x.shape[-2], x.shape[-1])
+    out = upscale_samples(frames, width, height, "bilinear", "center")
+    return out.reshape(b, t, c, height, width).movedim(1, 2)
+
+
+def _latent_channels(model: Any) -> int:
+    fmt = model.latent_format
+    return getattr(fmt, "channels", None) or getattr(fmt, "latent_channels")
+
+
+def _in_model_space(model: Any, latent: torch.Tensor) -> torch.Tensor:
+    """A latent made of latent-width chunks, each brought into model space."""
+    width = _latent_channels(model)
+    out = latent.clone()
+    for i in range(0, latent.shape[1], width):
+        out[:, i:i + width] = model.process_latent_in(latent[:, i:i + width])
+    return out
+
+
+class WanConditions(ModelConditions):
+    """Wan's model inputs (see the module docstring); `image_to_video`: ComfyUI's flag of the
+    same name (i2v / TI2V models take image + mask channels, zeros when no image is given)."""
+
+    name = "wan"
+
+    def __init__(self, kind: str = "wan21", image_to_video: bool = False) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"WanConditions: kind must be one of {KINDS}, got {kind!r}")
+        self.kind = kind
+        self.image_to_video = image_to_video
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is type(self) and other.kind == self.kind  # type: ignore[attr-defined]
+                and other.image_to_video == self.image_to_video)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.kind, self.image_to_video))
+
+    def __repr__(self) -> str:
+        return f"WanConditions(kind={self.kind!r}, image_to_video={self.image_to_video})"
+
+    def concat_cond(self, model: Any, **kwargs: Any) -> torch.Tensor | None:
+        noise = kwargs["noise"]  # [B, C, T, H, W]
+        device = kwargs.get("device") or noise.device
+        extra = model.diffusion_model.patch_embedding.weight.shape[1] - noise.shape[1]
+        if extra == 0:
+            return None
+        image = kwargs.get("concat_latent_image")
+        if image is None:
+            image = torch.zeros((noise.shape[0], extra, *noise.shape[2:]), dtype=noise.dtype, device=noise.device)
+        else:
+            if image.ndim != 5:
+                raise ConditioningError(f"Wan: concat_latent_image must be a 5-D video latent, got "
+                                        f"{tuple(image.shape)}")
+            image = upscale_frames(image.to(device), noise.shape[-1], noise.shape[-2])
+            image = resize_to_batch_size(_in_model_space(model, image), noise.shape[0])
+        if extra != image.shape[1] + MASK_CHANNELS:
+            if not self.image_to_video or extra == image.shape[1]:
+                return self._checked(image, extra)
+        image = image[:, :extra - MASK_CHANNELS]
+        mask = kwargs.get("concat_mask", kwargs.get("denoise_mask"))
+        if mask is None:
+            mask = torch.zeros_like(noise)[:, :MASK_CHANNELS]
+        else:
+            mask = mask.to(device)
+            if mask.ndim == 4:  # [B, 1, H, W] image mask: one frame
+                mask = mask.unsqueeze(2)
+            if mask.shape[1] != MASK_CHANNELS:
+                mask = torch.mean(mask, dim=1, keepdim=True)
+            mask = upscale_frames(1.0 - mask, noise.shape[-1], noise.shape[-2])
+            if mask.shape[-3] < noise.shape[-3]:
+                mask = torch.nn.functional.pad(mask, (0, 0, 0, 0, 0, noise.shape[-3] - mask.shape[-3]), value=0)
+            if mask.shape[1] == 1:
+                mask = mask.repeat(1, MASK_CHANNELS, 1, 1, 1)
+            mask = resize_to_batch_size(mask, noise.shape[0])
+        index = int(kwargs.get("concat_mask_index", 0) or 0)
+        mask = mask.to(image.dtype)
+        if index:
+            out = torch.cat((image[:, :index], mask, image[:, index:]), dim=1)
+        else:
+            out = torch.cat((mask, image), dim=1)
+        return self._checked(out, extra)
+
+    @staticmethod
+    def _checked(out: torch.Tensor, extra: int) -> torch.Tensor:
+        if out.shape[1] != extra:
+            raise ConditioningError(f"Wan: the conditioning gives {out.shape[1]} extra input channels, the model "
+                                    f"takes {extra} besides the latent (wrong image latent for this model?)")
+        return out
+
+    @property
+    def scale_latent_inpaint(self) -> Any:
+        """Wan 2.2 TI2V keeps the masked-out (given) frames clean instead of re-noising them
+        (ComfyUI's `WAN22.scale_latent_inpaint`); the other kinds: None (the default re-noising)."""
+        if self.kind != "wan22":
+            return None
+        return lambda model, sigma, noise, latent_image: latent_image
+
+    def extra_conds(self, model: Any, **kwargs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        clip_vision_output = kwargs.get("clip_vision_output")
+        if clip_vision_output is not None:
+            states = getattr(clip_vision_output, "penultimate_hidden_states", None)
+            if states is None:
+                raise ConditioningError("Wan: clip_vision_output has no penultimate_hidden_states")
+            out["clip_fea"] = states
+        time_dim_concat = kwargs.get("time_dim_concat")
+        if time_dim_concat is not None:
+            out["time_dim_concat"] = model.process_latent_in(time_dim_concat)
+        references = kwargs.get("reference_latents")
+        if references is not None:
+            out["reference_latent"] = model.process_latent_in(references[-1])[:, :, 0]
+        if self.kind == "vace":
+            out.update(self._vace(model, kwargs))
+        elif self.kind == "camera":
+            if kwargs.get("camera_conditions") is not None:
+                out["camera_conditions"] = kwargs["camera_conditions"]
+        elif self.kind == "wan22":
+            if kwargs.get("denoise_mask") is not None:
+                out["denoise_mask"] = kwargs["denoise_mask"]
+        return out
+
+    def _vace(self, model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        noise = kwargs["noise"]
+        shape = list(noise.shape)
+        frames = kwargs.get("vace_frames")
+        if frames is None:
+            shape[1] = VACE_FRAME_CHANNELS
+            frames = [torch.zeros(shape, device=noise.device, dtype=noise.dtype)]
+        masks = kwargs.get("vace_mask")
+        if masks is None:
+            shape[1] = VACE_MASK_CHANNELS
+            masks = [torch.ones(shape, device=noise.device, dtype=noise.dtype)] * len(frames)
+        if len(masks) != len(frames):
+            raise ConditioningError(f"Wan VACE: {len(frames)} vace_frames but {len(masks)} vace_mask entries")
+        hints = []
+        for frame, mask in zip(frames, masks):
+            frame = _in_model_space(model, frame.to(device=noise.device, dtype=noise.dtype))
+            hints.append(torch.cat([frame, mask.to(device=noise.device, dtype=noise.dtype)], dim=1))
+        strength = kwargs.get("vace_strength", [1.0] * len(hints))
+        return {"vace_context": torch.stack(hints, dim=1), "vace_strength": list(strength)}
