@@ -1,0 +1,352 @@
+"""Context windows: one model call on a latent longer than the model's window, as several calls
+on overlapping windows of frames whose outputs are fused with per-frame weights.
+
+Mirrors ComfyUI 0.3.64 `comfy/context_windows.py` (`IndexListContextHandler`,
+`IndexListContextWindow`, the callbacks and the `prepare_sampling` wrapper) and where
+`comfy/samplers.py` calls it: a handler in `model_options["context_handler"]` (a patch on a MODEL
+clone, nodes/context_windows.py) takes over `calc_cond_batch` (comfy_core/sampling/cond_batch.py)
+when the latent's `dim` is longer than `context_length`. Each window gets its slice of x, of the
+per-frame timestep (dim 0 only) and of every conditioning tensor that carries that axis, runs
+through the ordinary cond batching, and adds its output times the fuse weights; the sums are
+divided by the summed weights (or blended by "relative" bias). `dim` 0 is AnimateDiff's
+batch-as-frames `[T, C, h, w]`, `dim` 2 the video latents `[B, C, T, h, w]` (Wan).
+
+Where this differs from 0.3.64, in each case where 0.3.64 fails or ignores the frame axis:
+- model conds (`c_concat`, Wan's concat latent and mask, VACE frames, per-frame embeddings) are
+  sliced when their `dim` axis has the latent's length (0.3.64's test `ndim < dim` never holds,
+  so a window's model got the whole video's concat latent; later ComfyUI slices them per cond type);
+- the step (for the uniform schedules' shifts) is the last sample sigma at or above the current
+  one, so samplers that evaluate between steps (DPM++ 2S, Heun-type midpoints) keep working;
+- the timestep is sliced by the window only when the windows run along dim 0 (the batch).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+import torch
+
+from comfy_core.patching.wrappers import WrappersMP, get_all_callbacks
+from comfy_core.sampling.context_schedules import (  # noqa: F401  (re-exported: ComfyUI keeps them in one module)
+    CONTEXT_MAPPING, FUSE_MAPPING, OVERLAPPING_SCHEDULES, ContextFuseMethod, ContextFuseMethods, ContextSchedule,
+    ContextSchedules, ContextWindowError, create_weights_flat, create_weights_overlap_linear, create_weights_pyramid,
+    create_windows_batched, create_windows_default, create_windows_static_standard, create_windows_uniform_looped,
+    create_windows_uniform_standard, get_context_weights, get_matching_context_schedule, get_matching_fuse_method,
+    get_missing_indexes, ordered_halving, shift_window_to_end, shift_window_to_start,
+)
+from comfy_core.sampling.context_schedules import window_rolls_over as does_window_roll_over  # ComfyUI's name
+
+log = logging.getLogger(__name__)
+
+# The transformer_options key under which the model sees the window being run (ComfyUI's).
+CONTEXT_WINDOW_OPTION = "context_window"
+
+
+class ContextWindowABC(ABC):
+    @abstractmethod
+    def get_tensor(self, full: torch.Tensor) -> torch.Tensor:
+        """The part of `full` in this window."""
+
+    @abstractmethod
+    def add_window(self, full: torch.Tensor, to_add: torch.Tensor) -> torch.Tensor:
+        """Add `to_add` to this window's part of `full`, in place; returns `full`."""
+
+
+class ContextHandlerABC(ABC):
+    @abstractmethod
+    def should_use_context(self, model: Any, conds: list, x_in: torch.Tensor, timestep: torch.Tensor,
+                           model_options: dict) -> bool: ...
+
+    @abstractmethod
+    def get_resized_cond(self, cond_in: list[dict] | None, x_in: torch.Tensor, window: ContextWindowABC,
+                         device: Any = None) -> list | None: ...
+
+    @abstractmethod
+    def execute(self, calc_cond_batch: Callable, model: Any, conds: list, x_in: torch.Tensor,
+                timestep: torch.Tensor, model_options: dict) -> list[torch.Tensor]: ...
+
+
+def _index(dim: int, index: Any) -> tuple:
+    return (slice(None),) * dim + (index,)
+
+
+class IndexListContextWindow(ContextWindowABC):
+    """A window as the list of frame positions it holds along `dim`."""
+
+    def __init__(self, index_list: list[int], dim: int = 0) -> None:
+        self.index_list = index_list
+        self.context_length = len(index_list)
+        self.dim = dim
+
+    def get_tensor(self, full: torch.Tensor, device: Any = None, dim: int | None = None) -> torch.Tensor:
+        dim = self.dim if dim is None else dim
+        if dim == 0 and full.shape[0] == 1:  # one row shared by every frame (one prompt for the batch)
+            return full
+        return full[_index(dim, self.index_list)].to(device)
+
+    def add_window(self, full: torch.Tensor, to_add: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+        dim = self.dim if dim is None else dim
+        full[_index(dim, self.index_list)] += to_add
+        return full
+
+
+class IndexListCallbacks:
+    """Callback kinds a handler runs (its `callbacks`, filled with comfy.patcher_extension's
+    `add_callback_with_key(kind, key, fn, handler.callbacks)`)."""
+
+    EVALUATE_CONTEXT_WINDOWS = "evaluate_context_windows"  # fn(handler, model, x_in, conds, timestep, model_options, window_idx, window, model_options, device, first_device)
+    COMBINE_CONTEXT_WINDOW_RESULTS = "combine_context_window_results"  # fn(handler, x_in, sub_conds_out, sub_conds, window, window_idx, total_windows, timestep, conds_final, counts_final, biases_final)
+    EXECUTE_START = "execute_start"  # fn(handler, model, x_in, conds, timestep, model_options)
+    EXECUTE_CLEANUP = "execute_cleanup"  # same arguments, after the fuse (also on error)
+
+    def init_callbacks(self) -> dict:
+        return {}
+
+
+ContextResults = collections.namedtuple("ContextResults", ["window_idx", "sub_conds_out", "sub_conds", "window"])
+
+
+def match_weights_to_dim(weights: Any, x_in: torch.Tensor, dim: int, device: Any = None) -> torch.Tensor:
+    """Per-frame weights shaped to broadcast against x along `dim` (size 1 elsewhere)."""
+    w = torch.as_tensor(weights, dtype=torch.float32, device=device)
+    return w.reshape(get_shape_for_dim(x_in, dim, len(w)))
+
+
+def get_shape_for_dim(x_in: torch.Tensor, dim: int, size: int | None = None) -> list[int]:
+    """`[1, ..., n, ..., 1]`: x's rank, `n` (x's length along `dim` by default) at `dim`."""
+    shape = [1] * x_in.ndim
+    shape[dim] = x_in.shape[dim] if size is None else size
+    return shape
+
+
+class IndexListContextHandler(ContextHandlerABC):
+    """Windows from `context_schedule`, fused by `fuse_method`, along `dim` of the latent."""
+
+    def __init__(self, context_schedule: ContextSchedule, fuse_method: ContextFuseMethod, context_length: int = 1,
+                 context_overlap: int = 0, context_stride: int = 1, closed_loop: bool = False, dim: int = 0) -> None:
+        for name, value, least in (("context_length", context_length, 1), ("context_overlap", context_overlap, 0),
+                                   ("context_stride", context_stride, 1), ("dim", dim, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ContextWindowError(f"{name} must be an integer >= {least}, got {value!r}")
+        if context_schedule.name in OVERLAPPING_SCHEDULES and context_overlap >= context_length:
+            # the windows would not advance (ComfyUI: range() step 0, or no windows and 0/0)
+            raise ContextWindowError(f"context_overlap ({context_overlap}) must be smaller than context_length "
+                                     f"({context_length}) for the {context_schedule.name} schedule")
+        self.context_schedule = context_schedule
+        self.fuse_method = fuse_method
+        self.context_length = context_length
+        self.context_overlap = context_overlap
+        self.context_stride = context_stride
+        self.closed_loop = closed_loop
+        self.dim = dim
+        self._step = 0
+        self.callbacks: dict = {}
+
+    def should_use_context(self, model: Any, conds: list, x_in: torch.Tensor, timestep: torch.Tensor,
+                           model_options: dict) -> bool:
+        if self.dim >= x_in.ndim:
+            raise ContextWindowError(f"context windows along dim {self.dim}, but the latent has {x_in.ndim} "
+                                     f"dims {tuple(x_in.shape)}")
+        if x_in.size(self.dim) > self.context_length:
+            log.debug("Using context windows %d for %d frames.", self.context_length, x_in.size(self.dim))
+            return True
+        return False
+
+    def prepare_control_objects(self, control: Any, device: Any = None) -> Any:
+        """ControlNets are handed through unchanged (as 0.3.64); the chain is walked for packs
+        that override this to cut their hints per window."""
+        previous = getattr(control, "previous_controlnet", None)
+        if previous is not None:
+            self.prepare_control_objects(previous, device)
+        return control
+
+    def _has_frame_axis(self, value: Any, x_in: torch.Tensor) -> bool:
+        return (isinstance(value, torch.Tensor) and self.dim < value.ndim
+                and value.size(self.dim) == x_in.size(self.dim))
+
+    def _resize_model_cond(self, value: Any, x_in: torch.Tensor, window: IndexListContextWindow, device: Any) -> Any:
+        """One model input for a window: tensors (and lists of them) that carry the frame axis
+        sliced; ComfyUI-style CONDRegular objects (a `.cond` tensor) likewise."""
+        if self._has_frame_axis(value, x_in):
+            return window.get_tensor(value, device)
+        if isinstance(value, list):
+            return [self._resize_model_cond(v, x_in, window, device) for v in value]
+        cond = getattr(value, "cond", None)
+        if self._has_frame_axis(cond, x_in) and callable(getattr(value, "_copy_with", None)):
+            return value._copy_with(window.get_tensor(cond, device))
+        return value
+
+    def get_resized_cond(self, cond_in: list[dict] | None, x_in: torch.Tensor, window: IndexListContextWindow,
+                         device: Any = None) -> list | None:
+        """The entries of one conditioning list for a window: a copy of each entry with its
+        tensors (mask, ...) and model conds cut to the window where they carry the frame axis;
+        SVD's `num_video_frames` becomes the window's length."""
+        if cond_in is None:
+            return None
+        resized = []
+        for entry in cond_in:
+            out = dict(entry)
+            for key, item in entry.items():
+                if isinstance(item, torch.Tensor):
+                    out[key] = (window.get_tensor(item) if self._has_frame_axis(item, x_in) else item).to(device)
+                elif key == "control":
+                    out[key] = self.prepare_control_objects(item, device)
+                elif isinstance(item, dict):
+                    sub = dict(item)
+                    for sub_key, value in item.items():
+                        if sub_key == "num_video_frames":
+                            sub[sub_key] = _with_frames(value, window.context_length)
+                        else:
+                            sub[sub_key] = self._resize_model_cond(value, x_in, window, device)
+                    out[key] = sub
+            resized.append(out)
+        return resized
+
+    def set_step(self, timestep: torch.Tensor, model_options: dict) -> None:
+        """The sampling step of `timestep` among `transformer_options["sample_sigmas"]` (the uniform
+        schedules shift their windows by it)."""
+        sample_sigmas = model_options.get("transformer_options", {}).get("sample_sigmas")
+        if sample_sigmas is None:
+            raise ContextWindowError("context windows: model_options['transformer_options']['sample_sigmas'] "
+                                     "is missing (the sampler's guider sets it)")
+        sigma = timestep.reshape(-1)[0].to(sample_sigmas)
+        matches = torch.nonzero(torch.isclose(sample_sigmas, sigma, rtol=1e-4)).flatten()
+        if matches.numel():
+            self._step = int(matches[0])
+            return
+        above = torch.nonzero(sample_sigmas > sigma).flatten()
+        if above.numel() == 0:
+            raise ContextWindowError(f"context windows: sigma {float(sigma):g} lies above every sample sigma")
+        self._step = int(above[-1])
+
+    def get_context_windows(self, model: Any, x_in: torch.Tensor, model_options: dict) -> list[IndexListContextWindow]:
+        full_length = x_in.size(self.dim)
+        lists = self.context_schedule.func(full_length, self, model_options)
+        return [IndexListContextWindow(w, dim=self.dim) for w in lists]
+
+    def execute(self, calc_cond_batch: Callable, model: Any, conds: list, x_in: torch.Tensor,
+                timestep: torch.Tensor, model_options: dict) -> list[torch.Tensor]:
+        self.set_step(timestep, model_options)
+        windows = list(enumerate(self.get_context_windows(model, x_in, model_options)))
+        relative = self.fuse_method.name == ContextFuseMethods.RELATIVE
+        conds_final = [torch.zeros_like(x_in) for _ in conds]
+        fill = torch.ones if relative else torch.zeros
+        counts_final = [fill(get_shape_for_dim(x_in, self.dim), device=x_in.device) for _ in conds]
+        biases_final = [[0.0] * x_in.shape[self.dim] for _ in conds]
+        for callback in get_all_callbacks(IndexListCallbacks.EXECUTE_START, self.callbacks):
+            callback(self, model, x_in, conds, timestep, model_options)
+        transformer_options = model_options.setdefault("transformer_options", {})
+        had_window, previous_window = CONTEXT_WINDOW_OPTION in transformer_options, transformer_options.get(
+            CONTEXT_WINDOW_OPTION)
+        try:
+            for item in windows:
+                for result in self.evaluate_context_windows(calc_cond_batch, model, x_in, conds, timestep, [item],
+                                                            model_options):
+                    self.combine_context_window_results(x_in, result.sub_conds_out, result.sub_conds, result.window,
+                                                        result.window_idx, len(windows), timestep, conds_final,
+                                                        counts_final, biases_final)
+            if not relative:  # relative blends as it goes: already normalised
+                for i in range(len(conds_final)):
+                    conds_final[i] /= counts_final[i]
+            return conds_final
+        finally:
+            if had_window:
+                transformer_options[CONTEXT_WINDOW_OPTION] = previous_window
+            else:
+                transformer_options.pop(CONTEXT_WINDOW_OPTION, None)
+            for callback in get_all_callbacks(IndexListCallbacks.EXECUTE_CLEANUP, self.callbacks):
+                callback(self, model, x_in, conds, timestep, model_options)
+
+    def evaluate_context_windows(self, calc_cond_batch: Callable, model: Any, x_in: torch.Tensor, conds: list,
+                                 timestep: torch.Tensor, enumerated_context_windows: list, model_options: dict,
+                                 device: Any = None, first_device: Any = None) -> list[ContextResults]:
+        """Run the model on each window: its slice of x, of the timestep (dim 0) and of the conds."""
+        results = []
+        for window_idx, window in enumerated_context_windows:
+            for callback in get_all_callbacks(IndexListCallbacks.EVALUATE_CONTEXT_WINDOWS, self.callbacks):
+                callback(self, model, x_in, conds, timestep, model_options, window_idx, window, model_options,
+                         device, first_device)
+            model_options["transformer_options"][CONTEXT_WINDOW_OPTION] = window
+            sub_x = window.get_tensor(x_in, device)
+            sub_timestep = window.get_tensor(timestep, device, dim=0) if self.dim == 0 else timestep.to(device)
+            sub_conds = [self.get_resized_cond(cond, x_in, window, device) for cond in conds]
+            sub_conds_out = calc_cond_batch(model, sub_conds, sub_x, sub_timestep, model_options)
+            if device is not None:
+                sub_conds_out = [o.to(x_in.device) for o in sub_conds_out]
+            results.append(ContextResults(window_idx, sub_conds_out, sub_conds, window))
+        return results
+
+    def combine_context_window_results(self, x_in: torch.Tensor, sub_conds_out: list, sub_conds: list,
+                                       window: IndexListContextWindow, window_idx: int, total_windows: int,
+                                       timestep: torch.Tensor, conds_final: list, counts_final: list,
+                                       biases_final: list) -> None:
+        """Add one window's outputs: weighted sums (divided by the weights at the end), or for
+        "relative" a running blend in which each frame's weight falls linearly from the window's
+        middle (1) to its edges (at least 0.01)."""
+        if self.fuse_method.name == ContextFuseMethods.RELATIVE:
+            first, last = window.index_list[0], window.index_list[-1]
+            for pos, idx in enumerate(window.index_list):
+                bias = max(1e-2, 1 - abs(idx - (first + last) / 2) / ((last - first + 1e-2) / 2))
+                for i in range(len(sub_conds_out)):
+                    total = biases_final[i][idx]
+                    at, src = _index(self.dim, idx), _index(self.dim, pos)
+                    conds_final[i][at] = (conds_final[i][at] * (total / (total + bias))
+                                          + sub_conds_out[i][src] * (bias / (total + bias)))
+                    biases_final[i][idx] = total + bias
+        else:
+            weights = get_context_weights(window.context_length, x_in.shape[self.dim], window.index_list, self,
+                                          sigma=timestep)
+            w = match_weights_to_dim(weights, x_in, self.dim, device=x_in.device)
+            for i in range(len(sub_conds_out)):
+                window.add_window(conds_final[i], sub_conds_out[i] * w)
+                window.add_window(counts_final[i], w)
+        for callback in get_all_callbacks(IndexListCallbacks.COMBINE_CONTEXT_WINDOW_RESULTS, self.callbacks):
+            callback(self, x_in, sub_conds_out, sub_conds, window, window_idx, total_windows, timestep, conds_final,
+                     counts_final, biases_final)
+
+
+def _with_frames(value: Any, frames: int) -> Any:
+    """SVD's frame count input set to the window's length (an int, or a ComfyUI CONDConstant)."""
+    if callable(getattr(value, "_copy_with", None)):
+        copied = value._copy_with(getattr(value, "cond", None))
+        copied.cond = frames
+        return copied
+    return frames
+
+
+def _prepare_sampling_wrapper(executor: Any, model: Any, noise_shape: Any, *args: Any, **kwargs: Any) -> Any:
+    """PREPARE_SAMPLING wrapper: memory is planned for one window's latent, not the whole video."""
+    model_options = kwargs.get("model_options")
+    if model_options is None:
+        raise ContextWindowError("context windows: the prepare_sampling wrapper was called without model_options")
+    handler = model_options.get("context_handler")
+    if handler is not None:
+        noise_shape = list(noise_shape)
+        noise_shape[handler.dim] = min(noise_shape[handler.dim], handler.context_length)
+    return executor(model, noise_shape, *args, **kwargs)
+
+
+def create_prepare_sampling_wrapper(model: Any) -> None:
+    """Add the wrapper above to a MODEL patcher (the context-window nodes do, on their clone)."""
+    model.add_wrapper_with_key(WrappersMP.PREPARE_SAMPLING, "ContextWindows_prepare_sampling",
+                               _prepare_sampling_wrapper)
+
+
+def context_handler(context_schedule: str, fuse_method: str, context_length: int, context_overlap: int,
+                    context_stride: int = 1, closed_loop: bool = False, dim: int = 0) -> IndexListContextHandler:
+    """A handler from the nodes' names and numbers."""
+    return IndexListContextHandler(get_matching_context_schedule(context_schedule),
+                                   get_matching_fuse_method(fuse_method), context_length=context_length,
+                                   context_overlap=context_overlap, context_stride=context_stride,
+                                   closed_loop=closed_loop, dim=dim)
+
+
+def apply_context_windows(model_patcher: Any, handler: IndexListContextHandler) -> Any:
+    """A clone of the MODEL patcher with `handler` in its model options (and the memory-planning
+    wrapper); the input patcher is unchanged."""
+    patched = model_patcher.clone()
+    patched.model_options["context_handler"] = handler
+    create_prepare_sampling_wrapper(patched)
+    return patched
