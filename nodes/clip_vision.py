@@ -14,7 +14,7 @@ import numbers
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from graph.native import Combo, Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, describe
 

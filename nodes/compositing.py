@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from comfy_core.image.names import PORTER_DUFF_MODES
 from graph.native import Combo, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Float, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 
 
 @node("CLIPTextEncode", category="conditioning", display_name="CLIP Text Encode (Prompt)",

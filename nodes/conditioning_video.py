@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from graph.native import Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from graph.native import Combo, Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, describe
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.sampling import MAX_SEED, progress_callback
 from nodes.scheduler_nodes import sigmas_input

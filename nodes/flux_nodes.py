@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from graph.native import Combo, Float, Input, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:

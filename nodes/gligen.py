@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Combo, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.loaders import _files, _path
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 
 # torch and comfy_core are imported inside the functions that run: registering these nodes and
 # rendering /object_info must not import torch (server start-up).

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from graph.native import Boolean, Combo, Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.hook_nodes import MODULE, hooks_group
 

@@ -28,7 +28,7 @@ from comfy_core.image.png import SaveTarget, preview_target, write_image_batch
 from comfy_core.image.resize import upscale_samples
 from graph.context import current
 from graph.native import MAX_RESOLUTION, Combo, Hidden, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph.context import current
 from graph.native import Float, Hidden, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 if TYPE_CHECKING:

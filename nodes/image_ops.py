@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from comfy_core.image.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 from nodes.image import UPSCALE_METHODS
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:

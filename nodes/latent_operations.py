@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from graph.native import Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 # torch is imported inside the functions that run: registering these nodes and rendering

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from comfy_core.image.resize import upscale_samples
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.latent import LATENT_UPSCALE_METHODS
 

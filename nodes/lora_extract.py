@@ -15,7 +15,7 @@ from typing import Any
 
 from graph.native import Boolean, Combo, Hidden, Input, Int, String, node
 from graph.spec import REQUIRED, InputSpec
-from nodes import checks
+import nodes.checks as checks
 from nodes.model_save import output_file
 
 MODULE = "comfy_extras.nodes_lora_extract"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from comfy_core.mask.names import COMBINE_OPERATIONS
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Float, Hidden, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, describe
 

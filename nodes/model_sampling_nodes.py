@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 # torch and comfy_core are imported inside the functions that run: registering these nodes and

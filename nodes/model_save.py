@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.native import Hidden, Input, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
 

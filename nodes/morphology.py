@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from comfy_core.image.names import MORPHOLOGY_OPERATIONS as OPERATIONS
 from graph.native import Combo, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 from nodes.mask import offset
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph.native import Combo, Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes._names import ATTENTION_BACKENDS, OPTIONAL_BACKENDS, missing_optional_backends
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe

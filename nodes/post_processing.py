@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from comfy_core.image.names import BLEND_MODES, DITHER_MODES
 from graph.native import Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 from nodes.image import UPSCALE_METHODS
 from nodes.mask import composited_images, offset

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes._names import DEFAULT_EMPHASIS, EMBEDDINGS_KIND, EMPHASIS_MODES, SCHEDULER_NAMES, embedding_files
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError

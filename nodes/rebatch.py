@@ -4,7 +4,7 @@ RebatchImages lives with the other image nodes (nodes/image.py)."""
 from __future__ import annotations
 
 from graph.native import Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import Combo, Float, Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes._names import sampler_names
 from nodes.errors import NodeInputError
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph.native import Boolean, Combo, Float, Hidden, Input, Int, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
 

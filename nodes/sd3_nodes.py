@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Combo, Float, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 from nodes.sdxl_text import pad_to_same_chunks
 from nodes.skip_layer_guidance import skip_layer_guidance

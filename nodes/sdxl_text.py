@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Float, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError
 
 # torch-free at import: the encoding runs through the CLIP object's methods.

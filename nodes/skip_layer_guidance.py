@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 # torch and comfy_core are imported inside the functions that run: registering these nodes and

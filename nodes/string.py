@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.native import Boolean, Combo, Int, Output, node
 from graph.spec import OPTIONAL, REQUIRED, InputSpec
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 MODULE = "comfy_extras.nodes_string"

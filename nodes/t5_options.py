@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import Input, Int, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 
 # ComfyUI's T5 tokenizer kinds, by the embedding key their options are named after.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import Combo, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 
 # torch and comfy_core are imported inside the function that runs: registering this node and
 # rendering /object_info must not import torch (server start-up).

@@ -15,7 +15,7 @@ import numbers
 from typing import Any
 
 from graph.native import Combo, Float, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.loaders import _default_attention, _embedding_lookup, _files, _options, _path, _track
 

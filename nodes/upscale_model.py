@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph.context import current
 from graph.native import Combo, Input, Output, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, describe
 

@@ -24,7 +24,7 @@ import numbers
 from typing import Any
 
 from graph.native import MAX_RESOLUTION, Combo, Float, Hidden, Input, Int, Output, String, node
-from nodes import checks
+import nodes.checks as checks
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
 from nodes.loaders import _default_attention, _files, _options, _path, _track
