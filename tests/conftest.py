@@ -59,3 +59,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--all-templates", action="store_true", default=False,
                      help="run every SD1.x/SD2.x/SDXL, Flux.1 and SD3.5 official template in "
                           "tests/web/test_template_workflows*.py (the default run covers a quick subset)")
+    parser.addoption("--full-size", action="store_true", default=False,
+                     help="run the Wan templates (tests/web/test_template_workflows_wan.py) at their own "
+                          "video sizes instead of 64x64, 9 frames (minutes per template on a CPU)")

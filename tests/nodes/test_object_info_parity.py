@@ -14,6 +14,7 @@ from tests.fixtures.object_info_parity import comfyui_object_info, differences
 
 # ComfyUI modules every node of which exists here (python_module as ComfyUI reports it).
 COMPLETE_MODULES = (
+    "comfy_extras.nodes_camera_trajectory", "comfy_extras.nodes_context_windows", "comfy_extras.nodes_video",
     "comfy_extras.nodes_custom_sampler", "comfy_extras.nodes_align_your_steps", "comfy_extras.nodes_gits",
     "comfy_extras.nodes_optimalsteps", "comfy_extras.nodes_advanced_samplers",
     "comfy_extras.nodes_cfg", "comfy_extras.nodes_apg", "comfy_extras.nodes_mahiro", "comfy_extras.nodes_tcfg",
@@ -42,7 +43,11 @@ PRESENT_NODES = ("PerpNegGuider", "CLIPVisionLoader", "CLIPVisionEncode", "Style
                  "LoadImageOutput",
                  # comfy_extras.nodes_sd3, nodes_cond
                  "CLIPTextEncodeSD3", "EmptySD3LatentImage", "SkipLayerGuidanceSD3", "T5TokenizerOptions",
-                 "ControlNetApplySD3")
+                 "ControlNetApplySD3",
+                 # comfy_extras.nodes_wan, nodes_hunyuan (the Wan and video-latent nodes)
+                 "EmptyHunyuanLatentVideo", "WanImageToVideo", "WanFirstLastFrameToVideo", "WanFunInpaintToVideo",
+                 "WanFunControlToVideo", "Wan22FunControlToVideo", "WanCameraImageToVideo", "WanVaceToVideo",
+                 "WanPhantomSubjectToVideo", "Wan22ImageToVideoLatent", "TrimVideoLatent", "WanTrackToVideo")
 
 
 @pytest.fixture(scope="module")

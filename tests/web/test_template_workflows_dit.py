@@ -37,7 +37,7 @@ DIT_TEMPLATES = (
     "flux_dev_checkpoint_example",           # 17 s: fp8 single file, FluxGuidance, 20 steps
     "flux_schnell_full_text_to_image",       # 12 s: UNETLoader / DualCLIPLoader / VAELoader, CLIPTextEncodeFlux
     "flux_dev_full_text_to_image",           # 19 s: bf16 split diffusion model, 20 steps
-    "flux1_krea_dev",                        # 18 s: a "_fp8_scaled" name (plain fp8 here, see template_models)
+    "flux1_krea_dev",                        # 18 s: a "_fp8_scaled" diffusion model (scaled fp8, kept at fp8)
     "flux_kontext_dev_basic",                # 35 s: ReferenceLatent, FluxKontextImageScale, LoadImageOutput, fp8 T5
     "flux_canny_model_example",              # 1 s: Canny dev (32 channels in), at the input image's size
     "flux_fill_inpaint_example",             # 0.5 s: Fill dev (96 channels in), DifferentialDiffusion
