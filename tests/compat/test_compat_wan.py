@@ -43,3 +43,23 @@ def test_wan_blocks_under_comfyuis_names(session):
 
     assert wan.WanAttentionBlock is wan_blocks.WanAttentionBlock
     assert wan.sinusoidal_embedding_1d(4, torch.tensor([0.0])).tolist() == [[1.0, 1.0, 0.0, 0.0]]
+
+
+def test_a_loaded_wan_vae_is_made_of_comfyuis_vae_blocks(session, tmp_path):
+    """KJNodes' PatchTritonVAE-style walk: `isinstance(m, comfy.ldm.wan.vae.CausalConv3d / RMS_norm)`
+    over `vae.first_stage_model.modules()` finds the Wan VAE's layers (2.1 and 2.2)."""
+    import comfy.ldm.wan.vae
+    import comfy.ldm.wan.vae2_2
+    import comfy.sd
+    import comfy.utils
+
+    from tests.fixtures.wan_vae_files import write_wan_vae
+
+    for version in ("2.1", "2.2"):
+        vae = comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(write_wan_vae(tmp_path / version, version))))
+        modules = list(vae.first_stage_model.modules())
+        assert isinstance(vae.first_stage_model, comfy.ldm.wan.vae.WanVAE)
+        assert any(isinstance(m, comfy.ldm.wan.vae.CausalConv3d) for m in modules)
+        assert any(isinstance(m, comfy.ldm.wan.vae.RMS_norm) for m in modules)
+        if version == "2.2":
+            assert any(isinstance(m, comfy.ldm.wan.vae2_2.Up_ResidualBlock) for m in modules)
