@@ -36,7 +36,6 @@ call to this module (comfy_core/models/diffusion.py).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,7 +46,7 @@ from torch import nn
 from comfy_core.models.flux_blocks import (DoubleStreamBlock, EmbedND, LastLayer, MLPEmbedder, SingleStreamBlock,
                                            timestep_embedding)
 from comfy_core.models.unet_blocks import operations_or_default
-from comfy_core.models.weight_shapes import shape_reader
+from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 
 REF_LATENTS_METHODS = ("offset", "index", "uxo")
 
@@ -171,13 +170,7 @@ def is_flux(tensors: Mapping[str, Any], prefix: str = "") -> bool:
 def count_numbered(tensors: Mapping[str, Any], prefix: str, group: str, error: type[ValueError] = None,
                    name: str = "Flux") -> int:
     """How many `group.N.` entries there are under `prefix`; a gap in the numbering is `error`."""
-    pattern = re.compile(re.escape(prefix + group) + r"\.(\d+)\.")
-    indices = {int(m.group(1)) for m in map(pattern.match, tensors) if m}
-    if indices and indices != set(range(len(indices))):
-        missing = sorted(set(range(max(indices) + 1)) - indices)
-        raise (error or FluxConfigError)(f"{name}: {prefix}{group} has entries up to {max(indices)} but none "
-                                         f"numbered {missing}")
-    return len(indices)
+    return count_entries(tensors, prefix, group, error or FluxConfigError, name)
 
 
 @dataclass(frozen=True)

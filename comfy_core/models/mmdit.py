@@ -19,7 +19,6 @@ tokens after block `i`.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -29,7 +28,7 @@ from torch import nn
 from comfy_core.models.mmdit_blocks import (ContextProcessor, FinalLayer, JointBlock, PatchEmbed, TimestepEmbedder,
                                             VectorEmbedder, ceil_div, get_2d_sincos_pos_embed_torch)
 from comfy_core.models.unet_blocks import operations_or_default
-from comfy_core.models.weight_shapes import shape_reader
+from comfy_core.models.weight_shapes import numbered_children, shape_reader
 
 HEAD_DIM = 64  # SAI's MMDiT: width = 64 * depth, one 64-wide head per unit of depth
 
@@ -129,7 +128,7 @@ class MMDiTConfig:
                                    f"{HEAD_DIM}")
         depth = hidden // HEAD_DIM
 
-        blocks = _numbered(tensors, prefix + "joint_blocks.")
+        blocks = numbered_children(tensors, prefix + "joint_blocks.")
         num_blocks = max(blocks) + 1
         missing = sorted(set(range(num_blocks)) - set(blocks))
         if missing:
@@ -165,7 +164,7 @@ class MMDiTConfig:
         x_attn = tuple(sorted(i for i, keys in blocks.items() if "x_block.attn2.qkv.weight" in keys))
         processor = None
         if prefix + "context_processor.layers.0.attn.qkv.weight" in tensors:
-            processor = max(_numbered(tensors, prefix + "context_processor.layers.")) + 1
+            processor = max(numbered_children(tensors, prefix + "context_processor.layers.")) + 1
         register = shape("register")[1] if prefix + "register" in tensors else 0
 
         config = cls(depth=depth, num_blocks=num_blocks, in_channels=in_channels, out_channels=out_channels,
@@ -174,17 +173,6 @@ class MMDiTConfig:
                      context_processor_layers=processor, register_length=register, final_layer=final_layer)
         _check_blocks(config, blocks, shape, prefix)
         return config
-
-
-def _numbered(tensors: Mapping[str, Any], head: str) -> dict[int, set[str]]:
-    """`{index: {suffix}}` of the names `<head><index>.<suffix>`."""
-    pattern = re.compile(re.escape(head) + r"(\d+)\.(.+)")
-    found: dict[int, set[str]] = {}
-    for name in tensors:
-        m = pattern.match(name)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(m.group(2))
-    return found
 
 
 def _check_blocks(config: MMDiTConfig, blocks: dict[int, set[str]], shape: Any, prefix: str) -> None:

@@ -35,7 +35,6 @@ the weights, so tiny test files may use small encoders.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -47,7 +46,7 @@ from comfy_core.models.flux_blocks import EmbedND
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.wan_blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
                                           WanCamAdapter, sinusoidal_embedding_1d)
-from comfy_core.models.weight_shapes import shape_reader
+from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
 MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2")
@@ -233,12 +232,7 @@ def check_block(shape: Any, block: str, dim: int, ffn_dim: int, prefix: str, ima
 
 def count_numbered(tensors: Mapping[str, Any], prefix: str, group: str) -> int:
     """How many `group.N.` entries there are under `prefix`; a gap in the numbering is an error."""
-    pattern = re.compile(re.escape(prefix + group) + r"\.(\d+)\.")
-    indices = {int(m.group(1)) for m in map(pattern.match, tensors) if m}
-    if indices and indices != set(range(len(indices))):
-        missing = sorted(set(range(max(indices) + 1)) - indices)
-        raise WanConfigError(f"Wan: {prefix}{group} has entries up to {max(indices)} but none numbered {missing}")
-    return len(indices)
+    return count_entries(tensors, prefix, group, WanConfigError, "Wan")
 
 
 def is_wan(names: Any, prefix: str = "") -> bool:

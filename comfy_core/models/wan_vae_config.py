@@ -16,12 +16,11 @@ the tiny test files and any width build through the same path:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from comfy_core.models.vae import VAEConfigError
-from comfy_core.models.weight_shapes import shape_reader
+from comfy_core.models.weight_shapes import numbered_children, shape_reader
 
 # ComfyUI's markers (comfy/sd.py: VAE): any Wan VAE; and Wan 2.2's residual up blocks.
 WAN_MARKER = "decoder.middle.0.residual.0.gamma"
@@ -98,17 +97,6 @@ WAN21_VAE = WanVAEConfig()
 WAN22_VAE = WanVAEConfig(dim=160, decoder_dim=256, z_dim=48, patch_size=2, residual=True)
 
 
-def _children(tensors: Mapping[str, Any], base: str) -> dict[int, set[str]]:
-    """{N: names below `base.N.`} for the numbered children of `base`."""
-    pattern = re.compile(re.escape(base) + r"\.(\d+)\.(.+)$")
-    found: dict[int, set[str]] = {}
-    for name in tensors:
-        m = pattern.match(name)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(m.group(2))
-    return found
-
-
 def _classify(tensors: Mapping[str, Any], base: str, index: int, names: set[str]) -> tuple[str, Any]:
     """("res", out width) | ("resample", temporal?) for block `base.index`."""
     if "residual.2.weight" in names:
@@ -124,10 +112,10 @@ def _encoder_levels(tensors: Mapping[str, Any], prefix: str, residual: bool) -> 
     """[(residual block widths, temporal downsample after it or None for the last level)]."""
     base = f"{prefix}encoder.downsamples"
     if residual:
-        groups = [(f"{base}.{level}.downsamples", _children(tensors, f"{base}.{level}.downsamples"))
-                  for level in sorted(_children(tensors, base))]
+        groups = [(f"{base}.{level}.downsamples", numbered_children(tensors, f"{base}.{level}.downsamples."))
+                  for level in sorted(numbered_children(tensors, base + "."))]
     else:
-        groups = [(base, _children(tensors, base))]
+        groups = [(base, numbered_children(tensors, base + "."))]
     levels: list[tuple[list[int], bool | None]] = []
     for group_base, children in groups:
         if not children or sorted(children) != list(range(len(children))):
