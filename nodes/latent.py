@@ -118,7 +118,7 @@ def save_latent(samples: dict, filename_prefix: str = "latents/ComfyUI", prompt:
     import torch
     from safetensors.torch import save_file
 
-    latent = checks.latent(samples, ndims=(4,))
+    latent = checks.latent(samples)  # image or video latents, as ComfyUI saves any tensor
     env = current_env()
     with image_input_errors():
         folder, filename, counter, subfolder = save_location(env.output_dir, filename_prefix, 0, 0)

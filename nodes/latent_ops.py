@@ -152,7 +152,7 @@ def latent_from_batch(samples: dict, batch_index: int, length: int) -> tuple[dic
     """Items batch_index .. batch_index+length-1 (clamped to the batch). The result keeps the
     items' noise indices (`batch_index`, from the input's or their positions) so sampling it
     gives the noise they had in the full batch; a per-item noise mask is cut the same way."""
-    latent = checks.latent(samples, ndims=(4,))
+    latent = checks.latent(samples)  # [B, C, h, w] or a video's [B, C, T, h, w]: cut on B
     batch_index = checks.integer(batch_index, "batch_index", 0)
     length = checks.integer(length, "length", 1)
     total = latent.shape[0]
@@ -181,10 +181,10 @@ def latent_from_batch(samples: dict, batch_index: int, length: int) -> tuple[dic
 def repeat_latent_batch(samples: dict, amount: int) -> tuple[dict]:
     """The whole batch `amount` times. Noise indices of each copy are shifted past the previous
     copy's, so copies get new noise; a noise mask with one item stays shared."""
-    latent = checks.latent(samples, ndims=(4,))
+    latent = checks.latent(samples)  # image or video latents: repeated on the batch axis
     amount = checks.integer(amount, "amount", 1)
     out = dict(samples)
-    out["samples"] = latent.repeat((amount, 1, 1, 1))
+    out["samples"] = latent.repeat((amount,) + (1,) * (latent.ndim - 1))
     masks = samples.get("noise_mask")
     if masks is not None and masks.shape[0] > 1:
         # ComfyUI repeats the mask batch as given, even when it is shorter than the latent batch

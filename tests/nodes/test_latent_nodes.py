@@ -77,6 +77,14 @@ def test_save_then_load_latent_round_trip(env):
     assert torch.equal(loaded["samples"], samples)
 
 
+def test_a_video_latent_saves_and_loads_back(env):
+    samples = torch.randn(1, 16, 3, 4, 6)  # Wan's [B, C, T, h, w]
+    entry = save_latent({"samples": samples}, "latents/video")["ui"]["latents"][0]
+    (env.input_dir / "video.latent").write_bytes((env.output_dir / "latents" / entry["filename"]).read_bytes())
+    (loaded,) = load_latent("video.latent")
+    assert torch.equal(loaded["samples"], samples)
+
+
 def test_legacy_latent_files_are_unscaled(env):
     samples = torch.randn(1, 4, 2, 2)
     save_file({"latent_tensor": samples * 0.18215}, str(env.input_dir / "old.latent"))

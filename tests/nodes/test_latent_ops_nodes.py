@@ -183,6 +183,15 @@ def test_latent_from_batch_picks_items_and_their_noise_indices():
                        prepare_noise(samples["samples"], 42, [0, 1, 2, 3])[2:3])
 
 
+def test_batch_nodes_take_video_latents_on_their_batch_axis():
+    video = {"samples": torch.randn(3, 16, 5, 2, 2)}  # [B, C, T, h, w]
+    (picked,) = latent_from_batch(video, 1, 1)
+    assert torch.equal(picked["samples"], video["samples"][1:2]) and picked["batch_index"] == [1]
+    (repeated,) = repeat_latent_batch(video, 2)
+    assert repeated["samples"].shape == (6, 16, 5, 2, 2)
+    assert torch.equal(repeated["samples"][3:], video["samples"])
+
+
 def test_latent_from_batch_cuts_the_noise_mask_with_the_batch():
     single = torch.rand(1, 1, 16, 16)
     (out,) = latent_from_batch({"samples": torch.zeros(4, 4, 2, 2), "noise_mask": single}, 2, 1)
