@@ -44,6 +44,8 @@ WAN_TEMPLATES = (
     "video_wan2_2_14B_fun_camera",     # WanCameraEmbedding / WanCameraImageToVideo (2.2)
     "video_wan2.1_fun_camera_v1.1_1.3B",  # camera control (2.1), SaveAnimatedWEBP
     "video_wan2_2_5B_ti2v",            # TI2V-5B: 48-channel latents, Wan 2.2 VAE, noise mask
+    "video_wan2_2_5B_fun_control",     # Wan 2.2 Fun 5B control (148 channels in, ref_conv), Canny video
+    "video_wan2_2_5B_fun_inpaint",     # Wan 2.2 Fun 5B inpaint (100 channels in)
     "video_wan_vace_14B_t2v",          # VACE t2v, LoraLoader, TrimVideoLatent
     "video_wan_vace_14B_ref2v",        # VACE reference image
     "video_wan_vace_14B_v2v",          # VACE control video from LoadVideo
@@ -56,8 +58,6 @@ DEFAULT_TEMPLATES = ("text_to_video_wan", "video_wan2_2_14B_i2v", "video_wan2_2_
 
 # Template -> why it does not run here (not run).
 NOT_RUNNING = {
-    "video_wan2_2_5B_fun_control": "Wan 2.2 Fun 5B control: no tiny writer for its layout",
-    "video_wan2_2_5B_fun_inpaint": "Wan 2.2 Fun 5B inpaint: no tiny writer for its layout",
     "video_wan2_2_14B_s2v": "WanSoundImageToVideo and the audio encoder (wav2vec2) are not written here",
     "video_wan2_2_14B_animate": "Wan Animate and the pose / SAM2 custom nodes it uses are not here",
     "video_wan2.1_alpha_t2v_14B": "Wan-Alpha's RGB / alpha VAE pair is not written here",
