@@ -32,7 +32,7 @@ from comfy_core.checkpoint.materialize import build_on_meta, materialize, stored
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
-from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, dequantize_scaled_fp8, is_scaled_fp8
+from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, is_scaled_fp8, keep_scaled_fp8
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.patching.vae import VaePatcher
@@ -119,11 +119,16 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
             model = _load_model(checkpoint, family, unet, prediction, options, reading.result())
             vae = _load_vae(checkpoint, family, vae_module, options, reading.result()) if vae_module else None
     if shipped_fp8 is not None:
-        if is_scaled_fp8(checkpoint.tensors, family.unet_prefix):
-            dequantize_scaled_fp8(model.model.diffusion_model, checkpoint.tensors, checkpoint.read, family.unet_prefix)
-        cast_weights_at_run_time(model.model.diffusion_model)
-        model.model.manual_cast_dtype = DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(
+        compute = DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(
             UNET, supported=family.inference_dtypes)
+        if is_scaled_fp8(checkpoint.tensors, family.unet_prefix):
+            # ComfyUI's scaled_fp8_ops, as UNETLoader: the fp8 weights stay as stored with their
+            # scales applied per call; the layers it does not scale (norms, convolutions) are
+            # re-read from the file in the compute dtype.
+            keep_scaled_fp8(model.model.diffusion_model, checkpoint.tensors, checkpoint.read, family.unet_prefix,
+                            fp8_matrix_mult=None, other_dtype=compute)
+        cast_weights_at_run_time(model.model.diffusion_model)
+        model.model.manual_cast_dtype = compute
     log.info("loaded %s in %.2fs: %s, %s-prediction, unet %s, vae %s", checkpoint.path.name,
              time.perf_counter() - started, family.display_name, prediction,
              options.dtype_policy.dtype_for(UNET), options.dtype_policy.dtype_for(VAE))

@@ -310,16 +310,17 @@ def test_scaled_fp8_files_load_their_true_weights(tmp_path):
     scaled = _scaled_fp8(state, UNET)
     model, _clip, _vae = load_checkpoint(save(scaled, tmp_path / "sd3.5_large_fp8_scaled.safetensors"), output_clip=False)
     key = "joint_blocks.0.x_block.attn.qkv.weight"
-    ours = model.model.diffusion_model.state_dict()[key].float()
+    # Both loaders keep the raw fp8 value and its scale (ComfyUI's scaled_fp8_ops): the true
+    # weight is fp8 value x scale_weight, within fp8's 3-bit mantissa of the original.
+    layer = model.model.diffusion_model.get_submodule(key[:-len(".weight")])
+    assert layer.weight.dtype == torch.float8_e4m3fn
+    ours = layer.convert_weight(layer.weight.float())
     true = reference.model.diffusion_model.state_dict()[key]
-    assert (ours - true).abs().max() <= 0.07 * true.abs().max()  # fp8's 3-bit mantissa, not the raw values
+    assert (ours - true).abs().max() <= 0.07 * true.abs().max()  # the scaled values, not the raw ones
     alone = load_diffusion_model(save({k[len(UNET):]: v for k, v in scaled.items() if k.startswith(UNET)},
                                       tmp_path / "sd35_scaled_unet.safetensors"))
-    # UNETLoader keeps the raw fp8 value and its scale (as ComfyUI); the true weight is within fp8
-    # rounding of the checkpoint loader's (which dequantizes).
-    layer = alone.model.diffusion_model.get_submodule(key[:-len(".weight")])
-    kept = layer.convert_weight(layer.weight.float())
-    assert (kept - ours).abs().max() <= 2 ** -8 * ours.abs().max()
+    kept = alone.model.diffusion_model.get_submodule(key[:-len(".weight")])
+    assert torch.equal(kept.convert_weight(kept.weight.float()), ours)
     x = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(3))
     cond, pooled = torch.randn(1, 5, T5_WIDTH), torch.randn(1, 2 * CLIP_WIDTH)
     a, b = _denoise(model, x, torch.tensor([0.6]), cond, pooled), _denoise(reference, x, torch.tensor([0.6]), cond, pooled)
