@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, MutableMapping, Sequence, TextIO
 
-from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, CacheSettings, DtypeSettings, ServerConfig
-from web.flags import (ALL_INTERFACES, add_common_flags, add_server_flags, attention_backends, comfy_namespace,
-                       component_dtype, flags_without_effect, vram_mode)
+from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, CacheSettings, DtypeSettings, RaySettings, ServerConfig
+from web.flags import (ALL_INTERFACES, LOCAL_RAY, add_common_flags, add_ray_flags, add_server_flags,
+                       attention_backends, comfy_namespace, component_dtype, flags_without_effect, vram_mode)
 
 if TYPE_CHECKING:
     from comfy_core.folders import ModelFolders
@@ -35,6 +35,7 @@ def build_serve_parser() -> argparse.ArgumentParser:
         allow_abbrev=False)
     add_server_flags(parser)
     add_common_flags(parser)
+    add_ray_flags(parser)
     return parser
 
 
@@ -101,8 +102,18 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         print_server=not getattr(args, "dont_print_server", False),
         log_stdout=args.log_stdout,
         compress_response_body=getattr(args, "enable_compress_response_body", False),
+        ray=ray_settings(args),
         comfy_flags=comfy,
     )
+
+
+def ray_settings(args: argparse.Namespace) -> RaySettings | None:
+    """`--ray [ADDRESS]` and its companions (None without --ray). Ray itself is not imported here."""
+    address = getattr(args, "ray", None)
+    if address is None:
+        return None
+    return RaySettings(address=None if address == LOCAL_RAY else address, workers=getattr(args, "ray_workers", None),
+                       shared_output=getattr(args, "ray_shared_output", False))
 
 
 def _check_config(parser: argparse.ArgumentParser, config: ServerConfig) -> None:
@@ -215,6 +226,23 @@ def _open_browser(url: str) -> None:
     webbrowser.open(url)
 
 
+class RayStartError(RuntimeError):
+    """--ray: Ray is not installed, or the cluster cannot be joined."""
+
+
+def connect_ray(config: ServerConfig) -> None:
+    """--ray: join the cluster before serving, on the main thread (web/ray_backend/cluster.py)."""
+    try:
+        from web.ray_backend import cluster
+    except ImportError as exc:
+        raise RayStartError(f"--ray needs Ray: pip install -r requirements-ray.txt ({exc})") from exc
+    try:
+        cluster.connect(config.ray)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise RayStartError(f"--ray: cannot join the Ray cluster at {config.ray.address or 'a new local instance'}: "
+                            f"{exc}") from exc
+
+
 def serve(config: ServerConfig) -> int:
     from web.app import serve_forever
     from web.bootstrap import build_state
@@ -228,6 +256,13 @@ def serve(config: ServerConfig) -> int:
     except (ModelFolderError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if config.ray is not None and not config.quick_test_for_ci:
+        try:
+            connect_ray(config)
+        except RayStartError as exc:
+            state.store.close()
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     if config.quick_test_for_ci:
         print(f"quick test: {len(state.registry)} node types, {len(state.packs)} packs loaded "
               f"in {time.perf_counter() - started:.2f} s")
@@ -242,7 +277,9 @@ def serve(config: ServerConfig) -> int:
 
     try:
         # warm_up: torch and the nodes' runtime load in the background once the server listens.
-        asyncio.run(serve_forever(state, on_ready=ready, stop_signals=(signal.SIGINT, signal.SIGTERM), warm_up=True))
+        # (Not with --ray: prompts run on the worker actors, which load their own runtime.)
+        asyncio.run(serve_forever(state, on_ready=ready, stop_signals=(signal.SIGINT, signal.SIGTERM),
+                                  warm_up=config.ray is None))
     except KeyboardInterrupt:
         pass
     except OSError as exc:  # the port is taken, the address is not this machine's, or TLS files are bad
@@ -263,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         parser = build_serve_parser()
         args = parser.parse_args(argv)
+    workers = getattr(args, "ray_workers", None)
+    if workers is not None and (args.ray is None or workers < 1):  # before RaySettings refuses it
+        parser.error(f"--ray-workers needs --ray and at least 1 worker, got {workers}")
     config = config_from_args(args, argv)
     _check_config(parser, config)
     configure_logging(args.verbose, use_stdout=config.log_stdout)

@@ -73,7 +73,7 @@ class PackPromptQueue:
     def get_current_queue(self) -> tuple[list[list], list[list]]:
         """`(running items, pending items)`, each a list of ComfyUI queue tuples (copies)."""
         queue = self._state().queue
-        return self._on_loop(lambda: ([queue.running.wire()] if queue.running is not None else [],
+        return self._on_loop(lambda: ([item.wire() for item in queue.running_items()],
                                       [item.wire() for item in queue.pending()]))
 
     get_current_queue_volatile = get_current_queue
@@ -84,8 +84,7 @@ class PackPromptQueue:
 
     @property
     def currently_running(self) -> dict[int, list]:
-        running = self._state().queue.running
-        return {0: running.wire()} if running is not None else {}
+        return {n: item.wire() for n, item in enumerate(self._state().queue.running_items())}
 
     @property
     def queue(self) -> list[list]:

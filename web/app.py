@@ -132,8 +132,14 @@ def ssl_context(config: ServerConfig) -> ssl.SSLContext | None:
 async def _on_startup(app: web.Application) -> None:
     state = app[STATE_KEY]
     state.hub.attach(asyncio.get_running_loop())
-    state.worker = QueueWorker(state.queue, state.hub, state.executor, state.store, memory=state.env.memory,
-                               preview_size=state.config.preview_size)
+    if state.config.ray is not None:
+        # --ray: prompts run on Ray worker actors; imported only here, so the default start-up never loads Ray.
+        from web.ray_backend.dispatcher import RayDispatcher
+
+        state.worker = RayDispatcher(state)
+    else:
+        state.worker = QueueWorker(state.queue, state.hub, state.executor, state.store, memory=state.env.memory,
+                                   preview_size=state.config.preview_size)
     if not app[_WARM_UP]:
         state.worker.start()
 

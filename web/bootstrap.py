@@ -98,13 +98,21 @@ def cache_config(config: ServerConfig) -> Any:
     return CacheConfig(kind=kind, size=c.size, ram_headroom_gb=c.ram_headroom_gb)
 
 
+def build_executor(config: ServerConfig, registry: Any, env: Any, session: Any) -> Any:
+    """The executor for `registry` in `env`, with the compat session's hook (shared with the Ray
+    worker actors, web/ray_backend/runtime.py)."""
+    from graph.executor import Executor
+
+    return Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
+                    recover=env.memory.recover if env.memory else None)
+
+
 def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] | None = None) -> Any:
     """Everything a server needs, ready for `web.app.create_app`; prompts a dead server left
     running are recorded as interrupted, pending ones are queued again.
 
     `registry` (with `packs`) replaces the built-in + custom-node registry (tests, embedders).
     """
-    from graph.executor import Executor
     from web.hub import WebSocketHub
     from web.prompt_queue import PromptQueue
     from web.state import AppState
@@ -123,8 +131,7 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
     else:
         session = compat.install(env, registry, comfy_args=comfy_args(config))
     packs = list(packs or [])
-    executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
-                        recover=env.memory.recover if env.memory else None)
+    executor = build_executor(config, registry, env, session)
     store = PromptStore.open(env.user_dir, max_history=config.max_history)
     recovered = store.recover_interrupted()
     for prompt_id in recovered:

@@ -88,6 +88,24 @@ class DtypeSettings:
 
 
 @dataclass(frozen=True)
+class RaySettings:
+    """`--ray`: prompts run on Ray worker actors (web/ray_backend/) instead of in this process."""
+
+    address: str | None = None  # None: start a local Ray instance; "auto"; "ray://host:port"
+    workers: int | None = None  # None: one per GPU in the cluster, else 1
+    shared_output: bool = False  # workers use the server's input/output/temp folders as they are
+    # Ray's own start-up options for a local instance (tests: num_cpus, _temp_dir).
+    init_options: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # "module:function" returning a graph.registry.Registry that workers use instead of the
+    # built-ins + packs (the Ray twin of build_state's `registry=`, for embedders and tests).
+    registry_factory: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"RaySettings.workers: expected at least 1, got {self.workers}")
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Everything the server needs to know that is not code.
 
@@ -134,6 +152,7 @@ class ServerConfig:
     print_server: bool = True  # False: --dont-print-server
     log_stdout: bool = False  # --log-stdout
     compress_response_body: bool = False  # --enable-compress-response-body
+    ray: RaySettings | None = None  # --ray [ADDRESS]: None runs prompts in this process
     # Every flag under ComfyUI's attribute names as main.py parsed it (web.flags.comfy_namespace),
     # for `comfy.cli_args.args`; empty for a config built in code.
     comfy_flags: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)

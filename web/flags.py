@@ -49,11 +49,14 @@ NO_EFFECT: Mapping[str, str] = {
     "comfy_api_base": "--comfy-api-base", "database_url": "--database-url",
     "default_hashing_function": "--default-hashing-function",
 }
+# Ours (not ComfyUI's): web/ray_backend/. Left out of `comfy.cli_args.args` (comfy_namespace).
+RAY_DESTS = ("ray", "ray_workers", "ray_shared_output")
+LOCAL_RAY = "local"  # `--ray` without an address: start a Ray instance in this process
 # Flags only the server takes (`main.py run WORKFLOW` refuses them: it opens no port).
 SERVER_ONLY = frozenset({
     "listen", "port", "tls_keyfile", "tls_certfile", "enable_cors_header", "max_upload_size", "auto_launch",
     "disable_auto_launch", "windows_standalone_build", "dont_print_server", "quick_test_for_ci", "multi_user",
-    "front_end_version", "front_end_root", "enable_compress_response_body"})
+    "front_end_version", "front_end_root", "enable_compress_response_body", *RAY_DESTS})
 
 
 def existing_directory(value: str) -> Path:
@@ -99,6 +102,20 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     ui.add_argument("--front-end-root", type=existing_directory, default=None, metavar="DIR",
                     help="serve the editor build in DIR instead of the pinned package")
     parser.add_argument("--quick-test-for-ci", action="store_true", help="load everything, then exit")
+
+
+
+
+def add_ray_flags(parser: argparse.ArgumentParser) -> None:
+    """`--ray [ADDRESS]`, `--ray-workers N`, `--ray-shared-output` (serve only)."""
+    ray = parser.add_argument_group("ray", "run prompts on Ray worker actors (needs `pip install .[ray]`)")
+    ray.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
+                     help="run prompts on a Ray cluster: 'auto', ray://HOST:PORT, or bare to start one here")
+    ray.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                     help="worker actors (default: one per GPU in the cluster, else 1)")
+    ray.add_argument("--ray-shared-output", action="store_true",
+                     help="workers use the server's input/output/temp folders (a shared file system) "
+                          "instead of sending files through the server")
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -250,6 +267,8 @@ def comfy_namespace(args: argparse.Namespace) -> dict[str, Any]:
     fast = values.get("fast")
     values["fast"] = set() if fast is None else set(PerformanceFeature) if fast == [] else set(fast)
     values.pop("workflow", None)
+    for name in RAY_DESTS:
+        values.pop(name, None)
     return values
 
 

@@ -2,6 +2,10 @@
 
 Lives on the server's event loop (no locks): route handlers put and delete, the worker takes.
 `on_change` is called after every change of the queue's length (the hub broadcasts `status`).
+
+Several prompts may be running at once (the Ray dispatcher, web/ray_backend/, runs one per
+worker actor), keyed by prompt id in start order; the embedded worker has at most one, and
+`running` / `running_since` are that one (the oldest running prompt in general).
 """
 from __future__ import annotations
 
@@ -23,8 +27,8 @@ class PromptQueue:
         self.on_change = on_change or (lambda: None)
         self._heap: list[QueueItem] = []
         self._ids: set[str] = set()
-        self.running: QueueItem | None = None
-        self.running_since: int | None = None
+        # prompt id -> (item, start ms), in start order (dicts keep insertion order).
+        self._running: dict[str, tuple[QueueItem, int]] = {}
         self._wakeup = asyncio.Event()
         highest = store.max_number()
         # ComfyUI's counter restarts at 0; ours continues after the stored numbers so that prompts
@@ -62,8 +66,29 @@ class PromptQueue:
         self.put(queued)
         return queued
 
+    @property
+    def running(self) -> QueueItem | None:
+        """The oldest running prompt (the only one with the embedded worker), or None."""
+        for item, _ in self._running.values():
+            return item
+        return None
+
+    @property
+    def running_since(self) -> int | None:
+        for _, start in self._running.values():
+            return start
+        return None
+
+    def running_items(self) -> list[QueueItem]:
+        """Every running prompt, oldest first."""
+        return [item for item, _ in self._running.values()]
+
+    def running_start(self, prompt_id: str) -> int | None:
+        entry = self._running.get(prompt_id)
+        return entry[1] if entry is not None else None
+
     def contains(self, prompt_id: str) -> bool:
-        return prompt_id in self._ids or (self.running is not None and self.running.prompt_id == prompt_id)
+        return prompt_id in self._ids or prompt_id in self._running
 
     def put(self, item: QueueItem) -> None:
         if self.contains(item.prompt_id):
@@ -81,24 +106,43 @@ class PromptQueue:
             await self._wakeup.wait()
         item = heapq.heappop(self._heap)
         self._ids.discard(item.prompt_id)
-        self.running = item
-        self.running_since = now_ms()
-        self.store.mark_running(item.prompt_id, self.running_since)
+        start = now_ms()
+        self._running[item.prompt_id] = (item, start)
+        self.store.mark_running(item.prompt_id, start)
         return item
 
-    def task_done(self) -> None:
-        """The running prompt is finished (its history entry is already stored)."""
-        self.running = None
-        self.running_since = None
+    def task_done(self, prompt_id: str | None = None) -> None:
+        """A running prompt is finished (its history entry is already stored): `prompt_id`,
+        or the oldest running one."""
+        if prompt_id is None:
+            prompt_id = next(iter(self._running), None)
+        self._running.pop(prompt_id, None)
         self.on_change()
 
+    def requeue(self, prompt_id: str) -> QueueItem | None:
+        """Put a running prompt back in its place among the pending ones (its worker was lost
+        before it finished); returns it, or None when it is not running. The queue's length does
+        not change, so no `status` goes out."""
+        entry = self._running.pop(prompt_id, None)
+        if entry is None:
+            return None
+        item = entry[0]
+        self.store.mark_pending(prompt_id)
+        heapq.heappush(self._heap, item)
+        self._ids.add(prompt_id)
+        self._wakeup.set()
+        return item
+
     def interrupt(self, prompt_id: str | None = None) -> bool:
-        """Ask the running prompt to stop (only if it is `prompt_id`, when given)."""
-        item = self.running
-        if item is None or (prompt_id is not None and item.prompt_id != prompt_id):
-            return False
-        item.interrupt.set()
-        return True
+        """Ask a running prompt to stop: `prompt_id`, or (None) every running prompt."""
+        if prompt_id is not None:
+            entry = self._running.get(prompt_id)
+            items = [entry[0]] if entry is not None else []
+        else:
+            items = self.running_items()
+        for item in items:
+            item.interrupt.set()
+        return bool(items)
 
     def pending(self) -> list[QueueItem]:
         return sorted(self._heap)
@@ -106,7 +150,7 @@ class PromptQueue:
     @property
     def remaining(self) -> int:
         """Pending plus running (ComfyUI's queue_remaining)."""
-        return len(self._heap) + (1 if self.running is not None else 0)
+        return len(self._heap) + len(self._running)
 
     def delete(self, prompt_ids: Iterable[str]) -> list[str]:
         """Remove pending prompts (a running one is left alone); returns the ids removed."""

@@ -35,13 +35,18 @@ def _frontend_version() -> str:
 
 
 def _devices(state: AppState) -> list[dict]:
+    return devices(cpu_only=state.config.cpu)
+
+
+def devices(*, cpu_only: bool) -> list[dict]:
+    """This process's devices as /system_stats lists them (also each Ray worker's own)."""
     vm = psutil.virtual_memory()
     cpu = {"name": "cpu", "type": "cpu", "index": None, "vram_total": vm.total, "vram_free": vm.available,
            "torch_vram_total": vm.total, "torch_vram_free": vm.available}
     # Never imported just for this, and never read while another thread is still importing it
     # (the background warm-up): until then the CPU facts are all there is to say.
     torch = loaded_module("torch")
-    if torch is None or state.config.cpu or not torch.cuda.is_available():
+    if torch is None or cpu_only or not torch.cuda.is_available():
         return [cpu]
     devices = []
     for index in range(torch.cuda.device_count()):
@@ -67,6 +72,8 @@ def system_stats(state: AppState) -> dict:
             "platform": platform.platform(),
         },
         "devices": _devices(state),
+        # --ray: every worker actor and its devices (an extra key; ComfyUI's clients ignore it).
+        **({"workers": state.worker.workers_info()} if hasattr(state.worker, "workers_info") else {}),
     }
 
 

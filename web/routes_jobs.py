@@ -75,17 +75,17 @@ def _finished_job(record: HistoryRecord) -> dict:
 def all_jobs(state: AppState) -> list[dict]:
     queue = state.queue
     jobs = [_finished_job(r) for r in state.store.history_records()]
-    if queue.running is not None:
-        jobs.append(_queued_job(queue.running, True, queue.running_since))
+    jobs.extend(_queued_job(item, True, queue.running_start(item.prompt_id)) for item in queue.running_items())
     jobs.extend(_queued_job(item, False, None) for item in queue.pending())
     return jobs
 
 
 def job_detail(state: AppState, job_id: str) -> dict | None:
     queue = state.queue
-    if queue.running is not None and queue.running.prompt_id == job_id:
-        item = queue.running
-        job = _queued_job(item, True, queue.running_since)
+    running = {i.prompt_id: i for i in queue.running_items()}
+    if job_id in running:
+        item = running[job_id]
+        job = _queued_job(item, True, queue.running_start(job_id))
     else:
         item = next((i for i in queue.pending() if i.prompt_id == job_id), None)
         job = _queued_job(item, False, None) if item is not None else None

@@ -49,7 +49,7 @@ def prompt_routes() -> web.RouteTableDef:
     @routes.get("/queue")
     async def get_queue(request: web.Request) -> web.Response:
         queue = state_of(request).queue
-        running = [queue.running.wire()] if queue.running is not None else []
+        running = [item.wire() for item in queue.running_items()]
         return web.json_response({"queue_running": running, "queue_pending": [i.wire() for i in queue.pending()]})
 
     @routes.post("/queue")

@@ -19,7 +19,9 @@ Fields (stable; add, don't rename):
   store        web.store.PromptStore — SQLite (WAL) queue + history in `env.user_dir`
   queue        web.prompt_queue.PromptQueue — pending/running prompts (mirrors the store)
   hub          web.hub.WebSocketHub — connected sockets by client id
-  worker       web.worker.QueueWorker — runs the queue (made and started by the app's on_startup)
+  worker       web.worker.QueueWorker — runs the queue (made and started by the app's on_startup);
+               with --ray a web.ray_backend.dispatcher.RayDispatcher (same interface, several
+               prompts at once, `workers_info()` for /system_stats)
   packs        list of graph.packs.PackResult — loaded custom-node packs (`.web_directory`)
   extra_routes list of aiohttp RouteTableDef — routes added before start (packs); each one is
                registered bare and under /api by the app factory (web.app.create_app)
@@ -36,6 +38,7 @@ Thread-safe methods (callable from node worker threads):
                (or to all with client_id=None); an `int` event_type with `bytes` data sends a
                binary frame `[u32 type][data]`
   state.running_client_id / state.running_prompt_id   the running prompt's owner and id, or None
+               (with --ray: the oldest running prompt's; `queue.running_items()` lists them all)
 """
 from __future__ import annotations
 

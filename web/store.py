@@ -123,6 +123,11 @@ class PromptStore:
         with self._lock:
             self.db.execute("UPDATE queue SET state='running', start_ms=? WHERE prompt_id=?", (start_ms, prompt_id))
 
+    def mark_pending(self, prompt_id: str) -> None:
+        """A running prompt goes back to waiting (its Ray worker died; web/ray_backend)."""
+        with self._lock:
+            self.db.execute("UPDATE queue SET state='pending', start_ms=NULL WHERE prompt_id=?", (prompt_id,))
+
     def remove_pending(self, prompt_ids: Iterable[str]) -> None:
         with self._lock:
             self.db.executemany("DELETE FROM queue WHERE prompt_id=? AND state='pending'",

@@ -1,10 +1,8 @@
 """The queue worker (`QueueWorker`): one asyncio task that runs queued prompts one at a time.
 
-For each prompt: executor events go to the owning client (previews as binary frames;
-`progress_state` paced by `graph.progress.ProgressCoalescer`, the latest map always sent before
-the prompt's final events), then the history entry is written (durably, together with the prompt leaving the queue), `status` is
-broadcast, and only then `executing {node: null}` is sent, so a client that reads /history on
-that message always finds the entry (ComfyUI's order).
+For each prompt: executor events go to the owning client (web/prompt_routing.py), then the
+history entry is written, `status` is broadcast, and only then `executing {node: null}` is sent
+(web/prompt_run.py, shared with the Ray dispatcher in web/ray_backend/).
 
 Sync node code runs in the executor's worker threads, so the event loop keeps serving routes
 and sockets while a prompt runs. An exception escaping the executor (a bug, not a node error)
@@ -17,14 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from graph.events import (EXECUTING, EXECUTION_INTERRUPTED, PREVIEW, PROGRESS_STATE, STATUS_MESSAGE_TYPES,
-                          Event, execution_error)
-from graph.progress import FLUSH_BEFORE, ProgressCoalescer, ProgressPacing
-from web.protocol import encode_image, preview_frame, preview_frame_with_metadata
+from graph.progress import ProgressPacing
+from web.prompt_routing import PromptRouting
+from web.prompt_run import PromptRun
 from web.queue_item import QueueItem, now_ms
 
 if TYPE_CHECKING:  # annotations only
@@ -56,7 +52,7 @@ def apply_free(executor: "Executor", memory: "MemoryManager | None", request: Fr
             memory.free_all()
 
 
-class QueueWorker:
+class QueueWorker(PromptRouting):
     """Runs `queue` until stopped (not graph.worker.PromptWorker, the thread node code runs on)."""
 
     def __init__(self, queue: "PromptQueue", hub: "WebSocketHub", executor: "Executor", store: "PromptStore", *,
@@ -131,107 +127,15 @@ class QueueWorker:
 
     async def run_item(self, item: QueueItem) -> None:
         hub = self.hub
-        client_id = item.client_id
-        hub.begin_prompt(client_id, item.prompt_id)
-        start = self.queue.running_since or now_ms()
-        recorded: list[tuple[str, Any]] = []
-        progress = None
-        if client_id is not None:
-            progress = ProgressCoalescer(lambda e: hub.send(e.type, e.data, client_id),
-                                         asyncio.get_running_loop().call_later, pacing=self.progress_pacing)
-
-        def sink(event: Event) -> None:
-            # Runs on the server's loop (graph/relay.py delivers the executor's events there).
-            if event.type in STATUS_MESSAGE_TYPES:
-                recorded.append((event.type, event.data))  # kept in case the executor itself fails
-            if progress is not None:
-                if event.type == PROGRESS_STATE:
-                    progress.push(event)
-                    return
-                if event.type in FLUSH_BEFORE:
-                    progress.flush()
-            self._route(event, item, client_id)
-
+        hub.begin_prompt(item.client_id, item.prompt_id)
+        run = PromptRun(self, item, start=self.queue.running_since or now_ms(), pacing=self.progress_pacing)
         try:
             outcome = await self.executor.execute(
                 item.prompt, item.prompt_id, outputs=list(item.outputs), extra_data=item.extra_data,
-                sink=sink, interrupt=item.interrupt)
-            status, ui_outputs, meta = outcome.status, outcome.ui_outputs, outcome.meta
-            messages = [list(m) for m in outcome.messages]
+                sink=run.sink, interrupt=item.interrupt)
+            result = run.result_of(outcome)
         except Exception as exc:  # noqa: BLE001 -- an executor bug must not stop the server
             log.exception("prompt %s: executor failed", item.prompt_id)
-            event = execution_error(item.prompt_id, None, None, [], exception_message=str(exc),
-                                    exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                                    traceback=traceback.format_exception(exc), current_inputs={},
-                                    current_outputs=[])
-            if progress is not None:
-                progress.flush()
-            self._route(event, item, client_id)
-            status, ui_outputs, meta = "error", {}, {}
-            messages = [[e, d] for e, d in recorded] + [[event.type, event.data]]
-
-        # ComfyUI's terminal line per prompt (people watch for it; some scripts grep it), logged
-        # before the history entry exists so that whoever sees the entry can see the line.
-        log.info("Prompt executed in %.2f seconds", (now_ms() - start) / 1000)
-        entry = {
-            "prompt": item.wire(),
-            "outputs": ui_outputs,
-            "status": {"status_str": "success" if status == "success" else "error",
-                       "completed": status == "success", "messages": messages},
-            "meta": meta,
-        }
-        if progress is not None:
-            progress.close()  # anything still held goes out before `executing null`
-        self.store.finish(item, entry, status, start, now_ms())
-        self.queue.task_done()  # broadcasts `status`
-        if client_id is not None:
-            hub.send(EXECUTING, {"node": None, "prompt_id": item.prompt_id}, client_id)
+            result = run.failed(exc)
+        run.finish(result, self.store, self.queue)
         hub.end_prompt()
-
-    # -- events ------------------------------------------------------------------------------
-    def _route(self, event: Event, item: QueueItem, client_id: str | None) -> None:
-        """Deliver one executor event; may run on a node thread."""
-        hub = self.hub
-        if event.type == PREVIEW:
-            if client_id is not None:
-                self._send_preview(event.data, client_id)
-            return
-        if event.type == EXECUTING:
-            self._on_loop(hub.note_executing, (event.data or {}).get("node"))
-        if client_id is None:
-            # ComfyUI: without a client, only `execution_interrupted` is sent (to everyone).
-            if event.type == EXECUTION_INTERRUPTED:
-                hub.send_threadsafe(event.type, event.data, None)
-            return
-        hub.send_threadsafe(event.type, event.data, client_id)
-
-    def _send_preview(self, data: dict, client_id: str | None) -> None:
-        self._on_loop(self._queue_preview, data, client_id)
-
-    def send_preview(self, data: dict, client_id: str | None) -> None:
-        """A preview image (`data` as the executor's `preview` event: image, format, max_size,
-        node ids) to `client_id` (None: every client), encoded off the loop. Thread-safe."""
-        self._send_preview(data, client_id)
-
-    def _queue_preview(self, data: dict, client_id: str | None) -> None:
-        """Encode off the event loop (a full-size PNG takes a while) but keep the frame's place
-        in the client's message order: the outbox holds the future until it is done."""
-        hub = self.hub
-        conn = hub.client(client_id)
-        with_meta = conn is not None and conn.supports_preview_metadata
-        future = asyncio.get_running_loop().run_in_executor(None, self._encode_frame, data, with_meta)
-        hub.send_raw(future, client_id)
-
-    def _encode_frame(self, data: dict, with_meta: bool) -> bytes | None:
-        fmt = str(data.get("format", "JPEG")).upper()
-        max_size = data.get("max_size", self.preview_size)
-        try:
-            encoded = encode_image(data.get("image"), fmt, max_size)
-        except Exception:  # noqa: BLE001 -- a broken preview must not fail the prompt
-            log.exception("prompt %s: preview could not be encoded", data.get("prompt_id"))
-            return None
-        return preview_frame_with_metadata(encoded, fmt, data) if with_meta else preview_frame(encoded, fmt)
-
-    def _on_loop(self, fn: Any, *args: Any) -> None:
-        # Node threads must not touch the hub directly; FIFO scheduling keeps message order.
-        self.hub.call_on_loop(fn, *args)

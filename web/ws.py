@@ -53,9 +53,10 @@ async def _handle_text(state: AppState, conn: ClientConnection, text: str) -> No
         state.hub.send("prompt_queued" if status == 200 else "prompt_rejected", payload, conn.client_id)
     elif kind == "interrupt":
         prompt_id = data.get("prompt_id") if isinstance(data, dict) else None
-        running = state.queue.running
-        if running is not None and running.client_id == conn.client_id:
-            state.queue.interrupt(prompt_id if isinstance(prompt_id, str) else None)
+        # Only the client's own running prompts (several run at once with --ray).
+        for item in state.queue.running_items():
+            if item.client_id == conn.client_id and (not isinstance(prompt_id, str) or prompt_id == item.prompt_id):
+                state.queue.interrupt(item.prompt_id)
 
 
 async def websocket_handler(request: web.Request) -> web.WebSocketResponse:

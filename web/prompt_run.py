@@ -1,0 +1,108 @@
+"""One prompt's run as the server sees it, whoever executes it: the event sink (progress_state
+paced by `graph.progress.ProgressCoalescer`, the latest map always sent before the prompt's
+final events), the `execution_error` for an executor that failed outright, and the ending in
+ComfyUI's order: history entry stored (durably, with the prompt leaving the queue), `status`
+broadcast, and only then `executing {node: null}`, so a client that reads /history on that
+message always finds the entry.
+
+Used by the embedded queue worker (web/worker.py) and the Ray dispatcher (web/ray_backend/).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from graph.events import EXECUTING, PROGRESS_STATE, STATUS_MESSAGE_TYPES, Event, execution_error
+from graph.progress import FLUSH_BEFORE, ProgressCoalescer, ProgressPacing
+from web.queue_item import QueueItem, now_ms
+
+if TYPE_CHECKING:  # annotations only
+    from graph.outcome import ExecutionOutcome
+    from web.prompt_queue import PromptQueue
+    from web.prompt_routing import PromptRouting
+    from web.store import PromptStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What goes into the history entry."""
+
+    status: str  # "success" | "error" | "interrupted"
+    ui_outputs: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)
+
+
+class PromptRun:
+    def __init__(self, router: "PromptRouting", item: QueueItem, *, start: int,
+                 pacing: ProgressPacing = ProgressPacing()) -> None:
+        self.router = router
+        self.item = item
+        self.client_id = item.client_id
+        self.start = start
+        self.recorded: list[tuple[str, Any]] = []  # kept in case the executor itself fails
+        self.progress: ProgressCoalescer | None = None
+        if self.client_id is not None:
+            hub, client_id = router.hub, self.client_id
+            self.progress = ProgressCoalescer(lambda e: hub.send(e.type, e.data, client_id),
+                                              asyncio.get_running_loop().call_later, pacing=pacing)
+
+    def sink(self, event: Event) -> None:
+        """Runs on the server's loop (graph/relay.py, or the Ray stream, delivers events there)."""
+        if event.type in STATUS_MESSAGE_TYPES:
+            self.recorded.append((event.type, event.data))
+        if self.progress is not None:
+            if event.type == PROGRESS_STATE:
+                self.progress.push(event)
+                return
+            if event.type in FLUSH_BEFORE:
+                self.progress.flush()
+        self.router._route(event, self.item, self.client_id)
+
+    @staticmethod
+    def result_of(outcome: "ExecutionOutcome") -> RunResult:
+        return RunResult(outcome.status, outcome.ui_outputs, outcome.meta, [list(m) for m in outcome.messages])
+
+    def failed(self, exc: BaseException, *, node_id: str | None = None, node_type: str | None = None) -> RunResult:
+        """The prompt ended without an outcome (an executor bug, a lost worker): an
+        `execution_error` naming `exc` goes to the client and into the history."""
+        item = self.item
+        # An error that stands for one raised elsewhere (a Ray worker's) carries that one's type and traceback.
+        exception_type = getattr(exc, "exception_type", None) or f"{type(exc).__module__}.{type(exc).__qualname__}"
+        trace = getattr(exc, "worker_traceback", None) or traceback.format_exception(exc)
+        event = execution_error(item.prompt_id, node_id, node_type, [], exception_message=str(exc),
+                                exception_type=exception_type, traceback=trace, current_inputs={},
+                                current_outputs=[])
+        if self.progress is not None:
+            self.progress.flush()
+        self.router._route(event, item, self.client_id)
+        return RunResult("error", {}, {}, [[e, d] for e, d in self.recorded] + [[event.type, event.data]])
+
+    def finish(self, result: RunResult, store: "PromptStore", queue: "PromptQueue") -> None:
+        item = self.item
+        # ComfyUI's terminal line per prompt (people watch for it; some scripts grep it), logged
+        # before the history entry exists so that whoever sees the entry can see the line.
+        log.info("Prompt executed in %.2f seconds", (now_ms() - self.start) / 1000)
+        entry = {
+            "prompt": item.wire(),
+            "outputs": result.ui_outputs,
+            "status": {"status_str": "success" if result.status == "success" else "error",
+                       "completed": result.status == "success", "messages": result.messages},
+            "meta": result.meta,
+        }
+        if self.progress is not None:
+            self.progress.close()  # anything still held goes out before `executing null`
+        store.finish(item, entry, result.status, self.start, now_ms())
+        queue.task_done(item.prompt_id)  # broadcasts `status`
+        if self.client_id is not None:
+            self.router.hub.send(EXECUTING, {"node": None, "prompt_id": item.prompt_id}, self.client_id)
+
+    def abandon(self) -> None:
+        """The run ends without a history entry (its prompt was queued again): stop pacing."""
+        if self.progress is not None:
+            self.progress.close()

@@ -1,0 +1,305 @@
+"""`RayDispatcher`: the embedded `QueueWorker`'s interface (start / stop / request_free /
+run_item), running prompts on Ray worker actors, several at once (one per actor).
+
+The server keeps the queue (web/prompt_queue.py: several running items, keyed by prompt id),
+the history and the routing: events streamed back from a worker go through the same
+`PromptRun` / `PromptRouting` code as the embedded worker's, so a client sees the same frames.
+
+A prompt waits in the queue until a worker is free; then `placement.choose_worker` picks the
+worker. A worker that dies mid-prompt is replaced; its prompt is queued again once
+(`MAX_REQUEUES`), and a second loss is recorded as an `execution_error` naming the worker, so a
+prompt is never lost and gets exactly one history entry. When Ray itself goes away, the
+dispatcher reconnects (retrying with back-off) before it takes the next prompt.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray.exceptions import RayActorError, RayError, RayTaskError
+
+from graph.events import EXECUTED, Event
+from graph.progress import ProgressPacing
+from web.prompt_routing import PromptRouting
+from web.ray_backend import cluster
+from web.prompt_run import PromptRun, RunResult
+from web.queue_item import QueueItem, now_ms
+from web.ray_backend.errors import WorkerExecutorError, WorkerLostError, WorkerStreamError
+from web.ray_backend.files import input_files, rename_outputs, write_files
+from web.ray_backend.placement import DEAD, READY, STARTING, WorkerSlot, choose_worker, loader_keys
+from web.ray_backend.runtime import PromptJob
+from web.worker import FreeRequest
+
+if TYPE_CHECKING:  # annotations only
+    from web.state import AppState
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEUES = 1
+INTERRUPT_POLL_S = 0.05  # how often a running prompt's interrupt flag is forwarded to its worker
+RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class RayDispatcher(PromptRouting):
+    def __init__(self, state: "AppState", *, progress_pacing: ProgressPacing = ProgressPacing()) -> None:
+        if state.config.ray is None:
+            raise ValueError("RayDispatcher needs ServerConfig.ray (--ray)")
+        self.state = state
+        self.queue, self.hub, self.store = state.queue, state.hub, state.store
+        self.settings = state.config.ray
+        self.preview_size = state.config.preview_size
+        self.progress_pacing = progress_pacing
+        self.slots: list[WorkerSlot] = []
+        self._task: asyncio.Task | None = None
+        self._runs: dict[str, asyncio.Task] = {}
+        self._requeues: dict[str, int] = {}
+        self._changed = asyncio.Event()  # a worker became free, ready or dead
+        self.worker_config = self._worker_config()
+
+    def _worker_config(self) -> Any:
+        config, env = self.state.config, self.state.env
+        if self.settings.shared_output:  # the server's folders, as resolved paths
+            return replace(config, output_dir=env.output_dir, input_dir=env.input_dir, temp_dir=env.temp_dir)
+        return config
+
+    # -- the QueueWorker interface -----------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ray-dispatcher")
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Take no more prompts; interrupt the running ones and let them record themselves,
+        waiting at most `timeout` seconds; then end the actors (and Ray, if it started it)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        self.queue.interrupt(None)
+        runs = set(self._runs.values())
+        if runs:
+            done, pending = await asyncio.wait(runs, timeout=timeout)
+            for task in pending:
+                task.cancel()
+        live = [slot.handle for slot in self.slots if slot.handle is not None]
+        if live:  # their own folders first, then the actors
+            closing = [asyncio.wrap_future(handle.close.remote().future()) for handle in live]
+            await asyncio.wait(closing, timeout=timeout)
+        for handle in live:
+            try:
+                ray.kill(handle)
+            except Exception:  # noqa: BLE001 -- already gone, or Ray is
+                pass
+        self.slots.clear()
+        if cluster.started_here():
+            await asyncio.get_running_loop().run_in_executor(None, cluster.disconnect)
+
+    def request_free_flags(self, *, unload_models: bool = False, free_memory: bool = False) -> None:
+        self.request_free(FreeRequest(unload_models=unload_models, free_memory=free_memory))
+
+    def request_free(self, request: FreeRequest) -> None:
+        """POST /free goes to every worker (each frees now, or after its running prompt)."""
+        for slot in self.slots:
+            if slot.state == READY:
+                slot.handle.free.remote(request.unload_models, request.free_memory)
+
+    def workers_info(self) -> list[dict]:
+        """The workers for /system_stats: name, state, running prompt, host, devices."""
+        return [{**slot.info, "name": slot.name, "state": slot.state, "running": slot.busy,
+                 "prompts_run": slot.prompts_run, "generation": slot.generation} for slot in self.slots]
+
+    def worker_of(self, prompt_id: str) -> WorkerSlot | None:
+        """The slot running `prompt_id` (tests kill its actor), or None."""
+        return next((s for s in self.slots if s.busy == prompt_id), None)
+
+    # -- workers -----------------------------------------------------------------------------
+    def _worker_count(self) -> int:
+        if self.settings.workers is not None:
+            return self.settings.workers
+        return max(1, int(ray.cluster_resources().get("GPU", 0)))
+
+    async def _ensure_workers(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Off the loop (joining blocks); the server's signal handlers are put back afterwards,
+        # here on the loop's thread, in case starting Ray replaced them (cluster.py).
+        handlers = cluster.python_signal_handlers()
+        await loop.run_in_executor(None, cluster.connect, self.settings)
+        cluster.restore_signal_handlers(handlers)
+        if not self.slots:
+            count = await loop.run_in_executor(None, self._worker_count)
+            self.slots = [WorkerSlot(index) for index in range(count)]
+        await asyncio.gather(*(self._spawn(slot) for slot in self.slots if slot.state == DEAD or slot.handle is None))
+        if not any(slot.state == READY for slot in self.slots):
+            raise WorkerLostError("no Ray worker actor could be started")
+
+    async def _spawn(self, slot: WorkerSlot) -> None:
+        from web.ray_backend.actor import WorkerActor
+
+        slot.state, slot.busy, slot.loaded, slot.info = STARTING, None, set(), {}
+        slot.generation += 1
+        gpu = "GPU" in ray.cluster_resources() and not self.state.config.cpu
+        options = {"num_gpus": 1, "num_cpus": 0} if gpu else {"num_cpus": 1}
+        try:
+            slot.handle = WorkerActor.options(**options).remote(self.worker_config, slot.name)
+            slot.info = await slot.handle.describe.remote()
+            slot.state = READY
+            log.info("Ray %s ready (pid %s on %s)", slot.name, slot.info.get("pid"), slot.info.get("host"))
+        except (RayError, ConnectionError) as exc:
+            log.error("Ray %s could not start: %s", slot.name, exc)
+            slot.state, slot.handle = DEAD, None
+        slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
+        self._changed.set()
+
+    def _replace(self, slot: WorkerSlot) -> None:
+        """A worker died: start its successor in the background (its prompt is handled by the caller)."""
+        slot.state, slot.handle = DEAD, None
+        slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
+        self._changed.set()
+        asyncio.get_running_loop().create_task(self._spawn(slot), name=f"ray-respawn-{slot.index}")
+
+    # -- the loop ----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            if not any(slot.state in (READY, STARTING) for slot in self.slots):
+                try:
+                    await self._ensure_workers()
+                    attempt = 0
+                except (RayError, ConnectionError, WorkerLostError, OSError) as exc:
+                    delay = RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)]
+                    attempt += 1
+                    log.error("Ray is unavailable (%s); retrying in %.1f s", exc, delay)
+                    await self._disconnect()
+                    await asyncio.sleep(delay)
+                    continue
+            if not any(slot.free for slot in self.slots):
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            item = await self.queue.get()
+            slot = choose_worker(self.slots, loader_keys(item.prompt))
+            if slot is None:  # the free worker died while we waited for a prompt
+                self.queue.requeue(item.prompt_id)
+                continue
+            slot.busy = item.prompt_id
+            task = asyncio.get_running_loop().create_task(self._guarded(item, slot), name=f"ray-{item.prompt_id}")
+            self._runs[item.prompt_id] = task
+
+    async def _disconnect(self) -> None:
+        self.slots = []
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, cluster.disconnect)
+        except Exception:  # noqa: BLE001 -- nothing left to shut down
+            pass
+
+    async def _guarded(self, item: QueueItem, slot: WorkerSlot) -> None:
+        try:
+            await self.run_item(item, slot)
+        except Exception:  # noqa: BLE001 -- the dispatcher must outlive any one prompt
+            log.exception("prompt %s: the dispatcher failed while finishing it", item.prompt_id)
+            if self.queue.contains(item.prompt_id) and self.queue.running_start(item.prompt_id) is not None:
+                self.queue.task_done(item.prompt_id)
+        finally:
+            self._runs.pop(item.prompt_id, None)
+            if slot.busy == item.prompt_id:
+                slot.busy = None
+            self._changed.set()
+
+    # -- one prompt --------------------------------------------------------------------------
+    async def run_item(self, item: QueueItem, slot: WorkerSlot) -> None:
+        hub, pid = self.hub, item.prompt_id
+        hub.begin_prompt(item.client_id, pid)  # reconnect catch-up follows the latest prompt
+        run = PromptRun(self, item, start=self.queue.running_start(pid) or now_ms(), pacing=self.progress_pacing)
+        interrupts = asyncio.get_running_loop().create_task(self._forward_interrupt(item, slot))
+        lost: BaseException | None = None
+        try:
+            result = await self._stream(item, slot, run)
+            slot.loaded |= loader_keys(item.prompt)
+            slot.prompts_run += 1
+        except RayActorError as exc:
+            lost = exc
+        except RayTaskError as exc:  # the worker's stream raised (a bug there): the prompt's error
+            log.error("prompt %s: the worker's stream failed: %s", pid, exc)
+            result = run.failed(exc)
+        except (RayError, ConnectionError) as exc:  # Ray itself went away: reconnect before the next prompt
+            lost = exc
+            for other in self.slots:
+                other.state = DEAD
+        except WorkerExecutorError as exc:
+            result = run.failed(exc)
+        except Exception as exc:  # noqa: BLE001 -- a broken stream must still end the prompt
+            log.exception("prompt %s: the stream from %s failed", pid, slot.name)
+            result = run.failed(exc)
+        finally:
+            interrupts.cancel()
+        if lost is not None:
+            log.error("prompt %s: %s died (%s)", pid, slot.name, type(lost).__name__)
+            if slot.state != DEAD or isinstance(lost, RayActorError):
+                self._replace(slot)
+            slot.busy = None
+            requeued = self._requeues.get(pid, 0)
+            if requeued < MAX_REQUEUES and not item.interrupt.is_set():
+                self._requeues[pid] = requeued + 1
+                run.abandon()
+                self.queue.requeue(pid)
+                self._end_prompt(pid)
+                log.warning("prompt %s queued again after losing its worker", pid)
+                return
+            result = run.failed(WorkerLostError(
+                f"the Ray worker running this prompt died ({type(lost).__name__}: {lost}); "
+                f"it had been queued again {requeued} time(s) after losing a worker before"))
+        self._requeues.pop(pid, None)
+        run.finish(result, self.store, self.queue)
+        self._end_prompt(pid)
+
+    def _end_prompt(self, prompt_id: str) -> None:
+        if self.hub.owner_prompt_id == prompt_id:
+            self.hub.end_prompt()
+
+    async def _stream(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
+        env = self.state.env
+        inputs = [] if self.settings.shared_output else input_files(item.prompt, env.input_dir)
+        job = PromptJob(item.prompt_id, item.prompt, list(item.outputs), dict(item.extra_data), inputs)
+        stream = slot.handle.run.options(num_returns="streaming").remote(job)
+        folders = {"output": env.output_dir, "temp": env.temp_dir}
+        loop = asyncio.get_running_loop()
+        renames: dict = {}  # files written under another name on the server (files.write_files)
+        async for ref in stream:
+            message = await ref
+            kind = message[0]
+            if kind == "events":
+                for event in message[1]:
+                    if renames and event.type == EXECUTED and isinstance(event.data, dict):
+                        event = Event(event.type, {**event.data,
+                                                   "output": rename_outputs(event.data.get("output"), renames)})
+                    run.sink(event)
+            elif kind == "files":  # before the events that name them
+                renames.update(await loop.run_in_executor(None, functools.partial(write_files, message[1], folders, slot.file_names)))
+            elif kind == "done":
+                outcome, files = message[1], message[2]
+                if files:
+                    renames.update(await loop.run_in_executor(None, functools.partial(write_files, files, folders, slot.file_names)))
+                result = run.result_of(outcome)
+                if renames:
+                    result.ui_outputs = {node: rename_outputs(ui, renames) for node, ui in result.ui_outputs.items()}
+                return result
+            elif kind == "crash":
+                raise WorkerExecutorError(message[1], message[2], message[3])
+        raise WorkerStreamError(f"{slot.name} ended prompt {item.prompt_id}'s stream without its outcome")
+
+    async def _forward_interrupt(self, item: QueueItem, slot: WorkerSlot) -> None:
+        """/interrupt sets the item's flag on the server; the worker polls its own, so pass it on.
+        (Polled: the flag is a threading.Event that route handlers and packs set directly.)"""
+        while not item.interrupt.is_set():
+            await asyncio.sleep(INTERRUPT_POLL_S)
+        if slot.handle is not None:
+            slot.handle.interrupt.remote(item.prompt_id)
