@@ -2,6 +2,8 @@
 with exactly one history entry; a prompt that loses its worker twice is reported failed."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.web.ray_harness import progress_of, wait_until, wait_workers_ready
 from tests.web.ray_test_nodes import gated
 from tests.web.web_harness import ws_connect
@@ -30,8 +32,11 @@ async def test_a_killed_worker_is_replaced_and_its_prompt_finishes_elsewhere_onc
     _, body = await server.post_prompt(gated(7, gate), client_id="victim")
     pid = body["prompt_id"]
     await progress_of(ws, pid)
+    folder = server.state.worker.worker_of(pid).info["folder"]
+    assert Path(folder).is_dir()
     killed = await _kill_worker_running(server, ray_cluster, pid)
     await wait_until(_running_elsewhere(server, pid, {killed}), what="the prompt running again on another worker")
+    assert not Path(folder).exists()  # a dead worker's own folders go with it (it ran on this machine)
     await progress_of(ws, pid)
     gate.touch()
     entry = await server.wait_history(pid, timeout=60)

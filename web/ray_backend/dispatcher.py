@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import shutil
+import socket
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -161,6 +164,7 @@ class RayDispatcher(PromptRouting):
 
     def _replace(self, slot: WorkerSlot) -> None:
         """A worker died: start its successor in the background (its prompt is handled by the caller)."""
+        remove_dead_worker_folder(slot.info)
         slot.state, slot.handle = DEAD, None
         slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
         self._changed.set()
@@ -303,3 +307,16 @@ class RayDispatcher(PromptRouting):
             await asyncio.sleep(INTERRUPT_POLL_S)
         if slot.handle is not None:
             slot.handle.interrupt.remote(item.prompt_id)
+
+
+def remove_dead_worker_folder(info: dict) -> bool:
+    """A dead worker cannot remove its own folders (`WorkerRuntime.close`): do it for it when it
+    ran on this machine (on another machine they stay in that machine's temp folder)."""
+    folder = info.get("folder")
+    if not folder or info.get("host") != socket.gethostname():
+        return False
+    path = Path(folder)
+    if not path.name.startswith("comfy-ray-"):  # only ever a folder the worker made for itself
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True

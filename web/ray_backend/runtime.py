@@ -103,6 +103,7 @@ class WorkerRuntime:
         from web.routes_info import devices
 
         return {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
+                "folder": str(self.own_root) if self.own_root is not None else None,
                 "node_types": len(self.registry), "running": self._running,
                 "devices": devices(cpu_only=self.config.cpu)}
 
