@@ -35,7 +35,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.server import _free_port, wait_until_serving  # noqa: E402
+from bench.server import _free_port, _latency, wait_until_serving  # noqa: E402
 from tests.web.web_test_pack import srv_prompt  # noqa: E402
 
 
@@ -94,19 +94,6 @@ async def _throughput(url: str, prompts: list[dict]) -> float:
     return len(prompts) / elapsed
 
 
-async def _latency(url: str, runs: int) -> list[float]:
-    times = []
-    async with aiohttp.ClientSession() as session:
-        ws = await session.ws_connect(f"{url}/ws?clientId=latency")
-        for n in range(runs):
-            started = time.perf_counter()
-            prompt_id = await _post(session, url, srv_prompt(n % 256, prefix=f"lat{n}"), "latency")
-            await asyncio.wait_for(_done_ids(ws, {prompt_id}), timeout=600)
-            times.append(time.perf_counter() - started)
-        await ws.close()
-    return times
-
-
 async def _workers_ready(url: str, count: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as session:
@@ -134,7 +121,8 @@ async def run_mode(base: Path, workers: int | None, args: argparse.Namespace) ->
         if workers is not None:
             await _workers_ready(url, workers)
         ready = time.perf_counter() - started
-        await _latency(url, 2)  # warm: each worker's first prompt imports the node runtime
+        # Warm-up: each worker's first prompt imports the node runtime (values the measured runs do not use).
+        await _throughput(url, [srv_prompt(n, prefix="warm") for n in range(max(2, workers or 1))])
         trivial = await _throughput(url, [srv_prompt(n % 256, prefix=f"t{n}") for n in range(args.trivial)])
         images = await _throughput(url, [image_prompt(seed) for seed in range(args.images)])
         latency = await _latency(url, args.latency_runs)

@@ -17,8 +17,7 @@ classes afterwards (subclasses with the same parameters and names: state dicts, 
 ComfyUI's "scaled fp8" files (its `scaled_fp8_ops`) are kept the same way: `keep_scaled_fp8`
 gives every linear layer its fp8 weight as stored (a view of the file mapping) plus a float32
 `scale_weight`, and the per-call cast applies the scale (`ScaledFp8Linear`), so a 14 B model takes
-its fp8 size in memory. `dequantize_scaled_fp8` (the true weights once, in bfloat16) remains for
-loaders that hand out plain tensors (the single-file checkpoint loader, comfy_core/loading.py).
+its fp8 size in memory (UNETLoader, the single-file checkpoint loader and the T5 loaders).
 """
 from __future__ import annotations
 
@@ -150,7 +149,6 @@ def cast_weights_at_run_time(module: nn.Module, *, fp8_matrix_mult: bool = False
 SCALED_FP8_MARKER = "scaled_fp8"
 SCALE_WEIGHT = "scale_weight"
 SCALE_INPUT = "scale_input"
-SCALED_STORAGE = torch.bfloat16
 
 
 class ScaledFp8Error(ValueError):
@@ -317,22 +315,3 @@ def _other_tensors_in(module: nn.Module, names: object, read: Callable[[str], to
             owner._parameters[attr] = nn.Parameter(value, requires_grad=False)
         else:
             owner._buffers[attr] = value
-
-
-def dequantize_scaled_fp8(module: nn.Module, names: object, read: Callable[[str], torch.Tensor], prefix: str,
-                          dtype: torch.dtype = SCALED_STORAGE) -> int:
-    """Multiply every layer's stored weight by its `scale_weight` (read by name from the file)
-    and keep the product in `dtype`: the true weights, so patching, LoRA and the casting layers
-    see ordinary tensors. bfloat16 holds them in half the float32 memory (twice the fp8 file's;
-    ComfyUI keeps fp8 and multiplies at run time). Returns how many layers were scaled."""
-    count = 0
-    for name, layer in module.named_modules():
-        key = f"{prefix}{name}.{SCALE_WEIGHT}" if name else f"{prefix}{SCALE_WEIGHT}"
-        weight = getattr(layer, "weight", None)
-        if weight is None or key not in names:  # type: ignore[operator]
-            continue
-        scale = read(key).float()
-        layer.weight = nn.Parameter((weight.float() * scale).to(dtype), requires_grad=False)
-        count += 1
-    log.info("scaled fp8: %d layers dequantized to %s", count, dtype)
-    return count

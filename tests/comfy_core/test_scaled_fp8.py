@@ -16,7 +16,7 @@ from safetensors import safe_open
 from torch import nn
 
 from comfy_core.lora.stochastic_rounding import stochastic_rounding, string_to_seed
-from comfy_core.models.storage_cast import ScaledFp8Error, ScaledFp8Linear, dequantize_scaled_fp8, keep_scaled_fp8
+from comfy_core.models.storage_cast import ScaledFp8Error, ScaledFp8Linear, keep_scaled_fp8
 from comfy_core.saving import save_checkpoint
 from comfy_core.split.diffusion_model import load_diffusion_model
 from tests.fixtures.dit_checkpoints import CLIP_WIDTH, T5_WIDTH, save
@@ -114,18 +114,19 @@ def test_outputs_equal_the_true_weight_model_and_no_compute_copy_persists(files)
 
 
 def test_matches_the_dequantized_model(files):
-    """`keep_scaled_fp8` and `dequantize_scaled_fp8` (float32) are the same maths."""
+    """`keep_scaled_fp8`'s per-call scaling equals a float32 model holding fp8 value x scale_weight."""
     from comfy_core.checkpoint.reader import CheckpointFile
 
     kept = load_diffusion_model(files["scaled"])
     plain = load_diffusion_model(files["true"])
     with CheckpointFile(files["scaled"]) as file:
-        module = plain.model.diffusion_model
-        names = {n: None for n in file.tensors}
-        for name, layer in module.named_modules():  # the raw fp8 values in, then dequantized
-            if isinstance(layer, nn.Linear):
-                layer.weight = nn.Parameter(file.read(name + ".weight"), requires_grad=False)
-        assert dequantize_scaled_fp8(module, names, file.read, "", dtype=torch.float32) > 0
+        scaled_layers = 0
+        for name, layer in plain.model.diffusion_model.named_modules():  # the raw fp8 values, dequantized here
+            if isinstance(layer, nn.Linear) and name + ".scale_weight" in file.tensors:
+                true = file.read(name + ".weight").float() * file.read(name + ".scale_weight").float()
+                layer.weight = nn.Parameter(true, requires_grad=False)
+                scaled_layers += 1
+    assert scaled_layers > 0
     assert _close(_denoise(kept), _denoise(plain))
 
 

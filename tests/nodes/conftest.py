@@ -24,18 +24,9 @@ def comfy_nodes(tmp_path):
 def in_node():
     """`with in_node("KSampler", "3"):` runs its body as the executor runs node 3 of type
     KSampler (the context its input errors take the node's id and type from)."""
-    from contextlib import contextmanager
+    from tests.nodes.node_context import running_node
 
-    from graph.context import NodeContext, reset_current, set_current
-
-    @contextmanager
-    def running(class_type: str, node_id: str = "1", env=None):
-        token = set_current(NodeContext("p", node_id, node_id, None, env, class_type=class_type))
-        try:
-            yield
-        finally:
-            reset_current(token)
-    return running
+    return running_node
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,11 +15,11 @@ import pytest
 import torch
 
 from comfy_core.video import UnreadableAudioError, VideoComponents, VideoFromComponents
-from graph.context import NodeContext, reset_current, set_current
 from nodes.audio import (audio_exists, audio_hash, list_input_audio, load_audio, preview_audio, save_audio,
                          save_audio_mp3, save_audio_opus)
 from nodes.environment import Environment
 from nodes.errors import NodeInputError
+from tests.nodes.node_context import folders_env, running_node
 
 PROMPT = {"1": {"class_type": "LoadAudio", "inputs": {}}}
 EXTRA = {"workflow": {"nodes": []}}
@@ -28,18 +27,11 @@ EXTRA = {"workflow": {"nodes": []}}
 
 @pytest.fixture
 def env(tmp_path: Path) -> Environment:
-    environment = Environment.rooted_at(tmp_path / "base")
-    environment.ensure_dirs()
-    return environment
+    return folders_env(tmp_path)
 
 
-@contextmanager
 def running_in(env: Environment, class_type: str = "SaveAudio"):
-    token = set_current(NodeContext("p", "4", "4", None, env, class_type=class_type))
-    try:
-        yield
-    finally:
-        reset_current(token)
+    return running_node(class_type, "4", env)
 
 
 def tone(batch: int = 1, channels: int = 2, rate: int = 22050, seconds: float = 0.4) -> dict:

@@ -12,9 +12,10 @@ import torch
 
 from comfy_core.latent import video
 from comfy_core.latent.camera_trajectory import camera_motion, pack_camera_frames
+from comfy_core.models.latent_formats import wan21_latent_format, wan22_latent_format
 from nodes import camera_nodes, video_latents, wan_nodes
 from nodes.errors import NodeInputError
-from tests.nodes.test_wan_nodes import FakeVideoVAE, cond, frames, latent_format_or_skip
+from tests.nodes.test_wan_nodes import FakeVideoVAE, cond, frames
 
 
 def test_empty_hunyuan_latent_video_is_16_channels_over_latent_frames():
@@ -62,7 +63,7 @@ def test_wan22_latent_without_a_start_image_is_one_empty_latent():
 
 
 def test_wan22_latent_keeps_the_start_frames_under_a_noise_mask():
-    fmt = latent_format_or_skip("wan22_latent_format")
+    fmt = wan22_latent_format()
     vae = FakeVideoVAE(48, 16)
     start = frames(5, 32, 64, seed=1)
     (latent,) = wan_nodes.wan22_image_to_video_latent(vae, 64, 32, 9, 2, start_image=start)
@@ -254,7 +255,7 @@ def test_an_invisible_track_moves_nothing_and_topk_keeps_the_nearest():
 
 
 def test_track_to_video_conditions_on_the_moved_start_latent():
-    fmt = latent_format_or_skip("wan21_latent_format")
+    fmt = wan21_latent_format()
     from comfy_core.latent.motion_tracks import resample_tracks, splat_tracks, track_array
 
     vae = FakeVideoVAE()

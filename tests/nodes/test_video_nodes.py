@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import av
@@ -16,9 +15,9 @@ import pytest
 import torch
 
 from comfy_core.video import UnknownChoiceError, UnreadableVideoError, VideoEncodingError, VideoFromFile
-from graph.context import NodeContext, reset_current, set_current
 from nodes.environment import Environment
 from nodes.errors import NodeInputError
+from tests.nodes.node_context import folders_env, running_node
 from nodes.video_io import (create_video, get_video_components, list_input_videos, load_video, save_video, save_webm,
                             video_exists, video_fingerprint)
 
@@ -28,18 +27,11 @@ EXTRA = {"workflow": {"nodes": [{"id": 3}]}}
 
 @pytest.fixture
 def env(tmp_path: Path) -> Environment:
-    environment = Environment.rooted_at(tmp_path / "base")
-    environment.ensure_dirs()
-    return environment
+    return folders_env(tmp_path)
 
 
-@contextmanager
 def running_in(env: Environment, class_type: str = "SaveVideo"):
-    token = set_current(NodeContext("p", "7", "7", None, env, class_type=class_type))
-    try:
-        yield
-    finally:
-        reset_current(token)
+    return running_node(class_type, "7", env)
 
 
 def frames(count: int = 9, height: int = 24, width: int = 32) -> torch.Tensor:

@@ -12,12 +12,11 @@ i2v, TI2V-5B (noise mask), VACE (then TrimVideoLatent), Phantom (t2v) and camera
 """
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from comfy_core.models.latent_formats import wan21_latent_format, wan22_latent_format
 from graph.native import spec_of
 from graph.registry import Registry
 from nodes import wan_nodes
@@ -39,13 +38,6 @@ def _diffusers_mean() -> torch.Tensor:
     from diffusers import AutoencoderKLWan
 
     return torch.tensor(inspect.signature(AutoencoderKLWan.__init__).parameters["latents_mean"].default)
-
-
-def latent_format_or_skip(name: str):
-    formats = importlib.import_module("comfy_core.models.latent_formats")
-    if not hasattr(formats, name):
-        pytest.skip(f"comfy_core.models.latent_formats.{name} (area 3, wan-vae) is not there yet")
-    return getattr(formats, name)()
 
 
 class FakeVideoVAE:
@@ -209,7 +201,7 @@ def test_fun_inpaint_is_first_last_frame_with_the_start_clip_output():
 # --- Fun control ------------------------------------------------------------------------------
 
 def test_fun_control_puts_the_control_then_the_start_latent_over_the_empty_latent():
-    fmt = latent_format_or_skip("wan21_latent_format")
+    fmt = wan21_latent_format()
     vae = FakeVideoVAE()
     start, control = frames(1, seed=4), frames(9, seed=5)
     pos, neg, latent = wan_nodes.wan_fun_control_to_video(cond(), cond(), vae, 32, 16, 9, 2, start_image=start,
@@ -226,7 +218,7 @@ def test_fun_control_puts_the_control_then_the_start_latent_over_the_empty_laten
 
 
 def test_wan22_fun_control_adds_the_mask_index_and_appends_the_reference():
-    fmt = latent_format_or_skip("wan22_latent_format")
+    fmt = wan22_latent_format()
     vae = FakeVideoVAE(channels=48, downscale=16)
     ref, control = frames(2, 32, 64, seed=6), frames(5, 32, 64, seed=7)
     earlier = torch.zeros(1, 48, 1, 2, 4)
@@ -249,7 +241,7 @@ def test_wan22_fun_control_adds_the_mask_index_and_appends_the_reference():
 # --- camera -----------------------------------------------------------------------------------
 
 def test_camera_image_to_video_sets_the_start_latent_mask_and_camera():
-    fmt = latent_format_or_skip("wan21_latent_format")
+    fmt = wan21_latent_format()
     vae, start, camera = FakeVideoVAE(), frames(1, seed=8), torch.rand(1, 24, 3, 16, 32)
     pos, _, latent = wan_nodes.wan_camera_image_to_video(cond(), cond(), vae, 32, 16, 9, 1, start_image=start,
                                                          camera_conditions=camera)
@@ -299,7 +291,7 @@ def test_vace_splits_the_control_video_by_the_mask_and_folds_the_mask():
 
 
 def test_vace_reference_image_is_prepended_and_trimmed_and_nodes_chain():
-    fmt = latent_format_or_skip("wan21_latent_format")
+    fmt = wan21_latent_format()
     vae = FakeVideoVAE()
     ref = frames(2, seed=11)
     pos, neg, latent, trim = wan_nodes.wan_vace_to_video(cond(), cond(), vae, 32, 16, 5, 2, 1.0,
@@ -326,7 +318,7 @@ def test_vace_needs_sides_in_whole_mask_patches():
 # --- Phantom ----------------------------------------------------------------------------------
 
 def test_phantom_appends_each_subject_latent_in_time_with_two_negatives():
-    fmt = latent_format_or_skip("wan21_latent_format")
+    fmt = wan21_latent_format()
     vae, subjects = FakeVideoVAE(), frames(2, seed=14)
     pos, neg_text, neg_img_text, latent = wan_nodes.wan_phantom_subject_to_video(cond(1.0), cond(2.0), vae, 32, 16,
                                                                                  9, 2, images=subjects)
@@ -464,14 +456,13 @@ def test_clip_vision_encode_output_reaches_the_conditioning_as_the_penultimate_s
     assert torch.allclose(states, expected, atol=1e-5)
 
 
-# --- the real Wan VAEs, when area 3's fixture exists -------------------------------------------
+# --- the real Wan VAEs (tests/fixtures/wan_vae_files.py) ------------------------------------------
 
 def _real_wan_vae(tmp_path, version: str):
-    fixture = pytest.importorskip("tests.fixtures.wan_vae_files",
-                                  reason="tests/fixtures/wan_vae_files.py (area 3, wan-vae) is not there yet")
     from comfy_core.loading import load_vae
+    from tests.fixtures.wan_vae_files import write_wan_vae
 
-    return load_vae(fixture.write_wan_vae(tmp_path, version, "comfy"))
+    return load_vae(write_wan_vae(tmp_path, version, "comfy"))
 
 
 def test_a_real_wan21_vae_encodes_the_start_frames_then_grey(tmp_path):
@@ -497,13 +488,13 @@ def test_a_real_wan22_vae_sets_the_first_last_frame_geometry(tmp_path):
     assert pos[0][1]["concat_mask"].shape == (1, 4, 2, 2, 4)
 
 
-# --- the conditioning sampled through tiny Wan models (area 4's families) ---------------------
+# --- the conditioning sampled through tiny Wan models (comfy_core/families/wan*.py) -----------
 
 def _tiny_model(tmp_path, variant: str):
-    fixture = pytest.importorskip("tests.fixtures.wan_files", reason="tests/fixtures/wan_files.py (area 4) is missing")
     from comfy_core.split.diffusion_model import load_diffusion_model
+    from tests.fixtures.wan_files import write_tiny_wan
 
-    return load_diffusion_model(fixture.write_tiny_wan(tmp_path / f"{variant}.safetensors", variant))
+    return load_diffusion_model(write_tiny_wan(tmp_path / f"{variant}.safetensors", variant))
 
 
 def _text(width: int = 32) -> tuple[list, list]:
