@@ -4,6 +4,7 @@ imports Ray."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -142,3 +143,25 @@ def test_a_name_another_worker_took_is_written_under_the_next_free_counter(tmp_p
                    {"filename": "other.png", "subfolder": "", "type": "output"}], "animated": (False,)}
     # An identical file under a taken name is the same output: written in place, not renamed.
     assert write_files([FileBlob("output", "plain.png", b"x")], folders, {}) == {}
+
+
+def test_a_worker_removes_the_folders_of_workers_that_are_gone(tmp_path):
+    from web.ray_backend.runtime import FOLDER_PREFIX, OWNER_FILE, hold_folder, remove_abandoned_folders
+
+    alive, gone, being_made, other = (tmp_path / f"{FOLDER_PREFIX}{n}" for n in ("alive", "gone", "new", "x"))
+    for folder in (alive, gone, being_made):
+        (folder / "output").mkdir(parents=True)
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    (other / OWNER_FILE).touch()
+    fd = hold_folder(alive)  # a live worker holds its owner file's lock
+    (gone / OWNER_FILE).touch()  # a dead one's lock went with its process
+    try:
+        me = tmp_path / f"{FOLDER_PREFIX}me"
+        me.mkdir()
+        (me / OWNER_FILE).touch()
+        assert remove_abandoned_folders(tmp_path, keep=me) == [gone]
+        assert alive.is_dir() and being_made.is_dir() and other.is_dir() and me.is_dir() and not gone.exists()
+    finally:
+        os.close(fd)
+    assert remove_abandoned_folders(tmp_path, keep=me) == [alive]  # its worker ended

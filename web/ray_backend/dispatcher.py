@@ -8,8 +8,14 @@ the history and the routing: events streamed back from a worker go through the s
 A prompt waits in the queue until a worker is free; then `placement.choose_worker` picks the
 worker. A worker that dies mid-prompt is replaced; its prompt is queued again once
 (`MAX_REQUEUES`), and a second loss is recorded as an `execution_error` naming the worker, so a
-prompt is never lost and gets exactly one history entry. When Ray itself goes away, the
-dispatcher reconnects (retrying with back-off) before it takes the next prompt.
+prompt is never lost and gets exactly one history entry.
+
+Every `HEALTH_INTERVAL_S` the dispatcher probes the GCS and pings its idle workers (`_watch`): a
+worker that died while idle is replaced before a prompt is sent to it, and a GCS that stopped
+answering (the head died or is restarting) means Ray is gone: every running prompt counts as
+having lost its worker, the driver disconnects (so that Ray does not end the server process,
+cluster.py), and the dispatcher joins again, retrying with back-off, before it takes the next
+prompt. Prompts queued meanwhile wait in the durable queue.
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from web.queue_item import QueueItem, now_ms
 from web.ray_backend.errors import WorkerExecutorError, WorkerLostError, WorkerStreamError
 from web.ray_backend.files import input_files, rename_outputs, write_files
 from web.ray_backend.placement import DEAD, READY, STARTING, WorkerSlot, choose_worker, loader_keys
-from web.ray_backend.runtime import PromptJob
+from web.ray_backend.runtime import FOLDER_PREFIX, PromptJob
 from web.worker import FreeRequest
 
 if TYPE_CHECKING:  # annotations only
@@ -44,7 +50,15 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEUES = 1
 INTERRUPT_POLL_S = 0.05  # how often a running prompt's interrupt flag is forwarded to its worker
-RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# Joining again after Ray went away: a refused probe costs nothing, so the wait stays short.
+RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+RECONNECT_LOG_EVERY = 12  # of the attempts that fail (once a minute at 5 s), so a long outage does not flood the log
+HEALTH_INTERVAL_S = 2.0  # how often the GCS is probed and idle workers are pinged
+PING_TIMEOUT_S = 10.0
+
+
+class RayGoneError(ConnectionError):
+    """Ray's GCS stopped answering while a prompt ran (the dispatcher reconnects)."""
 
 
 class RayDispatcher(PromptRouting):
@@ -58,6 +72,11 @@ class RayDispatcher(PromptRouting):
         self.progress_pacing = progress_pacing
         self.slots: list[WorkerSlot] = []
         self._task: asyncio.Task | None = None
+        self._watcher: asyncio.Task | None = None
+        self._spawning: set[asyncio.Task] = set()
+        self._ray_gone = asyncio.Event()  # set when the GCS stopped answering; cleared on rejoin
+        self._losses = 0  # how many times Ray went away (a run compares it with its start's)
+        self._gpu = False  # whether the cluster has GPUs (read once per connection)
         self._runs: dict[str, asyncio.Task] = {}
         self._requeues: dict[str, int] = {}
         self._changed = asyncio.Event()  # a worker became free, ready or dead
@@ -71,7 +90,9 @@ class RayDispatcher(PromptRouting):
 
     # -- the QueueWorker interface -----------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="ray-dispatcher")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="ray-dispatcher")
+        self._watcher = loop.create_task(self._watch(), name="ray-watch")
 
     @property
     def started(self) -> bool:
@@ -80,13 +101,14 @@ class RayDispatcher(PromptRouting):
     async def stop(self, timeout: float = 10.0) -> None:
         """Take no more prompts; interrupt the running ones and let them record themselves,
         waiting at most `timeout` seconds; then end the actors (and Ray, if it started it)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        for task in (self._task, self._watcher, *self._spawning):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self._task = self._watcher = None
         self.queue.interrupt(None)
         runs = set(self._runs.values())
         if runs:
@@ -94,8 +116,9 @@ class RayDispatcher(PromptRouting):
             for task in pending:
                 task.cancel()
         live = [slot.handle for slot in self.slots if slot.handle is not None]
-        if live:  # their own folders first, then the actors
-            closing = [asyncio.wrap_future(handle.close.remote().future()) for handle in live]
+        started = [slot.handle for slot in self.slots if slot.handle is not None and slot.state == READY]
+        if started:  # their own folders first, then the actors (one still waiting for resources has none)
+            closing = [asyncio.wrap_future(handle.close.remote().future()) for handle in started]
             await asyncio.wait(closing, timeout=timeout)
         for handle in live:
             try:
@@ -128,7 +151,7 @@ class RayDispatcher(PromptRouting):
     def _worker_count(self) -> int:
         if self.settings.workers is not None:
             return self.settings.workers
-        return max(1, int(ray.cluster_resources().get("GPU", 0)))
+        return max(1, int(cluster.resources().get("GPU", 0)))
 
     async def _ensure_workers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -137,51 +160,121 @@ class RayDispatcher(PromptRouting):
         handlers = cluster.python_signal_handlers()
         await loop.run_in_executor(None, cluster.connect, self.settings)
         cluster.restore_signal_handlers(handlers)
+        # No synchronous GCS call here: the GCS may have died since we joined (cluster.py).
+        self._gpu = "GPU" in cluster.resources() and not self.state.config.cpu
         if not self.slots:
-            count = await loop.run_in_executor(None, self._worker_count)
-            self.slots = [WorkerSlot(index) for index in range(count)]
-        await asyncio.gather(*(self._spawn(slot) for slot in self.slots if slot.state == DEAD or slot.handle is None))
+            self.slots = [WorkerSlot(index, state=DEAD) for index in range(self._worker_count())]
+        await asyncio.gather(*(self._spawn_tracked(slot) for slot in self.slots if slot.state == DEAD))
         if not any(slot.state == READY for slot in self.slots):
             raise WorkerLostError("no Ray worker actor could be started")
+
+    async def _spawn_tracked(self, slot: WorkerSlot) -> None:
+        task = asyncio.current_task()
+        self._spawning.add(task)
+        try:
+            await self._spawn(slot)
+        finally:
+            self._spawning.discard(task)
 
     async def _spawn(self, slot: WorkerSlot) -> None:
         from web.ray_backend.actor import WorkerActor
 
         slot.state, slot.busy, slot.loaded, slot.info = STARTING, None, set(), {}
         slot.generation += 1
-        gpu = "GPU" in ray.cluster_resources() and not self.state.config.cpu
-        options = {"num_gpus": 1, "num_cpus": 0} if gpu else {"num_cpus": 1}
+        generation = slot.generation
+        options = {"num_gpus": 1, "num_cpus": 0} if self._gpu else {"num_cpus": 1}
         try:
-            slot.handle = WorkerActor.options(**options).remote(self.worker_config, slot.name)
-            slot.info = await slot.handle.describe.remote()
-            slot.state = READY
-            log.info("Ray %s ready (pid %s on %s)", slot.name, slot.info.get("pid"), slot.info.get("host"))
+            handle = WorkerActor.options(**options).remote(self.worker_config, slot.name)
+            slot.handle = handle
+            info = await handle.describe.remote()
         except (RayError, ConnectionError) as exc:
-            log.error("Ray %s could not start: %s", slot.name, exc)
-            slot.state, slot.handle = DEAD, None
+            if slot.generation == generation:
+                log.error("Ray %s could not start: %s", slot.name, exc)
+                slot.state, slot.handle = DEAD, None
+                self._changed.set()
+            return
+        if slot.generation != generation:  # Ray went away meanwhile; this actor is not ours any more
+            return
+        slot.info, slot.state = info, READY
+        log.info("Ray %s ready (pid %s on %s, node %s)", slot.name, info.get("pid"), info.get("host"),
+                 info.get("node_id"))
         slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
         self._changed.set()
 
     def _replace(self, slot: WorkerSlot) -> None:
-        """A worker died: start its successor in the background (its prompt is handled by the caller)."""
+        """A worker died: start its successor in the background (its prompt is handled by the
+        caller), unless Ray itself is gone (then every worker starts again on rejoining)."""
         remove_dead_worker_folder(slot.info)
         slot.state, slot.handle = DEAD, None
         slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
         self._changed.set()
-        asyncio.get_running_loop().create_task(self._spawn(slot), name=f"ray-respawn-{slot.index}")
+        if not self._ray_gone.is_set():
+            slot.state = STARTING  # now: `_run` must not start another one for this slot meanwhile
+            asyncio.get_running_loop().create_task(self._spawn_tracked(slot), name=f"ray-respawn-{slot.index}")
+
+    def _lose_ray(self, reason: str) -> None:
+        """The GCS stopped answering: every worker counts as dead (running prompts see
+        `RayGoneError`), and `_run` disconnects and joins again."""
+        if self._ray_gone.is_set():
+            return
+        log.error("Ray is gone (%s); prompts wait in the queue until the dispatcher joins again", reason)
+        self._ray_gone.set()
+        self._losses += 1
+        for task in list(self._spawning):
+            task.cancel()
+        for slot in self.slots:
+            slot.generation += 1  # a reply from the old actors is ignored
+            remove_dead_worker_folder(slot.info)
+            slot.state, slot.handle = DEAD, None
+            slot.loaded, slot.file_names = set(), {}
+        self._changed.set()
+
+    async def _watch(self) -> None:
+        """Probe the GCS and ping idle workers every HEALTH_INTERVAL_S (see the module docstring)."""
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+            if self._ray_gone.is_set() or not ray.is_initialized():
+                continue
+            if await self._gcs_answers():
+                await asyncio.gather(*(self._ping(slot) for slot in self.slots if slot.free))
+
+    async def _gcs_answers(self) -> bool:
+        """Probe the GCS joined last; when it does not answer, Ray is gone (`_lose_ray`)."""
+        address = cluster.gcs_address()
+        if address is None or await cluster.gcs_reachable(address):
+            return True
+        self._lose_ray(f"its GCS at {address} does not accept connections")
+        return False
+
+    async def _ping(self, slot: WorkerSlot) -> None:
+        handle, generation = slot.handle, slot.generation
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(handle.ping.remote().future()), PING_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return  # busy or slow, not known dead: its next prompt will tell
+        except RayActorError as exc:
+            if slot.generation == generation and slot.free:
+                log.error("Ray %s died while idle (%s); starting its successor", slot.name, type(exc).__name__)
+                self._replace(slot)
+        except (RayError, ConnectionError):
+            return  # Ray itself: the GCS probe decides
 
     # -- the loop ----------------------------------------------------------------------------
     async def _run(self) -> None:
         attempt = 0
         while True:
+            if self._ray_gone.is_set():
+                await self._disconnect()
+                self._ray_gone.clear()
             if not any(slot.state in (READY, STARTING) for slot in self.slots):
                 try:
                     await self._ensure_workers()
                     attempt = 0
                 except (RayError, ConnectionError, WorkerLostError, OSError) as exc:
                     delay = RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)]
+                    if attempt % RECONNECT_LOG_EVERY == 0:
+                        log.error("Ray is unavailable (%s); retrying every %.1f s or less", exc, RECONNECT_BACKOFF_S[-1])
                     attempt += 1
-                    log.error("Ray is unavailable (%s); retrying in %.1f s", exc, delay)
                     await self._disconnect()
                     await asyncio.sleep(delay)
                     continue
@@ -189,7 +282,9 @@ class RayDispatcher(PromptRouting):
                 self._changed.clear()
                 await self._changed.wait()
                 continue
-            item = await self.queue.get()
+            item = await self._next_item()
+            if item is None:  # Ray went away while we waited
+                continue
             slot = choose_worker(self.slots, loader_keys(item.prompt))
             if slot is None:  # the free worker died while we waited for a prompt
                 self.queue.requeue(item.prompt_id)
@@ -198,12 +293,38 @@ class RayDispatcher(PromptRouting):
             task = asyncio.get_running_loop().create_task(self._guarded(item, slot), name=f"ray-{item.prompt_id}")
             self._runs[item.prompt_id] = task
 
+    async def _next_item(self) -> QueueItem | None:
+        """The next queued prompt, or None when Ray goes away first (`PromptQueue.get` takes
+        nothing off the queue before its only wait, so cancelling it loses no prompt)."""
+        getter = asyncio.ensure_future(self.queue.get())
+        gone = asyncio.ensure_future(self._ray_gone.wait())
+        try:
+            await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not getter.done():
+                getter.cancel()
+                try:
+                    await getter
+                except asyncio.CancelledError:
+                    pass
+        if getter.cancelled():
+            return None
+        item = getter.result()
+        if self._ray_gone.is_set():  # taken at the moment Ray went: back in its place
+            self.queue.requeue(item.prompt_id)
+            return None
+        return item
+
     async def _disconnect(self) -> None:
-        self.slots = []
+        """Leave Ray (the slots stay, dead, and are started again on rejoining)."""
+        for slot in self.slots:
+            slot.generation += 1
+            slot.state, slot.handle = DEAD, None
         try:
             await asyncio.get_running_loop().run_in_executor(None, cluster.disconnect)
         except Exception:  # noqa: BLE001 -- nothing left to shut down
-            pass
+            log.exception("leaving Ray failed")
 
     async def _guarded(self, item: QueueItem, slot: WorkerSlot) -> None:
         try:
@@ -224,9 +345,10 @@ class RayDispatcher(PromptRouting):
         hub.begin_prompt(item.client_id, pid)  # reconnect catch-up follows the latest prompt
         run = PromptRun(self, item, start=self.queue.running_start(pid) or now_ms(), pacing=self.progress_pacing)
         interrupts = asyncio.get_running_loop().create_task(self._forward_interrupt(item, slot))
+        losses = self._losses
         lost: BaseException | None = None
         try:
-            result = await self._stream(item, slot, run)
+            result = await self._stream_while_ray_lives(item, slot, run)
             slot.loaded |= loader_keys(item.prompt)
             slot.prompts_run += 1
         except RayActorError as exc:
@@ -236,8 +358,7 @@ class RayDispatcher(PromptRouting):
             result = run.failed(exc)
         except (RayError, ConnectionError) as exc:  # Ray itself went away: reconnect before the next prompt
             lost = exc
-            for other in self.slots:
-                other.state = DEAD
+            self._lose_ray(f"{type(exc).__name__} while streaming prompt {pid}")
         except WorkerExecutorError as exc:
             result = run.failed(exc)
         except Exception as exc:  # noqa: BLE001 -- a broken stream must still end the prompt
@@ -247,7 +368,9 @@ class RayDispatcher(PromptRouting):
             interrupts.cancel()
         if lost is not None:
             log.error("prompt %s: %s died (%s)", pid, slot.name, type(lost).__name__)
-            if slot.state != DEAD or isinstance(lost, RayActorError):
+            # A lost actor may be the first sign of a lost cluster: then every slot starts again
+            # on rejoining, and no successor is asked of a GCS that is gone.
+            if self._losses == losses and not self._ray_gone.is_set() and await self._gcs_answers():
                 self._replace(slot)
             slot.busy = None
             requeued = self._requeues.get(pid, 0)
@@ -268,6 +391,20 @@ class RayDispatcher(PromptRouting):
     def _end_prompt(self, prompt_id: str) -> None:
         if self.hub.owner_prompt_id == prompt_id:
             self.hub.end_prompt()
+
+    async def _stream_while_ray_lives(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
+        """`_stream`, given up with `RayGoneError` when Ray goes away meanwhile (a stream from a
+        cluster whose GCS died may neither end nor fail)."""
+        stream = asyncio.ensure_future(self._stream(item, slot, run))
+        gone = asyncio.ensure_future(self._ray_gone.wait())
+        try:
+            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not stream.done():
+            stream.cancel()
+            raise RayGoneError(f"Ray went away while {slot.name} ran prompt {item.prompt_id}")
+        return stream.result()
 
     async def _stream(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         env = self.state.env
@@ -311,12 +448,13 @@ class RayDispatcher(PromptRouting):
 
 def remove_dead_worker_folder(info: dict) -> bool:
     """A dead worker cannot remove its own folders (`WorkerRuntime.close`): do it for it when it
-    ran on this machine (on another machine they stay in that machine's temp folder)."""
+    ran on this machine (on another machine, the next worker starting there removes them:
+    `runtime.remove_abandoned_folders`)."""
     folder = info.get("folder")
     if not folder or info.get("host") != socket.gethostname():
         return False
     path = Path(folder)
-    if not path.name.startswith("comfy-ray-"):  # only ever a folder the worker made for itself
+    if not path.name.startswith(FOLDER_PREFIX):  # only ever a folder the worker made for itself
         return False
     shutil.rmtree(path, ignore_errors=True)
     return True

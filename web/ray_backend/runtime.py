@@ -42,14 +42,55 @@ class PromptJob:
     inputs: list[FileBlob] = field(default_factory=list)
 
 
+FOLDER_PREFIX = "comfy-ray-"
+OWNER_FILE = ".owner"  # locked (flock) by the worker using the folder, for as long as it lives
+
+
 def worker_config(config: ServerConfig, name: str) -> ServerConfig:
     """The server's config with the worker's own input/output/temp/user folders (unless
     --ray-shared-output: then the server's, given as paths in `config`)."""
     if config.ray is not None and config.ray.shared_output:
         return config
-    root = Path(tempfile.mkdtemp(prefix=f"comfy-ray-{name}-"))
+    root = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{name}-"))
     return replace(config, output_dir=root / "output", input_dir=root / "input", temp_dir=root / "temp",
                    user_dir=root / "user")
+
+
+def hold_folder(root: Path) -> int:
+    """Lock `root`'s owner file for this process's life (the lock goes with the process, however
+    it ends); returns the file descriptor to keep open."""
+    import fcntl
+
+    fd = os.open(root / OWNER_FILE, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def remove_abandoned_folders(parent: Path, keep: Path | None = None) -> list[Path]:
+    """Remove the worker folders under `parent` whose worker is gone: their owner file can be
+    locked. A worker killed on a machine other than the server's cannot be cleaned up by the
+    server, so the next worker starting there does it. A folder without an owner file (another
+    worker is making it right now) is left alone."""
+    import fcntl
+
+    removed = []
+    for folder in parent.glob(f"{FOLDER_PREFIX}*"):
+        owner = folder / OWNER_FILE
+        if folder == keep or not owner.is_file():
+            continue
+        try:
+            fd = os.open(owner, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its worker lives
+            continue
+        finally:
+            os.close(fd)  # (also lets go of the lock, if taken)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def portable_batch(events: list[Any]) -> list[Event]:
@@ -80,6 +121,10 @@ class WorkerRuntime:
         self.config = worker_config(config, name)
         # The folders this worker made for itself (removed by `close`); None with shared folders.
         self.own_root = self.config.user_dir.parent if self.config is not config else None
+        if self.own_root is not None:
+            self._owner_fd = hold_folder(self.own_root)
+            for folder in remove_abandoned_folders(self.own_root.parent, keep=self.own_root):
+                log.info("%s removed the folder of a worker that is gone: %s", name, folder)
         self.env, custom_dirs = build_environment(self.config)
         factory = self.config.ray.registry_factory if self.config.ray is not None else None
         if factory:
@@ -107,11 +152,17 @@ class WorkerRuntime:
                 "node_types": len(self.registry), "running": self._running,
                 "devices": devices(cpu_only=self.config.cpu)}
 
+    async def ping(self) -> str | None:
+        """The dispatcher's liveness check of an idle worker: the prompt it runs (None: idle)."""
+        return self._running
+
     async def close(self) -> None:
         """Remove the worker's own folders (the dispatcher calls this before ending the actor;
-        a worker that dies leaves them in the system temp folder)."""
+        a worker that dies leaves them, for the server or the next worker on its machine)."""
         if self.own_root is not None:
             shutil.rmtree(self.own_root, ignore_errors=True)
+            os.close(self._owner_fd)
+            self.own_root = None
 
     async def interrupt(self, prompt_id: str | None = None) -> bool:
         if self._interrupt is None or (prompt_id is not None and prompt_id != self._running):
