@@ -48,11 +48,29 @@ def ray_test_copy(image: str):
             "result": (len(data),)}
 
 
+@node("RayTestPackSend", category="test", output_node=True, inputs=[Input("value", "INT")], outputs=[])
+def ray_test_pack_send(value: int):
+    """What packs do from a node: `PromptServer.instance.send_sync` to the prompt's client and to
+    everyone, a progress text, and an unencoded preview (ComfyUI's BinaryEventTypes 2)."""
+    from PIL import Image
+
+    import server  # the pack-facing module, as a pack imports it
+
+    instance = server.PromptServer.instance
+    info = {"value": value, "client": instance.client_id, "prompt": instance.last_prompt_id, "pid": os.getpid()}
+    instance.send_sync("raytest.direct", info, instance.client_id)
+    instance.send_sync("raytest.everyone", {"value": value})
+    instance.send_progress_text(f"text {value}", current().node_id)
+    instance.send_sync(server.BinaryEventTypes.UNENCODED_PREVIEW_IMAGE,
+                       ("PNG", Image.new("RGB", (4, 4), (value, 0, 0)), None), instance.client_id)
+    return {"ui": {"values": [value]}, "result": ()}
+
+
 def make_ray_test_registry():
     from graph.registry import Registry
 
     registry = Registry()
-    for fn in [*WEB_TEST_NODES, ray_test_gate, ray_test_who, ray_test_copy]:
+    for fn in [*WEB_TEST_NODES, ray_test_gate, ray_test_who, ray_test_copy, ray_test_pack_send]:
         registry.add_native(fn, builtin=True)
     return registry
 

@@ -41,6 +41,7 @@ from web.ray_backend.errors import WorkerExecutorError, WorkerLostError, WorkerS
 from web.ray_backend.files import input_files, rename_outputs, write_files
 from web.ray_backend.placement import DEAD, READY, STARTING, WorkerSlot, choose_worker, loader_keys
 from web.ray_backend.runtime import FOLDER_PREFIX, PromptJob
+from web.ray_backend.worker_state import PREVIEW as PACK_PREVIEW, PackMessage
 from web.worker import FreeRequest
 
 if TYPE_CHECKING:  # annotations only
@@ -409,7 +410,8 @@ class RayDispatcher(PromptRouting):
     async def _stream(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         env = self.state.env
         inputs = [] if self.settings.shared_output else input_files(item.prompt, env.input_dir)
-        job = PromptJob(item.prompt_id, item.prompt, list(item.outputs), dict(item.extra_data), inputs)
+        job = PromptJob(item.prompt_id, item.prompt, list(item.outputs), dict(item.extra_data), inputs,
+                        item.client_id)
         stream = slot.handle.run.options(num_returns="streaming").remote(job)
         folders = {"output": env.output_dir, "temp": env.temp_dir}
         loop = asyncio.get_running_loop()
@@ -419,6 +421,9 @@ class RayDispatcher(PromptRouting):
             kind = message[0]
             if kind == "events":
                 for event in message[1]:
+                    if isinstance(event, PackMessage):
+                        self._deliver(event)
+                        continue
                     if renames and event.type == EXECUTED and isinstance(event.data, dict):
                         event = Event(event.type, {**event.data,
                                                    "output": rename_outputs(event.data.get("output"), renames)})
@@ -436,6 +441,17 @@ class RayDispatcher(PromptRouting):
             elif kind == "crash":
                 raise WorkerExecutorError(message[1], message[2], message[3])
         raise WorkerStreamError(f"{slot.name} ended prompt {item.prompt_id}'s stream without its outcome")
+
+    def _deliver(self, message: PackMessage) -> None:
+        """What a pack's node sent on the worker (`PromptServer.instance.send_sync`, previews), to
+        its client (None: every client), as the embedded server's `AppState` would."""
+        try:
+            if message.kind == PACK_PREVIEW:
+                self.send_preview(message.data, message.client_id)
+            else:
+                self.hub.send(message.event, message.data, message.client_id)
+        except Exception:  # noqa: BLE001 -- a pack's bad message must not fail the prompt (nor does it embedded)
+            log.exception("a pack's message %r from a Ray worker could not be sent", message.event)
 
     async def _forward_interrupt(self, item: QueueItem, slot: WorkerSlot) -> None:
         """/interrupt sets the item's flag on the server; the worker polls its own, so pass it on.

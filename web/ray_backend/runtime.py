@@ -3,7 +3,8 @@ as the server (built-ins + custom_nodes of the same base dir and config), and ex
 own output cache. Plain Python: `actor.py` makes it a Ray actor; nothing here imports Ray.
 
 `run` is an async generator (a Ray streaming generator on the actor): it yields
-`("events", [Event, ...])` batches as the executor emits them, `("files", [FileBlob, ...])`
+`("events", [Event | PackMessage, ...])` batches as the executor emits them (packs' own
+messages among them, web/ray_backend/worker_state.py), `("files", [FileBlob, ...])`
 ahead of a batch with an `executed` event (what the prompt wrote so far), then one
 `("done", ExecutionOutcome, [FileBlob, ...])` (the rest) or `("crash", message, type, traceback)`.
 `interrupt` and `free` are separate calls that reach it while a prompt runs (the actor is async).
@@ -26,6 +27,7 @@ from typing import Any, AsyncIterator
 from graph.events import EXECUTED, PROGRESS_STATE, Event
 from web.config import ServerConfig
 from web.ray_backend.files import FileBlob, changed_files, snapshot, write_files
+from web.ray_backend.worker_state import PackMessage, WorkerServerState
 from web.worker import FreeRequest, apply_free
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ class PromptJob:
     outputs: list[str]
     extra_data: dict
     inputs: list[FileBlob] = field(default_factory=list)
+    client_id: str | None = None  # who submitted it (PromptServer.instance.client_id on the worker)
 
 
 FOLDER_PREFIX = "comfy-ray-"
@@ -93,16 +96,28 @@ def remove_abandoned_folders(parent: Path, keep: Path | None = None) -> list[Pat
     return removed
 
 
-def portable_batch(events: list[Any]) -> list[Event]:
+def portable_batch(events: list[Any]) -> list[Event | PackMessage]:
     """Events as plain `Event`s that pickle (a lazy `progress_state` holds the executor's lock),
     with runs of consecutive `progress_state` maps cut to their last: the server's coalescer
-    would replace each by the next anyway, and every map is complete."""
-    out: list[Event] = []
+    would replace each by the next anyway, and every map is complete. Packs' messages
+    (`PackMessage`) stay as they are, in their place."""
+    out: list[Event | PackMessage] = []
     for event in events:
-        if event.type == PROGRESS_STATE and out and out[-1].type == PROGRESS_STATE:
+        if isinstance(event, PackMessage):
+            out.append(event)
+            continue
+        if event.type == PROGRESS_STATE and out and _type_of(out[-1]) == PROGRESS_STATE:
             out.pop()
         out.append(event if type(event) is Event else Event(event.type, event.data))
     return out
+
+
+def _type_of(message: Any) -> str | None:
+    return getattr(message, "type", None)  # (a PackMessage has none)
+
+
+def _names_an_output(batch: list[Any]) -> bool:
+    return any(_type_of(message) == EXECUTED for message in batch)
 
 
 def _factory_registry(spec: str) -> Any:
@@ -118,6 +133,9 @@ class WorkerRuntime:
         from web.comfy_args import comfy_args
 
         self.name = name
+        self._running: str | None = None
+        self._interrupt: threading.Event | None = None
+        self._free_request: FreeRequest | None = None
         self.config = worker_config(config, name)
         # The folders this worker made for itself (removed by `close`); None with shared folders.
         self.own_root = self.config.user_dir.parent if self.config is not config else None
@@ -127,17 +145,17 @@ class WorkerRuntime:
                 log.info("%s removed the folder of a worker that is gone: %s", name, folder)
         self.env, custom_dirs = build_environment(self.config)
         factory = self.config.ray.registry_factory if self.config.ray is not None else None
+        self.server_state = WorkerServerState(self.config, self._interrupt_running)
         if factory:
             registry = _factory_registry(factory)
             session = compat.install(self.env, registry, comfy_args=comfy_args(self.config))
+            session.state = self.server_state
         else:
             session = compat.install(self.env, Registry(), comfy_args=comfy_args(self.config))
+            session.state = self.server_state  # before the packs load: what they send goes through it
             registry, _packs = build_registry(self.config, custom_dirs, compat_session=session)
         self.registry = registry
         self.executor = build_executor(self.config, registry, self.env, session)
-        self._running: str | None = None
-        self._interrupt: threading.Event | None = None
-        self._free_request: FreeRequest | None = None
 
     @property
     def folders(self) -> dict[str, Path]:
@@ -165,9 +183,13 @@ class WorkerRuntime:
             self.own_root = None
 
     async def interrupt(self, prompt_id: str | None = None) -> bool:
-        if self._interrupt is None or (prompt_id is not None and prompt_id != self._running):
+        return self._interrupt_running(prompt_id)
+
+    def _interrupt_running(self, prompt_id: str | None = None) -> bool:
+        interrupt = self._interrupt
+        if interrupt is None or (prompt_id is not None and prompt_id != self._running):
             return False
-        self._interrupt.set()
+        interrupt.set()
         return True
 
     async def free(self, unload_models: bool = False, free_memory: bool = False) -> None:
@@ -186,6 +208,7 @@ class WorkerRuntime:
         before = {} if shared else snapshot(results)
         events: asyncio.Queue = asyncio.Queue()
         self._running, self._interrupt = job.prompt_id, threading.Event()
+        self.server_state.open(job.prompt_id, job.client_id, events.put_nowait)
         try:
             task = asyncio.ensure_future(self.executor.execute(
                 job.prompt, job.prompt_id, outputs=list(job.outputs), extra_data=job.extra_data,
@@ -199,7 +222,7 @@ class WorkerRuntime:
                 batch = [getter.result()]
                 while not events.empty():
                     batch.append(events.get_nowait())
-                if not shared and any(e.type == EXECUTED for e in batch):
+                if not shared and _names_an_output(batch):
                     # The files a node wrote go ahead of its `executed` event, so that they are on
                     # the server when the client asks for them (/view), as in embedded mode.
                     files, before = changed_files(results, before), snapshot(results)
@@ -209,7 +232,7 @@ class WorkerRuntime:
             rest = []
             while not events.empty():
                 rest.append(events.get_nowait())
-            if rest and not shared and any(e.type == EXECUTED for e in rest):
+            if rest and not shared and _names_an_output(rest):
                 files, before = changed_files(results, before), snapshot(results)
                 if files:
                     yield ("files", files)
@@ -225,6 +248,7 @@ class WorkerRuntime:
             files = [] if shared else changed_files(results, before)
             yield ("done", outcome, files)
         finally:
+            self.server_state.close()
             self._running, self._interrupt = None, None
             if self._free_request is not None:
                 request, self._free_request = self._free_request, None
