@@ -7,7 +7,10 @@ Routing (ComfyUI's, minus its broadcast of other clients' progress): a message w
 goes to that client only; a message without one goes to every client (`status`, packs' global
 events). While a prompt runs, messages for its owner that find no socket (the page is
 reloading, the network blipped) are kept, up to `MISSED_LIMIT`, and delivered when a socket with
-the same client id connects again, so the client sees the rest of its prompt.
+the same client id connects again, so the client sees the rest of its prompt. This holds for
+each running prompt (with --ray several run at once, each for its own client), and what a
+client missed of its latest prompt is kept after that prompt ends (for the `ENDED_KEPT` clients
+whose prompts ended last), until its next prompt starts.
 
 All methods run on the event loop except `send_threadsafe`.
 """
@@ -30,7 +33,16 @@ log = logging.getLogger(__name__)
 Outgoing = Union[str, bytes, "asyncio.Future[bytes | None]"]
 
 OUTBOX_LIMIT = 10000
-MISSED_LIMIT = 5000
+MISSED_LIMIT = 5000  # messages kept per client
+ENDED_KEPT = 16  # clients whose prompt ended and whose missed messages are still kept
+
+
+@dataclass
+class RunningPrompt:
+    """A running prompt, for reconnect catch-up: its client and the node it runs."""
+
+    client_id: str | None
+    last_node: str | None = None
 
 
 @dataclass(eq=False)
@@ -53,14 +65,12 @@ class WebSocketHub:
         self.clients: dict[str, ClientConnection] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        # The running prompt, for reconnect catch-up.
-        self.owner: str | None = None
-        self.owner_prompt_id: str | None = None
-        self.last_node: str | None = None
-        # What the owner of the latest prompt missed, kept until the next prompt starts so that a
-        # client that comes back just after its prompt ended still gets the end of it.
-        self._missed: deque[Outgoing] = deque(maxlen=MISSED_LIMIT)
-        self._missed_for: str | None = None
+        # The running prompts by id, for reconnect catch-up.
+        self.running: dict[str, RunningPrompt] = {}
+        # What each client that owns a running prompt (or owned one of the latest ended) missed;
+        # kept until its next prompt starts, so that a client that comes back just after its
+        # prompt ended still gets the end of it. Insertion order: the oldest ended go first.
+        self._missed: dict[str, deque[Outgoing]] = {}
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -86,8 +96,8 @@ class WebSocketHub:
         conn = self.clients.get(client_id)
         if conn is not None:
             self._enqueue(conn, message)
-        elif client_id == self.owner:
-            self._missed.append(message)
+        elif self._owns_running(client_id):
+            self._missed[client_id].append(message)
 
     def send_threadsafe(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
         """`send` from any thread (node code, packs' send_sync)."""
@@ -136,10 +146,11 @@ class WebSocketHub:
         prompt, so that a reconnect with the same id still receives it."""
         if self.clients.get(conn.client_id) is conn:
             del self.clients[conn.client_id]
-        if conn.client_id == self._missed_for:
-            self._missed.append(unsent)
+        missed = self._missed.get(conn.client_id)
+        if missed is not None:
+            missed.append(unsent)
             while not conn.outbox.empty():
-                self._missed.append(conn.outbox.get_nowait())
+                missed.append(conn.outbox.get_nowait())
 
     # -- connections -------------------------------------------------------------------------
     def connect(self, client_id: str, ws: web.WebSocketResponse) -> ClientConnection:
@@ -149,15 +160,17 @@ class WebSocketHub:
         self.clients[client_id] = conn
         self._enqueue(conn, json_message("status", {"status": self.status_data(), "sid": client_id}))
         missed: list[Outgoing] = []
-        if client_id == self._missed_for:
-            missed = list(self._missed)
-            self._missed.clear()
+        if client_id in self._missed:
+            missed = list(self._missed[client_id])
+            self._missed[client_id].clear()
             for message in missed:
                 self._enqueue(conn, message)
-        if client_id == self.owner:
-            if not missed and self.last_node is not None:
-                self._enqueue(conn, json_message("executing", {"node": self.last_node, "display_node": self.last_node,
-                                                               "prompt_id": self.owner_prompt_id}))
+        if not missed:  # nothing kept: at least say where its running prompts are
+            for prompt_id, running in self.running.items():
+                if running.client_id == client_id and running.last_node is not None:
+                    self._enqueue(conn, json_message("executing", {"node": running.last_node,
+                                                                   "display_node": running.last_node,
+                                                                   "prompt_id": prompt_id}))
         return conn
 
     async def disconnect(self, conn: ClientConnection) -> None:
@@ -170,23 +183,43 @@ class WebSocketHub:
                 await conn.writer
             except (asyncio.CancelledError, Exception):
                 pass
-        if not replaced and conn.client_id == self._missed_for:
+        missed = self._missed.get(conn.client_id)
+        if not replaced and missed is not None:
             while not conn.outbox.empty():  # queued but never sent: keep for a reconnect
-                self._missed.append(conn.outbox.get_nowait())
+                missed.append(conn.outbox.get_nowait())
 
     async def close_all(self) -> None:
         for conn in list(self.clients.values()):
             await conn.ws.close(code=1001, message=b"server shutdown")
             await self.disconnect(conn)
 
-    # -- the running prompt ------------------------------------------------------------------
+    # -- the running prompts -----------------------------------------------------------------
     def begin_prompt(self, client_id: str | None, prompt_id: str) -> None:
-        self.owner, self.owner_prompt_id, self.last_node = client_id, prompt_id, None
-        self._missed.clear()
-        self._missed_for = client_id
+        if client_id is not None and not self._owns_running(client_id):
+            # Its previous prompt's leftovers go; it is now the newest (ended last, kept longest).
+            self._missed.pop(client_id, None)
+            self._missed[client_id] = deque(maxlen=MISSED_LIMIT)
+        self.running[prompt_id] = RunningPrompt(client_id)
 
-    def note_executing(self, node: str | None) -> None:
-        self.last_node = node
+    def note_executing(self, prompt_id: str, node: str | None) -> None:
+        running = self.running.get(prompt_id)
+        if running is not None:
+            running.last_node = node
 
-    def end_prompt(self) -> None:
-        self.owner = self.owner_prompt_id = self.last_node = None
+    def end_prompt(self, prompt_id: str) -> None:
+        running = self.running.pop(prompt_id, None)
+        if running is None or running.client_id is None or self._owns_running(running.client_id):
+            return
+        missed = self._missed.pop(running.client_id, None)
+        if missed is not None:
+            self._missed[running.client_id] = missed  # (re)inserted last: ended most recently
+        ended = [cid for cid in self._missed if not self._owns_running(cid)]
+        for client_id in ended[:max(0, len(ended) - ENDED_KEPT)]:
+            del self._missed[client_id]
+
+    def kept_for(self, client_id: str) -> list[Outgoing]:
+        """What is kept for `client_id` until it connects again (tests watch it)."""
+        return list(self._missed.get(client_id, ()))
+
+    def _owns_running(self, client_id: str | None) -> bool:
+        return client_id is not None and any(r.client_id == client_id for r in self.running.values())

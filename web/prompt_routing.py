@@ -45,10 +45,7 @@ class PromptRouting:
         hub.send_threadsafe(event.type, event.data, client_id)
 
     def _note_executing(self, item: "QueueItem", node: str | None) -> None:
-        # The hub remembers one running prompt for reconnect catch-up; with several running
-        # (Ray) only the one it follows may move its node.
-        if self.hub.owner_prompt_id in (None, item.prompt_id):
-            self.hub.note_executing(node)
+        self.hub.note_executing(item.prompt_id, node)  # for reconnect catch-up
 
     def _send_preview(self, data: dict, client_id: str | None) -> None:
         self._on_loop(self._queue_preview, data, client_id)

@@ -120,7 +120,7 @@ class QueueWorker(PromptRouting):
             except Exception:  # noqa: BLE001 -- the worker must outlive any one prompt
                 log.exception("prompt %s: the worker failed while finishing it", item.prompt_id)
                 self.queue.task_done()
-                self.hub.end_prompt()
+                self.hub.end_prompt(item.prompt_id)
             if self.free_request is not None:
                 request, self.free_request = self.free_request, None
                 apply_free(self.executor, self.memory, request)
@@ -138,4 +138,4 @@ class QueueWorker(PromptRouting):
             log.exception("prompt %s: executor failed", item.prompt_id)
             result = run.failed(exc)
         run.finish(result, self.store, self.queue)
-        hub.end_prompt()
+        hub.end_prompt(item.prompt_id)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.web.ray_harness import progress_of, start_ray_server, wait_workers_ready
+from tests.web.ray_harness import progress_of, start_ray_server, wait_until, wait_workers_ready
 from tests.web.ray_test_nodes import gated
 from tests.web.web_harness import collect_until_done, receive_json, ws_connect
 
@@ -210,3 +210,34 @@ async def test_two_workers_saving_the_same_file_name_keep_both_files(ray_server)
     assert (out / "copy_same.png").read_bytes() == b"first upload"
     async with server.session.get(f"{server.url}/view", params={"filename": renamed, "type": "output"}) as resp:
         assert resp.status == 200 and await resp.read() == b"second upload, other bytes"
+
+
+async def test_two_clients_reconnecting_while_both_their_prompts_run_each_get_the_rest_of_their_own(ray_server, tmp_path):
+    import json
+
+    server = ray_server
+    hub = server.state.hub
+    gates = {"alice": tmp_path / "gate-a", "bob": tmp_path / "gate-b"}
+    ids = {}
+    for n, client in enumerate(("alice", "bob"), start=1):
+        ws, _ = await ws_connect(server, client)
+        _, body = await server.post_prompt(gated(n, gates[client]), client_id=client)
+        ids[client] = body["prompt_id"]
+        await progress_of(ws, ids[client])
+        await ws.close()
+
+    def kept_progress(client: str) -> bool:
+        return any(isinstance(m, str) and json.loads(m)["type"] == "progress" for m in hub.kept_for(client))
+
+    await wait_until(lambda: kept_progress("alice") and kept_progress("bob"), what="both owners' progress kept")
+    for gate in gates.values():
+        gate.touch()
+    for client in ("alice", "bob"):
+        await server.wait_history(ids[client])
+    for client, other in (("alice", "bob"), ("bob", "alice")):
+        ws, _ = await ws_connect(server, client)
+        frames = [f for f in await collect_until_done(ws, ids[client], timeout=60) if isinstance(f, dict)]
+        assert any(f["type"] == "execution_success" and f["data"]["prompt_id"] == ids[client] for f in frames)
+        assert any(f["type"] == "progress" for f in frames)  # what it missed while away
+        assert not any((f.get("data") or {}).get("prompt_id") == ids[other] for f in frames)
+        await ws.close()

@@ -132,7 +132,7 @@ async def test_reconnecting_client_gets_the_rest_of_its_prompt(server):
     await ws.close()
     # Wait until a progress message was sent while no socket was there (the hub keeps it).
     while not any(isinstance(m, str) and json.loads(m)["type"] == "progress"
-                  for m in list(server.state.hub._missed)):  # noqa: SLF001 -- bounded by the test timeout
+                  for m in server.state.hub.kept_for("flaky")):  # bounded by the test timeout
         await asyncio.sleep(0.02)
     ws2, first = await ws_connect(server, "flaky")
     assert first["data"]["sid"] == "flaky"

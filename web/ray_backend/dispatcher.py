@@ -343,7 +343,7 @@ class RayDispatcher(PromptRouting):
     # -- one prompt --------------------------------------------------------------------------
     async def run_item(self, item: QueueItem, slot: WorkerSlot) -> None:
         hub, pid = self.hub, item.prompt_id
-        hub.begin_prompt(item.client_id, pid)  # reconnect catch-up follows the latest prompt
+        hub.begin_prompt(item.client_id, pid)  # for reconnect catch-up
         run = PromptRun(self, item, start=self.queue.running_start(pid) or now_ms(), pacing=self.progress_pacing)
         interrupts = asyncio.get_running_loop().create_task(self._forward_interrupt(item, slot))
         losses = self._losses
@@ -379,7 +379,7 @@ class RayDispatcher(PromptRouting):
                 self._requeues[pid] = requeued + 1
                 run.abandon()
                 self.queue.requeue(pid)
-                self._end_prompt(pid)
+                hub.end_prompt(pid)
                 log.warning("prompt %s queued again after losing its worker", pid)
                 return
             result = run.failed(WorkerLostError(
@@ -387,11 +387,7 @@ class RayDispatcher(PromptRouting):
                 f"it had been queued again {requeued} time(s) after losing a worker before"))
         self._requeues.pop(pid, None)
         run.finish(result, self.store, self.queue)
-        self._end_prompt(pid)
-
-    def _end_prompt(self, prompt_id: str) -> None:
-        if self.hub.owner_prompt_id == prompt_id:
-            self.hub.end_prompt()
+        hub.end_prompt(pid)
 
     async def _stream_while_ray_lives(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         """`_stream`, given up with `RayGoneError` when Ray goes away meanwhile (a stream from a
