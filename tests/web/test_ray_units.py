@@ -165,3 +165,19 @@ def test_a_worker_removes_the_folders_of_workers_that_are_gone(tmp_path):
     finally:
         os.close(fd)
     assert remove_abandoned_folders(tmp_path, keep=me) == [alive]  # its worker ended
+
+
+def test_an_upload_travels_once_per_worker_until_it_changes(tmp_path):
+    inputs = tmp_path / "input"
+    inputs.mkdir()
+    (inputs / "a.png").write_bytes(b"A")
+    (inputs / "b.png").write_bytes(b"B")
+    prompt = {"1": {"class_type": "LoadImage", "inputs": {"image": "a.png"}},
+              "2": {"class_type": "LoadImage", "inputs": {"image": "b.png"}}}
+    sent: dict = {}
+    assert sorted(b.path for b in input_files(prompt, inputs, sent)) == ["a.png", "b.png"]
+    assert input_files(prompt, inputs, sent) == []  # this worker has both
+    assert len(input_files(prompt, inputs)) == 2 and len(input_files(prompt, inputs, {})) == 2  # another worker has none
+    (inputs / "b.png").write_bytes(b"BB")  # replaced by a new upload of the same name
+    assert [(b.path, b.data) for b in input_files(prompt, inputs, sent)] == [("b.png", b"BB")]
+    assert input_files(prompt, inputs, sent) == []

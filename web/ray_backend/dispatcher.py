@@ -199,7 +199,7 @@ class RayDispatcher(PromptRouting):
         slot.info, slot.state = info, READY
         log.info("Ray %s ready (pid %s on %s, node %s)", slot.name, info.get("pid"), info.get("host"),
                  info.get("node_id"))
-        slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
+        slot.forget()  # the successor has nothing loaded and no files yet
         self._changed.set()
 
     def _replace(self, slot: WorkerSlot) -> None:
@@ -207,7 +207,7 @@ class RayDispatcher(PromptRouting):
         caller), unless Ray itself is gone (then every worker starts again on rejoining)."""
         remove_dead_worker_folder(slot.info)
         slot.state, slot.handle = DEAD, None
-        slot.loaded, slot.file_names = set(), {}  # the successor has nothing loaded and no files yet
+        slot.forget()  # the successor has nothing loaded and no files yet
         self._changed.set()
         if not self._ray_gone.is_set():
             slot.state = STARTING  # now: `_run` must not start another one for this slot meanwhile
@@ -227,7 +227,7 @@ class RayDispatcher(PromptRouting):
             slot.generation += 1  # a reply from the old actors is ignored
             remove_dead_worker_folder(slot.info)
             slot.state, slot.handle = DEAD, None
-            slot.loaded, slot.file_names = set(), {}
+            slot.forget()
         self._changed.set()
 
     async def _watch(self) -> None:
@@ -405,7 +405,7 @@ class RayDispatcher(PromptRouting):
 
     async def _stream(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         env = self.state.env
-        inputs = [] if self.settings.shared_output else input_files(item.prompt, env.input_dir)
+        inputs = [] if self.settings.shared_output else input_files(item.prompt, env.input_dir, slot.sent_inputs)
         job = PromptJob(item.prompt_id, item.prompt, list(item.outputs), dict(item.extra_data), inputs,
                         item.client_id)
         stream = slot.handle.run.options(num_returns="streaming").remote(job)

@@ -40,9 +40,13 @@ def _input_name(value: str) -> str | None:
     return name[: -len(" [input]")] if name.endswith(" [input]") else name
 
 
-def input_files(prompt: Mapping[str, Any], input_dir: Path) -> list[FileBlob]:
-    """The files of `input_dir` that `prompt`'s string inputs name."""
-    found: dict[str, FileBlob] = {}
+def input_files(prompt: Mapping[str, Any], input_dir: Path,
+                sent: dict[str, tuple[int, int]] | None = None) -> list[FileBlob]:
+    """The files of `input_dir` that `prompt`'s string inputs name. With `sent` (what one worker
+    already has: name -> (mtime ns, size) as sent), a file unchanged since it was sent to that
+    worker is left out, and `sent` is updated with what goes now: an upload used by many prompts
+    travels once per worker."""
+    found: dict[str, FileBlob | None] = {}
     for node in prompt.values():
         inputs = node.get("inputs") if isinstance(node, Mapping) else None
         if not isinstance(inputs, Mapping):
@@ -57,9 +61,17 @@ def input_files(prompt: Mapping[str, Any], input_dir: Path) -> list[FileBlob]:
                 path = confined_path(input_dir, name, what="input file")
             except PathOutsideRoot:
                 continue  # not a path at all (most strings are prompts, seeds, modes)
-            if path.is_file():
-                found[name] = FileBlob("input", name, path.read_bytes())
-    return list(found.values())
+            if not path.is_file():
+                continue
+            stat = path.stat()
+            signature = (stat.st_mtime_ns, stat.st_size)
+            if sent is not None and sent.get(name) == signature:
+                found[name] = None  # the worker has this very file
+                continue
+            found[name] = FileBlob("input", name, path.read_bytes())
+            if sent is not None:
+                sent[name] = signature
+    return [blob for blob in found.values() if blob is not None]
 
 
 Snapshot = dict[tuple[str, str], tuple[int, int]]

@@ -41,10 +41,16 @@ class WorkerSlot:
     info: dict = field(default_factory=dict)  # what the actor said about itself (describe())
     # The actor's saved-file names -> the server's (files.write_files): a fresh actor starts empty.
     file_names: dict = field(default_factory=dict)
+    # Input files the actor already has: name -> (mtime ns, size) when sent (files.input_files).
+    sent_inputs: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return f"worker-{self.index}"
+
+    def forget(self) -> None:
+        """A new actor takes this slot: nothing loaded, no files."""
+        self.loaded, self.file_names, self.sent_inputs = set(), {}, {}
 
     @property
     def free(self) -> bool:
