@@ -66,9 +66,11 @@ def nodes(monkeypatch):
         cluster.close()
 
 
-def _server(tmp_path: Path, address: str, workers: int):
+def _server(tmp_path: Path, address: str | None, workers: int):
+    """`main.py --ray ADDRESS` (None: its own local instance) with the web test pack."""
     shutil.copytree(PACK, tmp_path / "custom_nodes" / "web_test_pack")
-    return spawn_server(tmp_path, "--cpu", "--ray", address, "--ray-workers", str(workers), timeout=TIMEOUT)
+    ray_args = ["--ray"] if address is None else ["--ray", address]
+    return spawn_server(tmp_path, "--cpu", *ray_args, "--ray-workers", str(workers), timeout=TIMEOUT)
 
 
 @pytest.mark.slow
@@ -136,6 +138,36 @@ def test_the_server_outlives_a_ray_restart_and_joins_again(nodes, tmp_path):
             assert entry["status"]["completed"], entry["status"]
             assert (tmp_path / "output" / name).is_file()
         assert sorted(_get(f"{server.url}/history")) == ["kept", "later"]
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log_path.read_text()[-6000:]
+
+
+@pytest.mark.slow
+def test_a_local_ray_instance_whose_gcs_dies_is_started_again(tmp_path, monkeypatch):
+    """`--ray` with no address: the server's own Ray instance. Its GCS killed, the server
+    notices, ends what is left of that instance (Ray leaves some of it behind) and starts a new one."""
+    import os
+    import signal
+
+    from web.ray_backend.cluster import ray_descendants
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    server = _server(tmp_path, None, 1)
+    try:
+        _wait(lambda: _ready(server, 1), server, "the worker ready")
+        _post_prompt(server.url, srv_prompt(3, prefix="before"), "before")
+        _wait(lambda: _history(server, "before"), server, "the first prompt")
+        first = ray_descendants(server.proc.pid)
+        gcs = [pid for pid, cmdline in first if b"gcs_server" in cmdline]
+        assert len(gcs) == 1, first
+        os.kill(gcs[0], signal.SIGKILL)
+        _wait(lambda: _ready(server, 1, generation=2), server, "a worker on a new local instance")
+        _post_prompt(server.url, srv_prompt(4, prefix="after"), "after")
+        entry = _wait(lambda: _history(server, "after"), server, "the prompt after the restart")
+        assert entry["status"]["completed"] and (tmp_path / "output" / "after_004.png").is_file()
+        left = {pid for pid, _ in first} & {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()}
+        assert not left, f"processes of the dead instance still running: {left}"
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.log_path.read_text()[-6000:]

@@ -8,7 +8,7 @@ handlers that were in place before it.
 
 Surviving a Ray restart: Ray ends a driver process whose GCS has been unreachable for
 `gcs_rpc_server_reconnect_timeout_s` (60 s by default), and the server is that driver. So the
-driver is joined with that limit set far away (`DRIVER_GCS_TIMEOUT_S`); the dispatcher probes
+driver joins a cluster with that limit set far away (`DRIVER_GCS_TIMEOUT_S`); the dispatcher probes
 the GCS itself (`gcs_reachable`) and, when it stops answering, disconnects (`ray.shutdown`) and
 joins again once it answers. A restarted head without GCS fault tolerance is a new cluster, so
 joining again is the only way back in any case.
@@ -19,6 +19,7 @@ import asyncio
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -49,7 +50,11 @@ def connect(settings: RaySettings) -> None:
     options = dict(settings.init_options)
     options.setdefault("include_dashboard", False)
     previous = os.environ.get(GCS_TIMEOUT_ENV)
-    if previous is None:  # read by the driver's core worker at init; an operator's value wins
+    # Read by the driver's core worker at init; an operator's value wins. Not for an instance
+    # of our own: its processes would inherit it (and outlive a dead GCS for as long), and the
+    # dispatcher leaves a dead one well within Ray's own limit.
+    raised = previous is None and settings.address is not None
+    if raised:
         os.environ[GCS_TIMEOUT_ENV] = str(DRIVER_GCS_TIMEOUT_S)
     try:
         if settings.address is None:
@@ -60,7 +65,7 @@ def connect(settings: RaySettings) -> None:
         else:
             ray.init(address=settings.address, **options)
     finally:
-        if previous is None:
+        if raised:
             os.environ.pop(GCS_TIMEOUT_ENV, None)
         restore_signal_handlers(handlers)
     _gcs_address = _joined_gcs_address()
@@ -70,9 +75,55 @@ def connect(settings: RaySettings) -> None:
 
 
 def disconnect() -> None:
+    """Leave Ray; an instance this process started is ended with it, including the processes
+    Ray itself leaves behind when its GCS died first (its agents outlive their raylet then)."""
     global _started_here
+    ours = ray_descendants() if _started_here else []
     ray.shutdown()
+    if _started_here:
+        _kill_survivors(ours)
     _started_here = False
+
+
+def ray_descendants(root: int | None = None) -> list[tuple[int, bytes]]:
+    """(pid, cmdline) of the Ray processes under `root` (this process): Linux's /proc, else none."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    parents: dict[int, int] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    wanted, found = {root or os.getpid()}, []
+    changed = True
+    while changed:  # the descendants, whatever order /proc lists them in
+        changed = False
+        for pid, parent in parents.items():
+            if parent in wanted and pid not in wanted:
+                wanted.add(pid)
+                changed = True
+    for pid in wanted - {root or os.getpid()}:
+        try:
+            cmdline = (proc / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(b"ray::") or b"/ray/" in cmdline:  # Ray's workers, agents, raylet, GCS
+            found.append((pid, cmdline))
+    return found
+
+
+def _kill_survivors(processes: list[tuple[int, bytes]]) -> None:
+    for pid, cmdline in processes:
+        try:
+            if (Path("/proc") / str(pid) / "cmdline").read_bytes() == cmdline:  # the same process still
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
 
 
 def resources() -> dict[str, float]:
