@@ -294,21 +294,24 @@ class RayDispatcher(PromptRouting):
             task = asyncio.get_running_loop().create_task(self._guarded(item, slot), name=f"ray-{item.prompt_id}")
             self._runs[item.prompt_id] = task
 
+    async def _until_ray_gone(self, awaitable: Any) -> asyncio.Future:
+        """Await `awaitable` as a task until it ends or Ray goes away, whichever comes first;
+        returns the task, cancelled (and finished) when Ray went first."""
+        task = asyncio.ensure_future(awaitable)
+        gone = asyncio.ensure_future(self._ray_gone.wait())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})  # (lets our own cancellation through, unlike `await task`)
+        return task
+
     async def _next_item(self) -> QueueItem | None:
         """The next queued prompt, or None when Ray goes away first (`PromptQueue.get` takes
         nothing off the queue before its only wait, so cancelling it loses no prompt)."""
-        getter = asyncio.ensure_future(self.queue.get())
-        gone = asyncio.ensure_future(self._ray_gone.wait())
-        try:
-            await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not getter.done():
-                getter.cancel()
-                try:
-                    await getter
-                except asyncio.CancelledError:
-                    pass
+        getter = await self._until_ray_gone(self.queue.get())
         if getter.cancelled():
             return None
         item = getter.result()
@@ -392,14 +395,8 @@ class RayDispatcher(PromptRouting):
     async def _stream_while_ray_lives(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         """`_stream`, given up with `RayGoneError` when Ray goes away meanwhile (a stream from a
         cluster whose GCS died may neither end nor fail)."""
-        stream = asyncio.ensure_future(self._stream(item, slot, run))
-        gone = asyncio.ensure_future(self._ray_gone.wait())
-        try:
-            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not stream.done():
-            stream.cancel()
+        stream = await self._until_ray_gone(self._stream(item, slot, run))
+        if stream.cancelled():
             raise RayGoneError(f"Ray went away while {slot.name} ran prompt {item.prompt_id}")
         return stream.result()
 
