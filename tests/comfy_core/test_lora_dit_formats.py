@@ -1,6 +1,6 @@
 """LoRA for Flux.1 and SD3/SD3.5 in the spellings people ship (BFL/SAI native, kohya, diffusers /
 PEFT / ai-toolkit, OneTrainer, LyCORIS): each patches exactly the weights and fused-weight slices
-it names, all spellings of one LoRA patch bit-identically, the output changes and is restored
+it names, all spellings of one LoRA patch identically (to the last bit of float rounding), the output changes and is restored
 bit-exactly, misfitting records are skipped, a LoRA for another model is a typed error."""
 from __future__ import annotations
 
@@ -50,28 +50,38 @@ def load(model, tensors, strength=STRENGTH):
     return new, report
 
 
-# --- every spelling patches the same weights, bit for bit ---------------------------------------
+# --- every spelling patches the same weights -----------------------------------------------------
+
+def assert_same_patches(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> None:
+    """The same weights, to float rounding: a fused weight patched by one LoRA over all of it and
+    by one per slice computes `up @ down` in blocks of different shapes, which some CPUs' matmul
+    kernels round differently in the last bit (seen: 3e-8 on weights of 0.4). A patch in the
+    wrong slice, or missing, is off by the size of a LoRA update (about 1e-2 here)."""
+    assert sorted(expected) == sorted(got)
+    off = {k: (expected[k] - got[k]).abs().max().item() for k in expected if not torch.equal(expected[k], got[k])}
+    assert {k: d for k, d in off.items() if d > 1e-6} == {}
+
 
 @pytest.mark.parametrize("spelling", ["bfl_checkpoint", "kohya", "diffusers", "onetrainer", "lycoris"])
-def test_flux_spellings_patch_bit_identically_to_bfl(flux, spelling):
+def test_flux_spellings_patch_identically_to_bfl(flux, spelling):
     factors = random_factors(flux, list(FLUX_DIFFUSERS), seed=1, rank=RANK)
     reference, report = load(flux, lora_in_spelling(factors, "bfl", FLUX_DIFFUSERS, ALPHA))
     assert report.unmatched == [] and report.model_keys == len(FLUX_DIFFUSERS)
     other, report = load(flux, lora_in_spelling(factors, spelling, FLUX_DIFFUSERS, ALPHA))
     assert report.unmatched == [] and report.skipped == []
     expected, got = weights(reference), weights(other)
-    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+    assert_same_patches(expected, got)
 
 
 @pytest.mark.parametrize("spelling", ["kohya", "diffusers", "base_model", "onetrainer", "lycoris"])
-def test_sd3_spellings_patch_bit_identically_to_sai(mmdit, spelling):
+def test_sd3_spellings_patch_identically_to_sai(mmdit, spelling):
     factors = random_factors(mmdit, list(MMDIT_DIFFUSERS), seed=2, rank=RANK)
     reference, report = load(mmdit, lora_in_spelling(factors, "bfl", MMDIT_DIFFUSERS, ALPHA))
     assert report.unmatched == [] and report.model_keys == len(MMDIT_DIFFUSERS)
     other, report = load(mmdit, lora_in_spelling(factors, spelling, MMDIT_DIFFUSERS, ALPHA))
     assert report.unmatched == [] and report.skipped == []
     expected, got = weights(reference), weights(other)
-    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+    assert_same_patches(expected, got)
 
 
 def test_native_lora_patches_exactly_the_weights_it_names(flux):

