@@ -90,6 +90,7 @@ def ray_descendants(root: int | None = None) -> list[tuple[int, bytes]]:
     proc = Path("/proc")
     if not proc.is_dir():
         return []
+    root = root or os.getpid()
     parents: dict[int, int] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -99,7 +100,7 @@ def ray_descendants(root: int | None = None) -> list[tuple[int, bytes]]:
             parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-    wanted, found = {root or os.getpid()}, []
+    wanted, found = {root}, []
     changed = True
     while changed:  # the descendants, whatever order /proc lists them in
         changed = False
@@ -107,7 +108,7 @@ def ray_descendants(root: int | None = None) -> list[tuple[int, bytes]]:
             if parent in wanted and pid not in wanted:
                 wanted.add(pid)
                 changed = True
-    for pid in wanted - {root or os.getpid()}:
+    for pid in wanted - {root}:
         try:
             cmdline = (proc / str(pid) / "cmdline").read_bytes()
         except OSError:

@@ -221,6 +221,11 @@ class RayDispatcher(PromptRouting):
         log.error("Ray is gone (%s); prompts wait in the queue until the dispatcher joins again", reason)
         self._ray_gone.set()
         self._losses += 1
+        self._drop_all_workers()
+
+    def _drop_all_workers(self) -> None:
+        """Every slot dead, its actor no longer ours (Ray went away, or we leave it); each is
+        started again on (re)joining."""
         for task in list(self._spawning):
             task.cancel()
         for slot in self.slots:
@@ -322,9 +327,7 @@ class RayDispatcher(PromptRouting):
 
     async def _disconnect(self) -> None:
         """Leave Ray (the slots stay, dead, and are started again on rejoining)."""
-        for slot in self.slots:
-            slot.generation += 1
-            slot.state, slot.handle = DEAD, None
+        self._drop_all_workers()
         try:
             await asyncio.get_running_loop().run_in_executor(None, cluster.disconnect)
         except Exception:  # noqa: BLE001 -- nothing left to shut down

@@ -146,13 +146,10 @@ class WorkerRuntime:
         self.env, custom_dirs = build_environment(self.config)
         factory = self.config.ray.registry_factory if self.config.ray is not None else None
         self.server_state = WorkerServerState(self.config, self._interrupt_running)
-        if factory:
-            registry = _factory_registry(factory)
-            session = compat.install(self.env, registry, comfy_args=comfy_args(self.config))
-            session.state = self.server_state
-        else:
-            session = compat.install(self.env, Registry(), comfy_args=comfy_args(self.config))
-            session.state = self.server_state  # before the packs load: what they send goes through it
+        registry = _factory_registry(factory) if factory else Registry()
+        session = compat.install(self.env, registry, comfy_args=comfy_args(self.config))
+        session.state = self.server_state  # before the packs load: what they send goes through it
+        if not factory:
             registry, _packs = build_registry(self.config, custom_dirs, compat_session=session)
         self.registry = registry
         self.executor = build_executor(self.config, registry, self.env, session)
