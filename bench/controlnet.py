@@ -38,7 +38,7 @@ def main() -> None:
     from comfy_core.models.latent_formats import sd15_latent_format
     from comfy_core.models.unet import UNetConfig, UNetModel
     from comfy_core.patching.model import ModelPatcher
-    from comfy_core.sampling.model_sampling import ModelSampling
+    from comfy_core.models.model_sampling import ModelSampling
     from nodes.controlnet import apply_to_pair
     from nodes.sampling import common_ksampler
 

@@ -119,7 +119,7 @@ def forward_seconds(models: dict, latent: int, batch: int, runs: int) -> dict[st
 
 
 def sample_latent(model, latent: int, steps: int, cfg: float, seed: int) -> torch.Tensor:
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
 
     gen = torch.Generator().manual_seed(1234)
     width = context_width(model)

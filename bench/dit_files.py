@@ -96,10 +96,10 @@ def build_from_shapes(model: str, tensors: Mapping[str, Any]) -> Any:
 
     with torch.device("meta"):
         if model == "flux":
-            from comfy_core.models.flux import Flux, FluxConfig
+            from comfy_core.families.flux.dit import Flux, FluxConfig
 
             return Flux.from_config(FluxConfig.detect_from_weights(tensors, ""))
-        from comfy_core.models.mmdit import MMDiT, MMDiTConfig
+        from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
 
         return MMDiT.from_config(MMDiTConfig.detect_from_weights(tensors, ""))
 

@@ -90,7 +90,7 @@ def run_model(name: str, path: Path, dtype_name: str, mode: str, batches: tuple[
     from comfy_core.checkpoint.dtype import DtypePolicy
     from comfy_core.loading import LoadOptions, load_checkpoint
     from comfy_core.memory import MemoryManager
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     torch.cuda.empty_cache()

@@ -25,8 +25,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from comfy_core.patching import ModelPatcher  # noqa: E402
-from comfy_core.sampling.driver import sample  # noqa: E402
-from comfy_core.sampling.model_sampling import ModelSampling  # noqa: E402
+from comfy_core.sampling.ksampler import sample  # noqa: E402
+from comfy_core.models.model_sampling import ModelSampling  # noqa: E402
 from comfy_core.sampling.noise import prepare_noise  # noqa: E402
 
 OVERHEAD_SAMPLERS = ("euler", "euler_ancestral", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lms", "uni_pc")

@@ -34,7 +34,7 @@ def _api(impl: str, comfyui: str | None, flags: list[str]):
         import torch
 
         from comfy_core import load_checkpoint
-        from comfy_core.sampling.driver import sample
+        from comfy_core.sampling.ksampler import sample
 
         import comfy_core.text_encoders  # noqa: F401  (import cost is not load cost)
         import transformers.models.clip.modeling_clip  # noqa: F401

@@ -5,7 +5,7 @@ FFN 13824, 40 blocks), and the per-step figure EXTRAPOLATED from it.
 832x480 pixels and 81 frames are latent 104x60x21 (8x spatial, 4x temporal + 1), cut into 1x2x2
 patches: 21 x 30 x 52 = 32760 video tokens, self-attending over all of them, cross-attending to
 512 umT5 tokens. The whole model does not fit / takes hours per step on the CPU, so ONE block
-(`comfy_core.models.wan_blocks.WanAttentionBlock`, random weights, the Wan t2v block) runs on
+(`comfy_core.families.wan.blocks.WanAttentionBlock`, random weights, the Wan t2v block) runs on
 inputs of the real shapes: the tokens, the 6-row time modulation, the 3-D RoPE rotations of that
 grid (`WanModel.rope_encode`) and the projected text context. A step of the full model is about
 `blocks x seconds per block` (the embeddings and head are small next to it), for ONE batch row:
@@ -44,7 +44,7 @@ def latent_grid(frames: int, height: int, width: int) -> tuple[int, int, int]:
 
 
 def build_block(spec: dict, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    from comfy_core.models.wan_blocks import WanAttentionBlock
+    from comfy_core.families.wan.blocks import WanAttentionBlock
 
     block = WanAttentionBlock("t2v_cross_attn", spec["dim"], spec["ffn"], spec["heads"], qk_norm=True,
                               cross_attn_norm=True, device=device, dtype=dtype)
@@ -61,7 +61,7 @@ def build_block(spec: dict, device: torch.device, dtype: torch.dtype) -> torch.n
 
 
 def block_inputs(spec: dict, grid: tuple[int, int, int], device: torch.device, dtype: torch.dtype) -> dict:
-    from comfy_core.models.wan import WanModel
+    from comfy_core.families.wan.dit import WanModel
 
     t, h, w = grid
     # The RoPE table of the grid: a 0-layer WanModel of the same head width gives it.

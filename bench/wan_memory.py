@@ -7,7 +7,7 @@ file-backed, reclaimable) and each layer makes its compute-dtype copy only while
 writes random files of that layout at Wan 14 B's widths (dim 5120, ffn 13824, 40 heads, text 4096)
 with a few blocks each, one tensor at a time (the writer never holds the model), loads each in a
 fresh process through `load_diffusion_model` (family detection and all, the real Wan DiT when
-comfy_core/models/wan.py is there) and runs one forward, reading /proc/self/status: peak RSS
+comfy_core/families/wan/dit.py is there) and runs one forward, reading /proc/self/status: peak RSS
 (VmHWM) and the anonymous / file-backed split (RssAnon / RssFile) after the load and after every
 block of the forward. The files go to a temporary folder under /tmp and are deleted afterwards.
 

@@ -175,11 +175,7 @@ class MemoryManager:
         return patcher
 
     def _on_host(self, patcher: Any) -> bool:
-        if not self.configured_mode.text_encoders_on_cpu:
-            return False
-        from comfy_core.patching.clip import ClipPatcher
-
-        return isinstance(patcher, ClipPatcher)
+        return self.configured_mode.text_encoders_on_cpu and getattr(patcher, "is_text_encoder", False)
 
     def loaded_models(self) -> list[Any]:
         """Patchers whose modules are on the compute device, least recently used first."""

@@ -6,7 +6,7 @@ decides what goes in it, after ComfyUI 0.3.64's `comfy/sd.py: save_checkpoint`,
 process_*_state_dict_for_saving`:
 
 - the UNet under the family's prefix (`model.diffusion_model.*`), the VAE under
-  `first_stage_model.*`, the text encoders where each family keeps them (`TEXT_ENCODER_LAYOUTS`:
+  `first_stage_model.*`, the text encoders where each family keeps them (`EncoderOptions.save_prefix`:
   SD1's CLIP-L in transformers' layout under `cond_stage_model.transformer.text_model.*`, SD2's
   and SDXL's OpenCLIP towers in open_clip's layout, ...);
 - marker tensors: `v_pred` (and `ztsnr`) for v-prediction models, `edm_vpred.sigma_max/min`
@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from comfy_core.checkpoint.save import write_safetensors
-from comfy_core.sampling.model_sampling import ContinuousEDMModelSampling
+from comfy_core.models.model_sampling import ContinuousEDMModelSampling
 from comfy_core.text_encoders.config import LAYOUT_HF
 from comfy_core.text_encoders.convert import to_checkpoint_layout
 
@@ -41,35 +41,6 @@ _ENCODER_MODULE = "transformer."
 _POSITION_IDS = "text_model.embeddings.position_ids"
 
 
-@dataclasses.dataclass(frozen=True)
-class EncoderLayout:
-    """Where one text encoder goes in a single-file checkpoint. `position_ids`: ComfyUI writes
-    the position index buffer (SDXL's CLIP-L only); an hf-layout tower's text projection is
-    never written (ComfyUI pops it: SD1 and SDXL's CLIP-L carry none)."""
-
-    slot: str
-    prefix: str
-    position_ids: bool = False
-
-
-# Encoder set name (comfy_core.text_encoders.encoder_set) -> its encoders' places.
-TEXT_ENCODER_LAYOUTS: Mapping[str, tuple[EncoderLayout, ...]] = {
-    "sd1": (EncoderLayout("clip_l", "cond_stage_model.transformer.text_model."),),
-    "sd2": (EncoderLayout("clip_h", "cond_stage_model.model."),),
-    "sdxl": (EncoderLayout("clip_l", "conditioner.embedders.0.transformer.text_model.", position_ids=True),
-             EncoderLayout("clip_g", "conditioner.embedders.1.model.")),
-    "sdxl_refiner": (EncoderLayout("clip_g", "conditioner.embedders.0.model."),),
-}
-
-# Family name -> Stability ModelSpec architecture, for the families ComfyUI writes one for
-# (its SDXL, SDXL instruct-pix2pix, SDXL refiner and SVD model classes; inpainting SDXL is an SDXL).
-MODELSPEC_ARCHITECTURES: Mapping[str, str] = {
-    "sdxl": "stable-diffusion-xl-v1-base",
-    "sdxl_inpaint": "stable-diffusion-xl-v1-base",
-    "sdxl_ip2p": "stable-diffusion-xl-v1-edit",
-    "sdxl_refiner": "stable-diffusion-xl-v1-refiner",
-    "svd": "stable-video-diffusion-img2vid-v1",
-}
 _PREDICT_KEYS = {"eps": "epsilon", "v": "v"}
 
 
@@ -92,20 +63,20 @@ def unet_state(module: torch.nn.Module, family: Any) -> dict[str, torch.Tensor]:
 
 def encoder_set_state(encoders: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The text encoders of an (applied) TextEncoderSet in their family's checkpoint layout."""
-    layouts = TEXT_ENCODER_LAYOUTS.get(encoders.spec.name)
-    if layouts is None:
+    layouts = encoders.spec.encoders
+    if any(option.save_prefix is None for option in layouts):
         raise SaveLayoutError(f"no checkpoint layout is known for the {encoders.spec.name!r} text encoders "
-                              f"(known: {sorted(TEXT_ENCODER_LAYOUTS)})")
+                              "(their EncoderOptions.save_prefix)")
     out: dict[str, torch.Tensor] = {}
     for layout in layouts:
         encoder = encoders.encoder(layout.slot)
-        config = dataclasses.replace(encoder.config, prefix=layout.prefix)
+        config = dataclasses.replace(encoder.config, prefix=layout.save_prefix)
         if config.layout == LAYOUT_HF:
             config = dataclasses.replace(config, has_projection=False)
         transformer = encoder.transformer
         out.update(to_checkpoint_layout(config, transformer.state_dict()))
-        if layout.position_ids:
-            out[layout.prefix + _POSITION_IDS[len("text_model."):]] = transformer.text_model.embeddings.position_ids
+        if layout.save_position_ids:
+            out[layout.save_prefix + _POSITION_IDS[len("text_model."):]] = transformer.text_model.embeddings.position_ids
     return out
 
 
@@ -174,7 +145,7 @@ def checkpoint_metadata(model: Any, title: str) -> dict[str, str]:
     patch on it."""
     metadata: dict[str, str] = {}
     family = _family(model)
-    architecture = MODELSPEC_ARCHITECTURES.get(getattr(family, "name", None))
+    architecture = getattr(family, "modelspec_architecture", None)
     if architecture is not None:
         metadata.update({"modelspec.architecture": architecture, "modelspec.sai_model_spec": "1.0.0",
                          "modelspec.implementation": "sgm", "modelspec.title": title})

@@ -45,5 +45,7 @@ def install(env: Any, registry: Any, *, comfy_args: Mapping[str, Any] | None = N
     from compat.mp_model_classes import install_model_classes
     from compat.session import CompatSession
 
-    install_model_classes()  # models load as ComfyUI's comfy.model_base classes from now on
-    return CompatSession.install(env, registry, comfy_args=comfy_args)
+    session = CompatSession.install(env, registry, comfy_args=comfy_args)
+    # models the session's node calls load are ComfyUI's comfy.model_base classes
+    install_model_classes(session.extension_points)
+    return session

@@ -11,13 +11,44 @@ module into a `FacadeModule`:
   ComfyUI packs do) also assigns it on the home module, so our runtime, which calls such
   functions through its module's globals, uses the pack's replacement, as ComfyUI would.
   Names outside `NAMES` are plain module attributes.
+- a name whose target is an `ExtensionPoint` (`point("sampling_function", "home:attr")`) is one
+  of comfy_core's extension points (comfy_core/extension_points.py): reading it gives the active
+  session's value, or the built-in at `home:attr` when the session has none; assigning it sets
+  the session's field. Nothing is cached or assigned on a module, so the runtime, which reads
+  only the `ExtensionPoints` in force, sees the pack's function and no module global changes.
 """
 from __future__ import annotations
 
 import importlib
 import sys
 from types import ModuleType
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+
+@dataclass(frozen=True)
+class ExtensionPoint:
+    """A surface name backed by the field `field` of the active session's `ExtensionPoints`;
+    `built_in` ("package.module:attribute") is what it reads as while that field is empty."""
+
+    field: str
+    built_in: str
+
+
+def point(field: str, built_in: str) -> ExtensionPoint:
+    _home(built_in)
+    return ExtensionPoint(field, built_in)
+
+
+def active_points() -> Any:
+    """The `ExtensionPoints` of the session packs see now (the one in force without a session)."""
+    from comfy_core import extension_points
+    from compat import active
+
+    try:
+        return active.active().extension_points
+    except active.CompatNotInstalledError:
+        return extension_points.current()
 
 
 def _home(target: str) -> tuple[str, str]:
@@ -30,21 +61,32 @@ def _home(target: str) -> tuple[str, str]:
 class FacadeModule(ModuleType):
     """A module whose `_facade_names` resolve lazily and forward assignments to their home."""
 
-    _facade_names: Mapping[str, str]
+    _facade_names: Mapping[str, Union[str, ExtensionPoint]]
 
     def __getattr__(self, name: str) -> Any:  # only called when `name` is not in the namespace
         names = self.__dict__.get("_facade_names", {})
         if name not in names:
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-        module, attribute = _home(names[name])
+        target = names[name]
+        if isinstance(target, ExtensionPoint):
+            value = getattr(active_points(), target.field)
+            if value is not None:
+                return value
+            module, attribute = _home(target.built_in)
+            return getattr(importlib.import_module(module), attribute)
+        module, attribute = _home(target)
         value = getattr(importlib.import_module(module), attribute)
         self.__dict__[name] = value
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
         names = self.__dict__.get("_facade_names", {})
-        if name in names:
-            module, attribute = _home(names[name])
+        target = names.get(name)
+        if isinstance(target, ExtensionPoint):
+            setattr(active_points(), target.field, value)
+            return
+        if target is not None:
+            module, attribute = _home(target)
             setattr(importlib.import_module(module), attribute, value)
         super().__setattr__(name, value)
 
@@ -52,14 +94,15 @@ class FacadeModule(ModuleType):
         return sorted(set(super().__dir__()) | set(self.__dict__.get("_facade_names", {})))
 
 
-def facade(module_name: str, names: Mapping[str, str]) -> ModuleType:
+def facade(module_name: str, names: Mapping[str, Union[str, ExtensionPoint]]) -> ModuleType:
     """Make the already-imported module `module_name` a `FacadeModule` over `names` (merged with
     any it had); returns it. Names the module defines itself win over `names`."""
     module = sys.modules[module_name]
     merged = dict(getattr(module, "_facade_names", {}))
     merged.update(names)
     for name, target in merged.items():
-        _home(target)  # reject a malformed table at import, not on first read
+        # reject a malformed table at import, not on first read
+        _home(target.built_in if isinstance(target, ExtensionPoint) else target)
     module.__class__ = FacadeModule
     module.__dict__["_facade_names"] = merged
     return module

@@ -1,5 +1,5 @@
 """The free helpers of ComfyUI's `comfy/ldm/modules/diffusionmodules/mmdit.py` and
-`comfy/ldm/common_dit.py` that our MMDiT (comfy_core/models/mmdit*.py) does not need itself, with
+`comfy/ldm/common_dit.py` that our MMDiT (comfy_core/families/sd3/mmdit*.py) does not need itself, with
 ComfyUI's signatures, for node packs that import them.
 
 - `get_2d_sincos_pos_embed`, `get_2d_sincos_pos_embed_from_grid`,
@@ -76,7 +76,7 @@ def get_1d_sincos_pos_embed_from_grid_torch(embed_dim: int, pos: Any, device: An
     (float32 by default) on `device`."""
     import torch
 
-    from comfy_core.models.mmdit_blocks import sincos_1d
+    from comfy_core.families.sd3.mmdit_blocks import sincos_1d
 
     dtype = torch.float32 if dtype is None else dtype
     return sincos_1d(embed_dim, torch.as_tensor(pos).to(device=device, dtype=dtype))
@@ -91,7 +91,7 @@ def gate_cat(x: Any, gate_msa: Any, gate_msa2: Any, attn1: Any, attn2: Any) -> A
 
 def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6) -> Any:
     """RMSNorm over the last axis (common_dit's `rms_norm`), the weight cast to `x`'s dtype."""
-    from comfy_core.models.mmdit_blocks import rms_norm as _rms_norm
+    from comfy_core.families.sd3.mmdit_blocks import rms_norm as _rms_norm
 
     return _rms_norm(x, weight, eps)
 

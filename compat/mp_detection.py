@@ -8,7 +8,7 @@ and `FluxConfig.detect_from_weights(...).params()`: read from the shapes, where 
 Flux.1's full-size widths whatever the file). `model_config_from_unet(...)` picks the first
 config class whose `unet_config` matches, in ComfyUI's order (comfy_core/models/model_config.py).
 `convert_diffusers_mmdit` converts diffusers-layout SD3 and Flux transformers to SAI / BFL names
-(comfy_core/models/mmdit_keys.py, flux_keys.py). Diffusers-layout UNets are not converted here
+(comfy_core/families/sd3/keys.py, comfy_core/families/flux/keys.py). Diffusers-layout UNets are not converted here
 (`unet_config_from_diffusers_unet` says so).
 """
 from __future__ import annotations
@@ -16,11 +16,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from comfy_core.models import model_config as mc
+from compat.mp_supported_models import our_config_class
 
-# ComfyUI's match order for these classes (specific before general).
-SUPPORTED_MODELS: list[type[mc.BASE]] = [mc.SD15_instructpix2pix, mc.SD15, mc.SD20, mc.SD21UnclipH,
-                                         mc.SDXL_instructpix2pix, mc.SDXLRefiner, mc.SDXL, mc.SD3, mc.FluxInpaint,
-                                         mc.Flux, mc.FluxSchnell, mc.SVD_img2vid]
+# ComfyUI's match order for these classes (specific before general); each family package holds its
+# own (`supported_models.py`).
+SUPPORTED_MODELS: list[type[mc.BASE]] = [
+    our_config_class(name) for name in ("SD15_instructpix2pix", "SD15", "SD20", "SD21UnclipH", "SDXL_instructpix2pix",
+                                        "SDXLRefiner", "SDXL", "SD3", "FluxInpaint", "Flux", "FluxSchnell",
+                                        "SVD_img2vid")]
 
 
 class DetectionError(NotImplementedError):
@@ -77,8 +80,8 @@ def _detect(state_dict: Mapping[str, Any], key_prefix: str) -> Any:
 def _dit_config(state_dict: Mapping[str, Any], key_prefix: str) -> Any:
     """Our config of the MMDiT or Flux transformer under `key_prefix`, or None when it is neither
     (ComfyUI's marker keys); a broken one raises the detector's typed error."""
-    from comfy_core.models.flux import FluxConfig, is_flux
-    from comfy_core.models.mmdit import MMDiTConfig
+    from comfy_core.families.flux.dit import FluxConfig, is_flux
+    from comfy_core.families.sd3.mmdit import MMDiTConfig
 
     tensors = {k: _Shape(v.shape) for k, v in state_dict.items() if k.startswith(key_prefix)}
     if key_prefix + "joint_blocks.0.context_block.attn.qkv.weight" in tensors:
@@ -116,7 +119,7 @@ def model_config_from_unet(state_dict: Mapping[str, Any], unet_key_prefix: str, 
         config = model_config_from_unet_config(unet_config, state_dict)
         return mc.BASE(unet_config) if config is None and use_base_if_no_match else config
     detection = _detect(state_dict, unet_key_prefix)
-    cls = mc.CONFIG_BY_FAMILY.get(detection.family.name)
+    cls = detection.family.supported_model
     unet_config = mc.unet_config_dict(detection.unet_config)
     if cls is None:
         return mc.BASE(unet_config) if use_base_if_no_match else None
@@ -138,7 +141,8 @@ def convert_diffusers_mmdit(state_dict: Mapping[str, Any], output_prefix: str = 
     dict in SAI / BFL names under `output_prefix` (q/k/v fused, adaLN halves swapped), or None
     for other layouts (ComfyUI also converts AuraFlow and PixArt; those are not here). Unlike
     ComfyUI's, `state_dict` is left as it is (ComfyUI pops the converted keys)."""
-    from comfy_core.models import flux_keys, mmdit_keys
+    from comfy_core.families.flux import keys as flux_keys
+    from comfy_core.families.sd3 import keys as mmdit_keys
 
     if flux_keys.is_diffusers_flux(state_dict):
         return flux_keys.convert_diffusers_state_dict(state_dict, output_prefix=output_prefix)

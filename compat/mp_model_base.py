@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from comfy_core.models.diffusion import DiffusionModel
-from comfy_core.sampling.model_sampling import ModelType  # noqa: F401  (ComfyUI's comfy.model_base.ModelType)
+from comfy_core.models.model_sampling import ModelType  # noqa: F401  (ComfyUI's comfy.model_base.ModelType)
 
 
 class ModelClassError(NotImplementedError):

@@ -1,14 +1,18 @@
 """Loaded models as ComfyUI's `comfy.model_base` classes (torch-free until a model is built).
 
-`install_model_classes()` (called by `compat.install`) sets comfy_core's family-class resolver
-(comfy_core/models/family_classes.py) to `comfy_model_class`, so every model loaded from then on
-is an instance of exactly ComfyUI's class for its family (compat/mp_model_base.py
+`install_model_classes(points)` (called by `compat.install` with its session's extension points)
+sets their model-class resolver (`ExtensionPoints.model_class`, comfy_core/extension_points.py)
+to `comfy_model_class`, so every model loaded where those points are in force (the session's
+node calls) is an instance of exactly ComfyUI's class for its family (compat/mp_model_base.py
 `CLASS_OF_FAMILY`): packs compare `type(model.model) == comfy.model_base.BaseModel`
 (AnimateDiff-Evolved's `get_sd_model_type`) and print `type(model.model).__name__`.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from comfy_core.extension_points import ExtensionPoints
 
 
 def comfy_model_class(family_name: str) -> Optional[type]:
@@ -17,7 +21,6 @@ def comfy_model_class(family_name: str) -> Optional[type]:
     return CLASS_OF_FAMILY.get(family_name)
 
 
-def install_model_classes() -> None:
-    from comfy_core.models import family_classes
-
-    family_classes.set_resolver(comfy_model_class)
+def install_model_classes(points: "ExtensionPoints") -> None:
+    """Models built where `points` are in force are ComfyUI's `comfy.model_base` classes."""
+    points.model_class = comfy_model_class

@@ -1,4 +1,4 @@
-"""ComfyUI's `comfy.model_sampling` classes over ours (comfy_core/sampling/model_sampling.py).
+"""ComfyUI's `comfy.model_sampling` classes over ours (comfy_core/models/model_sampling.py).
 
 ComfyUI splits a sampling object into a table class (`ModelSamplingDiscrete`, ...) and a
 prediction mixin (`EPS`, `V_PREDICTION`, ...) that packs combine:
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from comfy_core.sampling import model_sampling as ms
-from comfy_core.sampling.model_sampling import ModelSamplingError, ModelType, flux_time_shift, time_snr_shift  # noqa: F401
+from comfy_core.models import model_sampling as ms
+from comfy_core.models.model_sampling import ModelSamplingError, ModelType, flux_time_shift, time_snr_shift  # noqa: F401
 
 
 class _Prediction:
@@ -70,7 +70,7 @@ def _settings(model_config: Any) -> dict:
 
 class LCM(EPS):
     """ComfyUI's `comfy_extras.nodes_model_advanced.LCM`: eps output read through LCM's
-    consistency boundary condition (comfy_core/sampling/model_sampling.py `_lcm_denoised`)."""
+    consistency boundary condition (comfy_core/models/model_sampling.py `_lcm_denoised`)."""
 
     prediction = "lcm"
 

@@ -11,6 +11,35 @@ from __future__ import annotations
 
 from typing import Any
 
+# ComfyUI's config classes of the families we load: name -> "module:attribute" (each family keeps
+# its classes in its package's `supported_models.py`; `Family.supported_model` names the one a
+# loaded model gets). Strings, so this module stays torch-free.
+OUR_CONFIG_TARGETS: dict[str, str] = {
+    **{name: f"comfy_core.families.sd1.supported_models:{name}" for name in ("SD15", "SD15_instructpix2pix")},
+    **{name: f"comfy_core.families.sd2.supported_models:{name}" for name in ("SD20", "SD21UnclipH")},
+    **{name: f"comfy_core.families.sdxl.supported_models:{name}"
+       for name in ("SDXLRefiner", "SDXL", "SDXL_instructpix2pix")},
+    "SVD_img2vid": "comfy_core.families.svd.supported_models:SVD_img2vid",
+    "SD3": "comfy_core.families.sd3.supported_models:SD3",
+    **{name: f"comfy_core.families.flux.supported_models:{name}" for name in ("Flux", "FluxInpaint", "FluxSchnell")},
+    "Chroma": "comfy_core.families.chroma.supported_models:Chroma",
+    **{name: f"comfy_core.families.wan.supported_models:{name}"
+       for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
+                    "WAN22_T2V")},
+}
+
+
+def our_config_class(name: str) -> type | None:
+    """One of our families' config classes by ComfyUI's name (None: not one of ours)."""
+    import importlib
+
+    target = OUR_CONFIG_TARGETS.get(name)
+    if target is None:
+        return None
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 # name -> ComfyUI's base class for it, when it is one of our families' classes (else BASE).
 _PARENTS: dict[str, str] = {
     "SSD1B": "SDXL", "Segmind_Vega": "SDXL", "KOALA_700M": "SDXL", "KOALA_1B": "SDXL",
@@ -38,9 +67,9 @@ def _config_class(name: str) -> type:
         from comfy_core.models import model_config as mc
 
         if name in _SUBKINDS:  # a subclass of another kind here, or of one of our families' classes
-            parent = getattr(mc, _SUBKINDS[name], None) or _config_class(_SUBKINDS[name])
+            parent = our_config_class(_SUBKINDS[name]) or _config_class(_SUBKINDS[name])
         else:
-            parent = getattr(mc, _PARENTS.get(name, "BASE"))
+            parent = our_config_class(_PARENTS.get(name, "BASE")) or mc.BASE
         _built[name] = type(name, (parent,), {
             "__module__": __name__, "__qualname__": name,
             "__doc__": f"ComfyUI's `{name}` config (a kind this engine does not load)."})

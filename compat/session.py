@@ -20,6 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
+from comfy_core import extension_points
+from comfy_core.extension_points import ExtensionPoints
 from compat import extras_modules, finder, node_facades
 from compat.active import CompatNotInstalledError, _active, active
 
@@ -58,6 +60,9 @@ class CompatSession:
         # ComfyUI's `nodes.EXTENSION_WEB_DIRS` ({pack name: web folder}): loaded packs' WEB_DIRECTORY,
         # plus what packs put in it themselves (Impact-Pack does); `bind` serves every entry.
         self.extension_web_dirs: dict[str, str] = {}
+        # What packs changed of the runtime (their assignments to ComfyUI's replaceable names,
+        # compat/facade.py), in force in every context this session is active in.
+        self.extension_points = ExtensionPoints()
 
     @classmethod
     def install(cls, env: Any, registry: "Registry", *, comfy_args: Mapping[str, Any] | None = None
@@ -71,9 +76,11 @@ class CompatSession:
     def activate(self) -> Iterator["CompatSession"]:
         """This session (and its registry, for `nodes.NODE_CLASS_MAPPINGS`) for the block."""
         token = _active.set(self)
+        points_token = extension_points.set_current(self.extension_points)
         try:
             yield self
         finally:
+            extension_points.reset_current(points_token)
             _active.reset(token)
 
     def import_context(self) -> contextlib.AbstractContextManager:
@@ -94,6 +101,7 @@ class CompatSession:
         from compat.graph_builder import GraphBuilder
 
         _active.set(self)
+        extension_points.set_current(self.extension_points)
         GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)
 
     # -- loading packs --------------------------------------------------------------------------
@@ -172,6 +180,7 @@ class CompatSession:
         # The caller goes on to start the server in this context, so the server's tasks (request
         # handlers: validation, /object_info's INPUT_TYPES) inherit this session.
         _active.set(self)
+        extension_points.set_current(self.extension_points)
 
     def _serve_extension_web_dirs(self, state: Any) -> None:
         """Entries packs wrote into `nodes.EXTENSION_WEB_DIRS` are served like WEB_DIRECTORY

@@ -1,7 +1,7 @@
 """ComfyUI's `comfy_api.torch_helpers.torch_compile` (comfy_api/torch_helpers/torch_compile.py):
 compile the diffusion model, or some of its submodules, with `torch.compile` when the model is
 sampled, through an APPLY_MODEL wrapper on the patcher (ComfyUI's `add_wrapper_with_key`
-protocol, comfy_core/patching/wrappers.py). A thin face over comfy_core/patching/torch_compile.py,
+protocol, comfy_core/wrappers.py). A thin face over comfy_core/patching/torch_compile.py,
 which the `TorchCompileModel` node uses too: the compile happens at the first model call (its
 time logged), the compiled modules are swapped into the model object for each call and the
 originals put back after it, the options stay in `model_options["torch_compile_kwargs"]`, and a

@@ -12,8 +12,10 @@ from comfy_core.attention_names import BACKEND_NAMES as ATTENTION_BACKENDS
 from comfy_core.attention_names import OPTIONAL_BACKENDS, missing_optional_backends
 from comfy_core.prompt.embedding_names import EMBEDDING_EXTENSIONS, EMBEDDINGS_KIND, embedding_files
 from comfy_core.prompt.emphasis_modes import DEFAULT_EMPHASIS, EMPHASIS_MODES
-from comfy_core.sampling.samplers.registry import SAMPLER_NAME_LIST, SAMPLER_NAMES
-from comfy_core.sampling.scheduler_names import SCHEDULER_NAME_LIST, SCHEDULER_NAMES
+from comfy_core.sampling import scheduler_names as _scheduler_names
+from comfy_core.sampling.samplers import registry as _sampler_registry
+from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
+from comfy_core.sampling.scheduler_names import SCHEDULER_NAMES
 
 __all__ = [
     "ATTENTION_BACKENDS", "DEFAULT_EMPHASIS", "EMBEDDINGS_KIND", "EMBEDDING_EXTENSIONS", "EMPHASIS_MODES",
@@ -24,11 +26,12 @@ __all__ = [
 
 def sampler_names(env: object = None) -> list[str]:
     """The sampler combo as it is now: ComfyUI's names plus any a node pack added to
-    `comfy.samplers.KSampler.SAMPLERS` / `SAMPLER_NAMES` (the live list in comfy_core), read each
-    time the combo is rendered or validated, as ComfyUI's nodes read `KSampler.SAMPLERS`."""
-    return list(SAMPLER_NAME_LIST)
+    `comfy.samplers.KSampler.SAMPLERS` / `SAMPLER_NAMES` (the live list of the extension points in
+    force, comfy_core/extension_points.py), read each time the combo is rendered or validated, as
+    ComfyUI's nodes read `KSampler.SAMPLERS`."""
+    return list(_sampler_registry.sampler_names())
 
 
 def scheduler_names(env: object = None) -> list[str]:
     """The scheduler combo as it is now (ComfyUI's plus any a pack added to `SCHEDULER_NAMES`)."""
-    return list(SCHEDULER_NAME_LIST)
+    return list(_scheduler_names.scheduler_names())

@@ -50,7 +50,7 @@ def _check_interrupt(*_args: Any) -> None:
 
 def _patched(model: Any, context_length: int, context_overlap: int, context_schedule: str, context_stride: int,
              closed_loop: bool, fuse_method: str, dim: int) -> tuple[Any]:
-    from comfy_core.patching.wrappers import add_callback_with_key
+    from comfy_core.wrappers import add_callback_with_key
     from comfy_core.sampling.context_windows import IndexListCallbacks, apply_context_windows, context_handler
 
     model = checks.model(model)

@@ -3,7 +3,7 @@ DisableNoise, AddNoise) and the GUIDER nodes (CFGGuider, BasicGuider, DualCFGGui
 
 ComfyUI 0.3.64's names, sockets and semantics (comfy_extras/nodes_custom_sampler.py,
 nodes_perpneg.py). The runtime objects are comfy_core's (`sampling.guider`, `sampling.perp_neg`,
-`sampling.noise_object`, `sampling.sampler_object`); KSampler samples through the same
+`sampling.noise_object`, `sampling.guider`); KSampler samples through the same
 `CFGGuider.sample`, so SamplerCustomAdvanced with CFGGuider + KSamplerSelect + BasicScheduler +
 RandomNoise gives KSampler's latent bit for bit. Both samplers also return `denoised_output`:
 the last step's x0 prediction in VAE latent space (the output itself when no step ran).
@@ -71,7 +71,7 @@ def _outputs(model: Any, latent: dict, samples: Any, store: dict) -> tuple[dict,
 def sampler_custom(model: Any, add_noise: bool, noise_seed: int, cfg: float, positive: Any, negative: Any,
                    sampler: Any, sigmas: Any, latent_image: dict) -> tuple[dict, dict]:
     """CFG sampling with any SAMPLER over any SIGMAS (ComfyUI `comfy.sample.sample_custom`)."""
-    from comfy_core.sampling.driver import cfg_guider
+    from comfy_core.sampling.guider import cfg_guider
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
     checks.model(model)
@@ -159,7 +159,7 @@ def add_noise(model: Any, noise: Any, sigmas: Any, latent_image: dict) -> tuple:
       inputs=[Input("model", "MODEL"), Input("positive", "CONDITIONING"), Input("negative", "CONDITIONING"), _cfg()],
       outputs=[Output("GUIDER")])
 def cfg_guider_node(model: Any, positive: Any, negative: Any, cfg: float) -> tuple:
-    from comfy_core.sampling.driver import cfg_guider
+    from comfy_core.sampling.guider import cfg_guider
 
     return (cfg_guider(checks.model(model), checks.conditioning(positive, "positive"),
                        checks.conditioning(negative, "negative"), cfg),)

@@ -3,7 +3,7 @@ MODEL another noise parametrisation (discrete eps / v / LCM / x0 / img-to-img wi
 terminal SNR, rectified flow with SD3, AuraFlow or Flux shift, continuous EDM and V tables,
 Stable Cascade's schedule), and RescaleCFG.
 
-Each returns a clone carrying the new `comfy_core.sampling.model_sampling` object as the
+Each returns a clone carrying the new `comfy_core.models.model_sampling` object as the
 "model_sampling" object patch (ComfyUI's `add_object_patch`): the shared diffusion model is never
 touched, the sampler and the UNet wrapper see the patch while the clone is applied.
 """
@@ -60,7 +60,7 @@ def _base_schedule(model: Any) -> dict:
 def model_sampling_discrete(model: Any, sampling: str, zsnr: bool) -> tuple[Any]:
     """The checkpoint's discrete schedule (zero terminal SNR if `zsnr`) with another prediction;
     "lcm" uses LCM's 50-step distilled table and boundary-condition denoiser."""
-    from comfy_core.sampling.model_sampling import DiscreteModelSampling, DistilledModelSampling
+    from comfy_core.models.model_sampling import DiscreteModelSampling, DistilledModelSampling
 
     model = checks.model(model)
     sampling = _choice(sampling, "sampling", DISCRETE_SAMPLINGS)
@@ -78,7 +78,7 @@ def model_sampling_discrete(model: Any, sampling: str, zsnr: bool) -> tuple[Any]
       outputs=[Output("MODEL")])
 def model_sampling_stable_cascade(model: Any, shift: float) -> tuple[Any]:
     """Stable Cascade's cosine schedule with its log-SNR shifted by `-2 ln(shift)`."""
-    from comfy_core.sampling.model_sampling import StableCascadeModelSampling
+    from comfy_core.models.model_sampling import StableCascadeModelSampling
 
     model = checks.model(model)
     shift = _number(shift, "shift")
@@ -88,7 +88,7 @@ def model_sampling_stable_cascade(model: Any, shift: float) -> tuple[Any]:
 
 
 def _flow(model: Any, shift: Any, multiplier: float) -> tuple[Any]:
-    from comfy_core.sampling.model_sampling import FlowModelSampling
+    from comfy_core.models.model_sampling import FlowModelSampling
 
     return _with_sampling(checks.model(model), FlowModelSampling(_number(shift, "shift"), multiplier))
 
@@ -118,7 +118,7 @@ def model_sampling_aura_flow(model: Any, shift: float) -> tuple[Any]:
       outputs=[Output("MODEL")])
 def model_sampling_flux(model: Any, max_shift: float, base_shift: float, width: int, height: int) -> tuple[Any]:
     """Rectified flow with Flux's shift, linear in the image's patch count between base and max."""
-    from comfy_core.sampling.model_sampling import FluxModelSampling, flux_resolution_shift
+    from comfy_core.models.model_sampling import FluxModelSampling, flux_resolution_shift
 
     model = checks.model(model)
     for name, value in (("width", width), ("height", height)):
@@ -145,7 +145,7 @@ def _sigma_range(sigma_max: Any, sigma_min: Any) -> tuple[float, float]:
 def model_sampling_continuous_edm(model: Any, sampling: str, sigma_max: float, sigma_min: float) -> tuple[Any]:
     """A continuous log-spaced table from sigma_min to sigma_max with EDM (sigma_data 0.5), v, eps
     or Cosmos rectified-flow prediction."""
-    from comfy_core.sampling.model_sampling import ContinuousEDMModelSampling, CosmosRFlowModelSampling
+    from comfy_core.models.model_sampling import ContinuousEDMModelSampling, CosmosRFlowModelSampling
 
     model = checks.model(model)
     sampling = _choice(sampling, "sampling", EDM_SAMPLINGS)
@@ -169,7 +169,7 @@ def model_sampling_continuous_edm(model: Any, sampling: str, sigma_max: float, s
       outputs=[Output("MODEL")])
 def model_sampling_continuous_v(model: Any, sampling: str, sigma_max: float, sigma_min: float) -> tuple[Any]:
     """A continuous v-prediction table, timestep `atan(sigma) * 2 / pi`."""
-    from comfy_core.sampling.model_sampling import ContinuousVModelSampling
+    from comfy_core.models.model_sampling import ContinuousVModelSampling
 
     model = checks.model(model)
     _choice(sampling, "sampling", ["v_prediction"])

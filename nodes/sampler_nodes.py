@@ -4,7 +4,7 @@ KSamplerSelect, SamplerEulerAncestral, SamplerEulerAncestralCFGPP, SamplerLMS, S
 SamplerDPMPP_2M_SDE, SamplerDPMPP_SDE, SamplerDPMPP_2S_Ancestral, SamplerDPMAdaptative,
 SamplerER_SDE, SamplerSASolver (comfy_extras.nodes_custom_sampler) and SamplerEulerCFGpp,
 SamplerLCMUpscale (comfy_extras.nodes_advanced_samplers), with ComfyUI 0.3.64's names and sockets.
-Each returns a `comfy_core.sampling.sampler_object.KSampler`: a sampler function plus the
+Each returns a `comfy_core.sampling.guider.SamplerObject`: a sampler function plus the
 options it is called with. torch is imported inside the functions (start-up stays torch-free).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _f(name: str, default: float, max: float = 100.0, **extra: Any) -> Any:
 
 
 def _ksampler(name: str, options: dict | None = None) -> Any:
-    from comfy_core.sampling.sampler_object import ksampler
+    from comfy_core.sampling.guider import ksampler
 
     return ksampler(name, options or {})
 
@@ -46,7 +46,7 @@ def _on_device(base: str, noise_device: str) -> str:
 @node("KSamplerSelect", category=CATEGORY, display_name="KSamplerSelect", python_module=MODULE,
       inputs=[Combo("sampler_name", sampler_names)], outputs=[Output("SAMPLER")])
 def ksampler_select(sampler_name: str) -> tuple:
-    from comfy_core.sampling.sampler_object import sampler_object
+    from comfy_core.sampling.guider import sampler_object
 
     return (sampler_object(_choice(sampler_name, sampler_names(), "sampler_name")),)
 
@@ -165,20 +165,20 @@ LCM_UPSCALE_METHODS = ["bislerp", "nearest-exact", "bilinear", "area", "bicubic"
               Combo("upscale_method", LCM_UPSCALE_METHODS)],
       outputs=[Output("SAMPLER")])
 def sampler_lcm_upscale(scale_ratio: float, scale_steps: int, upscale_method: str) -> tuple:
-    from comfy_core.sampling.sampler_object import KSampler
+    from comfy_core.sampling.guider import SamplerObject
     from comfy_core.sampling.samplers.advanced import sample_lcm_upscale
 
     _choice(upscale_method, LCM_UPSCALE_METHODS, "upscale_method")
-    return (KSampler(sample_lcm_upscale, {"total_upscale": scale_ratio, "upscale_method": upscale_method,
+    return (SamplerObject(sample_lcm_upscale, {"total_upscale": scale_ratio, "upscale_method": upscale_method,
                                           "upscale_steps": None if scale_steps < 0 else scale_steps}),)
 
 
 @node("SamplerEulerCFGpp", category="_for_testing", display_name="SamplerEulerCFG++", experimental=True,
       python_module=ADVANCED, inputs=[Combo("version", ["regular", "alternative"])], outputs=[Output("SAMPLER")])
 def sampler_euler_cfgpp(version: str) -> tuple:
-    from comfy_core.sampling.sampler_object import KSampler
+    from comfy_core.sampling.guider import SamplerObject
     from comfy_core.sampling.samplers.advanced import sample_euler_cfg_pp_alt
 
     if _choice(version, ["regular", "alternative"], "version") == "alternative":
-        return (KSampler(sample_euler_cfg_pp_alt),)
+        return (SamplerObject(sample_euler_cfg_pp_alt),)
     return (_ksampler("euler_cfg_pp"),)

@@ -1,8 +1,10 @@
 """Sampler nodes: KSampler and KSamplerAdvanced, with ComfyUI's names, inputs and semantics.
 
 Thin: a NOISE object for the seed (`comfy_core.sampling.noise_object`, honouring the latent's
-`batch_index`), then `comfy_core.sampling.driver.sample`, which composes the schedule, a sampler
-object and a CFG guider exactly as SamplerCustomAdvanced is given them (nodes/custom_sampling.py).
+`batch_index`), then `comfy_core.sampling.ksampler.sample` (ComfyUI's `comfy.sample.sample`, or
+the host's replacement of it: the `sample_steps` extension point), which composes the schedule, a
+sampler object and a CFG guider exactly as SamplerCustomAdvanced is given them
+(nodes/custom_sampling.py; the whole chain: docs/dev/sampling.md).
 The bridge to the engine is the step callback: one `progress(step, total, preview)` per step on
 the running node's context, with a JPEG preview (latent2rgb or TAESD) unless the host's `preview_method` is "none"; that call raises
 `graph.context.Interrupted` when the prompt is interrupted, which unwinds sampling (the model's
@@ -73,13 +75,15 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
                     disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
                     force_full_denoise: bool = False) -> tuple[dict]:
     """ComfyUI's `common_ksampler`: the parts SamplerCustomAdvanced is given (a NOISE object, the
-    schedule, `sampler_object(sampler_name)`, a CFG guider) composed by `driver.sample`."""
-    from comfy_core.sampling.driver import sample
+    schedule, `sampler_object(sampler_name)`, a CFG guider) composed by `ksampler.sample`."""
+    from comfy_core import extension_points
+    from comfy_core.sampling import ksampler
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
     samples = checks.latent(latent, "latent_image", ndims=(4, 5))
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)
     noise = noise_source.generate_noise(latent)
+    sample = extension_points.current().sample_steps or ksampler.sample
     out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,
                          denoise=denoise, start_step=start_step, last_step=last_step,
                          force_full_denoise=force_full_denoise, noise_mask=latent.get("noise_mask"),

@@ -11,7 +11,7 @@ SVD_img2vid_Conditioning, VideoLinearCFGGuidance, VideoTriangleCFGGuidance.
   to width x height, plus Gaussian noise times `augmentation_level` when it is above 0, from
   torch's global generator as ComfyUI does); the negative is the same with zeros; the LATENT is
   `video_frames` zero frames of 4 x height/8 x width/8. The model reads these options when
-  sampling (comfy_core/models/video_diffusion.py).
+  sampling (comfy_core/families/svd/video_diffusion.py).
 - VideoLinearCFGGuidance / VideoTriangleCFGGuidance: a clone of the MODEL with a per-frame CFG
   scale (`sampler_cfg_function`, comfy_core/sampling/video_cfg.py).
 - ImageOnlyCheckpointSave: MODEL + CLIP_VISION + VAE written as one checkpoint

@@ -232,7 +232,56 @@ def test_the_reader_finds_what_it_should():
     # The checks above are only as good as the reading: known edges of each kind are found.
     found = {(e.source, e.target) for e in edges()}
     assert ("web.app", "web.worker") in found  # module level
-    assert ("comfy_core.patching.weights", "comfy_core.lora.adapters") in found  # inside a function
+    assert ("web.app", "web.warmup") in found  # inside a function
     assert ("comfy_core.checkpoint.bulk", "comfy_core.checkpoint.reader") in found  # under TYPE_CHECKING
     assert ("comfy.model_management", "compat.device_globals") in found  # a surface module, absolute
     assert any(m.layer == "compat" for name, m in modules().items() if name.startswith("comfy."))
+
+
+LAYERS_DOC = REPO / "docs" / "dev" / "layers.md"
+
+
+@functools.lru_cache(maxsize=1)
+def comfy_core_layers() -> dict[str, int]:
+    """docs/dev/layers.md's numbered list: comfy_core folder (or top-level module) -> its line."""
+    text = LAYERS_DOC.read_text(encoding="utf-8")
+    block = text.split("<!-- layers:begin -->", 1)[1].split("<!-- layers:end -->", 1)[0]
+    levels: dict[str, int] = {}
+    for line in block.strip().splitlines():
+        number, _, names = line.partition(". ")
+        for name in names.split("`")[1::2]:
+            assert name not in levels, f"{name} listed twice in {LAYERS_DOC}"
+            levels[name] = int(number)
+    return levels
+
+
+def _comfy_core_part(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "comfy_core":
+        return None
+    return parts[1] if len(parts) > 1 else "comfy_core"
+
+
+def test_every_comfy_core_part_has_a_layer():
+    parts = {_comfy_core_part(name) for name in modules()} - {None}
+    missing = sorted(parts - set(comfy_core_layers()))
+    assert not missing, f"comfy_core parts missing from {LAYERS_DOC.relative_to(REPO)}: {missing}"
+
+
+def test_comfy_core_imports_only_point_down_its_layers():
+    # Module level and inside functions alike (edges() reads every import statement).
+    levels = comfy_core_layers()
+    wrong = []
+    for e in edges():
+        source, target = _comfy_core_part(e.source), _comfy_core_part(e.target)
+        if source is None or target is None or source == target or source not in levels or target not in levels:
+            continue
+        if levels[target] >= levels[source]:
+            wrong.append(f"{e.source} (line {levels[source]}) -> {e.target} (line {levels[target]}), at line {e.line}")
+    assert not wrong, f"imports against {LAYERS_DOC.relative_to(REPO)}:\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_the_layer_list_reads_as_written():
+    levels = comfy_core_layers()
+    assert levels["extension_points"] == 1 and levels["models"] < levels["patching"] < levels["sampling"]
+    assert levels["comfy_core"] == max(levels.values())

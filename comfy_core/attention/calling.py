@@ -8,8 +8,10 @@ heads axis, as ComfyUI's `attention_pytorch` does. Every function honours
 `transformer_options["optimized_attention_override"]` (`wrap_attn`, ComfyUI's hook that lets a
 patcher swap the kernel per model: `override(func, *args, **kwargs)`).
 
-`attention_in_force` runs the backend the model's patcher chose (`comfy_core.attention`'s
-context variable): it is what the UNet calls by default (`optimized_attention`). The others pin
+`attend` / `attend_masked` are what every model block calls: the replacement named by the
+`ExtensionPoints` in force (`attention` / `attention_masked`; a pack's assignment to ComfyUI's
+`optimized_attention`, through compat) or else `attention_in_force`, the backend the model's
+patcher chose (`comfy_core.attention`'s context variable). The others pin
 one kernel: `attention_pytorch` (sdpa), `attention_basic` (the full score matrix, fp32),
 `attention_sub_quad`, `attention_split`, `attention_xformers`; `attention_sage` and
 `attention_flash` name packages this engine does not run and raise
@@ -18,12 +20,15 @@ one kernel: `attention_pytorch` (sdpa), `attention_basic` (the full score matrix
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import torch
 
+from comfy_core import extension_points
 from comfy_core.attention import attention, attention_heads
 from comfy_core.attention.backends import BACKENDS, AttentionBackendUnavailable, require_backend
+from comfy_core.extension_points import ExtensionPoints
 
 
 def wrap_attn(func: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -129,28 +134,62 @@ def _unsupported(name: str, package: str) -> Callable[..., torch.Tensor]:
 attention_sage = _unsupported("sage", "SageAttention (sageattention)")
 attention_flash = _unsupported("flash", "FlashAttention (flash_attn)")
 
-# ComfyUI's registry of named attention functions (`register_attention_function`).
-REGISTERED_ATTENTION_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+# The named attention functions every runtime has (ComfyUI's `REGISTERED_ATTENTION_FUNCTIONS`
+# before any pack registers one); a host's own names live on its `ExtensionPoints`
+# (`attention_functions`), never in a process-wide table.
+BUILT_IN_ATTENTION_FUNCTIONS: Mapping[str, Callable[..., torch.Tensor]] = MappingProxyType({
     "pytorch": attention_pytorch, "sub_quad": attention_sub_quad, "split": attention_split,
-}
+})
 
 
-def register_attention_function(name: str, func: Callable[..., torch.Tensor]) -> None:
-    """Add `func` under `name` (a name already registered keeps its first function, as ComfyUI)."""
-    if name not in REGISTERED_ATTENTION_FUNCTIONS:
-        REGISTERED_ATTENTION_FUNCTIONS[name] = func
+def registered_attention_functions(points: ExtensionPoints | None = None) -> dict[str, Callable[..., torch.Tensor]]:
+    """The named attention functions of `points` (the ones in force by default): the built-in
+    three, then the host's (ComfyUI's `register_attention_function` keeps a name's first
+    function, so a built-in name is never replaced)."""
+    points = extension_points.current() if points is None else points
+    table = dict(BUILT_IN_ATTENTION_FUNCTIONS)
+    for name, func in points.attention_functions.items():
+        table.setdefault(name, func)
+    return table
+
+
+def attention_function(masked: bool = False, points: ExtensionPoints | None = None) -> Callable[..., torch.Tensor]:
+    """What ComfyUI's `optimized_attention` (`optimized_attention_masked` with `masked`) is in
+    this context: the host's replacement on `points` (the ones in force by default), else the
+    backend the patcher chose (`attention_in_force`)."""
+    points = extension_points.current() if points is None else points
+    override = points.attention_masked if masked else points.attention
+    return attention_in_force if override is None else override
+
+
+def attend(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """The attention every model block calls, with ComfyUI's `optimized_attention` arguments
+    (`q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False, ...`): the host's
+    replacement in force (`ExtensionPoints.attention`, a pack assigning
+    `comfy.ldm.modules.attention.optimized_attention`), else `attention_in_force`. Looked up at
+    every call, so the run sees the extension points of the context it runs in."""
+    return attention_function(False)(*args, **kwargs)
+
+
+def attend_masked(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """`attend` for the callers ComfyUI routes to `optimized_attention_masked` (a mask is given)."""
+    return attention_function(True)(*args, **kwargs)
 
 
 _MISSING = object()
 
 
-def get_attention_function(name: str, default: Any = _MISSING) -> Callable[..., torch.Tensor] | None:
-    """The function registered as `name`; without a `default`, an unknown name is a KeyError
-    naming the registered ones. (ComfyUI's "optimized" name is resolved by
-    `comfy_core.models.transformer.get_attention_function`, where the replaceable global lives.)"""
-    if name in REGISTERED_ATTENTION_FUNCTIONS:
-        return REGISTERED_ATTENTION_FUNCTIONS[name]
+def get_attention_function(name: str, default: Any = _MISSING,
+                           points: ExtensionPoints | None = None) -> Callable[..., torch.Tensor] | None:
+    """ComfyUI's lookup by name: "optimized" is the `optimized_attention` in force
+    (`attention_function()`), other names the registered functions
+    (`registered_attention_functions`); without a `default`, an unknown name is a KeyError naming
+    the registered ones."""
+    if name == "optimized":
+        return attention_function(False, points)
+    table = registered_attention_functions(points)
+    if name in table:
+        return table[name]
     if default is _MISSING:
-        raise KeyError(f"attention function {name!r} is not registered; registered: "
-                       f"{sorted(REGISTERED_ATTENTION_FUNCTIONS)}")
+        raise KeyError(f"attention function {name!r} is not registered; registered: {sorted(table)}")
     return default

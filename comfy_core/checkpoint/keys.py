@@ -54,6 +54,13 @@ def find_conversion(conversions: Iterable[KeyConversion], key: str, stored: tupl
     return None
 
 
+def swap_scale_shift(weight: torch.Tensor) -> torch.Tensor:
+    """The two halves of the first axis swapped: diffusers' `[scale, shift]` <-> BFL's / SAI's
+    `[shift, scale]` (the final adaLN of Flux and MMDiT); the swap is its own inverse."""
+    first, second = weight.chunk(2, dim=0)
+    return torch.cat([second, first], dim=0)
+
+
 def strip_prefix(names: Iterable[str], prefix: str) -> dict[str, str]:
     """`{name without prefix: full name}` for the names under `prefix`."""
     return {n[len(prefix):]: n for n in names if n.startswith(prefix)}

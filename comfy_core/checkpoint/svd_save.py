@@ -9,7 +9,8 @@ save_checkpoint` / `BaseModel.state_dict_for_saving`, written here:
   accept either layout at that prefix);
 - extra tensors: `edm_vpred.sigma_max` / `edm_vpred.sigma_min` (0-d float32) for a continuous EDM
   v-prediction model (SVD), the empty `v_pred` marker for a discrete v-prediction one;
-- metadata: `modelspec.*` for the families ComfyUI names (SDXL base / edit / refiner, SVD), the
+- metadata: `modelspec.*` for the families ComfyUI names (their `Family.modelspec_architecture`:
+  SDXL base / inpaint / edit / refiner, SVD), the
   `modelspec.predict_key` of discrete eps / v models, and, unless `with_workflow` is off (the
   server's --disable-metadata), `prompt` (its JSON, "" without one) and each `extra_pnginfo` entry
   as JSON.
@@ -30,20 +31,13 @@ from comfy_core.checkpoint.save import write_safetensors
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
-# ComfyUI's `modelspec.architecture` values, by our family names.
-ARCHITECTURES = {
-    "sdxl": "stable-diffusion-xl-v1-base",
-    "sdxl_ip2p": "stable-diffusion-xl-v1-edit",
-    "sdxl_refiner": "stable-diffusion-xl-v1-refiner",
-    "svd": "stable-video-diffusion-img2vid-v1",
-}
 
 
-def checkpoint_metadata(family_name: str | None, model_sampling: Any, title: str, prompt: Any = None,
+def checkpoint_metadata(architecture: str | None, model_sampling: Any, title: str, prompt: Any = None,
                         extra_pnginfo: Any = None, with_workflow: bool = True) -> dict[str, str]:
-    """The `__metadata__` ComfyUI writes for this model (see the module docstring)."""
+    """The `__metadata__` ComfyUI writes for this model (see the module docstring); `architecture`:
+    the family's ModelSpec architecture (`Family.modelspec_architecture`), None for none."""
     metadata: dict[str, str] = {}
-    architecture = ARCHITECTURES.get(family_name or "")
     if architecture is not None:
         metadata["modelspec.architecture"] = architecture
         metadata["modelspec.sai_model_spec"] = "1.0.0"
@@ -91,6 +85,6 @@ def save_image_only_checkpoint(path: str | Path, model: Any, clip_vision: Any, v
             tensors.update({prefix + k: v for k, v in clip_vision.get_sd().items()})
         tensors.update(extra_tensors(model_sampling))
         # Written while the patches are on: the state dicts are views of the patched modules.
-        metadata = checkpoint_metadata(getattr(family, "name", None), model_sampling, title, prompt, extra_pnginfo,
-                                       with_workflow)
+        metadata = checkpoint_metadata(getattr(family, "modelspec_architecture", None), model_sampling, title, prompt,
+                                       extra_pnginfo, with_workflow)
         return write_safetensors(path, tensors, metadata)

@@ -38,8 +38,8 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from comfy_core.models.mmdit import HEAD_DIM, MMDiTConfigError
-from comfy_core.models.mmdit_blocks import (DismantledBlock, PatchEmbed, TimestepEmbedder, VectorEmbedder,
+from comfy_core.families.sd3.mmdit import HEAD_DIM, MMDiTConfigError
+from comfy_core.families.sd3.mmdit_blocks import (DismantledBlock, PatchEmbed, TimestepEmbedder, VectorEmbedder,
                                             ceil_div, get_2d_sincos_pos_embed_torch)
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import shape_reader

@@ -34,7 +34,7 @@ from comfy_core.controlnet.mmdit_controlnet import (SD3ControlNetConfig, build_s
                                                     is_sd3_controlnet)
 from comfy_core.controlnet.runner import ControlNet
 from comfy_core.controlnet.sd3_runner import make_sd3_controlnet, make_sd35_controlnet
-from comfy_core.models.mmdit import MMDiTConfigError
+from comfy_core.families.sd3.mmdit import MMDiTConfigError
 
 log = logging.getLogger(__name__)
 

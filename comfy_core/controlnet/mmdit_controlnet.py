@@ -26,9 +26,9 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig, MMDiTConfigError
-from comfy_core.models.mmdit_blocks import PatchEmbed
-from comfy_core.models.mmdit_keys import convert_diffusers_state_dict, sai_shapes_from_diffusers
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig, MMDiTConfigError
+from comfy_core.families.sd3.mmdit_blocks import PatchEmbed
+from comfy_core.families.sd3.keys import convert_diffusers_state_dict, sai_shapes_from_diffusers
 from comfy_core.models.unet_blocks import operations_or_default
 
 SD35_NATIVE_MARKER = "transformer_blocks.0.adaLN_modulation.1.bias"  # SAI's SD3.5 ControlNet format

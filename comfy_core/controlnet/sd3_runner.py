@@ -27,7 +27,7 @@ from torch import nn
 from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.controlnet.runner import ControlNet, ControlNetRunError
 from comfy_core.models.latent_formats import LatentFormat, sd3_latent_format
-from comfy_core.models.mmdit_blocks import PatchEmbed, VectorEmbedder
+from comfy_core.families.sd3.mmdit_blocks import PatchEmbed, VectorEmbedder
 
 
 def canny_hint(image: torch.Tensor) -> torch.Tensor:

@@ -12,18 +12,41 @@ from comfy_core.families.registry import Detection, FamilyRegistrationError, Fam
 
 
 def default_registry() -> FamilyRegistry:
-    """A fresh registry with the built-in families."""
-    from comfy_core.families import (chroma, flux, flux_schnell, sd1, sd1_inpaint, sd1_ip2p, sd2, sd2_inpaint, sd3,
-                                     sd21_unclip, sdxl, sdxl_inpaint, sdxl_ip2p, sdxl_refiner, svd, wan21, wan21_camera,
-                                     wan21_fun_control, wan21_i2v, wan21_vace, wan22, wan22_camera, wan22_i2v)
+    """A fresh registry with the built-in families, one registration line each (a family is its
+    package `comfy_core/families/<name>/`; variants are modules of their base family's package)."""
+    from comfy_core.families import chroma, flux, sd1, sd2, sd3, sdxl, svd, wan
+    from comfy_core.families.flux import schnell as flux_schnell
+    from comfy_core.families.sd1 import inpaint as sd1_inpaint, ip2p as sd1_ip2p
+    from comfy_core.families.sd2 import inpaint as sd2_inpaint, unclip as sd21_unclip
+    from comfy_core.families.sdxl import inpaint as sdxl_inpaint, ip2p as sdxl_ip2p, refiner as sdxl_refiner
+    from comfy_core.families.wan import (wan21, wan21_camera, wan21_fun_control, wan21_i2v, wan21_vace, wan22,
+                                         wan22_camera, wan22_i2v)
 
-    return FamilyRegistry([sd1.definition(), sd2.definition(), sdxl.definition(), sdxl_refiner.definition(),
-                           sd1_inpaint.definition(), sd1_ip2p.definition(), sd2_inpaint.definition(),
-                           sdxl_inpaint.definition(), sdxl_ip2p.definition(), sd21_unclip.definition(),
-                           svd.definition(), sd3.definition(), flux.definition(), flux_schnell.definition(),
-                           chroma.definition(), wan21.definition(), wan21_i2v.definition(),
-                           wan21_fun_control.definition(), wan21_vace.definition(), wan21_camera.definition(),
-                           wan22.definition(), wan22_i2v.definition(), wan22_camera.definition()])
+    return FamilyRegistry([
+        sd1.definition(),
+        sd2.definition(),
+        sdxl.definition(),
+        sdxl_refiner.definition(),
+        sd1_inpaint.definition(),
+        sd1_ip2p.definition(),
+        sd2_inpaint.definition(),
+        sdxl_inpaint.definition(),
+        sdxl_ip2p.definition(),
+        sd21_unclip.definition(),
+        svd.definition(),
+        sd3.definition(),
+        flux.definition(),
+        flux_schnell.definition(),
+        chroma.definition(),
+        wan21.definition(),
+        wan21_i2v.definition(),
+        wan21_fun_control.definition(),
+        wan21_vace.definition(),
+        wan21_camera.definition(),
+        wan22.definition(),
+        wan22_i2v.definition(),
+        wan22_camera.definition(),
+    ])
 
 
 def encoder_sets() -> list:

@@ -92,7 +92,7 @@ class SamplingPolicy:
 
     def model_sampling(self, prediction: str, zsnr: bool = False) -> Any:
         """The model-sampling object of this policy (`prediction`: the resolved eps/v of a discrete table)."""
-        from comfy_core.sampling.model_sampling import FlowModelSampling, FluxModelSampling, ModelSampling
+        from comfy_core.models.model_sampling import FlowModelSampling, FluxModelSampling, ModelSampling
 
         if self.schedule == "flow":
             return FlowModelSampling(shift=self.shift, multiplier=self.multiplier)
@@ -171,6 +171,13 @@ class Family:
     # The diffusion model's inference dtypes in preference order (ComfyUI's
     # `supported_inference_dtypes`), read by comfy_core.checkpoint.dtype on GPUs.
     inference_dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
+    # ComfyUI's `comfy.supported_models` config class of this family (a subclass of
+    # `comfy_core.models.model_config.BASE`, in the family's `supported_models.py`): the type of
+    # `model.model.model_config` that packs check; None: none (model_config raises).
+    supported_model: Any = None
+    # Stability's ModelSpec `modelspec.architecture` that ComfyUI writes into a saved checkpoint of
+    # this family (its SDXL, SDXL instruct-pix2pix, refiner and SVD model classes); None: none.
+    modelspec_architecture: str | None = None
 
     def __post_init__(self) -> None:
         if self.architecture.head_layout and (self.num_heads > 0) == (self.num_head_channels > 0):

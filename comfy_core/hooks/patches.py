@@ -23,8 +23,8 @@ import torch
 from comfy_core.hooks.hook import EnumWeightTarget, WeightHook
 from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
 from comfy_core.lora.loader import parse_lora
-from comfy_core.patching.errors import PatchDataError
-from comfy_core.patching.weights import Function, PatchEntry, WeightAdapter
+from comfy_core.weights.errors import PatchDataError
+from comfy_core.weights.entries import Function, PatchEntry, WeightAdapter
 
 Patches = dict[str, list[PatchEntry]]  # parameter name -> entries, in order
 

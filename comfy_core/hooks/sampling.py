@@ -31,7 +31,7 @@ from comfy_core.hooks.hook import EnumHookType, EnumWeightTarget, HookGroup
 from comfy_core.hooks.patches import Patches, combined, hook_patches
 from comfy_core.patching.patcher import _resolve_parent
 from comfy_core.patching.weight_access import stored_form, true_weight
-from comfy_core.patching.weights import calculate_weight
+from comfy_core.weights.entries import calculate_weight
 
 # The `model_options` key the batching code finds the run under (comfy_core/sampling/cond_batch.py).
 HOOK_RUN_OPTION = "hook_run"

@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 import torch
 
-from comfy_core.lora.adapters import LohaAdapter, LokrAdapter, LoraAdapter
-from comfy_core.patching.errors import PatchDataError
+from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.weights.errors import PatchDataError
 
 
 def target_shape(raw_key: Any, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...] | None:
@@ -41,7 +41,7 @@ def _numel(*sizes: int) -> int:
 
 def delta_numel(record: Any) -> int | None:
     """How many values `record`'s delta has, from its factors' shapes (the products the adapters
-    of `comfy_core.lora.adapters` form); None for a kind with no shape rule here. Raises
+    of `comfy_core.weights.adapters` form); None for a kind with no shape rule here. Raises
     `PatchDataError` when the factors do not multiply (inner sizes disagree)."""
     if isinstance(record, LoraAdapter):
         up, down = record.up.flatten(start_dim=1).shape, record.down.flatten(start_dim=1).shape  # [out, r], [r, in..]

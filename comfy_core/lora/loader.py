@@ -15,12 +15,12 @@ from typing import Any, Hashable, Mapping
 
 import torch
 
-from comfy_core.lora.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter
 from comfy_core.lora.dit_convert import convert_dit_lora
 from comfy_core.lora.dit_keymap import dit_kind, row_permutations
 from comfy_core.lora.fit import drop_misfits
 from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
-from comfy_core.patching.errors import PatchDataError
+from comfy_core.weights.errors import PatchDataError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping
 
 import torch
 
-from comfy_core.patching.weights import Function
+from comfy_core.weights.entries import Function
 
 # UNet attention (attn1 self, attn2 cross) and CLIP self-attention projection names.
 UNET_PROJECTIONS = {"q": "to_q", "k": "to_k", "v": "to_v", "out": "to_out.0"}

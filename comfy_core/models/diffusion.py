@@ -23,14 +23,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from comfy_core import extension_points, wrappers
 from comfy_core.models import conv_prepack
-from comfy_core.models.family_classes import class_for
 from comfy_core.models.latent_formats import LatentFormat
 # re-exported: their home was this module
 from comfy_core.models.model_conditions import (UNCLIP_MERGE_DEFAULT, UNCLIP_SEED_OFFSET,  # noqa: F401
                                                 ConditioningError, ModelConditions, SdxlConditions,
                                                 SdxlRefinerConditions, UnclipConditions, size_embedding)
-from comfy_core.patching import wrappers
+from comfy_core.models.model_sampling import model_type_of
 
 ADM_NONE = "none"
 ADM_SDXL = "sdxl"
@@ -62,6 +62,15 @@ def _cast_extra(value: Any, dtype: torch.dtype) -> Any:
     return value
 
 
+def model_class_for(family_name: str | None) -> type | None:
+    """The class a model of `family_name` is made an instance of in this context: what the
+    `model_class` resolver of the extension points in force answers (None: `DiffusionModel`)."""
+    resolver = extension_points.current().model_class
+    if resolver is None or family_name is None:
+        return None
+    return resolver(family_name)
+
+
 class DiffusionModel(nn.Module):
     """`.diffusion_model` (the UNet or DiT), `.model_sampling`, `.family`, `.latent_format`,
     `.conditions` (the family's `ModelConditions`; `.adm` its name)."""
@@ -86,8 +95,9 @@ class DiffusionModel(nn.Module):
         self.cpu_conv_prepack = True
         self.__dict__["_conv_prepack_cache"] = conv_prepack.PrepackCache()
         # A host may have models be instances of its own subclass per family (ComfyUI's
-        # comfy.model_base classes, see family_classes); the subclass adds no state.
-        registered = class_for(getattr(family, "name", None))
+        # comfy.model_base classes): the `model_class` resolver of the extension points in force
+        # when the model is built; the subclass adds no state.
+        registered = model_class_for(getattr(family, "name", None))
         if registered is not None and type(self) is DiffusionModel:
             if not issubclass(registered, DiffusionModel):
                 raise TypeError(f"family class for {family.name!r}: {registered!r} is not a DiffusionModel subclass")
@@ -98,8 +108,6 @@ class DiffusionModel(nn.Module):
     @property
     def model_type(self) -> Any:
         """ComfyUI's `ModelType` of the loaded parametrisation (EPS, V_PREDICTION, ...)."""
-        from comfy_core.sampling.model_sampling import model_type_of
-
         return model_type_of(self.model_sampling)
 
     @property

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.weights.stochastic_rounding import stochastic_rounding
+
 log = logging.getLogger(__name__)
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -204,8 +206,6 @@ class ScaledFp8Linear(CastLinear):
                    return_weight: bool = False, **_kwargs: object) -> torch.Tensor | None:
         """A true (patched) weight back into the stored form: divided by the scale and rounded to
         the layer's fp8 dtype stochastically, seeded by `seed` (ComfyUI's `set_weight`)."""
-        from comfy_core.lora.stochastic_rounding import stochastic_rounding  # the LoRA package imports loaders
-
         stored = stochastic_rounding(weight / self.scale_weight.to(device=weight.device, dtype=weight.dtype),
                                      self.weight.dtype, seed=seed)
         if return_weight:

@@ -7,10 +7,10 @@ to_out.0`, `ff.net.0.proj`, `ff.net.2`, `norm1..3`, `proj_in/proj_out` as 1x1 co
 SD1 and as linear layers for SD2/SDXL); constructors take ComfyUI's arguments (including
 `dtype`, `device`, `operations`, see `unet_blocks`).
 
-Attention goes through this module's globals `optimized_attention` / `optimized_attention_masked`
-(ComfyUI's calling convention, `comfy_core.attention.calling`), looked up at every call: by
-default they run the backend the model's patcher chose, and a node pack that assigns
-`comfy.ldm.modules.attention.optimized_attention` replaces them here, as in ComfyUI. ComfyUI's
+Attention goes through `comfy_core.attention.calling.attend` / `attend_masked` (ComfyUI's
+`optimized_attention` calling convention): the replacement named by the `ExtensionPoints` in
+force (a node pack assigning `comfy.ldm.modules.attention.optimized_attention`, through compat),
+else the backend the model's patcher chose; no module global is read. ComfyUI's
 block patches are honoured from `transformer_options` (`patches["attn1_patch"|"attn2_patch"|
 "attn1_output_patch"|"attn2_output_patch"|"middle_patch"]` and `patches_replace["attn1"|"attn2"]
 [(block_name, block_number[, block_index])]`, `block_index` being the block's index inside its
@@ -26,12 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.attention import calling
-from comfy_core.attention.calling import attention_in_force, attention_pytorch, attention_sub_quad
+from comfy_core.attention.calling import attention_pytorch, attention_sub_quad
 from comfy_core.models.unet_blocks import operations_or_default
-
-# Replaceable by node packs (through comfy.ldm.modules.attention); read at every call.
-optimized_attention: Callable[..., torch.Tensor] = attention_in_force
-optimized_attention_masked: Callable[..., torch.Tensor] = attention_in_force
 
 
 def exists(value: Any) -> bool:
@@ -46,19 +42,13 @@ def default(value: Any, fallback: Any) -> Any:
 
 def optimized_attention_for_device(device: Any, mask: bool = False, small_input: bool = False) -> Callable[..., torch.Tensor]:
     """ComfyUI's choice of attention function for encoders (CLIP, CLIP vision): sdpa for small
-    inputs, sub-quadratic on the CPU, else the replaceable module-wide functions."""
+    inputs, sub-quadratic on the CPU, else `optimized_attention` (`_masked`) as it is in this
+    context (the extension points' replacement, or the patcher's backend)."""
     if small_input:
         return attention_pytorch
     if torch.device(device) == torch.device("cpu"):
         return attention_sub_quad
-    return optimized_attention_masked if mask else optimized_attention
-
-
-def get_attention_function(name: str, default: Any = calling._MISSING) -> Callable[..., torch.Tensor] | None:
-    """ComfyUI's lookup by name: "optimized" is the module-wide function, others are registered."""
-    if name == "optimized":
-        return optimized_attention
-    return calling.get_attention_function(name, default)
+    return calling.attention_function(masked=mask)
 
 
 class CrossAttention(nn.Module):
@@ -90,11 +80,11 @@ class CrossAttention(nn.Module):
         v = self.to_v(value)
         options = {} if transformer_options is None else transformer_options
         if mask is None:
-            out = optimized_attention(q, k, v, self.heads, attn_precision=self.attn_precision,
-                                      transformer_options=options)
+            out = calling.attend(q, k, v, self.heads, attn_precision=self.attn_precision,
+                                 transformer_options=options)
         else:
-            out = optimized_attention_masked(q, k, v, self.heads, mask, attn_precision=self.attn_precision,
-                                             transformer_options=options)
+            out = calling.attend_masked(q, k, v, self.heads, mask, attn_precision=self.attn_precision,
+                                        transformer_options=options)
         return self.to_out(out)  # [B, N, C]
 
 

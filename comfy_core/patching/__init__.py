@@ -23,7 +23,7 @@ from comfy_core.patching.model_weight import ModelWeight
 from comfy_core.patching.patcher import ATTENTION_BACKEND, ATTENTION_OPTIONS, Patcher
 from comfy_core.patching.state import PatchStats
 from comfy_core.patching.vae import VaePatcher
-from comfy_core.patching.weights import Offset, PatchEntry, WeightAdapter, calculate_weight
+from comfy_core.weights.entries import Offset, PatchEntry, WeightAdapter, calculate_weight
 
 __all__ = [
     "ATTENTION_BACKEND", "ATTENTION_OPTIONS", "ClipPatcher", "ModelPatcher", "ModelWeight", "ObjectPatchError",

@@ -27,6 +27,10 @@ def encoder_slots(patcher: Any) -> list[str]:
 class ClipPatcher(ModelPatcher):
     """Patcher for the text encoders. `model` is the encoder set; parameter names start with the slot."""
 
+    # The memory manager keeps text encoders on the CPU in lowvram / novram (ComfyUI's
+    # `text_encoder_device()`); it asks this flag rather than knowing the patcher classes.
+    is_text_encoder = True
+
     def encoder_slots(self) -> list[str]:
         """Names of the encoder children present (`clip_l`, `clip_g`, ...), in module order."""
         return encoder_slots(self)

@@ -1,13 +1,9 @@
-"""Typed errors of the patchers."""
+"""Typed errors of the patchers (the weight-data ones live with the arithmetic, comfy_core/weights)."""
 from __future__ import annotations
 
+from comfy_core.weights.errors import PatchDataError, PatchError
 
-class PatchError(RuntimeError):
-    """A patch could not be recorded or applied."""
-
-
-class PatchDataError(PatchError, TypeError):
-    """A patch value has a form the weight calculation does not know, or the wrong shape."""
+__all__ = ["ObjectPatchError", "PatchConflictError", "PatchDataError", "PatchError"]
 
 
 class PatchConflictError(PatchError):

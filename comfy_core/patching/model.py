@@ -19,13 +19,14 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from comfy_core import extension_points
 from comfy_core.patching import model_options as mo
 from comfy_core.patching.errors import PatchError
 from comfy_core.patching.model_extensions import ModelPatcherExtensions
 from comfy_core.patching.patcher import Patcher, _resolve_parent
 from comfy_core.patching.weight_access import stored_form, true_weight
-from comfy_core.patching.weights import calculate_weight as _calculate_weight
-from comfy_core.patching.wrappers import CallbacksMP
+from comfy_core.weights.entries import apply_patches, calculate_weight as _calculate_weight
+from comfy_core.wrappers import CallbacksMP
 
 
 def _positional_arity(fn: Callable) -> int | None:
@@ -202,12 +203,12 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
         """ComfyUI's own `patch_weight_to_device` (a subclass calling super() gets this)."""
         if key not in self.patches:
             return
-        from comfy_core.lora import patch_dicts  # the LoRA package imports this one
+        calculate_weight = extension_points.current().calculate_weight or apply_patches
 
         owner, attr = _resolve_parent(self.model, key)
         weight = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
         working = true_weight(owner, attr, weight, device_to or weight.device)  # scaled fp8: times its scale
-        patched = stored_form(owner, attr, key, patch_dicts.calculate_weight(self.patches[key], working, key),
+        patched = stored_form(owner, attr, key, calculate_weight(self.patches[key], working, key),
                               weight.dtype)
         if inplace_update or self.weight_inplace_update:
             if key not in self.backup:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from comfy_core.patching.wrappers import CallbacksMP, PatcherInjection, WrappersMP, merge_nested_dicts
+from comfy_core.wrappers import CallbacksMP, PatcherInjection, WrappersMP, merge_nested_dicts
 
 class HookMode:
     """ComfyUI's `EnumHookMode` values (comfy/hooks.py); ours applies hook weights per group."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from comfy_core.patching.wrappers import copy_nested_dicts
+from comfy_core.wrappers import copy_nested_dicts
 
 
 def set_model_options_patch_replace(model_options: dict, patch: Callable, name: str, block_name: str, number: int,

@@ -22,8 +22,8 @@ from torch import nn
 from comfy_core.patching.signature import fingerprint
 from comfy_core.patching.state import BaseModuleState
 from comfy_core.patching.weight_access import true_weight
-from comfy_core.patching.weight_function import Function
-from comfy_core.patching.weights import PatchEntry, apply_entries
+from comfy_core.weights.function import Function
+from comfy_core.weights.entries import PatchEntry, apply_entries
 
 
 class ModelWeight:

@@ -23,13 +23,14 @@ from typing import Any, Hashable, Iterator
 import torch
 from torch import nn
 
+from comfy_core import extension_points
 from comfy_core.attention import AttentionChoice, require_backend, use_backend
 from comfy_core.patching.errors import ObjectPatchError, PatchDataError
 from comfy_core.patching.model_weight import ModelWeight
 from comfy_core.patching.signature import fingerprint, freeze
 from comfy_core.patching.state import BaseModuleState, PatchStats
 from comfy_core.patching.weight_access import converters, stored_form, true_weight
-from comfy_core.patching.weights import Offset, PatchEntry
+from comfy_core.weights.entries import Offset, PatchEntry, apply_patches
 
 ATTENTION_BACKEND = "attention_backend"
 ATTENTION_OPTIONS = "attention_options"
@@ -312,14 +313,13 @@ class Patcher:
             state.clear_cache()  # before computing: never hold two sets of patched weights at once
         cache = state.cache
         fresh: dict[str, torch.Tensor] = {}
-        # Weights are computed through comfy.lora's module global (ComfyUI's argument order, on a
-        # float32 copy, as ComfyUI's patch_weight_to_device): a pack replacing
-        # `comfy.lora.calculate_weight` changes what is applied. Imported here: the LoRA package
-        # imports this one.
+        # Weights are computed in ComfyUI's argument order, on a float32 copy (as ComfyUI's
+        # patch_weight_to_device), by the extension points' `calculate_weight` when a pack set one
+        # (`comfy.lora.calculate_weight = f`), else ours.
         # The maths sees the true weight (a scaled-fp8 layer's stored fp8 times its scale) and the
         # result is stored back as the layer stores it (comfy_core/patching/weight_access.py); plain
         # weights in their dtype as ComfyUI stores them: fp8 by seeded stochastic rounding.
-        from comfy_core.lora import patch_dicts
+        calculate_weight = extension_points.current().calculate_weight or apply_patches
 
         with torch.no_grad():
             for key, entries in self.patches.items():
@@ -332,7 +332,7 @@ class Patcher:
                 patched = cache.tensors.get(key) if reuse else None
                 if patched is None or patched.device != original.device or patched.dtype != original.dtype:
                     working = true_weight(owner, attr, original)
-                    patched = stored_form(owner, attr, key, patch_dicts.calculate_weight(entries, working, key),
+                    patched = stored_form(owner, attr, key, calculate_weight(entries, working, key),
                                           original.dtype)
                     if attr in owner._parameters:
                         patched = nn.Parameter(patched, requires_grad=original.requires_grad)

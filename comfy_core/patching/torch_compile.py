@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Hashable
 
 from comfy_core.patching.signature import identity_token
-from comfy_core.patching.wrappers import WrappersMP
+from comfy_core.wrappers import WrappersMP
 
 log = logging.getLogger(__name__)
 

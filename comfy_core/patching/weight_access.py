@@ -16,6 +16,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from comfy_core.weights.stochastic_rounding import store_patched, string_to_seed
+
 
 def converters(owner: nn.Module, attr: str) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
     """`(convert_<attr>, set_<attr>)` of the layer holding a weight (None where it has none)."""
@@ -33,7 +35,6 @@ def true_weight(owner: nn.Module, attr: str, stored: torch.Tensor, device: torch
 def stored_form(owner: nn.Module, attr: str, key: str, value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The tensor to hold for the true (patched) float32 `value` of weight `key`, stored in `dtype`:
     the layer's `set_<attr>` result where it has one, else `value` rounded as ComfyUI rounds it."""
-    from comfy_core.lora.stochastic_rounding import store_patched, string_to_seed  # the LoRA package imports this one
 
     _, setter = converters(owner, attr)
     if setter is not None:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.schedulers import calculate_sigmas
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from comfy_core import extension_points
 from comfy_core.sampling import cond_batch as _cond_batch
 
 
@@ -76,10 +77,13 @@ def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: 
     same signature; `seed` is accepted and, as there, unused).
 
     `model.apply_model(x, sigma, c_crossattn=..., y=..., transformer_options=...) -> denoised`.
-    The guider calls this through this module's global and it calls `calc_cond_batch` and
-    `cfg_function` through theirs, so a pack's replacement of `comfy.samplers.sampling_function`,
-    `calc_cond_batch` or `cfg_function` (AnimateDiff, smZNodes) is what runs.
+    `calc_cond_batch` and `cfg_function` are the ones of the extension points in force (a pack's
+    `comfy.samplers.calc_cond_batch = f` / `cfg_function = f`: AnimateDiff, smZNodes), else ours;
+    the guider reads this function itself the same way (`sampling_function` point).
     """
+    points = extension_points.current()
+    calc_cond_batch = points.calc_cond_batch or _cond_batch.calc_cond_batch
+    cfg = points.cfg_function or cfg_function
     model_options = {} if model_options is None else model_options
     skip_uncond = math.isclose(cond_scale, 1.0) and not model_options.get("disable_cfg1_optimization", False)
     composable = cond is not None and any("composable_weight" in e for e in cond)
@@ -96,13 +100,13 @@ def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: 
             out = custom_batch({"model": model, "conds": [cond, uncond_], "input": x, "sigma": sigma,
                                 "model_options": model_options})
         else:
-            out = _cond_batch.calc_cond_batch(model, [cond, uncond_], x, sigma, model_options)
+            out = calc_cond_batch(model, [cond, uncond_], x, sigma, model_options)
     conds = [cond, uncond_]
     for fn in model_options.get("sampler_pre_cfg_function", []):
         args = {"conds": conds, "conds_out": out, "cond_scale": cond_scale, "timestep": sigma, "input": x,
                 "sigma": sigma, "model": model, "model_options": model_options}
         out = fn(args)
-    return cfg_function(model, out[0], out[1], cond_scale, x, sigma, model_options, cond=cond, uncond=uncond_)
+    return cfg(model, out[0], out[1], cond_scale, x, sigma, model_options, cond=cond, uncond=uncond_)
 
 
 class GuiderView:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.patching.wrappers import WrappersMP, run_wrapped
+from comfy_core.wrappers import WrappersMP, run_wrapped
 
 FEATHER = 8  # area-edge feather in latent pixels (at most a quarter of the area side)
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 
 # Options of a conditioning entry that feed the label embedding (encode_adm): SDXL's, and unCLIP's.
 ADM_KEYS = ("pooled_output", "width", "height", "crop_w", "crop_h", "target_width", "target_height",

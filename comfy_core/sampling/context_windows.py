@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.patching.wrappers import WrappersMP, get_all_callbacks
+from comfy_core.wrappers import WrappersMP, get_all_callbacks
 from comfy_core.sampling.context_schedules import (  # noqa: F401  (re-exported: ComfyUI keeps them in one module)
     CONTEXT_MAPPING, FUSE_MAPPING, OVERLAPPING_SCHEDULES, ContextFuseMethod, ContextFuseMethods, ContextSchedule,
     ContextSchedules, ContextWindowError, create_weights_flat, create_weights_overlap_linear, create_weights_pyramid,

@@ -1,9 +1,11 @@
-"""GUIDER wire objects: the conditioning + guidance half of a sampling run.
+"""GUIDER and SAMPLER wire objects: the conditioning + guidance half of a sampling run, and the
+sampler function run on it.
 
-After ComfyUI's `comfy.samplers.CFGGuider` and the guiders of comfy_extras/nodes_custom_sampler.py
-(`Guider_Basic`, `Guider_DualCFG`): `set_conds(...)`, `set_cfg(...)`, then
+After ComfyUI's `comfy.samplers` (`CFGGuider`, `Sampler`, `KSAMPLER`, `ksampler`, `sampler_object`,
+`KSamplerX0Inpaint`) and the guiders of comfy_extras/nodes_custom_sampler.py (`Guider_Basic`,
+`Guider_DualCFG`): `set_conds(...)`, `set_cfg(...)`, then
 `sample(noise, latent_image, sampler, sigmas, denoise_mask, callback, disable_pbar, seed)`. During
-a run the guider is what sampler functions call (through `sampler_object.InpaintDenoiser`):
+a run the guider is what sampler functions call (through `InpaintDenoiser`):
 `guider(x, sigma, model_options=..., seed=...)` -> `predict_noise` (an x0 prediction, despite the
 name, as ComfyUI). `inner_model` is the patched diffusion model while a run is on (None outside),
 `model_patcher` the MODEL, `model_options` the patcher's options, `conds` the prepared entries.
@@ -12,10 +14,11 @@ KSampler, SamplerCustom and SamplerCustomAdvanced all sample through `CFGGuider.
 has ComfyUI's structure, so packs that subclass the guider or wrap its steps (KJNodes, Easy-Use,
 AnimateDiff, Advanced-ControlNet) find the methods they override or wrap:
 `sample` -> `outer_sample` (the `outer_sample` wrappers; model patched and on its device) ->
-`inner_sample` (conditioning prepared; the sampler object's `sample` under the `sampler_sample`
-wrappers) and, per model call, `__call__` -> `outer_predict_noise` (the `predict_noise`
-wrappers) -> `predict_noise` -> `comfy_core.sampling.cfg.sampling_function`, read through its
-module so that a pack's replacement (`comfy.samplers.sampling_function = f`) is the one called.
+`inner_sample` (conditioning prepared; the SAMPLER object's `sample` under the `sampler_sample`
+wrappers) -> `SamplerObject.sample` (start noise, the sampler function on `InpaintDenoiser`) and,
+per model call, `__call__` -> `outer_predict_noise` (the `predict_noise` wrappers) ->
+`predict_noise` -> `sampling_function` (comfy_core.sampling.cfg), or the host's replacement of it
+(the `sampling_function` extension point, comfy_core/extension_points.py).
 Wrappers come from the guider's `model_options` and the patcher's own `wrappers`, as ComfyUI's
 `prepare_model_patcher` merges them.
 """
@@ -28,13 +31,16 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from comfy_core import extension_points
 from comfy_core.hooks.sampling import HOOK_RUN_OPTION, HookRun
-from comfy_core.patching.wrappers import WrappersMP, copy_nested_dicts, merge_nested_dicts, run_wrapped
+from comfy_core.wrappers import WrappersMP, copy_nested_dicts, merge_nested_dicts, run_wrapped
 from comfy_core.sampling import cfg as _cfg
 from comfy_core.sampling import cond_batch as _cond_batch
 from comfy_core.sampling.cond_batch import repeat_to_batch_size
 from comfy_core.sampling.conditioning import (cleanup_control, cond_patchers, convert_cond, prepare_conds,
                                                prepare_control)
+from comfy_core.sampling.noise import SEED_MASK
+from comfy_core.sampling.samplers.registry import sampler_function
 
 # callback(step, x0 [B,C,h,w], x [B,C,h,w], total_steps); may raise to stop sampling.
 ProgressCallback = Callable[[int, torch.Tensor, torch.Tensor, int], None]
@@ -133,9 +139,9 @@ class CFGGuider:
         """The guided x0 prediction (ComfyUI's name)."""
         # model_options by keyword, as ComfyUI's CFGGuider.predict_noise: packs' replacements of
         # sampling_function read it from kwargs (smZNodes).
-        return _cfg.sampling_function(self.inner_model, x, timestep, self.conds.get("negative"),
-                                      self.conds.get("positive"), self.cfg,
-                                      model_options={} if model_options is None else model_options, seed=seed)
+        guided = extension_points.current().sampling_function or _cfg.sampling_function
+        return guided(self.inner_model, x, timestep, self.conds.get("negative"), self.conds.get("positive"), self.cfg,
+                      model_options={} if model_options is None else model_options, seed=seed)
 
     def sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
                denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
@@ -248,6 +254,119 @@ class CFGGuider:
         return process_latent_out(dm.latent_format, samples.to(torch.float32))
 
 
+# -- SAMPLER objects (ComfyUI `Sampler`, `KSAMPLER`, `KSamplerX0Inpaint`) -----------------------
+
+class InpaintDenoiser:
+    """The denoiser handed to sampler functions: the guider, with the unmasked region held at the
+    original latent re-noised to sigma when a denoise mask is given (ComfyUI `KSamplerX0Inpaint`).
+
+    `inner_model` is the guider (so `model.inner_model.inner_model.model_sampling` and
+    `model.inner_model.model_patcher` reach what ComfyUI-written samplers expect).
+    """
+
+    def __init__(self, guider: Any, sigmas: torch.Tensor, latent_image: torch.Tensor | None = None,
+                 noise: torch.Tensor | None = None) -> None:
+        # ComfyUI's `KSamplerX0Inpaint(model, sigmas)` has `latent_image` / `noise` set afterwards.
+        self.inner_model = guider
+        self.sigmas = sigmas
+        self.latent_image = latent_image
+        self.noise = noise
+
+    @property
+    def model_sampling(self) -> Any:
+        return self.inner_model.inner_model.model_sampling
+
+    def __call__(self, x: torch.Tensor, sigma: torch.Tensor, denoise_mask: torch.Tensor | None = None,
+                 model_options: dict | None = None, seed: int | None = None, **_: Any) -> torch.Tensor:
+        options = {} if model_options is None else model_options
+        if denoise_mask is None:
+            return self.inner_model(x, sigma, model_options=options, seed=seed)
+        mask_fn = options.get("denoise_mask_function")
+        if mask_fn is not None:
+            denoise_mask = mask_fn(sigma, denoise_mask,
+                                   extra_options={"model": self.inner_model, "sigmas": self.sigmas})
+        keep = 1.0 - denoise_mask
+        s = sigma.reshape([sigma.shape[0]] + [1] * (x.ndim - 1))
+        renoised = self.model_sampling.noise_scaling(s, self.noise, self.latent_image)
+        x = x * denoise_mask + renoised * keep
+        out = self.inner_model(x, sigma, model_options=options, seed=seed)
+        return out * denoise_mask + self.latent_image * keep
+
+
+class Sampler:
+    """The SAMPLER base class (ComfyUI's `comfy.samplers.Sampler`): `sample(...)` runs it on a
+    guider, `max_denoise` says whether the schedule starts from pure noise. Packs subclass it and
+    patch `max_denoise` on it (smZNodes), so our sampler objects look it up on the class."""
+
+    def sample(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not implement Sampler.sample")
+
+    def max_denoise(self, model_wrap: Any, sigmas: torch.Tensor) -> bool:
+        """Whether the schedule starts at (or above) the model's sigma_max: start from pure noise."""
+        max_sigma = float(model_wrap.inner_model.model_sampling.sigma_max)
+        sigma = float(sigmas[0])
+        return math.isclose(max_sigma, sigma, rel_tol=1e-05) or sigma > max_sigma
+
+
+class SamplerObject(Sampler):
+    """A k-diffusion-style sampler function plus its keyword options (ComfyUI `KSAMPLER`).
+
+    `inpaint_options={"random": True}` (ddim) re-noises the kept region of an inpaint with fresh
+    noise drawn from seed + 1 instead of the starting noise.
+    """
+
+    def __init__(self, sampler_function: Callable[..., torch.Tensor], extra_options: dict | None = None,
+                 inpaint_options: dict | None = None) -> None:
+        self.sampler_function = sampler_function
+        self.extra_options = dict(extra_options or {})
+        self.inpaint_options = dict(inpaint_options or {})
+
+    def sample(self, guider: Any, sigmas: torch.Tensor, extra_args: dict, callback: ProgressCallback | None,
+               noise: torch.Tensor, latent_image: torch.Tensor | None = None,
+               denoise_mask: torch.Tensor | None = None, disable_pbar: bool = True) -> torch.Tensor:
+        ms = guider.inner_model.model_sampling
+        extra_args = dict(extra_args)
+        extra_args["denoise_mask"] = denoise_mask
+        inpaint_noise = noise
+        if self.inpaint_options.get("random", False):
+            seed = extra_args.get("seed")
+            gen = torch.Generator(device="cpu").manual_seed((int(41 if seed is None else seed) + 1) & SEED_MASK)
+            inpaint_noise = torch.randn(noise.shape, generator=gen, device="cpu").to(noise.dtype).to(noise.device)
+        denoiser = InpaintDenoiser(guider, sigmas, latent_image, inpaint_noise)
+        x = ms.noise_scaling(sigmas[0], noise, latent_image, self.max_denoise(guider, sigmas))
+        total = len(sigmas) - 1
+        k_callback = None
+        if callback is not None:
+            def k_callback(info: dict) -> None:
+                callback(info["i"], info["denoised"], info["x"], total)
+        samples = self.sampler_function(denoiser, x, sigmas, extra_args=extra_args, callback=k_callback,
+                                        disable=disable_pbar, **self.extra_options)
+        return ms.inverse_noise_scaling(sigmas[-1], samples)
+
+
+def ksampler(sampler_name: str, extra_options: dict | None = None,
+             inpaint_options: dict | None = None) -> SamplerObject:
+    """The named sampler (one of SAMPLER_NAMES) with options (ComfyUI `comfy.samplers.ksampler`)."""
+    return SamplerObject(sampler_function(sampler_name), extra_options, inpaint_options)
+
+
+def sampler_object(name: str) -> SamplerObject:
+    """KSamplerSelect's sampler for a name; ddim is euler with random inpaint noise, as ComfyUI."""
+    if name == "ddim":
+        return ksampler("euler", inpaint_options={"random": True})
+    return ksampler(name)
+
+
+def cfg_guider(model: Any, positive: Any, negative: Any, cfg: float) -> "CFGGuider":
+    """The CFG guider KSampler and SamplerCustom sample with (ComfyUI `comfy.samplers.sample`'s)."""
+    guider = CFGGuider(model)
+    guider.set_conds(positive, negative)
+    guider.set_cfg(cfg)
+    return guider
+
+
+# -- guiders beside CFGGuider --------------------------------------------------------------------
+
 class BasicGuider(CFGGuider):
     """One conditioning, no guidance (ComfyUI `Guider_Basic`)."""
 
@@ -280,15 +399,18 @@ class DualCFGGuider(CFGGuider):
         middle = self.conds.get("middle")
         positive = self.conds.get("positive")
         model = self.inner_model
+        points = extension_points.current()
+        calc_cond_batch = points.calc_cond_batch or _cond_batch.calc_cond_batch
+        cfg_function = points.cfg_function or _cfg.cfg_function
         if self.nested:
-            out = _cond_batch.calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
-            pred_text = _cfg.cfg_function(model, out[2], out[1], self.cfg1, x, timestep, model_options,
+            out = calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
+            pred_text = cfg_function(model, out[2], out[1], self.cfg1, x, timestep, model_options,
                                      cond=positive, uncond=middle)
             return out[0] + self.cfg2 * (pred_text - out[0])
         if not model_options.get("disable_cfg1_optimization", False) and math.isclose(self.cfg2, 1.0):
             negative = None
             if math.isclose(self.cfg1, 1.0):
                 middle = None
-        out = _cond_batch.calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
-        return (_cfg.cfg_function(model, out[1], out[0], self.cfg2, x, timestep, model_options, cond=middle, uncond=negative)
+        out = calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
+        return (cfg_function(model, out[1], out[0], self.cfg2, x, timestep, model_options, cond=middle, uncond=negative)
                 + (out[2] - out[1]) * self.cfg1)

@@ -4,13 +4,18 @@ importable without torch: the node layer declares its combos from them before to
 """
 from __future__ import annotations
 
+from typing import Sequence
+
+from comfy_core import extension_points
+
 SCHEDULER_NAMES: tuple[str, ...] = (
     "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
     "linear_quadratic", "kl_optimal",
 )
 
-# The live list: ComfyUI's `comfy.samplers.SCHEDULER_NAMES` (also `KSampler.SCHEDULERS`) is a
-# mutable list packs extend, next to a handler in `SCHEDULER_HANDLERS`
-# (comfy_core.sampling.schedulers); the compat surface hands out this object and the built-in
-# nodes read their scheduler combos from it.
-SCHEDULER_NAME_LIST: list[str] = list(SCHEDULER_NAMES)
+
+def scheduler_names() -> Sequence[str]:
+    """The scheduler names on offer now: the host's live list (ComfyUI's `SCHEDULER_NAMES`, also
+    `KSampler.SCHEDULERS`, as its packs left it; comfy_core/extension_points.py) or ours."""
+    names = extension_points.current().scheduler_names
+    return SCHEDULER_NAMES if names is None else names

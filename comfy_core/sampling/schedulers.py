@@ -11,12 +11,14 @@ ComfyUI's current order (its first entry is the KSampler fallback).
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from types import MappingProxyType
+from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 import torch
 
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core import extension_points
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.scheduler_names import SCHEDULER_NAMES  # torch-free, for the node layer
 
 
@@ -170,10 +172,10 @@ class SchedulerHandler(NamedTuple):
     use_ms: bool = True
 
 
-# Name -> handler, in ComfyUI's order. Like ComfyUI's `comfy.samplers.SCHEDULER_HANDLERS` it is
-# one live dict: a node pack registers a scheduler by adding an entry (and its name to
-# `SCHEDULER_NAME_LIST`), and `calculate_sigmas` finds it there.
-SCHEDULER_HANDLERS: dict[str, SchedulerHandler] = {
+# Name -> handler, in ComfyUI's order: ours. A host adds or replaces schedules through its
+# extension points (`scheduler_handlers`, where compat puts a pack's
+# `comfy.samplers.SCHEDULER_HANDLERS[name] = SchedulerHandler(fn)`); read-only here.
+SCHEDULER_HANDLERS: Mapping[str, SchedulerHandler] = MappingProxyType({
     "simple": SchedulerHandler(simple),
     "sgm_uniform": SchedulerHandler(sgm_uniform),
     "karras": SchedulerHandler(get_sigmas_karras, use_ms=False),
@@ -183,20 +185,22 @@ SCHEDULER_HANDLERS: dict[str, SchedulerHandler] = {
     "normal": SchedulerHandler(normal),
     "linear_quadratic": SchedulerHandler(linear_quadratic),
     "kl_optimal": SchedulerHandler(kl_optimal, use_ms=False),
-}
+})
 
 
 def scheduler_handlers() -> dict[str, SchedulerHandler]:
-    """Name -> handler (a copy of `SCHEDULER_HANDLERS`: callers may extend their copy)."""
-    return dict(SCHEDULER_HANDLERS)
+    """Name -> handler as a run sees it: ours, then the host's additions and replacements (a new
+    dict: callers may extend their copy)."""
+    return {**SCHEDULER_HANDLERS, **extension_points.current().scheduler_handlers}
 
 
 def calculate_sigmas(model_sampling: ModelSampling, scheduler_name: str, steps: int) -> torch.Tensor:
     """The schedule `scheduler_name` for `steps` steps on this model's sigma table."""
-    handler = SCHEDULER_HANDLERS.get(scheduler_name)
+    handlers = scheduler_handlers()
+    handler = handlers.get(scheduler_name)
     if handler is None:
         raise UnknownSchedulerError(
-            f"unknown scheduler {scheduler_name!r}; expected one of {', '.join(SCHEDULER_HANDLERS)} "
+            f"unknown scheduler {scheduler_name!r}; expected one of {', '.join(handlers)} "
             "(a node pack adds one with comfy.samplers.SCHEDULER_HANDLERS[name] = SchedulerHandler(fn))")
     if steps < 1:
         raise ValueError(f"scheduler {scheduler_name!r}: steps must be >= 1, got {steps}")

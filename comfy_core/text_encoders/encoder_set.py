@@ -17,11 +17,10 @@ where its prompt path runs (reference a1111-prompt.md §3.1, §3.7):
 | flux         | clip_l, t5xxl          | l, t5xxl      | EOS, 0    | last, last           | yes, yes             |
 
 Clip skip (`CLIP.clip_layer(n)`, CLIPSetLastLayer) overrides the layer of every CLIP encoder of
-the set, keeping each one's final-norm choice. How the outputs combine is the set's `combine`:
-"concat" (SD: hidden states concatenated along the channel axis in slot order, cut to the shorter
-token count), "sd3" (CLIP-L and CLIP-G concatenated along channels, zero-padded to T5's width, then
-T5's tokens appended; pooled = CLIP-L's and CLIP-G's pooled outputs concatenated) or "flux" (T5's
-states; pooled = CLIP-L's), as ComfyUI's SD3ClipModel / FluxClipModel. The pooled output comes
+the set, keeping each one's final-norm choice. How the outputs combine is the set's `combine`, a
+`CombineRule`: by default `CONCAT` (SD: hidden states concatenated along the channel axis in slot
+order, cut to the shorter token count); a family that combines otherwise gives its own rule in its
+package (SD3's and Flux's, as ComfyUI's SD3ClipModel / FluxClipModel). The pooled output comes
 from the set's `pooled_from` encoder, from its first chunk.
 """
 from __future__ import annotations
@@ -67,9 +66,39 @@ class EncoderOptions:
     nominal_width: int = 0
     # T5 towers: the tokenizer's `min_length` (ComfyUI: 77 for SD3, 256 for Flux).
     min_length: int | None = None
+    # Where ComfyUI's save_checkpoint writes this tower in a single file (`comfy_core.saving`), and
+    # whether with its `position_ids` buffer (SDXL's CLIP-L); None: a set with such a tower is not
+    # saved in single files here (SaveLayoutError).
+    save_prefix: str | None = None
+    save_position_ids: bool = False
 
 
-COMBINE_RULES = ("concat", "sd3", "flux")
+class CombineRule:
+    """How an encoder set's outputs combine into the conditioning and the pooled output (the set's
+    `combine`). This base concatenates (SD: hidden states along the channel axis in slot order, cut
+    to the shorter token count; pooled: the `pooled_from` encoder's); a family whose set combines
+    otherwise (SD3, Flux) gives its own subclass in its package."""
+
+    def __eq__(self, other: object) -> bool:  # a rule is its kind (sets compare and hash by value)
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def skip_clips(self, spec: "EncoderSetSpec", tokens: Mapping[str, Any]) -> bool:
+        """Whether this call runs the set without its CLIP towers (SD3's empty CLIP tokens)."""
+        return False
+
+    def __call__(self, spec: "EncoderSetSpec", outputs: Mapping[str, torch.Tensor],
+                 pooled: Mapping[str, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        conds = [outputs[o.slot] for o in spec.encoders]
+        if len(conds) == 1:
+            return conds[0], pooled.get(spec.pooled_from)
+        length = min(c.shape[1] for c in conds)
+        return torch.cat([c[:, :length] for c in conds], dim=-1), pooled.get(spec.pooled_from)
+
+
+CONCAT = CombineRule()
 
 
 @dataclass(frozen=True)
@@ -77,7 +106,7 @@ class EncoderSetSpec:
     name: str
     encoders: tuple[EncoderOptions, ...]
     pooled_from: str  # slot whose pooled output the set returns
-    combine: str = "concat"  # see the module docstring
+    combine: CombineRule = CONCAT  # a `CombineRule` (see the module docstring)
     # ComfyUI's classes for the set and its tokenizer (packs check them): TextEncoderSet and
     # FamilyTokenizer subclasses; None: the base classes.
     set_class: Any = None
@@ -97,8 +126,8 @@ class EncoderSetSpec:
         return given == mine or (self.partial and bool(given) and given <= mine)
 
     def __post_init__(self) -> None:
-        if self.combine not in COMBINE_RULES:
-            raise ValueError(f"encoder set {self.name!r}: combine must be one of {COMBINE_RULES}, got {self.combine!r}")
+        if not isinstance(self.combine, CombineRule):
+            raise ValueError(f"encoder set {self.name!r}: combine must be a CombineRule, got {self.combine!r}")
 
     def options(self, slot: str) -> EncoderOptions:
         for option in self.encoders:
@@ -181,10 +210,7 @@ class TextEncoderSet(nn.Module):
         """ComfyUI tokens dict {key: chunks} -> (cond [1, T, sum of widths], pooled [1, P])."""
         outputs: dict[str, torch.Tensor] = {}
         pooled_by_slot: dict[str, torch.Tensor | None] = {}
-        # SD3 (ComfyUI's SD3ClipModel): no CLIP tokens at all (CLIPTextEncodeSD3's "none" padding of
-        # empty texts) means no CLIP part, only T5's states and a zero pooled output.
-        skip_clips = self.spec.combine == "sd3" and all(
-            len(tokens.get(o.token_key) or ()) == 0 for o in self.spec.encoders if o.kind == "clip")
+        skip_clips = self.spec.combine.skip_clips(self.spec, tokens)
         for base in self.spec.encoders:
             if base.slot not in self.slots or (skip_clips and base.kind == "clip"):
                 continue
@@ -203,54 +229,11 @@ class TextEncoderSet(nn.Module):
         return combine_outputs(self.spec, outputs, pooled_by_slot)
 
 
-def _width(spec: EncoderSetSpec, slot: str, outputs: Mapping[str, torch.Tensor],
-           pooled: Mapping[str, torch.Tensor | None], of_pooled: bool = False) -> int:
-    """A slot's output (or pooled) width: the encoder's own when present, else the nominal one."""
-    source = pooled.get(slot) if of_pooled else outputs.get(slot)
-    return int(source.shape[-1]) if source is not None else spec.options(slot).nominal_width
-
-
 def combine_outputs(spec: EncoderSetSpec, outputs: Mapping[str, torch.Tensor],
                     pooled: Mapping[str, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The set's conditioning and pooled output from its encoders' (see the module docstring);
-    `outputs` holds the encoders present (all of them, except in a partial set). Widths are the
-    present encoders' own, the nominal ones (768, 1280, 4096) for absent encoders."""
-    if spec.combine == "concat":
-        conds = [outputs[o.slot] for o in spec.encoders]
-        if len(conds) == 1:
-            return conds[0], pooled.get(spec.pooled_from)
-        length = min(c.shape[1] for c in conds)
-        return torch.cat([c[:, :length] for c in conds], dim=-1), pooled.get(spec.pooled_from)
-    clips = [o for o in spec.encoders if o.kind == "clip"]
-    t5 = next((o for o in spec.encoders if o.kind != "clip"), None)
-    if spec.combine == "flux":  # ComfyUI's FluxClipModel: T5's states, CLIP-L's pooled output
-        if t5 is None or t5.slot not in outputs:
-            raise TokenizeError(f"encoder set {spec.name}: its T5 encoder is missing")
-        return outputs[t5.slot], pooled.get(spec.pooled_from)
-    # "sd3" (ComfyUI's SD3ClipModel): CLIP-L | CLIP-G along channels (cut to the shorter; an absent
-    # one is zeros), zero-padded to T5's width, T5's tokens appended; pooled L | G (absent: zeros).
-    width = _width(spec, t5.slot, outputs, pooled) if t5 is not None else 4096
-    some = next((outputs[o.slot] for o in clips if o.slot in outputs), None)
-    device = some.device if some is not None else next(iter(outputs.values())).device if outputs else None
-    cond = None
-    if some is not None:
-        length = min(outputs[o.slot].shape[1] for o in clips if o.slot in outputs)
-        parts = [outputs[o.slot][:, :length] if o.slot in outputs else
-                 torch.zeros((some.shape[0], length, o.nominal_width), dtype=some.dtype, device=device) for o in clips]
-        if sum(p.shape[-1] for p in parts) > width:
-            raise TokenizeError(f"encoder set {spec.name}: the CLIP states ({sum(p.shape[-1] for p in parts)} wide) "
-                                f"are wider than T5's {width}")
-        cond = torch.cat(parts, dim=-1)
-        cond = torch.nn.functional.pad(cond, (0, width - cond.shape[-1]))
-    if t5 is not None and t5.slot in outputs:
-        cond = outputs[t5.slot] if cond is None else torch.cat([cond, outputs[t5.slot]], dim=-2)
-    if cond is None:
-        cond = torch.zeros((1, 77, width))
-    if some is None:  # no CLIP part: ComfyUI's zeros of CLIP-L's and CLIP-G's nominal widths
-        return cond, torch.zeros((1, sum(o.nominal_width for o in clips)), device=device)
-    pooled_parts = [pooled[o.slot] if pooled.get(o.slot) is not None else
-                    torch.zeros((1, o.nominal_width), device=device) for o in clips]
-    return cond, torch.cat(pooled_parts, dim=-1)
+    """The set's conditioning and pooled output from its encoders' (its `combine` rule); `outputs`
+    holds the encoders present (all of them, except in a partial set)."""
+    return spec.combine(spec, outputs, pooled)
 
 
 class SD1ClipModel(TextEncoderSet):

@@ -40,6 +40,12 @@ def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOption
     return ClipTextConfig.detect_from_weights(tensors, prefix, slot=options.slot)
 
 
+def keeps_stored_fp8(config: Any) -> bool:
+    """Whether a tower of this config is built from its file's fp8 tensors as stored (T5 and umT5:
+    see `build_tower`), so a loader requests them without a cast."""
+    return isinstance(config, T5Config)
+
+
 def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:
     """The encoder module of a detected tower. T5 files stored in fp8 stay fp8 (cast per layer as
     they run, as ComfyUI keeps `dtype_t5`): an fp8 T5-XXL is 5 GB, 19 GB in float32."""

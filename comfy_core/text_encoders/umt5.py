@@ -11,8 +11,8 @@ pad keys are not attended) and `zero_out_masked` (states after the prompt's end 
 zeros); not returned with the conditioning. The tokenizer is the file's own SentencePiece model
 (`umt5_tokenizer.py`), min length 512, so a short prompt gives CONDITIONING `[1, 512, 4096]`.
 
-The set (`WAN_TEXT_ENCODERS`, CLIPLoader type "wan") holds the one tower `umt5xxl`; its classes
-have ComfyUI's names (`WanT5Model`, `WanT5Tokenizer`; towers `UMT5XXlModel`, `UMT5XXlTokenizer`).
+The tower's classes have ComfyUI's names (`UMT5XXlModel`, `UMT5XXlTokenizer`); Wan's set of it
+(`WanT5Model`, `WanT5Tokenizer`, CLIPLoader's type) is Wan's: comfy_core/families/wan/text_encoders.py.
 """
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ from typing import Any, Mapping
 
 import torch
 
-from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, TextEncoderSet
-from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
 from comfy_core.text_encoders.t5 import T5TextEncoder, build_t5_encoder
 from comfy_core.text_encoders.t5_config import UMT5_SLOT, T5Config
 from comfy_core.text_encoders.umt5_tokenizer import SPIECE_KEY, UMT5_MIN_LENGTH, UMT5XXlTokenizer  # noqa: F401
@@ -38,34 +36,6 @@ class UMT5XXlModel(T5TextEncoder):
     def __init__(self, config: T5Config, transformer: torch.nn.Module, attention_mask: bool = True) -> None:
         super().__init__(config, transformer, attention_mask=True)
         self.return_attention_masks = False
-
-
-class WanT5Model(TextEncoderSet):
-    """Wan's text-encoder set (ComfyUI's `comfy.text_encoders.wan.WanT5Model`, an SD1ClipModel
-    named `umt5xxl`: its tower is the child `umt5xxl`)."""
-
-    clip_name, clip = UMT5_SLOT, UMT5_SLOT
-
-
-class WanT5Tokenizer(FamilyTokenizer):
-    """Wan's tokenizer (ComfyUI's `comfy.text_encoders.wan.WanT5Tokenizer`: an SD1Tokenizer with
-    clip_name "umt5xxl", its tower tokenizer at `clip_umt5xxl`, tokens under key "umt5xxl")."""
-
-    clip_name, clip = UMT5_SLOT, f"clip_{UMT5_SLOT}"
-
-    @property
-    def clip_umt5xxl(self) -> Any:
-        return getattr(self, UMT5_SLOT)
-
-    def state_dict(self) -> dict:
-        """ComfyUI's tokenizer `state_dict`: the tower's SentencePiece model (`spiece_model`)."""
-        return getattr(self, UMT5_SLOT).state_dict()
-
-
-WAN_TEXT_ENCODERS = EncoderSetSpec(
-    "wan", (EncoderOptions(UMT5_SLOT, UMT5_SLOT, PAD_ZERO, None, True, projected_pooled=False,
-                           kind="umt5", nominal_width=UMT5_WIDTH, min_length=UMT5_MIN_LENGTH),),
-    UMT5_SLOT, combine="concat", set_class=WanT5Model, tokenizer_class=WanT5Tokenizer, clip_types=("wan",))
 
 
 def build_umt5_encoder(config: T5Config, state_dict: Mapping[str, torch.Tensor],

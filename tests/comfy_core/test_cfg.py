@@ -8,7 +8,7 @@ import torch
 
 from comfy_core.sampling.cfg import GuidedDenoiser
 from comfy_core.sampling.conditioning import ConditioningError, convert_cond, prepare_conds
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 
 S = 0.5
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from comfy_core.families import default_registry
-from comfy_core.models.flux_chroma import (COMFY_MOD_INDEX_LENGTH, Chroma, ChromaConfig, ChromaConfigError,
+from comfy_core.families.chroma.dit import (COMFY_MOD_INDEX_LENGTH, Chroma, ChromaConfig, ChromaConfigError,
                                            convert_diffusers_state_dict)
 from tests.fixtures.chroma_files import (UNET, chroma_state_dict, diffusers_chroma_kwargs, tiny_chroma_params,
                                          tiny_chroma_state_dict, to_diffusers_layout, write_chroma_files)
@@ -174,7 +174,7 @@ def files(tmp_path_factory):
 
 def test_family_policy_is_comfyuis(files):
     from comfy_core.loading import load_checkpoint
-    from comfy_core.sampling.model_sampling import FluxModelSampling
+    from comfy_core.models.model_sampling import FluxModelSampling
 
     model, clip, vae = load_checkpoint(files["single"])
     sampling = model.model.model_sampling
@@ -212,7 +212,7 @@ def test_t5_tokens_follow_pixart_t5(files):
 
 def test_single_and_split_files_sample_alike(files):
     from comfy_core.loading import load_checkpoint
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
     from comfy_core.split.diffusion_model import load_diffusion_model
     from comfy_core.split.text_encoder_files import load_text_encoders
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.patching.wrappers import add_callback_with_key
+from comfy_core.wrappers import add_callback_with_key
 from comfy_core.sampling.cond_batch import calc_cond_batch
 from comfy_core.sampling.context_schedules import ContextWindowError, get_missing_indexes, ordered_halving
 from comfy_core.sampling.context_windows import (

@@ -11,7 +11,7 @@ import torch
 
 from comfy_core.families import default_registry
 from comfy_core.loading import load_checkpoint
-from comfy_core.sampling.model_sampling import FlowModelSampling, FluxModelSampling
+from comfy_core.models.model_sampling import FlowModelSampling, FluxModelSampling
 from comfy_core.split.diffusion_model import load_diffusion_model
 from comfy_core.split.text_encoder_files import load_text_encoders
 from tests.fixtures.dit_checkpoints import CLIP_WIDTH, T5_WIDTH, UNET, flux_state_dict, save, sd3_state_dict, \
@@ -142,8 +142,8 @@ class _Recorder:
 
 
 def test_flux_guidance_and_reference_latents_reach_the_network(files):
-    from comfy_core.patching.wrappers import WrappersMP
-    from comfy_core.sampling.driver import sample
+    from comfy_core.wrappers import WrappersMP
+    from comfy_core.sampling.ksampler import sample
 
     model, clip, _vae = load_checkpoint(files["flux"]["single"])
     recorder = _Recorder()
@@ -221,11 +221,11 @@ def test_a_whole_flow_sample_matches_diffusers_flow_match_euler():
     diffusers = pytest.importorskip("diffusers")
     from comfy_core.models.diffusion import DiffusionModel
     from comfy_core.models.latent_formats import sd3_latent_format
-    from comfy_core.models.mmdit import MMDiT, MMDiTConfig
-    from comfy_core.models.mmdit_keys import convert_diffusers_state_dict
+    from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
+    from comfy_core.families.sd3.keys import convert_diffusers_state_dict
     from comfy_core.models.model_conditions import PooledConditions
     from comfy_core.patching.model import ModelPatcher
-    from comfy_core.sampling.driver import sample_custom
+    from comfy_core.sampling.ksampler import sample_custom
     from tests.comfy_core.test_mmdit_parity import diffusers_kwargs
 
     state = tiny_diffusers_mmdit_state_dict("sd35", seed=7)

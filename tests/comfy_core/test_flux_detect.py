@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from comfy_core.models.flux import FluxConfig, FluxConfigError, default_axes_dim, is_flux
-from comfy_core.models.flux_keys import (FluxKeyError, HeaderShape, convert_bfl_state_dict_to_diffusers,
+from comfy_core.families.flux.dit import FluxConfig, FluxConfigError, default_axes_dim, is_flux
+from comfy_core.families.flux.keys import (FluxKeyError, HeaderShape, convert_bfl_state_dict_to_diffusers,
                                          convert_diffusers_state_dict, diffusers_flux_facts, diffusers_header_shapes,
                                          flux_to_diffusers, is_diffusers_flux, swap_scale_shift)
 from tests.fixtures import flux_files

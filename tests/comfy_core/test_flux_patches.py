@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.models.flux import Flux, FluxConfig
+from comfy_core.families.flux.dit import Flux, FluxConfig
 from tests.fixtures.flux_files import tiny_flux_state_dict
 
 

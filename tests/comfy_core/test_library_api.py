@@ -1,11 +1,11 @@
-"""The README's "runtime as a library" snippet works as written (no server, no graph)."""
+"""docs/models.md's "runtime as a library" snippet works as written (no server, no graph)."""
 
 import torch
 
 
 def test_notebook_style_text_to_image(tiny_sd1_ckpt):
     from comfy_core import load_checkpoint
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
     from comfy_core.sampling.noise import prepare_noise
 
     model, clip, vae = load_checkpoint(tiny_sd1_ckpt)

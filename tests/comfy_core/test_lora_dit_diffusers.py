@@ -76,7 +76,7 @@ def test_flux_patched_weights_in_diffusers_layout_equal_the_hand_merge():
 
 @pytest.mark.parametrize("variant", ["sd35", "sd35_medium"])
 def test_sd3_lora_matches_diffusers_with_the_lora_merged(variant):
-    from comfy_core.models.mmdit_keys import convert_diffusers_state_dict
+    from comfy_core.families.sd3.keys import convert_diffusers_state_dict
     from tests.comfy_core.test_mmdit_parity import diffusers_kwargs
     from tests.fixtures.mmdit_files import tiny_diffusers_mmdit_state_dict
 

@@ -293,7 +293,7 @@ def test_bfl_control_loras_are_refused_with_a_typed_error(flux):
 
 def test_pack_path_key_map_has_slice_targets_and_patches_them(flux):
     """`comfy.lora.model_lora_keys_unet` + `load_lora` + `add_patches`, as packs call them."""
-    from comfy_core.lora.patch_dicts import load_lora, model_lora_keys_unet
+    from compat.lora_api import load_lora, model_lora_keys_unet
 
     key_map = model_lora_keys_unet(flux.model, {})
     assert key_map["transformer.single_transformer_blocks.0.proj_mlp"] == (

@@ -237,7 +237,7 @@ def test_from_flags_builds_the_mode_and_reserve():
 
 def test_real_tiny_sd1_samples_the_same_streamed_with_a_lora_and_text_encoders_on_the_cpu(tiny_sd1_ckpt):
     from comfy_core.loading import load_checkpoint
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
 
     model, clip, _ = load_checkpoint(tiny_sd1_ckpt)
     cond = [[clip.encode_from_tokens(clip.tokenize("a cat")), {}]]
@@ -286,7 +286,7 @@ def test_streaming_on_a_real_gpu_from_pinned_memory():
 @requires_cuda
 def test_lowvram_sampling_on_a_real_gpu_matches_the_full_load(tiny_sd1_ckpt):
     from comfy_core.loading import load_checkpoint
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
 
     results = {}
     for mode in ("highvram", "novram"):

@@ -11,8 +11,8 @@ import torch
 from comfy_core.checkpoint.header import read_safetensors_header
 from comfy_core.controlnet.mmdit_controlnet import (SD3ControlNetConfig, build_sd3_controlnet, convert_sd3_controlnet,
                                                     is_sd3_controlnet)
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig, MMDiTConfigError
-from comfy_core.models.mmdit_keys import convert_diffusers_state_dict
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig, MMDiTConfigError
+from comfy_core.families.sd3.keys import convert_diffusers_state_dict
 from tests.fixtures.mmdit_files import (TINY, VARIANTS, diffusers_controlnet_shapes, tiny_diffusers_mmdit_state_dict,
                                         tiny_sd3_controlnet_state_dict, write_tiny_sd3_controlnet)
 

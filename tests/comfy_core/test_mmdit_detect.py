@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from comfy_core.checkpoint.header import read_safetensors_header
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig, MMDiTConfigError
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig, MMDiTConfigError
 from tests.fixtures.mmdit_files import mmdit_shapes, write_tiny_mmdit
 
 EXPECTED = {

@@ -1,13 +1,13 @@
 """MMDiT numerics against an independent implementation (diffusers' `SD3Transformer2DModel`,
 test-only) on the same tiny random weights, given to diffusers in its own names and converted to
-SAI's names by our key map (comfy_core.models.mmdit_keys)."""
+SAI's names by our key map (comfy_core.families.sd3.keys)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig
-from comfy_core.models.mmdit_keys import convert_diffusers_state_dict, mmdit_to_diffusers, sai_shapes_from_diffusers
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
+from comfy_core.families.sd3.keys import convert_diffusers_state_dict, mmdit_to_diffusers, sai_shapes_from_diffusers
 from tests.fixtures.mmdit_files import TINY, VARIANTS, mmdit_shapes, tiny_diffusers_mmdit_state_dict
 
 diffusers = pytest.importorskip("diffusers")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from comfy_core.attention import use_backend
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig, MMDiTInputError
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig, MMDiTInputError
 from tests.fixtures.mmdit_files import tiny_mmdit_state_dict
 
 

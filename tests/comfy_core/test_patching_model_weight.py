@@ -7,7 +7,7 @@ import threading
 import torch
 from torch import nn
 
-from comfy_core.lora.adapters import LoraAdapter
+from comfy_core.weights.adapters import LoraAdapter
 from comfy_core.patching import ModelPatcher, ModelWeight, PatchEntry
 
 KEY = "lin.weight"

@@ -11,7 +11,7 @@ import torch
 
 from comfy_core.loading import load_checkpoint
 from comfy_core.lora import load_lora_for_models, text_encoder_key_map, unet_key_map
-from comfy_core.sampling.driver import sample
+from comfy_core.sampling.ksampler import sample
 from graph.context import Interrupted
 
 

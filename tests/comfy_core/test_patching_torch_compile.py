@@ -17,8 +17,8 @@ from comfy_core.lora import load_lora_for_models, unet_key_map
 from comfy_core.patching.torch_compile import (COMPILE_KEY, TORCH_COMPILE_KWARGS, TorchCompileError,
                                                TorchCompileWrapper, check_backend, compile_problem,
                                                set_torch_compile_wrapper)
-from comfy_core.patching.wrappers import WrappersMP
-from comfy_core.sampling.driver import sample
+from comfy_core.wrappers import WrappersMP
+from comfy_core.sampling.ksampler import sample
 
 LOG = "comfy_core.patching.torch_compile"
 # a spatial transformer's block: called as a plain module, LoRA targets in it, quick to trace

@@ -2,7 +2,7 @@
 import pytest
 
 from comfy_core.prompt.timeline import schedule_ranges, sigma_to_percent
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.schedulers import SCHEDULER_NAMES, calculate_sigmas
 
 

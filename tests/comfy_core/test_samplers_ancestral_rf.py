@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.sampling.model_sampling import FlowModelSampling, ModelSampling
+from comfy_core.models.model_sampling import FlowModelSampling, ModelSampling
 from comfy_core.sampling.samplers import ancestral, ancestral_rf
 
 

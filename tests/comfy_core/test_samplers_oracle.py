@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.samplers.registry import sampler_function
 from comfy_core.sampling.schedulers import calculate_sigmas
 

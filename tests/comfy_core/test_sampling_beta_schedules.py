@@ -1,4 +1,4 @@
-"""Named DDPM beta schedules (comfy_core/sampling/beta_schedules.py) and the sigma tables
+"""Named DDPM beta schedules (comfy_core/models/beta_schedules.py) and the sigma tables
 ModelSampling builds from them or from given betas."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from comfy_core.sampling.beta_schedules import BetaScheduleError, make_beta_schedule
-from comfy_core.sampling.model_sampling import ModelSampling, ModelSamplingError
+from comfy_core.models.beta_schedules import BetaScheduleError, make_beta_schedule
+from comfy_core.models.model_sampling import ModelSampling, ModelSamplingError
 
 
 def test_named_schedules_match_their_formulas() -> None:

@@ -8,7 +8,7 @@ import torch
 from comfy_core.patching import ModelPatcher
 from comfy_core.sampling.cfg import cfg_function, sampling_function
 from comfy_core.sampling.conditioning import convert_cond, prepare_conds
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from torch import nn
 
 S = 0.5

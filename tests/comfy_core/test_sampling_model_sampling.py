@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from comfy_core.sampling.model_sampling import ModelSampling, ModelSamplingError
+from comfy_core.models.model_sampling import ModelSampling, ModelSamplingError
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from comfy_core.sampling.model_sampling import (
+from comfy_core.models.model_sampling import (
     ContinuousEDMModelSampling, ContinuousVModelSampling, CosmosRFlowModelSampling, DiscreteModelSampling,
     DistilledModelSampling, FlowModelSampling, FluxModelSampling, ModelSampling, ModelSamplingError,
     StableCascadeModelSampling, flux_resolution_shift,

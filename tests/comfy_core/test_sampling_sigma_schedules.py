@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from comfy_core.sampling import sigma_ops, sigma_schedules
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.schedule_tables import AYS_NOISE_LEVELS, GITS_NOISE_LEVELS, OPTIMAL_STEPS_NOISE_LEVELS
 from comfy_core.sampling.schedulers import calculate_sigmas
 

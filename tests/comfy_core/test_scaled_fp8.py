@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from comfy_core.lora.stochastic_rounding import stochastic_rounding, string_to_seed
+from comfy_core.weights.stochastic_rounding import stochastic_rounding, string_to_seed
 from comfy_core.models.storage_cast import ScaledFp8Error, ScaledFp8Linear, keep_scaled_fp8
 from comfy_core.saving import save_checkpoint
 from comfy_core.split.diffusion_model import load_diffusion_model

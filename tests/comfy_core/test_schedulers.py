@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.schedulers import SCHEDULER_NAMES, UnknownSchedulerError, calculate_sigmas
 
 # shared/reference/samplers.md section 3: ComfyUI's functions run on CPU in float32.

@@ -25,9 +25,9 @@ from comfy_core.controlnet.runner import ControlNet, ControlNetRunError
 from comfy_core.controlnet.sd3_runner import ControlNetSD35, canny_hint, depth_hint
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.latent_formats import sd3_latent_format
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
 from comfy_core.models.model_conditions import PooledConditions
-from comfy_core.sampling.model_sampling import FlowModelSampling
+from comfy_core.models.model_sampling import FlowModelSampling
 from tests.fixtures.mmdit_files import tiny_mmdit_state_dict, write_tiny_sd3_controlnet
 from tests.fixtures.sd35_controlnet_files import (sd35_controlnet_shapes, tiny_sd35_controlnet_state_dict,
                                                   to_diffusers, write_tiny_sd35_controlnet)

@@ -14,10 +14,10 @@ from comfy_core.families.errors import UnknownFamilyError
 from comfy_core.loading import load_checkpoint
 from comfy_core.models.unet import UNetConfig
 from comfy_core.models.video_blocks import AlphaBlender
-from comfy_core.models.video_diffusion import VideoDiffusionModel
-from comfy_core.models.video_unet import VideoUNetModel
+from comfy_core.families.svd.video_diffusion import VideoDiffusionModel
+from comfy_core.families.svd.video_unet import VideoUNetModel
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
-from comfy_core.sampling.model_sampling import ContinuousEDMModelSampling
+from comfy_core.models.model_sampling import ContinuousEDMModelSampling
 from tests.fixtures.svd import UNET, svd_unet_shapes, tiny_svd_state_dict, write_tiny_svd_checkpoint
 from tests.fixtures.svd_oracle import diffusers_temporal_decoder, diffusers_unet
 

@@ -15,8 +15,8 @@ from comfy_core.families import default_registry
 from comfy_core.split.text_encoder_files import load_text_encoders
 from comfy_core.text_encoders.t5_config import T5Config, T5DetectionError
 from comfy_core.text_encoders.towers import detect_tower
-from comfy_core.text_encoders.umt5 import (WAN_TEXT_ENCODERS, UMT5XXlModel, WanT5Model, WanT5Tokenizer,
-                                           build_umt5_encoder)
+from comfy_core.families.wan.encoders import WAN_TEXT_ENCODERS, WanT5Model, WanT5Tokenizer
+from comfy_core.text_encoders.umt5 import UMT5XXlModel, build_umt5_encoder
 from comfy_core.text_encoders.umt5_keys import RenamedMapping, is_wan_layout
 from comfy_core.text_encoders.umt5_tokenizer import (MissingTokenizerError, SentencePieceTokenizer, UMT5XXlTokenizer,
                                                      umt5_tokenizer)

@@ -1,4 +1,4 @@
-"""The Wan 2.1 / 2.2 video DiT (comfy_core/models/wan.py): numerics against diffusers'
+"""The Wan 2.1 / 2.2 video DiT (comfy_core/families/wan/dit.py): numerics against diffusers'
 `WanTransformer3DModel` on the same tiny random weights (t2v, i2v with the CLIP-image embedding,
 first-last-frame, TI2V-5B with per-frame timesteps), the three file layouts loading to the same
 module, detection of every variant from names and shapes (and refusal of malformed files), the
@@ -13,9 +13,9 @@ import torch
 
 from comfy_core.families import default_registry
 from comfy_core.families.errors import UnknownFamilyError
-from comfy_core.models.wan import WanConfig, WanConfigError, WanModel
-from comfy_core.models.wan_conditions import WanConditions
-from comfy_core.models.wan_keys import (WanLayoutError, convert_diffusers_state_dict, convert_original_state_dict,
+from comfy_core.families.wan.dit import WanConfig, WanConfigError, WanModel
+from comfy_core.families.wan.conditions import WanConditions
+from comfy_core.families.wan.keys import (WanLayoutError, convert_diffusers_state_dict, convert_original_state_dict,
                                         is_diffusers_wan, original_to_diffusers_name)
 from comfy_core.split.diffusion_model import load_diffusion_model
 from tests.fixtures.wan_files import (SINGLE_FILE_PREFIX, VARIANTS, diffusers_wan_kwargs, tiny_wan_config,

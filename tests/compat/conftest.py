@@ -20,10 +20,14 @@ def session(tmp_path):
 @pytest.fixture(scope="session", autouse=True)
 def comfy_model_classes():
     """Models load as ComfyUI's comfy.model_base classes in every compat test, as in a server
-    (compat.install sets this before any model loads; module-scoped model fixtures load first)."""
-    from comfy_core.models import family_classes
+    (a session's node calls have its extension points in force; module-scoped model fixtures
+    load before any session, so the same resolver is in force for the whole test run)."""
+    from comfy_core import extension_points
+    from comfy_core.extension_points import ExtensionPoints
     from compat.mp_model_classes import install_model_classes
 
-    install_model_classes()
+    points = ExtensionPoints()
+    install_model_classes(points)
+    token = extension_points.set_current(points)
     yield
-    family_classes.set_resolver(None)
+    extension_points.reset_current(token)

@@ -44,7 +44,7 @@ def _conds(model, control):
 
 
 def _sample(model, control, steps: int = 3) -> torch.Tensor:
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
     from comfy_core.sampling.noise import prepare_noise
 
     latent = torch.zeros(1, 4, 8, 8)
@@ -146,7 +146,7 @@ def test_acn_like_nodes_run_through_ksampler(pack, sd1, cn_path, session):
     image = _hint().movedim(1, -1)
     pos2, neg2 = pack.ACNLikeApply().apply(pos, neg, control, image, 0.8, 0.0, 1.0)
     assert isinstance(pos2[0][1]["control"], pack.WeightedControlNet) and "control" not in pos[0][1]
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
     from comfy_core.sampling.noise import prepare_noise
 
     latent = torch.zeros(1, 4, 8, 8)

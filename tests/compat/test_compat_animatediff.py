@@ -33,7 +33,7 @@ def _cond(model, value: float):
 
 def _sample(model, latent: torch.Tensor, steps: int = 2) -> torch.Tensor:
     # KSampler's path (the KSampler node calls this driver)
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
     from comfy_core.sampling.noise import prepare_noise
 
     return sample(model, prepare_noise(latent, 5), steps, 3.0, "euler", "normal", _cond(model, 0.3),

@@ -153,8 +153,8 @@ def test_detect_unet_config_and_model_config_from_unet(session, flux, schnell, s
 
 def test_broken_dit_header_is_a_typed_error(session) -> None:  # noqa: ANN001
     import comfy.model_detection
-    from comfy_core.models.flux import FluxConfigError
-    from comfy_core.models.mmdit import MMDiTConfigError
+    from comfy_core.families.flux.dit import FluxConfigError
+    from comfy_core.families.sd3.mmdit import MMDiTConfigError
 
     state = flux_state_dict()
     del state["model.diffusion_model.txt_in.weight"]

@@ -99,16 +99,16 @@ def test_output_block_patch_scales_as_implied(ldm_pack, model) -> None:  # noqa:
 
 def test_module_wide_optimized_attention_replacement_is_used_by_our_unet(ldm_pack, model) -> None:  # noqa: ANN001
     import comfy.ldm.modules.attention as attention
-    from comfy_core.models import transformer
+    from comfy_core import extension_points
 
     reference = unet_output(model)
     counting = ldm_pack.install_counting_attention()
     try:
-        assert transformer.optimized_attention is counting
+        assert extension_points.current().attention is counting
         out = unet_output(model)
     finally:
         attention.optimized_attention = counting.previous
-    assert transformer.optimized_attention is counting.previous
+    assert extension_points.current().attention is counting.previous
     blocks = sum(isinstance(m, attention.BasicTransformerBlock) for m in model.model.diffusion_model.modules())
     assert counting.calls == 2 * blocks  # attn1 and attn2 of every block
     assert torch.equal(out, reference)

@@ -32,33 +32,28 @@ def test_loaded_sdxl_model_is_exactly_comfy_sdxl(session, tmp_path):
 def test_without_the_resolver_models_are_diffusion_models_and_foreign_classes_are_refused(tiny_sd1_ckpt):
     import pytest
 
+    from comfy_core import extension_points
+    from comfy_core.extension_points import ExtensionPoints
     from comfy_core.loading import load_checkpoint
-    from comfy_core.models import family_classes
     from comfy_core.models.diffusion import DiffusionModel
-    from compat.mp_model_classes import comfy_model_class
 
-    try:
-        family_classes.set_resolver(None)
+    with extension_points.use(ExtensionPoints()):
         model, _, _ = load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
         assert type(model.model) is DiffusionModel
-        family_classes.set_resolver(lambda name: int)
+    with extension_points.use(ExtensionPoints(model_class=lambda name: int)):
         with pytest.raises(TypeError, match="not a DiffusionModel subclass"):
             load_checkpoint(tiny_sd1_ckpt, output_clip=False, output_vae=False)
-    finally:
-        family_classes.set_resolver(comfy_model_class)
 
 
 def test_compat_install_sets_the_resolver(tmp_path):
     import compat
-    from comfy_core.models import family_classes
     from graph.registry import Registry
     from nodes.environment import Environment
 
-    family_classes.set_resolver(None)
     env = Environment.rooted_at(tmp_path)
     env.ensure_dirs()
-    compat.install(env, Registry())
+    session = compat.install(env, Registry())
     import comfy.model_base
 
-    assert family_classes.class_for("sdxl") is comfy.model_base.SDXL
-    assert family_classes.class_for("sd2") is comfy.model_base.BaseModel
+    assert session.extension_points.model_class("sdxl") is comfy.model_base.SDXL
+    assert session.extension_points.model_class("sd2") is comfy.model_base.BaseModel

@@ -27,7 +27,7 @@ def _cond(model, value: float):
 
 def _sample(model, steps: int = 2, cfg: float = 2.0):
     # KSampler's path (the KSampler node calls this driver)
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
     from comfy_core.sampling.noise import prepare_noise
 
     latent = torch.zeros(1, 4, 8, 8)

@@ -78,7 +78,7 @@ def test_feature_flags_read_the_clients_flags(session):
 def test_set_torch_compile_wrapper_swaps_the_compiled_module_in_for_each_call(session):
     from comfy_api.torch_helpers import set_torch_compile_wrapper
 
-    from comfy_core.patching.wrappers import WrapperExecutor, WrappersMP
+    from comfy_core.wrappers import WrapperExecutor, WrappersMP
 
     class Holder(torch.nn.Module):
         def __init__(self):

@@ -362,7 +362,7 @@ def test_sampling_helpers_and_latent_preview_callback(session):
     import comfy.samplers
     import latent_preview
 
-    from comfy_core.sampling.model_sampling import ModelSampling
+    from comfy_core.models.model_sampling import ModelSampling
 
     sigmas = comfy.samplers.calculate_sigmas(ModelSampling(), "karras", 4)
     assert sigmas.shape == (5,) and float(sigmas[-1]) == 0.0

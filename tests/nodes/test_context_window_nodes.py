@@ -11,12 +11,12 @@ import torch
 from torch import nn
 
 from comfy_core.patching import ModelPatcher
-from comfy_core.patching.wrappers import WrappersMP
+from comfy_core.wrappers import WrappersMP
 from comfy_core.sampling import cfg
 from comfy_core.sampling.context_windows import (
     CONTEXT_WINDOW_OPTION, ContextFuseMethods, ContextSchedules, IndexListContextHandler,
 )
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.samplers.deterministic import sample_euler
 from graph.context import Interrupted, NodeContext, reset_current, set_current
 from graph.executor import Executor
@@ -255,7 +255,7 @@ def test_a_tiny_wan_i2v_samples_in_windows_with_its_concat_conditioning_cut_per_
     WanImageToVideo's keys (`concat_latent_image`, `concat_mask`, a CLIP-vision output) become
     the model's 5-D concat input, which each window gets its frames of; windows as long as the
     video change nothing, shorter ones change the result (attention sees fewer frames)."""
-    from comfy_core.patching.wrappers import add_callback_with_key
+    from comfy_core.wrappers import add_callback_with_key
     from comfy_core.sampling.context_windows import IndexListCallbacks
     from comfy_core.split.diffusion_model import load_diffusion_model
     from nodes.sampling import ksampler

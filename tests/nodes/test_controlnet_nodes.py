@@ -89,7 +89,7 @@ def test_apply_old_lends_the_controlnet_to_the_negative(tmp_path, sd1_with_promp
     from types import SimpleNamespace
 
     from comfy_core.sampling.conditioning import convert_cond, prepare_control
-    from comfy_core.sampling.model_sampling import ModelSampling
+    from comfy_core.models.model_sampling import ModelSampling
 
     cn = _cn(tmp_path)
     (pos,) = apply_controlnet_old(sd1_with_prompts.positive, cn, torch.rand(1, 16, 16, 3), 0.5)

@@ -11,10 +11,10 @@ from comfy_core.controlnet.runner import ControlNet
 from comfy_core.controlnet.sd3_runner import ControlNetSD35
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.latent_formats import sd3_latent_format
-from comfy_core.models.mmdit import MMDiT, MMDiTConfig
+from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
 from comfy_core.models.model_conditions import PooledConditions
 from comfy_core.patching.model import ModelPatcher
-from comfy_core.sampling.model_sampling import FlowModelSampling
+from comfy_core.models.model_sampling import FlowModelSampling
 from nodes.controlnet import apply_controlnet_sd3, load_controlnet
 from nodes.errors import NodeInputError
 from nodes.sampling import ksampler

@@ -104,7 +104,7 @@ def test_basic_guider_is_cfg_at_one(sd1) -> None:
 
 def _guided_x0(guider, model, x, sigma):
     """One guided prediction D(x, sigma) with the guider set up as for a run."""
-    from comfy_core.sampling.sampler_object import KSampler
+    from comfy_core.sampling.guider import SamplerObject
 
     seen = {}
 
@@ -112,7 +112,7 @@ def _guided_x0(guider, model, x, sigma):
         seen["x0"] = denoiser(x, sigma * x.new_ones([x.shape[0]]), **extra_args)
         return x0
 
-    guider.sample(torch.zeros_like(x), torch.zeros_like(x), KSampler(one_call), torch.tensor([sigma, 0.0]))
+    guider.sample(torch.zeros_like(x), torch.zeros_like(x), SamplerObject(one_call), torch.tensor([sigma, 0.0]))
     return seen["x0"]
 
 

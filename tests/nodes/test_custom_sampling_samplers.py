@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.sampling.sampler_object import KSampler
+from comfy_core.sampling.guider import SamplerObject
 from comfy_core.sampling.samplers import registry
 from nodes import sampler_nodes as sn
 from nodes import scheduler_nodes as sch
@@ -15,7 +15,7 @@ from tests.nodes.test_custom_sampling import _c, _d, _toy_model
 
 
 def _is(sampler, name: str, options: dict | None = None) -> bool:
-    return (isinstance(sampler, KSampler) and sampler.sampler_function is registry.sampler_function(name)
+    return (isinstance(sampler, SamplerObject) and sampler.sampler_function is registry.sampler_function(name)
             and sampler.extra_options == (options or {}))
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from comfy_core.patching import ModelPatcher
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.samplers.registry import SAMPLER_NAMES
 from comfy_core.sampling.schedulers import SCHEDULER_NAMES
 from graph.context import Interrupted, NodeContext, reset_current, set_current

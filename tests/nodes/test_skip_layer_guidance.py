@@ -12,7 +12,7 @@ from comfy_core.model_patches.skip_layer_guidance import (SkipLayerGuidance, Ski
                                                           skip_block, with_skipped_blocks)
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.sampling.cfg import sampling_function
-from comfy_core.sampling.model_sampling import FlowModelSampling
+from comfy_core.models.model_sampling import FlowModelSampling
 from graph.native import spec_of
 from graph.object_info import node_info
 from nodes import skip_layer_guidance as slg
@@ -249,7 +249,7 @@ def test_packs_call_comfyuis_execute_positionally(comfy_nodes, model):
 def test_the_real_tiny_mmdit_takes_the_skips_the_hook_writes():
     """On the MMDiT of this engine (tiny SD3.5-medium weights): the hook's extra pass equals the
     model run with ComfyUI's skip entries written by hand."""
-    from comfy_core.models.mmdit import MMDiT, MMDiTConfig
+    from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
     from tests.fixtures.mmdit_files import tiny_mmdit_state_dict
 
     state = tiny_mmdit_state_dict("sd35_medium", seed=5, prefix="")
@@ -282,7 +282,7 @@ def test_the_real_tiny_mmdit_takes_the_skips_the_hook_writes():
 def test_the_real_tiny_flux_takes_the_single_block_skips_of_the_simple_hook():
     """On the Flux of this engine (tiny weights): in range, the negative is Flux run with ComfyUI's
     single-block skip entry written by hand, the positive the plain run."""
-    from comfy_core.models.flux import Flux, FluxConfig
+    from comfy_core.families.flux.dit import Flux, FluxConfig
     from tests.fixtures.flux_files import tiny_flux_state_dict
 
     state = tiny_flux_state_dict(True, seed=5, depth=1, depth_single=2)

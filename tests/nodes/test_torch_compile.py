@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from comfy_core.patching.torch_compile import COMPILE_KEY, TORCH_COMPILE_KWARGS, TorchCompileError
-from comfy_core.patching.wrappers import WrappersMP
+from comfy_core.wrappers import WrappersMP
 from graph.native import spec_of
 from graph.object_info import node_info
 from nodes.errors import NodeInputError
@@ -59,7 +59,7 @@ def test_a_backend_this_device_cannot_run_is_a_typed_error(components):
 @pytest.mark.inductor
 def test_sampling_through_inductor_gives_the_uncompiled_latent(components):
     """Inductor generates and builds C++ kernels for the tiny UNet (about a minute here)."""
-    from comfy_core.sampling.driver import sample
+    from comfy_core.sampling.ksampler import sample
 
     model, cond, uncond = components
 

@@ -85,7 +85,7 @@ def test_default_factory_is_comfy_core_memory_manager():
 
 def test_lazy_imports_are_the_nodes_function_level_imports_and_all_import():
     names = lazy_imports("nodes")
-    assert {"torch", "comfy_core.sampling.driver", "comfy_core.loading", "comfy_core.prompt.conditioning",
+    assert {"torch", "comfy_core.sampling.ksampler", "comfy_core.loading", "comfy_core.prompt.conditioning",
             "safetensors.torch"} <= set(names)
     assert "graph.native" not in names and "nodes._names" not in names  # module-level imports
     for name in names:  # the warm-up list holds no stale module names

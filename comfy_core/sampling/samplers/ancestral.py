@@ -8,7 +8,7 @@ run their flow forms (`ancestral_rf`), as ComfyUI's do.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -16,60 +16,6 @@ from comfy_core.sampling.noise import NoiseSampler
 from comfy_core.sampling.samplers import ancestral_rf
 from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, get_ancestral_step,
                                                  half_log_snr, seeded_noise_sampler, sigma_of_half_log_snr, to_d)
-
-
-ToSigmaDown = Callable[[StepDenoiser, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def _ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None,
-               callback: StepCallback, eta: float, s_noise: float, noise_sampler: NoiseSampler | None,
-               to_sigma_down: ToSigmaDown, noise_unless_down_is_zero: bool) -> torch.Tensor:
-    """Ancestral sampling (Ho et al. 2020) in Karras et al.'s ODE form (k-diffusion): split each
-    step into a deterministic `to_sigma_down(run, x, denoised, sigma, sigma_down) -> x` and fresh
-    noise of std sigma_up (`get_ancestral_step`).
-
-    ComfyUI adds the noise whenever sigma_{i+1} > 0, except for euler/dpm_2 ancestral, which skip
-    it when sigma_down is 0 (`noise_unless_down_is_zero`); the two differ only when eta > 1.
-    """
-    run = StepDenoiser(model, x, extra_args, callback)
-    noise_sampler = seeded_noise_sampler(x, run.extra_args, noise_sampler)
-    for i in range(len(sigmas) - 1):
-        denoised = run.step(x, sigmas, i)
-        sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
-        x = to_sigma_down(run, x, denoised, sigmas[i], sigma_down)
-        if (sigma_down != 0) if noise_unless_down_is_zero else (sigmas[i + 1] > 0):
-            x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
-    return x
-
-
-def _euler_to(run: StepDenoiser, x: torch.Tensor, denoised: torch.Tensor, sigma: torch.Tensor,
-              sigma_down: torch.Tensor) -> torch.Tensor:
-    if sigma_down == 0:
-        return denoised
-    return x + to_d(x, sigma, denoised) * (sigma_down - sigma)
-
-
-def _dpm_2_to(run: StepDenoiser, x: torch.Tensor, denoised: torch.Tensor, sigma: torch.Tensor,
-              sigma_down: torch.Tensor) -> torch.Tensor:
-    d = to_d(x, sigma, denoised)
-    if sigma_down == 0:
-        return x + d * (sigma_down - sigma)
-    sigma_mid = sigma.log().lerp(sigma_down.log(), 0.5).exp()
-    x_2 = x + d * (sigma_mid - sigma)
-    d_2 = to_d(x_2, sigma_mid, run(x_2, sigma_mid))
-    return x + d_2 * (sigma_down - sigma)
-
-
-def _dpmpp_2s_to(run: StepDenoiser, x: torch.Tensor, denoised: torch.Tensor, sigma: torch.Tensor,
-                 sigma_down: torch.Tensor) -> torch.Tensor:
-    if sigma_down == 0:
-        return x + to_d(x, sigma, denoised) * (sigma_down - sigma)
-    t, t_next = half_log_snr(sigma), half_log_snr(sigma_down)
-    h = t_next - t
-    s = t + 0.5 * h
-    x_2 = (sigma_of_half_log_snr(s) / sigma_of_half_log_snr(t)) * x - (-h * 0.5).expm1() * denoised
-    denoised_2 = run(x_2, sigma_of_half_log_snr(s))
-    return (sigma_of_half_log_snr(t_next) / sigma_of_half_log_snr(t)) * x - (-h).expm1() * denoised_2
 
 
 @torch.no_grad()
@@ -81,7 +27,21 @@ def sample_euler_ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Tenso
     if ancestral_rf.is_flow_model(model):
         return ancestral_rf.sample_euler_ancestral_RF(
             model, x, sigmas, extra_args, callback, disable, eta, s_noise, noise_sampler)
-    return _ancestral(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, _euler_to, True)
+    extra_args = {} if extra_args is None else extra_args
+    noise_sampler = seeded_noise_sampler(x, extra_args, noise_sampler)
+    s_in = x.new_ones([x.shape[0]])
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
+        sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
+        if sigma_down == 0:
+            x = denoised
+        else:
+            d = to_d(x, sigmas[i], denoised)
+            x = x + d * (sigma_down - sigmas[i])  # Euler step to sigma_down
+            x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
+    return x
 
 
 @torch.no_grad()
@@ -92,7 +52,24 @@ def sample_dpm_2_ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Tenso
     if ancestral_rf.is_flow_model(model):
         return ancestral_rf.sample_dpm_2_ancestral_RF(
             model, x, sigmas, extra_args, callback, disable, eta, s_noise, noise_sampler)
-    return _ancestral(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, _dpm_2_to, True)
+    extra_args = {} if extra_args is None else extra_args
+    noise_sampler = seeded_noise_sampler(x, extra_args, noise_sampler)
+    s_in = x.new_ones([x.shape[0]])
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
+        sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
+        d = to_d(x, sigmas[i], denoised)
+        if sigma_down == 0:
+            x = x + d * (sigma_down - sigmas[i])  # Euler method
+        else:
+            sigma_mid = sigmas[i].log().lerp(sigma_down.log(), 0.5).exp()  # geometric mean
+            x_2 = x + d * (sigma_mid - sigmas[i])
+            d_2 = to_d(x_2, sigma_mid, model(x_2, sigma_mid * s_in, **extra_args))
+            x = x + d_2 * (sigma_down - sigmas[i])
+            x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
+    return x
 
 
 @torch.no_grad()
@@ -100,11 +77,30 @@ def sample_dpmpp_2s_ancestral(model: Denoiser, x: torch.Tensor, sigmas: torch.Te
                               callback: StepCallback = None, disable: Any = None, eta: float = 1.0,
                               s_noise: float = 1.0, noise_sampler: NoiseSampler | None = None) -> torch.Tensor:
     """DPM-Solver++(2S) single-step second order (Lu et al. 2022, arXiv 2211.01095, Algorithm 1)
-    to sigma_down, plus ancestral noise (k-diffusion)."""
+    to sigma_down, plus ancestral noise (k-diffusion), in t = -log sigma."""
     if ancestral_rf.is_flow_model(model):
         return ancestral_rf.sample_dpmpp_2s_ancestral_RF(
             model, x, sigmas, extra_args, callback, disable, eta, s_noise, noise_sampler)
-    return _ancestral(model, x, sigmas, extra_args, callback, eta, s_noise, noise_sampler, _dpmpp_2s_to, False)
+    extra_args = {} if extra_args is None else extra_args
+    noise_sampler = seeded_noise_sampler(x, extra_args, noise_sampler)
+    s_in = x.new_ones([x.shape[0]])
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
+        sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
+        if sigma_down == 0:
+            x = x + to_d(x, sigmas[i], denoised) * (sigma_down - sigmas[i])  # Euler method
+        else:
+            t, t_next = half_log_snr(sigmas[i]), half_log_snr(sigma_down)
+            h = t_next - t
+            s = t + 0.5 * h  # the midpoint in t
+            x_2 = (sigma_of_half_log_snr(s) / sigma_of_half_log_snr(t)) * x - (-h * 0.5).expm1() * denoised
+            denoised_2 = model(x_2, sigma_of_half_log_snr(s) * s_in, **extra_args)
+            x = (sigma_of_half_log_snr(t_next) / sigma_of_half_log_snr(t)) * x - (-h).expm1() * denoised_2
+        if sigmas[i + 1] > 0:
+            x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
+    return x
 
 
 def _ddpm_step(x_vp: torch.Tensor, sigma: torch.Tensor, sigma_prev: torch.Tensor, eps: torch.Tensor,

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import torch
 
+from comfy_core import extension_points
 from comfy_core.sampling import noise as _noise
 from comfy_core.sampling.noise import NoiseSampler
 
@@ -45,14 +46,13 @@ def sigma_of_half_log_snr(lam: torch.Tensor) -> torch.Tensor:
 
 
 def seeded_noise_sampler(x: torch.Tensor, extra_args: dict, noise_sampler: NoiseSampler | None) -> NoiseSampler:
-    """`noise_sampler`, or else ComfyUI's default one seeded from `extra_args["seed"]`.
-
-    Read through the module (not imported by name): packs replace
-    `comfy.k_diffusion.sampling.default_noise_sampler` (AnimateDiff's and smZNodes' noise options),
-    which assigns `comfy_core.sampling.noise.default_noise_sampler`, and every sampler then uses it."""
+    """`noise_sampler`, or else the default one seeded from `extra_args["seed"]`: the host's
+    `default_noise_sampler` extension point (a pack's `comfy.k_diffusion.sampling.
+    default_noise_sampler = f`: AnimateDiff's and smZNodes' noise options) or ComfyUI's."""
     if noise_sampler is not None:
         return noise_sampler
-    return _noise.default_noise_sampler(x, seed=extra_args.get("seed"))
+    default = extension_points.current().default_noise_sampler or _noise.default_noise_sampler
+    return default(x, seed=extra_args.get("seed"))
 
 
 def get_ancestral_step(sigma_from: torch.Tensor, sigma_to: torch.Tensor,

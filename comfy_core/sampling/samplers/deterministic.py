@@ -1,7 +1,9 @@
 """Deterministic (ODE) samplers: euler, heun, heunpp2, dpm_2, lms, dpmpp_2m, ipndm, ipndm_v.
 
 Each follows k-diffusion's calling convention (see the package docstring) and ComfyUI's copy of
-k-diffusion (`comfy/k_diffusion/sampling.py`) where the two differ (noted per function).
+k-diffusion (`comfy/k_diffusion/sampling.py`) where the two differ (noted per function). The plain
+ones are one self-contained loop each, as in k-diffusion: per step, (EDM churn,) one call
+`model(x, sigma * s_in, **extra_args)` for the x0 prediction, the callback, and the update.
 """
 from __future__ import annotations
 
@@ -13,74 +15,22 @@ from scipy import integrate
 from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, churn, derivative_multistep,
                                                  half_log_snr, to_d)
 
-ChurnedStep = Callable[[StepDenoiser, torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor], torch.Tensor]
-
-
-def _churned_ode(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None,
-                 callback: StepCallback, churn_options: tuple[float, float, float, float],
-                 advance: ChurnedStep) -> torch.Tensor:
-    """Karras et al. 2022, Algorithm 2's loop: churn sigma_i up to sigma_hat, evaluate D and the ODE
-    derivative d there, report, then `advance(run, x, d, sigmas, i, sigma_hat) -> x` to sigma_{i+1}.
-
-    `churn_options` is (s_churn, s_tmin, s_tmax, s_noise).
-    """
-    run = StepDenoiser(model, x, extra_args, callback)
-    for i in range(len(sigmas) - 1):
-        x, sigma_hat = churn(x, sigmas, i, *churn_options)
-        d = to_d(x, sigma_hat, run.step(x, sigmas, i, sigma_hat))
-        x = advance(run, x, d, sigmas, i, sigma_hat)
-    return x
-
-
-def _euler_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
-                sigma_hat: torch.Tensor) -> torch.Tensor:
-    return x + d * (sigmas[i + 1] - sigma_hat)
-
-
-def _heun_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
-               sigma_hat: torch.Tensor) -> torch.Tensor:
-    dt = sigmas[i + 1] - sigma_hat
-    if sigmas[i + 1] == 0:
-        return x + d * dt
-    x_2 = x + d * dt
-    d_2 = to_d(x_2, sigmas[i + 1], run(x_2, sigmas[i + 1]))
-    return x + (d + d_2) / 2 * dt
-
-
-def _heunpp2_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
-                  sigma_hat: torch.Tensor) -> torch.Tensor:
-    s_end = sigmas[-1]
-    dt = sigmas[i + 1] - sigma_hat
-    if sigmas[i + 1] == s_end:
-        return x + d * dt
-    x_2 = x + d * dt
-    d_2 = to_d(x_2, sigmas[i + 1], run(x_2, sigmas[i + 1]))
-    if sigmas[i + 2] == s_end:
-        w2 = sigmas[i + 1] / (2 * sigmas[0])
-        return x + (d * (1 - w2) + d_2 * w2) * dt
-    x_3 = x_2 + d_2 * (sigmas[i + 2] - sigmas[i + 1])
-    d_3 = to_d(x_3, sigmas[i + 2], run(x_3, sigmas[i + 2]))
-    w = 3 * sigmas[0]
-    w2, w3 = sigmas[i + 1] / w, sigmas[i + 2] / w
-    return x + ((1 - w2 - w3) * d + w2 * d_2 + w3 * d_3) * dt
-
-
-def _dpm_2_step(run: StepDenoiser, x: torch.Tensor, d: torch.Tensor, sigmas: torch.Tensor, i: int,
-                sigma_hat: torch.Tensor) -> torch.Tensor:
-    if sigmas[i + 1] == 0:
-        return x + d * (sigmas[i + 1] - sigma_hat)
-    sigma_mid = sigma_hat.log().lerp(sigmas[i + 1].log(), 0.5).exp()
-    x_2 = x + d * (sigma_mid - sigma_hat)
-    d_2 = to_d(x_2, sigma_mid, run(x_2, sigma_mid))
-    return x + d_2 * (sigmas[i + 1] - sigma_hat)
-
 
 @torch.no_grad()
 def sample_euler(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                  callback: StepCallback = None, disable: Any = None, s_churn: float = 0.0,
                  s_tmin: float = 0.0, s_tmax: float = float("inf"), s_noise: float = 1.0) -> torch.Tensor:
     """Euler steps on the probability-flow ODE: Karras et al. 2022, Algorithm 2 (Euler variant)."""
-    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _euler_step)
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    for i in range(len(sigmas) - 1):
+        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
+        denoised = model(x, sigma_hat * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigma_hat, "denoised": denoised})
+        d = to_d(x, sigma_hat, denoised)
+        x = x + d * (sigmas[i + 1] - sigma_hat)
+    return x
 
 
 @torch.no_grad()
@@ -88,7 +38,22 @@ def sample_heun(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_ar
                 callback: StepCallback = None, disable: Any = None, s_churn: float = 0.0,
                 s_tmin: float = 0.0, s_tmax: float = float("inf"), s_noise: float = 1.0) -> torch.Tensor:
     """Heun's second-order method: Karras et al. 2022, Algorithm 2. Euler on the step to sigma 0."""
-    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _heun_step)
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    for i in range(len(sigmas) - 1):
+        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
+        denoised = model(x, sigma_hat * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigma_hat, "denoised": denoised})
+        d = to_d(x, sigma_hat, denoised)
+        dt = sigmas[i + 1] - sigma_hat
+        if sigmas[i + 1] == 0:
+            x = x + d * dt  # Euler method
+        else:
+            x_2 = x + d * dt
+            d_2 = to_d(x_2, sigmas[i + 1], model(x_2, sigmas[i + 1] * s_in, **extra_args))
+            x = x + (d + d_2) / 2 * dt  # Heun's method: the mean of the two slopes
+    return x
 
 
 @torch.no_grad()
@@ -101,7 +66,32 @@ def sample_heunpp2(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra
 
     ComfyUI also draws an unused `randn_like` every step (advancing the global RNG); we do not.
     """
-    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _heunpp2_step)
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    s_end = sigmas[-1]
+    for i in range(len(sigmas) - 1):
+        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
+        denoised = model(x, sigma_hat * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigma_hat, "denoised": denoised})
+        d = to_d(x, sigma_hat, denoised)
+        dt = sigmas[i + 1] - sigma_hat
+        if sigmas[i + 1] == s_end:
+            x = x + d * dt  # Euler on the last step
+        elif sigmas[i + 2] == s_end:  # Heun-like, weighted towards the first slope
+            x_2 = x + d * dt
+            d_2 = to_d(x_2, sigmas[i + 1], model(x_2, sigmas[i + 1] * s_in, **extra_args))
+            w2 = sigmas[i + 1] / (2 * sigmas[0])
+            x = x + (d * (1 - w2) + d_2 * w2) * dt
+        else:  # slopes at sigma_{i+1} and sigma_{i+2}, blended with the first
+            x_2 = x + d * dt
+            d_2 = to_d(x_2, sigmas[i + 1], model(x_2, sigmas[i + 1] * s_in, **extra_args))
+            x_3 = x_2 + d_2 * (sigmas[i + 2] - sigmas[i + 1])
+            d_3 = to_d(x_3, sigmas[i + 2], model(x_3, sigmas[i + 2] * s_in, **extra_args))
+            w = 3 * sigmas[0]
+            w2, w3 = sigmas[i + 1] / w, sigmas[i + 2] / w
+            x = x + ((1 - w2 - w3) * d + w2 * d_2 + w3 * d_3) * dt
+    return x
 
 
 @torch.no_grad()
@@ -110,7 +100,22 @@ def sample_dpm_2(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_a
                  s_tmin: float = 0.0, s_tmax: float = float("inf"), s_noise: float = 1.0) -> torch.Tensor:
     """Second-order midpoint steps at the geometric-mean sigma, inspired by DPM-Solver-2
     (Lu et al. 2022, arXiv 2206.00927) and Karras et al. 2022 Algorithm 2 (k-diffusion)."""
-    return _churned_ode(model, x, sigmas, extra_args, callback, (s_churn, s_tmin, s_tmax, s_noise), _dpm_2_step)
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    for i in range(len(sigmas) - 1):
+        x, sigma_hat = churn(x, sigmas, i, s_churn, s_tmin, s_tmax, s_noise)
+        denoised = model(x, sigma_hat * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigma_hat, "denoised": denoised})
+        d = to_d(x, sigma_hat, denoised)
+        if sigmas[i + 1] == 0:
+            x = x + d * (sigmas[i + 1] - sigma_hat)  # Euler method
+        else:
+            sigma_mid = sigma_hat.log().lerp(sigmas[i + 1].log(), 0.5).exp()  # geometric mean
+            x_2 = x + d * (sigma_mid - sigma_hat)
+            d_2 = to_d(x_2, sigma_mid, model(x_2, sigma_mid * s_in, **extra_args))
+            x = x + d_2 * (sigmas[i + 1] - sigma_hat)
+    return x
 
 
 def linear_multistep_coeff(order: int, t: Any, i: int, j: int) -> float:
@@ -133,11 +138,14 @@ def sample_lms(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_arg
                callback: StepCallback = None, disable: Any = None, order: int = 4) -> torch.Tensor:
     """Linear multistep (Adams-Bashforth in sigma) of up to `order`, coefficients by quadrature
     (k-diffusion). As ComfyUI, the step to sigma 0 returns the denoised sample."""
-    run = StepDenoiser(model, x, extra_args, callback)
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
     sigmas_cpu = sigmas.detach().cpu().numpy()
     ds: list[torch.Tensor] = []
     for i in range(len(sigmas) - 1):
-        denoised = run.step(x, sigmas, i)
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
         ds.append(to_d(x, sigmas[i], denoised))
         if len(ds) > order:
             ds.pop(0)
@@ -153,16 +161,20 @@ def sample_lms(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_arg
 @torch.no_grad()
 def sample_dpmpp_2m(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                     callback: StepCallback = None, disable: Any = None) -> torch.Tensor:
-    """DPM-Solver++(2M): Lu et al. 2022, "DPM-Solver++" (arXiv 2211.01095), Algorithm 2, in t = -log sigma."""
-    run = StepDenoiser(model, x, extra_args, callback)
+    """DPM-Solver++(2M): Lu et al. 2022, "DPM-Solver++" (arXiv 2211.01095), Algorithm 2, in
+    t = -log sigma (the half-log-SNR of an eps/v model)."""
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
     old_denoised = None
     for i in range(len(sigmas) - 1):
-        denoised = run.step(x, sigmas, i)
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
         t, t_next = half_log_snr(sigmas[i]), half_log_snr(sigmas[i + 1])
         h = t_next - t
         ratio = t_next.neg().exp() / t.neg().exp()  # sigma_{i+1}/sigma_i, rounded as ComfyUI
         if old_denoised is None or sigmas[i + 1] == 0:
-            x = ratio * x - (-h).expm1() * denoised
+            x = ratio * x - (-h).expm1() * denoised  # first order (DPM-Solver++(1) = DDIM)
         else:
             r = (t + sigmas[i - 1].log()) / h  # h_last / h
             denoised_d = (1 + 1 / (2 * r)) * denoised - (1 / (2 * r)) * old_denoised

@@ -5,14 +5,22 @@ ComfyUI's `comfy/samplers.py` lists them, so workflows and `/object_info` match.
 returned by `sampler_function` takes a sigma list (k-diffusion's convention); `dpm_fast` and
 `dpm_adaptive` are wrapped to turn the list into (sigma_min, sigma_max) as ComfyUI does.
 All 42 are implemented; the functions live in `comfy_core.sampling.samplers.kdiffusion` (the
-namespace `comfy.k_diffusion.sampling` is over), looked up there by name at each run.
+namespace `comfy.k_diffusion.sampling` is over).
+
+What a host changed is read from the extension points in force (comfy_core/extension_points.py)
+at each lookup, never from a module global: `sampler_names()` is the host's live list (a pack's
+`KSampler.SAMPLERS.insert(...)`) or ours, and `sampler_function(name)` is the host's
+`samplers[name]` (a pack's `comfy.k_diffusion.sampling.sample_<name> = fn`) or ours.
 
 The name lists import without torch (the sampler modules are imported on first lookup), so the
 node layer can declare its combos from them before torch is loaded.
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import Callable, Sequence
+
+from comfy_core import extension_points
 
 
 class UnknownSamplerError(ValueError):
@@ -34,27 +42,31 @@ SAMPLER_NAMES: tuple[str, ...] = KSAMPLER_NAMES + ("ddim", "uni_pc", "uni_pc_bh2
 # Samplers that want `steps + 1` sigmas with the penultimate dropped (ComfyUI's KSampler rule).
 DISCARD_PENULTIMATE_SIGMA_SAMPLERS: frozenset[str] = frozenset({"dpm_2", "dpm_2_ancestral", "uni_pc", "uni_pc_bh2"})
 
-# The live name lists. ComfyUI's `comfy.samplers.KSAMPLER_NAMES` and `SAMPLER_NAMES` (which is
-# also `KSampler.SAMPLERS`) are mutable lists that node packs extend to add samplers (smZNodes
-# inserts "dpmpp_2m_alt" into `KSampler.SAMPLERS`); the compat surface hands out these very
-# objects and the built-in nodes read their combos from them when rendered and validated, so a
-# name a pack adds is offered and accepted like ComfyUI's own. The tuples above stay ComfyUI's.
-KSAMPLER_NAME_LIST: list[str] = list(KSAMPLER_NAMES)
-SAMPLER_NAME_LIST: list[str] = list(SAMPLER_NAMES)
-
 SamplerFunction = Callable[..., object]
 
 # Names whose function is not `sample_<name>` of the k-diffusion namespace (ComfyUI's `ksampler`
 # and `sampler_object` special cases): dpm_fast / dpm_adaptive take (sigma_min, sigma_max), so a
-# wrapper turns the sigma list into those; ddim is euler (its random inpaint noise lives in
-# `sampler_object`); uni_pc lives beside k-diffusion, as ComfyUI's `extra_samplers.uni_pc`.
+# wrapper turns the sigma list into those; ddim is euler (handled in `_lookup`; its random inpaint noise lives in
+# `guider.sampler_object`); uni_pc lives beside k-diffusion, as ComfyUI's `extra_samplers.uni_pc`.
 _SPECIAL: dict[str, tuple[str, str]] = {
     "dpm_fast": ("comfy_core.sampling.samplers.dpm_solver", "sample_dpm_fast_sigmas"),
     "dpm_adaptive": ("comfy_core.sampling.samplers.dpm_solver", "sample_dpm_adaptive_sigmas"),
-    "ddim": ("comfy_core.sampling.samplers.kdiffusion", "sample_euler"),
     "uni_pc": ("comfy_core.sampling.samplers.uni_pc", "sample_unipc"),
     "uni_pc_bh2": ("comfy_core.sampling.samplers.uni_pc", "sample_unipc_bh2"),
 }
+
+
+def sampler_names() -> Sequence[str]:
+    """The sampler names on offer now: the host's live list (`SAMPLER_NAMES` as its packs left it)
+    or ComfyUI's."""
+    names = extension_points.current().sampler_names
+    return SAMPLER_NAMES if names is None else names
+
+
+def ksampler_names() -> Sequence[str]:
+    """ComfyUI's `KSAMPLER_NAMES` as the host's packs left it (ours without a host)."""
+    names = extension_points.current().ksampler_names
+    return KSAMPLER_NAMES if names is None else names
 
 
 def implemented_sampler_names() -> tuple[str, ...]:
@@ -62,18 +74,31 @@ def implemented_sampler_names() -> tuple[str, ...]:
     return tuple(n for n in SAMPLER_NAMES if _lookup(n) is not None)
 
 
+@functools.lru_cache(maxsize=None)
+def built_in_kdiffusion_function(function_name: str) -> SamplerFunction | None:
+    """Our `sample_<name>` of the k-diffusion namespace (a fixed module: nothing assigns into it)."""
+    import importlib
+
+    fn = getattr(importlib.import_module("comfy_core.sampling.samplers.kdiffusion"), f"sample_{function_name}", None)
+    return fn if callable(fn) else None
+
+
+def kdiffusion_function(function_name: str) -> SamplerFunction | None:
+    """`sample_<function_name>` as a sampler run sees it: the host's (a pack's assignment to
+    `comfy.k_diffusion.sampling`) or ours; None when neither has one."""
+    fn = extension_points.current().samplers.get(function_name)
+    return fn if fn is not None else built_in_kdiffusion_function(function_name)
+
+
 def _lookup(name: str) -> SamplerFunction | None:
     import importlib
 
+    if name == "ddim":
+        return kdiffusion_function("euler")
     if name in _SPECIAL:
         module, attribute = _SPECIAL[name]
         return getattr(importlib.import_module(module), attribute)
-    # Read from the namespace module on every call (ComfyUI's `getattr(k_diffusion_sampling,
-    # "sample_" + name)`): a pack that assigns `comfy.k_diffusion.sampling.sample_<name>` (to add a
-    # sampler or to wrap one of ours) assigns it there, and the next run uses it.
-    namespace = importlib.import_module("comfy_core.sampling.samplers.kdiffusion")
-    fn = getattr(namespace, f"sample_{name}", None)
-    return fn if callable(fn) else None
+    return kdiffusion_function(name)
 
 
 def sampler_function(name: str) -> SamplerFunction:
@@ -82,6 +107,6 @@ def sampler_function(name: str) -> SamplerFunction:
     fn = _lookup(name) if isinstance(name, str) else None
     if fn is None:
         raise UnknownSamplerError(
-            f"unknown sampler {name!r}: neither one of {', '.join(SAMPLER_NAME_LIST)} with an implementation "
+            f"unknown sampler {name!r}: neither one of {', '.join(sampler_names())} with an implementation "
             f"nor a function a node pack registered as comfy.k_diffusion.sampling.sample_{name}")
     return fn

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from comfy_core.sampling.noise import NoiseSampler
 from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, half_log_snr,
                                                  seeded_noise_sampler)

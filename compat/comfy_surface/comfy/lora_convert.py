@@ -1,4 +1,4 @@
-"""ComfyUI's `comfy.lora_convert` for node packs (comfy_core/lora/patch_dicts.py)."""
+"""ComfyUI's `comfy.lora_convert` for node packs (compat/lora_api.py)."""
 from compat.facade import facade
 
-facade(__name__, {"convert_lora": "comfy_core.lora.patch_dicts:convert_lora"})
+facade(__name__, {"convert_lora": "compat.lora_api:convert_lora"})

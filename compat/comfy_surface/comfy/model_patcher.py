@@ -5,10 +5,10 @@ from compat.facade import facade
 
 facade(__name__, {
     "ModelPatcher": "comfy_core.patching.model:ModelPatcher",
-    "PatcherInjection": "comfy_core.patching.wrappers:PatcherInjection",
-    "CallbacksMP": "comfy_core.patching.wrappers:CallbacksMP",
-    "WrappersMP": "comfy_core.patching.wrappers:WrappersMP",
-    "WrapperExecutor": "comfy_core.patching.wrappers:WrapperExecutor",
+    "PatcherInjection": "comfy_core.wrappers:PatcherInjection",
+    "CallbacksMP": "comfy_core.wrappers:CallbacksMP",
+    "WrappersMP": "comfy_core.wrappers:WrappersMP",
+    "WrapperExecutor": "comfy_core.wrappers:WrapperExecutor",
     "set_model_options_patch_replace": "comfy_core.patching.model_options:set_model_options_patch_replace",
     "set_model_options_post_cfg_function": "comfy_core.patching.model_options:set_model_options_post_cfg_function",
     "set_model_options_pre_cfg_function": "comfy_core.patching.model_options:set_model_options_pre_cfg_function",

@@ -1,18 +1,18 @@
 """ComfyUI's `comfy.sample` for node packs: `sample` (KSampler semantics), `sample_custom`,
-`prepare_noise`, `fix_empty_latent_channels` over comfy_core.sampling (driver, noise).
+`prepare_noise`, `fix_empty_latent_channels` over comfy_core.sampling (ksampler, noise).
 
-`comfy.sample.sample = f` (Impact-Pack's error enhancer) replaces the driver function the
-KSampler nodes call.
+`comfy.sample.sample = f` (Impact-Pack's error enhancer) sets the session's `sample_steps`
+extension point, which the KSampler nodes call (nodes/sampling.py).
 """
 import numpy as np  # noqa: F401  (ComfyUI's module exposes it; a pack reads comfy.sample.np)
 
-from compat.facade import facade
+from compat.facade import facade, point
 
 _HELPERS = "compat.samplers_helpers"
 
 facade(__name__, {
-    "sample": "comfy_core.sampling.driver:sample",
-    "sample_custom": "comfy_core.sampling.driver:sample_custom",
+    "sample": point("sample_steps", "comfy_core.sampling.ksampler:sample"),
+    "sample_custom": "comfy_core.sampling.ksampler:sample_custom",
     "prepare_noise": "comfy_core.sampling.noise:prepare_noise",
     "fix_empty_latent_channels": f"{_HELPERS}:fix_empty_latent_channels",
     "prepare_mask": f"{_HELPERS}:prepare_mask",

@@ -3,35 +3,34 @@ schedulers under ComfyUI's names (comfy_core.sampling; ComfyUI-signature adapter
 compat/samplers_api.py). Importable without torch: the name lists and the `KSampler` class are
 torch-free, every other name resolves on first read (compat/facade.py).
 
-The lists are the live ones the built-in nodes read (`KSampler.SAMPLERS is SAMPLER_NAMES`, as in
-ComfyUI), and assigning a name here (`comfy.samplers.sampling_function = f`,
-`comfy.samplers.KSampler.sample = f`, `comfy.samplers.sample = f`) replaces it where our runtime
-calls it.
+What packs change here changes the active session's extension points (compat/samplers_points.py,
+comfy_core/extension_points.py) and no module of comfy_core: the name lists are the session's live
+ones, which the built-in nodes' combos read (`KSampler.SAMPLERS is SAMPLER_NAMES`, as in ComfyUI);
+`SCHEDULER_HANDLERS[name] = ...` adds a schedule; assigning `sampling_function`, `cfg_function`,
+`calc_cond_batch`, `sample` or `KSampler.sample` replaces it where our runtime calls it.
 """
+import sys
+
 from comfy.k_diffusion import sampling as k_diffusion_sampling  # noqa: F401  (ComfyUI's module name)
-from comfy_core.sampling.ksampler import KSampler  # noqa: F401  (torch-free; packs read KSampler.SAMPLERS)
-from compat.facade import facade
+from compat.facade import facade, point
+from compat.samplers_points import KSampler, SamplersModule  # noqa: F401  (torch-free; packs read KSampler.SAMPLERS)
 
 _CORE = "comfy_core.sampling"
 _API = "compat.samplers_api"
 
 facade(__name__, {
-    "SAMPLER_NAMES": f"{_CORE}.samplers.registry:SAMPLER_NAME_LIST",
-    "KSAMPLER_NAMES": f"{_CORE}.samplers.registry:KSAMPLER_NAME_LIST",
-    "SCHEDULER_NAMES": f"{_CORE}.scheduler_names:SCHEDULER_NAME_LIST",
-    "SCHEDULER_HANDLERS": f"{_CORE}.schedulers:SCHEDULER_HANDLERS",
     "SchedulerHandler": f"{_CORE}.schedulers:SchedulerHandler",
     "calculate_sigmas": f"{_CORE}.schedulers:calculate_sigmas",
-    "sample": f"{_CORE}.ksampler:sample",
+    "sample": point("sample", f"{_CORE}.ksampler:guided_sample"),
     "CFGGuider": f"{_CORE}.guider:CFGGuider",
-    "Sampler": f"{_CORE}.sampler_object:Sampler",
-    "KSAMPLER": f"{_CORE}.sampler_object:KSampler",
-    "KSamplerX0Inpaint": f"{_CORE}.sampler_object:InpaintDenoiser",
-    "ksampler": f"{_CORE}.sampler_object:ksampler",
-    "sampler_object": f"{_CORE}.sampler_object:sampler_object",
-    "sampling_function": f"{_CORE}.cfg:sampling_function",
-    "cfg_function": f"{_CORE}.cfg:cfg_function",
-    "calc_cond_batch": f"{_CORE}.cond_batch:calc_cond_batch",
+    "Sampler": f"{_CORE}.guider:Sampler",
+    "KSAMPLER": f"{_CORE}.guider:SamplerObject",
+    "KSamplerX0Inpaint": f"{_CORE}.guider:InpaintDenoiser",
+    "ksampler": f"{_CORE}.guider:ksampler",
+    "sampler_object": f"{_CORE}.guider:sampler_object",
+    "sampling_function": point("sampling_function", f"{_CORE}.cfg:sampling_function"),
+    "cfg_function": point("cfg_function", f"{_CORE}.cfg:cfg_function"),
+    "calc_cond_batch": point("calc_cond_batch", f"{_CORE}.cond_batch:calc_cond_batch"),
     "calc_cond_uncond_batch": f"{_API}:calc_cond_uncond_batch",
     "get_area_and_mult": f"{_API}:get_area_and_mult",
     "can_concat_cond": f"{_API}:can_concat_cond",
@@ -52,3 +51,4 @@ facade(__name__, {
     "linear_quadratic_schedule": f"{_API}:linear_quadratic_schedule",
     "kl_optimal_scheduler": f"{_API}:kl_optimal_scheduler",
 })
+sys.modules[__name__].__class__ = SamplersModule

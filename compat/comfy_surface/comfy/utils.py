@@ -1,7 +1,7 @@
 """ComfyUI's `comfy.utils` for node packs: every public name of ComfyUI 0.3.64's module but the
 PixArt / AuraFlow name tables and the `MMDIT_MAP_*` sets (families this engine does not have).
 `flux_to_diffusers` / `mmdit_to_diffusers` are the diffusers -> BFL / SAI key maps our Flux and
-SD3 loaders and LoRA key maps use (comfy_core/models/flux_keys.py, mmdit_keys.py).
+SD3 loaders and LoRA key maps use (comfy_core/families/flux/keys.py, comfy_core/families/sd3/keys.py).
 
 Homes: compat/tensors.py (weight files, resizing, batch repeat), compat/files_utils.py (state
 dicts, attribute paths, name tables, masks, progress switches), compat/progress.py
@@ -42,8 +42,8 @@ facade(__name__, {
     "repeat_to_batch_size": "compat.tensors:repeat_to_batch_size",
     "bislerp": "comfy_core.models.latent_resize:bislerp",
     "lanczos": "comfy_core.image.resize:lanczos",
-    "flux_to_diffusers": "comfy_core.models.flux_keys:flux_to_diffusers",
-    "mmdit_to_diffusers": "comfy_core.models.mmdit_keys:mmdit_to_diffusers",
+    "flux_to_diffusers": "comfy_core.families.flux.keys:flux_to_diffusers",
+    "mmdit_to_diffusers": "comfy_core.families.sd3.keys:mmdit_to_diffusers",
     **{name: f"{_FILES}:{name}" for name in (
         "MMAP_TORCH_FILES", "DISABLE_MMAP", "ALWAYS_SAFE_LOAD", "PROGRESS_BAR_ENABLED", "PROGRESS_BAR_HOOK",
         "set_progress_bar_enabled", "set_progress_bar_global_hook", "save_torch_file", "calculate_parameters",

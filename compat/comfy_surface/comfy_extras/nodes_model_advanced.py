@@ -11,5 +11,5 @@ export_nodes(globals(), __name__)
 facade(__name__, {
     **{name: f"compat.mp_model_sampling:{name}" for name in (
         "LCM", "ModelSamplingDiscreteDistilled", "EPS", "V_PREDICTION", "X0", "IMG_TO_IMG")},
-    "rescale_zero_terminal_snr_sigmas": "comfy_core.sampling.model_sampling:rescale_zero_terminal_snr",
+    "rescale_zero_terminal_snr_sigmas": "comfy_core.models.model_sampling:rescale_zero_terminal_snr",
 })

@@ -12,7 +12,7 @@ from comfy_core.controlnet.control_lora import merged_state
 from comfy_core.controlnet.hint import broadcast_image_to
 from comfy_core.controlnet.load import load_controlnet
 from comfy_core.controlnet.types import StrengthType
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 from tests.fixtures import controlnets as fx
 
 

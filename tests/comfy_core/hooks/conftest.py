@@ -100,6 +100,6 @@ def recorder():
 @pytest.fixture(scope="module")
 def sigmas(sd1):
     """A 4-step normal schedule of the tiny model (5 sigmas)."""
-    from comfy_core.sampling.driver import ksampler_sigmas
+    from comfy_core.sampling.ksampler import ksampler_sigmas
 
     return ksampler_sigmas(sd1.model.model_sampling, 4, "euler", "normal")

@@ -12,7 +12,7 @@ from comfy_core.hooks import patch_weights_from_model
 from comfy_core.hooks.conditioning import set_conds_props
 from comfy_core.hooks.sampling import HookRun
 from comfy_core.lora import load_lora_for_models
-from comfy_core.sampling import driver
+from comfy_core.sampling import ksampler
 
 CFG = 6.0
 
@@ -115,7 +115,7 @@ def test_a_hook_group_is_computed_once_and_then_reused(sd1, recorder, sigmas):
 def sample(model, positive, negative, steps=3):
     torch.manual_seed(0)
     noise = torch.randn(1, 4, 8, 8)
-    return driver.sample(model, noise, steps, CFG, "euler", "normal", positive, negative, torch.zeros(1, 4, 8, 8))
+    return ksampler.sample(model, noise, steps, CFG, "euler", "normal", positive, negative, torch.zeros(1, 4, 8, 8))
 
 
 @pytest.mark.parametrize("how", ["strength_model", "keyframe"])

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from comfy_core.model_patches.differential_diffusion import DifferentialDiffusion, mask_threshold
 from comfy_core.model_patches.downscale import DownscaleInput, UpscaleOutput
-from comfy_core.sampling.model_sampling import ModelSampling
+from comfy_core.models.model_sampling import ModelSampling
 
 
 def test_downscale_acts_at_its_block_inside_its_sigma_window_only() -> None:

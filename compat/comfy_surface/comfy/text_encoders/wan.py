@@ -13,8 +13,8 @@ ComfyUI's (`WanT5Model(device=..., dtype=...)` is not a way to make one here).
 from compat.facade import facade
 
 facade(__name__, {
-    "WanT5Model": "comfy_core.text_encoders.umt5:WanT5Model",
-    "WanT5Tokenizer": "comfy_core.text_encoders.umt5:WanT5Tokenizer",
+    "WanT5Model": "comfy_core.families.wan.encoders:WanT5Model",
+    "WanT5Tokenizer": "comfy_core.families.wan.encoders:WanT5Tokenizer",
     "UMT5XXlModel": "comfy_core.text_encoders.umt5:UMT5XXlModel",
     "UMT5XXlTokenizer": "comfy_core.text_encoders.umt5_tokenizer:UMT5XXlTokenizer",
 })

@@ -1,12 +1,12 @@
 """ComfyUI's `comfy.ldm.chroma.layers` for node packs: Chroma's blocks
-(`comfy_core.models.flux_chroma_blocks`) and the Flux pieces it imports."""
+(`comfy_core.families.chroma.blocks`) and the Flux pieces it imports."""
 from compat.facade import facade
 
-_B = "comfy_core.models.flux_chroma_blocks:"
+_B = "comfy_core.families.chroma.blocks:"
 facade(__name__, {
     **{name: _B + name for name in ("Approximator", "ChromaModulationOut", "DoubleStreamBlock", "LastLayer",
                                     "SingleStreamBlock")},
-    **{name: "comfy_core.models.flux_blocks:" + name for name in ("MLPEmbedder", "ModulationOut", "QKNorm", "RMSNorm",
+    **{name: "comfy_core.families.flux.blocks:" + name for name in ("MLPEmbedder", "ModulationOut", "QKNorm", "RMSNorm",
                                                                    "SelfAttention")},
-    "attention": "comfy_core.models.flux_math:attention",
+    "attention": "comfy_core.families.flux.math:attention",
 })

@@ -1,14 +1,14 @@
 """ComfyUI's `comfy.ldm.chroma.model` for node packs: the Chroma transformer
-(`comfy_core.models.flux_chroma`). `ChromaParams` is our `ChromaConfig` (ComfyUI's field names;
-`Chroma(**params)` takes them); the blocks are `comfy_core.models.flux_chroma_blocks`'."""
+(`comfy_core.families.chroma.dit`). `ChromaParams` is our `ChromaConfig` (ComfyUI's field names;
+`Chroma(**params)` takes them); the blocks are `comfy_core.families.chroma.blocks`'."""
 from compat.facade import facade
 
-_B = "comfy_core.models.flux_chroma_blocks:"
+_B = "comfy_core.families.chroma.blocks:"
 facade(__name__, {
-    "Chroma": "comfy_core.models.flux_chroma:Chroma",
-    "ChromaParams": "comfy_core.models.flux_chroma:ChromaConfig",
+    "Chroma": "comfy_core.families.chroma.dit:Chroma",
+    "ChromaParams": "comfy_core.families.chroma.dit:ChromaConfig",
     **{name: _B + name for name in ("Approximator", "ChromaModulationOut", "DoubleStreamBlock", "LastLayer",
                                     "SingleStreamBlock")},
-    "EmbedND": "comfy_core.models.flux_blocks:EmbedND",
-    "timestep_embedding": "comfy_core.models.flux_blocks:timestep_embedding",
+    "EmbedND": "comfy_core.families.flux.blocks:EmbedND",
+    "timestep_embedding": "comfy_core.families.flux.blocks:timestep_embedding",
 })

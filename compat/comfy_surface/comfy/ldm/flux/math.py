@@ -1,8 +1,8 @@
 """ComfyUI's `comfy.ldm.flux.math` for node packs: Flux's RoPE (ComfyUI's rotation-matrix layout)
-and the DiT attention over `[B, H, L, D]`, the functions our Flux runs (`comfy_core.models.flux_math`)."""
+and the DiT attention over `[B, H, L, D]`, the functions our Flux runs (`comfy_core.families.flux.math`)."""
 from compat.facade import facade
 
-_F = "comfy_core.models.flux_math:"
+_F = "comfy_core.families.flux.math:"
 facade(__name__, {
     "apply_rope": _F + "apply_rope",
     "apply_rope1": _F + "apply_rope1",

@@ -1,5 +1,5 @@
 """ComfyUI's `comfy.ldm.modules.diffusionmodules.mmdit` for node packs: SD3 / SD3.5's MMDiT and its
-blocks (comfy_core/models/mmdit.py, mmdit_blocks.py), so packs that import `JointBlock`,
+blocks (comfy_core/families/sd3/mmdit.py, mmdit_blocks.py), so packs that import `JointBlock`,
 `RMSNorm`, ... (Easy-Use's SD3 IP-Adapter) or subclass `MMDiT` get the classes our loaded SD3
 model is built of. `block_mixing` / `_block_mixing` live in mmdit_blocks, where `JointBlock`
 reads them at every call: a pack replacing them here reaches our model. The numpy sin-cos tables,
@@ -7,8 +7,8 @@ reads them at every call: a pack replacing them here reaches our model. The nump
 """
 from compat.facade import facade
 
-_M = "comfy_core.models.mmdit:"
-_B = "comfy_core.models.mmdit_blocks:"
+_M = "comfy_core.families.sd3.mmdit:"
+_B = "comfy_core.families.sd3.mmdit_blocks:"
 _G = "compat.ldm_mmdit:"
 facade(__name__, {
     "MMDiT": _M + "MMDiT",
