@@ -1,5 +1,7 @@
-"""Command line: `python main.py [FLAGS]` serves (http://127.0.0.1:8188 by default);
-`python main.py run WORKFLOW.json [FLAGS]` runs one API-format workflow without a server.
+"""Command line: `python main.py [serve] [FLAGS]` serves (http://127.0.0.1:8188 by default);
+`python main.py run FILE [FLAGS]` runs one workflow without a server: an API-format prompt, a
+workflow saved by the editor or a template (subgraphs included), or an image / video file that
+carries its workflow.
 
 Every ComfyUI 0.3.64 flag is accepted, with its spelling and value shape (web/flags.py); those
 that change nothing on this build are named in one warning at start-up. A flag ComfyUI does not
@@ -30,8 +32,9 @@ __all__ = ["ALL_INTERFACES", "build_run_parser", "build_serve_parser", "config_f
 
 def build_serve_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="main.py", description="Serve the node-graph engine (ComfyUI-compatible API and editor). "
-                                    "'main.py run WORKFLOW.json' runs a workflow without a server.",
+        prog="main.py", description="Serve the node-graph engine (ComfyUI-compatible API and editor); "
+                                    "'main.py serve' is the same. 'main.py run FILE' runs a workflow "
+                                    "without a server (see 'main.py run --help').",
         allow_abbrev=False)
     add_server_flags(parser)
     add_common_flags(parser)
@@ -40,9 +43,15 @@ def build_serve_parser() -> argparse.ArgumentParser:
 
 
 def build_run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="main.py run", description="Run one API-format workflow and exit.",
-                                     allow_abbrev=False)
-    parser.add_argument("workflow", type=Path, help="API-format workflow JSON ('Export (API)' in the editor)")
+    parser = argparse.ArgumentParser(
+        prog="main.py run", allow_abbrev=False,
+        description="Run one workflow without a server and exit (0 done, 1 invalid workflow or a node failed, "
+                    "2 the file cannot be read, 130 interrupted).")
+    parser.add_argument("workflow", type=Path, metavar="FILE",
+                        help="an API-format prompt ('Export (API)' in the editor, or a saved POST /prompt body); "
+                             "a workflow saved by the editor or an official template, subgraphs included; or a "
+                             "PNG / WebP image or MP4 / WebM video saved with its workflow (the prompt it "
+                             "embeds is run)")
     add_common_flags(parser)
     return parser
 
@@ -294,6 +303,8 @@ def serve(config: ServerConfig) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":  # the default mode, by its name
+        argv = argv[1:]
     if argv and argv[0] == "run":
         parser = build_run_parser()
         args = parser.parse_args(argv[1:])

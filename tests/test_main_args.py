@@ -81,7 +81,7 @@ def test_misc_flags():
     (["--reserve-vram", "-1"], "--reserve-vram must be >= 0"),
     (["run", "w.json", "--tls-keyfile", "k"], "unrecognized arguments: --tls-keyfile"),
     (["--extra-model-paths-config", "/nonexistent/x.yaml"], "no such file"),
-    (["run"], "the following arguments are required: workflow"),
+    (["run"], "the following arguments are required: FILE"),
     (["run", "w.json", "--listen"], "unrecognized arguments: --listen"),
     (["--liste", "x"], "unrecognized arguments"),  # no silent abbreviations
 ])

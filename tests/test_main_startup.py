@@ -18,6 +18,9 @@ from pathlib import Path
 from tests.web.web_harness import spawn_server
 from tests.web.web_test_pack import srv_prompt
 
+# client-chosen prompt ids are UUIDs (POST /prompt refuses anything else)
+FIRST = "0b9e1c3a-5d7f-4e2a-9c1b-00000000f125"
+
 REPO = Path(__file__).resolve().parents[1]
 PACK = REPO / "tests" / "web" / "web_test_pack"
 NODE_THEME_PREFIX = "nodes."
@@ -88,11 +91,11 @@ def test_main_serves_first_then_loads_the_runtime_before_running_prompts(tmp_pat
     server = spawn_server(tmp_path)
     try:
         assert "KSampler" in _get(f"{server.url}/object_info")
-        body = json.dumps({"prompt": srv_prompt(7, prefix="first"), "prompt_id": "first"}).encode()
+        body = json.dumps({"prompt": srv_prompt(7, prefix="first"), "prompt_id": FIRST}).encode()
         request = urllib.request.Request(f"{server.url}/prompt", data=body,
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=30).close()
-        while not _get(f"{server.url}/history/first"):  # bounded by the test timeout
+        while not _get(f"{server.url}/history/{FIRST}"):  # bounded by the test timeout
             time.sleep(0.05)
         # The test pack's nodes never import torch: the background warm-up did, before the
         # queue worker took the prompt.

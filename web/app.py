@@ -26,7 +26,10 @@ from web.routes_files import file_routes
 from web.routes_info import extension_urls, info_routes
 from web.routes_jobs import jobs_routes
 from web.routes_library import library_routes
+from web.routes_logs import log_routes
 from web.routes_prompt import prompt_routes
+from web.routes_subgraphs import subgraph_routes
+from web.routes_workflow import workflow_routes
 from web.state import STATE_KEY, AppState
 from web.userdata import add_userdata_routes
 from web.worker import QueueWorker
@@ -69,6 +72,9 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     app[_WARM_UP] = warm_up
     app[_WARM_UP_TASK] = []
     tables = [prompt_routes(), jobs_routes(), info_routes(), file_routes(), ws_routes(), library_routes(state)]
+    tables.append(log_routes(app))  # /internal/logs* (web/routes_logs.py)
+    tables.append(subgraph_routes(state))  # /global_subgraphs*, /node_replacements (web/routes_subgraphs.py)
+    tables.append(workflow_routes())  # POST /workflow/to_prompt (web/routes_workflow.py)
     for table in [*tables, *state.extra_routes, *extra_routes]:
         add_api_routes(app, table)
     add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)

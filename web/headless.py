@@ -1,7 +1,10 @@
-"""`python main.py run WORKFLOW.json`: run one workflow without a server.
+"""`python main.py run FILE`: run one workflow without a server.
 
-The file is an API-format prompt, a saved `POST /prompt` body, or a workflow saved by the editor
-(converted as the editor does when it queues, `graph.editor_workflow`).
+The file is an API-format prompt, a saved `POST /prompt` body, a workflow saved by the editor or
+an official template (converted as the editor does when it queues, subgraphs flattened:
+`graph.editor_workflow`), or an image, video or audio file that carries its workflow (PNG / WebP /
+MP4 / WebM / FLAC as the save nodes write them, `web.workflow_files`; the embedded API prompt is
+run when there is one, else the embedded editor workflow).
 
 Same environment, registry, validation and executor as the server; events drive a terminal
 progress bar instead of WebSocket messages. Exit status: 0 success, 1 invalid workflow or a node
@@ -20,6 +23,7 @@ from typing import Any, TextIO
 from graph.editor_workflow import EditorWorkflowError, editor_to_prompt, is_editor_workflow
 from web.bootstrap import build_environment, build_registry, cache_config
 from web.config import ServerConfig
+from web.workflow_files import EmbeddedWorkflowError, read_embedded, sniff
 
 EXIT_OK, EXIT_FAILED, EXIT_UNREADABLE, EXIT_INTERRUPTED = 0, 1, 2, 130
 BAR_WIDTH = 30
@@ -31,12 +35,23 @@ class WorkflowFileError(ValueError):
 
 def load_api_workflow(path: Path) -> dict:
     """The API-format prompt in `path` (`{id: {class_type, inputs}}`), or the editor's workflow
-    (`{"nodes", "links", ...}`, see `graph.editor_workflow.is_editor_workflow`), or
-    `WorkflowFileError`."""
+    (`{"nodes", "links", ...}`, see `graph.editor_workflow.is_editor_workflow`), read from a JSON
+    file or from the metadata of an image / video / audio file, or `WorkflowFileError`."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise WorkflowFileError(f"cannot read workflow {path}: {exc.strerror or exc}") from None
+    if sniff(raw[:16]) is not None:
+        try:
+            embedded = read_embedded(Path(path))
+        except EmbeddedWorkflowError as exc:
+            raise WorkflowFileError(str(exc)) from None
+        return embedded.get("prompt") or embedded["workflow"]
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise WorkflowFileError(f"{path} is not a workflow: neither JSON text nor an image, video or audio file "
+                                "that carries one") from None
     try:
         data = json.loads(text)
     except ValueError as exc:

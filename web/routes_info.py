@@ -22,16 +22,62 @@ PROJECT_EXTENSION_PREFIX = "/extensions/comfy-engine"
 
 
 def features(state: AppState) -> dict:
-    """Server feature flags (`/features` and the WebSocket `feature_flags` reply)."""
-    return {"supports_preview_metadata": True, "max_upload_size": state.config.max_upload_bytes}
+    """Server feature flags (`/features` and the WebSocket `feature_flags` reply): today's
+    ComfyUI core flags (comfy_api/feature_flags.py @1924b05e, Comfy-Org/ComfyUI) for what this
+    server serves. `node_replacements`: the editor reads /node_replacements only when it is true;
+    `assets`: false, as ComfyUI says when its assets API is off (it is not served here).
+    `supports_model_type_tags` and `extension.manager` belong to the assets API and the
+    Manager, which this server does not have, so they are left out."""
+    return {"supports_preview_metadata": True, "max_upload_size": state.config.max_upload_bytes,
+            "node_replacements": True, "assets": False}
 
 
-def _frontend_version() -> str:
+REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements.txt"
+_DEFAULT_DEPLOY_ENVIRONMENT = "local-git"  # ComfyUI's, for a server run from its source folder
+
+
+def _installed_version(name: str) -> str | None:
     try:
         from importlib.metadata import version
-        return version("comfyui-frontend-package")
-    except Exception:  # noqa: BLE001 -- not installed: the editor is simply absent
-        return ""
+        return version(name)
+    except Exception:  # noqa: BLE001 -- not installed
+        return None
+
+
+def required_package_versions(requirements: Path = REQUIREMENTS) -> dict[str, str]:
+    """`{package: version}` for every `name==version` pin in requirements.txt (ComfyUI reads
+    its own requirements.txt the same way for /system_stats)."""
+    pins: dict[str, str] = {}
+    try:
+        lines = requirements.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return pins
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        name, sep, version = line.partition("==")
+        if sep and name.strip() and version.strip():
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def deploy_environment(base_dir: Path | None) -> str:
+    """ComfyUI's `deploy_environment`: the first line of `<base>/.comfy_environment` (printable
+    ASCII, at most 128 characters) or "local-git" (comfy/deploy_environment.py)."""
+    if base_dir is not None:
+        try:
+            with open(Path(base_dir) / ".comfy_environment", encoding="utf-8") as fh:
+                value = "".join(c for c in fh.readline(128).strip() if 32 <= ord(c) < 127)
+            if value:
+                return value
+        except (OSError, UnicodeDecodeError):
+            pass
+    return _DEFAULT_DEPLOY_ENVIRONMENT
+
+
+def comfy_package_versions(pins: dict[str, str]) -> list[dict]:
+    """`[{name, installed, required}]` for every pinned package whose name starts with "comfy"."""
+    return [{"name": name, "installed": _installed_version(name), "required": required}
+            for name, required in pins.items() if name.startswith("comfy")]
 
 
 def _devices(state: AppState) -> list[dict]:
@@ -60,15 +106,24 @@ def devices(*, cpu_only: bool) -> list[dict]:
 
 
 def system_stats(state: AppState) -> dict:
+    """ComfyUI's /system_stats (server.py @002c3fb9, Comfy-Org/ComfyUI): required versions are
+    the pins of our requirements.txt, installed ones what this environment has."""
     vm = psutil.virtual_memory()
     torch = loaded_module("torch")
+    pins = required_package_versions()
     return {
         "system": {
-            "os": os.name, "ram_total": vm.total, "ram_free": vm.available,
+            "os": sys.platform, "ram_total": vm.total, "ram_free": vm.available,
             "comfyui_version": COMFYUI_COMPAT_VERSION,
-            "required_frontend_version": _frontend_version(),
+            "required_frontend_version": pins.get("comfyui-frontend-package")
+            or _installed_version("comfyui-frontend-package") or "",
+            "installed_templates_version": _installed_version("comfyui-workflow-templates"),
+            "required_templates_version": pins.get("comfyui-workflow-templates"),
+            "comfy_package_versions": comfy_package_versions(pins),
             "python_version": sys.version, "pytorch_version": getattr(torch, "__version__", ""),
-            "embedded_python": False, "argv": list(state.config.argv) or ["main.py"],
+            "embedded_python": os.path.basename(os.path.dirname(sys.executable)) == "python_embeded",
+            "deploy_environment": deploy_environment(getattr(state.config, "base_dir", None)),
+            "argv": list(state.config.argv) or ["main.py"],
             "platform": platform.platform(),
         },
         "devices": _devices(state),

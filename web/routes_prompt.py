@@ -43,7 +43,8 @@ def prompt_routes() -> web.RouteTableDef:
         except BadRequestBody as exc:  # keep /prompt's error shape: {error, node_errors}
             return web.json_response(request_error("invalid_prompt", "Invalid request body", exc.message),
                                      status=400)
-        status, payload = await submit_prompt(state_of(request), body)
+        status, payload = await submit_prompt(state_of(request), body,
+                                              usage_source=request.headers.get("Comfy-Usage-Source") or None)
         return web.json_response(payload, status=status)
 
     @routes.get("/queue")

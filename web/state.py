@@ -28,6 +28,9 @@ Fields (stable; add, don't rename):
   pack_app     aiohttp Application or None — the app node packs added routes, static folders,
                middlewares or hooks to at import time (ComfyUI's `PromptServer.instance.app`);
                the app factory builds on it, the server's own middlewares first
+  node_replacements  web.node_replacements.NodeReplacements — old node type -> stand-ins
+               (`GET /node_replacements`; applied to every POST /prompt before validation);
+               packs' node_replacements.json files are loaded by web/routes_subgraphs.py
   on_prompt_handlers  list of callables `(body: dict) -> dict` that may rewrite every POST
                /prompt body before validation (ComfyUI's add_on_prompt_handler); an exception in
                one is logged and that handler skipped
@@ -48,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from aiohttp import web
 
 from web.config import ServerConfig
+from web.node_replacements import NodeReplacements
 
 if TYPE_CHECKING:  # imported for annotations only: keeps `web.state` light to import
     from graph.executor import Executor
@@ -74,6 +78,7 @@ class AppState:
     extra_routes: list[web.RouteTableDef] = field(default_factory=list)
     on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)
     pack_app: web.Application | None = None
+    node_replacements: NodeReplacements = field(default_factory=NodeReplacements)
 
     def send(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
         """Send an event to `client_id` (None: every socket). Safe from any thread."""

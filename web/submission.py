@@ -4,6 +4,12 @@
 validates the prompt against the registry (ComfyUI's error shapes) and queues it. It returns
 `(http_status, json_body)`: 200 `{prompt_id, number, node_errors}` or 400 `{error, node_errors}`.
 Nothing here raises for bad input: every problem is a 400 with a message naming the field.
+
+A client may choose the prompt id (today's ComfyUI, server.py @002c3fb9 and
+comfy_execution/jobs.py `validate_job_id` @172be438): a UUID in canonical lowercase hyphenated
+form, else 400 with error type `invalid_prompt_id`; absent or null, the server makes one. An id
+that is queued or running already is refused the same way; an id only in the history may be
+queued again (its entry is replaced when it ends, as in ComfyUI).
 """
 from __future__ import annotations
 
@@ -13,20 +19,34 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from web.prompt_queue import DuplicatePromptError
-from web.queue_item import QueueItem
+from web.queue_item import QueueItem, now_ms
 
 if TYPE_CHECKING:
     from web.state import AppState
 
 log = logging.getLogger(__name__)
 
-MAX_PROMPT_ID_LENGTH = 256
 
 
 def request_error(error_type: str, message: str, details: str = "") -> dict:
     """A 400 body in ComfyUI's shape, with no node errors."""
     return {"error": {"type": error_type, "message": message, "details": details or message, "extra_info": {}},
             "node_errors": {}}
+
+
+def is_canonical_uuid(value: Any) -> bool:
+    """True for a string that is a UUID exactly as `str(uuid.UUID(...))` spells it."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def _duplicate_error(prompt_id: str) -> dict:
+    return request_error("invalid_prompt_id", "Duplicate prompt_id",
+                         f"prompt_id {prompt_id!r} is already queued or running; omit prompt_id or choose another")
 
 
 def _field_error(name: str, expected: str, value: Any) -> dict:
@@ -39,12 +59,14 @@ def _check_fields(body: dict) -> dict | None:
     prompt = body["prompt"]
     if not isinstance(prompt, dict):
         return _field_error("prompt", "an object mapping node ids to nodes", prompt)
-    for key, value in (("client_id", body.get("client_id")), ("prompt_id", body.get("prompt_id"))):
-        if value is not None and not isinstance(value, str):
-            return _field_error(key, "a string", value)
+    client_id = body.get("client_id")
+    if client_id is not None and not isinstance(client_id, str):
+        return _field_error("client_id", "a string", client_id)
     prompt_id = body.get("prompt_id")
-    if prompt_id is not None and not (0 < len(prompt_id) <= MAX_PROMPT_ID_LENGTH):
-        return _field_error("prompt_id", f"a non-empty string of at most {MAX_PROMPT_ID_LENGTH} characters", prompt_id)
+    if prompt_id is not None and not is_canonical_uuid(prompt_id):
+        return request_error("invalid_prompt_id", "prompt_id must be a valid UUID",
+                             "prompt_id must be a UUID string in canonical lowercase hyphenated form; omit it to let "
+                             f"the server generate one (got {type(prompt_id).__name__}: {str(prompt_id)[:200]!r})")
     extra = body.get("extra_data")
     if extra is not None and not isinstance(extra, dict):
         return _field_error("extra_data", "an object", extra)
@@ -70,8 +92,11 @@ def _run_prompt_handlers(state: "AppState", body: dict) -> dict:
     return body
 
 
-async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None = None) -> tuple[int, dict]:
-    """Validate and queue one prompt request. `client_id` (the WebSocket's) overrides the body's."""
+async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None = None,
+                        usage_source: str | None = None) -> tuple[int, dict]:
+    """Validate and queue one prompt request. `client_id` (the WebSocket's) overrides the body's;
+    `usage_source` (the `Comfy-Usage-Source` request header) becomes
+    `extra_data.comfy_usage_source` unless the body set one."""
     log.info("got prompt")  # ComfyUI's terminal line for every submission
     if not isinstance(body, dict):
         return 400, request_error("invalid_prompt", "Invalid request body",
@@ -88,8 +113,9 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     prompt: dict = body["prompt"]
     prompt_id = body.get("prompt_id") or str(uuid.uuid4())
     if state.queue.contains(prompt_id):
-        return 400, request_error("invalid_prompt", "Duplicate prompt_id",
-                                  f"prompt_id {prompt_id!r} is already queued or running")
+        return 400, _duplicate_error(prompt_id)
+    # Node types that are gone here but have a registered stand-in (web/node_replacements.py).
+    prompt = state.node_replacements.apply(prompt, state.registry)
     try:
         result = await validate_prompt(prompt, state.registry, env=state.env,
                                        partial_execution_targets=body.get("partial_execution_targets"))
@@ -106,10 +132,14 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     owner = client_id if client_id is not None else body.get("client_id")
     if owner:
         extra_data["client_id"] = owner
+    if usage_source and "comfy_usage_source" not in extra_data:
+        extra_data["comfy_usage_source"] = usage_source
+    # Today's ComfyUI stores the submission time in extra_data too (shown by /queue and /history).
+    extra_data["create_time"] = create_time = now_ms()
     item = QueueItem(number=number, prompt_id=prompt_id, prompt=prompt, extra_data=extra_data,
-                     outputs=[str(o) for o in result.outputs])
+                     outputs=[str(o) for o in result.outputs], create_time=create_time)
     try:
         state.queue.put(item)
-    except DuplicatePromptError as exc:
-        return 400, request_error("invalid_prompt", "Duplicate prompt_id", str(exc))
+    except DuplicatePromptError:  # queued by another request while this one was validated
+        return 400, _duplicate_error(prompt_id)
     return 200, {"prompt_id": prompt_id, "number": number, "node_errors": result.node_errors}

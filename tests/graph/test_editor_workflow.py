@@ -97,8 +97,12 @@ def test_dict_links_and_unknown_types_and_subgraphs(defs) -> None:
     workflow["nodes"].append(_node(3, "NoSuchNode", []))
     with pytest.raises(EditorWorkflowError, match="NoSuchNode"):
         editor_to_prompt(workflow, defs)
-    with pytest.raises(EditorWorkflowError, match="subgraphs"):
-        editor_to_prompt({"nodes": [], "links": [], "definitions": {"subgraphs": [{"id": "x"}]}}, defs)
+    # subgraphs are flattened (tests/graph/test_editor_workflow_subgraphs.py); one that holds
+    # an instance of itself is refused
+    looped = {"id": "x", "nodes": [{"id": 1, "type": "x", "mode": 0}], "links": []}
+    with pytest.raises(EditorWorkflowError, match="contains itself"):
+        editor_to_prompt({"nodes": [{"id": 7, "type": "x", "mode": 0}], "links": [],
+                          "definitions": {"subgraphs": [looped]}}, defs)
 
 
 def test_widgets_without_saved_values_take_the_editors_defaults(defs) -> None:

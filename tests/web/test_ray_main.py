@@ -15,6 +15,9 @@ import pytest
 from tests.web.web_harness import spawn_server
 from tests.web.web_test_pack import srv_prompt
 
+# client-chosen prompt ids are UUIDs (POST /prompt refuses anything else)
+VIA_RAY = "0b9e1c3a-5d7f-4e2a-9c1b-000000000ea7"
+
 PACK = Path(__file__).resolve().parent / "web_test_pack"
 
 
@@ -35,14 +38,14 @@ def test_main_with_ray_runs_prompts_on_workers_with_the_same_packs(tmp_path, mon
             time.sleep(0.1)
         workers = _get(f"{server.url}/system_stats")["workers"]
         assert len({w["pid"] for w in workers}) == 2 and all(w["pid"] != server.proc.pid for w in workers)
-        body = json.dumps({"prompt": srv_prompt(9, prefix="ray"), "prompt_id": "viaray"}).encode()
+        body = json.dumps({"prompt": srv_prompt(9, prefix="ray"), "prompt_id": VIA_RAY}).encode()
         request = urllib.request.Request(f"{server.url}/prompt", data=body,
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=30).close()
-        while not _get(f"{server.url}/history/viaray"):
+        while not _get(f"{server.url}/history/{VIA_RAY}"):
             assert time.monotonic() < deadline, server.log_path.read_text()
             time.sleep(0.05)
-        entry = _get(f"{server.url}/history/viaray")["viaray"]
+        entry = _get(f"{server.url}/history/{VIA_RAY}")[VIA_RAY]
         assert entry["status"]["completed"], entry["status"]
         assert (tmp_path / "output" / "ray_009.png").is_file()  # written by a worker, stored by the server
     finally:

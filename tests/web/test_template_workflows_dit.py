@@ -58,11 +58,11 @@ NOT_RUNNING = {
         "comfy_core/lora/dit_convert.py refuses BFL control LoRAs (ComfyUI patches img_in's shape)",
         "UnsupportedLoraLayout"),
     "flux1_dev_uso_reference_image_gen": (
-        "a workflow with subgraphs (headless runs need an API export), and nodes not written here: "
-        "ModelPatchLoader, USOStyleReference, EasyCache",
-        "subgraphs"),
+        "nodes not written here: ModelPatchLoader, USOStyleReference, EasyCache (its subgraphs convert)",
+        "does not have: EasyCache, ModelPatchLoader, USOStyleReference"),
     "image_flux.1_fill_dev_OneReward": (
-        "a workflow with subgraphs (headless runs need an API export)", "subgraphs"),
+        "its subgraphs convert and run up to the LoRA: tests/fixtures/template_models.py writes "
+        "removal_timestep_alpha-2-1740 as an SD1 LoRA (no Flux LoRA writer there yet)", "LoraMatchError"),
 }
 # Templates the index tags Flux that are not Flux.1 / SD3.5 models this engine runs (not run here).
 OUT_OF_SCOPE = {

@@ -14,6 +14,10 @@ from hypothesis import strategies as st
 
 from tests.web.web_harness import chain, start_test_server
 
+# client-chosen prompt ids are UUIDs (POST /prompt refuses anything else)
+BLOCKER = "0b9e1c3a-5d7f-4e2a-9c1b-00000000b10c"
+SENTINEL = "0b9e1c3a-5d7f-4e2a-9c1b-000000005e17"
+
 NODE_TYPES = ["WebTestConst", "WebTestAdd", "WebTestSlow", "WebTestOutput", "WebTestFail", "Nope", "", 5, None]
 
 json_scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=12)
@@ -62,10 +66,10 @@ class _BackgroundServer:
 def bg_server(tmp_path):
     bg = _BackgroundServer(tmp_path)
     status, body, _ = bg.request("POST", "/prompt", json.dumps(
-        {"prompt": chain(1, steps=10000, delay=0.05, tag="blocker"), "prompt_id": "blocker"}).encode())
+        {"prompt": chain(1, steps=10000, delay=0.05, tag="blocker"), "prompt_id": BLOCKER}).encode())
     assert status == 200, body
     status, body, _ = bg.request("POST", "/prompt", json.dumps(
-        {"prompt": chain(2, tag="sentinel"), "prompt_id": "sentinel", "number": -1e9}).encode())
+        {"prompt": chain(2, tag="sentinel"), "prompt_id": SENTINEL, "number": -1e9}).encode())
     assert status == 200, body
     try:
         yield bg
@@ -78,10 +82,10 @@ def _assert_intact(bg: _BackgroundServer) -> None:
     status, raw, _ = bg.request("GET", "/queue")
     assert status == 200
     queue = json.loads(raw)
-    assert [i[1] for i in queue["queue_running"]] == ["blocker"]
-    sentinel = [i for i in queue["queue_pending"] if i[1] == "sentinel"]
+    assert [i[1] for i in queue["queue_running"]] == [BLOCKER]
+    sentinel = [i for i in queue["queue_pending"] if i[1] == SENTINEL]
     assert len(sentinel) == 1 and sentinel[0][2] == chain(2, tag="sentinel") and sentinel[0][0] == -1e9
-    assert "sentinel" in [i.prompt_id for i in bg.server.state.store.pending_items()]
+    assert SENTINEL in [i.prompt_id for i in bg.server.state.store.pending_items()]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

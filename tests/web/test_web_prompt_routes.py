@@ -7,6 +7,9 @@ import pytest
 
 from tests.web.web_harness import chain
 
+# client-chosen prompt ids are UUIDs (POST /prompt refuses anything else)
+MINE = "0b9e1c3a-5d7f-4e2a-9c1b-000000000001"
+
 
 async def _block_worker(server, delay: float = 0.2, steps: int = 50) -> str:
     """Queue a slow prompt so that later prompts stay pending; returns its id."""
@@ -31,7 +34,8 @@ async def test_post_prompt_runs_and_history_has_comfyui_shape(server, prefix):
     number, pid, prompt, extra, outputs = entry["prompt"]
     assert (number, pid, outputs) == (body["number"], body["prompt_id"], ["3"])
     assert prompt["1"]["inputs"]["value"] == 4
-    assert extra == {"x": 1, "client_id": "cli"}  # the API key is never stored or shown
+    # the API key is never stored or shown; create_time (ms) as today's ComfyUI
+    assert extra == {"x": 1, "client_id": "cli", "create_time": extra["create_time"]}
     assert entry["outputs"] == {"3": {"images": [{"filename": "webtest_00006.png", "subfolder": "",
                                                   "type": "output"}], "values": [6]}}
     assert entry["status"]["status_str"] == "success" and entry["status"]["completed"] is True
@@ -63,7 +67,7 @@ async def test_prompt_errors_have_comfyui_shapes(server):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("client_id", 5), ("prompt_id", ["x"]), ("prompt_id", ""), ("extra_data", "s"), ("number", "1"),
+    ("client_id", 5), ("extra_data", "s"), ("number", "1"),
     ("number", True), ("partial_execution_targets", "3"), ("partial_execution_targets", [3]),
 ])
 async def test_malformed_request_fields_are_400_naming_the_field(server, field, value):
@@ -75,9 +79,9 @@ async def test_malformed_request_fields_are_400_naming_the_field(server, field, 
 async def test_partial_execution_targets_and_custom_prompt_id(server):
     prompt = chain(2)
     prompt["4"] = {"class_type": "WebTestOutput", "inputs": {"value": ["1", 0], "filename_prefix": "other"}}
-    status, body = await server.post_prompt(prompt, prompt_id="mine-1", partial_execution_targets=["4"])
-    assert status == 200 and body["prompt_id"] == "mine-1"
-    entry = await server.wait_history("mine-1")
+    status, body = await server.post_prompt(prompt, prompt_id=MINE, partial_execution_targets=["4"])
+    assert status == 200 and body["prompt_id"] == MINE
+    entry = await server.wait_history(MINE)
     assert entry["prompt"][4] == ["4"] and list(entry["outputs"]) == ["4"]
     status, body = await server.post_prompt(prompt, partial_execution_targets=[])
     assert status == 400 and body["error"]["type"] == "prompt_no_outputs"

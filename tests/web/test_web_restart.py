@@ -13,6 +13,10 @@ import pytest
 from tests.web.web_harness import spawn_server
 from tests.web.web_test_pack import srv_prompt
 
+# client-chosen prompt ids are UUIDs (POST /prompt refuses anything else)
+ID = {"done-0": "0b9e1c3a-5d7f-4e2a-9c1b-0000000d0e00", "running-1": "0b9e1c3a-5d7f-4e2a-9c1b-000000000001",
+      "pending-3": "0b9e1c3a-5d7f-4e2a-9c1b-000000000003", "pending-4": "0b9e1c3a-5d7f-4e2a-9c1b-000000000004"}
+
 PACK = Path(__file__).resolve().parent / "web_test_pack"
 
 
@@ -44,43 +48,43 @@ def test_killed_server_keeps_history_and_queue(base_dir):
     server = spawn_server(base_dir)
     try:
         url = server.url
-        done = _call(url, "/prompt", {"prompt": srv_prompt(1, prefix="before"), "prompt_id": "done-0"})
-        _wait(lambda: _call(url, "/history/done-0"), what="first prompt")
-        _call(url, "/prompt", {"prompt": srv_prompt(2, gate="gate"), "prompt_id": "running-1"})
+        done = _call(url, "/prompt", {"prompt": srv_prompt(1, prefix="before"), "prompt_id": ID["done-0"]})
+        _wait(lambda: _call(url, f"/history/{ID['done-0']}"), what="first prompt")
+        _call(url, "/prompt", {"prompt": srv_prompt(2, gate="gate"), "prompt_id": ID["running-1"]})
         _wait(lambda: _call(url, "/queue")["queue_running"], what="the gated prompt to start")
         for n in (3, 4):
-            _call(url, "/prompt", {"prompt": srv_prompt(n, prefix="after"), "prompt_id": f"pending-{n}"})
+            _call(url, "/prompt", {"prompt": srv_prompt(n, prefix="after"), "prompt_id": ID[f"pending-{n}"]})
         queue = _call(url, "/queue")
-        assert [i[1] for i in queue["queue_pending"]] == ["pending-3", "pending-4"]
-        assert done["prompt_id"] == "done-0"
+        assert [i[1] for i in queue["queue_pending"]] == [ID["pending-3"], ID["pending-4"]]
+        assert done["prompt_id"] == ID["done-0"]
     finally:
         server.kill()  # SIGKILL: no clean shutdown
 
     server = spawn_server(base_dir)
     try:
         url = server.url
-        _wait(lambda: _call(url, "/history/pending-4"), what="queued prompts to run after restart")
+        _wait(lambda: _call(url, f"/history/{ID['pending-4']}"), what="queued prompts to run after restart")
         history = _call(url, "/history")
-        assert list(history)[:2] == ["done-0", "running-1"]
-        assert history["done-0"]["status"]["status_str"] == "success"
-        interrupted = history["running-1"]
+        assert list(history)[:2] == [ID["done-0"], ID["running-1"]]
+        assert history[ID["done-0"]]["status"]["status_str"] == "success"
+        interrupted = history[ID["running-1"]]
         assert interrupted["status"]["status_str"] == "error"
         kind, data = interrupted["status"]["messages"][-1]
-        assert kind == "execution_interrupted" and data["prompt_id"] == "running-1"
+        assert kind == "execution_interrupted" and data["prompt_id"] == ID["running-1"]
         for n in (3, 4):
-            entry = history.get(f"pending-{n}") or _call(url, f"/history/pending-{n}")[f"pending-{n}"]
+            entry = history.get(ID[f"pending-{n}"]) or _call(url, f"/history/{ID[f'pending-{n}']}")[ID[f"pending-{n}"]]
             assert entry["status"]["status_str"] == "success"
             assert (base_dir / "output" / f"after_{n:03d}.png").is_file()
         jobs = {j["id"]: j["status"] for j in _call(url, "/jobs")["jobs"]}
-        assert jobs["running-1"] == "cancelled" and jobs["done-0"] == "completed"
+        assert jobs[ID["running-1"]] == "cancelled" and jobs[ID["done-0"]] == "completed"
 
         # the interrupted prompt can be queued again from its history entry
         (base_dir / "output" / "gate").write_text("open")
-        _call(url, "/prompt", {"prompt": interrupted["prompt"][2], "prompt_id": "running-1"})
-        rerun = _wait(lambda: (_call(url, "/history/running-1") or {}).get("running-1", {}).get(
+        _call(url, "/prompt", {"prompt": interrupted["prompt"][2], "prompt_id": ID["running-1"]})
+        rerun = _wait(lambda: (_call(url, f"/history/{ID['running-1']}") or {}).get(ID["running-1"], {}).get(
             "status", {}).get("completed"), what="re-queued prompt")
         assert rerun is True
-        assert list(_call(url, "/history"))[-1] == "running-1"
+        assert list(_call(url, "/history"))[-1] == ID["running-1"]
     finally:
         server.stop()
     assert server.proc.returncode == 0  # SIGTERM is a clean shutdown

@@ -15,6 +15,9 @@ from web.bootstrap import build_state
 from web.config import ServerConfig
 from web.warmup import DeferredMemoryManager, lazy_imports, warm_up
 
+# client-chosen prompt ids are UUIDs (POST /prompt refuses anything else)
+EARLY = "0b9e1c3a-5d7f-4e2a-9c1b-0000000ea21e"
+
 
 class _FakeManager:
     def __init__(self, *, cpu_only: bool) -> None:
@@ -119,17 +122,17 @@ async def test_queue_worker_starts_only_after_the_background_warm_up(tmp_path, m
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{urls[0]}/object_info") as resp:  # served during the warm-up
                 assert resp.status == 200
-            async with session.post(f"{urls[0]}/prompt", json={"prompt": chain(1), "prompt_id": "early"}) as resp:
+            async with session.post(f"{urls[0]}/prompt", json={"prompt": chain(1), "prompt_id": EARLY}) as resp:
                 assert resp.status == 200
             # No worker has been started to take it (not "none took it yet"): it waits for the warm-up.
             assert state.worker is not None and not state.worker.started
             async with session.get(f"{urls[0]}/queue") as resp:
                 queue = await resp.json()
-            assert [item[1] for item in queue["queue_pending"]] == ["early"] and queue["queue_running"] == []
+            assert [item[1] for item in queue["queue_pending"]] == [EARLY] and queue["queue_running"] == []
             assert calls == [state.env]
             gate.set()
             while True:  # bounded by the test timeout
-                async with session.get(f"{urls[0]}/history/early") as resp:
+                async with session.get(f"{urls[0]}/history/{EARLY}") as resp:
                     if await resp.json():
                         break
                 await asyncio.sleep(0.02)

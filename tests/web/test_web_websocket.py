@@ -19,7 +19,8 @@ async def test_greeting_has_sid_and_feature_flags_reply(server):
     await ws.send_json({"type": "feature_flags", "data": {"supports_preview_metadata": True}})
     reply = await receive_json(ws, lambda m: m["type"] == "feature_flags")
     assert reply["data"] == {"supports_preview_metadata": True,
-                             "max_upload_size": server.state.config.max_upload_bytes}
+                             "max_upload_size": server.state.config.max_upload_bytes,
+                             "node_replacements": True, "assets": False}
     await ws.close()
     ws2, first2 = await ws_connect(server)  # no clientId: the server makes one
     assert len(first2["data"]["sid"]) == 32
@@ -153,7 +154,9 @@ async def test_queue_prompt_over_the_websocket(server):
     frames = await collect_until_done(ws, queued["data"]["prompt_id"])
     assert any(isinstance(f, dict) and f["type"] == "executed" for f in frames)
     entry = await server.wait_history(queued["data"]["prompt_id"])
-    assert entry["prompt"][3] == {"k": "v", "client_id": "wsc"}
+    extra = entry["prompt"][3]
+    assert extra == {"k": "v", "client_id": "wsc", "create_time": extra["create_time"]}
+    assert isinstance(extra["create_time"], int) and extra["create_time"] > 1.7e12  # ms, as ComfyUI
 
     bad = chain(3)
     bad["2"]["inputs"]["steps"] = 0
