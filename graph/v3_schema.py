@@ -24,9 +24,14 @@ What the engine sees is an ordinary native `NodeSpec` (graph/native.py); what th
   when the node runs), and the function receives them nested as ComfyUI's `build_nested_inputs`
   does: `values={"a": 1, "b": 2}`, `resize_type={"resize_type": "scale by multiplier",
   "multiplier": 2.0}`. Of the sub-inputs that two options of a combo share (same name), the first
-  declaration is the one validated (ComfyUI's options share those names with equal ranges).
-  One dynamic input nested in another (V3 allows it) is not supported here; no built-in node
-  needs it.
+  declaration is the one validated (ResizeImageMaskNode's options share those names with equal
+  ranges); a combo shared with different choices (SaveImageAdvanced's `bit_depth`) is validated
+  against the union of its options' choices, and against the chosen option's when the node runs.
+  A dynamic combo may hold another in one of its options (SaveImageAdvanced's `format` ->
+  `save_mode`): `format.save_mode.fps` in the prompt, `format={..., "save_mode": {...}}` in the call.
+* `input_is_list` (V3's `is_input_list`): the function receives every input as the list of values
+  the links carry (CreateList, GetItemFromList); `hidden` adds V3's hidden inputs by name
+  (`("unique_id", "UNIQUE_ID")`); `dev_only` marks the helper nodes the editor does not offer.
 * V3's `accept_all_inputs`: the node also receives the constant prompt inputs it does not
   declare (CustomCombo's editor-made widgets), read from the prompt through hidden inputs.
 """
@@ -134,9 +139,10 @@ def Output(type_: str, name: str | None = None, *, tooltip: str | None = None, i
     return V3Output(type_, name, tooltip, is_list)
 
 
-def MatchTypeOutput(template_id: str, name: str | None = None, *, tooltip: str | None = None) -> V3Output:
+def MatchTypeOutput(template_id: str, name: str | None = None, *, tooltip: str | None = None,
+                    is_list: bool = False) -> V3Output:
     """An output of the type linked to its template's inputs (named "MATCHTYPE" when unnamed)."""
-    return V3Output(MATCHTYPE, name or "MATCHTYPE", tooltip, False, template_id)
+    return V3Output(MATCHTYPE, name or "MATCHTYPE", tooltip, is_list, template_id)
 
 
 # -- dynamic inputs --------------------------------------------------------------------------------
@@ -171,12 +177,13 @@ class Autogrow:
     min: int = 1
     max: int = 10
     tooltip: str | None = None
+    optional: bool = False
 
     def item_names(self) -> list[str]:
         return [f"{self.prefix}{i}" for i in range(self.max)] if self.prefix is not None else list(self.names)
 
     def flat(self) -> list[InputSpec]:
-        template_required = self.template.section == REQUIRED
+        template_required = self.template.section == REQUIRED and not self.optional
         options = dict(self.template.options)
         return [InputSpec(f"{self.name}.{item}", self.template.type,
                           REQUIRED if i < self.min and template_required else OPTIONAL, options)
@@ -188,27 +195,33 @@ class Autogrow:
             template.update(prefix=self.prefix, min=self.min, max=self.max)
         else:
             template.update(names=list(self.names), min=self.min)
-        return REQUIRED, [AUTOGROW, {**_pruned(tooltip=self.tooltip), "template": template}]
+        return _section(self.optional), [AUTOGROW, {**_pruned(tooltip=self.tooltip), "template": template}]
 
-    def nest(self, flat: dict[str, Any]) -> dict[str, Any]:
-        """The group's value: item name -> value, for the items the prompt gives."""
+    def nest(self, flat: dict[str, Any], listed: bool = False) -> dict[str, Any]:
+        """The group's value: item name -> value, for the items the prompt gives (each value the
+        list an `input_is_list` node receives, when `listed`)."""
         return {item: flat.pop(f"{self.name}.{item}") for item in self.item_names() if f"{self.name}.{item}" in flat}
 
 
 @dataclass(frozen=True)
 class ComboOption:
     key: str
-    inputs: tuple[InputSpec, ...] = ()
+    inputs: tuple[Any, ...] = ()  # InputSpecs, or a DynamicCombo nested in this option
 
 
 @dataclass(frozen=True)
 class DynamicCombo:
-    """A combo whose choice brings its own inputs (`resize_type` -> `resize_type.width`, ...)."""
+    """A combo whose choice brings its own inputs (`resize_type` -> `resize_type.width`, ...).
+
+    An option may hold another `DynamicCombo` (SaveImageAdvanced's `format` "avif" ->
+    `save_mode`): its inputs are named under both (`format.save_mode`, `format.save_mode.fps`) and
+    its value nests inside the outer one's, as ComfyUI's `build_nested_inputs` does."""
 
     name: str
     options: tuple[ComboOption, ...]
     tooltip: str | None = None
     optional: bool = False
+    display_name: str | None = None
 
     def keys(self) -> list[str]:
         return [o.key for o in self.options]
@@ -217,31 +230,66 @@ class DynamicCombo:
         found: dict[str, InputSpec] = {}
         for option in self.options:
             for spec in option.inputs:
-                found.setdefault(spec.name, InputSpec(f"{self.name}.{spec.name}", spec.type, OPTIONAL, spec.options))
+                if isinstance(spec, DynamicCombo):
+                    for inner in spec.flat():
+                        found.setdefault(inner.name, InputSpec(f"{self.name}.{inner.name}", inner.type, OPTIONAL,
+                                                               inner.options))
+                    continue
+                known = found.get(spec.name)
+                if known is None:
+                    found[spec.name] = InputSpec(f"{self.name}.{spec.name}", spec.type, OPTIONAL, spec.options)
+                elif isinstance(known.type, list) and isinstance(spec.type, list):  # a combo in several options
+                    merged = known.type + [v for v in spec.type if v not in known.type]
+                    found[spec.name] = dataclasses.replace(known, type=merged)
         combo = InputSpec(self.name, self.keys(), _section(self.optional), _pruned(tooltip=self.tooltip))
         return [combo, *found.values()]
 
     def render(self, env: Any = None) -> tuple[str, list]:
         return _section(self.optional), [DYNAMIC_COMBO, {
-            **_pruned(tooltip=self.tooltip),
-            "options": [{"key": o.key, "inputs": _input_dict(o.inputs, env)} for o in self.options]}]
+            **_pruned(display_name=self.display_name, tooltip=self.tooltip),
+            "options": [{"key": o.key, "inputs": _option_dict(o.inputs, env)} for o in self.options]}]
 
-    def nest(self, flat: dict[str, Any]) -> dict[str, Any]:
+    def nest(self, flat: dict[str, Any], listed: bool = False) -> dict[str, Any]:
         """`{name: chosen key, <sub-input>: value, ...}` for the chosen option; a required
-        sub-input of that option that the prompt lacks is an error naming it."""
+        sub-input of that option that the prompt lacks is an error naming it. For an
+        `input_is_list` node (`listed`) every value, the key included, stays the list the node
+        receives (ComfyUI's StartLoop reads `mode["mode"][0]`); the first element chooses."""
         key = flat.pop(self.name, None)
-        given = {spec.name: flat.pop(spec.name) for spec in self.flat()[1:] if spec.name in flat}
-        option = next((o for o in self.options if o.key == key), None)
+        chosen = key[0] if listed and isinstance(key, list) and key else key
+        prefix = f"{self.name}."
+        given = {name[len(prefix):]: flat.pop(name) for name in list(flat) if name.startswith(prefix)}
+        option = next((o for o in self.options if o.key == chosen), None)
         if option is None:
-            raise DynamicInputError(f"input {self.name!r}: {key!r} is not one of {self.keys()}")
+            raise DynamicInputError(f"input {self.name!r}: {chosen!r} is not one of {self.keys()}")
         value: dict[str, Any] = {self.name: key}
         for spec in option.inputs:
-            flat_name = f"{self.name}.{spec.name}"
-            if flat_name in given:
-                value[spec.name] = given[flat_name]
+            if isinstance(spec, DynamicCombo):
+                try:
+                    value[spec.name] = spec.nest(given, listed)
+                except DynamicInputError as exc:
+                    raise DynamicInputError(f"{exc} (in {self.name!r} = {chosen!r})") from exc
+            elif spec.name in given:
+                picked = given[spec.name]
+                if isinstance(spec.type, list) and any(v not in spec.type for v in (picked if listed else [picked])):
+                    raise DynamicInputError(f"input {prefix + spec.name!r}: {picked!r} is not one of "
+                                            f"{spec.type} when {self.name!r} is {chosen!r}")
+                value[spec.name] = given[spec.name]
             elif spec.section == REQUIRED:
-                raise DynamicInputError(f"input {flat_name!r} is required when {self.name!r} is {key!r}")
+                raise DynamicInputError(f"input {prefix + spec.name!r} is required when {self.name!r} is {chosen!r}")
         return value
+
+
+def _option_dict(inputs: Iterable[Any], env: Any = None) -> dict:
+    """One dynamic-combo option's inputs as V3's `create_input_dict_v1` renders them (a nested
+    dynamic combo as its own entry)."""
+    rendered: dict[str, dict] = {REQUIRED: {}}
+    for spec in inputs:
+        if isinstance(spec, DynamicCombo):
+            section, entry = spec.render(env)
+            rendered.setdefault(section, {})[spec.name] = entry
+        else:
+            rendered.setdefault(spec.section, {})[spec.name] = _entry(spec, env)
+    return rendered
 
 
 _ALL_PROMPT = "__v3_all_inputs_prompt"
@@ -263,6 +311,7 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
             essentials_category: str | None = None, has_intermediate_output: bool = False,
             output_node: bool = False, experimental: bool = False, deprecated: bool = False,
             not_idempotent: bool = False, accept_all_inputs: bool = False,
+            input_is_list: bool = False, hidden: Sequence[tuple[str, str]] = (), dev_only: bool = False,
             check_lazy_status: Callable[..., Any] | None = None,
             validate_inputs: Callable[..., Any] | None = None,
             is_changed: Callable[..., Any] | None = None) -> Callable[[Callable], Callable]:
@@ -281,6 +330,8 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
             flat.append(InputSpec(declared.name, declared.type, OPTIONAL, declared.options))
         else:
             flat.append(declared)
+    hidden = tuple(hidden)
+    flat += [InputSpec(name, kind, HIDDEN) for name, kind in hidden]
     if output_node:
         flat += [InputSpec("prompt", "PROMPT", HIDDEN), InputSpec("extra_pnginfo", "EXTRA_PNGINFO", HIDDEN)]
     if accept_all_inputs:  # the node's other prompt inputs are read from the prompt (not rendered)
@@ -294,7 +345,7 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
                 kwargs = {**_undeclared_constants(kwargs.pop(_ALL_PROMPT, None), kwargs.pop(_ALL_ID, None), flat),
                           **kwargs}
             for group in groups:
-                kwargs[group.name] = group.nest(kwargs)
+                kwargs[group.name] = group.nest(kwargs, input_is_list)
             return kwargs
 
         def call(**kwargs: Any) -> Any:
@@ -304,8 +355,8 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
         node(node_id, inputs=flat, outputs=[o.spec() for o in outputs], category=category,
              display_name=display_name, description=description, output_node=output_node,
              not_idempotent=not_idempotent, deprecated=deprecated, experimental=experimental,
-             python_module=python_module, is_changed=is_changed, validate_inputs=validate_inputs,
-             check_lazy_status=lazy)(call)
+             input_is_list=input_is_list, python_module=python_module, is_changed=is_changed,
+             validate_inputs=validate_inputs, check_lazy_status=lazy)(call)
         spec = dataclasses.replace(call.__node_spec__, source=fn, render_info=render)
         fn.__node_spec__ = spec
         return fn
@@ -318,18 +369,20 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
                 rendered.setdefault(section, {})[declared.name] = entry
             else:
                 rendered.setdefault(declared.section, {})[declared.name] = _entry(declared, env)
+        for name, kind in hidden:
+            rendered.setdefault(HIDDEN, {})[name] = [kind]
         if output_node:
             rendered.setdefault(HIDDEN, {}).update(prompt=["PROMPT"], extra_pnginfo=["EXTRA_PNGINFO"])
         matchtypes = [o.matchtype for o in outputs]
         return {
             "input": rendered,
             "input_order": {section: list(entries) for section, entries in rendered.items()},
-            "is_input_list": False,
+            "is_input_list": input_is_list,
             "output_tooltips": [o.tooltip for o in outputs],
             "output_matchtypes": matchtypes if any(m is not None for m in matchtypes) else None,
             "deprecated": deprecated,
             "experimental": experimental,
-            "dev_only": False,
+            "dev_only": dev_only,
             "api_node": False,
             "price_badge": None,
             "search_aliases": list(search_aliases) or None,
