@@ -96,7 +96,7 @@ def build_from_shapes(model: str, tensors: Mapping[str, Any]) -> Any:
 
     with torch.device("meta"):
         if model == "flux":
-            from comfy_core.families.flux.dit import Flux, FluxConfig
+            from comfy_core.families.flux.dit import FluxConfig, FluxTransformer as Flux
 
             return Flux.from_config(FluxConfig.detect_from_weights(tensors, ""))
         from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig

@@ -57,10 +57,23 @@ class ExtensionPoints:
     # Named attention functions added to the built-in ones (ComfyUI's `register_attention_function`
     # / `REGISTERED_ATTENTION_FUNCTIONS`; comfy_core.attention.calling `get_attention_function`).
     attention_functions: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    # ComfyUI's `comfy.ldm.flux.math.attention` (`comfy.ldm.flux.layers.attention`, also Chroma's):
+    # the RoPE attention of Flux-style blocks (None: comfy_core.families.flux.math `attention`).
+    flux_attention: Optional[Callable[..., Any]] = None
     # --- models ---
     # `resolver(family_name) -> class or None`: the class a loaded model is made an instance of
     # (compat answers ComfyUI's comfy.model_base classes, which packs compare with `type(...)`).
     model_class: Optional[Callable[[str], Optional[type]]] = None
+    # ComfyUI's `openaimodel.forward_timestep_embed(ts, x, emb, context, transformer_options, ...)`
+    # and `openaimodel.apply_control(h, control, name)`: how the UNet runs one block and adds one
+    # ControlNet residual (None: comfy_core.models.unet's).
+    forward_timestep_embed: Optional[Callable[..., Any]] = None
+    apply_control: Optional[Callable[..., Any]] = None
+    # `resolver(core_class) -> subclass or None`: the class a patcher of the core class
+    # `core_class` (comfy_core.patching's ModelPatcher, ClipPatcher) is made an instance of when
+    # built (compat answers ComfyUI's `comfy.model_patcher.ModelPatcher`, with its `set_model_*`
+    # methods); clones keep the class. None: the core classes.
+    model_patcher_class: Optional[Callable[[type], Optional[type]]] = None
     # ComfyUI's `comfy.lora.calculate_weight` (None: ours).
     calculate_weight: Optional[Callable[..., Any]] = None
 

@@ -7,10 +7,11 @@ module into a `FacadeModule`:
 - reading a name in `NAMES` (`{name: "package.module:attribute"}`) imports its home module
   then, not when the surface module is imported, so packs importing `comfy.*` at start-up do
   not pull torch in; the value is cached in the facade's namespace;
-- assigning a name in `NAMES` (a pack doing `comfy.samplers.sampling_function = mine`, as
-  ComfyUI packs do) also assigns it on the home module, so our runtime, which calls such
-  functions through its module's globals, uses the pack's replacement, as ComfyUI would.
-  Names outside `NAMES` are plain module attributes.
+- assigning a name in `NAMES` sets it in the facade's namespace, so every pack reading the
+  surface sees it; when its home is a compat module (ComfyUI's shapes, which other compat code
+  calls through that module, as ComfyUI calls its own globals) the home takes it too. A comfy_core
+  home is never assigned: the runtime reads no replaceable global. Names outside `NAMES` are plain
+  module attributes.
 - a name whose target is an `ExtensionPoint` (`point("sampling_function", "home:attr")`) is one
   of comfy_core's extension points (comfy_core/extension_points.py): reading it gives the active
   session's value, or the built-in at `home:attr` when the session has none; assigning it sets
@@ -51,6 +52,10 @@ def active_points() -> Any:
         return extension_points.current()
 
 
+def _is_core(module: str) -> bool:
+    return module == "comfy_core" or module.startswith("comfy_core.")
+
+
 def _home(target: str) -> tuple[str, str]:
     module, _, attribute = target.partition(":")
     if not module or not attribute:
@@ -87,8 +92,21 @@ class FacadeModule(ModuleType):
             return
         if target is not None:
             module, attribute = _home(target)
-            setattr(importlib.import_module(module), attribute, value)
+            # A compat home (ComfyUI's shapes, called by other compat code, as ComfyUI calls its
+            # own module globals) takes the pack's value; comfy_core is never assigned: what the
+            # runtime lets packs change is an ExtensionPoint (tests/compat/test_no_core_globals.py).
+            if not _is_core(module):
+                setattr(importlib.import_module(module), attribute, value)
         super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        # Deleting an extension point's name (pytest's monkeypatch undoes an assignment so, the
+        # name never being in the namespace) empties the session's field: the built-in again.
+        target = self.__dict__.get("_facade_names", {}).get(name)
+        if isinstance(target, ExtensionPoint) and name not in self.__dict__:
+            setattr(active_points(), target.field, None)
+            return
+        super().__delattr__(name)
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.__dict__.get("_facade_names", {})))

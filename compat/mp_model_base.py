@@ -23,22 +23,24 @@ class ModelClassError(NotImplementedError):
 
 
 class _FamilyClass(type(DiffusionModel)):
-    """`isinstance(obj, cls)`: obj's family is one of `cls._families` (or a plain instance)."""
+    """`isinstance(obj, cls)`: obj's family names a class (`Family.comfy_model_class`) that is `cls`
+    or a subclass of it (or obj is a plain instance); every model of ours is a `BaseModel`."""
 
     def __instancecheck__(cls, obj: Any) -> bool:
         if type.__instancecheck__(cls, obj):
             return True
-        families = cls.__dict__.get("_families")
-        if families is None or not isinstance(obj, DiffusionModel):
+        if not cls.__dict__.get("_comfy_kind") or not isinstance(obj, DiffusionModel):
             return False
-        name = getattr(getattr(obj, "family", None), "name", None)
-        return families == "*" or name in families
+        if cls is BaseModel:
+            return True
+        kind = _KINDS.get(getattr(getattr(obj, "family", None), "comfy_model_class", None) or "BaseModel")
+        return kind is not None and issubclass(kind, cls)
 
 
 class BaseModel(DiffusionModel, metaclass=_FamilyClass):
     """Every model of ours (ComfyUI's base class of all model kinds)."""
 
-    _families: Any = "*"
+    _comfy_kind = True
 
     def __init__(self, model_config: Any = None, model_type: Any = None, device: Any = None, *args: Any,
                  **kwargs: Any) -> None:
@@ -48,48 +50,52 @@ class BaseModel(DiffusionModel, metaclass=_FamilyClass):
             "class cannot be constructed from a config here")
 
 
-def _kind(name: str, families: frozenset[str] | tuple, *bases: type) -> type:
-    return _FamilyClass(name, bases or (BaseModel,), {"_families": frozenset(families), "__module__": __name__,
-                                                      "__qualname__": name})
+_KINDS: dict[str, type] = {"BaseModel": BaseModel}
 
 
-SDXL = _kind("SDXL", ("sdxl", "sdxl_inpaint", "sdxl_ip2p"))
-SDXLRefiner = _kind("SDXLRefiner", ("sdxl_refiner",))
-SD21UNCLIP = _kind("SD21UNCLIP", ("sd21_unclip",))
-SVD_img2vid = _kind("SVD_img2vid", ("svd",))
-IP2P = _kind("IP2P", ("sd1_ip2p", "sdxl_ip2p"))
-SD15_instructpix2pix = _kind("SD15_instructpix2pix", ("sd1_ip2p",), IP2P)
-SDXL_instructpix2pix = _kind("SDXL_instructpix2pix", ("sdxl_ip2p",), IP2P, SDXL)
-# The flow-matching DiT families (comfy_core/families: "sd3", "flux", "flux_schnell", "chroma").
-SD3 = _kind("SD3", ("sd3",))
+def _kind(name: str, *bases: type) -> type:
+    cls = _FamilyClass(name, bases or (BaseModel,), {"_comfy_kind": True, "__module__": __name__,
+                                                     "__qualname__": name})
+    _KINDS[name] = cls
+    return cls
+
+
+# ComfyUI's hierarchy; which of our models is which is the family's word (`Family.comfy_model_class`).
+SDXL = _kind("SDXL")
+SDXLRefiner = _kind("SDXLRefiner")
+SD21UNCLIP = _kind("SD21UNCLIP")
+SVD_img2vid = _kind("SVD_img2vid")
+IP2P = _kind("IP2P")
+SD15_instructpix2pix = _kind("SD15_instructpix2pix", IP2P)
+SDXL_instructpix2pix = _kind("SDXL_instructpix2pix", IP2P, SDXL)
+SD3 = _kind("SD3")
 # ComfyUI's Chroma is a Flux subclass: a Chroma model is a Flux too.
-Flux = _kind("Flux", ("flux", "flux_schnell", "chroma"))
-Chroma = _kind("Chroma", ("chroma",), Flux)
-# Wan (comfy_core/families/wan*.py): ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
-_WAN = ("wan21_t2v", "wan21_i2v", "wan21_fun_control", "wan22_i2v", "wan21_vace", "wan21_camera", "wan22_camera",
-        "wan22_ti2v")
-WAN21 = _kind("WAN21", _WAN)
-WAN21_Vace = _kind("WAN21_Vace", ("wan21_vace",), WAN21)
-WAN21_Camera = _kind("WAN21_Camera", ("wan21_camera", "wan22_camera"), WAN21)
-WAN22 = _kind("WAN22", ("wan22_ti2v",), WAN21)
+Flux = _kind("Flux")
+Chroma = _kind("Chroma", Flux)
+# ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
+WAN21 = _kind("WAN21")
+WAN21_Vace = _kind("WAN21_Vace", WAN21)
+WAN21_Camera = _kind("WAN21_Camera", WAN21)
+WAN22 = _kind("WAN22", WAN21)
 
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
 _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
                 "StableAudio1", "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "HunyuanVideo",
                 "CosmosVideo", "Lumina2", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
-globals().update({name: _kind(name, ()) for name in _OTHER_KINDS})
+globals().update({name: _kind(name) for name in _OTHER_KINDS})
 
 
-# Our family -> ComfyUI's model class for it (the class each `supported_models` config's
-# `get_model` builds in ComfyUI); compat/mp_model_classes.py has loaders build exactly that class.
-CLASS_OF_FAMILY = {"sd1": BaseModel, "sd1_inpaint": BaseModel, "sd2": BaseModel, "sd2_inpaint": BaseModel,
-                   "sd1_ip2p": SD15_instructpix2pix, "sd21_unclip": SD21UNCLIP, "sdxl": SDXL, "sdxl_inpaint": SDXL,
-                   "sdxl_ip2p": SDXL_instructpix2pix, "sdxl_refiner": SDXLRefiner, "svd": SVD_img2vid,
-                   "sd3": SD3, "flux": Flux, "flux_schnell": Flux, "chroma": Chroma,
-                   "wan21_t2v": WAN21, "wan21_i2v": WAN21, "wan21_fun_control": WAN21, "wan22_i2v": WAN21,
-                   "wan21_vace": WAN21_Vace, "wan21_camera": WAN21_Camera, "wan22_camera": WAN21_Camera,
-                   "wan22_ti2v": WAN22}
+def _class_of_family() -> dict[str, type]:
+    from comfy_core.families import default_registry
+
+    return {family.name: _KINDS[family.comfy_model_class] for family in default_registry()}
+
+
+# Our built-in family -> ComfyUI's model class for it (the class each `supported_models` config's
+# `get_model` builds in ComfyUI, `Family.comfy_model_class`); compat/mp_model_classes.py has
+# loaders build exactly that class.
+CLASS_OF_FAMILY: dict[str, type] = _class_of_family()
 
 
 def convert_tensor(extra: Any, dtype: Any, device: Any) -> Any:

@@ -21,7 +21,8 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
        for name in ("SDXLRefiner", "SDXL", "SDXL_instructpix2pix")},
     "SVD_img2vid": "comfy_core.families.svd.supported_models:SVD_img2vid",
     "SD3": "comfy_core.families.sd3.supported_models:SD3",
-    **{name: f"comfy_core.families.flux.supported_models:{name}" for name in ("Flux", "FluxInpaint", "FluxSchnell")},
+    "Flux": "comfy_core.families.flux.supported_models:FluxModelConfig",
+    **{name: f"comfy_core.families.flux.supported_models:{name}" for name in ("FluxInpaint", "FluxSchnell")},
     "Chroma": "comfy_core.families.chroma.supported_models:Chroma",
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",

@@ -44,10 +44,12 @@ def cond_cat(c_list: list[dict]) -> dict:
 def calc_cond_uncond_batch(model: Any, cond: Any, uncond: Any, x_in: torch.Tensor, timestep: torch.Tensor,
                            model_options: dict) -> tuple:
     """Deprecated in ComfyUI (it logs so too): `calc_cond_batch` on `[cond, uncond]`."""
+    from comfy_core import extension_points
     from comfy_core.sampling import cond_batch
 
     log.warning("comfy.samplers.calc_cond_uncond_batch is deprecated; use calc_cond_batch")
-    return tuple(cond_batch.calc_cond_batch(model, [cond, uncond], x_in, timestep, model_options))
+    calc_cond_batch = extension_points.current().calc_cond_batch or cond_batch.calc_cond_batch  # as ComfyUI's global
+    return tuple(calc_cond_batch(model, [cond, uncond], x_in, timestep, model_options))
 
 
 # -- conditioning preparation ----------------------------------------------------------------------

@@ -24,13 +24,13 @@ def _number(value: Any, input_name: str) -> float:
 
 def _post(model: Any, hook: Any) -> tuple[Any]:
     patched = checks.model(model).clone()
-    patched.set_model_sampler_post_cfg_function(hook)
+    patched.add_option_function("sampler_post_cfg_function", hook)
     return (patched,)
 
 
 def _pre(model: Any, hook: Any) -> tuple[Any]:
     patched = checks.model(model).clone()
-    patched.set_model_sampler_pre_cfg_function(hook)
+    patched.add_option_function("sampler_pre_cfg_function", hook)
     return (patched,)
 
 

@@ -27,7 +27,8 @@ def perturbed_attention_guidance(model: Any, scale: float) -> tuple[Any]:
     from comfy_core.model_patches.pag import PerturbedAttentionGuidance
 
     patched = checks.model(model).clone()
-    patched.set_model_sampler_post_cfg_function(PerturbedAttentionGuidance(float(checks.number(scale, "scale"))))
+    patched.add_option_function("sampler_post_cfg_function",
+                                PerturbedAttentionGuidance(float(checks.number(scale, "scale"))))
     return (patched,)
 
 
@@ -43,8 +44,8 @@ def self_attention_guidance(model: Any, scale: float, blur_sigma: float) -> tupl
 
     recorder, hook = sag(float(checks.number(scale, "scale")), float(checks.number(blur_sigma, "blur_sigma")))
     patched = checks.model(model).clone()
-    patched.set_model_sampler_post_cfg_function(hook, disable_cfg1_optimization=True)
-    patched.set_model_attn1_replace(recorder, "middle", 0, 0)
+    patched.add_option_function("sampler_post_cfg_function", hook, disable_cfg1_optimization=True)
+    patched.set_block_replace("attn1", ("middle", 0, 0), recorder)
     return (patched,)
 
 
@@ -59,7 +60,7 @@ def perp_neg(model: Any, empty_conditioning: list, neg_scale: float) -> tuple[An
 
     empty = checks.conditioning(empty_conditioning, "empty_conditioning", tokens=True)
     patched = checks.model(model).clone()
-    patched.set_model_sampler_cfg_function(PerpNegCFG(empty, float(checks.number(neg_scale, "neg_scale"))))
+    patched.set_option("sampler_cfg_function", PerpNegCFG(empty, float(checks.number(neg_scale, "neg_scale"))))
     return (patched,)
 
 
@@ -73,7 +74,7 @@ def differential_diffusion(model: Any, strength: float = 1.0) -> tuple[Any]:
     from comfy_core.model_patches.differential_diffusion import DifferentialDiffusion
 
     patched = checks.model(model).clone()
-    patched.set_model_denoise_mask_function(DifferentialDiffusion(float(checks.number(strength, "strength"))))
+    patched.set_option("denoise_mask_function", DifferentialDiffusion(float(checks.number(strength, "strength"))))
     return (patched,)
 
 
@@ -94,5 +95,5 @@ def fresca(model: Any, scale_low: float, scale_high: float, freq_cutoff: int) ->
     hook = FreSca(float(checks.number(scale_low, "scale_low")), float(checks.number(scale_high, "scale_high")),
                   checks.integer(freq_cutoff, "freq_cutoff", 1))
     patched = checks.model(model).clone()
-    patched.set_model_sampler_pre_cfg_function(hook)
+    patched.add_option_function("sampler_pre_cfg_function", hook)
     return (patched,)

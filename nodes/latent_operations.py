@@ -58,7 +58,7 @@ def latent_apply_operation_cfg(model: Any, operation: Any) -> tuple[Any]:
     from comfy_core.latent.operations import OperationOnCFG
 
     patched = checks.model(model).clone()
-    patched.set_model_sampler_pre_cfg_function(OperationOnCFG(_operation(operation)))
+    patched.add_option_function("sampler_pre_cfg_function", OperationOnCFG(_operation(operation)))
     return (patched,)
 
 

@@ -39,7 +39,7 @@ def _freeu(model: Any, b1: float, b2: float, s1: float, s2: float, version: int)
     model = checks.model(model)
     factors = [checks.number(v, n) for v, n in ((b1, "b1"), (b2, "b2"), (s1, "s1"), (s2, "s2"))]
     patched = model.clone()
-    patched.set_model_output_block_patch(FreeU.for_model(_model_channels(model), *factors, version=version))
+    patched.add_block_patch("output_block_patch", FreeU.for_model(_model_channels(model), *factors, version=version))
     return (patched,)
 
 
@@ -77,8 +77,8 @@ def tome_patch_model(model: Any, ratio: float) -> tuple[Any]:
 
     merge, unmerge = token_merging(checks.number(ratio, "ratio", 0.0, 1.0))
     patched = checks.model(model).clone()
-    patched.set_model_attn1_patch(merge)
-    patched.set_model_attn1_output_patch(unmerge)
+    patched.add_block_patch("attn1_patch", merge)
+    patched.add_block_patch("attn1_output_patch", unmerge)
     return (patched,)
 
 
@@ -96,8 +96,8 @@ def hyper_tile(model: Any, tile_size: int, swap_size: int, max_depth: int, scale
     tile_in, tile_out = hypertile(checks.integer(tile_size, "tile_size", 1), checks.integer(swap_size, "swap_size", 1),
                                   checks.integer(max_depth, "max_depth", 0), scale_depth)
     patched = checks.model(model).clone()
-    patched.set_model_attn1_patch(tile_in)
-    patched.set_model_attn1_output_patch(tile_out)
+    patched.add_block_patch("attn1_patch", tile_in)
+    patched.add_block_patch("attn1_output_patch", tile_out)
     return (patched,)
 
 
@@ -130,10 +130,10 @@ def patch_model_add_downscale(model: Any, block_number: int, downscale_factor: f
                             downscale_method)
     patched = model.clone()
     if downscale_after_skip:
-        patched.set_model_input_block_patch_after_skip(shrink)
+        patched.add_block_patch("input_block_patch_after_skip", shrink)
     else:
-        patched.set_model_input_block_patch(shrink)
-    patched.set_model_output_block_patch(UpscaleOutput(upscale_method))
+        patched.add_block_patch("input_block_patch", shrink)
+    patched.add_block_patch("output_block_patch", UpscaleOutput(upscale_method))
     return (patched,)
 
 
@@ -258,8 +258,8 @@ def hypernetwork_loader(model: Any, hypernetwork_name: str, strength: float) -> 
     except ModelPatchError as exc:
         raise NodeInputError("hypernetwork_name", "an AUTOMATIC1111 hypernetwork", f"{hypernetwork_name!r}: {exc}") from exc
     patched = model.clone()
-    patched.set_model_attn1_patch(patch)
-    patched.set_model_attn2_patch(patch)
+    patched.add_block_patch("attn1_patch", patch)
+    patched.add_block_patch("attn2_patch", patch)
     return (patched,)
 
 
@@ -280,7 +280,7 @@ def model_compute_dtype(model: Any, dtype: str) -> tuple[Any]:
     if isinstance(previous, ComputeDtype):  # a second ModelComputeDtype replaces the first
         previous = previous.inner
     if torch_dtype is not None:
-        patched.set_model_unet_function_wrapper(ComputeDtype(torch_dtype, previous))
+        patched.set_option("model_function_wrapper", ComputeDtype(torch_dtype, previous))
     elif previous is not None:
-        patched.set_model_unet_function_wrapper(previous)
+        patched.set_option("model_function_wrapper", previous)
     return (patched,)

@@ -185,5 +185,5 @@ def rescale_cfg(model: Any, multiplier: float) -> tuple[Any]:
     from comfy_core.sampling.cfg_patches import RescaleCFG
 
     patched = checks.model(model).clone()
-    patched.set_model_sampler_cfg_function(RescaleCFG(_number(multiplier, "multiplier")))
+    patched.set_option("sampler_cfg_function", RescaleCFG(_number(multiplier, "multiplier")))
     return (patched,)

@@ -77,13 +77,13 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
     """ComfyUI's `common_ksampler`: the parts SamplerCustomAdvanced is given (a NOISE object, the
     schedule, `sampler_object(sampler_name)`, a CFG guider) composed by `ksampler.sample`."""
     from comfy_core import extension_points
-    from comfy_core.sampling import ksampler
+    from comfy_core.sampling.ksampler import sample as ours
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
     samples = checks.latent(latent, "latent_image", ndims=(4, 5))
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)
     noise = noise_source.generate_noise(latent)
-    sample = extension_points.current().sample_steps or ksampler.sample
+    sample = extension_points.current().sample_steps or ours
     out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,
                          denoise=denoise, start_step=start_step, last_step=last_step,
                          force_full_denoise=force_full_denoise, noise_mask=latent.get("noise_mask"),

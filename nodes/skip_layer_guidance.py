@@ -58,8 +58,8 @@ def skip_layer_guidance(model: Any, scale: float, start_percent: float, end_perc
     if not double and not single:
         return (model,)
     patched = model.clone()
-    patched.set_model_sampler_post_cfg_function(
-        SkipLayerGuidance(double, single, scale, sigma_start, sigma_end, rescaling_scale))
+    patched.add_option_function("sampler_post_cfg_function",
+                                SkipLayerGuidance(double, single, scale, sigma_start, sigma_end, rescaling_scale))
     return (patched,)
 
 
@@ -100,5 +100,5 @@ def skip_layer_guidance_dit_simple(model: Any, start_percent: float, end_percent
     if not double and not single:
         return (model,)
     patched = model.clone()
-    patched.set_model_sampler_calc_cond_batch_function(SkipLayerUncond(double, single, sigma_start, sigma_end))
+    patched.set_option("sampler_calc_cond_batch_function", SkipLayerUncond(double, single, sigma_start, sigma_end))
     return (patched,)

@@ -122,7 +122,7 @@ def _guided(model: Any, min_cfg: Any, kind: str) -> tuple[Any]:
 
     min_cfg = _float(min_cfg, "min_cfg", 0.0, 100.0)
     patched = checks.model(model).clone()
-    patched.set_model_sampler_cfg_function((VideoLinearCFG if kind == "linear" else VideoTriangleCFG)(min_cfg))
+    patched.set_option("sampler_cfg_function", (VideoLinearCFG if kind == "linear" else VideoTriangleCFG)(min_cfg))
     return (patched,)
 
 

@@ -49,9 +49,9 @@ _OUTPUTS = [Output("CONDITIONING", "positive"), Output("CONDITIONING", "negative
 
 def _format(channels: int) -> Any:
     """The latent format whose `process_out(0)` is the latent of nothing: Wan 2.2's for 48 channels."""
-    from comfy_core.models import latent_formats
+    from comfy_core.families.wan.latent_format import wan21_latent_format, wan22_latent_format
 
-    return latent_formats.wan22_latent_format() if channels == WAN22_CHANNELS else latent_formats.wan21_latent_format()
+    return wan22_latent_format() if channels == WAN22_CHANNELS else wan21_latent_format()
 
 
 def _empty(batch_size: int, channels: int, length: int, height: int, width: int, downscale: int):

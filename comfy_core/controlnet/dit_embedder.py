@@ -40,7 +40,7 @@ from torch import nn
 
 from comfy_core.families.sd3.mmdit import HEAD_DIM, MMDiTConfigError
 from comfy_core.families.sd3.mmdit_blocks import (DismantledBlock, PatchEmbed, TimestepEmbedder, VectorEmbedder,
-                                            ceil_div, get_2d_sincos_pos_embed_torch)
+                                                  ceil_div, get_2d_sincos_pos_embed_torch)
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import shape_reader
 

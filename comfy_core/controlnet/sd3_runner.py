@@ -26,7 +26,8 @@ from torch import nn
 
 from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.controlnet.runner import ControlNet, ControlNetRunError
-from comfy_core.models.latent_formats import LatentFormat, sd3_latent_format
+from comfy_core.models.latent_formats import LatentFormat
+from comfy_core.families.sd3.latent_format import sd3_latent_format
 from comfy_core.families.sd3.mmdit_blocks import PatchEmbed, VectorEmbedder
 
 

@@ -178,6 +178,10 @@ class Family:
     # Stability's ModelSpec `modelspec.architecture` that ComfyUI writes into a saved checkpoint of
     # this family (its SDXL, SDXL instruct-pix2pix, refiner and SVD model classes); None: none.
     modelspec_architecture: str | None = None
+    # The name of ComfyUI's `comfy.model_base` class that models of this family are (what its
+    # `supported_models` config's `get_model` builds: "BaseModel", "SDXL", "Flux", "WAN21", ...),
+    # which packs test with `isinstance` / `type(...)` (compat builds the classes).
+    comfy_model_class: str = "BaseModel"
 
     def __post_init__(self) -> None:
         if self.architecture.head_layout and (self.num_heads > 0) == (self.num_head_channels > 0):

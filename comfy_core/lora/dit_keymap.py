@@ -38,7 +38,7 @@ from torch import nn
 
 # The spellings the DiT maps share live below the families (their `keys.py` use them); re-exported.
 from comfy_core.families.lora_keys import (CHECKPOINT_PREFIX, UNET_PREFIX, Target, add_diffusers_names,  # noqa: F401
-                                           native_key_map)
+                                           native_key_map, target_name)
 
 
 def dit_key_map(model: nn.Module) -> dict[str, Target] | None:
@@ -55,11 +55,6 @@ def dit_kind(model: nn.Module) -> str | None:
     LoRA layers (see `dit_key_map`), else None: a UNet, or not a diffusion model."""
     network = getattr(model, "diffusion_model", None)
     return type(network).__name__ if callable(getattr(network, "lora_key_map", None)) else None
-
-
-def target_name(target: Target) -> str:
-    """The parameter a target patches (the whole tensor's name for a slice)."""
-    return target if isinstance(target, str) else target[0]
 
 
 def state_names(model: nn.Module) -> list[str]:

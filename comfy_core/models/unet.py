@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from comfy_core import extension_points
 from comfy_core.models.transformer import SpatialTransformer
 from comfy_core.models.unet_blocks import (Downsample, ResBlock, TimestepBlock, Upsample, operations_or_default,
                                           timestep_embedding)
@@ -167,9 +168,10 @@ def forward_timestep_embed(ts: nn.Module, x: torch.Tensor, emb: torch.Tensor, co
     each), an `Upsample` the skip's `output_shape`; any other layer of a class listed in
     `patches["forward_timestep_embed_patch"]` runs that handler instead.
 
-    The UNet calls this through the module global, so a node pack that replaces
+    The UNet calls it through `run_timestep_embed`, so a node pack that replaces
     `comfy.ldm.modules.diffusionmodules.openaimodel.forward_timestep_embed` (Advanced-ControlNet's
-    reference-only does) runs in our UNet too."""
+    reference-only does; compat makes it `ExtensionPoints.forward_timestep_embed`) runs in our
+    UNet instead."""
     options = {} if transformer_options is None else transformer_options
     for layer in ts:
         if isinstance(layer, TimestepBlock):
@@ -190,12 +192,26 @@ def forward_timestep_embed(ts: nn.Module, x: torch.Tensor, emb: torch.Tensor, co
     return x
 
 
+def run_timestep_embed(ts: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """`forward_timestep_embed`, or the replacement the extension points in force name
+    (`ExtensionPoints.forward_timestep_embed`), looked up at every call."""
+    override = extension_points.current().forward_timestep_embed
+    return (forward_timestep_embed if override is None else override)(ts, *args, **kwargs)
+
+
+def run_apply_control(h: torch.Tensor, control: dict[str, list] | None, name: str) -> torch.Tensor:
+    """`apply_control`, or the replacement the extension points in force name
+    (`ExtensionPoints.apply_control`), looked up at every call."""
+    override = extension_points.current().apply_control
+    return (apply_control if override is None else override)(h, control, name)
+
+
 class TimestepEmbedSequential(nn.Sequential, TimestepBlock):
     """A sequence of ResBlock / SpatialTransformer / Down- or Upsample, each fed what it needs
-    (by the module-global `forward_timestep_embed`, looked up at every call)."""
+    (by `run_timestep_embed`: ours, or the extension points' replacement)."""
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
-        return forward_timestep_embed(self, *args, **kwargs)
+        return run_timestep_embed(self, *args, **kwargs)
 
 
 def _embed_patch(layer: nn.Module, transformer_options: dict[str, Any] | None) -> Any:
@@ -361,30 +377,30 @@ class UNetModel(nn.Module):
             emb = emb + self.label_emb(y.to(emb.dtype))
         context = context.to(x.dtype) if context is not None else None
 
-        # Blocks run through the module globals `forward_timestep_embed` and `apply_control`,
-        # which node packs may replace (see their docstrings).
+        # Blocks run through `run_timestep_embed` and `run_apply_control`: ours, or what the
+        # extension points in force name (a node pack's replacement, through compat).
         hs: list[torch.Tensor] = []
         h = x
         for index, block in enumerate(self.input_blocks):
             options["block"] = ("input", index)
-            h = forward_timestep_embed(block, h, emb, context, options)
-            h = apply_control(h, control, "input")
+            h = run_timestep_embed(block, h, emb, context, options)
+            h = run_apply_control(h, control, "input")
             for patch in patches.get("input_block_patch", ()):
                 h = patch(h, options)
             hs.append(h)
             for patch in patches.get("input_block_patch_after_skip", ()):
                 h = patch(h, options)
         options["block"] = ("middle", 0)
-        h = forward_timestep_embed(self.middle_block, h, emb, context, options)
-        h = apply_control(h, control, "middle")
+        h = run_timestep_embed(self.middle_block, h, emb, context, options)
+        h = run_apply_control(h, control, "middle")
         for index, block in enumerate(self.output_blocks):
             options["block"] = ("output", index)
-            skip = apply_control(hs.pop(), control, "output")
+            skip = run_apply_control(hs.pop(), control, "output")
             for patch in patches.get("output_block_patch", ()):
                 h, skip = patch(h, skip, options)
             h = torch.cat([h, skip], dim=1)  # [B, C + C_skip, h', w']
             output_shape = tuple(hs[-1].shape) if hs else None
-            h = forward_timestep_embed(block, h, emb, context, options, output_shape)
+            h = run_timestep_embed(block, h, emb, context, options, output_shape)
         return self.out(h.to(x.dtype))
 
 

@@ -16,7 +16,7 @@ IMAGE batch `[T, H, W, C]` (or videos `[B, T, H, W, C]`) in 0..1, centre-crops t
 multiple of the spatial factor, uses the first 4k + 1 frames (the encoder's chunks never reach
 the rest) and returns the posterior mean `[B, C, T', h, w]`; `decode` returns `[B, T, H, W, 3]`
 in 0..1. Latents are the raw VAE space: the per-channel mean/std normalisation is the latent
-format's (`latent_formats.wan21_latent_format()`), applied by the sampler as in ComfyUI.
+format's (`comfy_core.families.wan.latent_format`), applied by the sampler as in ComfyUI.
 """
 from __future__ import annotations
 

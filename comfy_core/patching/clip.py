@@ -30,6 +30,8 @@ class ClipPatcher(ModelPatcher):
     # The memory manager keeps text encoders on the CPU in lowvram / novram (ComfyUI's
     # `text_encoder_device()`); it asks this flag rather than knowing the patcher classes.
     is_text_encoder = True
+    # A host may build it as its own subclass too (ModelPatcher `_take_host_class`).
+    _host_replaceable = True
 
     def encoder_slots(self) -> list[str]:
         """Names of the encoder children present (`clip_l`, `clip_g`, ...), in module order."""

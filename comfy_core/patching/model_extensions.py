@@ -1,5 +1,8 @@
-"""What a MODEL patcher carries for node packs besides patches: wrappers, callbacks, attachments,
-injections and additional models (ComfyUI's comfy/model_patcher.py `ModelPatcher` members).
+"""What a MODEL patcher carries besides patches: wrappers, callbacks, attachments, injections and
+additional models (ComfyUI's comfy/model_patcher.py `ModelPatcher` members), as data, with the
+members our runtime uses (adding a keyed wrapper, reading wrappers and callbacks, injecting,
+the run lifecycle). ComfyUI's other accessors (`set_attachments`, `add_callback`,
+`set_injections`, `set_additional_models`, ...) are compat's (compat/mp_model_patcher.py).
 
 All of it is data on the patcher, copied by `clone()` (lists copied, so a clone's additions never
 reach its parent), and read by our runtime at ComfyUI's points: wrappers and callbacks are merged
@@ -58,25 +61,10 @@ class ModelPatcherExtensions:
 
     # --- callbacks ---
 
-    def add_callback(self, call_type: str, callback: Callable) -> None:
-        self.add_callback_with_key(call_type, None, callback)
-
-    def add_callback_with_key(self, call_type: str, key: Any, callback: Callable) -> None:
-        self.callbacks.setdefault(call_type, {}).setdefault(key, []).append(callback)
-
-    def remove_callbacks_with_key(self, call_type: str, key: Any) -> None:
-        self.callbacks.get(call_type, {}).pop(key, None)
-
-    def get_callbacks(self, call_type: str, key: Any) -> list[Callable]:
-        return self.callbacks.get(call_type, {}).get(key, [])
-
     def get_all_callbacks(self, call_type: str) -> list[Callable]:
         return [c for cs in self.callbacks.get(call_type, {}).values() for c in cs]
 
     # --- wrappers ---
-
-    def add_wrapper(self, wrapper_type: str, wrapper: Callable) -> None:
-        self.add_wrapper_with_key(wrapper_type, None, wrapper)
 
     def add_wrapper_with_key(self, wrapper_type: str, key: Any, wrapper: Callable) -> None:
         self.wrappers.setdefault(wrapper_type, {}).setdefault(key, []).append(wrapper)
@@ -100,25 +88,7 @@ class ModelPatcherExtensions:
         out["transformer_options"] = to
         return out
 
-    # --- attachments, injections, additional models ---
-
-    def set_attachments(self, key: str, attachment: Any) -> None:
-        self.attachments[key] = attachment
-
-    def remove_attachments(self, key: str) -> None:
-        self.attachments.pop(key, None)
-
-    def get_attachment(self, key: str) -> Any:
-        return self.attachments.get(key)
-
-    def set_injections(self, key: str, injections: list[PatcherInjection]) -> None:
-        self.injections[key] = list(injections)
-
-    def remove_injections(self, key: str) -> None:
-        self.injections.pop(key, None)
-
-    def get_injections(self, key: str) -> list[PatcherInjection] | None:
-        return self.injections.get(key)
+    # --- injections and additional models ---
 
     def inject_model(self) -> None:
         """Run every injection's `inject(patcher)` (once), then ON_INJECT_MODEL callbacks."""
@@ -142,15 +112,6 @@ class ModelPatcherExtensions:
         self.is_injected = False
         for callback in self.get_all_callbacks(CallbacksMP.ON_EJECT_MODEL):
             callback(self)
-
-    def set_additional_models(self, key: str, models: list[Any]) -> None:
-        self.additional_models[key] = list(models)
-
-    def remove_additional_models(self, key: str) -> None:
-        self.additional_models.pop(key, None)
-
-    def get_additional_models_with_key(self, key: str) -> list[Any]:
-        return self.additional_models.get(key, [])
 
     def get_additional_models(self) -> list[Any]:
         return [m for models in self.additional_models.values() for m in models]
@@ -190,6 +151,3 @@ class ModelPatcherExtensions:
         self.eject_model()
         for callback in self.get_all_callbacks(CallbacksMP.ON_CLEANUP):
             callback(self)
-
-    def set_hook_mode(self, hook_mode: Any) -> None:
-        self.hook_mode = hook_mode

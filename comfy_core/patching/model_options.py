@@ -35,7 +35,9 @@ def set_model_options_patch(model_options: dict, patch: Callable, name: str) -> 
     return model_options
 
 
-def _append(model_options: dict, key: str, fn: Callable, disable_cfg1_optimization: bool) -> dict:
+def append_model_option(model_options: dict, key: str, fn: Callable, disable_cfg1_optimization: bool = False) -> dict:
+    """Append `fn` to the list `model_options[key]` (a new list); with `disable_cfg1_optimization`,
+    set `model_options["disable_cfg1_optimization"]`."""
     model_options[key] = list(model_options.get(key, [])) + [fn]
     if disable_cfg1_optimization:
         model_options["disable_cfg1_optimization"] = True
@@ -44,12 +46,12 @@ def _append(model_options: dict, key: str, fn: Callable, disable_cfg1_optimizati
 
 def set_model_options_post_cfg_function(model_options: dict, post_cfg_function: Callable,
                                         disable_cfg1_optimization: bool = False) -> dict:
-    return _append(model_options, "sampler_post_cfg_function", post_cfg_function, disable_cfg1_optimization)
+    return append_model_option(model_options, "sampler_post_cfg_function", post_cfg_function, disable_cfg1_optimization)
 
 
 def set_model_options_pre_cfg_function(model_options: dict, pre_cfg_function: Callable,
                                        disable_cfg1_optimization: bool = False) -> dict:
-    return _append(model_options, "sampler_pre_cfg_function", pre_cfg_function, disable_cfg1_optimization)
+    return append_model_option(model_options, "sampler_pre_cfg_function", pre_cfg_function, disable_cfg1_optimization)
 
 
 def create_model_options_clone(orig_model_options: dict) -> dict:

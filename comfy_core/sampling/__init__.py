@@ -1,2 +1,3 @@
 """Sampling: the model's sigma table, schedulers, k-diffusion-convention samplers, CFG, noise,
-latent previews and the sampling driver. Import submodules directly; nothing happens at import."""
+latent previews, guiders and the KSampler path (docs/dev/sampling.md). Import submodules directly;
+nothing happens at import."""

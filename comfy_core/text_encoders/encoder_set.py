@@ -160,8 +160,8 @@ class TextEncoderSet(nn.Module):
     """The module a `ClipPatcher` wraps: encoders as children named by slot (`clip_l`, `clip_h`, `clip_g`).
 
     Built as `TextEncoderSet(spec, encoders)`, it is an instance of the set's class with
-    ComfyUI's name (`SD1ClipModel`, `SD2ClipModel`, `SDXLClipModel`, `SDXLRefinerClipModel`, below):
-    packs tell families apart by `isinstance(clip.cond_stage_model, SDXLClipModel)` or by its class
+    ComfyUI's name (`SD1ClipModel`, `SD2ClipModel`, `SDXLClipModel`, `SDXLRefinerClipModel`, each
+    in its family package's `clip.py`): packs tell families apart by `isinstance(clip.cond_stage_model, SDXLClipModel)` or by its class
     name (ComfyUI's `comfy/sd1_clip.py`, `sd2_clip.py`, `sdxl_clip.py`).
     """
 
@@ -234,34 +234,3 @@ def combine_outputs(spec: EncoderSetSpec, outputs: Mapping[str, torch.Tensor],
     """The set's conditioning and pooled output from its encoders' (its `combine` rule); `outputs`
     holds the encoders present (all of them, except in a partial set)."""
     return spec.combine(spec, outputs, pooled)
-
-
-class SD1ClipModel(TextEncoderSet):
-    """SD1.x's CLIP-L set (ComfyUI's `comfy.sd1_clip.SD1ClipModel`)."""
-
-    clip_name, clip = "l", "clip_l"
-
-
-class SD2ClipModel(TextEncoderSet):
-    """SD2.x's OpenCLIP ViT-H set (ComfyUI's `comfy.sd2_clip.SD2ClipModel`)."""
-
-    clip_name, clip = "h", "clip_h"
-
-
-class SDXLClipModel(TextEncoderSet):
-    """SDXL's CLIP-L + OpenCLIP bigG set (ComfyUI's `comfy.sdxl_clip.SDXLClipModel`)."""
-
-
-class SDXLRefinerClipModel(TextEncoderSet):
-    """The SDXL refiner's bigG set (ComfyUI's `comfy.sdxl_clip.SDXLRefinerClipModel`)."""
-
-    clip_name, clip = "g", "clip_g"
-
-
-class SD3ClipModel(TextEncoderSet):
-    """SD3's CLIP-L + CLIP-G + T5-XXL set, any of them optional (ComfyUI's
-    `comfy.text_encoders.sd3_clip.SD3ClipModel`)."""
-
-
-class FluxClipModel(TextEncoderSet):
-    """Flux's CLIP-L + T5-XXL set (ComfyUI's `comfy.text_encoders.flux.FluxClipModel`)."""

@@ -218,7 +218,8 @@ class FamilyTokenizer:
     Exposes each encoder's `SDTokenizer` as an attribute named by its slot (`clip_l`, `clip_g`,
     `clip_h`), as ComfyUI's SD1Tokenizer/SDXLTokenizer do (packs reach in there). Built for a
     family's encoder set, it is an instance of ComfyUI's class for it (the set's `tokenizer_class`:
-    `SD1Tokenizer`, `SD2Tokenizer`, `SDXLTokenizer`, below), as packs check.
+    `SD1Tokenizer`, `SD2Tokenizer`, `SDXLTokenizer`, in the family packages' `clip.py`), as packs
+    check.
     """
 
     def __init__(self, tokenizers: dict[str, SDTokenizer]) -> None:
@@ -256,27 +257,3 @@ class FamilyTokenizer:
 
     def untokenize(self, token_weight_pair: list[tuple]) -> list[tuple]:
         return getattr(self, self.slots[0]).untokenize(token_weight_pair)
-
-
-class SD1Tokenizer(FamilyTokenizer):
-    """SD1.x's CLIP-L tokenizer (ComfyUI's `comfy.sd1_clip.SD1Tokenizer`)."""
-
-
-class SD2Tokenizer(FamilyTokenizer):
-    """SD2.x's ViT-H tokenizer (ComfyUI's `comfy.sd2_clip.SD2Tokenizer`)."""
-
-
-class SDXLTokenizer(FamilyTokenizer):
-    """SDXL's CLIP-L + bigG tokenizers (ComfyUI's `comfy.sdxl_clip.SDXLTokenizer`)."""
-
-
-class SDXLRefinerTokenizer(FamilyTokenizer):
-    """The SDXL refiner's bigG tokenizer (ComfyUI uses its SDXLTokenizer class there too)."""
-
-
-class SD3Tokenizer(FamilyTokenizer):
-    """SD3's CLIP-L, CLIP-G and T5-XXL tokenizers (ComfyUI's `comfy.text_encoders.sd3_clip.SD3Tokenizer`)."""
-
-
-class FluxTokenizer(FamilyTokenizer):
-    """Flux's CLIP-L and T5-XXL tokenizers (ComfyUI's `comfy.text_encoders.flux.FluxTokenizer`)."""

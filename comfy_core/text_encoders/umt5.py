@@ -16,7 +16,7 @@ The tower's classes have ComfyUI's names (`UMT5XXlModel`, `UMT5XXlTokenizer`); W
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 

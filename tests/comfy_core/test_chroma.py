@@ -12,7 +12,7 @@ import torch
 
 from comfy_core.families import default_registry
 from comfy_core.families.chroma.dit import (COMFY_MOD_INDEX_LENGTH, Chroma, ChromaConfig, ChromaConfigError,
-                                           convert_diffusers_state_dict)
+                                            convert_diffusers_state_dict)
 from tests.fixtures.chroma_files import (UNET, chroma_state_dict, diffusers_chroma_kwargs, tiny_chroma_params,
                                          tiny_chroma_state_dict, to_diffusers_layout, write_chroma_files)
 from tests.fixtures.dit_checkpoints import T5_WIDTH, flux_state_dict, save

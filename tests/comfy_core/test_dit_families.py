@@ -220,7 +220,7 @@ def test_a_whole_flow_sample_matches_diffusers_flow_match_euler():
     diffusers' pipeline: latents / scaling_factor + shift_factor)."""
     diffusers = pytest.importorskip("diffusers")
     from comfy_core.models.diffusion import DiffusionModel
-    from comfy_core.models.latent_formats import sd3_latent_format
+    from comfy_core.families.sd3.latent_format import sd3_latent_format
     from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
     from comfy_core.families.sd3.keys import convert_diffusers_state_dict
     from comfy_core.models.model_conditions import PooledConditions

@@ -10,8 +10,8 @@ import torch
 
 from comfy_core.families.flux.dit import FluxConfig, FluxConfigError, default_axes_dim, is_flux
 from comfy_core.families.flux.keys import (FluxKeyError, HeaderShape, convert_bfl_state_dict_to_diffusers,
-                                         convert_diffusers_state_dict, diffusers_flux_facts, diffusers_header_shapes,
-                                         flux_to_diffusers, is_diffusers_flux, swap_scale_shift)
+                                           convert_diffusers_state_dict, diffusers_flux_facts, diffusers_header_shapes,
+                                           flux_to_diffusers, is_diffusers_flux, swap_scale_shift)
 from tests.fixtures import flux_files
 from tests.fixtures.flux_files import (SINGLE_FILE_PREFIX, tiny_flux_diffusers_state_dict, tiny_flux_params,
                                        tiny_flux_state_dict)

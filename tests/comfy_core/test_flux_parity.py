@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from comfy_core.families.flux.dit import Flux, FluxConfig
+from comfy_core.families.flux.dit import FluxConfig, FluxTransformer as Flux
 from tests.fixtures.flux_files import diffusers_flux_kwargs, tiny_flux_diffusers_state_dict, tiny_flux_state_dict
 
 pytest.importorskip("diffusers")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.families.flux.dit import Flux, FluxConfig
+from comfy_core.families.flux.dit import FluxConfig, FluxTransformer as Flux
 from tests.fixtures.flux_files import tiny_flux_state_dict
 
 

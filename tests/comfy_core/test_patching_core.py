@@ -350,12 +350,13 @@ def test_model_patcher_option_setters_use_comfyui_keys(patcher):
         return a
 
     p = patcher.clone()
-    p.set_model_sampler_cfg_function(fn, disable_cfg1_optimization=True)
-    p.set_model_unet_function_wrapper(fn)
-    p.set_model_attn1_patch(fn)
-    p.set_model_attn2_patch(fn)
-    p.set_model_attn2_replace(fn, "input", 4)
-    p.set_model_sampler_post_cfg_function(fn)
+    p.set_option("sampler_cfg_function", fn)
+    p.set_option("disable_cfg1_optimization", True)
+    p.set_option("model_function_wrapper", fn)
+    p.add_block_patch("attn1_patch", fn)
+    p.add_block_patch("attn2_patch", fn)
+    p.set_block_replace("attn2", ("input", 4), fn)
+    p.add_option_function("sampler_post_cfg_function", fn)
     o = p.model_options
     assert o["sampler_cfg_function"] is fn and o["disable_cfg1_optimization"] is True
     assert o["model_function_wrapper"] is fn and o["sampler_post_cfg_function"] == [fn]

@@ -1,6 +1,8 @@
 """ComfyUI's CFG hooks in model_options (sampler_cfg_function, sampler_post_cfg_function,
 sampler_pre_cfg_function): what each receives, in which space, in which order; plain CFG
-unchanged without hooks; the ModelPatcher setters (ComfyUI's names, old 3-argument form, clones)."""
+unchanged without hooks; the ModelPatcher's hook lists (ComfyUI's keys, clones). ComfyUI's
+`set_model_*` setters (and their old 3-argument CFG form) are compat's:
+tests/compat/test_extension_points_models.py."""
 from __future__ import annotations
 
 import torch
@@ -104,26 +106,15 @@ def test_pre_cfg_functions_see_and_replace_conds_out() -> None:
 def test_patcher_setters_store_hooks_and_clones_keep_their_own_lists() -> None:
     patcher = ModelPatcher(FakeModel())
     post1, post2, pre = (lambda a: a["denoised"]), (lambda a: a["denoised"]), (lambda a: a["conds_out"])
-    patcher.set_model_sampler_post_cfg_function(post1)
+    patcher.add_option_function("sampler_post_cfg_function", post1)
     clone = patcher.clone()
-    clone.set_model_sampler_post_cfg_function(post2, disable_cfg1_optimization=True)
-    clone.set_model_sampler_pre_cfg_function(pre)
+    clone.add_option_function("sampler_post_cfg_function", post2, disable_cfg1_optimization=True)
+    clone.add_option_function("sampler_pre_cfg_function", pre)
     assert patcher.model_options["sampler_post_cfg_function"] == [post1]
     assert "disable_cfg1_optimization" not in patcher.model_options
     assert clone.model_options["sampler_post_cfg_function"] == [post1, post2]
     assert clone.model_options["sampler_pre_cfg_function"] == [pre]
     assert clone.model_options["disable_cfg1_optimization"] is True
-
-
-def test_old_three_argument_cfg_function_is_adapted() -> None:
-    patcher = ModelPatcher(FakeModel())
-    patcher.set_model_sampler_cfg_function(lambda cond, uncond, cond_scale: uncond + (cond - uncond) * cond_scale)
-    out = guided(patcher.model, 5.0, patcher.model_options)
-    c, u = ideal(1.0), ideal(-1.0)
-    torch.testing.assert_close(out, X - ((X - u) + ((X - c) - (X - u)) * 5.0))
-    one_arg = lambda args: args["uncond"]  # noqa: E731
-    patcher.set_model_sampler_cfg_function(one_arg)
-    assert patcher.model_options["sampler_cfg_function"] is one_arg
 
 
 def test_disable_cfg1_optimization_runs_the_negative_at_cfg_one() -> None:

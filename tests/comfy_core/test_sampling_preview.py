@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from comfy_core.folders import ModelFolders
-from comfy_core.models.latent_formats import sd15_latent_format, sdxl_latent_format
+from comfy_core.models.latent_formats import sd15_latent_format
+from comfy_core.families.sdxl.latent_format import sdxl_latent_format
 from comfy_core.models.taesd import TAESDDecoder
 from comfy_core.sampling.preview import (Latent2RGBPreviewer, PreviewError, TAESDPreviewer, find_taesd_decoder,
                                          make_previewer)

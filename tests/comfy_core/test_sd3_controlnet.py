@@ -24,7 +24,7 @@ from comfy_core.controlnet.load_mmdit import mmdit_controlnet_layout
 from comfy_core.controlnet.runner import ControlNet, ControlNetRunError
 from comfy_core.controlnet.sd3_runner import ControlNetSD35, canny_hint, depth_hint
 from comfy_core.models.diffusion import DiffusionModel
-from comfy_core.models.latent_formats import sd3_latent_format
+from comfy_core.families.sd3.latent_format import sd3_latent_format
 from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
 from comfy_core.models.model_conditions import PooledConditions
 from comfy_core.models.model_sampling import FlowModelSampling

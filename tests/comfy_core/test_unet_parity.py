@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from comfy_core.models.diffusion import ADM_SDXL, ADM_SDXL_REFINER, DiffusionModel
-from comfy_core.models.latent_formats import sdxl_latent_format
+from comfy_core.families.sdxl.latent_format import sdxl_latent_format
 from comfy_core.models.unet import UNetConfig, UNetModel
 from tests.fixtures.checkpoints import tiny_state_dict
 

@@ -11,7 +11,9 @@ import torch
 from safetensors.torch import save_file
 
 from comfy_core.folders import ModelFolders
-from comfy_core.models.latent_formats import SD3, Flux, LatentFormat, flux_latent_format, sd3_latent_format
+from comfy_core.models.latent_formats import LatentFormat
+from comfy_core.families.sd3.latent_format import SD3, sd3_latent_format
+from comfy_core.families.flux.latent_format import FluxLatentFormat as Flux, flux_latent_format
 from comfy_core.models.taesd import TAESDDecoder, load_taesd_decoder
 from comfy_core.sampling.preview import (Latent2RGBPreviewer, PreviewError, TAESDPreviewer, find_taesd_decoder,
                                          latent_to_rgb, make_previewer)

@@ -16,7 +16,7 @@ from comfy_core.families.errors import UnknownFamilyError
 from comfy_core.families.wan.dit import WanConfig, WanConfigError, WanModel
 from comfy_core.families.wan.conditions import WanConditions
 from comfy_core.families.wan.keys import (WanLayoutError, convert_diffusers_state_dict, convert_original_state_dict,
-                                        is_diffusers_wan, original_to_diffusers_name)
+                                          is_diffusers_wan, original_to_diffusers_name)
 from comfy_core.split.diffusion_model import load_diffusion_model
 from tests.fixtures.wan_files import (SINGLE_FILE_PREFIX, VARIANTS, diffusers_wan_kwargs, tiny_wan_config,
                                       tiny_wan_state_dict, to_diffusers_layout, write_tiny_wan)
@@ -191,7 +191,7 @@ class _Model:
     """The parts of a DiffusionModel the Wan conditions read."""
 
     def __init__(self, variant: str) -> None:
-        from comfy_core.models.latent_formats import wan21_latent_format, wan22_latent_format
+        from comfy_core.families.wan.latent_format import wan21_latent_format, wan22_latent_format
 
         self.diffusion_model = _module(variant)
         self.latent_format = wan22_latent_format() if variant == "ti2v" else wan21_latent_format()

@@ -393,7 +393,7 @@ def test_wan21_format_normalises_as_diffusers_config_says():
 
     from diffusers import AutoencoderKLWan
 
-    from comfy_core.models.latent_formats import Wan21, wan21_latent_format
+    from comfy_core.families.wan.latent_format import Wan21, wan21_latent_format
 
     fmt = wan21_latent_format()
     defaults = inspect.signature(AutoencoderKLWan.__init__).parameters  # the Wan 2.1 VAE's config
@@ -409,7 +409,7 @@ def test_wan21_format_normalises_as_diffusers_config_says():
 
 
 def test_wan22_format_is_a_wan21_with_48_channels():
-    from comfy_core.models.latent_formats import Wan21, wan22_latent_format
+    from comfy_core.families.wan.latent_format import Wan21, wan22_latent_format
 
     fmt = wan22_latent_format()
     assert isinstance(fmt, Wan21) and fmt.latent_channels == 48 and len(fmt.latent_rgb_factors) == 48
@@ -420,7 +420,7 @@ def test_wan22_format_is_a_wan21_with_48_channels():
 
 
 def test_previews_of_video_latents_show_the_first_frame():
-    from comfy_core.models.latent_formats import wan21_latent_format
+    from comfy_core.families.wan.latent_format import wan21_latent_format
     from comfy_core.sampling.preview import latent_to_rgb, make_previewer
 
     fmt = wan21_latent_format()

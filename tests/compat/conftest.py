@@ -19,9 +19,10 @@ def session(tmp_path):
 
 @pytest.fixture(scope="session", autouse=True)
 def comfy_model_classes():
-    """Models load as ComfyUI's comfy.model_base classes in every compat test, as in a server
-    (a session's node calls have its extension points in force; module-scoped model fixtures
-    load before any session, so the same resolver is in force for the whole test run)."""
+    """Models load as ComfyUI's comfy.model_base classes, in ComfyUI's ModelPatcher, in every
+    compat test, as in a server (a session's node calls have its extension points in force;
+    module-scoped model fixtures load before any session, so the same ones are in force for the
+    whole test run)."""
     from comfy_core import extension_points
     from comfy_core.extension_points import ExtensionPoints
     from compat.mp_model_classes import install_model_classes

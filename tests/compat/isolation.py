@@ -23,6 +23,8 @@ from typing import Any
 CONTEXT_VARS: tuple[tuple[str, str], ...] = (
     ("compat.active", "_active"),
     ("compat.graph_builder", "_prefix"),
+    # the ExtensionPoints in force (its default, and so its "unset" value, is the module's BUILT_IN)
+    ("comfy_core.extension_points", "_current"),
 )
 _UNSET = object()  # the module was not imported when the snapshot was taken
 
@@ -63,8 +65,10 @@ def restore(saved: CompatState) -> None:
         if var is None:
             continue
         value = saved.values[key]
-        # No token to reset with (the test set it), so set: None is every one's default.
-        var.set(None if value is _UNSET else value)
+        # No token to reset with (the test set it), so set: None is the default of every one
+        # but the extension points' (BUILT_IN).
+        default = getattr(sys.modules[key[0]], "BUILT_IN", None)
+        var.set(default if value is _UNSET else value)
     found = _installed_finder()
     if found is not None and found is not saved.finder:
         sys.meta_path.remove(found)

@@ -72,8 +72,8 @@ def test_surface_names_are_our_modules(dit_pack) -> None:  # noqa: ANN001
     import comfy.ldm.modules.diffusionmodules.mmdit as mmdit
     import comfy.utils
     from comfy_core.controlnet import mmdit_controlnet
-    from comfy_core.models import flux, flux_blocks, flux_keys, flux_math, mmdit_blocks, mmdit_keys
-    from comfy_core.models import mmdit as our_mmdit
+    from comfy_core.families.flux import blocks as flux_blocks, dit as flux, keys as flux_keys, math as flux_math
+    from comfy_core.families.sd3 import keys as mmdit_keys, mmdit as our_mmdit, mmdit_blocks
 
     assert mmdit.MMDiT is our_mmdit.MMDiT and mmdit.OpenAISignatureMMDITWrapper is our_mmdit.OpenAISignatureMMDITWrapper
     for name in ("JointBlock", "DismantledBlock", "PatchEmbed", "TimestepEmbedder", "VectorEmbedder", "RMSNorm",
@@ -82,7 +82,7 @@ def test_surface_names_are_our_modules(dit_pack) -> None:  # noqa: ANN001
     assert dit_pack.JointBlock is mmdit_blocks.JointBlock and dit_pack.RMSNorm is mmdit_blocks.RMSNorm
     assert comfy.cldm.mmdit.ControlNet is mmdit_controlnet.MMDiTControlNet
     assert issubclass(dit_pack.controlnet_class(), mmdit.MMDiT)
-    assert flux_model.Flux is flux.Flux and flux_model.FluxParams is flux.FluxConfig
+    assert flux_model.Flux is flux.FluxTransformer and flux_model.FluxParams is flux.FluxConfig
     assert dit_pack.DoubleStreamBlock is flux_blocks.DoubleStreamBlock
     assert dit_pack.SingleStreamBlock is flux_blocks.SingleStreamBlock
     assert layers.attention is flux_math.attention and layers.EmbedND is flux_blocks.EmbedND
@@ -234,17 +234,17 @@ def test_flux_block_object_patch_and_forward_orig_replacement(dit_pack, flux) ->
 
 def test_flux_layers_attention_replacement_is_used_by_our_blocks(dit_pack, flux) -> None:  # noqa: ANN001
     import comfy.ldm.flux.layers as layers
-    from comfy_core.models import flux_math
+    from comfy_core import extension_points
 
     reference = flux_output(flux)
     counting = dit_pack.CountingFluxAttention(layers.attention)
     layers.attention = counting
     try:
-        assert flux_math.attention is counting
+        assert extension_points.current().flux_attention is counting
         out = flux_output(flux)
     finally:
         layers.attention = counting.previous
-    assert flux_math.attention is counting.previous
+    assert extension_points.current().flux_attention is counting.previous
     dm = flux.model.diffusion_model
     assert counting.calls == len(dm.double_blocks) + len(dm.single_blocks)
     assert torch.equal(out, reference)

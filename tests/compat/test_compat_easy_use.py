@@ -53,7 +53,7 @@ def test_the_pack_imports_in_a_fresh_interpreter_reading_submodules_as_attribute
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         from comfy_core.models.vae import AutoencoderKL
-        from comfy_core.text_encoders.encoder_set import SD1ClipModel
+        from comfy_core.families.sd1.clip import SD1ClipModel
         print(json.dumps({{"unload": [module.MODELS_TO_UNLOAD[0] is SD1ClipModel,
                                       module.MODELS_TO_UNLOAD[1] is AutoencoderKL]}}))
     """)

@@ -176,7 +176,7 @@ def test_clip_type_other_families_are_typed_errors(files, tmp_path):
     with pytest.raises(UnsupportedClipTypeError, match="stable_cascade"):
         comfy.sd.load_clip([tmp_path / "x.safetensors"], clip_type=comfy.sd.CLIPType.STABLE_CASCADE)
     from comfy.text_encoders.sd3_clip import SD3ClipModel
-    from comfy_core.text_encoders.encoder_set import SD3ClipModel as ours
+    from comfy_core.families.sd3.clip import SD3ClipModel as ours
 
     assert SD3ClipModel is ours  # SD3's encoder set is ours now (tests/compat/test_compat_dit_text.py)
 

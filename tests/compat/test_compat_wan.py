@@ -39,7 +39,7 @@ def test_wan_models_are_comfyuis_classes(session, tmp_path, variant, model_class
 def test_wan_blocks_under_comfyuis_names(session):
     import comfy.ldm.wan.model as wan
 
-    from comfy_core.models import wan_blocks
+    from comfy_core.families.wan import blocks as wan_blocks
 
     assert wan.WanAttentionBlock is wan_blocks.WanAttentionBlock
     assert wan.sinusoidal_embedding_1d(4, torch.tensor([0.0])).tolist() == [[1.0, 1.0, 0.0, 0.0]]

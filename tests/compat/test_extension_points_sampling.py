@@ -163,6 +163,28 @@ def test_replacing_an_existing_k_diffusion_sampler(session, model) -> None:
     assert "euler" not in session.extension_points.samplers and kds.sample_euler is euler
 
 
+def test_replacing_sample_dpm_fast_reaches_the_dpm_fast_sampler(session, model) -> None:
+    import comfy.k_diffusion.sampling as kds
+
+    expected = _run(model, sampler="dpm_fast")
+    original = kds.sample_dpm_fast
+    calls = []
+
+    def dpm_fast(model, x, sigma_min, sigma_max, n, **kwargs):  # k-diffusion's signature: a sigma range
+        calls.append((float(sigma_min), float(sigma_max), n))
+        return original(model, x, sigma_min, sigma_max, n, **kwargs)
+
+    before = _comfy_core_state()
+    kds.sample_dpm_fast = dpm_fast
+    try:
+        assert session.extension_points.samplers["dpm_fast"] is dpm_fast
+        out = _run(model, sampler="dpm_fast")
+        _assert_no_comfy_core_change(before)
+    finally:
+        del kds.sample_dpm_fast
+    assert len(calls) == 1 and calls[0][2] == 3 and torch.equal(out, expected)
+
+
 def _combos() -> tuple[list, list]:
     from graph.registry import Registry
     from nodes import register_builtin_nodes

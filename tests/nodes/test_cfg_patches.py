@@ -59,7 +59,7 @@ def _recording(model) -> tuple[object, dict]:
         seen.update({k: args[k].clone() for k in ("denoised", "cond_denoised", "uncond_denoised", "input")})
         return args["denoised"]
 
-    probe.set_model_sampler_post_cfg_function(record)
+    probe.add_option_function("sampler_post_cfg_function", record)
     return probe, seen
 
 

@@ -10,7 +10,7 @@ import torch
 from comfy_core.controlnet.runner import ControlNet
 from comfy_core.controlnet.sd3_runner import ControlNetSD35
 from comfy_core.models.diffusion import DiffusionModel
-from comfy_core.models.latent_formats import sd3_latent_format
+from comfy_core.families.sd3.latent_format import sd3_latent_format
 from comfy_core.families.sd3.mmdit import MMDiT, MMDiTConfig
 from comfy_core.models.model_conditions import PooledConditions
 from comfy_core.patching.model import ModelPatcher
@@ -112,7 +112,7 @@ def _run(model, positive, negative, steps=STEPS):
         return out
 
     patched = model.clone()
-    patched.set_model_unet_function_wrapper(record)
+    patched.set_option("model_function_wrapper", record)
     latent = {"samples": torch.zeros(1, 16, 4, 4)}  # a 32 x 32 image
     samples = ksampler(patched, 7, steps, 2.0, "euler", "simple", positive, negative, latent)[0]["samples"]
     return samples, calls

@@ -39,11 +39,11 @@ def test_pag_moves_the_cfg_result_away_from_the_identity_attention_prediction(sd
     def record(args):  # noqa: ANN001, ANN202
         seen.update(args)
         return args["denoised"]
-    probe.set_model_sampler_post_cfg_function(record)
+    probe.add_option_function("sampler_post_cfg_function", record)
     (patched,) = gn.perturbed_attention_guidance(probe, 2.0)
     out = sample(patched, sd1, steps=1)
     perturbed_model = sd1.model.clone()
-    perturbed_model.set_model_attn1_replace(identity_attention, "middle", 0)
+    perturbed_model.set_block_replace("attn1", ("middle", 0), identity_attention)
     perturbed = sample(perturbed_model, sd1, steps=1, cfg=1.0)  # cfg 1: the positive alone
     expected = seen["denoised"] / 0.18215 + 2.0 * (seen["cond_denoised"] / 0.18215 - perturbed)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-3)

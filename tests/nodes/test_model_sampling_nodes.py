@@ -78,7 +78,7 @@ def _first_step(model, sd1, scheduler: str = "simple") -> dict:
         seen.setdefault("input", args["input"].clone())
         return args["denoised"]
 
-    probe.set_model_sampler_post_cfg_function(record)
+    probe.add_option_function("sampler_post_cfg_function", record)
     token = set_current(NodeContext("p", "1", "1", None, SimpleNamespace(preview_method="none")))
     try:
         seen["out"] = ksampler(probe, 3, 1, 5.0, "euler", scheduler, sd1.positive, sd1.negative,
@@ -124,7 +124,7 @@ def test_rescale_cfg_one_step_on_sd1_matches_the_reference(sd1) -> None:
         seen.update({k: args[k].clone() for k in ("denoised", "cond_denoised", "uncond_denoised", "input", "sigma")})
         return args["denoised"]
 
-    patched.set_model_sampler_post_cfg_function(record)
+    patched.add_option_function("sampler_post_cfg_function", record)
     token = set_current(NodeContext("p", "1", "1", None, SimpleNamespace(preview_method="none")))
     try:
         out = ksampler(patched, 3, 1, 7.0, "euler", "simple", sd1.positive, sd1.negative,

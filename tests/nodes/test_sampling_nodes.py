@@ -308,7 +308,7 @@ def test_ksampler_on_a_tiny_sdxl_checkpoint_feeds_the_label_embedding(tiny_sdxl_
         return apply_model(args["input"], args["timestep"], **args["c"])
 
     patched = model.clone()
-    patched.set_model_unet_function_wrapper(wrapper)
+    patched.set_option("model_function_wrapper", wrapper)
     out = ksampler(patched, 0, 1, 5.0, "euler", "normal", positive, negative,
                    {"samples": torch.zeros(1, 4, 8, 8)}, 1.0)[0]["samples"]
     assert out.shape == (1, 4, 8, 8) and bool(torch.isfinite(out).all())

@@ -282,7 +282,7 @@ def test_the_real_tiny_mmdit_takes_the_skips_the_hook_writes():
 def test_the_real_tiny_flux_takes_the_single_block_skips_of_the_simple_hook():
     """On the Flux of this engine (tiny weights): in range, the negative is Flux run with ComfyUI's
     single-block skip entry written by hand, the positive the plain run."""
-    from comfy_core.families.flux.dit import Flux, FluxConfig
+    from comfy_core.families.flux.dit import FluxConfig, FluxTransformer as Flux
     from tests.fixtures.flux_files import tiny_flux_state_dict
 
     state = tiny_flux_state_dict(True, seed=5, depth=1, depth_single=2)

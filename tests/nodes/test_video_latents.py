@@ -12,7 +12,7 @@ import torch
 
 from comfy_core.latent import video
 from comfy_core.latent.camera_trajectory import camera_motion, pack_camera_frames
-from comfy_core.models.latent_formats import wan21_latent_format, wan22_latent_format
+from comfy_core.families.wan.latent_format import wan21_latent_format, wan22_latent_format
 from nodes import camera_nodes, video_latents, wan_nodes
 from nodes.errors import NodeInputError
 from tests.nodes.test_wan_nodes import FakeVideoVAE, cond, frames

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from comfy_core.models.latent_formats import wan21_latent_format, wan22_latent_format
+from comfy_core.families.wan.latent_format import wan21_latent_format, wan22_latent_format
 from graph.native import spec_of
 from graph.registry import Registry
 from nodes import wan_nodes

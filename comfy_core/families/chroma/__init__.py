@@ -34,7 +34,7 @@ from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.architecture import Architecture
 from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.chroma import supported_models
-from comfy_core.models.latent_formats import flux_latent_format
+from comfy_core.families.flux.latent_format import flux_latent_format
 from comfy_core.models.model_conditions import ModelConditions
 from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
@@ -154,6 +154,7 @@ def definition() -> Family:
         key_conversions=(vae_attention_linear_to_conv(),),
         architecture=chroma_architecture(),
         text_encoders=TEXT_ENCODERS,
-        inference_dtypes=("bf16", "fp16", "fp32"),  # ComfyUI's supported_models.Chroma,
+        inference_dtypes=("bf16", "fp16", "fp32"),  # ComfyUI's supported_models.Chroma
         supported_model=supported_models.Chroma,
+        comfy_model_class="Chroma",
     )

@@ -9,8 +9,9 @@ embeddings to one `[hidden]` row per modulation vector (shift, scale or gate) of
 Behaviour, names, constructor and forward arguments as ComfyUI's `comfy/ldm/chroma/layers.py`
 (state-dict keys: `distilled_guidance_layer.in_proj`, `.layers.N.in_layer/out_layer`,
 `.norms.N.scale`, `.out_proj`; the blocks' `img_attn.qkv`, `img_mlp.0/2`, `linear1/linear2`,
-`final_layer.linear`, as Flux's); written here over our Flux pieces (`flux_blocks`), whose maths
-(QK RMS norm, RoPE attention through `flux_math.attention`, tanh-GELU MLPs) is the same.
+`final_layer.linear`, as Flux's): Flux's blocks and final layer themselves
+(`comfy_core.families.flux.blocks`, built with `modulation=False`), so the maths (QK RMS norm, RoPE
+attention, tanh-GELU MLPs) is one piece of code.
 
 Every layer is built from `operations` (default torch's layers), on any device (meta included)
 and never initialised: the loader assigns the weights.
@@ -22,9 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from comfy_core.families.flux import blocks as flux_blocks, math as flux_math
-from comfy_core.families.flux.blocks import (MLPEmbedder, ModulationOut, RMSNorm, SelfAttention, _clamp_fp16,
-                                           _heads, _mlp, apply_mod)
+from comfy_core.families.flux import blocks as flux_blocks
+from comfy_core.families.flux.blocks import MLPEmbedder, ModulationOut, RMSNorm
 from comfy_core.models.unet_blocks import operations_or_default
 
 
@@ -65,62 +65,21 @@ class Approximator(nn.Module):
         return self.out_proj(x)  # [B, L, out_dim]
 
 
-class DoubleStreamBlock(nn.Module):
-    """Flux's double-stream block fed its modulations: `vec` is `((img_mod1, img_mod2),
-    (txt_mod1, txt_mod2))` (`ChromaModulationOut`s), joint attention over `[txt, img]`."""
+class DoubleStreamBlock(flux_blocks.DoubleStreamBlock):
+    """Flux's double-stream block without its own modulation layers (`modulation=False`): fed `vec`
+    `((img_mod1, img_mod2), (txt_mod1, txt_mod2))` (`ChromaModulationOut`s) by the approximator;
+    ComfyUI's argument order (`pe` before `vec`)."""
 
     def __init__(self, hidden_size: int, num_heads: int, mlp_ratio: float, qkv_bias: bool = False,
                  flipped_img_txt: bool = False, dtype: Any = None, device: Any = None,
                  operations: Any = None) -> None:
-        super().__init__()
-        ops = operations_or_default(operations)
-        factory = {"dtype": dtype, "device": device}
-        mlp_hidden_dim = int(hidden_size * mlp_ratio)
-        self.num_heads = num_heads
-        self.hidden_size = hidden_size
-        for stream in ("img", "txt"):
-            setattr(self, f"{stream}_norm1", ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory))
-            setattr(self, f"{stream}_attn", SelfAttention(hidden_size, num_heads, qkv_bias=qkv_bias, operations=ops,
-                                                          **factory))
-            setattr(self, f"{stream}_norm2", ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory))
-            setattr(self, f"{stream}_mlp", _mlp(hidden_size, mlp_hidden_dim, ops, factory))
-        self.flipped_img_txt = flipped_img_txt
+        super().__init__(hidden_size, num_heads, mlp_ratio, qkv_bias, flipped_img_txt, dtype=dtype, device=device,
+                         operations=operations, modulation=False)
 
-    def _qkv(self, stream: str, x: torch.Tensor,
-             mod: ModulationOut) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        attn: SelfAttention = getattr(self, f"{stream}_attn")
-        modulated = apply_mod(getattr(self, f"{stream}_norm1")(x), 1 + mod.scale, mod.shift)  # [B, N, C]
-        q, k, v = _heads(attn.qkv(modulated), self.num_heads)  # each [B, H, N, d]
-        q, k = attn.norm(q, k, v)
-        return q, k, v
-
-    def _residuals(self, stream: str, x: torch.Tensor, attn_out: torch.Tensor, mod1: ModulationOut,
-                   mod2: ModulationOut) -> torch.Tensor:
-        attn: SelfAttention = getattr(self, f"{stream}_attn")
-        x = x + apply_mod(attn.proj(attn_out), mod1.gate)
-        hidden = apply_mod(getattr(self, f"{stream}_norm2")(x), 1 + mod2.scale, mod2.shift)
-        return x + apply_mod(getattr(self, f"{stream}_mlp")(hidden), mod2.gate)
-
-    def forward(self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor | None, vec: Any,
-                attn_mask: torch.Tensor | None = None,
+    def forward(self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor | None,  # type: ignore[override]
+                vec: Any, attn_mask: torch.Tensor | None = None,
                 transformer_options: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        # img [B, Ni, C], txt [B, Nt, C], pe [B, 1, Nt+Ni, d/2, 2, 2]
-        (img_mod1, img_mod2), (txt_mod1, txt_mod2) = vec
-        img_q, img_k, img_v = self._qkv("img", img, img_mod1)
-        txt_q, txt_k, txt_v = self._qkv("txt", txt, txt_mod1)
-        first, second = (txt_q, txt_k, txt_v), (img_q, img_k, img_v)
-        if self.flipped_img_txt:
-            first, second = second, first
-        attn = flux_math.attention(torch.cat((first[0], second[0]), dim=2), torch.cat((first[1], second[1]), dim=2),
-                                   torch.cat((first[2], second[2]), dim=2), pe=pe, mask=attn_mask,
-                                   transformer_options=transformer_options)  # [B, Nt+Ni, C]
-        if self.flipped_img_txt:
-            img_attn, txt_attn = attn[:, :img.shape[1]], attn[:, img.shape[1]:]
-        else:
-            txt_attn, img_attn = attn[:, :txt.shape[1]], attn[:, txt.shape[1]:]
-        img = self._residuals("img", img, img_attn, img_mod1, img_mod2)
-        txt = self._residuals("txt", txt, txt_attn, txt_mod1, txt_mod2)
-        return img, _clamp_fp16(txt)
+        return super().forward(img, txt, vec, pe, attn_mask=attn_mask, transformer_options=transformer_options)
 
 
 class SingleStreamBlock(flux_blocks.SingleStreamBlock):
@@ -130,8 +89,7 @@ class SingleStreamBlock(flux_blocks.SingleStreamBlock):
     def __init__(self, hidden_size: int, num_heads: int, mlp_ratio: float = 4.0, qk_scale: float | None = None,
                  dtype: Any = None, device: Any = None, operations: Any = None) -> None:
         super().__init__(hidden_size, num_heads, mlp_ratio, qk_scale, dtype=dtype, device=device,
-                         operations=operations)
-        del self.modulation
+                         operations=operations, modulation=False)
 
     def forward(self, x: torch.Tensor, pe: torch.Tensor | None, vec: ModulationOut,  # type: ignore[override]
                 attn_mask: torch.Tensor | None = None,
@@ -140,19 +98,18 @@ class SingleStreamBlock(flux_blocks.SingleStreamBlock):
         return self.modulated_forward(x, vec, pe, attn_mask, None, transformer_options)
 
 
-class LastLayer(nn.Module):
-    """The final LayerNorm modulated by `vec = (shift, scale)` (each `[B, 1, C]`) and the projection
-    to `out_channels` per token (Chroma's `out_channels` is already the patched width)."""
+class LastLayer(flux_blocks.LastLayer):
+    """Flux's final layer without `adaLN_modulation`, given `vec = (shift, scale)` (each `[B, 1, C]`);
+    its projection gives `out_channels` per token (Chroma's `out_channels` is already the patched
+    width: `patch_size` is not applied, as ComfyUI's)."""
 
     def __init__(self, hidden_size: int, patch_size: int, out_channels: int, dtype: Any = None,
                  device: Any = None, operations: Any = None) -> None:
-        super().__init__()
-        ops = operations_or_default(operations)
-        factory = {"dtype": dtype, "device": device}
-        self.norm_final = ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory)
-        self.linear = ops.Linear(hidden_size, out_channels, bias=True, **factory)
+        super().__init__(hidden_size, 1, out_channels, dtype=dtype, device=device, operations=operations,
+                         modulation=False)
 
-    def forward(self, x: torch.Tensor, vec: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,  # type: ignore[override]
+                vec: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         shift, scale = vec
         shift, scale = shift.squeeze(1)[:, None, :], scale.squeeze(1)[:, None, :]  # [B, 1, C]
-        return self.linear(apply_mod(self.norm_final(x), 1 + scale, shift))  # [B, N, out_channels]
+        return self.modulated_forward(x, shift, scale)  # [B, N, out_channels]

@@ -42,17 +42,18 @@ call to this module. Diffusers' `ChromaTransformer2DModel` names convert to thes
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 
-from comfy_core.families.flux.dit import (FluxConfigError, count_numbered, default_axes_dim, expect_shape,
-                                    pad_to_patch_size, stream_blocks)
+from comfy_core.families.flux.dit import (FluxConfigError, StreamTransformerParams, count_numbered, default_axes_dim,
+                                          expect_shape, image_tokens, run_stream_blocks, stream_blocks,
+                                          tokens_to_image)
 from comfy_core.families.flux.blocks import EmbedND, timestep_embedding
 from comfy_core.families.chroma.blocks import (Approximator, ChromaModulationOut, DoubleStreamBlock, LastLayer,
-                                                  SingleStreamBlock)
+                                               SingleStreamBlock)
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import shape_reader
 
@@ -69,8 +70,12 @@ class ChromaConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class ChromaConfig:
+class ChromaConfig(StreamTransformerParams):
     """ComfyUI's `ChromaParams` (the released Chroma's values as defaults), `axes_dim` a tuple."""
+
+    _error = ChromaConfigError
+    _name = "Chroma"
+    image_model = "chroma"
 
     in_channels: int = 64  # patched: latent channels * patch_size**2
     out_channels: int = 64
@@ -90,23 +95,13 @@ class ChromaConfig:
     n_layers: int = 5  # approximator residual MLPs
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "axes_dim", tuple(int(a) for a in self.axes_dim))
-        if self.num_heads <= 0 or self.hidden_size % self.num_heads:
-            raise ChromaConfigError(f"Chroma: hidden size {self.hidden_size} must be divisible by num_heads "
-                                    f"{self.num_heads}")
-        if sum(self.axes_dim) != self.head_dim:
-            raise ChromaConfigError(f"Chroma: axes_dim {list(self.axes_dim)} must sum to the head width "
-                                    f"{self.head_dim}")
+        self._check_heads()
         if self.in_dim != APPROXIMATOR_IN_DIM:
             raise ChromaConfigError(f"Chroma: the approximator takes {APPROXIMATOR_IN_DIM} channels (timestep, "
                                     f"guidance and index embeddings), not {self.in_dim}")
         if self.out_dim != self.hidden_size:
             raise ChromaConfigError(f"Chroma: the approximator gives {self.out_dim} channels, the blocks are "
                                     f"{self.hidden_size} wide")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
 
     @property
     def latent_channels(self) -> int:
@@ -116,16 +111,6 @@ class ChromaConfig:
     def mod_index_length(self) -> int:
         """Rows of the approximator's output (see the module docstring)."""
         return max(COMFY_MOD_INDEX_LENGTH, 3 * self.depth_single_blocks + 12 * self.depth + 2)
-
-    def params(self) -> dict[str, Any]:
-        """The keyword arguments of `Chroma(**params)` (ComfyUI's unet_config entries)."""
-        params = asdict(self)
-        params["axes_dim"] = list(self.axes_dim)
-        return params
-
-    def comfy_unet_config(self) -> dict[str, Any]:
-        """ComfyUI's `unet_config` of this model (`image_model: "chroma"` and the `Chroma` arguments)."""
-        return {"image_model": "chroma", **self.params()}
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "ChromaConfig":
@@ -282,66 +267,19 @@ class Chroma(nn.Module):
         """Tokens in, tokens out: img `[B, Ni, in_channels]`, img_ids `[B, Ni, 3]`, txt `[B, Nt, context]`,
         txt_ids `[B, Nt, 3]`, timesteps / guidance `[B]` -> `[B, Ni, out_channels]`."""
         options = dict(transformer_options or {})
-        blocks_replace = (options.get("patches_replace", {}) or {}).get("dit", {}) or {}
 
         img = self.img_in(img)  # [B, Ni, C]
         mod_vectors = self.modulation_vectors(timesteps, guidance, img.shape[0], img.dtype, img.device)
         txt = self.txt_in(txt)  # [B, Nt, C]
         pe = self.pe_embedder(torch.cat((txt_ids, img_ids), dim=1))
 
-        options["total_blocks"] = len(self.double_blocks)
-        options["block_type"] = "double"
-        for i, block in enumerate(self.double_blocks):
-            if i in self.skip_mmdit:
-                continue
-            options["block_index"] = i
-            vec = (self.get_modulations(mod_vectors, "double_img", idx=i),
-                   self.get_modulations(mod_vectors, "double_txt", idx=i))
-            if ("double_block", i) in blocks_replace:
-                def original(args: dict, block: nn.Module = block) -> dict:
-                    out_img, out_txt = block(img=args["img"], txt=args["txt"], vec=args["vec"], pe=args["pe"],
-                                             attn_mask=args.get("attn_mask"),
-                                             transformer_options=args.get("transformer_options"))
-                    return {"img": out_img, "txt": out_txt}
-
-                out = blocks_replace[("double_block", i)](
-                    {"img": img, "txt": txt, "vec": vec, "pe": pe, "attn_mask": attn_mask,
-                     "transformer_options": options}, {"original_block": original})
-                img, txt = out["img"], out["txt"]
-            else:
-                img, txt = block(img=img, txt=txt, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
-            if control is not None:
-                adds = control.get("input") or ()
-                if i < len(adds) and adds[i] is not None:
-                    img[:, :adds[i].shape[1]] += adds[i]
-
-        n_txt = txt.shape[1]
-        img = torch.cat((txt, img), 1)  # [B, Nt+Ni, C]
-
-        options["total_blocks"] = len(self.single_blocks)
-        options["block_type"] = "single"
-        for i, block in enumerate(self.single_blocks):
-            if i in self.skip_dit:
-                continue
-            options["block_index"] = i
-            vec = self.get_modulations(mod_vectors, "single", idx=i)
-            if ("single_block", i) in blocks_replace:
-                def original(args: dict, block: nn.Module = block) -> dict:
-                    return {"img": block(args["img"], vec=args["vec"], pe=args["pe"], attn_mask=args.get("attn_mask"),
-                                         transformer_options=args.get("transformer_options"))}
-
-                out = blocks_replace[("single_block", i)](
-                    {"img": img, "vec": vec, "pe": pe, "attn_mask": attn_mask, "transformer_options": options},
-                    {"original_block": original})
-                img = out["img"]
-            else:
-                img = block(img, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
-            if control is not None:
-                adds = control.get("output") or ()
-                if i < len(adds) and adds[i] is not None:
-                    img[:, n_txt:n_txt + adds[i].shape[1], ...] += adds[i]
-
-        img = img[:, n_txt:, ...]  # [B, Ni, C]
+        img = run_stream_blocks(
+            self.double_blocks, self.single_blocks, img, txt, pe, options,
+            lambda i: (self.get_modulations(mod_vectors, "double_img", idx=i),
+                       self.get_modulations(mod_vectors, "double_txt", idx=i)),
+            lambda i: self.get_modulations(mod_vectors, "single", idx=i),
+            control, attn_mask, skip_double=self.skip_mmdit, skip_single=self.skip_dit,
+            clamp_fp16=False)  # [B, Ni, C]
         if hasattr(self, "final_layer"):
             img = self.final_layer(img, vec=self.get_modulations(mod_vectors, "final"))  # [B, Ni, out_channels]
         return img
@@ -355,22 +293,14 @@ class Chroma(nn.Module):
         `[B, Nt, context_in_dim]`, guidance `[B]` -> `[B, out_channels / patch area, H, W]`."""
         bs, c, h, w = x.shape
         p = self.patch_size
-        padded = pad_to_patch_size(x, (p, p))
-        rows, cols = padded.shape[-2] // p, padded.shape[-1] // p
-        img = padded.reshape(bs, c, rows, p, cols, p).permute(0, 2, 4, 1, 3, 5).reshape(bs, rows * cols, c * p * p)
+        img, img_ids = image_tokens(x, p)  # [B, h*w, c*p*p], [B, h*w, 3]
         if context.ndim != 3:
             raise ValueError("Chroma: img and txt token tensors must have 3 dimensions")
         h_len, w_len = (h + p // 2) // p, (w + p // 2) // p
-        img_ids = torch.zeros((h_len, w_len, 3), device=x.device, dtype=x.dtype)
-        img_ids[:, :, 1] += torch.linspace(0, h_len - 1, steps=h_len, device=x.device, dtype=x.dtype).unsqueeze(1)
-        img_ids[:, :, 2] += torch.linspace(0, w_len - 1, steps=w_len, device=x.device, dtype=x.dtype).unsqueeze(0)
-        img_ids = img_ids.reshape(1, h_len * w_len, 3).repeat(bs, 1, 1)  # [B, h*w, 3]
         txt_ids = torch.zeros((bs, context.shape[1], 3), device=x.device, dtype=x.dtype)
         out = self.forward_orig(img, img_ids, context, txt_ids, timestep, guidance, control, transformer_options,
                                 attn_mask=kwargs.get("attention_mask"))  # [B, h*w, out*p*p]
-        channels = out.shape[-1] // (p * p)
-        out = out.reshape(bs, h_len, w_len, channels, p, p).permute(0, 3, 1, 4, 2, 5)
-        return out.reshape(bs, channels, h_len * p, w_len * p)[:, :, :h, :w]
+        return tokens_to_image(out, h_len, w_len, p)[:, :, :h, :w]
 
 
 # -- diffusers' ChromaTransformer2DModel layout ---------------------------------------------------

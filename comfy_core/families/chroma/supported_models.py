@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from comfy_core.models import latent_formats
+from comfy_core.families.flux.latent_format import FluxLatentFormat
 from comfy_core.models.model_config import BASE
 
 
@@ -19,6 +19,6 @@ class Chroma(BASE):
     unet_config = {"image_model": "chroma"}
     unet_extra_config: dict[str, Any] = {}
     sampling_settings = {"multiplier": 1.0}
-    latent_format = latent_formats.Flux
+    latent_format = FluxLatentFormat
     memory_usage_factor = 3.2
     supported_inference_dtypes = [torch.bfloat16, torch.float16, torch.float32]

@@ -22,10 +22,11 @@ from comfy_core.families.architecture import Architecture
 from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.flux.combine import FluxCombine
 from comfy_core.families.flux import supported_models
-from comfy_core.models.latent_formats import flux_latent_format
+from comfy_core.families.flux.latent_format import flux_latent_format
 from comfy_core.models.model_conditions import FluxConditions
-from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec, FluxClipModel
-from comfy_core.text_encoders.sd_tokenizer import FluxTokenizer
+from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec
+from comfy_core.families.flux.clip import FluxClipModel
+from comfy_core.families.flux.clip import FluxTokenizer
 
 DOUBLE_BLOCKS = "double_blocks."
 
@@ -54,9 +55,10 @@ def _facts(config: Any) -> dict[str, Any]:
 
 
 def _build(config: Any, operations: Any = None) -> Any:
-    from comfy_core.families.flux.dit import Flux
+    from comfy_core.families.flux.dit import FluxTransformer
 
-    return Flux.from_config(config) if operations is None else Flux.from_config(config, operations=operations)
+    return (FluxTransformer.from_config(config) if operations is None
+            else FluxTransformer.from_config(config, operations=operations))
 
 
 def _errors() -> tuple[type[Exception], ...]:
@@ -99,6 +101,7 @@ def definition() -> Family:
         key_conversions=(vae_attention_linear_to_conv(),),
         architecture=flux_architecture(),
         text_encoders=TEXT_ENCODERS,
-        inference_dtypes=("bf16", "fp16", "fp32"),  # ComfyUI's supported_models.Flux,
-        supported_model=supported_models.Flux,
+        inference_dtypes=("bf16", "fp16", "fp32"),  # ComfyUI's supported_models.Flux
+        supported_model=supported_models.FluxModelConfig,
+        comfy_model_class="Flux",
     )

@@ -173,19 +173,23 @@ def _clamp_fp16(x: torch.Tensor) -> torch.Tensor:
 class DoubleStreamBlock(nn.Module):
     """Separate weights for image and text tokens, one joint attention over `[txt, img]`
     (`[img, txt]` with `flipped_img_txt`); each stream: modulated LayerNorm -> attention -> gated
-    residual, modulated LayerNorm -> MLP -> gated residual."""
+    residual, modulated LayerNorm -> MLP -> gated residual. `modulation=False` (Chroma, as newer
+    ComfyUI's `modulation` argument): no `img_mod` / `txt_mod` layers, `vec` is the modulations
+    themselves, `((img_mod1, img_mod2), (txt_mod1, txt_mod2))`."""
 
     def __init__(self, hidden_size: int, num_heads: int, mlp_ratio: float, qkv_bias: bool = False,
                  flipped_img_txt: bool = False, dtype: Any = None, device: Any = None,
-                 operations: Any = None) -> None:
+                 operations: Any = None, modulation: bool = True) -> None:
         super().__init__()
         ops = operations_or_default(operations)
         factory = {"dtype": dtype, "device": device}
         mlp_hidden_dim = int(hidden_size * mlp_ratio)
         self.num_heads = num_heads
         self.hidden_size = hidden_size
+        self.modulation = modulation
         for stream in ("img", "txt"):
-            setattr(self, f"{stream}_mod", Modulation(hidden_size, double=True, operations=ops, **factory))
+            if modulation:
+                setattr(self, f"{stream}_mod", Modulation(hidden_size, double=True, operations=ops, **factory))
             setattr(self, f"{stream}_norm1", ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory))
             setattr(self, f"{stream}_attn", SelfAttention(hidden_size, num_heads, qkv_bias=qkv_bias, operations=ops,
                                                           **factory))
@@ -212,17 +216,21 @@ class DoubleStreamBlock(nn.Module):
                 attn_mask: torch.Tensor | None = None, modulation_dims_img: Any = None,
                 modulation_dims_txt: Any = None,
                 transformer_options: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        # img [B, Ni, C], txt [B, Nt, C], vec [B, C], pe [B, 1, Nt+Ni, d/2, 2, 2]
-        img_mod1, img_mod2 = self.img_mod(vec)
-        txt_mod1, txt_mod2 = self.txt_mod(vec)
+        # img [B, Ni, C], txt [B, Nt, C], vec [B, C] (or the modulations), pe [B, 1, Nt+Ni, d/2, 2, 2]
+        if self.modulation:
+            img_mod1, img_mod2 = self.img_mod(vec)
+            txt_mod1, txt_mod2 = self.txt_mod(vec)
+        else:
+            (img_mod1, img_mod2), (txt_mod1, txt_mod2) = vec
         img_q, img_k, img_v = self._qkv("img", img, img_mod1, modulation_dims_img)
         txt_q, txt_k, txt_v = self._qkv("txt", txt, txt_mod1, modulation_dims_txt)
         first, second = ((img_q, img_k, img_v), (txt_q, txt_k, txt_v))
         if not self.flipped_img_txt:
             first, second = second, first
-        attn = flux_math.attention(torch.cat((first[0], second[0]), dim=2), torch.cat((first[1], second[1]), dim=2),
-                                   torch.cat((first[2], second[2]), dim=2), pe=pe, mask=attn_mask,
-                                   transformer_options=transformer_options)  # [B, Nt+Ni, C]
+        attn = flux_math.run_attention(torch.cat((first[0], second[0]), dim=2),
+                                       torch.cat((first[1], second[1]), dim=2),
+                                       torch.cat((first[2], second[2]), dim=2), pe=pe, mask=attn_mask,
+                                       transformer_options=transformer_options)  # [B, Nt+Ni, C]
         if self.flipped_img_txt:
             img_attn, txt_attn = attn[:, :img.shape[1]], attn[:, img.shape[1]:]
         else:
@@ -234,10 +242,11 @@ class DoubleStreamBlock(nn.Module):
 
 class SingleStreamBlock(nn.Module):
     """One stream over `[txt, img]`: `linear1` makes q, k, v and the MLP input in one product,
-    `linear2` projects `[attention, gelu(mlp)]` back; one gated residual."""
+    `linear2` projects `[attention, gelu(mlp)]` back; one gated residual. `modulation=False`
+    (Chroma): no `modulation` layer, the block is fed its modulation (`modulated_forward`)."""
 
     def __init__(self, hidden_size: int, num_heads: int, mlp_ratio: float = 4.0, qk_scale: float | None = None,
-                 dtype: Any = None, device: Any = None, operations: Any = None) -> None:
+                 dtype: Any = None, device: Any = None, operations: Any = None, modulation: bool = True) -> None:
         super().__init__()
         ops = operations_or_default(operations)
         factory = {"dtype": dtype, "device": device}
@@ -252,7 +261,8 @@ class SingleStreamBlock(nn.Module):
         self.norm = QKNorm(head_dim, operations=ops, **factory)
         self.pre_norm = ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory)
         self.mlp_act = nn.GELU(approximate="tanh")
-        self.modulation = Modulation(hidden_size, double=False, operations=ops, **factory)
+        if modulation:
+            self.modulation = Modulation(hidden_size, double=False, operations=ops, **factory)
 
     def forward(self, x: torch.Tensor, vec: torch.Tensor, pe: torch.Tensor | None,
                 attn_mask: torch.Tensor | None = None, modulation_dims: Any = None,
@@ -270,26 +280,35 @@ class SingleStreamBlock(nn.Module):
         qkv, mlp = torch.split(self.linear1(modulated), [3 * self.hidden_size, self.mlp_hidden_dim], dim=-1)
         q, k, v = _heads(qkv, self.num_heads)  # each [B, H, N, d]
         q, k = self.norm(q, k, v)
-        attn = flux_math.attention(q, k, v, pe=pe, mask=attn_mask, transformer_options=transformer_options)
+        attn = flux_math.run_attention(q, k, v, pe=pe, mask=attn_mask, transformer_options=transformer_options)
         output = self.linear2(torch.cat((attn, self.mlp_act(mlp)), 2))  # [B, N, C]
         return _clamp_fp16(x + apply_mod(output, mod.gate, None, modulation_dims))
 
 
 class LastLayer(nn.Module):
     """Modulated final LayerNorm (`adaLN_modulation.1` gives shift then scale) and the projection
-    to `patch_size**2 * out_channels` per token (Flux passes patch_size 1 and the patched width)."""
+    to `patch_size**2 * out_channels` per token (Flux passes patch_size 1 and the patched width).
+    `modulation=False` (Chroma): no `adaLN_modulation`, the layer is given shift and scale
+    (`modulated_forward`)."""
 
     def __init__(self, hidden_size: int, patch_size: int, out_channels: int, dtype: Any = None,
-                 device: Any = None, operations: Any = None) -> None:
+                 device: Any = None, operations: Any = None, modulation: bool = True) -> None:
         super().__init__()
         ops = operations_or_default(operations)
         factory = {"dtype": dtype, "device": device}
         self.norm_final = ops.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6, **factory)
         self.linear = ops.Linear(hidden_size, patch_size * patch_size * out_channels, bias=True, **factory)
-        self.adaLN_modulation = nn.Sequential(nn.SiLU(), ops.Linear(hidden_size, 2 * hidden_size, bias=True, **factory))
+        if modulation:
+            self.adaLN_modulation = nn.Sequential(nn.SiLU(),
+                                                  ops.Linear(hidden_size, 2 * hidden_size, bias=True, **factory))
 
     def forward(self, x: torch.Tensor, vec: torch.Tensor, modulation_dims: Any = None) -> torch.Tensor:
         if vec.ndim == 2:
             vec = vec[:, None, :]  # [B, 1, C]
         shift, scale = self.adaLN_modulation(vec).chunk(2, dim=-1)
+        return self.modulated_forward(x, shift, scale, modulation_dims)
+
+    def modulated_forward(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor,
+                          modulation_dims: Any = None) -> torch.Tensor:
+        """x `[B, N, C]`, shift / scale `[B, 1, C]` -> `[B, N, out]` (Chroma hands them over)."""
         return self.linear(apply_mod(self.norm_final(x), 1 + scale, shift, modulation_dims))

@@ -44,7 +44,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.families.flux.blocks import (DoubleStreamBlock, EmbedND, LastLayer, MLPEmbedder, SingleStreamBlock,
-                                           timestep_embedding)
+                                             timestep_embedding)
+from comfy_core.models.comfyui_names import comfyui_name
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 
@@ -67,9 +68,46 @@ def default_axes_dim(head_dim: int) -> tuple[int, int, int]:
     return head_dim - 2 * spatial, spatial, spatial
 
 
+class StreamTransformerParams:
+    """What the configs of Flux-style transformers (Flux's `FluxConfig`, Chroma's `ChromaConfig`)
+    share: the head checks, `head_dim`, `params()` and ComfyUI's `unet_config`. A subclass is a
+    frozen dataclass with the fields `hidden_size`, `num_heads`, `axes_dim` and sets `_error`,
+    `_name` and `image_model` (ComfyUI's `unet_config["image_model"]`)."""
+
+    _error: type[ValueError] = ValueError
+    _name = "Flux"
+    image_model = "flux"
+
+    def _check_heads(self) -> None:
+        object.__setattr__(self, "axes_dim", tuple(int(a) for a in self.axes_dim))
+        if self.num_heads <= 0 or self.hidden_size % self.num_heads:
+            raise self._error(f"{self._name}: hidden size {self.hidden_size} must be divisible by num_heads "
+                              f"{self.num_heads}")
+        if sum(self.axes_dim) != self.head_dim:
+            raise self._error(f"{self._name}: axes_dim {list(self.axes_dim)} must sum to the head width "
+                              f"{self.head_dim}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def params(self) -> dict[str, Any]:
+        """The keyword arguments of the network (`Flux(**params)`, `Chroma(**params)`: ComfyUI's
+        unet_config entries)."""
+        params = asdict(self)
+        params["axes_dim"] = list(self.axes_dim)
+        return params
+
+    def comfy_unet_config(self) -> dict[str, Any]:
+        """ComfyUI's `unet_config` of this model (`image_model` and the network's arguments)."""
+        return {"image_model": self.image_model, **self.params()}
+
+
 @dataclass(frozen=True)
-class FluxConfig:
+class FluxConfig(StreamTransformerParams):
     """ComfyUI's `FluxParams` (the Flux.1 dev defaults), `axes_dim` a tuple."""
+
+    _error = FluxConfigError
 
     in_channels: int = 16
     out_channels: int = 16
@@ -87,32 +125,13 @@ class FluxConfig:
     guidance_embed: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "axes_dim", tuple(int(a) for a in self.axes_dim))
-        if self.num_heads <= 0 or self.hidden_size % self.num_heads:
-            raise FluxConfigError(f"Flux: hidden size {self.hidden_size} must be divisible by num_heads "
-                                  f"{self.num_heads}")
-        if sum(self.axes_dim) != self.head_dim:
-            raise FluxConfigError(f"Flux: axes_dim {list(self.axes_dim)} must sum to the head width {self.head_dim}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        self._check_heads()
 
     @property
     def variant(self) -> str:
         """"dev" (guidance-distilled: a guidance embedding) or "schnell" (none). Kontext has dev's
         architecture; the weights cannot tell it apart."""
         return "dev" if self.guidance_embed else "schnell"
-
-    def params(self) -> dict[str, Any]:
-        """The keyword arguments of `Flux(**params)` (ComfyUI's unet_config entries)."""
-        params = asdict(self)
-        params["axes_dim"] = list(self.axes_dim)
-        return params
-
-    def comfy_unet_config(self) -> dict[str, Any]:
-        """ComfyUI's `unet_config` of this model (`image_model: "flux"` and the `Flux` arguments)."""
-        return {"image_model": "flux", **self.params()}
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "FluxConfig":
@@ -237,7 +256,105 @@ def _replace_call(fn: Callable[..., dict], args: dict[str, Any], original: Calla
     return fn(args, {"original_block": original})
 
 
-class Flux(nn.Module):
+def run_stream_blocks(double_blocks: Sequence[nn.Module], single_blocks: Sequence[nn.Module], img: torch.Tensor,
+                      txt: torch.Tensor, pe: torch.Tensor | None, options: dict[str, Any],
+                      double_vec: Callable[[int], Any], single_vec: Callable[[int], Any],
+                      control: Mapping[str, Any] | None = None, attn_mask: torch.Tensor | None = None,
+                      skip_double: Sequence[int] = (), skip_single: Sequence[int] = (),
+                      clamp_fp16: bool = True) -> torch.Tensor:
+    """The double-stream then single-stream blocks of a Flux-style transformer (Flux, Chroma)
+    with ComfyUI's patch points (see the module docstring): img `[B, Ni, C]`, txt `[B, Nt, C]`
+    -> the image tokens `[B, Ni, C]` after the last single block. `double_vec(i)` /
+    `single_vec(i)`: what block i is given as `vec` (Flux: the conditioning vector; Chroma: the
+    block's modulations); `skip_double` / `skip_single`: block indices left out (Chroma's
+    `skip_mmdit` / `skip_dit`); `clamp_fp16`: Flux's finite clamp of fp16 image tokens between
+    the two stacks. `options` (a copy of the caller's transformer_options) gets `block_type`,
+    `block_index` and `total_blocks` per block."""
+    blocks_replace = (options.get("patches_replace", {}) or {}).get("dit", {}) or {}
+    options["total_blocks"] = len(double_blocks)
+    options["block_type"] = "double"
+    for i, block in enumerate(double_blocks):
+        if i in skip_double:
+            continue
+        options["block_index"] = i
+        vec = double_vec(i)
+        if ("double_block", i) in blocks_replace:
+            def original(args: dict, block: nn.Module = block) -> dict:
+                out_img, out_txt = block(img=args["img"], txt=args["txt"], vec=args["vec"], pe=args["pe"],
+                                         attn_mask=args.get("attn_mask"),
+                                         transformer_options=args.get("transformer_options"))
+                return {"img": out_img, "txt": out_txt}
+
+            out = _replace_call(blocks_replace[("double_block", i)],
+                                {"img": img, "txt": txt, "vec": vec, "pe": pe, "attn_mask": attn_mask,
+                                 "transformer_options": options}, original)
+            img, txt = out["img"], out["txt"]
+        else:
+            img, txt = block(img=img, txt=txt, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
+        if control is not None:
+            adds = control.get("input") or ()
+            if i < len(adds) and adds[i] is not None:
+                img[:, :adds[i].shape[1]] += adds[i]
+
+    if clamp_fp16 and img.dtype == torch.float16:
+        img = torch.nan_to_num(img, nan=0.0, posinf=65504, neginf=-65504)
+    n_txt = txt.shape[1]
+    img = torch.cat((txt, img), 1)  # [B, Nt+Ni, C]
+
+    options["total_blocks"] = len(single_blocks)
+    options["block_type"] = "single"
+    for i, block in enumerate(single_blocks):
+        if i in skip_single:
+            continue
+        options["block_index"] = i
+        vec = single_vec(i)
+        if ("single_block", i) in blocks_replace:
+            def original(args: dict, block: nn.Module = block) -> dict:
+                return {"img": block(args["img"], vec=args["vec"], pe=args["pe"], attn_mask=args.get("attn_mask"),
+                                     transformer_options=args.get("transformer_options"))}
+
+            out = _replace_call(blocks_replace[("single_block", i)],
+                                {"img": img, "vec": vec, "pe": pe, "attn_mask": attn_mask,
+                                 "transformer_options": options}, original)
+            img = out["img"]
+        else:
+            img = block(img, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
+        if control is not None:
+            adds = control.get("output") or ()
+            if i < len(adds) and adds[i] is not None:
+                img[:, n_txt:n_txt + adds[i].shape[1], ...] += adds[i]
+    return img[:, n_txt:, ...]  # [B, Ni, C]
+
+
+def image_tokens(x: torch.Tensor, p: int, index: int = 0, h_offset: int = 0,
+                 w_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x` `[B, C, H, W]` padded and cut into `p x p` patches: tokens `[B, h*w, C*p*p]` (channel-major
+    within a token) and their ids `[B, h*w, 3]` = `(index, row + h_offset, col + w_offset)`, the
+    offsets given in latent pixels (rounded to patches), in `x`'s dtype."""
+    b, c, h, w = x.shape
+    x = pad_to_patch_size(x, (p, p))
+    rows, cols = x.shape[-2] // p, x.shape[-1] // p
+    img = x.reshape(b, c, rows, p, cols, p).permute(0, 2, 4, 1, 3, 5).reshape(b, rows * cols, c * p * p)
+    h_len, w_len = (h + p // 2) // p, (w + p // 2) // p
+    h_offset, w_offset = (h_offset + p // 2) // p, (w_offset + p // 2) // p
+    ids = torch.zeros((h_len, w_len, 3), device=x.device, dtype=x.dtype)
+    ids[:, :, 0] = ids[:, :, 0] + index
+    ids[:, :, 1] = ids[:, :, 1] + torch.linspace(h_offset, h_len - 1 + h_offset, steps=h_len, device=x.device,
+                                                 dtype=x.dtype).unsqueeze(1)
+    ids[:, :, 2] = ids[:, :, 2] + torch.linspace(w_offset, w_len - 1 + w_offset, steps=w_len, device=x.device,
+                                                 dtype=x.dtype).unsqueeze(0)
+    return img, ids.reshape(1, h_len * w_len, 3).repeat(b, 1, 1)
+
+
+def tokens_to_image(out: torch.Tensor, h_len: int, w_len: int, p: int) -> torch.Tensor:
+    """Tokens `[B, h*w, c*p*p]` back to the latent `[B, c, h*p, w*p]` (the inverse of `image_tokens`)."""
+    bs = out.shape[0]
+    c = out.shape[-1] // (p * p)
+    return out.reshape(bs, h_len, w_len, c, p, p).permute(0, 3, 1, 4, 2, 5).reshape(bs, c, h_len * p, w_len * p)
+
+
+@comfyui_name("Flux")
+class FluxTransformer(nn.Module):
     """The Flux.1 transformer (see the module docstring); `params` are `FluxConfig`'s fields."""
 
     def __init__(self, image_model: Any = None, final_layer: bool = True, dtype: Any = None, device: Any = None,
@@ -275,7 +392,7 @@ class Flux(nn.Module):
             self.final_layer = LastLayer(self.hidden_size, 1, self.out_channels, operations=ops, **factory)
 
     @classmethod
-    def from_config(cls, config: FluxConfig, **kwargs: Any) -> "Flux":
+    def from_config(cls, config: FluxConfig, **kwargs: Any) -> "FluxTransformer":
         """`Flux(**config.params(), **kwargs)` (kwargs: image_model, final_layer, dtype, device, operations)."""
         return cls(**kwargs, **config.params())
 
@@ -300,7 +417,6 @@ class Flux(nn.Module):
             y = torch.zeros((img.shape[0], self.config.vec_in_dim), device=img.device, dtype=img.dtype)
         options = dict(transformer_options or {})
         patches = options.get("patches", {}) or {}
-        blocks_replace = (options.get("patches_replace", {}) or {}).get("dit", {}) or {}
 
         img = self.img_in(img)  # [B, Ni, C]
         vec = self.time_in(timestep_embedding(timesteps, 256).to(img.dtype))  # [B, C]
@@ -314,78 +430,16 @@ class Flux(nn.Module):
             img, txt, img_ids, txt_ids = out["img"], out["txt"], out["img_ids"], out["txt_ids"]
 
         pe = self.pe_embedder(torch.cat((txt_ids, img_ids), dim=1)) if img_ids is not None else None
-
-        options["total_blocks"] = len(self.double_blocks)
-        options["block_type"] = "double"
-        for i, block in enumerate(self.double_blocks):
-            options["block_index"] = i
-            if ("double_block", i) in blocks_replace:
-                def original(args: dict, block: nn.Module = block) -> dict:
-                    out_img, out_txt = block(img=args["img"], txt=args["txt"], vec=args["vec"], pe=args["pe"],
-                                             attn_mask=args.get("attn_mask"),
-                                             transformer_options=args.get("transformer_options"))
-                    return {"img": out_img, "txt": out_txt}
-
-                out = _replace_call(blocks_replace[("double_block", i)],
-                                    {"img": img, "txt": txt, "vec": vec, "pe": pe, "attn_mask": attn_mask,
-                                     "transformer_options": options}, original)
-                img, txt = out["img"], out["txt"]
-            else:
-                img, txt = block(img=img, txt=txt, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
-            if control is not None:
-                adds = control.get("input") or ()
-                if i < len(adds) and adds[i] is not None:
-                    img[:, :adds[i].shape[1]] += adds[i]
-
-        if img.dtype == torch.float16:
-            img = torch.nan_to_num(img, nan=0.0, posinf=65504, neginf=-65504)
-        n_txt = txt.shape[1]
-        img = torch.cat((txt, img), 1)  # [B, Nt+Ni, C]
-
-        options["total_blocks"] = len(self.single_blocks)
-        options["block_type"] = "single"
-        for i, block in enumerate(self.single_blocks):
-            options["block_index"] = i
-            if ("single_block", i) in blocks_replace:
-                def original(args: dict, block: nn.Module = block) -> dict:
-                    return {"img": block(args["img"], vec=args["vec"], pe=args["pe"], attn_mask=args.get("attn_mask"),
-                                         transformer_options=args.get("transformer_options"))}
-
-                out = _replace_call(blocks_replace[("single_block", i)],
-                                    {"img": img, "vec": vec, "pe": pe, "attn_mask": attn_mask,
-                                     "transformer_options": options}, original)
-                img = out["img"]
-            else:
-                img = block(img, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
-            if control is not None:
-                adds = control.get("output") or ()
-                if i < len(adds) and adds[i] is not None:
-                    img[:, n_txt:n_txt + adds[i].shape[1], ...] += adds[i]
-
-        img = img[:, n_txt:, ...]  # [B, Ni, C]
+        img = run_stream_blocks(self.double_blocks, self.single_blocks, img, txt, pe, options, lambda i: vec,
+                                lambda i: vec, control, attn_mask)  # [B, Ni, C]
         return self.final_layer(img, vec)  # [B, Ni, out*p*p]
 
     # -- latents <-> tokens -----------------------------------------------------------------------
 
     def process_img(self, x: torch.Tensor, index: int = 0, h_offset: int = 0,
                     w_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """`x` `[B, C, H, W]` padded and cut into patches: tokens `[B, h*w, C*p*p]` (channel-major
-        within a token) and their ids `[B, h*w, 3]` = `(index, row + h_offset, col + w_offset)`, the
-        offsets given in latent pixels (rounded to patches), in `x`'s dtype."""
-        b, c, h, w = x.shape
-        p = self.patch_size
-        x = pad_to_patch_size(x, (p, p))
-        rows, cols = x.shape[-2] // p, x.shape[-1] // p
-        img = x.reshape(b, c, rows, p, cols, p).permute(0, 2, 4, 1, 3, 5).reshape(b, rows * cols, c * p * p)
-        h_len, w_len = (h + p // 2) // p, (w + p // 2) // p
-        h_offset, w_offset = (h_offset + p // 2) // p, (w_offset + p // 2) // p
-        ids = torch.zeros((h_len, w_len, 3), device=x.device, dtype=x.dtype)
-        ids[:, :, 0] = ids[:, :, 0] + index
-        ids[:, :, 1] = ids[:, :, 1] + torch.linspace(h_offset, h_len - 1 + h_offset, steps=h_len, device=x.device,
-                                                     dtype=x.dtype).unsqueeze(1)
-        ids[:, :, 2] = ids[:, :, 2] + torch.linspace(w_offset, w_len - 1 + w_offset, steps=w_len, device=x.device,
-                                                     dtype=x.dtype).unsqueeze(0)
-        return img, ids.reshape(1, h_len * w_len, 3).repeat(b, 1, 1)
+        """`x` `[B, C, H, W]` as tokens and ids (`image_tokens` with this network's patch size)."""
+        return image_tokens(x, self.patch_size, index, h_offset, w_offset)
 
     def reference_tokens(self, img: torch.Tensor, img_ids: torch.Tensor, ref_latents: Sequence[torch.Tensor],
                          method: str, h_len: int, w_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -438,7 +492,5 @@ class Flux(nn.Module):
         txt_ids = torch.zeros((bs, context.shape[1], 3), device=x.device, dtype=x.dtype)
         out = self.forward_orig(img, img_ids, context, txt_ids, timestep, y, guidance, control, transformer_options,
                                 attn_mask=kwargs.get("attention_mask"))
-        out = out[:, :img_tokens]  # [B, h*w, out*p*p]
-        c = out.shape[-1] // (p * p)
-        out = out.reshape(bs, h_len, w_len, c, p, p).permute(0, 3, 1, 4, 2, 5).reshape(bs, c, h_len * p, w_len * p)
+        out = tokens_to_image(out[:, :img_tokens], h_len, w_len, p)  # [B, out, h*p, w*p]
         return out[:, :, :h_orig, :w_orig]

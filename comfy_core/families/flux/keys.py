@@ -246,7 +246,7 @@ def lora_key_map(config: Any, names: list[str]) -> dict[str, Any]:
     """LoRA layer name -> target for a Flux transformer (`config` its `FluxConfig`) whose state-dict
     names under `diffusion_model.` are `names` (`comfy_core.lora.dit_keymap`: native, kohya,
     diffusers / PEFT under `transformer.`, OneTrainer, LyCORIS, and `single_blocks.N.linear1_qkv`)."""
-    from comfy_core.lora.dit_keymap import UNET_PREFIX, add_diffusers_names, native_key_map
+    from comfy_core.families.lora_keys import UNET_PREFIX, add_diffusers_names, native_key_map
 
     present = set(names)
     key_map = native_key_map(names)

@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
-from comfy_core.attention.rope import apply_rope, apply_rope1, rope_frequencies, rotate_pairs
+from comfy_core import extension_points
 from comfy_core.attention import calling
+from comfy_core.attention.rope import apply_rope, apply_rope1, rope_frequencies, rotate_pairs
 
-__all__ = ["apply_rope", "apply_rope1", "attention", "rope"]
+__all__ = ["apply_rope", "apply_rope1", "attention", "rope", "run_attention"]
 
 
 def rope(pos: torch.Tensor, dim: int, theta: float) -> torch.Tensor:
@@ -39,3 +40,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: torch.Tenso
     options = {} if transformer_options is None else transformer_options
     return calling.attend(q, k, v, heads, skip_reshape=True, mask=mask,
                           transformer_options=options)  # [B, L, H*D]
+
+
+def run_attention(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """What Flux-style blocks call: `attention`, or the replacement the extension points in force
+    name (`ExtensionPoints.flux_attention`: a pack assigning `comfy.ldm.flux.math.attention` or
+    `comfy.ldm.flux.layers.attention`, through compat), looked up at every call."""
+    override = extension_points.current().flux_attention
+    return (attention if override is None else override)(*args, **kwargs)

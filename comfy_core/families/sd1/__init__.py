@@ -7,8 +7,9 @@ from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.families.sd1 import supported_models
 from comfy_core.models.latent_formats import sd15_latent_format
-from comfy_core.text_encoders.encoder_set import PAD_EOS, EncoderOptions, EncoderSetSpec, SD1ClipModel
-from comfy_core.text_encoders.sd_tokenizer import SD1Tokenizer
+from comfy_core.text_encoders.encoder_set import PAD_EOS, EncoderOptions, EncoderSetSpec
+from comfy_core.families.sd1.clip import SD1ClipModel
+from comfy_core.families.sd1.clip import SD1Tokenizer
 
 # OpenAI CLIP-L, its final output (after the final norm), padded with EOS; A1111 honours clip skip.
 TEXT_ENCODERS = EncoderSetSpec(

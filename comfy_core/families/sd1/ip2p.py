@@ -19,4 +19,5 @@ def definition() -> Family:
             base.signature, unet=tuple((k, 8 if k == "in_channels" else v) for k, v in base.signature.unet)),
         concat="ip2p",
         supported_model=supported_models.SD15_instructpix2pix,
+        comfy_model_class="SD15_instructpix2pix",
     )

@@ -12,8 +12,9 @@ from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.families.sd2 import supported_models
 from comfy_core.models.latent_formats import sd15_latent_format
-from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, SD2ClipModel
-from comfy_core.text_encoders.sd_tokenizer import SD2Tokenizer
+from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec
+from comfy_core.families.sd2.clip import SD2ClipModel
+from comfy_core.families.sd2.clip import SD2Tokenizer
 
 # OpenCLIP ViT-H, penultimate layer through the final norm, zero-padded; A1111 the same layer
 # whatever the clip skip.

@@ -1,8 +1,9 @@
-"""ComfyUI's `comfy.supported_models` config classes of SD2.x and SD2.1 unCLIP (its `supported_models.py`): what
-`model.model.model_config` is for this family, so packs read `unet_config`, `latent_format`,
-`sampling_settings`, `memory_usage_factor` and `isinstance(config, comfy.supported_models.X)` holds
-exactly when ComfyUI's would. The family names its class (`Family.supported_model`); the values are
-read from the loaded model (`comfy_core.models.model_config.config_for`)."""
+"""ComfyUI's `comfy.supported_models` config classes of SD2.x and SD2.1 unCLIP (its
+`supported_models.py`): what `model.model.model_config` is for this family, so packs read
+`unet_config`, `latent_format`, `sampling_settings`, `memory_usage_factor` and `isinstance(config,
+comfy.supported_models.X)` holds exactly when ComfyUI's would. The family names its class
+(`Family.supported_model`); the values are read from the loaded model
+(`comfy_core.models.model_config.config_for`)."""
 from __future__ import annotations
 
 import torch

@@ -32,4 +32,5 @@ def definition() -> Family:
             diffusion_model=(("levels", 4), ("attention_at_first_level", True))),
         conditioning=UnclipConditions(), clip_vision_prefix="embedder.model.visual.",
         supported_model=supported_models.SD21UnclipH,
+        comfy_model_class="SD21UNCLIP",
     )

@@ -22,10 +22,11 @@ from comfy_core.families.architecture import Architecture
 from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.sd3.combine import SD3Combine
 from comfy_core.families.sd3 import supported_models
-from comfy_core.models.latent_formats import sd3_latent_format
+from comfy_core.families.sd3.latent_format import sd3_latent_format
 from comfy_core.models.model_conditions import PooledConditions
-from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec, SD3ClipModel
-from comfy_core.text_encoders.sd_tokenizer import SD3Tokenizer
+from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec
+from comfy_core.families.sd3.clip import SD3ClipModel
+from comfy_core.families.sd3.clip import SD3Tokenizer
 
 JOINT_BLOCKS = "joint_blocks."
 _TE = "text_encoders."
@@ -39,7 +40,8 @@ TEXT_ENCODERS = EncoderSetSpec(
                            nominal_width=1280),
             EncoderOptions("t5xxl", "t5xxl", PAD_ZERO, None, True, prefixes=(_TE + "t5xxl.transformer.",),
                            kind="t5", nominal_width=4096, min_length=77)),
-    "clip_g", combine=SD3Combine(), set_class=SD3ClipModel, tokenizer_class=SD3Tokenizer, partial=True, clip_types=("sd3",))
+    "clip_g", combine=SD3Combine(), set_class=SD3ClipModel, tokenizer_class=SD3Tokenizer, partial=True,
+    clip_types=("sd3",))
 
 
 def _detect(tensors: Mapping[str, Any], prefix: str) -> Any:
@@ -101,4 +103,5 @@ def definition() -> Family:
         architecture=mmdit_architecture(),
         text_encoders=TEXT_ENCODERS,
         supported_model=supported_models.SD3,
+        comfy_model_class="SD3",
     )

@@ -21,9 +21,13 @@ from typing import Any, Callable, Mapping, Union
 import torch
 
 from comfy_core.checkpoint.keys import swap_scale_shift  # noqa: F401 -- re-exported (the adaLN halves' swap)
-from comfy_core.families.sd3.mmdit import HEAD_DIM, MMDiTConfig, MMDiTConfigError
-
 KeyTarget = Union[str, tuple]
+
+HEAD_DIM = 64  # SAI's MMDiT: width = 64 * depth, one 64-wide head per unit of depth
+
+
+class MMDiTConfigError(ValueError):
+    """MMDiT weights that are incomplete or inconsistent (names and shapes that no MMDiT has)."""
 
 
 # (SAI name, diffusers name[, transform]) outside the blocks.
@@ -83,14 +87,14 @@ _FUSED: tuple[tuple[str, str, tuple[str, str, str]], ...] = (
 )
 
 
-def _depth_and_blocks(mmdit_config: MMDiTConfig | Mapping[str, Any]) -> tuple[int, int]:
-    if isinstance(mmdit_config, MMDiTConfig):
+def _depth_and_blocks(mmdit_config: Any) -> tuple[int, int]:
+    if not isinstance(mmdit_config, Mapping):  # an MMDiTConfig
         return mmdit_config.depth, mmdit_config.num_blocks
     depth = int(mmdit_config.get("depth", 0))
     return depth, int(mmdit_config.get("num_blocks", depth))
 
 
-def mmdit_to_diffusers(mmdit_config: MMDiTConfig | Mapping[str, Any], output_prefix: str = "") -> dict[str, KeyTarget]:
+def mmdit_to_diffusers(mmdit_config: Any, output_prefix: str = "") -> dict[str, KeyTarget]:
     """`{diffusers_key: sai_key | (sai_key, (dim, offset, size)) | (sai_key, None, fn)}` for an
     MMDiT of `depth` (width 64 * depth) with `num_blocks` joint blocks (default `depth`);
     `mmdit_config` is an `MMDiTConfig` or ComfyUI's dict (`{"depth": .., "num_blocks": ..}`).
@@ -174,7 +178,7 @@ def _resolve(state: Mapping[str, Any], key_map: Mapping[str, KeyTarget], prefix:
     return out, used
 
 
-def convert_diffusers_state_dict(state: Mapping[str, torch.Tensor], config: MMDiTConfig | Mapping[str, Any] | None = None,
+def convert_diffusers_state_dict(state: Mapping[str, torch.Tensor], config: Any = None,
                                  prefix: str = "", output_prefix: str = "",
                                  keep_unmapped: bool = False) -> dict[str, torch.Tensor]:
     """A diffusers-layout MMDiT state dict (names under `prefix`) in SAI's names (under
@@ -219,7 +223,7 @@ def lora_key_map(config: Any, names: list[str]) -> dict[str, Any]:
     """LoRA layer name -> target for an MMDiT whose state-dict names under `diffusion_model.` are
     `names` (`comfy_core.lora.dit_keymap`: native, kohya, diffusers / PEFT under `transformer.` and
     `base_model.model.`, OneTrainer, LyCORIS); `config` an `MMDiTConfig` or `{depth, num_blocks}`."""
-    from comfy_core.lora.dit_keymap import UNET_PREFIX, add_diffusers_names, native_key_map
+    from comfy_core.families.lora_keys import UNET_PREFIX, add_diffusers_names, native_key_map
 
     key_map = native_key_map(names)
     add_diffusers_names(key_map, mmdit_to_diffusers(config, output_prefix=UNET_PREFIX), set(names),

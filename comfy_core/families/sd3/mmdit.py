@@ -25,16 +25,14 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from comfy_core.families.sd3.mmdit_blocks import (ContextProcessor, FinalLayer, JointBlock, PatchEmbed, TimestepEmbedder,
-                                            VectorEmbedder, ceil_div, get_2d_sincos_pos_embed_torch)
+# HEAD_DIM and MMDiTConfigError live with the key maps (which the network's `lora_key_map` reads).
+from comfy_core.families.sd3.keys import HEAD_DIM, MMDiTConfigError  # noqa: F401 -- re-exported
+from comfy_core.families.sd3.mmdit_blocks import (ContextProcessor, FinalLayer, JointBlock, PatchEmbed,
+                                                  TimestepEmbedder, VectorEmbedder, ceil_div,
+                                                  get_2d_sincos_pos_embed_torch)
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import numbered_children, shape_reader
 
-HEAD_DIM = 64  # SAI's MMDiT: width = 64 * depth, one 64-wide head per unit of depth
-
-
-class MMDiTConfigError(ValueError):
-    """MMDiT weights that are incomplete or inconsistent (names and shapes that no MMDiT has)."""
 
 
 class MMDiTInputError(ValueError):

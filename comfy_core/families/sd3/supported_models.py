@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from comfy_core.models import latent_formats
+from comfy_core.families.sd3.latent_format import SD3 as SD3LatentFormat
 from comfy_core.models.model_config import BASE
 
 
@@ -18,6 +18,6 @@ class SD3(BASE):
     unet_config = {"in_channels": 16, "pos_embed_scaling_factor": None}
     unet_extra_config: dict[str, Any] = {}
     sampling_settings = {"shift": 3.0}
-    latent_format = latent_formats.SD3
+    latent_format = SD3LatentFormat
     memory_usage_factor = 1.2
     text_encoder_key_prefix = ["text_encoders."]

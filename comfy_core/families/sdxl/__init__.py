@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.families.sdxl import supported_models
-from comfy_core.models.latent_formats import sdxl_latent_format
+from comfy_core.families.sdxl.latent_format import sdxl_latent_format
 from comfy_core.models.model_conditions import SdxlConditions
-from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec, SDXLClipModel
-from comfy_core.text_encoders.sd_tokenizer import SDXLTokenizer
+from comfy_core.text_encoders.encoder_set import PAD_EOS, PAD_ZERO, EncoderOptions, EncoderSetSpec
+from comfy_core.families.sdxl.clip import SDXLClipModel
+from comfy_core.families.sdxl.clip import SDXLTokenizer
 
 # CLIP-L and OpenCLIP bigG, both their penultimate layer without the final norm, concatenated;
 # pooled from bigG. A1111: the same layers (clip skip ignored), an all-empty negative is zeros.
@@ -57,4 +58,5 @@ def definition() -> Family:
         key_conversions=(vae_attention_linear_to_conv(),),
         supported_model=supported_models.SDXL,
         modelspec_architecture="stable-diffusion-xl-v1-base",
+        comfy_model_class="SDXL",
     )

@@ -20,4 +20,5 @@ def definition() -> Family:
         concat="ip2p",
         supported_model=supported_models.SDXL_instructpix2pix,
         modelspec_architecture="stable-diffusion-xl-v1-edit",
+        comfy_model_class="SDXL_instructpix2pix",
     )

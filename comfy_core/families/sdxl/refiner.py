@@ -6,10 +6,11 @@ from __future__ import annotations
 from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.base import Family, SamplingPolicy, Signature
 from comfy_core.families.sdxl import supported_models
-from comfy_core.models.latent_formats import sdxl_latent_format
+from comfy_core.families.sdxl.latent_format import sdxl_latent_format
 from comfy_core.models.model_conditions import SdxlRefinerConditions
-from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, SDXLRefinerClipModel
-from comfy_core.text_encoders.sd_tokenizer import SDXLRefinerTokenizer
+from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec
+from comfy_core.families.sdxl.clip import SDXLRefinerClipModel
+from comfy_core.families.sdxl.clip import SDXLRefinerTokenizer
 
 # OpenCLIP bigG alone, penultimate layer without the final norm (A1111 the same; an all-empty
 # negative is zeros).
@@ -39,4 +40,5 @@ def definition() -> Family:
         key_conversions=(vae_attention_linear_to_conv(),),
         supported_model=supported_models.SDXLRefiner,
         modelspec_architecture="stable-diffusion-xl-v1-refiner",
+        comfy_model_class="SDXLRefiner",
     )

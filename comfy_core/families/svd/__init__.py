@@ -74,4 +74,5 @@ def definition() -> Family:
         components=SVDComponents(),
         supported_model=supported_models.SVD_img2vid,
         modelspec_architecture="stable-video-diffusion-img2vid-v1",
+        comfy_model_class="SVD_img2vid",
     )

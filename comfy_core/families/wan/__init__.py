@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from comfy_core.families.architecture import Architecture
 from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.wan import supported_models
-from comfy_core.models.latent_formats import wan21_latent_format, wan22_latent_format
+from comfy_core.families.wan.latent_format import wan21_latent_format, wan22_latent_format
 
 PREFIX = "model.diffusion_model."
 MARKER = "head.modulation"
@@ -74,10 +74,11 @@ def text_encoders() -> Any:
 
 
 def wan_family(name: str, display_name: str, facts: tuple[tuple[str, Any], ...], conditioning: Any,
-               version: str = "21", supported_model: Any = None) -> Family:
+               version: str = "21", supported_model: Any = None, comfy_model_class: str = "WAN21") -> Family:
     """A Wan family told apart by the DiT `facts` (from `WanConfig`: `variant`, `model_type`,
     `in_dim`, ...). `version` "22" gives Wan 2.2's 48-channel latent format and 16x geometry;
-    `supported_model`: ComfyUI's config class (`supported_models.py`), WAN21_T2V by default."""
+    `supported_model`: ComfyUI's config class (`supported_models.py`), WAN21_T2V by default;
+    `comfy_model_class`: ComfyUI's `comfy.model_base` class (WAN21 and its subclasses)."""
     latent = wan22_latent_format() if version == "22" else wan21_latent_format()
     return Family(
         name=name,
@@ -93,4 +94,5 @@ def wan_family(name: str, display_name: str, facts: tuple[tuple[str, Any], ...],
         text_encoders=text_encoders(),
         inference_dtypes=("fp16", "bf16", "fp32"),
         supported_model=supported_model or supported_models.WAN21_T2V,
+        comfy_model_class=comfy_model_class,
     )

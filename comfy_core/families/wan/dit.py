@@ -45,7 +45,7 @@ from comfy_core.families.flux.dit import pad_to_patch_size
 from comfy_core.families.flux.blocks import EmbedND
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
-                                          WanCamAdapter, sinusoidal_embedding_1d)
+                                            WanCamAdapter, sinusoidal_embedding_1d)
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)

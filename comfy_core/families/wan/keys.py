@@ -126,7 +126,7 @@ def lora_key_map(names: list[str]) -> dict[str, Any]:
     `names` (`comfy_core.lora.dit_keymap`): the native names, musubi-tuner's kohya style,
     diffusion-pipe's / VideoX-Fun's `lora_unet__`, SimpleTuner's `lycoris_`, `transformer.` and the
     diffusers names; every target a whole parameter."""
-    from comfy_core.lora.dit_keymap import UNET_PREFIX, native_key_map
+    from comfy_core.families.lora_keys import UNET_PREFIX, native_key_map
 
     key_map = native_key_map(names)
     for name in names:

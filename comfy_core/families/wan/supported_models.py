@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from comfy_core.models import latent_formats
+from comfy_core.families.wan.latent_format import Wan21, Wan22
 from comfy_core.models.model_config import BASE
 
 
@@ -17,9 +17,8 @@ class WAN21_T2V(BASE):
     unet_config = {"image_model": "wan2.1", "model_type": "t2v"}
     unet_extra_config: dict[str, Any] = {}
     sampling_settings = {"shift": 8.0}
-    # ComfyUI's Wan21 / Wan22 format classes once comfy_core.models.latent_formats has them
-    # (the Wan VAE's area); a loaded model's config always carries the model's own format.
-    latent_format = getattr(latent_formats, "Wan21", None)
+    # ComfyUI's Wan21 / Wan22 format classes; a loaded model's config carries the model's own format.
+    latent_format = Wan21
     memory_usage_factor = 0.9
     vae_key_prefix = ["vae."]
     text_encoder_key_prefix = ["text_encoders."]
@@ -57,4 +56,4 @@ class WAN22_T2V(WAN21_T2V):
     """Wan 2.2 TI2V-5B (48 output channels)."""
 
     unet_config = {"image_model": "wan2.1", "model_type": "t2v", "out_dim": 48}
-    latent_format = getattr(latent_formats, "Wan22", None)
+    latent_format = Wan22

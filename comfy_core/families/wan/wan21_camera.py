@@ -13,4 +13,4 @@ from comfy_core.families.wan.conditions import WanConditions
 def definition() -> Family:
     return wan_family("wan21_camera", "Wan 2.1 Fun camera", (("variant", "camera"),),
                       WanConditions("camera", image_to_video=False),
-                      supported_model=supported_models.WAN21_Camera)
+                      supported_model=supported_models.WAN21_Camera, comfy_model_class="WAN21_Camera")

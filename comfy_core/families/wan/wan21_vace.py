@@ -13,4 +13,4 @@ from comfy_core.families.wan.conditions import WanConditions
 def definition() -> Family:
     return wan_family("wan21_vace", "Wan 2.1 VACE", (("variant", "vace"),),
                       WanConditions("vace", image_to_video=False),
-                      supported_model=supported_models.WAN21_Vace)
+                      supported_model=supported_models.WAN21_Vace, comfy_model_class="WAN21_Vace")

@@ -15,4 +15,4 @@ from comfy_core.families.wan.conditions import WanConditions
 def definition() -> Family:
     return wan_family("wan22_ti2v", "Wan 2.2 TI2V 5B", (("variant", "ti2v"),),
                       WanConditions("wan22", image_to_video=True), version="22",
-                      supported_model=supported_models.WAN22_T2V)
+                      supported_model=supported_models.WAN22_T2V, comfy_model_class="WAN22")

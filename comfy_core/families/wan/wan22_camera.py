@@ -11,4 +11,4 @@ from comfy_core.families.wan.conditions import WanConditions
 def definition() -> Family:
     return wan_family("wan22_camera", "Wan 2.2 Fun camera", (("variant", "camera_2.2"),),
                       WanConditions("camera", image_to_video=False),
-                      supported_model=supported_models.WAN22_Camera)
+                      supported_model=supported_models.WAN22_Camera, comfy_model_class="WAN21_Camera")

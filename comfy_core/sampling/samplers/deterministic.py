@@ -7,13 +7,12 @@ ones are one self-contained loop each, as in k-diffusion: per step, (EDM churn,)
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from scipy import integrate
 
-from comfy_core.sampling.samplers.common import (Denoiser, StepCallback, StepDenoiser, churn, derivative_multistep,
-                                                 half_log_snr, to_d)
+from comfy_core.sampling.samplers.common import Denoiser, StepCallback, churn, half_log_snr, to_d
 
 
 @torch.no_grad()
@@ -183,29 +182,6 @@ def sample_dpmpp_2m(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extr
     return x
 
 
-def _ipndm_step(sigmas: torch.Tensor, variable: bool) -> Callable[..., torch.Tensor]:
-    """iPNDM's step rule for `derivative_multistep`: the denoised sample on the step to sigma 0,
-    else Adams-Bashforth of the available order, with fixed or variable-step coefficients."""
-
-    def advance(x: torch.Tensor, d: torch.Tensor, denoised: torch.Tensor, i: int, order: int,
-                history: list[torch.Tensor]) -> torch.Tensor:
-        dt = sigmas[i + 1] - sigmas[i]
-        if sigmas[i + 1] == 0:
-            return denoised
-        if order == 1:
-            return x + dt * d
-        if variable:
-            return x + dt * _ipndm_v_combination(sigmas, i, order, d, history)
-        # Adams-Bashforth coefficients for equal steps.
-        if order == 2:
-            return x + dt * (3 * d - history[-1]) / 2
-        if order == 3:
-            return x + dt * (23 * d - 16 * history[-1] + 5 * history[-2]) / 12
-        return x + dt * (55 * d - 59 * history[-1] + 37 * history[-2] - 9 * history[-3]) / 24
-
-    return advance
-
-
 def _ipndm_v_combination(sigmas: torch.Tensor, i: int, order: int, d: torch.Tensor,
                          history: list[torch.Tensor]) -> torch.Tensor:
     """Variable-step Adams-Bashforth weights (Zhang & Chen 2023, DEIS; zju-pi diff-solvers)."""
@@ -235,14 +211,57 @@ def _ipndm_v_combination(sigmas: torch.Tensor, i: int, order: int, d: torch.Tens
 def sample_ipndm(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                  callback: StepCallback = None, disable: Any = None, max_order: int = 4) -> torch.Tensor:
     """Improved PNDM (Zhang & Chen 2023, "Fast Sampling of Diffusion Models with Exponential
-    Integrator", iPNDM): fixed-coefficient Adams-Bashforth up to 4th order; the last step denoises."""
-    run = StepDenoiser(model, x, extra_args, callback)
-    return derivative_multistep(run, x, sigmas, max_order, _ipndm_step(sigmas, variable=False))
+    Integrator", iPNDM): fixed-coefficient Adams-Bashforth in sigma on the ODE derivative, up to 4th
+    order; the last step denoises."""
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    history: list[torch.Tensor] = []  # the previous max_order - 1 derivatives, oldest first
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
+        d = (x - denoised) / sigmas[i]
+        order = min(max_order, i + 1)
+        dt = sigmas[i + 1] - sigmas[i]
+        if sigmas[i + 1] == 0:
+            x_next = denoised
+        elif order == 1:
+            x_next = x + dt * d
+        elif order == 2:  # Adams-Bashforth coefficients for equal steps
+            x_next = x + dt * (3 * d - history[-1]) / 2
+        elif order == 3:
+            x_next = x + dt * (23 * d - 16 * history[-1] + 5 * history[-2]) / 12
+        else:
+            x_next = x + dt * (55 * d - 59 * history[-1] + 37 * history[-2] - 9 * history[-3]) / 24
+        history.append(d)
+        if len(history) > max_order - 1:
+            history.pop(0)
+        x = x_next
+    return x
 
 
 @torch.no_grad()
 def sample_ipndm_v(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                    callback: StepCallback = None, disable: Any = None, max_order: int = 4) -> torch.Tensor:
     """iPNDM with variable-step Adams-Bashforth coefficients (Zhang & Chen 2023)."""
-    run = StepDenoiser(model, x, extra_args, callback)
-    return derivative_multistep(run, x, sigmas, max_order, _ipndm_step(sigmas, variable=True))
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    history: list[torch.Tensor] = []  # the previous max_order - 1 derivatives, oldest first
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({"x": x, "i": i, "sigma": sigmas[i], "sigma_hat": sigmas[i], "denoised": denoised})
+        d = (x - denoised) / sigmas[i]
+        order = min(max_order, i + 1)
+        dt = sigmas[i + 1] - sigmas[i]
+        if sigmas[i + 1] == 0:
+            x_next = denoised
+        elif order == 1:
+            x_next = x + dt * d
+        else:
+            x_next = x + dt * _ipndm_v_combination(sigmas, i, order, d, history)
+        history.append(d)
+        if len(history) > max_order - 1:
+            history.pop(0)
+        x = x_next
+    return x

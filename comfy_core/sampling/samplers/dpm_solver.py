@@ -262,3 +262,22 @@ def sample_dpm_adaptive_sigmas(model: Denoiser, x: torch.Tensor, sigmas: torch.T
     sigma_min, sigma_max = _sigma_range(sigmas)
     return sample_dpm_adaptive(model, x, sigma_min, sigma_max, extra_args=extra_args, callback=callback,
                                disable=disable, **options)
+
+
+def sigma_range_sampler(fn: Callable[..., torch.Tensor], steps_from_sigmas: bool) -> Callable[..., torch.Tensor]:
+    """A sigma-list sampler over a (sigma_min, sigma_max) one such as a host's replacement of
+    `sample_dpm_fast` (`steps_from_sigmas`: `len(sigmas) - 1` evaluations) or `sample_dpm_adaptive`
+    (its options passed on): ComfyUI's `ksampler` closures for dpm_fast / dpm_adaptive."""
+
+    @torch.no_grad()
+    def sample(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
+               callback: StepCallback = None, disable: Any = None, **options: Any) -> torch.Tensor:
+        if len(sigmas) <= 1:
+            return x
+        sigma_min, sigma_max = _sigma_range(sigmas)
+        if steps_from_sigmas:
+            return fn(model, x, sigma_min, sigma_max, len(sigmas) - 1, extra_args=extra_args, callback=callback,
+                      disable=disable)
+        return fn(model, x, sigma_min, sigma_max, extra_args=extra_args, callback=callback, disable=disable, **options)
+
+    return sample

@@ -46,7 +46,8 @@ SamplerFunction = Callable[..., object]
 
 # Names whose function is not `sample_<name>` of the k-diffusion namespace (ComfyUI's `ksampler`
 # and `sampler_object` special cases): dpm_fast / dpm_adaptive take (sigma_min, sigma_max), so a
-# wrapper turns the sigma list into those; ddim is euler (handled in `_lookup`; its random inpaint noise lives in
+# wrapper turns the sigma list into those (`dpm_solver.sigma_range_sampler` around a host's
+# replacement); ddim is euler (handled in `_lookup`; its random inpaint noise lives in
 # `guider.sampler_object`); uni_pc lives beside k-diffusion, as ComfyUI's `extra_samplers.uni_pc`.
 _SPECIAL: dict[str, tuple[str, str]] = {
     "dpm_fast": ("comfy_core.sampling.samplers.dpm_solver", "sample_dpm_fast_sigmas"),
@@ -95,6 +96,12 @@ def _lookup(name: str) -> SamplerFunction | None:
 
     if name == "ddim":
         return kdiffusion_function("euler")
+    if name in ("dpm_fast", "dpm_adaptive"):
+        replaced = extension_points.current().samplers.get(name)
+        if replaced is not None:  # a host's sample_dpm_fast / sample_dpm_adaptive, given the sigma range
+            from comfy_core.sampling.samplers.dpm_solver import sigma_range_sampler
+
+            return sigma_range_sampler(replaced, steps_from_sigmas=name == "dpm_fast")
     if name in _SPECIAL:
         module, attribute = _SPECIAL[name]
         return getattr(importlib.import_module(module), attribute)

@@ -9,10 +9,10 @@ from compat.facade import facade
 
 facade(__name__, {
     "SDTokenizer": "comfy_core.text_encoders.sd_tokenizer:SDTokenizer",
-    "SD1Tokenizer": "comfy_core.text_encoders.sd_tokenizer:SD1Tokenizer",
+    "SD1Tokenizer": "comfy_core.families.sd1.clip:SD1Tokenizer",
     "SDClipModel": "comfy_core.text_encoders.encoder:ClipTextEncoder",
     "ClipTokenWeightEncoder": "comfy_core.text_encoders.encoder:ClipTextEncoder",
-    "SD1ClipModel": "comfy_core.text_encoders.encoder_set:SD1ClipModel",
+    "SD1ClipModel": "comfy_core.families.sd1.clip:SD1ClipModel",
     "token_weights": "comfy_core.text_encoders.prompt_weights:parse_weights",
     "parse_parentheses": "comfy_core.text_encoders.prompt_weights:split_parentheses",
     "escape_important": "comfy_core.text_encoders.prompt_weights:escape_important",

@@ -3,7 +3,7 @@ from compat.facade import facade
 
 facade(__name__, {
     "SD2ClipHModel": "comfy_core.text_encoders.encoder:SD2ClipHModel",
-    "SD2ClipModel": "comfy_core.text_encoders.encoder_set:SD2ClipModel",
-    "SD2Tokenizer": "comfy_core.text_encoders.sd_tokenizer:SD2Tokenizer",
+    "SD2ClipModel": "comfy_core.families.sd2.clip:SD2ClipModel",
+    "SD2Tokenizer": "comfy_core.families.sd2.clip:SD2Tokenizer",
     "SD2ClipHTokenizer": "comfy_core.text_encoders.sd_tokenizer:SDTokenizer",
 })

@@ -8,9 +8,9 @@ from compat.facade import facade
 
 facade(__name__, {
     "SDXLClipG": "comfy_core.text_encoders.encoder:SDXLClipG",
-    "SDXLClipModel": "comfy_core.text_encoders.encoder_set:SDXLClipModel",
-    "SDXLRefinerClipModel": "comfy_core.text_encoders.encoder_set:SDXLRefinerClipModel",
-    "SDXLTokenizer": "comfy_core.text_encoders.sd_tokenizer:SDXLTokenizer",
+    "SDXLClipModel": "comfy_core.families.sdxl.clip:SDXLClipModel",
+    "SDXLRefinerClipModel": "comfy_core.families.sdxl.clip:SDXLRefinerClipModel",
+    "SDXLTokenizer": "comfy_core.families.sdxl.clip:SDXLTokenizer",
     "SDXLClipGTokenizer": "comfy_core.text_encoders.sd_tokenizer:SDTokenizer",
     "StableCascadeClipModel": "compat.files_clip:StableCascadeClipModel",
 })

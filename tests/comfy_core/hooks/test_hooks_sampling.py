@@ -161,7 +161,7 @@ def test_the_weights_are_back_when_a_hooked_evaluation_fails(sd1):
     def wrapper(apply_model, args):
         raise RuntimeError("stop")
 
-    failing.set_model_unet_function_wrapper(wrapper)
+    failing.set_option("model_function_wrapper", wrapper)
     snapshot = _snapshot(failing)
     with pytest.raises(RuntimeError, match="stop"):
         sample(failing, hooked(sd1.positive, create_hook_lora(sd1.unet_lora, 1.0, 1.0)), sd1.negative)

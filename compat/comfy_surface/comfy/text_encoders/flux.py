@@ -6,8 +6,8 @@ as `min_length`, and Flux's tokenizer is built with 256). Constructors are ours 
 from compat.facade import facade
 
 facade(__name__, {
-    "FluxClipModel": "comfy_core.text_encoders.encoder_set:FluxClipModel",
-    "FluxTokenizer": "comfy_core.text_encoders.sd_tokenizer:FluxTokenizer",
+    "FluxClipModel": "comfy_core.families.flux.clip:FluxClipModel",
+    "FluxTokenizer": "comfy_core.families.flux.clip:FluxTokenizer",
     "T5XXLTokenizer": "comfy_core.text_encoders.t5_tokenizer:T5XXLTokenizer",
     "T5XXLModel": "comfy_core.text_encoders.t5:T5TextEncoder",
 })

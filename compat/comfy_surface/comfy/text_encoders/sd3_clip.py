@@ -15,8 +15,8 @@ ComfyUI's (`SD3ClipModel(clip_l=..., ...)` is not a way to make one here).
 from compat.facade import facade
 
 facade(__name__, {
-    "SD3ClipModel": "comfy_core.text_encoders.encoder_set:SD3ClipModel",
-    "SD3Tokenizer": "comfy_core.text_encoders.sd_tokenizer:SD3Tokenizer",
+    "SD3ClipModel": "comfy_core.families.sd3.clip:SD3ClipModel",
+    "SD3Tokenizer": "comfy_core.families.sd3.clip:SD3Tokenizer",
     "T5XXLModel": "comfy_core.text_encoders.t5:T5TextEncoder",
     "T5XXLTokenizer": "comfy_core.text_encoders.t5_tokenizer:T5XXLTokenizer",
     "t5_xxl_detect": "compat.files_clip:t5_xxl_detect",

@@ -1,6 +1,6 @@
 """ComfyUI's `comfy.ldm.chroma.layers` for node packs: Chroma's blocks
 (`comfy_core.families.chroma.blocks`) and the Flux pieces it imports."""
-from compat.facade import facade
+from compat.facade import facade, point
 
 _B = "comfy_core.families.chroma.blocks:"
 facade(__name__, {
@@ -8,5 +8,5 @@ facade(__name__, {
                                     "SingleStreamBlock")},
     **{name: "comfy_core.families.flux.blocks:" + name for name in ("MLPEmbedder", "ModulationOut", "QKNorm", "RMSNorm",
                                                                    "SelfAttention")},
-    "attention": "comfy_core.families.flux.math:attention",
+    "attention": point("flux_attention", "comfy_core.families.flux.math:attention"),
 })

@@ -8,7 +8,7 @@ from compat.facade import facade
 
 _F = "comfy_core.families.flux.dit:"
 facade(__name__, {
-    "Flux": _F + "Flux",
+    "Flux": _F + "FluxTransformer",
     "FluxParams": _F + "FluxConfig",
     **{name: _F + name for name in ("DoubleStreamBlock", "EmbedND", "LastLayer", "MLPEmbedder", "SingleStreamBlock",
                                     "timestep_embedding")},

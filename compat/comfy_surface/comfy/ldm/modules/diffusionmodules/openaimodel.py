@@ -1,16 +1,17 @@
 """ComfyUI's `comfy.ldm.modules.diffusionmodules.openaimodel` for node packs: our UNet and its
-blocks. `forward_timestep_embed` and `apply_control` live in `comfy_core.models.unet`, where our
-UNet reads them at every call, so a pack replacing them here (Advanced-ControlNet's reference
-mode) is used by our UNet."""
-from compat.facade import facade
+blocks. `forward_timestep_embed` and `apply_control` are extension points (compat/facade.py
+`point`): a pack replacing them here (Advanced-ControlNet's reference mode) sets its session's
+`ExtensionPoints.forward_timestep_embed` / `apply_control`, which our UNet reads at every call;
+read back, they are the session's replacement or `comfy_core.models.unet`'s."""
+from compat.facade import facade, point
 
 _U = "comfy_core.models.unet:"
 _B = "comfy_core.models.unet_blocks:"
 facade(__name__, {
     "UNetModel": _U + "UNetModel",
     "TimestepEmbedSequential": _U + "TimestepEmbedSequential",
-    "forward_timestep_embed": _U + "forward_timestep_embed",
-    "apply_control": _U + "apply_control",
+    "forward_timestep_embed": point("forward_timestep_embed", _U + "forward_timestep_embed"),
+    "apply_control": point("apply_control", _U + "apply_control"),
     "TimestepBlock": _B + "TimestepBlock",
     "ResBlock": _B + "ResBlock",
     "Upsample": _B + "Upsample",

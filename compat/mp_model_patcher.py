@@ -1,0 +1,242 @@
+"""ComfyUI's `comfy.model_patcher.ModelPatcher` for node packs: our core patcher
+(comfy_core/patching/model.py, patches and options held as data) with ComfyUI's `set_model_*`
+methods and its other members our runtime never calls (the accessors of callbacks, attachments,
+injections and additional models, `model_patches_models`, `model_patches_to`,
+`current_loaded_device`, `memory_required`, `calculate_weight`) on top.
+
+Each `set_model_*` method writes the `model_options` entry ComfyUI's writes (sampler hooks at the
+top level, block patches under `transformer_options["patches"|"patches_replace"]`) through the
+core's data methods (`set_option`, `add_option_function`, `add_block_patch`, `set_block_replace`),
+so the sampler and the blocks read them exactly as they read the built-in nodes' patches.
+
+A patcher our runtime builds where a session's extension points are in force becomes ComfyUI's
+class for it (`ExtensionPoints.model_patcher_class`, which `compat.install` sets to
+`compat.mp_model_classes.comfy_patcher_class`, answering `comfy_class_for`): a MODEL's patcher
+is `ModelPatcher`, a CLIP's `ClipPatcher` (ComfyUI's `CLIP.patcher` is a ModelPatcher too), so
+`isinstance(m, comfy.model_patcher.ModelPatcher)` and `m.set_model_attn2_replace(...)` work, and
+clones keep the class. This module imports torch; `comfy_patcher_class` imports it only when a
+patcher is built, so start-up stays torch-free.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from comfy_core.patching.clip import ClipPatcher as CoreClipPatcher
+from comfy_core.patching.model import ModelPatcher as CoreModelPatcher
+# comfy/model_patcher.py's module functions, homed here so a pack reassigning one changes this
+# module, never comfy_core's (the runtime imports its own by name).
+from comfy_core.patching.model_options import (create_hook_patches_clone, create_model_options_clone,  # noqa: F401
+                                               set_model_options_patch_replace,
+                                               set_model_options_post_cfg_function,
+                                               set_model_options_pre_cfg_function)
+
+
+def _positional_arity(fn: Callable) -> int | None:
+    """How many parameters `fn` declares (None when it cannot be inspected), as ComfyUI counts them."""
+    try:
+        return len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class _OldCfgFunction:
+    """ComfyUI's pre-args `sampler_cfg_function(cond, uncond, cond_scale)` seen through the args form."""
+
+    fn: Callable
+
+    def __call__(self, args: dict) -> Any:
+        return self.fn(args["cond"], args["uncond"], args["cond_scale"])
+
+
+class ComfyModelPatcherMethods:
+    """ComfyUI's `set_model_*` methods and accessors, over the core patcher's data."""
+
+    # --- sampler-level hooks (read by the sampler) ---
+
+    def set_model_sampler_cfg_function(self, sampler_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
+        """Replace CFG by `fn(args) -> noise prediction` (see comfy_core/sampling/cfg.py); a function of
+        three parameters is ComfyUI's old form `fn(cond, uncond, cond_scale)` and is adapted."""
+        if _positional_arity(sampler_cfg_function) == 3:
+            sampler_cfg_function = _OldCfgFunction(sampler_cfg_function)
+        self.set_option("sampler_cfg_function", sampler_cfg_function)
+        if disable_cfg1_optimization:
+            self.set_option("disable_cfg1_optimization", True)
+
+    def set_model_sampler_post_cfg_function(self, post_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
+        """Append `fn(args) -> x0 prediction`, run after CFG in order (args["denoised"] is the result so far)."""
+        self.add_option_function("sampler_post_cfg_function", post_cfg_function, disable_cfg1_optimization)
+
+    def set_model_sampler_pre_cfg_function(self, pre_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
+        """Append `fn(args) -> conds_out`, run before CFG on the list [positive x0, negative x0, ...]."""
+        self.add_option_function("sampler_pre_cfg_function", pre_cfg_function, disable_cfg1_optimization)
+
+    def set_model_sampler_calc_cond_batch_function(self, sampler_calc_cond_batch_function: Callable) -> None:
+        """Replace the batching of conds: `fn(args) -> [x0 per cond]` (comfy_core/sampling/cfg.py)."""
+        self.set_option("sampler_calc_cond_batch_function", sampler_calc_cond_batch_function)
+
+    def set_model_unet_function_wrapper(self, unet_wrapper_function: Callable) -> None:
+        self.set_option("model_function_wrapper", unet_wrapper_function)
+
+    def set_model_denoise_mask_function(self, denoise_mask_function: Callable) -> None:
+        self.set_option("denoise_mask_function", denoise_mask_function)
+
+    # --- block-level patches (read by the model's blocks) ---
+
+    def set_model_patch(self, patch: Callable, name: str) -> None:
+        self.add_block_patch(name, patch)
+
+    def set_model_patch_replace(self, patch: Callable, name: str, block_name: str, number: int,
+                                transformer_index: int | None = None) -> None:
+        block = (block_name, number) if transformer_index is None else (block_name, number, transformer_index)
+        self.set_block_replace(name, block, patch)
+
+    def set_model_attn1_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "attn1_patch")
+
+    def set_model_attn2_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "attn2_patch")
+
+    def set_model_attn1_output_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "attn1_output_patch")
+
+    def set_model_attn2_output_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "attn2_output_patch")
+
+    def set_model_input_block_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "input_block_patch")
+
+    def set_model_input_block_patch_after_skip(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "input_block_patch_after_skip")
+
+    def set_model_output_block_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "output_block_patch")
+
+    def set_model_emb_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "emb_patch")
+
+    def set_model_forward_timestep_embed_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "forward_timestep_embed_patch")
+
+    def set_model_double_block_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "double_block")
+
+    def set_model_post_input_patch(self, patch: Callable) -> None:
+        self.set_model_patch(patch, "post_input")
+
+    def set_model_attn1_replace(self, patch: Callable, block_name: str, number: int,
+                                transformer_index: int | None = None) -> None:
+        self.set_model_patch_replace(patch, "attn1", block_name, number, transformer_index)
+
+    def set_model_attn2_replace(self, patch: Callable, block_name: str, number: int,
+                                transformer_index: int | None = None) -> None:
+        self.set_model_patch_replace(patch, "attn2", block_name, number, transformer_index)
+
+    def model_patches_models(self) -> list:
+        """Models that block patches carry (objects with `.models()`), loaded beside this one."""
+        to = self.model_options.get("transformer_options", {})
+        found = [p for plist in to.get("patches", {}).values() for p in plist]
+        found += [p for by_block in to.get("patches_replace", {}).values() for p in by_block.values()]
+        wrapper = self.model_options.get("model_function_wrapper")
+        if wrapper is not None:
+            found.append(wrapper)
+        return [m for p in found if hasattr(p, "models") for m in p.models()]
+
+    def model_patches_to(self, device: Any) -> None:
+        """Move tensors held by block patches (objects with `.to`) to `device` (or cast to a dtype)."""
+        to = self.model_options.get("transformer_options", {})
+        for patch_list in to.get("patches", {}).values():
+            for i, patch in enumerate(patch_list):
+                if hasattr(patch, "to"):
+                    patch_list[i] = patch.to(device)
+        for by_block in to.get("patches_replace", {}).values():
+            for block, patch in by_block.items():
+                if hasattr(patch, "to"):
+                    by_block[block] = patch.to(device)
+        wrapper = self.model_options.get("model_function_wrapper")
+        if hasattr(wrapper, "to"):
+            self.model_options["model_function_wrapper"] = wrapper.to(device)
+
+    # --- callbacks, wrappers, attachments, injections, additional models (data on the core) ---
+
+    def add_callback(self, call_type: str, callback: Callable) -> None:
+        self.add_callback_with_key(call_type, None, callback)
+
+    def add_callback_with_key(self, call_type: str, key: Any, callback: Callable) -> None:
+        self.callbacks.setdefault(call_type, {}).setdefault(key, []).append(callback)
+
+    def remove_callbacks_with_key(self, call_type: str, key: Any) -> None:
+        self.callbacks.get(call_type, {}).pop(key, None)
+
+    def get_callbacks(self, call_type: str, key: Any) -> list[Callable]:
+        return self.callbacks.get(call_type, {}).get(key, [])
+
+    def add_wrapper(self, wrapper_type: str, wrapper: Callable) -> None:
+        self.add_wrapper_with_key(wrapper_type, None, wrapper)
+
+    def set_attachments(self, key: str, attachment: Any) -> None:
+        self.attachments[key] = attachment
+
+    def remove_attachments(self, key: str) -> None:
+        self.attachments.pop(key, None)
+
+    def get_attachment(self, key: str) -> Any:
+        return self.attachments.get(key)
+
+    def set_injections(self, key: str, injections: list) -> None:
+        self.injections[key] = list(injections)
+
+    def remove_injections(self, key: str) -> None:
+        self.injections.pop(key, None)
+
+    def get_injections(self, key: str) -> list | None:
+        return self.injections.get(key)
+
+    def set_additional_models(self, key: str, models: list[Any]) -> None:
+        self.additional_models[key] = list(models)
+
+    def remove_additional_models(self, key: str) -> None:
+        self.additional_models.pop(key, None)
+
+    def get_additional_models_with_key(self, key: str) -> list[Any]:
+        return self.additional_models.get(key, [])
+
+    def set_hook_mode(self, hook_mode: Any) -> None:
+        self.hook_mode = hook_mode
+
+    # --- devices, weights and dtype (ComfyUI's explicit forms) ---
+
+    def current_loaded_device(self) -> Any:
+        return self.current_device()
+
+    def memory_required(self, input_shape: Any) -> float:
+        return self.model.memory_required(input_shape=input_shape)
+
+    def calculate_weight(self, patches: list, weight: Any, key: str, intermediate_dtype: Any = None) -> Any:
+        """`weight` with ComfyUI-form patch entries applied (comfy.lora.calculate_weight)."""
+        from comfy_core.weights.entries import calculate_weight
+
+        return calculate_weight(weight, patches, key)
+
+    def set_model_compute_dtype(self, dtype: Any) -> None:
+        """Compute in `dtype` (weights cast per layer), as ComfyUI: the model's `manual_cast_dtype`."""
+        self.add_object_patch("manual_cast_dtype", dtype)
+
+
+class ModelPatcher(ComfyModelPatcherMethods, CoreModelPatcher):
+    """ComfyUI's `ModelPatcher`: the core patcher plus ComfyUI's `set_model_*` methods. Packs'
+    subclasses (ComfyUI-GGUF's, AnimateDiff's) keep their class through `clone()`."""
+
+
+class ClipPatcher(CoreClipPatcher, ModelPatcher):
+    """A CLIP's patcher as ComfyUI's: our text-encoder patcher, and a `ModelPatcher` above."""
+
+
+_COMFY_CLASSES: dict[type, type] = {CoreModelPatcher: ModelPatcher, CoreClipPatcher: ClipPatcher}
+
+
+def comfy_class_for(core_class: type) -> type | None:
+    """ComfyUI's class for a patcher of our `core_class` (None: keep it)."""
+    return _COMFY_CLASSES.get(core_class)
