@@ -88,6 +88,7 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         disable_all_custom_nodes=args.disable_all_custom_nodes,
         whitelist_custom_nodes=tuple(args.whitelist_custom_nodes),
         max_upload_size_mb=getattr(args, "max_upload_size", DEFAULT_MAX_UPLOAD_MB),
+        **connection_limits(args),
         cors_origin=getattr(args, "enable_cors_header", None),
         preview_method=args.preview_method,
         preview_size=args.preview_size,
@@ -116,6 +117,15 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
     )
 
 
+def connection_limits(args: argparse.Namespace) -> dict:
+    """--header-timeout, --body-timeout, --max-connections-per-client, --max-ws-message-size,
+    --ws-heartbeat as ServerConfig fields (absent for `main.py run`, which opens no port)."""
+    names = {"header_timeout": "header_timeout", "body_timeout": "body_timeout",
+             "max_connections_per_client": "max_connections_per_client",
+             "max_ws_message_size": "max_ws_message_mb", "ws_heartbeat": "ws_heartbeat"}
+    return {field: getattr(args, dest) for dest, field in names.items() if hasattr(args, dest)}
+
+
 def ray_settings(args: argparse.Namespace) -> RaySettings | None:
     """`--ray [ADDRESS]` and its companions (None without --ray). Ray itself is not imported here."""
     address = getattr(args, "ray", None)
@@ -130,6 +140,14 @@ def _check_config(parser: argparse.ArgumentParser, config: ServerConfig) -> None
         parser.error(f"--port must be between 0 and 65535, got {config.port}")
     if config.max_upload_size_mb <= 0:
         parser.error(f"--max-upload-size must be positive (MB), got {config.max_upload_size_mb:g}")
+    for flag, value in (("--header-timeout", config.header_timeout), ("--body-timeout", config.body_timeout),
+                        ("--max-ws-message-size", config.max_ws_message_mb)):
+        if not value > 0:
+            parser.error(f"{flag} must be positive, got {value:g}")
+    if config.max_connections_per_client < 0:
+        parser.error(f"--max-connections-per-client must be >= 0, got {config.max_connections_per_client}")
+    if not config.ws_heartbeat >= 0:
+        parser.error(f"--ws-heartbeat must be >= 0 (0: never ping), got {config.ws_heartbeat:g}")
     if config.cache.kind == "lru" and config.cache.size < 0:
         parser.error(f"--cache-lru must be >= 0, got {config.cache.size}")
     if not config.listen:

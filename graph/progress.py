@@ -53,11 +53,14 @@ class ProgressStateEvent(Event):
     prompt id is readable without building the map.
     """
 
-    def __init__(self, prompt_id: str, nodes: VersionedMap, version: Version) -> None:
+    def __init__(self, prompt_id: str, nodes: VersionedMap, version: Version, entries: int | None = None) -> None:
         object.__setattr__(self, "type", PROGRESS_STATE)
         object.__setattr__(self, "prompt_id", prompt_id)
         object.__setattr__(self, "_nodes", nodes)
         object.__setattr__(self, "_version", version)
+        # the map's size at this version (keys are never removed): pacing and the server's choice
+        # of where to encode read it without building the map
+        object.__setattr__(self, "entries", len(nodes) if entries is None else entries)
 
     @property  # type: ignore[override]
     def data(self) -> dict:
@@ -75,6 +78,13 @@ class ProgressStateEvent(Event):
         return self.type == other.type and self.data == other.data
 
     __hash__ = None  # type: ignore[assignment]  # data is a dict, as for an eager event
+
+
+def entries_of(event: Event) -> int:
+    """How many nodes the event's `progress_state` map lists, without building a lazy map."""
+    if isinstance(event, ProgressStateEvent):
+        return event.entries
+    return len((event.data or {}).get("nodes") or ())
 
 
 def prompt_of(event: Event) -> Any:
@@ -211,6 +221,7 @@ class ProgressCoalescer:
             self._deliver(event, self._clock())
 
     def _deliver(self, event: Event, now: float) -> None:
-        nodes = (event.data or {}).get("nodes") or ()
-        self._next_at = now + self.pacing.interval(len(nodes))
+        # the size, not the map: the map is built only by whoever encodes it (and the server
+        # encodes nothing for a client without a socket; web/hub.py)
+        self._next_at = now + self.pacing.interval(entries_of(event))
         self._send(event)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 DEFAULT_DELAY_S = 0.002
+MAX_BATCH = 256  # events delivered per loop callback
 
 
 class EventRelay:
@@ -52,15 +53,31 @@ class EventRelay:
     def _arm(self) -> None:
         """On the caller's loop: deliver this batch after the coalescing delay."""
         if self._delay:
-            self._loop.call_later(self._delay, self.flush)
+            self._loop.call_later(self._delay, self._deliver_some)
         else:
-            self.flush()
+            self._deliver_some()
+
+    def _deliver_some(self) -> None:
+        """Deliver at most `MAX_BATCH` queued events, then let the loop serve others before the
+        rest: a prompt of 100 000 trivial nodes queues thousands between two deliveries, and
+        handling them in one callback kept every request waiting (issue 34). Order is kept."""
+        with self._lock:
+            batch, rest = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._pending = rest
+            if not rest:
+                self._scheduled = False
+        self._deliver(batch)
+        if rest:
+            self._loop.call_soon(self._deliver_some)
 
     def flush(self) -> None:
         """Deliver every queued event now (on the caller's loop)."""
         with self._lock:
             batch, self._pending = self._pending, []
             self._scheduled = False
+        self._deliver(batch)
+
+    def _deliver(self, batch: list) -> None:
         for event in batch:
             try:
                 result = self._sink(event)

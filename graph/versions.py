@@ -82,6 +82,10 @@ class VersionedMap(Generic[K, V]):
         self._writes += 1
         return new
 
+    def __len__(self) -> int:
+        """The number of keys now (from the writer's thread)."""
+        return len(self._live)
+
     def get(self, key: K, default: Any = None) -> Any:
         """The current value of `key` (from the writer's thread)."""
         return self._live.get(key, default)

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from web import frontend as editor
 from web.config import ServerConfig
+from web.connections import LimitedAppRunner, body_timeout_middleware
 from web.middlewares import middlewares_for
 from web.routes_files import file_routes
 from web.routes_info import extension_urls, info_routes
@@ -65,6 +66,7 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     (tests that only speak HTTP, and machines without the editor package). `warm_up=True`: the
     queue worker waits for `start_warm_up` (which `start_server(warm_up=True)` calls)."""
     middlewares = list(middlewares_for(state.config))
+    middlewares.append(body_timeout_middleware(state.config.body_timeout))  # web/connections.py
     if state.config.compress_response_body:
         middlewares.append(compress_body)
     app = _app_with(state, middlewares)
@@ -196,7 +198,10 @@ async def start_server(state: AppState, *, frontend: bool = True, extra_routes: 
     (port 0 picks a free port, which the URLs then show). `warm_up=True`: once listening, load
     the runtime in the background, then start the queue worker (`start_warm_up`)."""
     app = create_app(state, extra_routes=extra_routes, frontend=frontend, warm_up=warm_up)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # keepalive_timeout doubles as the request-head timeout (web/connections.py)
+    runner = LimitedAppRunner(app, access_log=None, handle_signals=False,
+                              keepalive_timeout=state.config.header_timeout,
+                              max_connections_per_client=state.config.max_connections_per_client)
     await runner.setup()
     try:
         context = ssl_context(state.config)

@@ -19,6 +19,12 @@ PREVIEW_METHODS = ("none", "auto", "latent2rgb", "taesd")
 VRAM_MODES = ("gpu_only", "highvram", "normalvram", "lowvram", "novram")
 # ComfyUI's MAXIMUM_HISTORY_SIZE: older entries are dropped first.
 DEFAULT_MAX_HISTORY = 10000
+# Connection limits (issue 34; docs/server.md, "Security"). ComfyUI has none of these.
+DEFAULT_HEADER_TIMEOUT = 30.0  # s for a connection's request line and headers (and idle keep-alive)
+DEFAULT_BODY_TIMEOUT = 60.0  # s the server waits for the next piece of a request body
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256  # open connections from one client address (0: no cap)
+DEFAULT_MAX_WS_MESSAGE_MB = 16.0  # one WebSocket message from a client (a queue_prompt, not an upload)
+DEFAULT_WS_HEARTBEAT = 30.0  # s between pings to a WebSocket; no pong in half of it closes it (0: off)
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
@@ -128,6 +134,11 @@ class ServerConfig:
     whitelist_custom_nodes: tuple[str, ...] = ()
     custom_node_dirs: tuple[Path, ...] | None = None  # None: base_dir/custom_nodes + yaml entries
     max_upload_size_mb: float = DEFAULT_MAX_UPLOAD_MB
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT  # --header-timeout
+    body_timeout: float = DEFAULT_BODY_TIMEOUT  # --body-timeout
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT  # --max-connections-per-client
+    max_ws_message_mb: float = DEFAULT_MAX_WS_MESSAGE_MB  # --max-ws-message-size
+    ws_heartbeat: float = DEFAULT_WS_HEARTBEAT  # --ws-heartbeat
     cors_origin: str | None = None  # --enable-cors-header [ORIGIN]; None keeps the origin check
     preview_method: str = "none"  # one of PREVIEW_METHODS, passed to the environment unchanged
     preview_size: int = DEFAULT_PREVIEW_SIZE
@@ -176,6 +187,10 @@ class ServerConfig:
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_size_mb * 1024 * 1024)
+
+    @property
+    def max_ws_message_bytes(self) -> int:
+        return int(self.max_ws_message_mb * 1024 * 1024)
 
     @property
     def loopback_only(self) -> bool:

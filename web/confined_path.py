@@ -3,7 +3,7 @@
 Used by the routes that serve or write files named by the client (`/userdata`, the frontend's
 static folder, packs' `WEB_DIRECTORY` files). ComfyUI checks `commonpath` on the joined path
 without resolving symlinks (ComfyUI issue #12285); here the path is checked twice: lexically
-(no `..`, no absolute path, no backslash or NUL, no empty or `.` segment), and again after
+(no `..`, no absolute path, no backslash, no control character, no empty or `.` segment), and again after
 resolving every symlink, so a link inside the folder that points outside is refused too.
 
 Percent-decoding is the router's job (aiohttp decodes `%2F` in a `{name}` segment once); this
@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+# C0 control characters and DEL: a CR/LF in a file name splits log lines and headers
+# (Content-Disposition), and no name the editor makes has one (issue 34).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # `C:`-style drive prefixes: meaningless on POSIX, dangerous if the tree is ever served on Windows.
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -28,14 +32,21 @@ class PathOutsideRoot(ValueError):
         self.reason = reason
 
 
+def find_control_character(name: str) -> str | None:
+    """The first C0 control character or DEL in `name`, or None."""
+    match = _CONTROL.search(name)
+    return match.group() if match else None
+
+
 def check_relative(relative: str, *, what: str = "path") -> list[str]:
     """The `/`-separated segments of `relative`, or `PathOutsideRoot` if it is not a plain
     relative path (empty, absolute, drive-prefixed, containing `..`, `.`, empty segments,
-    backslashes or NUL)."""
+    backslashes or control characters: U+0000..U+001F and U+007F)."""
     if not isinstance(relative, str) or relative == "":
         raise PathOutsideRoot(what, str(relative), "empty")
-    if "\x00" in relative:
-        raise PathOutsideRoot(what, relative, "contains a NUL byte")
+    control = find_control_character(relative)
+    if control is not None:
+        raise PathOutsideRoot(what, relative, f"contains the control character U+{ord(control):04X}")
     if "\\" in relative:
         raise PathOutsideRoot(what, relative, "contains a backslash; use '/' between folders")
     if relative.startswith("/") or _DRIVE.match(relative):

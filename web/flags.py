@@ -20,7 +20,9 @@ from typing import Any, Mapping
 
 # ComfyUI's `--fast` options: the enum packs import from comfy.cli_args, so `--fast` parses into it.
 from compat.cli_args import PerformanceFeature
-from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE, PREVIEW_METHODS, VRAM_MODES
+from web.config import (DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                        DEFAULT_MAX_UPLOAD_MB, DEFAULT_MAX_WS_MESSAGE_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE,
+                        DEFAULT_WS_HEARTBEAT, PREVIEW_METHODS, VRAM_MODES)
 
 ALL_INTERFACES = "0.0.0.0,::"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -52,11 +54,14 @@ NO_EFFECT: Mapping[str, str] = {
 # Ours (not ComfyUI's): web/ray_backend/. Left out of `comfy.cli_args.args` (comfy_namespace).
 RAY_DESTS = ("ray", "ray_workers", "ray_shared_output")
 LOCAL_RAY = "local"  # `--ray` without an address: start a Ray instance in this process
+# Ours (not ComfyUI's): the connection limits (web/connections.py). Left out of `comfy.cli_args.args`.
+CONNECTION_DESTS = ("header_timeout", "body_timeout", "max_connections_per_client", "max_ws_message_size",
+                    "ws_heartbeat")
 # Flags only the server takes (`main.py run WORKFLOW` refuses them: it opens no port).
 SERVER_ONLY = frozenset({
     "listen", "port", "tls_keyfile", "tls_certfile", "enable_cors_header", "max_upload_size", "auto_launch",
     "disable_auto_launch", "windows_standalone_build", "dont_print_server", "quick_test_for_ci", "multi_user",
-    "front_end_version", "front_end_root", "enable_compress_response_body", *RAY_DESTS})
+    "front_end_version", "front_end_root", "enable_compress_response_body", *RAY_DESTS, *CONNECTION_DESTS})
 
 
 def existing_directory(value: str) -> Path:
@@ -91,6 +96,19 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--max-upload-size", type=float, default=DEFAULT_MAX_UPLOAD_MB, metavar="MB")
     net.add_argument("--enable-compress-response-body", action="store_true",
                      help="gzip JSON and text responses for clients that accept it")
+    net.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT, metavar="SECONDS",
+                     help="close a connection that has not sent a complete request head in this time "
+                          "(also how long an idle keep-alive connection stays open)")
+    net.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT, metavar="SECONDS",
+                     help="close a connection whose request body stops arriving for this long")
+    net.add_argument("--max-connections-per-client", type=int, default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                     metavar="N", help="open connections allowed from one client address; more are answered "
+                                       "503 and closed (0: no cap)")
+    net.add_argument("--max-ws-message-size", type=float, default=DEFAULT_MAX_WS_MESSAGE_MB, metavar="MB",
+                     help="largest WebSocket message a client may send (a larger one closes the socket)")
+    net.add_argument("--ws-heartbeat", type=float, default=DEFAULT_WS_HEARTBEAT, metavar="SECONDS",
+                     help="ping each WebSocket this often; one that does not answer within half of it "
+                          "is closed (0: never ping)")
     ui = parser.add_argument_group("browser and editor")
     ui.add_argument("--auto-launch", action="store_true", help="open the editor in the default browser")
     ui.add_argument("--disable-auto-launch", action="store_true", help="never open a browser")
@@ -267,7 +285,7 @@ def comfy_namespace(args: argparse.Namespace) -> dict[str, Any]:
     fast = values.get("fast")
     values["fast"] = set() if fast is None else set(PerformanceFeature) if fast == [] else set(fast)
     values.pop("workflow", None)
-    for name in RAY_DESTS:
+    for name in (*RAY_DESTS, *CONNECTION_DESTS):
         values.pop(name, None)
     return values
 

@@ -25,12 +25,31 @@ from typing import Any, Callable, Union
 
 from aiohttp import web
 
-from web.protocol import binary_frame, json_message
+from graph.events import Event
+from graph.progress import ProgressStateEvent, entries_of
+from web.protocol import binary_frame, json_message, json_message_chunked
 
 log = logging.getLogger(__name__)
 
-# A text frame, a binary frame, or a future of a binary frame still being encoded (None: skip).
-Outgoing = Union[str, bytes, "asyncio.Future[bytes | None]"]
+# Maps with more entries than this are encoded in a worker thread, in pieces (issue 34).
+OFF_LOOP_ENTRIES = 2000
+
+
+class Deferred:
+    """An event kept for a client without a socket, encoded only if it is ever delivered (on
+    reconnect). A newer `progress_state` of the same prompt supersedes it (its map replaces the
+    client's whole view, so an older one is never worth encoding)."""
+
+    __slots__ = ("event", "superseded")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.superseded = False
+
+
+# A text frame, a binary frame, a future of a frame still being encoded (None: skip), or an
+# event kept for a reconnect and encoded when it is sent.
+Outgoing = Union[str, bytes, "asyncio.Future[str | bytes | None]", Deferred]
 
 OUTBOX_LIMIT = 10000
 MISSED_LIMIT = 5000  # messages kept per client
@@ -71,6 +90,8 @@ class WebSocketHub:
         # kept until its next prompt starts, so that a client that comes back just after its
         # prompt ended still gets the end of it. Insertion order: the oldest ended go first.
         self._missed: dict[str, deque[Outgoing]] = {}
+        # The latest progress_state kept for each (client, prompt): superseded by the next one.
+        self._kept_progress: dict[tuple[str, str], Deferred] = {}
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -79,6 +100,8 @@ class WebSocketHub:
     # -- sending -----------------------------------------------------------------------------
     def send(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
         """Queue a JSON event (str type) or a binary frame (int type, bytes data). Loop thread only."""
+        if client_id is not None and client_id not in self.clients and not self._owns_running(client_id):
+            return  # nobody will read it: not encoded
         if isinstance(event_type, int):
             if not isinstance(data, (bytes, bytearray)):
                 raise TypeError(f"binary event {event_type} needs bytes data, got {type(data).__name__}")
@@ -86,6 +109,29 @@ class WebSocketHub:
         else:
             message = json_message(event_type, data)
         self.send_raw(message, client_id)
+
+    def send_event(self, event: Event, client_id: str | None) -> None:
+        """Queue an engine event for `client_id` (None: everyone). Nothing is encoded, and a lazy
+        `progress_state` map is not even built, for a client without a socket: the event is
+        dropped, or kept unencoded for a reconnect while the client owns a running prompt. A big
+        map is encoded in a worker thread (`OFF_LOOP_ENTRIES`), in its place in the order."""
+        if client_id is not None and client_id not in self.clients:
+            if self._owns_running(client_id):
+                deferred = Deferred(event)
+                if isinstance(event, ProgressStateEvent):
+                    key = (client_id, event.prompt_id)
+                    older = self._kept_progress.get(key)
+                    if older is not None:
+                        older.superseded = True
+                    self._kept_progress[key] = deferred
+                self._missed[client_id].append(deferred)
+            return
+        self.send_raw(self._encode(event), client_id)
+
+    def _encode(self, event: Event) -> "Outgoing":
+        if self.loop is not None and event.type == "progress_state" and entries_of(event) > OFF_LOOP_ENTRIES:
+            return self.loop.run_in_executor(None, _encode_big, event)
+        return json_message(event.type, event.data)
 
     def send_raw(self, message: "Outgoing", client_id: str | None = None) -> None:
         """Queue an encoded message; a future (bytes or None) is sent when done, in its place."""
@@ -126,6 +172,10 @@ class WebSocketHub:
         while True:
             message = await conn.outbox.get()
             try:
+                if isinstance(message, Deferred):  # kept for this reconnect: encoded now
+                    if message.superseded:
+                        continue
+                    message = self._encode(message.event)
                 if isinstance(message, asyncio.Future):
                     message = await message
                     if message is None:
@@ -198,6 +248,7 @@ class WebSocketHub:
         if client_id is not None and not self._owns_running(client_id):
             # Its previous prompt's leftovers go; it is now the newest (ended last, kept longest).
             self._missed.pop(client_id, None)
+            self._forget_progress(client_id)
             self._missed[client_id] = deque(maxlen=MISSED_LIMIT)
         self.running[prompt_id] = RunningPrompt(client_id)
 
@@ -216,6 +267,11 @@ class WebSocketHub:
         ended = [cid for cid in self._missed if not self._owns_running(cid)]
         for client_id in ended[:max(0, len(ended) - ENDED_KEPT)]:
             del self._missed[client_id]
+            self._forget_progress(client_id)
+
+    def _forget_progress(self, client_id: str) -> None:
+        for key in [k for k in self._kept_progress if k[0] == client_id]:
+            del self._kept_progress[key]
 
     def kept_for(self, client_id: str) -> list[Outgoing]:
         """What is kept for `client_id` until it connects again (tests watch it)."""
@@ -223,3 +279,12 @@ class WebSocketHub:
 
     def _owns_running(self, client_id: str | None) -> bool:
         return client_id is not None and any(r.client_id == client_id for r in self.running.values())
+
+
+def _encode_big(event: Event) -> str:
+    """A big `progress_state` as JSON text, in a worker thread: the map is built here (readers of
+    graph/versions.py maps may be any thread) and encoded in pieces (web/protocol.py)."""
+    data = event.data
+    if isinstance(data, dict) and isinstance(data.get("nodes"), dict):
+        return json_message_chunked(event.type, data)
+    return json_message(event.type, data)

@@ -13,7 +13,7 @@ import asyncio
 import heapq
 from typing import Any, Callable, Iterable, Sequence
 
-from web.queue_item import QueueItem, now_ms
+from web.queue_item import QueueItem, now_ms, queue_number_problem
 from web.store import PromptStore
 
 
@@ -29,10 +29,12 @@ class PromptQueue:
         self._ids: set[str] = set()
         # prompt id -> (item, start ms), in start order (dicts keep insertion order).
         self._running: dict[str, tuple[QueueItem, int]] = {}
+        self._storing: set[str] = set()  # ids whose store write is under way (put_async)
         self._wakeup = asyncio.Event()
         highest = store.max_number()
         # ComfyUI's counter restarts at 0; ours continues after the stored numbers so that prompts
-        # recovered from the database keep their place ahead of new ones.
+        # recovered from the database keep their place ahead of new ones. The store only hands back
+        # numbers within +-MAX_QUEUE_NUMBER (PromptStore.repair_numbers), so this stays an int64.
         self._counter = int(highest) + 1 if highest is not None and highest >= 0 else 0
 
     def restore(self, items: Iterable[QueueItem]) -> None:
@@ -55,12 +57,18 @@ class PromptQueue:
 
     @counter.setter
     def counter(self, value: int) -> None:
+        problem = queue_number_problem(value)
+        if problem is not None:
+            raise ValueError(f"the prompt counter {problem}")
         self._counter = int(value)
 
     def put_wire(self, item: Sequence[Any]) -> QueueItem:
         """Queue ComfyUI's tuple `(number, prompt_id, prompt, extra_data, outputs_to_execute)`
         as it is (packs' `prompt_queue.put`, compat/pack_queue.py); returns the queued item."""
         number, prompt_id, prompt, extra_data, outputs = tuple(item)[:5]
+        problem = queue_number_problem(number)
+        if problem is not None:
+            raise ValueError(f"queue number {problem}")
         queued = QueueItem(number=float(number), prompt_id=str(prompt_id), prompt=prompt,
                            extra_data=dict(extra_data or {}), outputs=[str(o) for o in outputs])
         self.put(queued)
@@ -88,12 +96,27 @@ class PromptQueue:
         return entry[1] if entry is not None else None
 
     def contains(self, prompt_id: str) -> bool:
-        return prompt_id in self._ids or prompt_id in self._running
+        return prompt_id in self._ids or prompt_id in self._running or prompt_id in self._storing
 
     def put(self, item: QueueItem) -> None:
         if self.contains(item.prompt_id):
             raise DuplicatePromptError(f"prompt_id {item.prompt_id!r} is already queued or running")
         self.store.add_pending(item)
+        heapq.heappush(self._heap, item)
+        self._ids.add(item.prompt_id)
+        self._wakeup.set()
+        self.on_change()
+
+    async def put_async(self, item: QueueItem) -> None:
+        """`put`, with the store's write (the prompt's JSON: megabytes for a big one) in a worker
+        thread. The id is held meanwhile, so a second submission of it is refused as in `put`."""
+        if self.contains(item.prompt_id):
+            raise DuplicatePromptError(f"prompt_id {item.prompt_id!r} is already queued or running")
+        self._storing.add(item.prompt_id)
+        try:
+            await asyncio.to_thread(self.store.add_pending, item)
+        finally:
+            self._storing.discard(item.prompt_id)
         heapq.heappush(self._heap, item)
         self._ids.add(item.prompt_id)
         self._wakeup.set()

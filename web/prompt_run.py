@@ -49,7 +49,8 @@ class PromptRun:
         self.progress: ProgressCoalescer | None = None
         if self.client_id is not None:
             hub, client_id = router.hub, self.client_id
-            self.progress = ProgressCoalescer(lambda e: hub.send(e.type, e.data, client_id),
+            # send_event: the map is built and encoded only for a client with a socket (web/hub.py)
+            self.progress = ProgressCoalescer(lambda e: hub.send_event(e, client_id),
                                               asyncio.get_running_loop().call_later, pacing=pacing)
 
     def sink(self, event: Event) -> None:
@@ -83,7 +84,7 @@ class PromptRun:
         self.router._route(event, item, self.client_id)
         return RunResult("error", {}, {}, [[e, d] for e, d in self.recorded] + [[event.type, event.data]])
 
-    def finish(self, result: RunResult, store: "PromptStore", queue: "PromptQueue") -> None:
+    def _before_store(self, result: RunResult) -> dict:
         item = self.item
         # ComfyUI's terminal line per prompt (people watch for it; some scripts grep it), logged
         # before the history entry exists so that whoever sees the entry can see the line.
@@ -97,10 +98,25 @@ class PromptRun:
         }
         if self.progress is not None:
             self.progress.close()  # anything still held goes out before `executing null`
-        store.finish(item, entry, result.status, self.start, now_ms())
+        return entry
+
+    def _after_store(self, queue: "PromptQueue") -> None:
+        item = self.item
         queue.task_done(item.prompt_id)  # broadcasts `status`
         if self.client_id is not None:
             self.router.hub.send(EXECUTING, {"node": None, "prompt_id": item.prompt_id}, self.client_id)
+
+    def finish(self, result: RunResult, store: "PromptStore", queue: "PromptQueue") -> None:
+        entry = self._before_store(result)
+        store.finish(self.item, entry, result.status, self.start, now_ms())
+        self._after_store(queue)
+
+    async def finish_async(self, result: RunResult, store: "PromptStore", queue: "PromptQueue") -> None:
+        """`finish`, with the history entry (the whole prompt: megabytes for a big one) encoded
+        and written in a worker thread, so the event loop keeps serving meanwhile (issue 34)."""
+        entry = self._before_store(result)
+        await asyncio.to_thread(store.finish, self.item, entry, result.status, self.start, now_ms())
+        self._after_store(queue)
 
     def abandon(self) -> None:
         """The run ends without a history entry (its prompt was queued again): stop pacing."""

@@ -1,6 +1,7 @@
 """One queued prompt, and the rules for what of it may be shown or stored."""
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -8,6 +9,25 @@ from typing import Any
 
 # ComfyUI's SENSITIVE_EXTRA_DATA_KEYS: never written to disk, never listed by /queue or /history.
 SENSITIVE_EXTRA_DATA_KEYS = frozenset({"auth_token_comfy_org", "api_key_comfy_org"})
+
+
+# The largest magnitude a queue `number` may have. Every integer up to 2^53 is exact as a float (the
+# store's REAL column, JSON) and far inside SQLite's 64-bit INTEGER, so the counter that continues
+# after the highest stored number stays usable for ever; 1e308 once made every later POST a 500.
+MAX_QUEUE_NUMBER = 2 ** 53
+
+
+def queue_number_problem(value: Any) -> str | None:
+    """Why `value` cannot be a queue `number` (None when it can): a finite int or float, not a
+    bool, with |value| <= MAX_QUEUE_NUMBER."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number, got {type(value).__name__}"
+    try:
+        if not math.isfinite(value) or abs(value) > MAX_QUEUE_NUMBER:
+            return f"must be a finite number between -2^53 and 2^53, got {str(value)[:40]}"
+    except OverflowError:  # an int too large for a float
+        return f"must be a finite number between -2^53 and 2^53, got {str(value)[:40]}..."
+    return None
 
 
 def now_ms() -> int:

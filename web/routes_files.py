@@ -23,7 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_request import FileField
 
 from comfy_core.video.media_types import media_type
-from web.confined_path import PathOutsideRoot, confined_path
+from web.confined_path import PathOutsideRoot, confined_path, find_control_character
 from web.middlewares import json_error
 from web.state import AppState, state_of
 
@@ -55,7 +55,7 @@ def check_file_name(name: str, what: str = "filename") -> str:
         raise FileRequestError(400, f"{what} is empty")
     if name in (".", "..") or "/" in name or "\\" in name:
         raise FileRequestError(400, f"{what} {name!r} must be a plain file name (no '/', '\\\\' or '..')")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+    if find_control_character(name) is not None:
         raise FileRequestError(400, f"{what} {name!r} contains control characters")
     return name
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from web.confined_path import find_control_character
 from web.state import AppState
 from web.workflow_templates import TemplateIndex, templates_dir
 
@@ -43,7 +44,7 @@ def _json_error(status: int, kind: str, message: str) -> web.Response:
 
 def _safe_relative(name: str) -> PurePosixPath | None:
     rel = PurePosixPath(name.replace("\\", "/"))
-    if not name or rel.is_absolute() or ".." in rel.parts:
+    if not name or rel.is_absolute() or ".." in rel.parts or find_control_character(name) is not None:
         return None
     return rel
 

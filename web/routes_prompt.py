@@ -1,12 +1,14 @@
 """Routes for prompts, the queue, interrupts, history and /free (ComfyUI's shapes, §1.2–§1.4)."""
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Callable
 
 from aiohttp import web
 
 from web.bodies import BadRequestBody, read_json
 from web.state import state_of
+from web.store import encode_json
 from web.submission import request_error, submit_prompt
 from web.worker import FreeRequest
 
@@ -24,9 +26,20 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise BadRequestBody(f"query parameter '{name}' must be an integer, got {raw!r}", "invalid_query") from None
+        raise BadRequestBody(f"query parameter '{name}' must be an integer, got {raw[:40]!r}",
+                             "invalid_query") from None
+    if not -2 ** 63 <= value < 2 ** 63:  # it reaches SQLite's LIMIT/OFFSET, a 64-bit integer
+        raise BadRequestBody(f"query parameter '{name}' must fit a 64-bit integer, got {raw[:40]}...", "invalid_query")
+    return value
+
+
+async def _json_off_loop(read: Callable[..., Any], *args: Any) -> web.Response:
+    """`read(*args)` as a JSON response, read and encoded (in pieces) in a worker thread: a
+    history entry or a queued prompt can be megabytes, which held the event loop (issue 34)."""
+    text = await asyncio.to_thread(lambda: encode_json(read(*args)))
+    return web.Response(text=text, content_type="application/json")
 
 
 def prompt_routes() -> web.RouteTableDef:
@@ -50,8 +63,9 @@ def prompt_routes() -> web.RouteTableDef:
     @routes.get("/queue")
     async def get_queue(request: web.Request) -> web.Response:
         queue = state_of(request).queue
-        running = [item.wire() for item in queue.running_items()]
-        return web.json_response({"queue_running": running, "queue_pending": [i.wire() for i in queue.pending()]})
+        listing = {"queue_running": [item.wire() for item in queue.running_items()],
+                   "queue_pending": [item.wire() for item in queue.pending()]}
+        return await _json_off_loop(lambda: listing)  # only the encoding leaves the loop
 
     @routes.post("/queue")
     async def post_queue(request: web.Request) -> web.Response:
@@ -89,13 +103,18 @@ def prompt_routes() -> web.RouteTableDef:
         offset = _int_query(request, "offset", -1)
         if max_items is not None and max_items < 0:
             raise BadRequestBody(f"query parameter 'max_items' must not be negative, got {max_items}", "invalid_query")
-        return web.json_response(state_of(request).store.history(max_items, offset))
+        return await _json_off_loop(state_of(request).store.history, max_items, offset)
 
     @routes.get("/history/{prompt_id}")
     async def get_history_entry(request: web.Request) -> web.Response:
         prompt_id = request.match_info["prompt_id"]
-        entry = state_of(request).store.history_entry(prompt_id)
-        return web.json_response({prompt_id: entry} if entry is not None else {})
+        store = state_of(request).store
+
+        def read() -> dict:
+            entry = store.history_entry(prompt_id)
+            return {prompt_id: entry} if entry is not None else {}
+
+        return await _json_off_loop(read)
 
     @routes.post("/history")
     async def post_history(request: web.Request) -> web.Response:

@@ -13,13 +13,17 @@ history entry with status `interrupted` (its prompt kept, so it can be queued ag
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from web.queue_item import QueueItem, now_ms, public_extra_data
+from web.bodies import OFF_LOOP_BYTES, parse_json_pieces
+from web.queue_item import MAX_QUEUE_NUMBER, QueueItem, now_ms, public_extra_data
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "comfy_engine_queue.sqlite3"
 
@@ -64,9 +68,41 @@ class HistoryRecord:
     end_ms: int
 
 
+def _loads(text: Any, what: str) -> Any:
+    """A stored JSON column, or None (with a log line) when it cannot be read: one damaged row is
+    skipped, never a 500 for every later request (issue 34)."""
+    try:
+        if isinstance(text, str) and len(text) > OFF_LOOP_BYTES:  # a big prompt: no long GIL hold
+            return parse_json_pieces(text, strict=False)
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        log.warning("skipped %s: its stored JSON cannot be read (%s: %s)", what, type(exc).__name__,
+                    str(exc)[:200])
+        return None
+
+
+def encode_json(value: Any) -> str:
+    """`json.dumps(value, default=str)` in pieces (`_dumps_pieces`), for big responses built in a
+    worker thread."""
+    return _dumps_pieces(value, 0)
+
+
 def _dumps(value: Any) -> str:
     # `default=str`: a node's UI dict may hold something JSON cannot (a Path, a numpy scalar);
     # the history must still be written.
+    return _dumps_pieces(value, 0)
+
+
+def _dumps_pieces(value: Any, nesting: int) -> str:
+    """`json.dumps(value, default=str)`, the same text, with big containers encoded member by
+    member. The store is written from worker threads, but one `json.dumps` of a 100 000-node
+    prompt is one C call holding the GIL, which stopped the event loop as long (issue 34)."""
+    if isinstance(value, dict):
+        if (nesting < 6 or len(value) > 64) and all(isinstance(k, str) for k in value):
+            return "{" + ", ".join(f"{json.dumps(k)}: {_dumps_pieces(v, nesting + 1)}" for k, v in value.items()) + "}"
+    elif isinstance(value, (list, tuple)):
+        if nesting < 6 or len(value) > 64:
+            return "[" + ", ".join(_dumps_pieces(v, nesting + 1) for v in value) + "]"
     return json.dumps(value, default=str)
 
 
@@ -84,7 +120,31 @@ class PromptStore:
     def open(cls, user_dir: Path, *, max_history: int = 10000) -> "PromptStore":
         store = cls(Path(user_dir) / DB_NAME, max_history=max_history)
         store.connect()
+        store.repair_numbers()
         return store
+
+    def repair_numbers(self) -> list[str]:
+        """Clamp stored queue numbers that cannot be used into +-MAX_QUEUE_NUMBER (a number that
+        is not a number becomes 0), one log line per row; returns the prompt ids repaired.
+
+        Such a number entered before POST /prompt range-checked it (or by hand); left alone, the
+        counter that continues after the highest stored number would not fit SQLite's integer and
+        every later POST /prompt without a number would fail. Clamping keeps the row and its side
+        of the queue (front or back)."""
+        bad = ("typeof(number) NOT IN ('integer', 'real') OR number > :limit OR number < -:limit")
+        repaired: list[str] = []
+        with self._lock:
+            for table in ("queue", "history"):
+                rows = self.db.execute(f"SELECT prompt_id, number FROM {table} WHERE {bad}",
+                                       {"limit": MAX_QUEUE_NUMBER}).fetchall()
+                for prompt_id, number in rows:
+                    fixed = (max(-MAX_QUEUE_NUMBER, min(MAX_QUEUE_NUMBER, number))
+                             if isinstance(number, (int, float)) else 0)
+                    self.db.execute(f"UPDATE {table} SET number=? WHERE prompt_id=?", (fixed, prompt_id))
+                    log.warning("repaired the stored number of prompt %s in %s: %s cannot be used, now %s",
+                                prompt_id, table, str(number)[:40], fixed)
+                    repaired.append(prompt_id)
+        return repaired
 
     def connect(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,8 +203,26 @@ class PromptStore:
             rows = self.db.execute(
                 "SELECT number, prompt_id, prompt, extra_data, outputs, create_ms FROM queue"
                 " WHERE state='pending' ORDER BY number, prompt_id").fetchall()
-        return [QueueItem(number=r[0], prompt_id=r[1], prompt=json.loads(r[2]), extra_data=json.loads(r[3]),
-                          outputs=json.loads(r[4]), create_time=r[5]) for r in rows]
+        items = []
+        for number, prompt_id, prompt, extra, outputs, create_ms in rows:
+            item = self._item(number, prompt_id, prompt, extra, outputs, create_ms)
+            if item is not None:
+                items.append(item)
+        return items
+
+    @staticmethod
+    def _item(number: Any, prompt_id: str, prompt: Any, extra: Any, outputs: Any, create_ms: Any) -> QueueItem | None:
+        """A stored queue row as a QueueItem, or None (logged) when a column cannot be used."""
+        what = f"queued prompt {prompt_id}"
+        prompt, extra, outputs = _loads(prompt, what), _loads(extra, what), _loads(outputs, what)
+        if not isinstance(prompt, dict) or not isinstance(extra, dict) or not isinstance(outputs, list):
+            if prompt is not None and extra is not None and outputs is not None:
+                log.warning("skipped %s: its stored prompt, extra_data or outputs has the wrong type", what)
+            return None
+        if not isinstance(create_ms, int):
+            create_ms = now_ms()
+        return QueueItem(number=number, prompt_id=prompt_id, prompt=prompt, extra_data=extra,
+                         outputs=[str(o) for o in outputs], create_time=create_ms)
 
     def max_number(self) -> float | None:
         with self._lock:
@@ -164,8 +242,11 @@ class PromptStore:
                 " WHERE state='running'").fetchall()
         recovered = []
         for number, prompt_id, prompt, extra, outputs, create_ms, start_ms in rows:
-            item = QueueItem(number=number, prompt_id=prompt_id, prompt=json.loads(prompt),
-                             extra_data=json.loads(extra), outputs=json.loads(outputs), create_time=create_ms)
+            item = self._item(number, prompt_id, prompt, extra, outputs, create_ms)
+            if item is None:  # logged; the row stays as it is for a person to look at
+                continue
+            if not isinstance(start_ms, int):
+                start_ms = None
             end = now_ms()
             messages = [
                 ["execution_start", {"prompt_id": prompt_id, "timestamp": start_ms or end}],
@@ -216,12 +297,14 @@ class PromptStore:
             limit = -1 if max_items is None else max_items
             rows = self.db.execute("SELECT prompt_id, entry FROM history ORDER BY seq LIMIT ? OFFSET ?",
                                    (limit, offset)).fetchall()
-        return {pid: json.loads(entry) for pid, entry in rows}
+        loaded = ((pid, _loads(entry, f"history entry {pid}")) for pid, entry in rows)
+        return {pid: entry for pid, entry in loaded if isinstance(entry, dict)}
 
     def history_entry(self, prompt_id: str) -> dict | None:
         with self._lock:
             row = self.db.execute("SELECT entry FROM history WHERE prompt_id=?", (prompt_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        entry = _loads(row[0], f"history entry {prompt_id}") if row else None
+        return entry if isinstance(entry, dict) else None
 
     def history_records(self) -> list[HistoryRecord]:
         """Every finished prompt, oldest first (for /jobs)."""
@@ -229,14 +312,24 @@ class PromptStore:
             rows = self.db.execute(
                 "SELECT prompt_id, entry, status, number, create_ms, start_ms, end_ms FROM history ORDER BY seq"
             ).fetchall()
-        return [HistoryRecord(r[0], json.loads(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+        records = (self._record(r) for r in rows)
+        return [r for r in records if r is not None]
+
+    @staticmethod
+    def _record(r: tuple) -> HistoryRecord | None:
+        entry = _loads(r[1], f"history entry {r[0]}")
+        if not isinstance(entry, dict):
+            return None
+        # `/jobs` sorts and subtracts these: a damaged one is read as unknown, not a TypeError
+        times = [v if isinstance(v, int) else None for v in r[4:7]]
+        return HistoryRecord(r[0], entry, r[2], r[3], times[0] or 0, times[1], times[2] or 0)
 
     def history_record(self, prompt_id: str) -> HistoryRecord | None:
         with self._lock:
             r = self.db.execute(
                 "SELECT prompt_id, entry, status, number, create_ms, start_ms, end_ms FROM history WHERE prompt_id=?",
                 (prompt_id,)).fetchone()
-        return HistoryRecord(r[0], json.loads(r[1]), r[2], r[3], r[4], r[5], r[6]) if r else None
+        return self._record(r) if r else None
 
     def delete_history(self, prompt_ids: Iterable[str]) -> None:
         with self._lock:

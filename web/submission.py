@@ -13,18 +13,21 @@ queued again (its entry is replaced when it ends, as in ComfyUI).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from web.prompt_queue import DuplicatePromptError
-from web.queue_item import QueueItem, now_ms
+from web.queue_item import QueueItem, now_ms, queue_number_problem
 
 if TYPE_CHECKING:
     from web.state import AppState
 
 log = logging.getLogger(__name__)
+
+# Prompts with more nodes than this are validated and stored off the event loop (issue 34).
+OFF_LOOP_NODES = 500
 
 
 
@@ -71,9 +74,10 @@ def _check_fields(body: dict) -> dict | None:
     if extra is not None and not isinstance(extra, dict):
         return _field_error("extra_data", "an object", extra)
     number = body.get("number")
-    if number is not None and (isinstance(number, bool) or not isinstance(number, (int, float))
-                               or not math.isfinite(number)):
-        return _field_error("number", "a finite number", number)
+    if number is not None and queue_number_problem(number) is not None:
+        # range-checked here, where it enters: a number past 2^53 would be stored and turn the
+        # counter that continues after it into an integer SQLite cannot hold (issue 34)
+        return _field_error("number", "a finite number between -2^53 and 2^53 (9007199254740992)", number)
     targets = body.get("partial_execution_targets")
     if targets is not None and (not isinstance(targets, list) or not all(isinstance(t, str) for t in targets)):
         return _field_error("partial_execution_targets", "a list of node id strings", targets)
@@ -114,11 +118,19 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     prompt_id = body.get("prompt_id") or str(uuid.uuid4())
     if state.queue.contains(prompt_id):
         return 400, _duplicate_error(prompt_id)
-    # Node types that are gone here but have a registered stand-in (web/node_replacements.py).
-    prompt = state.node_replacements.apply(prompt, state.registry)
+    targets = body.get("partial_execution_targets")
+
+    async def validate() -> tuple[dict, Any]:
+        # Node types that are gone here but have a registered stand-in (web/node_replacements.py).
+        replaced = state.node_replacements.apply(prompt, state.registry)
+        return replaced, await validate_prompt(replaced, state.registry, env=state.env,
+                                               partial_execution_targets=targets)
+
+    big = len(prompt) > OFF_LOOP_NODES
     try:
-        result = await validate_prompt(prompt, state.registry, env=state.env,
-                                       partial_execution_targets=body.get("partial_execution_targets"))
+        # a big prompt is validated in a worker thread (its own event loop there), so the server's
+        # loop keeps answering while it runs: work proportional to a prompt's size stays off it
+        prompt, result = await (asyncio.to_thread(asyncio.run, validate()) if big else validate())
     except Exception as exc:  # noqa: BLE001 -- a validator crash is the prompt's problem, not a 500
         log.exception("validation of prompt %s crashed", prompt_id)
         return 400, request_error("invalid_prompt", "Prompt could not be validated", f"{type(exc).__name__}: {exc}")
@@ -139,7 +151,7 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     item = QueueItem(number=number, prompt_id=prompt_id, prompt=prompt, extra_data=extra_data,
                      outputs=[str(o) for o in result.outputs], create_time=create_time)
     try:
-        state.queue.put(item)
+        await state.queue.put_async(item)  # its JSON is written to the store in a worker thread
     except DuplicatePromptError:  # queued by another request while this one was validated
         return 400, _duplicate_error(prompt_id)
     return 200, {"prompt_id": prompt_id, "number": number, "node_errors": result.node_errors}

@@ -137,5 +137,5 @@ class QueueWorker(PromptRouting):
         except Exception as exc:  # noqa: BLE001 -- an executor bug must not stop the server
             log.exception("prompt %s: executor failed", item.prompt_id)
             result = run.failed(exc)
-        run.finish(result, self.store, self.queue)
+        await run.finish_async(result, self.store, self.queue)
         hub.end_prompt(item.prompt_id)

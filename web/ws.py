@@ -64,7 +64,10 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     client_id = request.query.get("clientId") or uuid.uuid4().hex
     if len(client_id) > MAX_CLIENT_ID_LENGTH:
         raise web.HTTPBadRequest(text=f"clientId longer than {MAX_CLIENT_ID_LENGTH} characters")
-    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=state.config.max_upload_bytes)
+    # Messages, not uploads: --max-ws-message-size; --ws-heartbeat pings, and closes a socket whose
+    # client stopped answering (aiohttp waits half the interval for the pong). Issue 34.
+    config = state.config
+    ws = web.WebSocketResponse(heartbeat=config.ws_heartbeat or None, max_msg_size=config.max_ws_message_bytes)
     await ws.prepare(request)
     conn = state.hub.connect(client_id, ws)
     try:
