@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from comfy_core.image.png import preview_target, save_images
 from comfy_core.image.resize import upscale_samples
-from graph.native import MAX_RESOLUTION
 from graph.v3_schema import Float, Int, Output, Socket, Widget, v3_node
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe

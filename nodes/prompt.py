@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Input, Int, Output, String, node
 import nodes.checks as checks
-from nodes._names import DEFAULT_EMPHASIS, EMBEDDINGS_KIND, EMPHASIS_MODES, SCHEDULER_NAMES, embedding_files
+from nodes._names import DEFAULT_EMPHASIS, EMBEDDINGS_KIND, EMPHASIS_MODES, embedding_files, scheduler_names
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError
 
@@ -90,7 +90,7 @@ _COMMON_INPUTS = [
           tooltip="webui's emphasis mode: Original (mean restored), No norm, Ignore, None (brackets are text)."),
     Int("steps", default=20, min=1, max=10000,
         tooltip="The KSampler's steps: prompt editing switches at the step webui switches at."),
-    Combo("scheduler", list(SCHEDULER_NAMES), default="normal", tooltip="The KSampler's scheduler."),
+    Combo("scheduler", scheduler_names, default="normal", tooltip="The KSampler's scheduler."),
     Boolean("negative", default=False,
             tooltip="A negative prompt: no AND split or weight stripping; empty is zeros on SDXL."),
     Int("comma_backtrack", default=20, min=0, max=74,

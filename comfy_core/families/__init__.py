@@ -14,7 +14,7 @@ from comfy_core.families.registry import Detection, FamilyRegistrationError, Fam
 def default_registry() -> FamilyRegistry:
     """A fresh registry with the built-in families, one registration line each (a family is its
     package `comfy_core/families/<name>/`; variants are modules of their base family's package)."""
-    from comfy_core.families import chroma, flux, sd1, sd2, sd3, sdxl, svd, wan
+    from comfy_core.families import chroma, flux, sd1, sd2, sd3, sdxl, svd
     from comfy_core.families.flux import schnell as flux_schnell
     from comfy_core.families.sd1 import inpaint as sd1_inpaint, ip2p as sd1_ip2p
     from comfy_core.families.sd2 import inpaint as sd2_inpaint, unclip as sd21_unclip

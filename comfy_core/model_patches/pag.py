@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from comfy_core.model_patches.options import with_attention_replace
-from comfy_core.sampling.cond_batch import calc_cond_batch
+from comfy_core.sampling.cond_batch import calc_cond_batch_in_force
 
 
 def identity_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, extra_options: dict,
@@ -35,7 +35,7 @@ class PerturbedAttentionGuidance:
             return guided
         model = args["model"]
         options = with_attention_replace(args["model_options"], identity_attention, "attn1", *self.block)
-        (perturbed,) = calc_cond_batch(model.apply_model, [args["cond"]], args["input"], args["sigma"], options)
+        (perturbed,) = calc_cond_batch_in_force()(model.apply_model, [args["cond"]], args["input"], args["sigma"], options)
         return guided + (args["cond_denoised"] - perturbed) * self.scale
 
     def cache_signature(self) -> tuple:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from comfy_core.sampling.cond_batch import calc_cond_batch
+from comfy_core.sampling.cond_batch import calc_cond_batch_in_force
 from comfy_core.sampling.conditioning import convert_cond, encode_model_conds
 from comfy_core.sampling.perp_neg import perp_neg
 
@@ -34,6 +34,6 @@ class PerpNegCFG:
         # As ComfyUI: the entries get their model conds only (no area or timestep-range preparation).
         entries = [encode_model_conds(e, x, getattr(model, "encode_adm", None), "negative",
                                       extra_inputs=getattr(model, "extra_inputs", None)) for e in self.entries]
-        (nocond,) = calc_cond_batch(model.apply_model, [entries], x, args["sigma"], args["model_options"])
+        (nocond,) = calc_cond_batch_in_force()(model.apply_model, [entries], x, args["sigma"], args["model_options"])
         guided = perp_neg(args["cond_denoised"], args["uncond_denoised"], nocond, self.neg_scale, args["cond_scale"])
         return x - guided

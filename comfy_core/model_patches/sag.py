@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from comfy_core.attention import attention
 from comfy_core.model_patches.errors import ModelPatchError
-from comfy_core.sampling.cond_batch import calc_cond_batch
+from comfy_core.sampling.cond_batch import calc_cond_batch_in_force
 
 
 def attention_with_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,7 +127,7 @@ class SelfAttentionGuidance:
         x = args["input"]
         degraded = blur_where_attended(uncond_x0, scores, self.blur_sigma)
         renoised = degraded + x - uncond_x0
-        (sag,) = calc_cond_batch(args["model"].apply_model, [args["uncond"]], renoised, args["sigma"],
+        (sag,) = calc_cond_batch_in_force()(args["model"].apply_model, [args["uncond"]], renoised, args["sigma"],
                                  args["model_options"])
         return guided + (degraded - sag) * self.scale
 

@@ -83,7 +83,7 @@ class SkipLayerGuidance:
         if not (self.scale > 0 and in_sigma_range(args["sigma"], self.sigma_start, self.sigma_end)):
             return guided
         options = with_skipped_blocks(args["model_options"], self.double_layers, self.single_layers)
-        (skipped,) = _cond_batch.calc_cond_batch(args["model"], [args["cond"]], args["input"], args["sigma"], options)
+        (skipped,) = _cond_batch.calc_cond_batch_in_force()(args["model"], [args["cond"]], args["input"], args["sigma"], options)
         cond_pred = args["cond_denoised"]
         guided = guided + (cond_pred - skipped) * self.scale
         if self.rescaling_scale != 0:

@@ -82,7 +82,7 @@ def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: 
     the guider reads this function itself the same way (`sampling_function` point).
     """
     points = extension_points.current()
-    calc_cond_batch = points.calc_cond_batch or _cond_batch.calc_cond_batch
+    calc_cond_batch = _cond_batch.calc_cond_batch_in_force()
     cfg = points.cfg_function or cfg_function
     model_options = {} if model_options is None else model_options
     skip_uncond = math.isclose(cond_scale, 1.0) and not model_options.get("disable_cfg1_optimization", False)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from comfy_core import extension_points
 from comfy_core.wrappers import WrappersMP, run_wrapped
 
 FEATHER = 8  # area-edge feather in latent pixels (at most a quarter of the area side)
@@ -265,6 +266,12 @@ def _apply_model_of(model: Any) -> ApplyModel:
     `apply_model` function itself. Either way, the function to run."""
     apply_model = getattr(model, "apply_model", None)
     return apply_model if callable(apply_model) else model
+
+
+def calc_cond_batch_in_force() -> Callable[..., list[torch.Tensor]]:
+    """`calc_cond_batch` as a run calls it (ComfyUI's code calls `comfy.samplers.calc_cond_batch`):
+    a pack's replacement from the extension points in force, else `calc_cond_batch` below."""
+    return extension_points.current().calc_cond_batch or calc_cond_batch
 
 
 def calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor,

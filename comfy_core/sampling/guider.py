@@ -400,7 +400,7 @@ class DualCFGGuider(CFGGuider):
         positive = self.conds.get("positive")
         model = self.inner_model
         points = extension_points.current()
-        calc_cond_batch = points.calc_cond_batch or _cond_batch.calc_cond_batch
+        calc_cond_batch = _cond_batch.calc_cond_batch_in_force()
         cfg_function = points.cfg_function or _cfg.cfg_function
         if self.nested:
             out = calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)

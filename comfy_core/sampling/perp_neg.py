@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from comfy_core import extension_points
-from comfy_core.sampling.cond_batch import calc_cond_batch
+from comfy_core.sampling.cond_batch import calc_cond_batch_in_force
 from comfy_core.sampling.guider import CFGGuider
 
 
@@ -55,7 +54,7 @@ class PerpNegGuider(CFGGuider):
         conds = [positive, negative, empty]
         model = self.inner_model
         # ComfyUI's guider calls `comfy.samplers.calc_cond_batch`: the host's replacement, if any.
-        out = (extension_points.current().calc_cond_batch or calc_cond_batch)(model, conds, x, timestep, model_options)
+        out = calc_cond_batch_in_force()(model, conds, x, timestep, model_options)
         for fn in model_options.get("sampler_pre_cfg_function", []):
             out = fn({"conds": conds, "conds_out": out, "cond_scale": self.cfg, "timestep": timestep, "input": x,
                       "sigma": timestep, "model": model, "model_options": model_options})

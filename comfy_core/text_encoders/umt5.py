@@ -21,7 +21,7 @@ from typing import Mapping
 import torch
 
 from comfy_core.text_encoders.t5 import T5TextEncoder, build_t5_encoder
-from comfy_core.text_encoders.t5_config import UMT5_SLOT, T5Config
+from comfy_core.text_encoders.t5_config import T5Config
 from comfy_core.text_encoders.umt5_tokenizer import SPIECE_KEY, UMT5_MIN_LENGTH, UMT5XXlTokenizer  # noqa: F401
 
 UMT5_WIDTH = 4096
