@@ -133,20 +133,22 @@ class Editor:
 
 @pytest.fixture
 async def editor_factory(tmp_path: Path):
-    """`await make(prepare=None)`: a server over `tmp_path/base` (`prepare(base)` runs first,
-    to put files in place) and an editor page on it, both closed after the test."""
+    """`await make(prepare=None, custom_node_dirs=(), viewport=(1400, 900))`: a server over
+    `tmp_path/base` (`prepare(base)` runs first, to put files in place; `custom_node_dirs` are
+    relative to base) and an editor page on it, both closed after the test."""
     started = []
     playwright = await playwright_api.async_playwright().start()
 
-    async def make(prepare=None) -> Editor:
+    async def make(prepare=None, custom_node_dirs: tuple[str, ...] = (), viewport: tuple[int, int] = (1400, 900)) -> Editor:
         base = tmp_path / "base"
         base.mkdir(exist_ok=True)
         if prepare is not None:
             prepare(base)
-        state = build_state(ServerConfig(base_dir=base, listen=("127.0.0.1",), port=0, custom_node_dirs=()))
+        state = build_state(ServerConfig(base_dir=base, listen=("127.0.0.1",), port=0,
+                                         custom_node_dirs=tuple(base / d for d in custom_node_dirs)))
         runner, urls = await start_server(state, frontend=True)
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = await browser.new_context(viewport={"width": 1400, "height": 900})
+        context = await browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         editor = Editor(state, runner, urls[0], await context.new_page(), browser)
         started.append(editor)
         return editor

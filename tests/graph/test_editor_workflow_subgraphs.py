@@ -328,3 +328,30 @@ def _nested_proxy_workflow() -> dict:
 def test_proxy_widget_of_an_outer_instance_sets_a_nested_instances_input(defs) -> None:
     prompt = editor_to_prompt(_nested_proxy_workflow(), defs)
     assert prompt["54:62:174"]["inputs"] == {"flip_method": "x-axis: vertically", "samples": ["54:73", 0]}
+
+
+def test_nested_dynamic_combo_widgets_are_sent_flat() -> None:
+    """SaveImageAdvanced's `format` holds `save_mode` in its avif option: the saved values (as
+    the editor wrote them, checked in tests/browser/test_editor_workflow_oracle.py) become the
+    flat `format.save_mode.fps` the prompt carries; the other options' widgets are not sent."""
+    from graph.editor_workflow import widget_inputs
+
+    data = Path(__file__).resolve().parents[1] / "data" / "object_info_2026" / "SaveImageAdvanced.json"
+    definition = json.loads(data.read_text())
+    animated = ["shot", "avif", "auto", "sRGB", 30, "animated", 12.5, 3]
+    assert widget_inputs({"widgets_values": animated}, definition) == {
+        "filename_prefix": "shot", "format": "avif", "format.bit_depth": "auto",
+        "format.input_color_space": "sRGB", "format.crf": 30, "format.save_mode": "animated",
+        "format.save_mode.fps": 12.5, "format.save_mode.loop_count": 3}
+    still = ["shot", "avif", "10-bit YUV420", "sRGB", 18, "still images"]
+    assert widget_inputs({"widgets_values": still}, definition) == {
+        "filename_prefix": "shot", "format": "avif", "format.bit_depth": "10-bit YUV420",
+        "format.input_color_space": "sRGB", "format.crf": 18, "format.save_mode": "still images"}
+    assert widget_inputs({"widgets_values": ["shot", "png", "16-bit", "sRGB"]}, definition) == {
+        "filename_prefix": "shot", "format": "png", "format.bit_depth": "16-bit",
+        "format.input_color_space": "sRGB"}
+    # a file that names its widgets (some savers) expands the same way
+    named = {"filename_prefix": "shot", "format": "avif", "format.save_mode": "animated", "format.save_mode.fps": 2.0}
+    sent = widget_inputs({"widgets_values": named}, definition)
+    assert sent["format.save_mode.fps"] == 2.0 and sent["format.save_mode.loop_count"] == 0
+    assert sent["format.crf"] == 18

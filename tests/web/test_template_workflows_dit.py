@@ -47,6 +47,8 @@ DIT_TEMPLATES = (
     "sd3.5_large_canny_controlnet_example",  # 90 s: SAI SD3.5 ControlNet (canny), ControlNetApplyAdvanced
     "sd3.5_large_blur",                      # 82 s: SAI SD3.5 ControlNet (blur)
     "sd3.5_large_depth",                     # 66 s: SAI SD3.5 ControlNet (depth)
+    "image_flux.1_fill_dev_OneReward",       # subgraphs; a LoRA named without its model, written for Flux
+    "image_chroma_text_to_image",            # Chroma (split files), SamplerCustomAdvanced, T5TokenizerOptions
 )
 # Checkpoint, split files with Kontext's reference latents, and a concatenated-channel model.
 DEFAULT_TEMPLATES = ("flux_schnell", "flux_kontext_dev_basic", "flux_fill_inpaint_example")
@@ -60,14 +62,9 @@ NOT_RUNNING = {
     "flux1_dev_uso_reference_image_gen": (
         "nodes not written here: ModelPatchLoader, USOStyleReference, EasyCache (its subgraphs convert)",
         "does not have: EasyCache, ModelPatchLoader, USOStyleReference"),
-    "image_flux.1_fill_dev_OneReward": (
-        "its subgraphs convert and run up to the LoRA: tests/fixtures/template_models.py writes "
-        "removal_timestep_alpha-2-1740 as an SD1 LoRA (no Flux LoRA writer there yet)", "LoraMatchError"),
 }
 # Templates the index tags Flux that are not Flux.1 / SD3.5 models this engine runs (not run here).
 OUT_OF_SCOPE = {
-    "image_chroma_text_to_image": "Chroma: the family exists (tests/comfy_core/test_chroma.py), but template_models has "
-                                  "no tiny writers for its file names (Chroma1-HD-fp8_scaled, a scaled-fp8 T5) yet",
     "api_bfl_flux_pro_t2i": "an API node (BFL's hosted Flux Pro)",
     "api_bfl_flux_1_kontext_pro_image": "an API node (BFL's hosted Kontext Pro)",
     "api_bfl_flux_1_kontext_max_image": "an API node (BFL's hosted Kontext Max)",
@@ -142,6 +139,8 @@ def test_every_flux_and_sd35_template_is_listed() -> None:
     ("loras", "flux1-depth-dev-lora.safetensors", "lora_flux_control"),
     ("style_models", "flux1-redux-dev.safetensors", "style_redux"),
     ("clip_vision", "sigclip_vision_patch14_384.safetensors", "clip_vision_siglip"),
+    ("diffusion_models", "Chroma1-HD-fp8mixed.safetensors", "unet_chroma_fp8"),
+    ("diffusion_models", "Chroma1-HD.safetensors", "unet_chroma"),
 ])
 def test_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind
@@ -178,3 +177,14 @@ def test_release_files_are_stored_in_the_release_dtypes(tmp_path: Path) -> None:
     sd35 = written("sd35_fp8", "sd3.5_large_fp8_scaled.safetensors")
     assert not any(k.endswith(("scale_weight", "scaled_fp8")) for k in sd35)  # a plain fp8 file, see template_models
     assert {d for k, d in sd35.items() if k.startswith("model.diffusion_model.")} == {"F8_E4M3"}
+
+
+def test_a_lora_named_without_its_model_follows_the_templates_flux_model(tmp_path: Path) -> None:
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "flux1-fill-dev.safetensors"}},
+              "2": {"class_type": "LoraLoaderModelOnly", "inputs": {"lora_name": "removal_timestep_alpha-2-1740.safetensors"}}}
+    assert ("loras", "lora_flux") in provide_files(prompt, tmp_path)
+    keys = _header_dtypes(tmp_path / "models" / "loras" / "removal_timestep_alpha-2-1740.safetensors")
+    assert "diffusion_model.double_blocks.0.img_attn.qkv.lora_up.weight" in keys
+    sd1 = {"1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "v1-5.safetensors"}},
+           "2": {"class_type": "LoraLoader", "inputs": {"lora_name": "style.safetensors"}}}
+    assert ("loras", "lora_sd1") in provide_files(sd1, tmp_path / "sd1")
