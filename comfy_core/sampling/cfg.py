@@ -1,4 +1,4 @@
-"""Classifier-free guidance on x0 predictions, and the guided denoiser the samplers call.
+"""Classifier-free guidance on x0 predictions (the guider calls `sampling_function`, guider.py).
 
 CFG (Ho & Salimans 2022, "Classifier-Free Diffusion Guidance") on denoised predictions:
 `uncond + (cond - uncond) * cfg` (for eps/v models the same as guidance on eps, since x0 is affine
@@ -108,67 +108,3 @@ def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: 
         out = fn(args)
     return cfg(model, out[0], out[1], cond_scale, x, sigma, model_options, cond=cond, uncond=uncond_)
 
-
-class GuiderView:
-    """What ComfyUI-written samplers reach through `model.inner_model`: the CFG guider, whose
-    `inner_model` is the diffusion model and `model_patcher` the MODEL patcher."""
-
-    def __init__(self, model: Any, model_patcher: Any) -> None:
-        self.inner_model = model
-        self.model_patcher = model_patcher
-
-    @property
-    def model_sampling(self) -> Any:
-        return self.inner_model.model_sampling
-
-
-class GuidedDenoiser:
-    """`D(x, sigma, **extra_args)`: the denoiser samplers call (k-diffusion convention).
-
-    Holds the diffusion model (patched), the prepared positive/negative entries and the CFG scale;
-    `extra_args` may carry `model_options` (a sampler may add hooks), `seed` and `denoise_mask`.
-    With a denoise mask (inpainting), the unmasked region is kept at the original latent re-noised
-    to sigma (ComfyUI `KSamplerX0Inpaint`); `latent_image` and `noise` must then be set.
-    `inner_model` mirrors ComfyUI's object chain (`model.inner_model.inner_model.model_sampling`,
-    `model.inner_model.model_patcher`) for samplers written against ComfyUI.
-    """
-
-    def __init__(self, model: Any, positive: list[dict], negative: list[dict], cfg: float,
-                 model_options: dict | None = None, latent_image: torch.Tensor | None = None,
-                 noise: torch.Tensor | None = None, model_patcher: Any = None) -> None:
-        self.model = model
-        self.inner_model = GuiderView(model, model_patcher)
-        self.positive = positive
-        self.negative = negative
-        self.cfg = cfg
-        self.model_options = {} if model_options is None else model_options
-        self.latent_image = latent_image
-        self.noise = noise
-
-    @property
-    def model_sampling(self) -> Any:
-        return self.model.model_sampling
-
-    def predict(self, x: torch.Tensor, sigma: torch.Tensor, model_options: dict | None = None) -> torch.Tensor:
-        options = self.model_options if model_options is None else model_options
-        # model_options by keyword, as ComfyUI calls it (packs' replacements read it from kwargs)
-        return sampling_function(self.model, x, sigma, self.negative, self.positive, self.cfg, model_options=options)
-
-    def __call__(self, x: torch.Tensor, sigma: torch.Tensor, denoise_mask: torch.Tensor | None = None,
-                 model_options: dict | None = None, seed: int | None = None, **_: Any) -> torch.Tensor:
-        if denoise_mask is None:
-            return self.predict(x, sigma, model_options)
-        options = self.model_options if model_options is None else model_options
-        mask_fn = options.get("denoise_mask_function")
-        if mask_fn is not None:
-            denoise_mask = mask_fn(sigma, denoise_mask, extra_options={"model": self.model, "sigmas": sigma})
-        keep = 1.0 - denoise_mask
-        s = sigma.reshape([sigma.shape[0]] + [1] * (x.ndim - 1))
-        # ComfyUI's `scale_latent_inpaint`: the kept region re-noised to sigma, or left clean where
-        # the model says so (Wan 2.2 TI2V's clean first frame).
-        scale = getattr(self.model, "scale_latent_inpaint", None)
-        renoised = (scale(x=x, sigma=s, noise=self.noise, latent_image=self.latent_image) if scale is not None
-                    else self.model_sampling.noise_scaling(s, self.noise, self.latent_image))
-        x = x * denoise_mask + renoised * keep
-        out = self.predict(x, sigma, options)
-        return out * denoise_mask + self.latent_image * keep

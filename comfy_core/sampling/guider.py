@@ -287,7 +287,11 @@ class InpaintDenoiser:
                                    extra_options={"model": self.inner_model, "sigmas": self.sigmas})
         keep = 1.0 - denoise_mask
         s = sigma.reshape([sigma.shape[0]] + [1] * (x.ndim - 1))
-        renoised = self.model_sampling.noise_scaling(s, self.noise, self.latent_image)
+        # ComfyUI's `scale_latent_inpaint`: the kept region re-noised to sigma, or left clean where
+        # the model says so (Wan 2.2 TI2V's clean first frame).
+        scale = getattr(self.inner_model.inner_model, "scale_latent_inpaint", None)
+        renoised = (scale(x=x, sigma=s, noise=self.noise, latent_image=self.latent_image) if scale is not None
+                    else self.model_sampling.noise_scaling(s, self.noise, self.latent_image))
         x = x * denoise_mask + renoised * keep
         out = self.inner_model(x, sigma, model_options=options, seed=seed)
         return out * denoise_mask + self.latent_image * keep

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.sampling.cfg import GuidedDenoiser
+from comfy_core.sampling.guider import CFGGuider, InpaintDenoiser
 from comfy_core.sampling.conditioning import ConditioningError, convert_cond, prepare_conds
 from comfy_core.models.model_sampling import ModelSampling
 
@@ -51,10 +51,17 @@ def prepared(model, positive, negative, latent):
     return prepare_conds(conds, latent, model.model_sampling, model.encode_adm)
 
 
+def denoiser(model, prepared_conds, cfg, model_options=None, latent_image=None, noise=None) -> InpaintDenoiser:
+    """The denoiser a sampler gets (guider.py's path), its conds prepared as a run prepares them."""
+    guider = CFGGuider(None)
+    guider.inner_model, guider.conds, guider.cfg = model, prepared_conds, cfg
+    guider.model_options = {} if model_options is None else model_options
+    return InpaintDenoiser(guider, torch.ones(1), latent_image=latent_image, noise=noise)
+
+
 def run(model, positive, negative, cfg, x, sigma=2.0, model_options=None):
-    p = prepared(model, positive, negative, x)
-    den = GuidedDenoiser(model, p["positive"], p["negative"], cfg, model_options)
-    return den(x, torch.full((x.shape[0],), sigma))
+    den = denoiser(model, prepared(model, positive, negative, x), cfg, model_options)
+    return den(x, torch.full((x.shape[0],), sigma), model_options=model_options)
 
 
 X = torch.randn(2, 4, 16, 16, generator=torch.Generator().manual_seed(0))
@@ -219,12 +226,31 @@ def test_denoise_mask_keeps_the_unmasked_latent() -> None:
     m = FakeModel()
     p = prepared(m, cond(1.0), cond(0.0), X)
     latent = torch.full_like(X, 0.7)
-    den = GuidedDenoiser(m, p["positive"], p["negative"], 1.0, latent_image=latent, noise=torch.zeros_like(X))
+    den = denoiser(m, p, 1.0, latent_image=latent, noise=torch.zeros_like(X))
     mask = torch.zeros_like(X)
     mask[:, :, :, :8] = 1.0
     out = den(X, torch.full((2,), 2.0), denoise_mask=mask)
     torch.testing.assert_close(out[:, :, :, 8:], latent[:, :, :, 8:])
     torch.testing.assert_close(out[:, :, :, :8], ideal(X, 2.0, 1.0)[:, :, :, :8])
+
+
+def test_a_model_that_keeps_the_unmasked_latent_clean_is_asked_as_in_comfyui() -> None:
+    # ComfyUI's KSamplerX0Inpaint sets the kept region to `model.scale_latent_inpaint(...)` (Wan 2.2
+    # TI2V keeps its first frame clean); the model's input there is the latent, not re-noised.
+    class CleanKeeping(FakeModel):
+        def scale_latent_inpaint(self, x, sigma, noise, latent_image, **kwargs):
+            return latent_image
+
+    m = CleanKeeping()
+    p = prepared(m, cond(1.0), cond(0.0), X)
+    latent = torch.full_like(X, 0.7)
+    seen = []
+    den = denoiser(m, p, 1.0, latent_image=latent, noise=torch.ones_like(X),
+                   model_options={"model_function_wrapper": lambda f, a: seen.append(a["input"]) or f(a["input"], a["timestep"], **a["c"])})
+    mask = torch.zeros_like(X)
+    mask[:, :, :, :8] = 1.0
+    den(X, torch.full((2,), 2.0), denoise_mask=mask, model_options=den.inner_model.model_options)
+    assert torch.equal(seen[0][:, :, :, 8:], latent[:, :, :, 8:])  # clean, not latent + 2 * noise
 
 
 def test_bad_conditioning_raises_typed_errors() -> None:

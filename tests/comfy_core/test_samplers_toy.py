@@ -230,8 +230,9 @@ def test_seeds_without_noise_solve_the_ode(name: str) -> None:
 
 
 def _guided(pos_mu: float, neg_mu: float, cfg: float):
-    """A real GuidedDenoiser (so CFG++ hooks run) around an ideal Gaussian model."""
-    from comfy_core.sampling.cfg import GuidedDenoiser
+    """The real guided denoiser (CFGGuider under InpaintDenoiser, so CFG++ hooks run) around an
+    ideal Gaussian model."""
+    from comfy_core.sampling.guider import CFGGuider, InpaintDenoiser
     from comfy_core.sampling.conditioning import convert_cond, prepare_conds
 
     class Inner:
@@ -246,7 +247,9 @@ def _guided(pos_mu: float, neg_mu: float, cfg: float):
     conds = {"positive": convert_cond([[torch.full((1, 4, 2), pos_mu), {}]], "positive"),
              "negative": convert_cond([[torch.full((1, 4, 2), neg_mu), {}]], "negative")}
     p = prepare_conds(conds, torch.zeros(2, 4, 6, 6), inner.model_sampling, None)
-    return GuidedDenoiser(inner, p["positive"], p["negative"], cfg)
+    guider = CFGGuider(None)
+    guider.inner_model, guider.conds, guider.cfg = inner, p, cfg
+    return InpaintDenoiser(guider, torch.ones(1))
 
 
 @pytest.mark.parametrize("pp,plain", [("euler_cfg_pp", "euler"), ("dpmpp_2m_cfg_pp", "dpmpp_2m"),

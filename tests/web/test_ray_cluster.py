@@ -9,6 +9,7 @@ import json
 import shutil
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,20 @@ def _get(url: str):
         return json.loads(resp.read())
 
 
-def _post_prompt(url: str, prompt: dict, prompt_id: str) -> None:
-    body = json.dumps({"prompt": prompt, "prompt_id": prompt_id}).encode()
+def _id(label: str) -> str:
+    """The prompt id (a UUID, as ComfyUI requires of client ids) a test names by `label`."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"test_ray_cluster/{label}"))
+
+
+def _label(prompt_id: str | None) -> str | None:
+    return next((label for label in LABELS if _id(label) == prompt_id), prompt_id)
+
+
+LABELS = ("a", "b", "kept", "later", "before", "after")
+
+
+def _post_prompt(url: str, prompt: dict, label: str) -> None:
+    body = json.dumps({"prompt": prompt, "prompt_id": _id(label)}).encode()
     request = urllib.request.Request(f"{url}/prompt", data=body, headers={"Content-Type": "application/json"})
     urllib.request.urlopen(request, timeout=30).close()
 
@@ -43,7 +56,9 @@ def _wait(predicate, server, what: str):
 
 
 def _workers(server) -> list[dict]:
-    return _get(f"{server.url}/system_stats").get("workers", [])
+    """The workers `/system_stats` lists, each `running` prompt named by its test label."""
+    workers = _get(f"{server.url}/system_stats").get("workers", [])
+    return [{**w, "running": _label(w["running"])} for w in workers]
 
 
 def _ready(server, count: int, generation: int = 1):
@@ -52,8 +67,8 @@ def _ready(server, count: int, generation: int = 1):
     return workers if ok else None
 
 
-def _history(server, prompt_id: str) -> dict | None:
-    return _get(f"{server.url}/history/{prompt_id}").get(prompt_id)
+def _history(server, label: str) -> dict | None:
+    return _get(f"{server.url}/history/{_id(label)}").get(_id(label))
 
 
 @pytest.fixture
@@ -98,7 +113,7 @@ def test_workers_on_two_nodes_and_a_node_that_dies_mid_prompt(nodes, tmp_path):
             entry = _wait(lambda: _history(server, prompt_id), server, f"prompt {prompt_id} in the history")
             assert entry["status"]["completed"], entry["status"]
         history = _get(f"{server.url}/history")
-        assert sorted(history) == ["a", "b"]  # one entry each: the lost prompt ran to the end once
+        assert sorted(map(_label, history)) == ["a", "b"]  # one entry each: the lost prompt ran to the end once
         # Its output came back from the worker that finished it (on the head) to the server's folder.
         assert (tmp_path / "output" / f"{on_second}_00{1 if on_second == 'a' else 2}.png").is_file()
         assert (tmp_path / "output" / f"{on_head}_00{1 if on_head == 'a' else 2}.png").is_file()
@@ -127,7 +142,7 @@ def test_the_server_outlives_a_ray_restart_and_joins_again(nodes, tmp_path):
         _wait(lambda: all(w["state"] == "dead" for w in _workers(server)), server, "the dispatcher noticing")
         _post_prompt(server.url, srv_prompt(6, prefix="later"), "later")  # accepted while Ray is down
         queue = _get(f"{server.url}/queue")
-        assert sorted(p[1] for p in queue["queue_pending"]) == ["kept", "later"], queue  # re-queued, not lost
+        assert sorted(_label(p[1]) for p in queue["queue_pending"]) == ["kept", "later"], queue  # re-queued, not lost
         assert queue["queue_running"] == []
 
         nodes.start_head(num_cpus=2)  # the same address, a new cluster
@@ -137,7 +152,7 @@ def test_the_server_outlives_a_ray_restart_and_joins_again(nodes, tmp_path):
             entry = _wait(lambda: _history(server, prompt_id), server, f"prompt {prompt_id} in the history")
             assert entry["status"]["completed"], entry["status"]
             assert (tmp_path / "output" / name).is_file()
-        assert sorted(_get(f"{server.url}/history")) == ["kept", "later"]
+        assert sorted(map(_label, _get(f"{server.url}/history"))) == ["kept", "later"]
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.log_path.read_text()[-6000:]
