@@ -47,7 +47,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 MODE_NEVER = 2
 MODE_BYPASS = 4
@@ -431,24 +431,9 @@ class _Flattener:
         first_target: dict[int, tuple[Mapping[str, Any], str, bool]] = {}
         linked: dict[tuple[str, str], int] = {}  # (inner node id, widget/input name) -> input index
         for index in range(len(scope.inputs)):
-            for _o, _s, target, target_slot, _k in self.input_targets(scope, index):
-                node = scope.nodes.get(target)
-                entries = _inputs(node) if node else []
-                if node is None or target_slot >= len(entries):
-                    continue
-                entry = entries[target_slot]
-                if self.is_instance(node):
-                    inner = self.child(scope, node)
-                    names = [str(i.get("name")) for i in inner.inputs]
-                    name = str(entry.get("name"))
-                    if name not in names or names.index(name) not in self.promoted_indexes(inner):
-                        continue
-                    linked[(target, name)] = index
-                    first_target.setdefault(index, (node, name, True))
-                elif isinstance(entry.get("widget"), Mapping):
-                    name = str(entry["widget"].get("name") or entry.get("name"))
-                    linked[(target, name)] = index
-                    first_target.setdefault(index, (node, name, False))
+            for target, node, name, nested in self.widget_targets(scope, index):
+                linked[(target, name)] = index
+                first_target.setdefault(index, (node, name, nested))
             if index in first_target:
                 promoted.append(index)
         names = [str(i.get("name")) for i in scope.inputs]
@@ -511,22 +496,28 @@ class _Flattener:
             return scope.promoted
         found: set[int] = set()
         scope.promoted = found  # a loop through nested instances is refused by child()
-        for index in range(len(scope.inputs)):
-            for _o, _s, target, target_slot, _k in self.input_targets(scope, index):
-                node = scope.nodes.get(target)
-                entries = _inputs(node) if node else []
-                if node is None or target_slot >= len(entries):
-                    continue
-                entry = entries[target_slot]
-                if self.is_instance(node):
-                    inner = self.child(scope, node)
-                    names = [str(i.get("name")) for i in inner.inputs]
-                    name = str(entry.get("name"))
-                    if name in names and names.index(name) in self.promoted_indexes(inner):
-                        found.add(index)
-                elif isinstance(entry.get("widget"), Mapping):
-                    found.add(index)
+        found.update(index for index in range(len(scope.inputs))
+                     if next(self.widget_targets(scope, index), None) is not None)
         return found
+
+    def widget_targets(self, scope: _Scope, index: int) -> Iterator[tuple[str, Mapping[str, Any], str, bool]]:
+        """(inner node id, inner node, widget or input name, nested) for each place the definition
+        input `index` of `scope` feeds a widget: a widget of an inner node, or an input of a nested
+        instance that is itself promoted to a widget (nested)."""
+        for _o, _s, target, target_slot, _k in self.input_targets(scope, index):
+            node = scope.nodes.get(target)
+            entries = _inputs(node) if node else []
+            if node is None or target_slot >= len(entries):
+                continue
+            entry = entries[target_slot]
+            if self.is_instance(node):
+                inner = self.child(scope, node)
+                names = [str(i.get("name")) for i in inner.inputs]
+                name = str(entry.get("name"))
+                if name in names and names.index(name) in self.promoted_indexes(inner):
+                    yield target, node, name, True
+            elif isinstance(entry.get("widget"), Mapping):
+                yield target, node, str(entry["widget"].get("name") or entry.get("name")), False
 
     # -- links ---------------------------------------------------------------------------------
     def resolve_input(self, scope: _Scope, node: Mapping[str, Any], index: int, seen: set) -> _Resolved | None:
