@@ -82,14 +82,9 @@ def _loads(text: Any, what: str) -> Any:
 
 
 def encode_json(value: Any) -> str:
-    """`json.dumps(value, default=str)` in pieces (`_dumps_pieces`), for big responses built in a
-    worker thread."""
-    return _dumps_pieces(value, 0)
-
-
-def _dumps(value: Any) -> str:
-    # `default=str`: a node's UI dict may hold something JSON cannot (a Path, a numpy scalar);
-    # the history must still be written.
+    """`json.dumps(value, default=str)` in pieces (`_dumps_pieces`), for stored rows and big
+    responses built in a worker thread. `default=str`: a node's UI dict may hold something JSON
+    cannot (a Path, a numpy scalar); the history must still be written."""
     return _dumps_pieces(value, 0)
 
 
@@ -175,8 +170,8 @@ class PromptStore:
             self.db.execute(
                 "INSERT OR REPLACE INTO queue (prompt_id, number, prompt, extra_data, outputs, state, create_ms)"
                 " VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                (item.prompt_id, item.number, _dumps(item.prompt), _dumps(public_extra_data(item.extra_data)),
-                 _dumps(item.outputs), item.create_time),
+                (item.prompt_id, item.number, encode_json(item.prompt), encode_json(public_extra_data(item.extra_data)),
+                 encode_json(item.outputs), item.create_time),
             )
 
     def mark_running(self, prompt_id: str, start_ms: int) -> None:
@@ -273,7 +268,7 @@ class PromptStore:
                 db.execute(
                     "INSERT INTO history (prompt_id, entry, status, number, create_ms, start_ms, end_ms)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (item.prompt_id, _dumps(entry), status, item.number, item.create_time, start_ms, end_ms),
+                    (item.prompt_id, encode_json(entry), status, item.number, item.create_time, start_ms, end_ms),
                 )
                 excess = db.execute("SELECT COUNT(*) FROM history").fetchone()[0] - self.max_history
                 if excess > 0:
