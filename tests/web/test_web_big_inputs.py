@@ -16,7 +16,7 @@ from tests.web.web_harness import collect_until_done, ws_connect
 from web.bodies import BadRequestBody, _parse_body, parse_json_pieces
 from web.hub import Deferred, WebSocketHub
 from web.protocol import json_message, json_message_chunked
-from web.store import _dumps
+from web.store import encode_json
 from web.submission import OFF_LOOP_NODES
 
 
@@ -45,7 +45,7 @@ def test_piecewise_parsing_and_encoding_give_what_json_gives(doc, indent):
     text = json.dumps(doc, indent=indent)
     parsed = parse_json_pieces(text)
     assert parsed == json.loads(text) and json.dumps(parsed) == json.dumps(json.loads(text))  # order too
-    assert _dumps(doc) == json.dumps(doc, default=str)
+    assert encode_json(doc) == json.dumps(doc, default=str)
 
 
 @pytest.mark.parametrize("bad", ['{"a": NaN' + " " * 5000 + "}", '{"a": [1' + ", 2" * 3000, '{"a": 1}x',
