@@ -65,6 +65,9 @@ COMFYUI_FLAGS: list[tuple[list[str], str]] = [
     (["--enable-compress-response-body"], "enable_compress_response_body"),
     (["--comfy-api-base", "https://api.example.test"], "comfy_api_base"),
     (["--database-url", "sqlite:///:memory:"], "database_url"),
+    # today's ComfyUI (comfy/cli_args.py @f90acc3b, Comfy-Org/ComfyUI)
+    (["--feature-flag", "show_signin_button=true"], "feature_flag"),
+    (["--enable-assets"], "enable_assets"), (["--enable-asset-hashing"], "enable_asset_hashing"),
 ]
 
 

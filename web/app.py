@@ -23,6 +23,7 @@ from web import frontend as editor
 from web.config import ServerConfig
 from web.connections import LimitedAppRunner, body_timeout_middleware
 from web.middlewares import middlewares_for
+from web.routes_assets import add_asset_routes
 from web.routes_files import file_routes
 from web.routes_info import extension_urls, info_routes
 from web.routes_jobs import jobs_routes
@@ -80,6 +81,7 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     for table in [*tables, *state.extra_routes, *extra_routes]:
         add_api_routes(app, table)
     add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)
+    add_asset_routes(app, state)  # /api/assets*, /api/tags (web/routes_assets.py; 503 without --enable-assets)
     served_editor = False
     if frontend:
         try:

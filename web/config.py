@@ -164,6 +164,8 @@ class ServerConfig:
     log_stdout: bool = False  # --log-stdout
     compress_response_body: bool = False  # --enable-compress-response-body
     ray: RaySettings | None = None  # --ray [ADDRESS]: None runs prompts in this process
+    enable_assets: bool = False  # --enable-assets: the assets API (web/routes_assets.py)
+    enable_asset_hashing: bool = False  # --enable-asset-hashing: the folder scan hashes files; from-hash works
     # Every flag under ComfyUI's attribute names as main.py parsed it (web.flags.comfy_namespace),
     # for `comfy.cli_args.args`; empty for a config built in code.
     comfy_flags: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)

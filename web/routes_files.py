@@ -23,6 +23,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_request import FileField
 
 from comfy_core.video.media_types import media_type
+from web.asset_files import AssetError, parse_hash
+from web.assets import asset_service
 from web.confined_path import PathOutsideRoot, confined_path, find_control_character
 from web.middlewares import json_error
 from web.state import AppState, state_of
@@ -31,6 +33,11 @@ FOLDER_TYPES = ("output", "input", "temp")
 _ACTIVE_TYPES = {"text/html", "text/html-sandboxed", "application/xhtml+xml", "text/javascript",
                  "application/javascript", "text/css", "image/svg+xml", "application/xml", "text/xml"}
 _ANNOTATIONS = {" [output]": "output", " [input]": "input", " [temp]": "temp"}
+
+
+def is_active_type(content_type: str) -> bool:
+    """HTML, SVG, XML, JS, CSS: types a browser would run in this origin (served as downloads)."""
+    return content_type.split(";", 1)[0].strip().lower() in _ACTIVE_TYPES
 
 
 class FileRequestError(Exception):
@@ -126,15 +133,22 @@ async def view(request: web.Request) -> web.StreamResponse:
     channel = q.get("channel", "rgba")
     if channel not in ("rgba", "rgb", "a"):
         return json_error(400, f"channel must be rgba, rgb or a, got {channel!r}")
+    download_name, asset_type = None, None
     try:
-        path = resolve_file(state, folder_type or "output", q.get("subfolder", ""), filename)
+        if q["filename"].startswith("blake3:"):
+            # The editor's LoadImage widget may hold an asset hash (assets API on): the file is
+            # found by its content hash (web/assets.py), as today's ComfyUI /view does.
+            path, download_name, asset_type = await _asset_by_hash(request, q["filename"])
+        else:
+            path = resolve_file(state, folder_type or "output", q.get("subfolder", ""), filename)
         if not path.is_file():
             return json_error(404, f"file {filename!r} not found in {folder_type}")
         variant = await asyncio.to_thread(_render_variant, path, q.get("preview"), channel) \
             if _is_image(path) else None
     except FileRequestError as exc:
         return json_error(exc.status, str(exc))
-    headers = {"Content-Disposition": f'inline; filename="{_header_safe(path.name)}"',
+    shown_name = download_name or path.name
+    headers = {"Content-Disposition": f'inline; filename="{_header_safe(shown_name)}"',
                "X-Content-Type-Options": "nosniff"}
     if variant is not None:
         data, content_type = variant
@@ -142,12 +156,29 @@ async def view(request: web.Request) -> web.StreamResponse:
     # Video and audio types from a fixed table (the browser's <video>/<audio> pick a decoder from
     # it); aiohttp's FileResponse answers `Range: bytes=a-b` with 206 and Content-Range, which
     # the video element needs to seek and to read an MP4's index at the end of the file.
-    content_type = media_type(path.name) or "application/octet-stream"
-    if content_type in _ACTIVE_TYPES:
+    content_type = asset_type or media_type(path.name) or "application/octet-stream"
+    if is_active_type(content_type):
         content_type = "application/octet-stream"
-        headers["Content-Disposition"] = f'attachment; filename="{_header_safe(path.name)}"'
+        headers["Content-Disposition"] = f'attachment; filename="{_header_safe(shown_name)}"'
     headers["Content-Type"] = content_type
     return web.FileResponse(path, headers=headers)
+
+
+async def _asset_by_hash(request: web.Request, text: str) -> tuple[Path, str, str | None]:
+    """(file, name, MIME type) of stored content with this `blake3:<hex>` hash; 404 when the
+    assets API is off or nothing usable has the hash (ComfyUI's answers), 400 for a malformed one."""
+    service = asset_service(request.app)
+    if service is None:
+        raise FileRequestError(404, "a blake3: file name needs the assets API (--enable-assets)")
+    try:
+        digest = parse_hash(text)
+    except AssetError as exc:
+        raise FileRequestError(400, f"filename: {exc.message}") from None
+    found = await asyncio.to_thread(service.catalog.resolve_hash, digest)
+    if found is None:
+        raise FileRequestError(404, f"no stored file has the hash {digest}")
+    path, name, mime = found
+    return path, name, (mime.split(";", 1)[0].strip() if mime else None)
 
 
 def _is_image(path: Path) -> bool:
@@ -267,9 +298,24 @@ async def upload(request: web.Request, *, mask: bool) -> web.Response:
                 raise FileRequestError(400, f"not an image: {exc}") from None
         result = await asyncio.to_thread(store_upload, state, folder_type, subfolder, name, data,
                                          _truthy(form.get("overwrite", "")))
+        asset = await _register_asset(request, folder_type, subfolder, result["name"])
     except FileRequestError as exc:
         return json_error(exc.status, str(exc))
+    if asset is not None:
+        result["asset"] = asset
     return web.json_response(result)
+
+
+async def _register_asset(request: web.Request, folder_type: str, subfolder: str, name: str) -> dict | None:
+    """With the assets API on, a record for the file just stored, in ComfyUI's `/upload/image`
+    shape `{id, name, asset_hash, size, mime_type, tags}` (web/assets.py register_in_place)."""
+    service = asset_service(request.app)
+    if service is None:
+        return None
+    path = resolve_file(state_of(request), folder_type, subfolder, name)
+    record = await asyncio.to_thread(service.catalog.register_in_place, path, name)
+    return {"id": record.id, "name": record.name, "asset_hash": record.hash, "size": record.size,
+            "mime_type": record.mime_type, "tags": record.tags}
 
 
 def file_routes() -> web.RouteTableDef:
