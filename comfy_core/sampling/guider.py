@@ -3,7 +3,7 @@ sampler function run on it.
 
 After ComfyUI's `comfy.samplers` (`CFGGuider`, `Sampler`, `KSAMPLER`, `ksampler`, `sampler_object`,
 `KSamplerX0Inpaint`) and the guiders of comfy_extras/nodes_custom_sampler.py (`Guider_Basic`,
-`Guider_DualCFG`): `set_conds(...)`, `set_cfg(...)`, then
+`Guider_DualCFG`, 2026's `Guider_DualModel`): `set_conds(...)`, `set_cfg(...)`, then
 `sample(noise, latent_image, sampler, sigmas, denoise_mask, callback, disable_pbar, seed)`. During
 a run the guider is what sampler functions call (through `InpaintDenoiser`):
 `guider(x, sigma, model_options=..., seed=...)` -> `predict_noise` (an x0 prediction, despite the
@@ -418,3 +418,92 @@ class DualCFGGuider(CFGGuider):
         out = calc_cond_batch(model, [negative, middle, positive], x, timestep, model_options)
         return (cfg_function(model, out[1], out[0], self.cfg2, x, timestep, model_options, cond=middle, uncond=negative)
                 + (out[2] - out[1]) * self.cfg1)
+
+
+class DualModelGuider(CFGGuider):
+    """CFG whose positive pass runs on `model_patcher` and negative pass on a second MODEL,
+    `uncond_model_patcher` (today's ComfyUI `Guider_DualModel`, comfy_extras/
+    nodes_custom_sampler.py; Ideogram 4's conditional + unconditional transformers).
+
+    At a base `cfg` of 1 the second model is neither loaded nor called. Otherwise it is patched
+    and placed for the run beside the first (with the negative conditioning's side models), the
+    negative conditioning is prepared on it (its own latent format, ADM and concat inputs), and
+    each step runs `cond = model(positive)`, `uncond = uncond_model(negative)` as two separate
+    batches, combined by `cfg_function` (CFG hooks of the first MODEL included). A step whose
+    `cfg` is 1 (a CFG override) runs the positive pass alone unless cfg1 optimisation is off.
+    Both passes get the run's `model_options` and attention backend, the first MODEL's, as in
+    ComfyUI (whose backend choice is one of those options): the second MODEL's weights, object
+    patches and side models take part, its own options and backend do not. A second MODEL that
+    shares the first's weights with other patches cannot be held at the same time
+    (`PatchConflictError`); the same MODEL in both sockets is ordinary CFG in two batches.
+    """
+
+    def __init__(self, model_patcher: Any, uncond_model_patcher: Any) -> None:
+        super().__init__(model_patcher)
+        self.uncond_model_patcher = uncond_model_patcher
+        self.uncond_inner: Any = None
+        self._uncond_negative: list[dict] | None = None
+        self._uncond_conds: list[dict] | None = None
+
+    def outer_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
+                     denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
+                     disable_pbar: bool = True, seed: int | None = None) -> torch.Tensor:
+        self.uncond_inner = None
+        self._uncond_conds = None
+        if math.isclose(self.cfg, 1.0):  # no negative pass at all: the second model stays unloaded
+            return super().outer_sample(noise, latent_image, sampler, sigmas, denoise_mask, callback,
+                                        disable_pbar, seed)
+        negative = {"negative": [dict(e) for e in self.conds.get("negative", [])]}
+        patcher = self.uncond_model_patcher
+        with contextlib.ExitStack() as stack:
+            udm = stack.enter_context(patcher.applied())
+            device = _device_of(udm)
+            nested = getattr(patcher, "get_nested_additional_models", None)
+            for side in cond_patchers(negative) + [m for m in (nested() if nested else ()) if hasattr(m, "applied")]:
+                stack.enter_context(side.applied(device))
+            if callable(getattr(patcher, "pre_run", None)):
+                patcher.pre_run()
+            self.uncond_inner = udm
+            self._uncond_negative = negative["negative"]
+            try:
+                return super().outer_sample(noise, latent_image, sampler, sigmas, denoise_mask, callback,
+                                            disable_pbar, seed)
+            finally:
+                if self._uncond_conds is not None:
+                    cleanup_control({"negative": self._uncond_conds})
+                if callable(getattr(patcher, "cleanup", None)):
+                    patcher.cleanup()
+                self.uncond_inner = None
+                self._uncond_negative = None
+                self._uncond_conds = None
+
+    def inner_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, device: torch.device, sampler: Any,
+                     sigmas: torch.Tensor, denoise_mask: torch.Tensor | None, callback: ProgressCallback | None,
+                     disable_pbar: bool, seed: int | None) -> torch.Tensor:
+        udm = self.uncond_inner
+        if udm is not None:
+            latent = latent_image
+            if latent is not None and torch.count_nonzero(latent) > 0:
+                latent = process_latent_in(udm.latent_format, latent)
+            prepared = prepare_conds({"negative": self._uncond_negative or []}, noise, udm.model_sampling,
+                                     getattr(udm, "encode_adm", None), concat_cond=getattr(udm, "concat_cond", None),
+                                     latent_image=latent, denoise_mask=denoise_mask, seed=seed,
+                                     extra_inputs=getattr(udm, "extra_inputs", None))
+            prepare_control(prepared, udm)
+            self._uncond_conds = prepared["negative"]
+        return super().inner_sample(noise, latent_image, device, sampler, sigmas, denoise_mask, callback,
+                                    disable_pbar, seed)
+
+    def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
+                      seed: int | None = None) -> torch.Tensor:
+        options = {} if model_options is None else model_options
+        positive = self.conds.get("positive")
+        calc_cond_batch = _cond_batch.calc_cond_batch_in_force()
+        cond = calc_cond_batch(self.inner_model, [positive], x, timestep, options)[0]
+        if self.uncond_inner is None or (math.isclose(self.cfg, 1.0)
+                                         and not options.get("disable_cfg1_optimization", False)):
+            return cond
+        uncond = calc_cond_batch(self.uncond_inner, [self._uncond_conds], x, timestep, options)[0]
+        cfg_function = extension_points.current().cfg_function or _cfg.cfg_function
+        return cfg_function(self.inner_model, cond, uncond, self.cfg, x, timestep, options,
+                            cond=positive, uncond=self._uncond_conds)
