@@ -72,6 +72,7 @@ SD3 = _kind("SD3")
 # ComfyUI's Chroma is a Flux subclass: a Chroma model is a Flux too.
 Flux = _kind("Flux")
 Chroma = _kind("Chroma", Flux)
+ChromaRadiance = _kind("ChromaRadiance", Chroma)
 # ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
 WAN21 = _kind("WAN21")
 WAN21_Vace = _kind("WAN21_Vace", WAN21)

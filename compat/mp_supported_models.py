@@ -23,7 +23,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "SD3": "comfy_core.families.sd3.supported_models:SD3",
     "Flux": "comfy_core.families.flux.supported_models:FluxModelConfig",
     **{name: f"comfy_core.families.flux.supported_models:{name}" for name in ("FluxInpaint", "FluxSchnell")},
-    "Chroma": "comfy_core.families.chroma.supported_models:Chroma",
+    **{name: f"comfy_core.families.chroma.supported_models:{name}" for name in ("Chroma", "ChromaRadiance")},
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
                     "WAN22_T2V")},
@@ -45,12 +45,11 @@ def our_config_class(name: str) -> type | None:
 _PARENTS: dict[str, str] = {
     "SSD1B": "SDXL", "Segmind_Vega": "SDXL", "KOALA_700M": "SDXL", "KOALA_1B": "SDXL",
     "SD21UnclipL": "SD20", "SD_X4Upscaler": "SD20", "LotusD": "SD20", "SV3D_u": "SVD_img2vid",
-    "ChromaRadiance": "Chroma",
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
           "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2", "Lumina2",
-          "Hunyuan3Dv2", "HiDream", "ChromaRadiance", "ACEStep", "Omnigen2", "QwenImage")
+          "Hunyuan3Dv2", "HiDream", "ACEStep", "Omnigen2", "QwenImage")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",

@@ -5,6 +5,8 @@ ComfyUI modules we provide are complete. `bench/object_info_parity.py` prints th
 comparison, with the nodes still missing."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from graph.registry import Registry
@@ -50,6 +52,9 @@ PRESENT_NODES = ("PerpNegGuider", "CLIPVisionLoader", "CLIPVisionEncode", "Style
                  "WanPhantomSubjectToVideo", "Wan22ImageToVideoLatent", "TrimVideoLatent", "WanTrackToVideo")
 
 
+RECORDED_2026 = frozenset(p.stem for p in (Path(__file__).resolve().parents[1] / "data" / "object_info_2026").glob("*.json"))
+
+
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory) -> dict:
     registry = Registry()
@@ -60,7 +65,10 @@ def ours(tmp_path_factory) -> dict:
 def test_every_node_comfyui_also_has_is_declared_as_comfyui_declares_it(ours):
     theirs = comfyui_object_info()
     assert len(set(ours) & set(theirs)) >= 262
-    assert differences(ours, theirs) == {}
+    # A node recorded from today's ComfyUI (tests/data/object_info_2026) follows that record
+    # (tests/nodes/test_object_info_2026.py), not 0.3.64's declaration (ModelPatchLoader moved to
+    # model/loaders with a display name, for one).
+    assert differences({k: v for k, v in ours.items() if k not in RECORDED_2026}, theirs) == {}
 
 
 @pytest.mark.parametrize("module", COMPLETE_MODULES)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from comfy_core.families.chroma.latent_format import ChromaRadianceLatentFormat
 from comfy_core.families.flux.latent_format import FluxLatentFormat
 from comfy_core.models.model_config import BASE
 
@@ -22,3 +23,11 @@ class Chroma(BASE):
     latent_format = FluxLatentFormat
     memory_usage_factor = 3.2
     supported_inference_dtypes = [torch.bfloat16, torch.float16, torch.float32]
+
+
+class ChromaRadiance(Chroma):
+    """Chroma Radiance (pixel space): Chroma's settings, its own latent format and memory factor."""
+
+    unet_config = {"image_model": "chroma_radiance"}
+    memory_usage_factor = 0.038
+    latent_format = ChromaRadianceLatentFormat

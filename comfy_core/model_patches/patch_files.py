@@ -1,0 +1,155 @@
+"""Model patch files (ComfyUI's `model_patches` folder and its ModelPatchLoader,
+`comfy_extras/nodes_model_patch.py`): small networks that a model-patch node attaches to a
+diffusion model. Which patch a file holds is told from its key names, in ComfyUI's order:
+
+    lllite_conditioning1.conv1.weight                 Anima LLLite
+    controlnet_blocks.0.y_rms.weight                  Qwen-Image DiffSynth block-wise ControlNet
+    feature_embedder.mid_layer_norm.bias              USO style projector (Flux)      <- built here
+    control_all_x_embedder.2-1.weight                 Z-Image Fun ControlNet
+    control_img_in.weight + control_blocks.0.img_mlp.out.weight   Qwen-Image 2.1 Fun ControlNet
+    control_proj_in.weight + control_blocks.0.{adaln_proj.linear,after_proj,before_proj}.weight
+                                                      MiniMax H3 Fun ControlNet
+    controlnet_patch_embedding.weight                 Wan Uni3C ControlNet
+    *duration_head.attention_pooler.query_tokens      LTX duration head
+    audio_proj.proj1.weight                           Wan MultiTalk
+    [model.]control_model.input_hint_block.0.weight   SUPIR (SDXL)
+
+Only the USO projector is built (its family, Flux, is here); every other kind is refused with
+`UnsupportedModelPatchError` naming it, and a file of none of them with `UnknownModelPatchError`
+(ComfyUI fails there with an unbound local). The loaded patch is a `Patcher` over the network,
+as ComfyUI's MODEL_PATCH is a model patcher whose `.model` is the network.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from comfy_core.checkpoint.errors import CheckpointError
+from comfy_core.checkpoint.materialize import build_on_meta, materialize
+from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile
+from comfy_core.model_patches.errors import ModelPatchError
+from comfy_core.model_patches.uso import USO_MARKER, USO_PREFIX, UsoProjectorConfig, UsoStyleProjector
+from comfy_core.patching.patcher import Patcher
+
+USO = "uso_style_projector"
+
+
+@dataclass(frozen=True)
+class PatchKind:
+    """One kind of patch file: `name` (stable id), `title` (for messages), `family` it patches,
+    `matches(names)`, and why it is not built here (None when it is)."""
+
+    name: str
+    title: str
+    family: str
+    matches: Callable[[Mapping[str, Any]], bool]
+    refused: str | None = None
+
+
+def _has(*keys: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda names: all(k in names for k in keys)
+
+
+_NO_FAMILY = "its model family ({}) is not implemented here"
+_NO_NODE = "the {} family is here but this patch's network and apply node are not implemented yet"
+
+# ComfyUI's detection order (a file is the first kind that matches).
+PATCH_KINDS: tuple[PatchKind, ...] = (
+    PatchKind("anima_lllite", "Anima LLLite", "Anima", _has("lllite_conditioning1.conv1.weight"),
+              _NO_FAMILY.format("Anima")),
+    PatchKind("qwen_image_diffsynth_controlnet", "Qwen-Image DiffSynth ControlNet", "Qwen-Image",
+              _has("controlnet_blocks.0.y_rms.weight"), _NO_FAMILY.format("Qwen-Image")),
+    PatchKind(USO, "USO style projector", "Flux", _has(USO_MARKER)),
+    PatchKind("z_image_fun_controlnet", "Z-Image Fun ControlNet", "Z-Image",
+              _has("control_all_x_embedder.2-1.weight"), _NO_FAMILY.format("Z-Image")),
+    PatchKind("qwen_image_21_fun_controlnet", "Qwen-Image 2.1 Fun ControlNet", "Qwen-Image",
+              _has("control_img_in.weight", "control_blocks.0.img_mlp.out.weight"), _NO_FAMILY.format("Qwen-Image")),
+    PatchKind("minimax_h3_fun_controlnet", "MiniMax H3 Fun ControlNet", "MiniMax H3",
+              _has("control_proj_in.weight", "control_blocks.0.adaln_proj.linear.weight",
+                   "control_blocks.0.after_proj.weight", "control_blocks.0.before_proj.weight"),
+              _NO_FAMILY.format("MiniMax H3")),
+    PatchKind("wan_uni3c_controlnet", "Wan Uni3C ControlNet", "Wan", _has("controlnet_patch_embedding.weight"),
+              _NO_NODE.format("Wan")),
+    PatchKind("ltx_duration_head", "LTX duration head", "LTX-Video",
+              lambda names: "attention_pooler.query_tokens" in names
+              or any(k.endswith("duration_head.attention_pooler.query_tokens") for k in names),
+              _NO_FAMILY.format("LTX-Video")),
+    PatchKind("wan_multitalk", "Wan MultiTalk audio patch", "Wan", _has("audio_proj.proj1.weight"),
+              _NO_NODE.format("Wan")),
+    PatchKind("supir", "SUPIR", "SDXL",
+              lambda names: ("model.control_model.input_hint_block.0.weight" in names
+                             or "control_model.input_hint_block.0.weight" in names),
+              _NO_NODE.format("SDXL")),
+)
+
+
+class UnsupportedModelPatchError(ModelPatchError):
+    """A model patch file of a kind ComfyUI loads but this engine does not build; `kind` names it."""
+
+    def __init__(self, path: str | Path, kind: PatchKind) -> None:
+        self.path = Path(path)
+        self.kind = kind.name
+        super().__init__(f"{self.path}: a {kind.title} model patch (for {kind.family}) is not supported: "
+                         f"{kind.refused}")
+
+
+class UnknownModelPatchError(ModelPatchError):
+    """A file that is none of the model patch kinds (`PATCH_KINDS`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        known = ", ".join(k.title for k in PATCH_KINDS)
+        super().__init__(f"{self.path}: not a model patch file (none of: {known})")
+
+
+def detect_model_patch(names: Mapping[str, Any]) -> PatchKind | None:
+    """The kind of patch whose keys `names` holds (ComfyUI's order), or None."""
+    for kind in PATCH_KINDS:
+        if kind.matches(names):
+            return kind
+    return None
+
+
+def _weight_dtype(checkpoint: CheckpointFile, prefix: str) -> torch.dtype:
+    """ComfyUI's `comfy.utils.weight_dtype`: the floating dtype most tensors are stored in."""
+    counts = Counter(TORCH_DTYPES[info.dtype] for name, info in checkpoint.tensors.items()
+                     if name.startswith(prefix) and TORCH_DTYPES[info.dtype].is_floating_point)
+    return counts.most_common(1)[0][0] if counts else torch.float32
+
+
+def load_model_patch(path: str | Path, *, load_device: torch.device | str | None = None,
+                     offload_device: torch.device | str | None = "cpu", mmap: bool = True) -> Patcher:
+    """A model patch file -> a `Patcher` over its network (stored in the file's weight dtype, on
+    `offload_device`). Raises `UnsupportedModelPatchError` (naming the kind) for a patch that
+    is recognised but not built here, `UnknownModelPatchError` for any other file,
+    `ModelPatchError` for a USO file whose tensors disagree, and the checkpoint reader's
+    `CheckpointError` for an unreadable file."""
+    with CheckpointFile(path) as checkpoint:
+        kind = detect_model_patch(checkpoint.tensors)
+        if kind is None:
+            raise UnknownModelPatchError(checkpoint.path)
+        if kind.refused is not None:
+            raise UnsupportedModelPatchError(checkpoint.path, kind)
+        try:
+            config = UsoProjectorConfig.detect_from_weights(checkpoint.tensors, USO_PREFIX)
+        except ModelPatchError as exc:
+            raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
+        dtype = _weight_dtype(checkpoint, USO_PREFIX)
+        try:
+            module = materialize(build_on_meta(lambda: UsoStyleProjector(config)), checkpoint, USO_PREFIX, dtype,
+                                 "USO style projector", zero_copy=mmap)
+        except CheckpointError as exc:
+            raise ModelPatchError(str(exc)) from None
+    module.eval()
+    module.requires_grad_(False)
+    if offload_device is not None:
+        module.to(offload_device)
+    return Patcher(module, load_device=load_device, offload_device=offload_device)
+
+
+__all__ = ["PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError", "UnsupportedModelPatchError",
+           "detect_model_patch", "load_model_patch"]
