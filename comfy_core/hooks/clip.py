@@ -134,7 +134,7 @@ class HookedClip(CLIP):
             encoded = ranged.encode_from_tokens(tokens, return_pooled="unprojected" if unprojected else True,
                                                 return_dict=True)
             cond = encoded.pop("cond")
-            d = {"pooled_output": encoded["pooled_output"], "clip_start_percent": start, "clip_end_percent": end}
+            d = {**encoded, "clip_start_percent": start, "clip_end_percent": end}  # pooled, attention_mask
             d.update(add_dict)
             out.append([cond, self._hooks_into(d)])
         return out

@@ -16,6 +16,10 @@ original Wan-AI layout `blocks.N.attn.q.weight`... is renamed, `comfy_core.text_
 A umT5 tokenizer is the file's own `spiece_model` tensor, passed on as ComfyUI's `tokenizer_data`
 (ComfyUI's `load_text_encoder_state_dicts` does so for CLIPType.WAN); a umT5 file without one is refused
 before its weights are read (`MissingTokenizerError`).
+
+Qwen3 files (`model.layers.N.self_attn.q_norm.weight`..., ComfyUI's `qwen_3_4b.safetensors` and
+the Hugging Face layout) are a Qwen3 tower (`comfy_core.text_encoders.qwen3`), slot `qwen3_4b` for
+Z-Image (CLIPLoader type "lumina2"), kept in the file's dtype as ComfyUI keeps its LLM encoders.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from comfy_core.loading import LoadOptions
 from comfy_core.split.clip_types import ClipFilesError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
 from comfy_core.families import FamilyRegistry, default_registry
+from comfy_core.text_encoders.qwen3 import Qwen3Config
 from comfy_core.text_encoders.t5_config import T5Config
 from comfy_core.text_encoders.towers import FP8_STORAGE, build_tower
 from comfy_core.text_encoders.umt5_keys import RenamedMapping, is_wan_layout
@@ -48,7 +53,8 @@ HF_PREFIX = "text_model."
 BIGG_LAYER = 30
 H_LAYER = 22
 SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL",
-              "umt5xxl": "umT5-XXL"}
+              "umt5xxl": "umT5-XXL", "qwen3_06b": "Qwen3-0.6B", "qwen3_2b": "Qwen3-2B", "qwen3_4b": "Qwen3-4B",
+              "qwen3_8b": "Qwen3-8B"}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
 _OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
@@ -90,10 +96,13 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
     tensors = _named(checkpoint.tensors)
     try:
         t5 = T5Config.detect_from_weights(tensors, "")
+        qwen3 = Qwen3Config.detect_from_weights(tensors, "") if t5 is None else None
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     if t5 is not None:
         return t5
+    if qwen3 is not None:
+        return qwen3
     try:
         if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
             config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")
@@ -107,7 +116,7 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         what = next((kind for key, kind in _OTHER_ENCODERS if key in tensors), None)
         raise ClipFilesError(f"{checkpoint.path}: " + (
             f"holds {what}, which this engine cannot load (only CLIP text encoders: CLIP-L, OpenCLIP-H, "
-            "OpenCLIP-bigG, and T5 encoders)" if what else
+            "OpenCLIP-bigG, T5 encoders and Qwen3)" if what else
             "not a CLIP text encoder (no 'text_model.final_layer_norm.weight' nor OpenCLIP's 'ln_final.weight')"))
     slot = slot_for_depth(config.layers)
     config = dataclasses.replace(config, slot=slot, activation="quick_gelu" if slot == "clip_l" else "gelu")
@@ -167,8 +176,10 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
         for checkpoint, config in zip(files, configs):
             # fp8 T5 files stay fp8 (comfy_core.text_encoders.towers.build_tower); the rest in the policy's dtype.
             # Scaled-fp8 files are read as stored too: their fp8 weights and float32 scales are kept.
-            stored = None if isinstance(config, T5Config) and (
-                str(config.dtype) in FP8_STORAGE or config.scaled_fp8) else dtype
+            # Qwen3 towers are read as stored (ComfyUI's `dtype_llama`: the file's dtype).
+            as_stored = isinstance(config, Qwen3Config) or isinstance(config, T5Config) and (
+                str(config.dtype) in FP8_STORAGE or config.scaled_fp8)
+            stored = None if as_stored else dtype
             # fp8 towers are read as stored (their scaled-fp8 scales must stay float32)
             requests = stored_requests(checkpoint, config.prefix) if stored is None else \
                 tensor_requests(checkpoint, config.prefix, stored)

@@ -160,14 +160,15 @@ class CLIP:
                            return_dict: bool = False) -> Any:
         """tokens -> cond [1, T, W]; with `return_pooled` also the pooled output
         (`"unprojected"` skips the text projection); `return_dict` gives
-        `{"cond": cond, "pooled_output": pooled}`."""
+        `{"cond": cond, "pooled_output": pooled}` plus the set's extra outputs (the LLM towers'
+        `attention_mask`), as ComfyUI's `CLIP.encode_from_tokens`."""
         projected = return_pooled != "unprojected"
         with self.patcher.applied() as encoders:
             with torch.no_grad():
-                cond, pooled = encoders.encode_token_weights(tokens, layer_idx=self.layer_idx,
-                                                             projected_pooled=projected)
+                out = encoders.encode_token_weights(tokens, layer_idx=self.layer_idx, projected_pooled=projected)
+        cond, pooled = out[0], out[1]
         if return_dict:
-            return {"cond": cond, "pooled_output": pooled}
+            return {"cond": cond, "pooled_output": pooled, **(out[2] if len(out) > 2 else {})}
         if return_pooled:
             return cond, pooled
         return cond

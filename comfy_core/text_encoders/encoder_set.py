@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 PAD_EOS = 49407
 PAD_ZERO = 0
+CLIP_SKIP_KINDS = ("clip", "qwen3")  # tower kinds whose layer CLIPSetLastLayer chooses
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class EncoderOptions:
     projected_pooled: bool = True
     # Where the tower sits in the family's single-file checkpoints (most specific first).
     prefixes: tuple[str, ...] = ()
-    kind: str = "clip"  # "clip" | "t5": which tower type (comfy_core/text_encoders/towers.py)
+    kind: str = "clip"  # "clip" | "t5" | "umt5" | "qwen3": which tower type (comfy_core/text_encoders/towers.py)
     # AUTOMATIC1111's use of this encoder (comfy_core/prompt/encode.py): its layer (None: the
     # CLIP's clip skip, SD1), whether that hidden state goes through the final norm, and whose
     # tokenizer rules ("transformers" for CLIP-L, "open_clip" for the OpenCLIP towers).
@@ -206,15 +207,20 @@ class TextEncoderSet(nn.Module):
             self.encoder(slot).reset_clip_options()
 
     def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
-                             projected_pooled: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """ComfyUI tokens dict {key: chunks} -> (cond [1, T, sum of widths], pooled [1, P])."""
+                             projected_pooled: bool = True) -> tuple:
+        """ComfyUI tokens dict {key: chunks} -> (cond [1, T, sum of widths], pooled [1, P]); a
+        one-tower set passes its tower's extra outputs on as a third item (`{"attention_mask":
+        [1, T]}` of the LLM towers), as ComfyUI's SD1ClipModel returns its tower's tuple."""
         outputs: dict[str, torch.Tensor] = {}
         pooled_by_slot: dict[str, torch.Tensor | None] = {}
+        extras: dict[str, Any] = {}
         skip_clips = self.spec.combine.skip_clips(self.spec, tokens)
         for base in self.spec.encoders:
             if base.slot not in self.slots or (skip_clips and base.kind == "clip"):
                 continue
-            options = with_clip_layer(base, layer_idx) if base.kind == "clip" else base
+            # Clip skip reaches CLIP towers and the LLM towers (ComfyUI's SD1ClipModel passes
+            # set_clip_options to its one Qwen3 tower: CLIPSetLastLayer picks its block).
+            options = with_clip_layer(base, layer_idx) if base.kind in CLIP_SKIP_KINDS else base
             options = replace(options, projected_pooled=projected_pooled and options.projected_pooled)
             if options.token_key not in tokens:
                 raise TokenizeError(f"tokens for encoder set {self.spec.name} lack key {options.token_key!r} "
@@ -226,7 +232,12 @@ class TextEncoderSet(nn.Module):
             with encoder.using_options(options):
                 out = encoder.encode_token_weights(tokens[options.token_key])
             outputs[options.slot], pooled_by_slot[options.slot] = out[0], out[1]
-        return combine_outputs(self.spec, outputs, pooled_by_slot)
+            if len(out) > 2 and out[2]:
+                extras[options.slot] = out[2]
+        combined = combine_outputs(self.spec, outputs, pooled_by_slot)
+        if len(self.slots) == 1 and extras:
+            return (*combined, dict(extras[self.slots[0]]))
+        return combined
 
 
 def combine_outputs(spec: EncoderSetSpec, outputs: Mapping[str, torch.Tensor],

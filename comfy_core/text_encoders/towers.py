@@ -4,8 +4,11 @@ An `EncoderOptions.kind` names one: "clip" (CLIP / OpenCLIP text transformers: `
 `ClipTextEncoder`, the CLIP BPE `SDTokenizer`) or "t5" (T5 encoders: `T5Config`, `T5TextEncoder`,
 `T5XXLTokenizer`) or "umt5" (Wan's umT5: `T5Config` with a table per block, `umt5.UMT5XXlModel`,
 `umt5_tokenizer.UMT5XXlTokenizer` over the file's own SentencePiece model, given as ComfyUI's
-`tokenizer_data`). The factory and the split-file loader go through these three functions, so an
-encoder set mixing CLIP and T5 towers (SD3, Flux) is built like a CLIP-only one.
+`tokenizer_data`) or "qwen3" (Qwen3 decoders used as encoders, Z-Image's Qwen3-4B:
+`qwen3.Qwen3Config`, `qwen3.Qwen3TextEncoder`, `qwen_tokenizer.QwenTokenizer` over the shipped
+Qwen vocabulary; kept in the file's dtype, as ComfyUI keeps its LLM encoders). The factory and the
+split-file loader go through these functions, so an encoder set mixing CLIP and T5 towers (SD3,
+Flux) is built like a CLIP-only one.
 """
 from __future__ import annotations
 
@@ -20,11 +23,21 @@ from comfy_core.text_encoders.t5_config import T5Config, T5DetectionError
 KIND_CLIP = "clip"
 KIND_T5 = "t5"
 KIND_UMT5 = "umt5"
+KIND_QWEN3 = "qwen3"
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
+    if options.kind == KIND_QWEN3:
+        from comfy_core.text_encoders.qwen3 import Qwen3Config
+
+        config = Qwen3Config.detect_from_weights(tensors, prefix)
+        if config is not None and config.slot != options.slot:
+            import dataclasses
+
+            config = dataclasses.replace(config, slot=options.slot)
+        return config
     if options.kind in (KIND_T5, KIND_UMT5):
         config = T5Config.detect_from_weights(tensors, prefix)
         if config is not None and config.relative_attention_per_block != (options.kind == KIND_UMT5):
@@ -41,14 +54,21 @@ def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOption
 
 
 def keeps_stored_fp8(config: Any) -> bool:
-    """Whether a tower of this config is built from its file's fp8 tensors as stored (T5 and umT5:
-    see `build_tower`), so a loader requests them without a cast."""
-    return isinstance(config, T5Config)
+    """Whether a tower of this config is built from its file's fp8 tensors as stored (T5, umT5 and
+    Qwen3: see `build_tower`), so a loader requests them without a cast."""
+    from comfy_core.text_encoders.qwen3 import Qwen3Config
+
+    return isinstance(config, (T5Config, Qwen3Config))
 
 
 def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:
     """The encoder module of a detected tower. T5 files stored in fp8 stay fp8 (cast per layer as
-    they run, as ComfyUI keeps `dtype_t5`): an fp8 T5-XXL is 5 GB, 19 GB in float32."""
+    they run, as ComfyUI keeps `dtype_t5`): an fp8 T5-XXL is 5 GB, 19 GB in float32. Qwen3 towers
+    keep every tensor as given (ComfyUI's `dtype_llama`, the file's dtype); they compute in float32."""
+    from comfy_core.text_encoders.qwen3 import Qwen3Config, build_qwen3_encoder
+
+    if isinstance(config, Qwen3Config):
+        return build_qwen3_encoder(config, state_dict, None)
     if isinstance(config, T5Config):
         stored = None if str(config.dtype) in FP8_STORAGE else dtype
         if config.relative_attention_per_block:
@@ -68,6 +88,11 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
     """The tokenizer of one tower of a set (see `comfy_core.text_encoders.factory.make_tokenizer`).
     `tokenizer_data`: ComfyUI's, what a tower's file carries for its tokenizer (umT5's
     `spiece_model`); a umT5 tower without it is a `MissingTokenizerError`."""
+    if options.kind == KIND_QWEN3:
+        from comfy_core.text_encoders.qwen_tokenizer import QwenTokenizer
+
+        return QwenTokenizer(options.token_key, config.width, min_length=options.min_length,
+                             pad_token=options.pad_token)
     if options.kind == KIND_UMT5:
         from comfy_core.text_encoders.umt5_tokenizer import umt5_tokenizer
 

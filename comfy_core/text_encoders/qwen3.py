@@ -1,0 +1,526 @@
+"""The Qwen3 text tower (Qwen Team 2025, "Qwen3 Technical Report"): Z-Image's Qwen3-4B encoder,
+as ComfyUI's `comfy/text_encoders/llama.py` (`Qwen3_4BConfig`, `Llama2_`) and `z_image.py`
+(`Qwen3_4BModel`) run it.
+
+Weights: transformers' `Qwen3Model` modules (`embed_tokens`, `layers.N.self_attn.{q,k,v,o}_proj`,
+`layers.N.self_attn.{q,k}_norm`, `layers.N.mlp.{gate,up,down}_proj`, `layers.N.input_layernorm`,
+`layers.N.post_attention_layernorm`, `norm`) held as `transformer.model`, so the parameter names are
+ComfyUI's (`qwen3_4b.transformer.model.layers.0...` in the set). Files: ComfyUI's
+`qwen_3_4b.safetensors` and the Hugging Face checkpoint are the same layout, `model.*` (an
+`lm_head.weight` is ignored: an encoder never reads it); in single files the tower sits under
+`text_encoders.qwen3_4b.transformer.`. Built on transformers' classes (the pinned major version)
+for the modules and names only; the forward pass is ours, so that every layer computes in float32
+whatever the weights are stored in (bf16, fp16, fp8: one layer's weights cast at a time,
+`compute_in_float32`, ComfyUI's `manual_cast`) and attention goes through the backend in force.
+
+The block (pre-norm decoder, causal): RMSNorm; q/k/v projections without bias; per-head RMSNorm of
+q and k (Qwen3's QK-norm), then rotary position embedding (Su et al. 2021, "RoFormer", the
+rotate-half form, theta 1e6) on q and k; grouped-query attention (k/v heads shared by
+`heads // kv_heads` query heads); output projection; RMSNorm; SwiGLU feed-forward
+`down(silu(gate(x)) * up(x))`. The attention mask is ComfyUI's: causal (`finfo.min / 4` above the
+diagonal), plus `finfo.min / 4` on the keys the token mask excludes.
+
+`Qwen3TextEncoder` is ComfyUI's `SDClipModel` as `Qwen3_4BModel` sets it up: layer "hidden", index
+-2 (the state after the next-to-last block), no final norm on it (`layer_norm_hidden_state=False`),
+special tokens `{"pad": 151643}` (no start, no end), attention masks used and returned
+(`enable_attention_masks`, `return_attention_masks`); the token mask is 1 up to the first pad
+token, which and everything after it is 0 (a row that starts with pads is left-padded: those are
+0 until the first other token). No pooled output. Prompt weights interpolate from an all-pad
+"empty" row, as `ClipTokenWeightEncoder` does (Z-Image's tokenizer disables weights anyway).
+"""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from comfy_core.attention.calling import attention_in_force
+from comfy_core.checkpoint.meta_build import meta_build
+from comfy_core.models.float32_compute import compute_in_float32
+from comfy_core.text_encoders.encoder import TokenEmbedding, resolve_layer
+from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError, TokenizeError
+from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
+from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids
+from comfy_core.text_encoders.weighting import interpolate_from_empty
+
+MARKER = "model.layers.0.self_attn.q_norm.weight"  # Qwen3 (QK-norm); Qwen2.5 and Llama have none
+GEMMA_MARKER = "model.layers.0.post_feedforward_layernorm.weight"  # Gemma 2 / 3 (ComfyUI tests it first)
+QWEN3_4B_SLOT = "qwen3_4b"
+# ComfyUI's names of the Qwen3 towers by width (`comfy/sd.py: detect_te_model`); any other width
+# (a reduced test model) is named as the 4B, the encoder Z-Image uses.
+SLOTS_BY_WIDTH = {1024: "qwen3_06b", 2048: "qwen3_2b", 2560: QWEN3_4B_SLOT, 4096: "qwen3_8b"}
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
+
+class Qwen3DetectionError(TextEncoderDetectionError, ValueError):
+    """A Qwen3 tower's tensors are incomplete or inconsistent (names the key at fault)."""
+
+
+class Qwen3KeyError(TextEncoderKeyError, ValueError):
+    """A Qwen3 state-dict key is missing, unknown, unsupported or of the wrong shape."""
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """One Qwen3 decoder used as a text encoder: where its keys are and how it is shaped. What
+    shapes cannot show is Qwen3's published configuration (RMS epsilon 1e-6, rope theta 1e6)."""
+
+    prefix: str  # the part before `model.` ("" for text-encoder files)
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    dtype: str = "F32"  # storage dtype of the file's weights (safetensors name), from the final norm
+    slot: str = QWEN3_4B_SLOT
+
+    @property
+    def width(self) -> int:
+        return self.hidden_size
+
+    @property
+    def layers(self) -> int:
+        return self.num_layers
+
+    @classmethod
+    def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "Qwen3Config | None":
+        """The config of the Qwen3 tower under `prefix`, or None when there is none.
+
+        `tensors`: name -> object with `.shape` (and optionally `.dtype`): a safetensors header
+        or a state dict, never tensor data. Raises `Qwen3DetectionError` for incomplete or
+        inconsistent towers.
+        """
+        if prefix + MARKER not in tensors or prefix + GEMMA_MARKER in tensors:
+            return None  # no QK-norm, or Gemma 3's (QK-norm with sandwich norms around the MLP)
+        model = prefix + "model."
+        vocab, hidden = _shape(tensors, model + "embed_tokens.weight", 2)
+        _expect(model + "norm.weight", _shape(tensors, model + "norm.weight", 1), (hidden,))
+        attn = model + "layers.0.self_attn."
+        (head_dim,) = _shape(tensors, attn + "q_norm.weight", 1)
+        q_out, _ = _shape(tensors, attn + "q_proj.weight", 2)
+        k_out, _ = _shape(tensors, attn + "k_proj.weight", 2)
+        if q_out % head_dim or k_out % head_dim:
+            raise Qwen3DetectionError(f"{attn}q_proj / k_proj: {q_out} / {k_out} outputs do not split into "
+                                      f"heads of {head_dim} (q_norm's width)")
+        heads, kv_heads = q_out // head_dim, k_out // head_dim
+        if heads % kv_heads:
+            raise Qwen3DetectionError(f"{attn}: {heads} query heads do not share {kv_heads} key/value heads evenly")
+        intermediate, _ = _shape(tensors, model + "layers.0.mlp.gate_proj.weight", 2)
+        indices = {int(m.group(1)) for name in tensors if name.startswith(model)
+                   for m in [_LAYER.match(name[len(prefix):])] if m}
+        layers = max(indices) + 1
+        if sorted(indices) != list(range(layers)):
+            raise Qwen3DetectionError(f"{model}layers: block indices {sorted(indices)} are not 0..{layers - 1}")
+        config = cls(prefix=prefix, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
+                     num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
+                     dtype=str(getattr(tensors[model + "norm.weight"], "dtype", "F32")),
+                     slot=SLOTS_BY_WIDTH.get(hidden, QWEN3_4B_SLOT))
+        for index in range(layers):
+            for name, shape in config.block_shapes(index).items():
+                _expect(model + name, _shape(tensors, model + name, len(shape)), shape)
+        if model + "layers.0.self_attn.q_proj.bias" in tensors:
+            raise Qwen3DetectionError(f"{attn}q_proj.bias: Qwen3 projections have no bias (a Qwen2-style model?)")
+        return config
+
+    def block_shapes(self, index: int) -> dict[str, tuple[int, ...]]:
+        """Name (relative to `model.`) -> shape of every weight of block `index`."""
+        base = f"layers.{index}."
+        inner, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return {
+            base + "input_layernorm.weight": (self.hidden_size,),
+            base + "self_attn.q_proj.weight": (inner, self.hidden_size),
+            base + "self_attn.k_proj.weight": (kv, self.hidden_size),
+            base + "self_attn.v_proj.weight": (kv, self.hidden_size),
+            base + "self_attn.o_proj.weight": (self.hidden_size, inner),
+            base + "self_attn.q_norm.weight": (self.head_dim,),
+            base + "self_attn.k_norm.weight": (self.head_dim,),
+            base + "post_attention_layernorm.weight": (self.hidden_size,),
+            base + "mlp.gate_proj.weight": (self.intermediate_size, self.hidden_size),
+            base + "mlp.up_proj.weight": (self.intermediate_size, self.hidden_size),
+            base + "mlp.down_proj.weight": (self.hidden_size, self.intermediate_size),
+        }
+
+    def to_transformers(self) -> Any:
+        """transformers' `Qwen3Config` for a model of this shape."""
+        from transformers import Qwen3Config as HFQwen3Config
+
+        config = HFQwen3Config(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta}, attention_bias=False,
+            tie_word_embeddings=True, use_cache=False, max_position_embeddings=40960)
+        config._attn_implementation = "sdpa"
+        return config
+
+
+def _shape(tensors: Mapping[str, Any], key: str, ndim: int) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(d) for d in tensors[key].shape)
+    except KeyError:
+        raise Qwen3DetectionError(f"Qwen3 key {key!r} is missing") from None
+    if len(shape) != ndim:
+        raise Qwen3DetectionError(f"Qwen3 key {key!r}: expected {ndim} dimensions, got shape {shape}")
+    return shape
+
+
+def _expect(key: str, shape: tuple[int, ...], expected: tuple[int, ...]) -> None:
+    if shape != expected:
+        raise Qwen3DetectionError(f"Qwen3 key {key!r}: expected shape {expected}, got {shape}")
+
+
+@dataclass(frozen=True)
+class Qwen3Options:
+    """How the tower runs when no encoder set gave it options (ComfyUI's `Qwen3_4BModel`
+    defaults). An encoder set's `EncoderOptions` for the slot works the same (read: pad_token,
+    layer_idx, layer_norm_hidden)."""
+
+    slot: str = QWEN3_4B_SLOT
+    token_key: str = QWEN3_4B_SLOT
+    pad_token: int = PAD_ID
+    layer_idx: int | None = -2  # the state after the next-to-last block
+    layer_norm_hidden: bool = False
+    projected_pooled: bool = False
+
+
+def token_mask(rows: Sequence[Sequence[Any]], pad_token: int) -> torch.Tensor:
+    """[B, T] ComfyUI's `SDClipModel.process_tokens` mask for a tower without an end token: 1 up
+    to the first pad token, 0 from it on; leading pads (left padding) are 0 and do not end the
+    row; embedding vectors count 1 wherever they are."""
+    masks = []
+    for row in rows:
+        mask, ended, left_pad = [], False, False
+        for index, token in enumerate(row):
+            if isinstance(token, torch.Tensor):
+                mask.append(1)
+                continue
+            token = int(token)
+            if index == 0 and token == pad_token:
+                left_pad = True
+            if ended or (left_pad and token == pad_token):
+                mask.append(0)
+            else:
+                mask.append(1)
+                left_pad = False
+            if not ended and token == pad_token and not left_pad:
+                mask[-1] = 0
+                ended = True
+        masks.append(mask)
+    return torch.tensor(masks, dtype=torch.long)
+
+
+def rotary_tables(length: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [T, head_dim] float32 of the rotate-half RoPE at positions 0..T-1."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    freqs = torch.arange(length, device=device, dtype=torch.float32)[:, None] * inv_freq[None, :]  # [T, d/2]
+    angles = torch.cat((freqs, freqs), dim=-1)  # [T, d]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, H, d] rotated: x * cos + rotate_half(x) * sin (rotate_half: (-x2, x1))."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[None, :, None, :] + rotated * sin[None, :, None, :]
+
+
+def attention_bias(mask: torch.Tensor | None, length: int, device: torch.device) -> torch.Tensor:
+    """Additive float32 bias [B or 1, 1, T, T]: ComfyUI's `Llama2_` mask, `finfo.min / 4` on the
+    keys the token mask excludes plus `finfo.min / 4` above the diagonal (causal)."""
+    low = torch.finfo(torch.float32).min / 4
+    bias = torch.full((length, length), low, dtype=torch.float32, device=device).triu_(1)[None, None]
+    if mask is None:
+        return bias
+    excluded = (mask.to(device) == 0)[:, None, None, :]  # [B, 1, 1, T]
+    return bias + torch.zeros(excluded.shape, dtype=torch.float32, device=device).masked_fill(excluded, low)
+
+
+class Qwen3Transformer(nn.Module):
+    """ComfyUI's `Qwen3_4B` (`llama.py`): the decoder as `model`, `get_input_embeddings()`."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.layers)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, embeddings: nn.Module) -> None:
+        self.model.embed_tokens = embeddings
+
+
+class Qwen3TextEncoder(nn.Module):
+    """One Qwen3 tower, ComfyUI's `Qwen3_4BModel` surface (an `SDClipModel`) for our
+    `TextEncoderSet` (see the module doc)."""
+
+    options: Any = None  # the set's EncoderOptions for this slot, else Qwen3Options()
+    default_options: Any = None
+    zero_out_masked = False
+
+    def __init__(self, config: Qwen3Config, transformer: Qwen3Transformer) -> None:
+        super().__init__()
+        self.config = config
+        self.transformer = transformer
+        self.enable_attention_masks = True
+        self.return_attention_masks = True
+        self.options = self.default_options = Qwen3Options(slot=config.slot, token_key=config.slot)
+
+    # --- ComfyUI's SDClipModel surface ---
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return {"pad": int(getattr(self.options, "pad_token", PAD_ID))}
+
+    @property
+    def num_layers(self) -> int:
+        return self.transformer.num_layers
+
+    @property
+    def width(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Storage dtype of the weights (computation is float32)."""
+        return self.token_embedding().weight.dtype
+
+    @property
+    def layer_idx(self) -> int | None:
+        return self.options.layer_idx
+
+    @property
+    def layer(self) -> str:
+        return "last" if self.layer_idx is None else "hidden"
+
+    def set_clip_options(self, options: Mapping[str, Any]) -> None:
+        """ComfyUI's `set_clip_options`: `{"layer": n}` selects block n's output (None, or beyond
+        the depth: the final normed output). Lasts until `reset_clip_options`."""
+        if "layer" in options:
+            layer = options["layer"]
+            layer_idx = None if layer is None or abs(layer) > self.num_layers else int(layer)
+            self.options = replace(self.options, layer_idx=layer_idx)
+
+    def reset_clip_options(self) -> None:
+        self.options = self.default_options
+
+    @contextmanager
+    def using_options(self, options: Any) -> Iterator[None]:
+        """Run with `options` for the duration, then restore (the encoder set encodes inside it)."""
+        saved = self.options
+        self.options = options
+        try:
+            yield
+        finally:
+            self.options = saved
+
+    def token_embedding(self) -> nn.Module:
+        """ComfyUI's `transformer.get_input_embeddings()` (a pack may have wrapped it)."""
+        return self.transformer.get_input_embeddings()
+
+    def load_sd(self, sd: Mapping[str, torch.Tensor]) -> Any:
+        """ComfyUI's `load_sd`: copy `sd` (transformer-relative names, `model.layers...`) in, non-strict."""
+        return self.transformer.load_state_dict(sd, strict=False)
+
+    def forward(self, tokens: Any) -> tuple:
+        """ComfyUI's `SDClipModel.forward(tokens)`: token rows (an id tensor [B, T], or lists of ids
+        and embedding vectors) -> (states [B, T, W] float32, None, {"attention_mask": [B, T]})."""
+        rows = tokens.tolist() if isinstance(tokens, torch.Tensor) else [list(row) for row in tokens]
+        pad = self.special_tokens["pad"]
+        ids, overrides = chunks_to_ids(rows, self.width, mismatch_pad=pad)
+        mask = token_mask(rows, pad)
+        if mask.shape != ids.shape:  # an embedding of another width was dropped: its pad is masked
+            mask = torch.cat([mask, torch.zeros(mask.shape[0], ids.shape[1] - mask.shape[1], dtype=mask.dtype)], 1)
+        hidden = self.encode_ids(ids, overrides, layer_idx=self.options.layer_idx,
+                                 layer_norm_hidden=self.options.layer_norm_hidden,
+                                 attention_mask=mask if self.enable_attention_masks else None)
+        if self.zero_out_masked:
+            hidden = hidden * mask.to(device=hidden.device, dtype=hidden.dtype).unsqueeze(-1)
+        if self.return_attention_masks:
+            return hidden, None, {"attention_mask": mask.to(hidden.device)}
+        return hidden, None
+
+    def encode(self, tokens: Any) -> tuple:
+        return self(tokens)
+
+    def empty_tokens(self, length: int) -> list[int]:
+        """ComfyUI's `gen_empty_tokens` without start and end tokens: `length` pad tokens."""
+        return [self.special_tokens["pad"]] * length
+
+    def encode_token_weights(self, token_weight_pairs: Sequence[Sequence[Any]]) -> tuple:
+        """ComfyUI's `ClipTokenWeightEncoder.encode_token_weights`: (token, weight) chunks ->
+        (cond [1, n*T, W] float32, None, {"attention_mask": [1, n*T]}). With weights other than 1,
+        an empty row (pads up to the longest chunk) is encoded in the same batch and each
+        weighted token becomes `z_empty + (z - z_empty) * w`."""
+        rows = [[pair[0] for pair in chunk] for chunk in token_weight_pairs]
+        weights = [[float(pair[1]) for pair in chunk] for chunk in token_weight_pairs]
+        has_weights = any(w != 1.0 for row in weights for w in row)
+        sections = len(rows)
+        to_encode = list(rows)
+        if has_weights or sections == 0:
+            to_encode.append(self.empty_tokens(max((len(r) for r in rows), default=0)))
+        with torch.no_grad():
+            out = self(to_encode)
+        hidden = out[0]  # [N, T, W]
+        if sections == 0:
+            cond = hidden[-1:]
+        else:
+            parts = []
+            for index in range(sections):
+                z = hidden[index]
+                if has_weights:
+                    z = interpolate_from_empty(z, hidden[-1], torch.tensor(weights[index], device=z.device))
+                parts.append(z[None])
+            cond = torch.cat(parts, dim=-2)
+        if len(out) > 2:
+            return cond, None, {"attention_mask": out[2]["attention_mask"][:sections].flatten().unsqueeze(0)}
+        return cond, None
+
+    # --- the forward pass ---
+
+    def encode_ids(self, ids: torch.Tensor, overrides: Sequence[EmbeddingOverride] = (),
+                   layer_idx: int | None = -2, layer_norm_hidden: bool = False,
+                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] -> the selected states [B, T, W] float32.
+
+        `layer_idx`: None for the final normed output, else block `layer_idx`'s output (negative
+        counts from the end), through the final norm when `layer_norm_hidden`. The blocks after
+        the chosen one are not run (their output is not used). `attention_mask` [B, T] (1 attend)
+        masks keys besides the causal mask.
+        """
+        if ids.dim() != 2:
+            raise TokenizeError(f"qwen3: token ids must be [batch, tokens], got shape {tuple(ids.shape)}")
+        embedding = self.token_embedding()
+        ids = ids.to(device=embedding.weight.device, dtype=torch.long)
+        if int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0:
+            raise TokenizeError(f"qwen3: token id {int(ids.max())} is outside this encoder's "
+                                f"{self.config.vocab_size}-token table")
+        x = embedding(ids, out_dtype=torch.float32)  # [B, T, W]
+        if embedding.weight.dtype in FP8_DTYPES:
+            x = torch.nan_to_num(x)
+        if overrides:
+            x = _apply_overrides(x, overrides)
+        length = ids.shape[1]
+        cos, sin = rotary_tables(length, self.config.head_dim, self.config.rope_theta, x.device)  # [T, d]
+        bias = attention_bias(attention_mask, length, x.device)  # [B or 1, 1, T, T]
+        model = self.transformer.model
+        target = resolve_layer(layer_idx, self.num_layers)
+        for index, block in enumerate(model.layers):
+            x = self._block(block, x, cos, sin, bias)
+            if index == target:
+                return (compute_in_float32(model.norm, x) if layer_norm_hidden else x).float()
+        return compute_in_float32(model.norm, x).float()
+
+    def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               bias: torch.Tensor) -> torch.Tensor:
+        """One Qwen3 decoder block (see the module doc)."""
+        config = self.config
+        batch, length, _ = x.shape
+        attn = block.self_attn
+        normed = compute_in_float32(block.input_layernorm, x)  # [B, T, W]
+        q = compute_in_float32(attn.q_proj, normed).view(batch, length, config.num_heads, config.head_dim)
+        k = compute_in_float32(attn.k_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
+        v = compute_in_float32(attn.v_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
+        q = apply_rotary(compute_in_float32(attn.q_norm, q), cos, sin)  # [B, T, H, d]
+        k = apply_rotary(compute_in_float32(attn.k_norm, k), cos, sin)  # [B, T, KV, d]
+        groups = config.num_heads // config.num_kv_heads
+        if groups > 1:  # grouped-query attention: each k/v head serves `groups` query heads
+            k = k.repeat_interleave(groups, dim=2)
+            v = v.repeat_interleave(groups, dim=2)
+        out = attention_in_force(q.reshape(batch, length, -1), k.reshape(batch, length, -1),
+                                 v.reshape(batch, length, -1), config.num_heads, mask=bias)  # [B, T, H*d]
+        x = x + compute_in_float32(attn.o_proj, out)
+        normed = compute_in_float32(block.post_attention_layernorm, x)
+        mlp = block.mlp
+        inner = F.silu(compute_in_float32(mlp.gate_proj, normed)) * compute_in_float32(mlp.up_proj, normed)
+        return x + compute_in_float32(mlp.down_proj, inner)
+
+
+def _apply_overrides(embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride]) -> torch.Tensor:
+    """Input embeddings [B, T, W] with the given positions replaced by embedding vectors."""
+    embeds = embeds.clone()
+    batch, length, width = embeds.shape
+    for override in overrides:
+        vectors = override.vectors if override.vectors.dim() == 2 else override.vectors[None]
+        end = override.position + vectors.shape[0]
+        if vectors.shape[-1] != width or not (0 <= override.row < batch) or override.position < 0 or end > length:
+            raise TokenizeError(f"qwen3: embedding override {tuple(vectors.shape)} at row {override.row}, "
+                                f"positions {override.position}..{end - 1} does not fit [{batch}, {length}, {width}]")
+        embeds[override.row, override.position:end] = vectors.to(device=embeds.device, dtype=embeds.dtype)
+    return embeds
+
+
+# Keys a Qwen3 file may hold that the encoder does not read: the language-model head (Qwen3-8B
+# has an untied one), ComfyUI's SDClipModel `logit_scale`.
+_IGNORED_KEYS = ("lm_head.weight", "logit_scale")
+
+
+def qwen3_state_dict(config: Qwen3Config, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The file's tensors under `config.prefix` -> `Qwen3Model` names (without `model.`). Unknown
+    keys under the prefix (scaled-fp8 scales and quantisation metadata included) are a
+    `Qwen3KeyError`, never dropped silently."""
+    prefix, model = config.prefix, config.prefix + "model."
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        if not key.startswith(prefix):
+            continue
+        name = key[len(prefix):]
+        if name in _IGNORED_KEYS:
+            continue
+        if key.startswith(model) and name.endswith(".weight"):
+            out[key[len(model):]] = tensor
+        else:
+            raise Qwen3KeyError(f"Qwen3 key {key!r} is not a weight of a Qwen3 text encoder"
+                                + (" (scaled-fp8 / quantised Qwen3 files are not supported yet)"
+                                   if "scale" in name or "quant" in name else ""))
+    return out
+
+
+def build_qwen3_encoder(config: Qwen3Config, state_dict: Mapping[str, torch.Tensor],
+                        dtype: torch.dtype | None = None) -> Qwen3TextEncoder:
+    """Build on the meta device, then load the file's tensors with `assign=True`.
+
+    `dtype`: the storage dtype (computation is float32 anyway); None keeps each tensor as the file
+    stores it, as ComfyUI keeps its LLM encoders in the file's dtype (`dtype_llama`). Tensors
+    already in `dtype` are used as they are (mmap views stay views).
+    """
+    from transformers import Qwen3Model
+
+    with meta_build():
+        model = Qwen3Model(config.to_transformers())
+    # RoPE tables are computed per call (`rotary_tables`); transformers' buffer is not ours to hold.
+    model.rotary_emb = None
+    model.embed_tokens.__class__ = TokenEmbedding  # ComfyUI's embedding(ids, out_dtype) convention
+    expected = model.state_dict()
+    converted = qwen3_state_dict(config, state_dict)
+    missing = sorted(set(expected) - set(converted))
+    if missing:
+        shown = [config.prefix + "model." + m for m in missing[:5]]
+        raise Qwen3KeyError(f"Qwen3 encoder (prefix {config.prefix!r}) is missing keys: "
+                            f"{shown}{' ...' if len(missing) > 5 else ''}")
+    loaded: dict[str, torch.Tensor] = {}
+    for name, tensor in converted.items():
+        key = config.prefix + "model." + name
+        if name not in expected:
+            raise Qwen3KeyError(f"Qwen3 key {key!r} is not a parameter of this {config.num_layers}-block encoder")
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise Qwen3KeyError(f"Qwen3 key {key!r}: expected shape {tuple(expected[name].shape)}, "
+                                f"got {tuple(tensor.shape)}")
+        loaded[name] = tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
+    model.load_state_dict(loaded, strict=True, assign=True)
+    model.eval()
+    model.requires_grad_(False)
+    return Qwen3TextEncoder(config, Qwen3Transformer(model))
