@@ -2,8 +2,9 @@
 
 One way out for every node, however it was declared: `input`, `input_order`, `output`,
 `output_is_list`, `output_name`, `name`, `display_name`, `description`, `python_module`,
-`category`, `output_node`, plus `output_tooltips` / `deprecated` / `experimental` / `api_node`
-only when they apply.
+`category`, `output_node`, `is_input_list`, `has_intermediate_output`, `search_aliases` (today's
+ComfyUI adds the last three to every node), plus `output_tooltips` / `deprecated` / `experimental` /
+`api_node` only when they apply.
 """
 from __future__ import annotations
 
@@ -51,14 +52,19 @@ def node_info(spec: NodeSpec, env: Any = None) -> dict:
         "category": spec.category,
         "output_node": spec.output_node,
     }
-    if any(o.tooltip is not None for o in spec.outputs):
-        info["output_tooltips"] = [o.tooltip or "" for o in spec.outputs]
+    if any(o.tooltip is not None for o in spec.outputs) and "output_tooltips" not in head:
+        info["output_tooltips"] = [o.tooltip or "" for o in spec.outputs]  # V1's; a V3 renderer gives its own
     if spec.deprecated:
         info["deprecated"] = True
     if spec.experimental:
         info["experimental"] = True
     if spec.api_node:
         info["api_node"] = True
-    for key, value in head.items():  # extra keys a custom renderer adds (V3 flags, ...)
+    for key, value in head.items():  # extra keys a custom renderer adds (V3 flags, V1 class attributes)
         info.setdefault(key, value)
+    # Today's ComfyUI renders every V1 node with these three (server.py `node_info`); the frontend
+    # reads them. A renderer's own values (a V3 schema, a pack's class attributes) win.
+    info.setdefault("is_input_list", spec.input_is_list)
+    info.setdefault("has_intermediate_output", False)
+    info.setdefault("search_aliases", [])
     return info

@@ -147,10 +147,18 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
 def _render_v1(cls: type) -> dict:
     """The `input`/`input_order` part of /object_info: `INPUT_TYPES()` as returned."""
     input_types = cls.INPUT_TYPES()
-    return {
+    rendered = {
         "input": input_types,
         "input_order": {section: list(values.keys()) for section, values in input_types.items()},
+        # The class attributes today's ComfyUI renders (server.py `node_info`).
+        "has_intermediate_output": getattr(cls, "HAS_INTERMEDIATE_OUTPUT", False) is True,
+        "search_aliases": getattr(cls, "SEARCH_ALIASES", []),
     }
+    if getattr(cls, "DEV_ONLY", False):
+        rendered["dev_only"] = True
+    if hasattr(cls, "ESSENTIALS_CATEGORY"):
+        rendered["essentials_category"] = cls.ESSENTIALS_CATEGORY
+    return rendered
 
 
 __all__ = ["spec_from_v1", "inputs_from_input_types", "REQUIRED", "OPTIONAL", "HIDDEN"]

@@ -8,16 +8,13 @@ USOStyleReference stacks three layers of a SigLIP CLIP_VISION_OUTPUT and returns
 MODEL whose Flux transformer prepends the projected style tokens to the text stream
 (`post_input` patch, comfy_core/model_patches/uso.py).
 
-Both are V1 nodes in today's ComfyUI, so `/object_info` renders them as its server renders a V1
-node (with `is_input_list`, `has_intermediate_output` and `search_aliases`, no V3-only fields).
+Both are V1 nodes in today's ComfyUI (no V3-only fields in `/object_info`).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 from graph.native import Combo, Input, Output, node
-from graph.object_info import render_inputs
 import nodes.checks as checks
 from nodes.environment import Environment, current_env
 from nodes.errors import NodeInputError, describe
@@ -29,24 +26,10 @@ MODULE = "comfy_extras.nodes_model_patch"
 MODEL_PATCHES = "model_patches"
 
 
-def _v1_today(fn: Callable) -> Callable:
-    """Render the node as today's ComfyUI server renders a V1 node (server.py `node_info`):
-    the 0.3.64 fields plus `is_input_list`, `has_intermediate_output` and `search_aliases`."""
-    spec = fn.__node_spec__
-
-    def render(env: Any) -> dict:
-        return {**render_inputs(spec.inputs, env), "is_input_list": spec.input_is_list,
-                "has_intermediate_output": False, "search_aliases": []}
-
-    fn.__node_spec__ = dataclasses.replace(spec, render_info=render)
-    return fn
-
-
 def _patch_files(env: Any = None) -> list[str]:
     return (env if isinstance(env, Environment) else current_env()).folders.filenames(MODEL_PATCHES)
 
 
-@_v1_today
 @node("ModelPatchLoader", display_name="Load Model Patch", category="model/loaders", python_module=MODULE,
       experimental=True, inputs=[Combo("name", _patch_files)], outputs=[Output("MODEL_PATCH")])
 def model_patch_loader(name: str) -> tuple[Any]:
@@ -80,7 +63,6 @@ def _uso_projector(model_patch: Any) -> Any:
     return module
 
 
-@_v1_today
 @node("USOStyleReference", display_name="Apply USO Style Reference", category="model/patch/flux",
       python_module=MODULE, experimental=True,
       inputs=[Input("model", "MODEL"), Input("model_patch", "MODEL_PATCH"),

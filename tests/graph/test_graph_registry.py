@@ -75,7 +75,7 @@ def test_object_info_v1_shape(registry):
         "input_order": {"required": ["value"], "hidden": ["unique_id"]},
         "output": [], "output_is_list": [], "output_name": [], "name": "Collect", "display_name": "Collect",
         "description": "", "python_module": "custom_nodes.testing_pack", "category": "testing",
-        "output_node": True,
+        "output_node": True, "is_input_list": False, "has_intermediate_output": False, "search_aliases": [],
     }
     add = registry.object_info_for("Add")["Add"]
     assert add["output"] == ["INT"] and add["output_name"] == ["sum"] and add["output_tooltips"] == ["a + b"]
