@@ -39,7 +39,7 @@ from comfy_core.patching.vae import VaePatcher
 from comfy_core.patching.vae_build import vae_module_from, vae_view  # noqa: F401 -- vae_view: re-exported
 from comfy_core.text_encoders import CLIP, ClipTextConfig, build_clip, detect_text_encoders
 from comfy_core.text_encoders.errors import TextEncoderError
-from comfy_core.text_encoders.towers import keeps_stored_fp8
+from comfy_core.text_encoders.towers import reads_as_stored
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         if vae_config is not None:
             requests.update(tensor_requests(checkpoint, family.vae_prefix, policy.dtype_for(VAE)))
         for config in clip_configs or ():
-            # fp8 T5 towers stay as stored (comfy_core/text_encoders/towers.py; scaled-fp8 scales in float32)
-            if keeps_stored_fp8(config) and stored_fp8_dtype(checkpoint.tensors, config.prefix) is not None:
+            # fp8 T5 and Qwen3 towers stay as stored (comfy_core/text_encoders/towers.py)
+            if reads_as_stored(config):
                 requests.update(stored_requests(checkpoint, config.prefix))
             else:
                 requests.update(tensor_requests(checkpoint, config.prefix, policy.dtype_for(TEXT)))

@@ -1,6 +1,6 @@
 """Model families (SD1.x, SD2.x, SDXL, SDXL refiner, their inpainting and instruct-pix2pix
 variants, SD2.1 unCLIP, Stable Video Diffusion, SD3/SD3.5, Flux.1 dev/Kontext and schnell, Chroma, the
-Wan 2.1 / 2.2 video DiTs) and their registry.
+Wan 2.1 / 2.2 video DiTs, Z-Image and Lumina-Image 2.0) and their registry.
 
 `default_registry()` returns a new `FamilyRegistry` holding the built-in families; callers that
 add their own build on it (`registry.register(my_family.definition())`). See README.md.
@@ -14,13 +14,15 @@ from comfy_core.families.registry import Detection, FamilyRegistrationError, Fam
 def default_registry() -> FamilyRegistry:
     """A fresh registry with the built-in families, one registration line each (a family is its
     package `comfy_core/families/<name>/`; variants are modules of their base family's package)."""
-    from comfy_core.families import chroma, flux, sd1, sd2, sd3, sdxl, svd
+    from comfy_core.families import chroma, flux, lumina2, sd1, sd2, sd3, sdxl, svd, zimage
+    from comfy_core.families.chroma import radiance as chroma_radiance
     from comfy_core.families.flux import schnell as flux_schnell
     from comfy_core.families.sd1 import inpaint as sd1_inpaint, ip2p as sd1_ip2p
     from comfy_core.families.sd2 import inpaint as sd2_inpaint, unclip as sd21_unclip
     from comfy_core.families.sdxl import inpaint as sdxl_inpaint, ip2p as sdxl_ip2p, refiner as sdxl_refiner
     from comfy_core.families.wan import (wan21, wan21_camera, wan21_fun_control, wan21_i2v, wan21_vace, wan22,
                                          wan22_camera, wan22_i2v)
+    from comfy_core.families import qwen_image
 
     return FamilyRegistry([
         sd1.definition(),
@@ -38,6 +40,7 @@ def default_registry() -> FamilyRegistry:
         flux.definition(),
         flux_schnell.definition(),
         chroma.definition(),
+        chroma_radiance.definition(),
         wan21.definition(),
         wan21_i2v.definition(),
         wan21_fun_control.definition(),
@@ -46,6 +49,9 @@ def default_registry() -> FamilyRegistry:
         wan22.definition(),
         wan22_i2v.definition(),
         wan22_camera.definition(),
+        zimage.definition(),
+        lumina2.definition(),
+        qwen_image.definition(),
     ])
 
 

@@ -7,7 +7,7 @@ that share an encoder. Which types load here is the families' word: an encoder s
 types that select it (`EncoderSetSpec.clip_types`: SD1/SD2/the SDXL refiner's single towers for
 `stable_diffusion`, `sdxl`, `sd3` (any of CLIP-L, CLIP-G, T5-XXL), `flux` (CLIP-L + T5-XXL), `chroma` (T5-XXL),
 `wan` (umT5-XXL, comfy_core/text_encoders/umt5.py, with the file's own SentencePiece tokenizer),
-`lumina2` (Z-Image's Qwen3-4B, comfy_core/text_encoders/zimage_te.py)).
+`lumina2` (Z-Image's Qwen3-4B, comfy_core/families/zimage/clip.py)).
 Every other type names a family whose text encoders (Llama, Gemma, Qwen, ...) and models this
 engine does not have: asking for one is an `UnsupportedClipTypeError` naming the type and what it
 needs, never a half-built CLIP.

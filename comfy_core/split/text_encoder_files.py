@@ -42,7 +42,7 @@ from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, Tex
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.text_encoders.qwen3 import Qwen3Config
 from comfy_core.text_encoders.t5_config import T5Config
-from comfy_core.text_encoders.towers import FP8_STORAGE, build_tower
+from comfy_core.text_encoders.towers import build_tower, reads_as_stored
 from comfy_core.text_encoders.umt5_keys import RenamedMapping, is_wan_layout
 from comfy_core.text_encoders.umt5_tokenizer import SPIECE_KEY, MissingTokenizerError
 
@@ -174,13 +174,8 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                     raise MissingTokenizerError(str(checkpoint.path))
         encoders = {}
         for checkpoint, config in zip(files, configs):
-            # fp8 T5 files stay fp8 (comfy_core.text_encoders.towers.build_tower); the rest in the policy's dtype.
-            # Scaled-fp8 files are read as stored too: their fp8 weights and float32 scales are kept.
-            # Qwen3 towers are read as stored (ComfyUI's `dtype_llama`: the file's dtype).
-            as_stored = isinstance(config, Qwen3Config) or isinstance(config, T5Config) and (
-                str(config.dtype) in FP8_STORAGE or config.scaled_fp8)
-            stored = None if as_stored else dtype
-            # fp8 towers are read as stored (their scaled-fp8 scales must stay float32)
+            # fp8 T5 and Qwen3 towers are read as stored (towers.reads_as_stored); the rest in the policy's dtype.
+            stored = None if reads_as_stored(config) else dtype
             requests = stored_requests(checkpoint, config.prefix) if stored is None else \
                 tensor_requests(checkpoint, config.prefix, stored)
             if config.prefix == HF_PREFIX:

@@ -53,12 +53,13 @@ def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOption
     return ClipTextConfig.detect_from_weights(tensors, prefix, slot=options.slot)
 
 
-def keeps_stored_fp8(config: Any) -> bool:
-    """Whether a tower of this config is built from its file's fp8 tensors as stored (T5, umT5 and
-    Qwen3: see `build_tower`), so a loader requests them without a cast."""
+def reads_as_stored(config: Any) -> bool:
+    """Whether a loader reads this tower's tensors as the file stores them, without a cast (see
+    `build_tower`): Qwen3 always (ComfyUI's `dtype_llama`, the file's dtype), T5 / umT5 when the
+    file holds fp8 or scaled-fp8 weights. One rule for checkpoints and text-encoder files alike."""
     from comfy_core.text_encoders.qwen3 import Qwen3Config
 
-    return isinstance(config, (T5Config, Qwen3Config))
+    return isinstance(config, Qwen3Config) or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
 
 
 def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:

@@ -28,7 +28,7 @@ from comfy_core.text_encoders.qwen_tokenizer import (
     shared_qwen_tokenizer,
 )
 from comfy_core.text_encoders.vocab import bytes_to_unicode
-from comfy_core.text_encoders.zimage_te import LLAMA_TEMPLATE, ZImageTokenizer
+from comfy_core.families.zimage.clip import LLAMA_TEMPLATE, ZImageTokenizer
 
 MERGES_SHA256 = "599bab54075088774b1733fde865d5bd747cbcc7a547c5bc12610e874e26f5e3"
 

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from comfy_core.families import default_registry
-from comfy_core.families.registry import FamilyRegistrationError, FamilyRegistry
 from comfy_core.split.text_encoder_files import ClipFilesError, load_text_encoders
 from comfy_core.text_encoders.qwen3 import Qwen3TextEncoder
-from comfy_core.text_encoders.zimage_te import ZIMAGE_TEXT_ENCODERS, ZImageTEModel, ZImageTokenizer
+from comfy_core.families.zimage.clip import ZIMAGE_TEXT_ENCODERS, ZImageTEModel, ZImageTokenizer
 from graph.context import NodeContext, reset_current, set_current
 from nodes.conditioning import clip_text_encode
 from nodes.environment import Environment
@@ -84,13 +83,10 @@ def test_the_cliploader_node_loads_the_file_from_the_text_encoders_folder(env):
     assert cond.shape == (1, 8, 32) and extra["attention_mask"].shape == (1, 8)
 
 
-def test_the_encoder_set_is_registered_without_a_family():
+def test_the_zimage_family_declares_the_encoder_set():
     sets = default_registry().encoder_sets()
     assert ZIMAGE_TEXT_ENCODERS in sets and ZIMAGE_TEXT_ENCODERS.clip_types == ("lumina2",)
-    registry = FamilyRegistry(encoder_sets=[ZIMAGE_TEXT_ENCODERS])
-    assert registry.encoder_sets() == [ZIMAGE_TEXT_ENCODERS]
-    with pytest.raises(FamilyRegistrationError, match="already registered"):
-        registry.register_encoder_set(ZIMAGE_TEXT_ENCODERS)
+    assert default_registry().get("zimage").text_encoders is ZIMAGE_TEXT_ENCODERS
 
 
 def test_a_qwen3_file_under_another_type_is_refused(models):
