@@ -46,6 +46,11 @@ class ExtensionPoints:
     cfg_function: Optional[Callable[..., Any]] = None
     calc_cond_batch: Optional[Callable[..., Any]] = None
     sample: Optional[Callable[..., Any]] = None
+    # ComfyUI's `comfy.samplers.get_area_and_mult(conds, x_in, timestep_in)`: one prepared entry's
+    # input crop, weights and conditioning at a step, or None to leave the entry out of the step
+    # (smZNodes' step ranges); a result has the fields of ComfyUI's `cond_obj` (input_x, mult,
+    # conditioning, area, control, patches, uuid, hooks). None: comfy_core.sampling.cond_batch's.
+    get_area_and_mult: Optional[Callable[..., Any]] = None
     # ComfyUI's `comfy.samplers.KSampler.sample` (called with the KSampler as `self`) and
     # `comfy.sample.sample` (the KSampler nodes' entry: steps, sampler and scheduler names).
     ksampler_sample: Optional[Callable[..., Any]] = None

@@ -49,6 +49,77 @@ class BaseModel(DiffusionModel, metaclass=_FamilyClass):
             "loaders (comfy.sd.load_checkpoint_guess_config, comfy.sd.load_diffusion_model); a ComfyUI model "
             "class cannot be constructed from a config here")
 
+    def extra_conds(self, **kwargs: Any) -> dict[str, Any]:
+        """ComfyUI's `BaseModel.extra_conds(**options)`: a conditioning entry's model inputs as
+        `comfy.conds` values (compat/mp_conds.py): `c_concat` (the family's concatenated channels,
+        or the entry's `noise_concat`), `y` (`encode_adm`), `c_crossattn` (`cross_attn`),
+        `crossattn_controlnet`, and the family's further inputs (Flux's guidance and reference
+        latents, ...; `DiffusionModel.extra_inputs`). `kwargs` are what sampling passes: the entry's
+        options with `noise`, `device`, `width`, `height`, `prompt_type`, `latent_image`, ...
+        A pack's own `extra_conds` (an object patch, as IC-Light's, or a subclass calling this
+        one) is what our sampling uses then (`extra_inputs` below)."""
+        from compat.mp_conds import CONDCrossAttn, CONDNoiseShape, CONDRegular
+
+        out: dict[str, Any] = {}
+        concat = DiffusionModel.concat_cond(self, **kwargs)
+        if concat is not None:
+            out["c_concat"] = CONDNoiseShape(concat)
+        adm = DiffusionModel.encode_adm(self, **kwargs)
+        if adm is not None:
+            out["y"] = CONDRegular(adm)
+        if kwargs.get("cross_attn") is not None:
+            out["c_crossattn"] = CONDCrossAttn(kwargs["cross_attn"])
+        if kwargs.get("cross_attn_controlnet") is not None:
+            out["crossattn_controlnet"] = CONDCrossAttn(kwargs["cross_attn_controlnet"])
+        if kwargs.get("noise_concat") is not None:
+            out["c_concat"] = CONDNoiseShape(kwargs["noise_concat"])
+        for name, value in DiffusionModel.extra_inputs(self, **kwargs).items():
+            out[name] = _as_cond(value)
+        return out
+
+    def extra_conds_shapes(self, **kwargs: Any) -> dict[str, Any]:
+        """ComfyUI's `extra_conds_shapes(**entry)`: the shapes of a conditioning entry's large model
+        inputs, for memory estimates: reference latents (`reference_latents`) as the one token
+        sequence the model gets, `[1, 16, total // 16]`, named as Flux's (`ref_latents`) or Wan's
+        (`reference_latent`, with `reference_motion`'s shape) model class names it; {} for the
+        others, as ComfyUI's base class."""
+        import math
+
+        out: dict[str, Any] = {}
+        references = kwargs.get("reference_latents")
+        flux, wan = isinstance(self, _KINDS["Flux"]), isinstance(self, _KINDS["WAN21"])
+        if references is not None and (flux or wan):
+            out["ref_latents" if flux else "reference_latent"] = [
+                1, 16, sum(math.prod(latent.size()) for latent in references) // 16]
+        if wan and kwargs.get("reference_motion") is not None:
+            out["reference_motion"] = kwargs["reference_motion"].shape
+        return out
+
+    def extra_inputs(self, **kwargs: Any) -> dict[str, Any]:
+        """What our sampling adds to an entry's model inputs (after `c_crossattn`, `c_concat`,
+        `y`): ours, or, where a pack replaced `extra_conds` (an object patch, or a subclass),
+        everything the pack's returns, each value as the tensor / list / value it holds, so the
+        pack's inputs are the ones the network gets, as ComfyUI's `encode_model_conds` uses them."""
+        own = self.__dict__.get("extra_conds")
+        if own is None and type(self).extra_conds is BaseModel.extra_conds:
+            return DiffusionModel.extra_inputs(self, **kwargs)
+        conds = (own or self.extra_conds)(**kwargs) or {}
+        return {name: getattr(value, "cond", value) for name, value in conds.items()}
+
+
+def _as_cond(value: Any) -> Any:
+    """One further model input as ComfyUI's `comfy.conds` value: a tensor batches as
+    `CONDRegular`, a list of tensors as `CONDList`, anything else as `CONDConstant`."""
+    import torch
+
+    from compat.mp_conds import CONDConstant, CONDList, CONDRegular
+
+    if isinstance(value, torch.Tensor):
+        return CONDRegular(value)
+    if isinstance(value, list) and all(isinstance(v, torch.Tensor) for v in value):
+        return CONDList(value)
+    return CONDConstant(value)
+
 
 _KINDS: dict[str, type] = {"BaseModel": BaseModel}
 

@@ -4,13 +4,15 @@ ComfyUI splits a sampling object into a table class (`ModelSamplingDiscrete`, ..
 prediction mixin (`EPS`, `V_PREDICTION`, ...) that packs combine:
 `class ModelSamplingAdvanced(comfy.model_sampling.ModelSamplingDiscrete, comfy.model_sampling.EPS)`,
 built from a model config (`ModelSamplingAdvanced(model.model.model_config)`) and installed with
-`add_object_patch("model_sampling", ...)`. Here the mixins only name a prediction, and each table
+`add_object_patch("model_sampling", ...)`. Here our mixins name a prediction, and each table
 class is one of our table classes whose ComfyUI constructor `(model_config=None)` reads
 `model_config.sampling_settings` and takes its prediction from the mixin in the class's MRO,
 so the object a pack builds is one our sampler runs.
 
-Limit: a pack's own mixin with its own `calculate_denoised` is not consulted (ours does the maths
-for the named prediction); a mixin that names no prediction of ours is rejected when built.
+As in ComfyUI, whose tables define no prediction maths, a pack's own mixin (or the pack's class
+itself) with its own `calculate_denoised` / `calculate_input` / `noise_scaling` /
+`inverse_noise_scaling` is what answers in the combined class (`_ComfyTable`); with our mixins,
+our table does the maths of the named prediction.
 """
 from __future__ import annotations
 
@@ -19,13 +21,69 @@ from typing import Any
 import torch
 
 from comfy_core.models import model_sampling as ms
-from comfy_core.models.model_sampling import ModelSamplingError, ModelType, flux_time_shift, time_snr_shift  # noqa: F401
+from comfy_core.models.model_sampling import ModelSamplingError, ModelType  # noqa: F401
+
+
+def time_snr_shift(alpha: float, t: Any) -> Any:
+    """SD3's timestep shift `alpha*t / (1 + (alpha-1)*t)` (comfy_core's, ComfyUI's parameter names)."""
+    return ms.time_snr_shift(alpha, t)
+
+
+def flux_time_shift(mu: float, sigma: float, t: Any) -> Any:
+    """Flux's exponential shift `e^mu / (e^mu + (1/t - 1)^sigma)` (Esser et al. 2024; ComfyUI
+    calls it with sigma 1, comfy_core's `flux_time_shift`)."""
+    import math
+
+    return math.exp(mu) / (math.exp(mu) + (1 / t - 1) ** sigma)
+
+
+def reshape_sigma(sigma: torch.Tensor, noise_dim: int) -> torch.Tensor:
+    """`sigma` viewed to broadcast against a noise tensor of `noise_dim` dimensions: a 0-d view
+    of a single value, else [B, 1, 1, ...]."""
+    if sigma.nelement() == 1:
+        return sigma.view(())
+    return sigma.view(sigma.shape[:1] + (1,) * (noise_dim - 1))
+
+
+class _PredictionView:
+    """The object `obj` seen with another prediction: what a mixin's maths reads (`sigma_data`,
+    `timestep`, ...) comes from `obj`, else from the parametrisation's defaults."""
+
+    def __init__(self, obj: Any, prediction: str) -> None:
+        self._obj = obj
+        self.prediction = prediction
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._obj, name)
+        except AttributeError:
+            return getattr(ms.Parametrization, name)
 
 
 class _Prediction:
-    """Marker base of ComfyUI's prediction mixins."""
+    """Base of ComfyUI's prediction mixins. Each names a prediction, and has ComfyUI's maths
+    methods for it (the parametrisation's, comfy_core/models/model_sampling.py), so a pack's own
+    mixin may call `super().calculate_denoised(...)`; in a class combined with one of our table
+    classes (listed first, as ComfyUI's classes are), the table's methods answer."""
 
     prediction = "eps"
+
+    def _maths(self) -> Any:
+        return _PredictionView(self, _prediction(type(self), "eps"))
+
+    def calculate_input(self, sigma: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return ms.Parametrization.calculate_input(self._maths(), sigma, noise)
+
+    def calculate_denoised(self, sigma: torch.Tensor, model_output: torch.Tensor,
+                           model_input: torch.Tensor) -> torch.Tensor:
+        return ms.Parametrization.calculate_denoised(self._maths(), sigma, model_output, model_input)
+
+    def noise_scaling(self, sigma: torch.Tensor, noise: torch.Tensor, latent_image: torch.Tensor,
+                      max_denoise: bool = False) -> torch.Tensor:
+        return ms.Parametrization.noise_scaling(self._maths(), sigma, noise, latent_image, max_denoise)
+
+    def inverse_noise_scaling(self, sigma: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+        return ms.Parametrization.inverse_noise_scaling(self._maths(), sigma, latent)
 
 
 class EPS(_Prediction):
@@ -75,7 +133,32 @@ class LCM(EPS):
     prediction = "lcm"
 
 
-class ModelSamplingDiscrete(ms.DiscreteModelSampling):
+_MATHS = ("calculate_input", "calculate_denoised", "noise_scaling", "inverse_noise_scaling")
+
+
+def _ours(klass: type) -> bool:
+    return klass.__module__ == __name__ or klass.__module__.startswith("comfy_core.")
+
+
+class _ComfyTable:
+    """Base of the table classes below. ComfyUI's tables define no prediction maths: in
+    `class X(ModelSamplingDiscrete, PackEPS)` the maths methods come from the mixin. Ours do, so
+    for a class combined with a pack's class, each maths method is taken, as ComfyUI's method
+    lookup finds it, from the first class of the MRO that is not one of our tables: a pack's
+    definition is set on the class; our mixins leave our table's maths."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _MATHS:
+            for klass in cls.__mro__:
+                if name not in klass.__dict__ or (_ours(klass) and issubclass(klass, ms.Parametrization)):
+                    continue
+                if not _ours(klass) and klass is not cls:
+                    setattr(cls, name, klass.__dict__[name])
+                break
+
+
+class ModelSamplingDiscrete(_ComfyTable, ms.DiscreteModelSampling):
     """ComfyUI's `ModelSamplingDiscrete(model_config=None, zsnr=None)`: the table of the config's
     `sampling_settings` (`beta_schedule`, `linear_start`, `linear_end`, `timesteps`, `zsnr`)."""
 
@@ -113,7 +196,7 @@ class ModelSamplingDiscreteDistilled(ModelSamplingDiscrete, ms.DistilledModelSam
     original_timesteps = 50
 
 
-class ModelSamplingContinuousEDM(ms.ContinuousEDMModelSampling):
+class ModelSamplingContinuousEDM(_ComfyTable, ms.ContinuousEDMModelSampling):
     """ComfyUI's `ModelSamplingContinuousEDM(model_config=None)`."""
 
     def __init__(self, model_config: Any = None) -> None:
@@ -125,7 +208,7 @@ class ModelSamplingContinuousEDM(ms.ContinuousEDMModelSampling):
         ms.ContinuousEDMModelSampling.__init__(self, self.prediction, sigma_min, sigma_max, sigma_data)
 
 
-class ModelSamplingContinuousV(ms.ContinuousVModelSampling):
+class ModelSamplingContinuousV(_ComfyTable, ms.ContinuousVModelSampling):
     """ComfyUI's `ModelSamplingContinuousV(model_config=None)`."""
 
     def __init__(self, model_config: Any = None) -> None:
@@ -134,7 +217,7 @@ class ModelSamplingContinuousV(ms.ContinuousVModelSampling):
                          s.get("sigma_data", 1.0))
 
 
-class ModelSamplingDiscreteFlow(ms.FlowModelSampling):
+class ModelSamplingDiscreteFlow(_ComfyTable, ms.FlowModelSampling):
     """ComfyUI's `ModelSamplingDiscreteFlow(model_config=None)` (with CONST)."""
 
     def __init__(self, model_config: Any = None) -> None:
@@ -145,7 +228,7 @@ class ModelSamplingDiscreteFlow(ms.FlowModelSampling):
         ms.FlowModelSampling.__init__(self, shift, multiplier, timesteps)
 
 
-class ModelSamplingFlux(ms.FluxModelSampling):
+class ModelSamplingFlux(_ComfyTable, ms.FluxModelSampling):
     """ComfyUI's `ModelSamplingFlux(model_config=None)` (with CONST)."""
 
     def __init__(self, model_config: Any = None) -> None:
@@ -155,11 +238,14 @@ class ModelSamplingFlux(ms.FluxModelSampling):
         ms.FluxModelSampling.__init__(self, shift, timesteps)
 
 
-class StableCascadeSampling(ms.StableCascadeModelSampling):
+class StableCascadeSampling(_ComfyTable, ms.StableCascadeModelSampling):
     """ComfyUI's `StableCascadeSampling(model_config=None)`."""
 
     def __init__(self, model_config: Any = None) -> None:
         super().__init__(_settings(model_config).get("shift", 1.0))
+
+    def set_parameters(self, shift: float = 1.0, cosine_s: float = 8e-3) -> None:
+        ms.StableCascadeModelSampling.__init__(self, shift, cosine_s)
 
 
 _BY_TYPE = {

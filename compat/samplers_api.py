@@ -2,12 +2,14 @@
 adapters over comfy_core.sampling (conditioning preparation, batching, schedulers).
 
 Each takes ComfyUI's arguments (comfy/samplers.py, 0.3.64) and calls our function; the entries
-are our prepared conditioning dicts (comfy_core.sampling.conditioning), the batch items our
-`CondRun` (with ComfyUI's field names: `input_x`, `mult`, `conditioning`, `area`, `control`,
-`patches`, `uuid`, `hooks`). torch is imported by the functions, not by this module.
+are our prepared conditioning dicts (comfy_core.sampling.conditioning), the batch items ComfyUI's
+`cond_obj` (`input_x`, `mult`, `conditioning`, `area`, `control`, `patches`, `uuid`, `hooks`; the
+conditioning values are tensors, not ComfyUI's `CONDRegular` wrappers). torch is imported by the
+functions, not by this module.
 """
 from __future__ import annotations
 
+import collections
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -17,14 +19,37 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# -- noise ---------------------------------------------------------------------------------------
+
+def prepare_noise(latent_image: torch.Tensor, seed: int, noise_inds: Any = None) -> torch.Tensor:
+    """ComfyUI's `comfy.sample.prepare_noise(latent_image, seed, noise_inds=None)`: the seeded
+    CPU noise in the latent's shape (comfy_core.sampling.noise.prepare_noise), `noise_inds` the
+    batch indices whose noise to draw."""
+    from comfy_core.sampling.noise import prepare_noise as ours
+
+    return ours(latent_image, seed, noise_inds)
+
+
 # -- batching ------------------------------------------------------------------------------------
 
+# ComfyUI's `cond_obj`: what `get_area_and_mult` returns, a named tuple packs index (`p[0]` is
+# the input crop) and read by name.
+cond_obj = collections.namedtuple("cond_obj", ["input_x", "mult", "conditioning", "area", "control", "patches",
+                                               "uuid", "hooks"])
+
+
 def get_area_and_mult(conds: dict, x_in: torch.Tensor, timestep_in: torch.Tensor) -> Any:
-    """One prepared entry's crop, weights and model conditioning at this step, or None when the
-    entry is outside its timestep range (ComfyUI's `get_area_and_mult`)."""
+    """One prepared entry's crop, weights and model conditioning at this step as a `cond_obj`,
+    or None when the entry is outside its timestep range (ComfyUI's `get_area_and_mult`; our
+    runtime's, comfy_core.sampling.cond_batch). It is the built-in of the extension point
+    `get_area_and_mult`: a pack's replacement that calls it gets ours, and what the replacement
+    returns is what the run batches (cond_batch.area_and_mult_in_force)."""
     from comfy_core.sampling import cond_batch
 
-    return cond_batch.get_area_and_mult(conds, x_in, timestep_in, 0)
+    run = cond_batch.get_area_and_mult(conds, x_in, timestep_in, 0)
+    if run is None:
+        return None
+    return cond_obj(run.input_x, run.mult, run.conditioning, run.area, run.control, run.patches, run.uuid, run.hooks)
 
 
 def can_concat_cond(c1: Any, c2: Any) -> bool:

@@ -14,7 +14,8 @@ runtime reads; no comfy_core module attribute changes:
 - `comfy.samplers.KSampler` is a face over comfy_core's `KSampler` whose class attributes
   `SAMPLERS`, `SCHEDULERS` and `sample` are the session's.
 The plain replaceable functions (`sampling_function`, `cfg_function`, `calc_cond_batch`, `sample`,
-`default_noise_sampler`, `comfy.sample.sample`) are `point(...)` entries of the facade tables.
+`default_noise_sampler`, `comfy.sample.sample`) are `point(...)` entries of the facade tables;
+`get_area_and_mult` (smZNodes', TiledDiffusion's replacement) is the session's here (`_POINTS`).
 Torch-free: packs read the names when they load, before torch is.
 """
 from __future__ import annotations
@@ -36,6 +37,10 @@ LIVE_LISTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "SCHEDULER_NAMES": ("scheduler_names", SCHEDULER_NAMES),
 }
 _CLASS_LISTS = {"SAMPLERS": "SAMPLER_NAMES", "SCHEDULERS": "SCHEDULER_NAMES"}
+# Replaceable functions whose built-in is the compat adapter of the same name in
+# compat/samplers_api.py (ComfyUI's signature over ours), by ExtensionPoints field: read as the
+# session's value or the adapter, assigned into the session, deleted back to the adapter.
+_POINTS = {"get_area_and_mult": "get_area_and_mult"}
 
 
 def live_list(surface_name: str) -> list[str]:
@@ -73,6 +78,13 @@ class SamplersModule(FacadeModule):
             return live_list(name)
         if name == "SCHEDULER_HANDLERS":
             return scheduler_handlers()
+        if name in _POINTS:
+            fn = getattr(active_points(), _POINTS[name])
+            if fn is not None:
+                return fn
+            from compat import samplers_api
+
+            return getattr(samplers_api, name)
         return super().__getattr__(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -84,10 +96,19 @@ class SamplersModule(FacadeModule):
             additions.clear()
             additions.update(value)
             return
+        if name in _POINTS:
+            setattr(active_points(), _POINTS[name], value)
+            return
         super().__setattr__(name, value)
 
+    def __delattr__(self, name: str) -> None:
+        if name in _POINTS and name not in self.__dict__:
+            setattr(active_points(), _POINTS[name], None)  # ours again
+            return
+        super().__delattr__(name)
+
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(LIVE_LISTS) | {"SCHEDULER_HANDLERS"})
+        return sorted(set(super().__dir__()) | set(LIVE_LISTS) | {"SCHEDULER_HANDLERS"} | set(_POINTS))
 
 
 class KDiffusionSamplingModule(FacadeModule):

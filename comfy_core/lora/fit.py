@@ -10,7 +10,7 @@ reshape a delta of the right size onto the weight; full `diff` / `set` tensors m
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import torch
 
@@ -90,17 +90,29 @@ def misfit(record: Any, shape: tuple[int, ...]) -> str | None:
     return None
 
 
-def drop_misfits(patches: Mapping[Any, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict, list[str]]:
-    """`patches` without the records that do not fit their target, and one line per dropped record
-    (its target and why). Patches naming no tensor of `shapes` are kept: the patcher skips them."""
+class Misfit(NamedTuple):
+    """A record left out because it cannot patch its target: the parameter it names, the
+    record, and why."""
+
+    name: str
+    record: Any
+    reason: str
+    shape: tuple[int, ...]  # what the record would write into (a slice's own shape; () outside)
+
+    def line(self) -> str:
+        return f"{self.name}: {self.reason}"
+
+
+def drop_misfits(patches: Mapping[Any, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict, list[Misfit]]:
+    """`patches` without the records that do not fit their target, and the dropped records (what
+    they name and why). Patches naming no tensor of `shapes` are kept: the patcher skips them."""
     kept: dict = {}
-    dropped: list[str] = []
+    dropped: list[Misfit] = []
     for raw_key, record in patches.items():
         shape = target_shape(raw_key, shapes)
         reason = None if shape is None else misfit(record, shape)
         if reason is None:
             kept[raw_key] = record
         else:
-            name = raw_key if isinstance(raw_key, str) else raw_key[0]
-            dropped.append(f"{name}: {reason}")
+            dropped.append(Misfit(raw_key if isinstance(raw_key, str) else raw_key[0], record, reason, shape))
     return kept, dropped

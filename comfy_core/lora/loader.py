@@ -2,8 +2,9 @@
 
 `parse_lora(tensors, key_map)` groups the file's keys by layer (the part before a known suffix),
 looks each layer up in the key map (`comfy_core.lora.keymap`) and builds one adapter per target
-weight. Keys whose layer matches nothing, or whose suffix is unknown, are returned as unmatched:
-`load_lora_for_models` logs them once, with a count, never silently. (The file formats are those
+weight. Keys whose layer matches nothing, whose suffix is unknown, or whose record is incomplete are
+returned as unmatched: `load_lora_for_models` applies the rest and logs each of them once, as
+ComfyUI logs "lora key not loaded". (The file formats are those
 ComfyUI reads in comfy/lora.py and comfy/weight_adapter/; the parser is written here.)
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter
 from comfy_core.lora.dit_convert import convert_dit_lora
 from comfy_core.lora.dit_keymap import dit_kind, row_permutations
-from comfy_core.lora.fit import drop_misfits
+from comfy_core.lora.fit import Misfit, drop_misfits
 from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
 from comfy_core.weights.errors import PatchDataError
 
@@ -90,7 +91,15 @@ def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], 
         if target is None:
             result.unmatched.extend(raw_keys[layer])
             continue
-        for param, record in _records(layer, parts, target, name, source):
+        try:
+            records = _records(layer, parts, target, name, source)
+        except PatchDataError as exc:
+            # An incomplete record (an up without its down, ...) loads nothing, as in ComfyUI,
+            # whose adapters only load whole records: its keys are not loaded, and the reason logged.
+            log.warning("LoRA %s: %s; its keys are not loaded", name or "(unnamed)", exc)
+            result.unmatched.extend(raw_keys[layer])
+            continue
+        for param, record in records:
             result.patches[param] = record
     return result
 
@@ -153,19 +162,14 @@ def _bias_target(target: Any) -> Any:
     return bias if isinstance(target, str) else (bias, *target[1:])
 
 
-class LoraMatchError(ValueError):
-    """A LoRA file none of whose keys names a weight of the model (or CLIP) it is applied to:
-    a LoRA for another model family (e.g. an SDXL LoRA on Flux)."""
-
-
 @dataclass
 class LoraReport:
     """What applying one LoRA file did."""
 
     model_keys: int = 0
     clip_keys: int = 0
-    unmatched: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # records whose shapes do not fit (DiT models)
+    unmatched: list[str] = field(default_factory=list)  # file keys that name nothing of model or CLIP
+    skipped: list[str] = field(default_factory=list)  # "parameter: why" for records whose shapes do not fit
 
 
 def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tensor],
@@ -173,44 +177,36 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
                          source: Hashable | None = None) -> tuple[Any, Any, LoraReport]:
     """Clone `model` (a ModelPatcher) and `clip` (CLIP object or ClipPatcher) with the LoRA added.
 
-    ComfyUI's semantics (comfy/sd.py: load_lora_for_models): either may be None, which skips it;
-    strengths scale each side. Returns the clones and a report; unmatched keys are logged once.
+    ComfyUI's semantics (comfy/sd.py `load_lora_for_models`, comfy/lora.py `load_lora`): either
+    may be None, which skips it; strengths scale each side. The file is applied as far as it
+    matches: each file key that names nothing of the model or CLIP is logged once ("lora key not
+    loaded: KEY", ComfyUI's warning) and left out; a record whose shape does not fit its weight is
+    left out with the line ComfyUI logs when it fails to merge one ("WARNING SHAPE MISMATCH ..."
+    for a full diff, "ERROR ..." for an adapter), decided here from shapes rather than at every
+    patching. A file none of whose keys matches gives clones with no patches, as in ComfyUI. The
+    warnings go to the log (the console and the editor's Logs tab); the report lists them too.
     `source` (see `parse_lora`) makes the patches' signatures survive re-reading the file.
 
     For a Flux / SD3 model (`comfy_core.lora.dit_keymap`), as ComfyUI: files in the layouts
-    ComfyUI converts are converted first (`convert_dit_lora`), and records whose shapes do not fit
-    their weight are skipped with a warning (`report.skipped`); a file none of whose keys names
-    anything of the model or CLIP raises `LoraMatchError`.
+    ComfyUI converts are converted first (`convert_dit_lora`).
     """
+    label = name or "(unnamed)"
     dit = dit_kind(model.model) if model is not None else None
     if dit is not None:
         tensors = convert_dit_lora(tensors)
-    key_map: dict[str, Any] = {}
-    owner: dict[str, str] = {}
-    if model is not None:
-        for k, v in unet_key_map(model.model).items():
-            key_map[k], owner[k] = v, "model"
     clip_patcher = getattr(clip, "patcher", clip) if clip is not None else None
-    if clip_patcher is not None:
-        for k, v in text_encoder_key_map(clip_patcher.model).items():
-            key_map[k], owner[k] = v, "clip"
-    model_map = {k: v for k, v in key_map.items() if owner[k] == "model"}
-    clip_map = {k: v for k, v in key_map.items() if owner[k] == "clip"}
+    model_parse = parse_lora(tensors, unet_key_map(model.model) if model is not None else {}, name, source)
+    clip_parse = parse_lora(tensors, text_encoder_key_map(clip_patcher.model) if clip_patcher is not None else {},
+                            name, source)
     report = LoraReport()
-    model_parse = parse_lora(tensors, model_map, name, source)
-    clip_parse = parse_lora(tensors, clip_map, name, source)
-    if dit is not None:
-        shapes = {k: tuple(v.shape) for k, v in model.model.state_dict(keep_vars=True).items()}
-        model_parse.patches, report.skipped = drop_misfits(model_parse.patches, shapes)
-        if report.skipped:
-            shown = "; ".join(report.skipped[:3]) + ("; ..." if len(report.skipped) > 3 else "")
-            log.warning("LoRA %s: %d weights skipped, their shapes do not fit this %s model: %s",
-                        name or "(unnamed)", len(report.skipped), dit, shown)
-        if tensors and not model_parse.patches and not report.skipped and not clip_parse.patches:
-            shown = ", ".join(sorted(tensors)[:5]) + (", ..." if len(tensors) > 5 else "")
-            raise LoraMatchError(f"LoRA {name or '(unnamed)'}: none of its {len(tensors)} keys names a weight of "
-                                 f"this {dit} model{' or its CLIP' if clip is not None else ''} "
-                                 f"(a LoRA for another model?): {shown}")
+    for parse, owner in ((model_parse, model), (clip_parse, clip_patcher)):
+        if owner is None:
+            continue
+        shapes = {k: tuple(v.shape) for k, v in owner.model.state_dict(keep_vars=True).items()}
+        parse.patches, dropped = drop_misfits(parse.patches, shapes)
+        for item in dropped:
+            _log_misfit(label, item)
+            report.skipped.append(item.line())
     new_model, new_clip = model, clip
     if model is not None:
         new_model = model.clone()
@@ -218,10 +214,25 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
     if clip is not None:
         new_clip = clip.clone()
         report.clip_keys = len(new_clip.add_patches(clip_parse.patches, strength_clip))
-    # A key is unmatched when neither side used it.
-    report.unmatched = sorted(set(model_parse.unmatched) & set(clip_parse.unmatched))
-    if report.unmatched:
-        shown = ", ".join(report.unmatched[:5]) + (", ..." if len(report.unmatched) > 5 else "")
-        log.warning("LoRA %s: %d of %d keys matched no weight and were not loaded: %s",
-                    name or "(unnamed)", len(report.unmatched), len(tensors), shown)
+    # A key is unmatched when neither side used it; each is logged once, in the file's order.
+    unused = set(model_parse.unmatched) & set(clip_parse.unmatched)
+    report.unmatched = [k for k in tensors if k in unused]
+    for key in report.unmatched:
+        log.warning("lora key not loaded: %s", key)
+    if tensors and report.model_keys == 0 and report.clip_keys == 0:
+        log.warning("LoRA %s: none of its %d keys patched this %s; it changes nothing (a LoRA for "
+                    "another model?)", label, len(tensors),
+                    f"{dit + ' model' if dit else 'model'}{' or its CLIP' if clip is not None else ''}")
     return new_model, new_clip, report
+
+
+def _log_misfit(label: str, item: Misfit) -> None:
+    """One skipped record, in ComfyUI's words for a weight it could not merge (comfy/lora.py
+    `calculate_weight` for a full diff, the adapters' `calculate_weight` for the others)."""
+    record = item.record
+    if isinstance(record, tuple) and len(record) == 2 and record[0] in ("diff", "set"):
+        tensor = record[1][0]
+        log.warning("WARNING SHAPE MISMATCH %s WEIGHT NOT MERGED %s != %s", item.name,
+                    tuple(tensor.shape), item.shape)
+    else:
+        log.error("ERROR %s %s %s; the weight is not patched", label, item.name, item.reason)

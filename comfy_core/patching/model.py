@@ -50,8 +50,9 @@ class ModelPatcher(ModelPatcherExtensions, Patcher):
                  offload_device: torch.device | str | None = None, size: int = 0,
                  weight_inplace_update: bool = False, *, cache_patched_weights: bool = True) -> None:
         super().__init__(model, load_device, offload_device, cache_patched_weights=cache_patched_weights)
-        # `weight_inplace_update` is ComfyUI's "copy patched values into the original tensors";
-        # ours always swaps tensor objects (restored bit-exactly), so it is kept for packs to read.
+        # `weight_inplace_update` is ComfyUI's "copy patched values into the original tensors": with
+        # it, applying copies them into the module's own tensors (which packs may hold) and back
+        # after (comfy_core/patching/state.py `swap_weight`); without it tensor objects are swapped.
         self._init_extensions(size, weight_inplace_update)
         self._take_host_class()
 

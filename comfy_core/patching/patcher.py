@@ -340,7 +340,7 @@ class Patcher:
                 else:
                     state.stats.weights_from_cache += 1
                 fresh[key] = patched
-                state.swap_weight(owner, attr, key, patched)
+                state.swap_weight(owner, attr, key, patched, getattr(self, "weight_inplace_update", False))
         if self.cache_patched_weights:
             cache.signature, cache.tensors = weight_sig, fresh
             cache.pin = {k: list(v) for k, v in self.patches.items()}

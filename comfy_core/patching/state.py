@@ -41,7 +41,8 @@ class _WeightBackup:
     owner: nn.Module
     attr: str
     is_param: bool
-    original: torch.Tensor
+    original: torch.Tensor  # the original tensor object, or a copy of its values (`inplace`)
+    inplace: bool = False  # the patched values were copied into the module's own tensor
 
 
 @dataclass
@@ -144,10 +145,20 @@ class BaseModuleState:
 
     # --- applying and restoring (called with the condition held) ---
 
-    def swap_weight(self, owner: nn.Module, attr: str, key: str, patched: torch.Tensor) -> None:
-        """Put `patched` in place of `owner.attr`, remembering the original tensor object."""
+    def swap_weight(self, owner: nn.Module, attr: str, key: str, patched: torch.Tensor, inplace: bool = False) -> None:
+        """Put `patched` in place of `owner.attr`, remembering the original tensor object; with
+        `inplace` (ComfyUI's `weight_inplace_update`), copy its values into the module's own tensor
+        instead, remembering a copy of the original values (a patched value of another shape or
+        dtype is swapped in as without it)."""
         if key in self._weights:
             raise ObjectPatchError(f"weight {key!r} is patched twice in one application")
+        live = owner._parameters.get(attr) if attr in owner._parameters else owner._buffers.get(attr)
+        if inplace and live is not None and live.shape == patched.shape and live.dtype == patched.dtype:
+            # The backup first: `original_tensor` (read without the lock) then never sees patched values.
+            self._weights[key] = _WeightBackup(owner, attr, attr in owner._parameters, live.detach().clone(), True)
+            with torch.no_grad():
+                live.copy_(patched)
+            return
         if attr in owner._parameters:
             original = owner._parameters[attr]
             self._weights[key] = _WeightBackup(owner, attr, True, original)
@@ -256,10 +267,12 @@ class BaseModuleState:
         while self._weights:
             key = next(reversed(self._weights))
             b = self._weights[key]
-            if b.is_param:
-                b.owner._parameters[b.attr] = b.original
+            store = b.owner._parameters if b.is_param else b.owner._buffers
+            if b.inplace:
+                with torch.no_grad():
+                    store[b.attr].copy_(b.original)
             else:
-                b.owner._buffers[b.attr] = b.original
+                store[b.attr] = b.original
             # Forgotten only once the original is back: `original_tensor` (read from other
             # threads, without the lock) always finds the original in one of the two places.
             del self._weights[key]

@@ -105,6 +105,22 @@ def get_area_and_mult(entry: dict, x: torch.Tensor, sigma: torch.Tensor, slot: i
                    entry.get("hooks"))
 
 
+def area_and_mult_in_force(entry: dict, x: torch.Tensor, sigma: torch.Tensor, slot: int) -> CondRun | None:
+    """`get_area_and_mult` as a run calls it (ComfyUI's code calls `comfy.samplers.get_area_and_mult`):
+    a host's replacement from the extension points in force (ComfyUI's signature, `(entry, x,
+    sigma)`, returning None or an object with ComfyUI's `cond_obj` fields) made a run of `slot`;
+    else `get_area_and_mult` above."""
+    replaced = extension_points.current().get_area_and_mult
+    if replaced is None:
+        return get_area_and_mult(entry, x, sigma, slot)
+    got = replaced(entry, x, sigma)
+    if got is None:
+        return None
+    area = None if got.area is None else tuple(int(v) for v in got.area)
+    return CondRun(got.input_x, got.mult, dict(got.conditioning), area, slot, got.uuid, got.control, got.patches,
+                   getattr(got, "hooks", None))
+
+
 def _feather(mult: torch.Tensor, area: tuple[int, int, int, int], full_shape: torch.Size) -> None:
     """Ramp the weights linearly over up to 8 latent pixels on area edges inside the latent (in place)."""
     h, w, y0, x0 = area
@@ -306,7 +322,7 @@ def _calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor
         for e in entries or ():
             if "default" in e:
                 continue
-            r = get_area_and_mult(e, x, sigma, slot)
+            r = area_and_mult_in_force(e, x, sigma, slot)
             if r is not None:
                 runs.append(r)
     if any(defaults):
@@ -337,7 +353,7 @@ def default_runs(runs: list[CondRun], defaults: list[list[dict]], x: torch.Tenso
         if torch.max(mult) == 0.0:
             continue
         for e in entries:
-            r = get_area_and_mult(e, x, sigma, slot)
+            r = area_and_mult_in_force(e, x, sigma, slot)
             if r is None:
                 continue
             if r.area is not None:  # a default entry with an area sees its part of what is left
@@ -366,12 +382,12 @@ def calc_composable(apply_model: ApplyModel, cond: list[dict], uncond: list[dict
     runs = []
     for slot, entries in ((0, plain), (1, uncond or [])):
         for e in entries:
-            r = get_area_and_mult(e, x, sigma, slot)
+            r = area_and_mult_in_force(e, x, sigma, slot)
             if r is not None:
                 runs.append(r)
     active = []
     for j, e in enumerate(composable):
-        r = get_area_and_mult(e, x, sigma, 2 + j)
+        r = area_and_mult_in_force(e, x, sigma, 2 + j)
         if r is not None:
             runs.append(r)
             active.append(j)

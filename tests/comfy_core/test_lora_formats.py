@@ -243,22 +243,24 @@ def test_text_encoder_names_single_and_sdxl(tmp_path, sd1, sdxl):
     assert "lora_te_" + layer.replace(".", "_") not in km
 
 
-def test_unmatched_keys_are_logged_once_with_a_count(tmp_path, sd1, caplog):
+def test_unmatched_keys_are_logged_once_each_and_the_rest_applies(tmp_path, sd1, caplog):
     model = unet_patcher(sd1)
     w = original(model, Q_LDM)
     layer = "lora_unet_" + Q_DIFF.replace(".", "_")
+    up, down = rand(w.shape[0], 2), rand(2, w.shape[1])
     lora = roundtrip(tmp_path, {
-        f"{layer}.lora_up.weight": rand(w.shape[0], 2), f"{layer}.lora_down.weight": rand(2, w.shape[1]),
+        f"{layer}.lora_up.weight": up, f"{layer}.lora_down.weight": down,
         "lora_unet_no_such_block.lora_up.weight": rand(4, 2), "lora_unet_no_such_block.lora_down.weight": rand(2, 4),
         "lora_unet_no_such_block.alpha": torch.tensor(1.0), "something.else": torch.zeros(1),
     })
     with caplog.at_level(logging.WARNING, logger="comfy_core.lora.loader"):
-        _, _, report = load_lora_for_models(model, None, lora, 1.0, 1.0, name="test.safetensors")
+        new_model, _, report = load_lora_for_models(model, None, lora, 1.0, 1.0, name="test.safetensors")
     assert report.model_keys == 1
-    assert len(report.unmatched) == 4
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert "test.safetensors" in warnings[0].getMessage() and "4 of 6 keys" in warnings[0].getMessage()
+    assert sorted(report.unmatched) == sorted(k for k in lora if "no_such_block" in k or k == "something.else")
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    # ComfyUI's warning (comfy/lora.py load_lora), once per key that loads nothing
+    assert sorted(messages) == sorted(f"lora key not loaded: {k}" for k in report.unmatched)
+    torch.testing.assert_close(patched_weight(new_model, Q_LDM), w + up @ down, atol=1e-6, rtol=1e-6)
 
 
 def test_stacked_loras_compose(tmp_path, sd1):
@@ -276,21 +278,87 @@ def test_stacked_loras_compose(tmp_path, sd1):
     torch.testing.assert_close(patched_weight(model, Q_LDM), w, atol=0, rtol=0)
 
 
-def test_incomplete_records_are_typed_errors(sd1):
+def test_incomplete_records_load_nothing_and_are_logged(sd1, caplog):
+    """As ComfyUI's adapters load only whole records: an up without its down (a LoHa without
+    w2, a LoKr without w1) patches nothing, its keys are "not loaded", and the reason is logged."""
     key_map = unet_key_map(unet_patcher(sd1).model)
     layer = "lora_unet_" + Q_DIFF.replace(".", "_")
-    with pytest.raises(PatchDataError, match="up and down"):
-        parse_lora({f"{layer}.lora_up.weight": torch.zeros(2, 2)}, key_map)
-    with pytest.raises(PatchDataError, match="missing"):
-        parse_lora({f"{layer}.hada_w1_a": torch.zeros(2, 2)}, key_map)
-    with pytest.raises(PatchDataError, match="lokr_w1"):
-        parse_lora({f"{layer}.lokr_w2": torch.zeros(2, 2)}, key_map)
+    for tensors, why in (({f"{layer}.lora_up.weight": torch.zeros(2, 2)}, "up and down"),
+                         ({f"{layer}.hada_w1_a": torch.zeros(2, 2)}, "missing"),
+                         ({f"{layer}.lokr_w2": torch.zeros(2, 2)}, "lokr_w1")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="comfy_core.lora.loader"):
+            parsed = parse_lora(tensors, key_map, "x.safetensors")
+        assert parsed.patches == {} and parsed.unmatched == list(tensors)
+        assert any(why in r.getMessage() and "x.safetensors" in r.getMessage() for r in caplog.records)
 
 
-def test_wrong_shape_lora_fails_when_applied_and_restores(sd1):
+def test_a_wrong_shape_patch_added_directly_fails_when_applied_and_restores(sd1):
+    """A patch dict a pack hands to add_patches itself is not checked on the way in: it fails
+    where it is applied, and the module is left as it was."""
     model = unet_patcher(sd1)
-    layer = "lora_unet_" + Q_DIFF.replace(".", "_")
-    bad, _, _ = load_lora_for_models(model, None, {f"{layer}.lora_up.weight": torch.zeros(3, 2),
-                                                    f"{layer}.lora_down.weight": torch.zeros(2, 3)}, 1.0, 1.0)
-    with pytest.raises(PatchDataError, match="does not fit"):
+    w = original(model, Q_LDM)
+    bad = model.clone()
+    bad.add_patches({Q_LDM: ("diff", (torch.zeros(3, 3),))}, 1.0)
+    with pytest.raises(PatchDataError, match="diff"):
         patched_weight(bad, Q_LDM)
+    assert torch.equal(original(model, Q_LDM), w)
+
+
+Q2_LDM = "diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_k.weight"
+K_DIFF = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_k"
+TE_Q = "clip_l.transformer.text_model.encoder.layers.0.self_attn.q_proj.weight"
+
+
+def test_a_partly_matching_lora_applies_what_matches_as_a_file_of_only_those_keys(tmp_path, sd1, caplog):
+    """ComfyUI applies a LoRA as far as it matches the model: a record for a wider layer (a LoRA
+    of another width), a full diff of the wrong shape and keys naming nothing are skipped and
+    logged; the weights it does match come out exactly as from a file holding only those keys."""
+    model = unet_patcher(sd1)
+    clip = clip_patcher({"clip_l": "cond_stage_model.transformer.text_model."}, sd1)
+    w, wk, wt = original(model, Q_LDM), original(model, Q2_LDM), original(clip, TE_Q)
+    q, k = "lora_unet_" + Q_DIFF.replace(".", "_"), "lora_unet_" + K_DIFF.replace(".", "_")
+    te = "lora_te_text_model_encoder_layers_0_self_attn_q_proj"
+    good = {f"{q}.lora_up.weight": rand(w.shape[0], 2), f"{q}.lora_down.weight": rand(2, w.shape[1]),
+            f"{q}.alpha": torch.tensor(1.0),
+            f"{te}.lora_up.weight": rand(wt.shape[0], 2), f"{te}.lora_down.weight": rand(2, wt.shape[1])}
+    wrong = {f"{k}.lora_up.weight": rand(wk.shape[0], 2), f"{k}.lora_down.weight": rand(2, wk.shape[1] + 8),
+             f"{te.replace('q_proj', 'k_proj')}.diff": rand(3, 5),
+             "lora_unet_no_such_block.lora_up.weight": rand(4, 2)}
+    with caplog.at_level(logging.WARNING, logger="comfy_core.lora.loader"):
+        got_model, got_clip, report = load_lora_for_models(model, clip, roundtrip(tmp_path, {**good, **wrong}),
+                                                           0.7, 0.4, "partial.safetensors")
+    want_model, want_clip, _ = load_lora_for_models(model, clip, good, 0.7, 0.4)
+    assert (report.model_keys, report.clip_keys) == (1, 1)
+    assert report.unmatched == ["lora_unet_no_such_block.lora_up.weight"]
+    assert sorted(line.split(":")[0] for line in report.skipped) == sorted(
+        [Q2_LDM, TE_Q.replace("q_proj", "k_proj")])
+    for got, want, key in ((got_model, want_model, Q_LDM), (got_model, want_model, Q2_LDM),
+                           (got_clip, want_clip, TE_Q), (got_clip, want_clip, TE_Q.replace("q_proj", "k_proj"))):
+        assert torch.equal(patched_weight(got, key), patched_weight(want, key)), key
+    assert not torch.equal(patched_weight(got_model, Q_LDM), w)
+    assert torch.equal(patched_weight(got_model, Q2_LDM), wk)  # the misfit left its weight alone
+    messages = [r.getMessage() for r in caplog.records]
+    # ComfyUI's lines: comfy/lora.py for the unmatched key and the diff, the adapter's error line
+    assert "lora key not loaded: lora_unet_no_such_block.lora_up.weight" in messages
+    assert any(m.startswith(f"WARNING SHAPE MISMATCH {TE_Q.replace('q_proj', 'k_proj')} WEIGHT NOT MERGED (3, 5) != ")
+               for m in messages)
+    assert any(m.startswith(f"ERROR partial.safetensors {Q2_LDM} ") for m in messages)
+    assert [r.levelno for r in caplog.records if Q2_LDM in r.getMessage()] == [logging.ERROR]
+
+
+def test_a_lora_matching_nothing_loads_nothing_and_says_so(sd1, caplog):
+    """ComfyUI loads a LoRA for another model as an empty patch set: every key logged as not
+    loaded, the models unchanged, the run goes on."""
+    model = unet_patcher(sd1)
+    flux_lora = {"lora_unet_double_blocks_0_img_attn_proj.lora_up.weight": torch.zeros(4, 2),
+                 "lora_unet_double_blocks_0_img_attn_proj.lora_down.weight": torch.zeros(2, 4)}
+    with caplog.at_level(logging.WARNING, logger="comfy_core.lora.loader"):
+        new_model, new_clip, report = load_lora_for_models(model, None, flux_lora, 1.0, 1.0, "flux.safetensors")
+    assert new_clip is None and new_model is not model
+    assert report.model_keys == 0 and report.unmatched == list(flux_lora)
+    assert new_model.patches == {}
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m for m in messages if m.startswith("lora key not loaded")] == [
+        f"lora key not loaded: {k}" for k in flux_lora]
+    assert any("flux.safetensors" in m and "none of its 2 keys" in m for m in messages)

@@ -84,6 +84,7 @@ REPLACED_FUNCTIONS = [
     ("comfy.samplers", "sampling_function", "sampling_function", "euler"),
     ("comfy.samplers", "cfg_function", "cfg_function", "euler"),
     ("comfy.samplers", "calc_cond_batch", "calc_cond_batch", "euler"),
+    ("comfy.samplers", "get_area_and_mult", "get_area_and_mult", "euler"),
     ("comfy.samplers", "sample", "sample", "euler"),
     ("comfy.sample", "sample", "sample_steps", "euler"),
     ("comfy.k_diffusion.sampling", "default_noise_sampler", "default_noise_sampler", "euler_ancestral"),
