@@ -13,8 +13,10 @@ again as soon as the previous one is answered (every 5 ms at most); while it doe
    `extra_data.extra_pnginfo`, as the editor sends it) is accepted and run.
 
 For each phase it prints the phase's seconds, the number of GETs answered, their p50, p99 and
-worst latency in milliseconds (a probe counts for the phase in which it started). Before issue 34
-a 100 000-node prompt left a GET waiting up to 27 s, and a 50 MB body blocked the loop 1.7-4.3 s.
+worst latency in milliseconds (a probe counts for the phase in which it started), and the
+machine's load average before and after: on a busy machine the server's threads wait for a CPU
+and every figure grows. Before issue 34 a 100 000-node prompt left a GET waiting up to 27 s, and
+a 50 MB body blocked the loop 1.7-4.3 s.
 The probe runs on its own thread and loop, and the WebSocket reader does not parse the big
 `progress_state` maps, so this process's own work does not delay a probe.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -181,6 +184,7 @@ async def main() -> None:
         url = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as session:
             await wait_until_serving(session, proc, url, lambda rc: f"server exited with {rc}")
+            load_before = os.getloadavg()
             # warm-up: the queue worker starts once the runtime has loaded
             await _phase(session, url, None, "warm-up", {"prompt": chain_prompt(3)}, True)
             prober = Prober(url)
@@ -199,8 +203,10 @@ async def main() -> None:
                 body = _body(args.body_mb)
                 results.append((name, await _phase(session, url, prober, name, body, not args.no_socket)))
             prober.stop()
+        load_after = os.getloadavg()
         print(f"server_hostile: GET /prompt latency while the server takes each input "
-              f"({'no socket' if args.no_socket else 'a WebSocket client reading every message'})")
+              f"({'no socket' if args.no_socket else 'a WebSocket client reading every message'}; "
+              f"{os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)")
         for name, seconds in results:
             _print(name, seconds, *prober.samples(name))
     finally:

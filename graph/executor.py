@@ -108,10 +108,17 @@ class Executor:
 
         def settle(result: Any, error: BaseException | None) -> None:
             self._running = False
+
+            def resolve() -> None:
+                if not future.done():
+                    future.set_exception(error) if error is not None else future.set_result(result)
+
             if relay is not None:
-                relay.flush()  # every event the run queued reaches the sink before we return
-            if not future.done():
-                future.set_exception(error) if error is not None else future.set_result(result)
+                # every event the run queued reaches the sink before we return (in batches: a big
+                # prompt's backlog in one callback held the loop; graph/relay.py)
+                relay.flush_then(resolve)
+            else:
+                resolve()
 
         def done(result: Any, error: BaseException | None) -> None:
             try:

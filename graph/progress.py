@@ -94,6 +94,10 @@ def prompt_of(event: Event) -> Any:
     return (event.data or {}).get("prompt_id")
 
 
+def _ignore(event: Event) -> None:
+    """The emit of a closed `ProgressState`."""
+
+
 class ProgressState:
     def __init__(self, prompt_id: str, dynprompt: DynamicPrompt, emit: Callable[[Event], None],
                  scope: str = "all") -> None:
@@ -108,6 +112,16 @@ class ProgressState:
         self._nodes: VersionedMap[str, dict] = VersionedMap()
         self._running: dict[str, dict] = {}
         self._identities: dict[str, dict] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        """The prompt is over: drop the node maps (an event already emitted keeps the version it
+        names) and emit nothing more (a node's stray thread may still report progress late)."""
+        self._closed = True
+        self._emit = _ignore
+        self._nodes = VersionedMap()
+        self._running = {}
+        self._identities = {}
 
     def _identity(self, node_id: str) -> dict:
         """The fields of a node's entry that never change during the prompt (looked up once)."""
@@ -123,6 +137,8 @@ class ProgressState:
         return identity
 
     def _set(self, node_id: str, state: str, value: float, total: float) -> None:
+        if self._closed:
+            return
         entry = {"value": value, "max": total, "state": state, **self._identity(node_id)}
         version = self._nodes.set(node_id, entry)
         if state == RUNNING:

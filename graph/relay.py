@@ -9,14 +9,16 @@ on both sides, which for trivial nodes (three or four events each) used to be mo
 executor's time. The first event of a batch therefore wakes the caller's loop, which delivers
 the batch `delay` seconds later (2 ms by default: far below what a person or a progress bar can
 see), so a fast prompt costs one wake-up per `delay` instead of one per event. `flush()`
-delivers what is queued at once; the executor calls it before `execute()` returns, so the sink
-has seen every event by then.
+delivers what is queued at once; `flush_then(callback)` delivers it in batches, one per loop
+turn, then calls back: the executor resolves `execute()` that way, so the sink has seen every
+event by then and a big prompt's backlog never holds the loop in one callback.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+from collections import deque
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ class EventRelay:
         self._sink = sink
         self._delay = delay
         self._lock = threading.Lock()
-        self._pending: list[Any] = []
+        self._pending: deque[Any] = deque()
         self._scheduled = False
         self._tasks: set[asyncio.Future] = set()
 
@@ -62,18 +64,34 @@ class EventRelay:
         rest: a prompt of 100 000 trivial nodes queues thousands between two deliveries, and
         handling them in one callback kept every request waiting (issue 34). Order is kept."""
         with self._lock:
-            batch, rest = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            self._pending = rest
+            # taken from the front: slicing off the rest copied the whole backlog on every
+            # batch, quadratic in a big prompt's events
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(min(MAX_BATCH, len(pending)))]
+            rest = bool(pending)
             if not rest:
                 self._scheduled = False
         self._deliver(batch)
         if rest:
             self._loop.call_soon(self._deliver_some)
 
+    def flush_then(self, callback: Callable[[], Any]) -> None:
+        """Deliver every queued event, `MAX_BATCH` per loop turn as `_deliver_some` does, then
+        call `callback()` (on the caller's loop; the run has ended, so the queue only shrinks)."""
+        with self._lock:
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(min(MAX_BATCH, len(pending)))]
+            rest = bool(pending)
+        self._deliver(batch)
+        if rest:
+            self._loop.call_soon(self.flush_then, callback)
+        else:
+            callback()
+
     def flush(self) -> None:
         """Deliver every queued event now (on the caller's loop)."""
         with self._lock:
-            batch, self._pending = self._pending, []
+            batch, self._pending = list(self._pending), deque()
             self._scheduled = False
         self._deliver(batch)
 

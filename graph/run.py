@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import traceback
 from functools import partial
 from typing import Any, Callable, Hashable
 
@@ -42,6 +43,10 @@ from graph.spec_index import SpecIndex
 from graph.value_keys import has_handle, value_token
 
 log = logging.getLogger(__name__)
+
+
+def _drop(event: ev.Event) -> None:
+    """The emit of a run nobody listens to."""
 
 
 class Run:
@@ -75,7 +80,10 @@ class Run:
         self._loop_thread: int | None = None
         self._async_done: asyncio.Event | None = None
         self._waiters: set[asyncio.Task] = set()
-        self.progress = ProgressState(prompt_id, self.dynprompt, self.emit, settings.progress_state)
+        # The caller's emit itself, not the bound `self.emit`: a bound method here would make a
+        # reference cycle (Run -> progress -> Run) that only the cyclic collector could free.
+        self.progress = ProgressState(prompt_id, self.dynprompt, emit if emit is not None else _drop,
+                                      settings.progress_state)
         # IS_CHANGED is node code too: it runs with the host's environment in its context.
         helper_context = NodeContext(prompt_id=prompt_id, node_id="", display_node_id="", list_index=None,
                                      env=settings.env)
@@ -282,11 +290,28 @@ class Run:
             for task in list(self.pending_tasks()):
                 task.cancel()
             self.cache.end_prompt()
+            self._release()
         return ExecutionOutcome(
             status=status,
             ui_outputs={n: info["output"] for n, info in self.ui_outputs.items()},
             meta={n: info["meta"] for n, info in self.ui_outputs.items()},
             messages=self.messages, executed=list(self.executed), error=error)
+
+    def _release(self) -> None:
+        """Drop the per-node state once the prompt is over (its outcome keeps what it needs).
+
+        The schedule and the signatures call back into this run through bound methods, so they
+        and the run form reference cycles; left alone, a big prompt's records, schedule,
+        signatures and progress map (about ten objects per node) would wait for a full pass of
+        the cyclic collector, which walks every live object while holding the GIL and so stops
+        the server's event loop for as long (issue 34). Dropped here, they are freed at once by
+        reference counting, on the prompt's own thread."""
+        self.progress.close()
+        self._records = {}
+        self._node_specs = {}
+        self._waiters = set()
+        for name in ("schedule", "signatures", "_computed", "consumers"):
+            self.__dict__.pop(name, None)
 
     def pending_tasks(self) -> list[asyncio.Task]:
         return [t for record in self._records.values() for t in record.waiting or ()
@@ -377,6 +402,10 @@ class Run:
                  "traceback": [], "current_inputs": []}, ex)
 
     def _fail(self, details: dict, ex: BaseException, current_outputs: list[str]) -> tuple[str, dict]:
+        # The details hold the traceback as text already; the frames it names hold this run (and
+        # the exception, a cycle), so their locals go now, or the run would wait for the cyclic
+        # collector (see `_release`).
+        traceback.clear_frames(ex.__traceback__)
         node_id = details["node_id"]
         node_type = self.dynprompt.get_node(node_id)["class_type"] if self.dynprompt.has_node(node_id) else ""
         if isinstance(ex, Interrupted):

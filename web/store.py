@@ -166,13 +166,14 @@ class PromptStore:
 
     # -- queue -----------------------------------------------------------------------------
     def add_pending(self, item: QueueItem) -> None:
+        # encoded before the lock: a big prompt's encoding (seconds, in a worker thread) must not
+        # keep the event loop's own short store calls waiting for the lock (issue 34)
+        row = (item.prompt_id, item.number, encode_json(item.prompt), encode_json(public_extra_data(item.extra_data)),
+               encode_json(item.outputs), item.create_time)
         with self._lock:
             self.db.execute(
                 "INSERT OR REPLACE INTO queue (prompt_id, number, prompt, extra_data, outputs, state, create_ms)"
-                " VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                (item.prompt_id, item.number, encode_json(item.prompt), encode_json(public_extra_data(item.extra_data)),
-                 encode_json(item.outputs), item.create_time),
-            )
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?)", row)
 
     def mark_running(self, prompt_id: str, start_ms: int) -> None:
         with self._lock:
@@ -259,6 +260,7 @@ class PromptStore:
     def finish(self, item: QueueItem, entry: dict, status: str, start_ms: int | None, end_ms: int) -> None:
         """Atomically: the prompt leaves the queue and its history entry is written (replacing an
         older entry with the same id, which then moves to the end)."""
+        text = encode_json(entry)  # before the lock, as in `add_pending`
         with self._lock:
             db = self.db
             db.execute("BEGIN IMMEDIATE")
@@ -268,7 +270,7 @@ class PromptStore:
                 db.execute(
                     "INSERT INTO history (prompt_id, entry, status, number, create_ms, start_ms, end_ms)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (item.prompt_id, encode_json(entry), status, item.number, item.create_time, start_ms, end_ms),
+                    (item.prompt_id, text, status, item.number, item.create_time, start_ms, end_ms),
                 )
                 excess = db.execute("SELECT COUNT(*) FROM history").fetchone()[0] - self.max_history
                 if excess > 0:

@@ -10,6 +10,9 @@ is recorded as an `execution_error` and the worker carries on.
 
 The worker is given the parts of the server it drives (queue, hub, executor, store, memory
 manager, preview size), not the whole `web.state.AppState`, which holds the worker in turn.
+
+While it runs, the cyclic collector's full passes happen after a prompt has been stored (or
+while idle), not in the middle of a big prompt (web/collector.py, issue 34).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from graph.progress import ProgressPacing
+from web.collector import CollectorPacing, release_in_pieces
 from web.prompt_routing import PromptRouting
 from web.prompt_run import PromptRun
 from web.queue_item import QueueItem, now_ms
@@ -68,9 +72,14 @@ class QueueWorker(PromptRouting):
         self.free_request: FreeRequest | None = None
         self._task: asyncio.Task | None = None
         self._current: asyncio.Future | None = None
+        self.releasing: asyncio.Future | None = None  # the last prompt's data being freed (tests wait for it)
+        # busy while a prompt runs or its data is still being taken apart (a pass would walk it)
+        self.collector = CollectorPacing(
+            lambda: queue.running is not None or (self.releasing is not None and not self.releasing.done()))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="queue-worker")
+        self.collector.start()
 
     @property
     def started(self) -> bool:
@@ -80,6 +89,7 @@ class QueueWorker(PromptRouting):
     async def stop(self, timeout: float = 10.0) -> None:
         """Take no more prompts; interrupt the running one and let it record itself (as
         interrupted) in the history, waiting at most `timeout` seconds."""
+        self.collector.stop()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -124,6 +134,22 @@ class QueueWorker(PromptRouting):
             if self.free_request is not None:
                 request, self.free_request = self.free_request, None
                 apply_free(self.executor, self.memory, request)
+            # The prompt is stored: its data goes, in a worker thread and in pieces (freeing a big
+            # prompt or body at once held the event loop), and then a full pass if one is due.
+            leftovers = [item.prompt, item.extra_data]
+            item = self._current = None
+            self._release(leftovers)
+
+    def _release(self, leftovers: list) -> None:
+        released = asyncio.get_running_loop().run_in_executor(None, release_in_pieces, leftovers)
+        self.releasing = released
+
+        def then(future: asyncio.Future) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                log.error("freeing a prompt's data failed", exc_info=future.exception())
+            self.collector.quiet_point()
+
+        released.add_done_callback(then)
 
     async def run_item(self, item: QueueItem) -> None:
         hub = self.hub

@@ -33,6 +33,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from graph.events import EXECUTED, Event
 from graph.progress import ProgressPacing
+from web.collector import CollectorPacing
 from web.prompt_routing import PromptRouting
 from web.ray_backend import cluster
 from web.prompt_run import PromptRun, RunResult
@@ -82,6 +83,8 @@ class RayDispatcher(PromptRouting):
         self._requeues: dict[str, int] = {}
         self._changed = asyncio.Event()  # a worker became free, ready or dead
         self.worker_config = self._worker_config()
+        # full collections after a prompt is stored, not in the middle of one (as the embedded worker)
+        self.collector = CollectorPacing(lambda: bool(self._runs))
 
     def _worker_config(self) -> Any:
         config, env = self.state.config, self.state.env
@@ -94,6 +97,7 @@ class RayDispatcher(PromptRouting):
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="ray-dispatcher")
         self._watcher = loop.create_task(self._watch(), name="ray-watch")
+        self.collector.start()
 
     @property
     def started(self) -> bool:
@@ -102,6 +106,7 @@ class RayDispatcher(PromptRouting):
     async def stop(self, timeout: float = 10.0) -> None:
         """Take no more prompts; interrupt the running ones and let them record themselves,
         waiting at most `timeout` seconds; then end the actors (and Ray, if it started it)."""
+        self.collector.stop()
         for task in (self._task, self._watcher, *self._spawning):
             if task is not None:
                 task.cancel()
@@ -392,8 +397,11 @@ class RayDispatcher(PromptRouting):
                 f"the Ray worker running this prompt died ({type(lost).__name__}: {lost}); "
                 f"it had been queued again {requeued} time(s) after losing a worker before"))
         self._requeues.pop(pid, None)
-        run.finish(result, self.store, self.queue)
+        # encoded and written in a worker thread, as the embedded worker does: a big prompt's
+        # entry is megabytes, which held the event loop (issue 34)
+        await run.finish_async(result, self.store, self.queue)
         hub.end_prompt(pid)
+        self.collector.quiet_point()
 
     async def _stream_while_ray_lives(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         """`_stream`, given up with `RayGoneError` when Ray goes away meanwhile (a stream from a
