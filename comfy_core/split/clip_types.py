@@ -7,7 +7,8 @@ that share an encoder. Which types load here is the families' word: an encoder s
 types that select it (`EncoderSetSpec.clip_types`: SD1/SD2/the SDXL refiner's single towers for
 `stable_diffusion`, `sdxl`, `sd3` (any of CLIP-L, CLIP-G, T5-XXL), `flux` (CLIP-L + T5-XXL), `chroma` (T5-XXL),
 `wan` (umT5-XXL, comfy_core/text_encoders/umt5.py, with the file's own SentencePiece tokenizer),
-`lumina2` (Z-Image's Qwen3-4B, comfy_core/families/zimage/clip.py)).
+`lumina2` (Z-Image's Qwen3-4B, comfy_core/families/zimage/clip.py), `qwen_image` (Qwen2.5-VL-7B,
+comfy_core/families/qwen_image/clip.py)).
 Every other type names a family whose text encoders (Llama, Gemma, Qwen, ...) and models this
 engine does not have: asking for one is an `UnsupportedClipTypeError` naming the type and what it
 needs, never a half-built CLIP.
@@ -38,7 +39,6 @@ NEEDS: dict[str, str] = {
     "hidream": "the HiDream family (Llama 3.1 and/or T5-XXL, CLIP-L, CLIP-G text encoders)",
     "ace": "the ACE-Step audio family (a T5-base text encoder)",
     "omnigen2": "the OmniGen2 family (a Qwen2.5-VL 3B text encoder)",
-    "qwen_image": "the Qwen-Image family (a Qwen2.5-VL 7B text encoder)",
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
     "hunyuan_video": "the HunyuanVideo family (CLIP-L with a Llama text encoder)",
 }

@@ -20,6 +20,9 @@ before its weights are read (`MissingTokenizerError`).
 Qwen3 files (`model.layers.N.self_attn.q_norm.weight`..., ComfyUI's `qwen_3_4b.safetensors` and
 the Hugging Face layout) are a Qwen3 tower (`comfy_core.text_encoders.qwen3`), slot `qwen3_4b` for
 Z-Image (CLIPLoader type "lumina2"), kept in the file's dtype as ComfyUI keeps its LLM encoders.
+Qwen2.5-VL files (biased `model.layers.N.self_attn.k_proj`, no q_norm, with `visual.*`: ComfyUI's
+`qwen_2.5_vl_7b*.safetensors`) are a Qwen2.5-VL tower (`comfy_core.text_encoders.qwen25vl`), slot
+`qwen25_7b` for Qwen-Image (CLIPLoader type "qwen_image"), kept in the file's dtype too.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from comfy_core.split.clip_types import ClipFilesError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.text_encoders.qwen3 import Qwen3Config
+from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
 from comfy_core.text_encoders.t5_config import T5Config
 from comfy_core.text_encoders.towers import build_tower, reads_as_stored
 from comfy_core.text_encoders.umt5_keys import RenamedMapping, is_wan_layout
@@ -54,7 +58,7 @@ BIGG_LAYER = 30
 H_LAYER = 22
 SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL",
               "umt5xxl": "umT5-XXL", "qwen3_06b": "Qwen3-0.6B", "qwen3_2b": "Qwen3-2B", "qwen3_4b": "Qwen3-4B",
-              "qwen3_8b": "Qwen3-8B"}
+              "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B"}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
 _OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
@@ -97,12 +101,15 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
     try:
         t5 = T5Config.detect_from_weights(tensors, "")
         qwen3 = Qwen3Config.detect_from_weights(tensors, "") if t5 is None else None
+        qwen25 = Qwen25VLConfig.detect_from_weights(tensors, "") if t5 is None and qwen3 is None else None
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     if t5 is not None:
         return t5
     if qwen3 is not None:
         return qwen3
+    if qwen25 is not None:
+        return qwen25
     try:
         if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
             config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")
@@ -116,7 +123,7 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         what = next((kind for key, kind in _OTHER_ENCODERS if key in tensors), None)
         raise ClipFilesError(f"{checkpoint.path}: " + (
             f"holds {what}, which this engine cannot load (only CLIP text encoders: CLIP-L, OpenCLIP-H, "
-            "OpenCLIP-bigG, T5 encoders and Qwen3)" if what else
+            "OpenCLIP-bigG, T5 encoders, Qwen3 and Qwen2.5-VL)" if what else
             "not a CLIP text encoder (no 'text_model.final_layer_norm.weight' nor OpenCLIP's 'ln_final.weight')"))
     slot = slot_for_depth(config.layers)
     config = dataclasses.replace(config, slot=slot, activation="quick_gelu" if slot == "clip_l" else "gelu")

@@ -16,6 +16,7 @@ from comfy_core.patching import ClipPatcher
 from comfy_core.patching.signature import fingerprint
 from comfy_core.text_encoders.encoder_set import EncoderOptions, TextEncoderSet, with_clip_layer
 from comfy_core.text_encoders.errors import TokenizeError
+from comfy_core.text_encoders.generate import SamplingOptions, generate_with_clip
 from comfy_core.text_encoders.sd_tokenizer import TOKENIZER_OPTIONS, EmbeddingLookup, FamilyTokenizer
 
 CLIP_LAYER_OPTION = "clip_layer"
@@ -26,7 +27,7 @@ class CLIP:
 
     `tokenize`, `encode_from_tokens`, `encode_from_tokens_scheduled`, `encode`, `clone`,
     `clip_layer`, `add_patches`, `get_key_patches`, `load_model`, `get_sd`, `load_sd`,
-    `.patcher`, `.tokenizer`, `.cond_stage_model`, `.layer_idx`.
+    `generate`, `decode`, `.patcher`, `.tokenizer`, `.cond_stage_model`, `.layer_idx`.
     """
 
     def __init__(self, patcher: ClipPatcher, tokenizer: FamilyTokenizer) -> None:
@@ -184,6 +185,23 @@ class CLIP:
 
     def encode(self, text: str) -> torch.Tensor:
         return self.encode_from_tokens(self.tokenize(text))
+
+    # --- generation (LLM text encoders; comfy_core/text_encoders/generate.py) ---
+
+    def generate(self, tokens: Mapping[str, Any], do_sample: bool = True, max_length: int = 256,
+                 temperature: float = 1.0, top_k: int = 50, top_p: float = 0.95, min_p: float = 0.0,
+                 repetition_penalty: float = 1.0, seed: int | None = None, presence_penalty: float = 0.0,
+                 mtp: Any = True) -> list[int]:
+        """ComfyUI's `CLIP.generate`: token ids written by the main encoder after `tokens`.
+        `mtp` has no effect (no encoder here has multi-token-prediction weights)."""
+        options = SamplingOptions(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                                  min_p=min_p, repetition_penalty=repetition_penalty,
+                                  presence_penalty=presence_penalty, seed=seed)
+        return generate_with_clip(self, tokens, max_length, options)
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        """ComfyUI's `CLIP.decode`: the tokenizer's text of `token_ids`."""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
     def __repr__(self) -> str:
         return f"CLIP(family={self.family!r}, layer_idx={self.layer_idx!r}, patches={len(self.patcher.patches)})"

@@ -27,6 +27,12 @@ special tokens `{"pad": 151643}` (no start, no end), attention masks used and re
 token, which and everything after it is 0 (a row that starts with pads is left-padded: those are
 0 until the first other token). No pooled output. Prompt weights interpolate from an all-pad
 "empty" row, as `ClipTokenWeightEncoder` does (Z-Image's tokenizer disables weights anyway).
+
+Generation (ComfyUI's `BaseQwen3` / `BaseGenerate`, driven by `generate.generate_tokens`): the
+same blocks with a key/value cache (`decode_step`: positions continue from the cache, causal over
+every cached key, no token mask, as ComfyUI's generate passes none), the final norm, and the LM
+head: the file's `lm_head.weight` when it has one (Qwen3-8B), else the token table (Qwen3-4B ties
+them). Stop tokens are Qwen3's `<|endoftext|>` 151643 and `<|im_end|>` 151645.
 """
 from __future__ import annotations
 
@@ -44,10 +50,13 @@ from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.encoder import TokenEmbedding, resolve_layer
 from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError, TokenizeError
+from comfy_core.text_encoders.generate import GenerationError, KVCache
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids
 from comfy_core.text_encoders.weighting import interpolate_from_empty
 
+# ComfyUI's `stop_tokens` of its Qwen3 configs: <|endoftext|>, <|im_end|>.
+STOP_TOKENS = (151643, 151645)
 MARKER = "model.layers.0.self_attn.q_norm.weight"  # Qwen3 (QK-norm); Qwen2.5 and Llama have none
 GEMMA_MARKER = "model.layers.0.post_feedforward_layernorm.weight"  # Gemma 2 / 3 (ComfyUI tests it first)
 QWEN3_4B_SLOT = "qwen3_4b"
@@ -55,6 +64,7 @@ QWEN3_4B_SLOT = "qwen3_4b"
 # (a reduced test model) is named as the 4B, the encoder Z-Image uses.
 SLOTS_BY_WIDTH = {1024: "qwen3_06b", 2048: "qwen3_2b", 2560: QWEN3_4B_SLOT, 4096: "qwen3_8b"}
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+LOGIT_ROWS = 16384  # LM-head rows cast to float32 at a time when generating
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
@@ -262,6 +272,12 @@ class Qwen3Transformer(nn.Module):
     def set_input_embeddings(self, embeddings: nn.Module) -> None:
         self.model.embed_tokens = embeddings
 
+    def output_weight(self) -> torch.Tensor:
+        """[vocab, width] the LM head's weight: the file's untied `lm_head` (a non-persistent
+        buffer, so encoding state dicts are unchanged), else the token table (tied)."""
+        head = getattr(self, "lm_head_weight", None)
+        return self.get_input_embeddings().weight if head is None else head
+
 
 class Qwen3TextEncoder(nn.Module):
     """One Qwen3 tower, ComfyUI's `Qwen3_4BModel` surface (an `SDClipModel`) for our
@@ -403,14 +419,7 @@ class Qwen3TextEncoder(nn.Module):
         """
         if ids.dim() != 2:
             raise TokenizeError(f"qwen3: token ids must be [batch, tokens], got shape {tuple(ids.shape)}")
-        embedding = self.token_embedding()
-        ids = ids.to(device=embedding.weight.device, dtype=torch.long)
-        if int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0:
-            raise TokenizeError(f"qwen3: token id {int(ids.max())} is outside this encoder's "
-                                f"{self.config.vocab_size}-token table")
-        x = embedding(ids, out_dtype=torch.float32)  # [B, T, W]
-        if embedding.weight.dtype in FP8_DTYPES:
-            x = torch.nan_to_num(x)
+        x = self.embed_ids(ids)  # [B, T, W]
         if overrides:
             x = _apply_overrides(x, overrides)
         length = ids.shape[1]
@@ -424,9 +433,69 @@ class Qwen3TextEncoder(nn.Module):
                 return (compute_in_float32(model.norm, x) if layer_norm_hidden else x).float()
         return compute_in_float32(model.norm, x).float()
 
+    # --- generation (see the module doc and generate.py) ---
+
+    can_generate = True
+    stop_tokens = STOP_TOKENS
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty key/value cache for `capacity` positions, float32 on the weights' device."""
+        config = self.config
+        return KVCache(config.num_layers, batch, capacity, config.num_kv_heads, config.head_dim,
+                       self.token_embedding().weight.device)
+
+    def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, T] -> input embeddings [B, T, W] float32."""
+        embedding = self.token_embedding()
+        ids = ids.to(device=embedding.weight.device, dtype=torch.long)
+        if int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0:
+            raise TokenizeError(f"qwen3: token id {int(ids.max())} is outside this encoder's "
+                                f"{self.config.vocab_size}-token table")
+        x = embedding(ids, out_dtype=torch.float32)
+        return torch.nan_to_num(x) if embedding.weight.dtype in FP8_DTYPES else x
+
+    def prompt_embeds(self, row: Sequence[Any]) -> torch.Tensor:
+        """One token row (ids and embedding vectors, as the tokenizer gives) -> [1, T, W] float32."""
+        ids, overrides = chunks_to_ids([list(row)], self.width, mismatch_pad=self.special_tokens["pad"])
+        x = self.embed_ids(ids)
+        return _apply_overrides(x, overrides) if overrides else x
+
+    def decode_step(self, embeds: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run embeds [B, T, W] at positions `cache.length ..` through every block (their keys and
+        values join the cache) -> the last position's final normed state [B, W] float32."""
+        start, length = cache.length, embeds.shape[1]
+        total = start + length
+        cos, sin = rotary_tables(total, self.config.head_dim, self.config.rope_theta, embeds.device)
+        cos, sin = cos[start:], sin[start:]  # [T, d]: the rows of the new positions
+        low = torch.finfo(torch.float32).min / 4
+        # Query i (position start + i) sees keys 0 .. start + i: [1, 1, T, start + T].
+        bias = torch.full((length, total), low, dtype=torch.float32, device=embeds.device).triu_(start + 1)[None, None]
+        x = embeds.float()
+        for index, block in enumerate(self.transformer.model.layers):
+            x = self._block(block, x, cos, sin, bias, cache, index)
+        cache.advance(length)
+        return compute_in_float32(self.transformer.model.norm, x[:, -1]).float()
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, W] -> next-token logits [B, vocab] float32. A head stored in another dtype is
+        cast to float32 `LOGIT_ROWS` vocabulary rows at a time (a whole Qwen3 table would be 1.5 GB)."""
+        weight = self.transformer.output_weight()
+        expected = (self.config.vocab_size, self.config.hidden_size)
+        if tuple(weight.shape) != expected:
+            raise GenerationError(f"qwen3: the LM head has shape {tuple(weight.shape)}, expected {expected}")
+        hidden = hidden.float()
+        if weight.dtype == torch.float32:
+            return F.linear(hidden, weight.to(hidden.device))
+        parts = []
+        for start in range(0, weight.shape[0], LOGIT_ROWS):
+            rows = weight[start:start + LOGIT_ROWS].to(device=hidden.device, dtype=torch.float32)
+            parts.append(F.linear(hidden, torch.nan_to_num(rows) if weight.dtype in FP8_DTYPES else rows))
+        return torch.cat(parts, dim=-1)
+
     def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               bias: torch.Tensor) -> torch.Tensor:
-        """One Qwen3 decoder block (see the module doc)."""
+               bias: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        """One Qwen3 decoder block (see the module doc); with a cache, this step's keys and values
+        join block `layer`'s entries and the queries attend over all of them."""
         config = self.config
         batch, length, _ = x.shape
         attn = block.self_attn
@@ -436,12 +505,15 @@ class Qwen3TextEncoder(nn.Module):
         v = compute_in_float32(attn.v_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
         q = apply_rotary(compute_in_float32(attn.q_norm, q), cos, sin)  # [B, T, H, d]
         k = apply_rotary(compute_in_float32(attn.k_norm, k), cos, sin)  # [B, T, KV, d]
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # [B, S, KV, d]: every position so far
+        keys = k.shape[1]
         groups = config.num_heads // config.num_kv_heads
         if groups > 1:  # grouped-query attention: each k/v head serves `groups` query heads
             k = k.repeat_interleave(groups, dim=2)
             v = v.repeat_interleave(groups, dim=2)
-        out = attention_in_force(q.reshape(batch, length, -1), k.reshape(batch, length, -1),
-                                 v.reshape(batch, length, -1), config.num_heads, mask=bias)  # [B, T, H*d]
+        out = attention_in_force(q.reshape(batch, length, -1), k.reshape(batch, keys, -1),
+                                 v.reshape(batch, keys, -1), config.num_heads, mask=bias)  # [B, T, H*d]
         x = x + compute_in_float32(attn.o_proj, out)
         normed = compute_in_float32(block.post_attention_layernorm, x)
         mlp = block.mlp
@@ -464,7 +536,8 @@ def _apply_overrides(embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride
 
 
 # Keys a Qwen3 file may hold that the encoder does not read: the language-model head (Qwen3-8B
-# has an untied one), ComfyUI's SDClipModel `logit_scale`.
+# has an untied one; `build_qwen3_encoder` keeps it aside for generation), ComfyUI's SDClipModel
+# `logit_scale`.
 _IGNORED_KEYS = ("lm_head.weight", "logit_scale")
 
 
@@ -523,4 +596,9 @@ def build_qwen3_encoder(config: Qwen3Config, state_dict: Mapping[str, torch.Tens
     model.load_state_dict(loaded, strict=True, assign=True)
     model.eval()
     model.requires_grad_(False)
-    return Qwen3TextEncoder(config, Qwen3Transformer(model))
+    transformer = Qwen3Transformer(model)
+    head = state_dict.get(config.prefix + "lm_head.weight")
+    if head is not None:  # an untied head (Qwen3-8B): kept for generation only, checked when used
+        transformer.register_buffer("lm_head_weight", head if dtype is None or head.dtype == dtype else head.to(dtype),
+                                    persistent=False)
+    return Qwen3TextEncoder(config, transformer)

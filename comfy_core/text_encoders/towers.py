@@ -6,7 +6,10 @@ An `EncoderOptions.kind` names one: "clip" (CLIP / OpenCLIP text transformers: `
 `umt5_tokenizer.UMT5XXlTokenizer` over the file's own SentencePiece model, given as ComfyUI's
 `tokenizer_data`) or "qwen3" (Qwen3 decoders used as encoders, Z-Image's Qwen3-4B:
 `qwen3.Qwen3Config`, `qwen3.Qwen3TextEncoder`, `qwen_tokenizer.QwenTokenizer` over the shipped
-Qwen vocabulary; kept in the file's dtype, as ComfyUI keeps its LLM encoders). The factory and the
+Qwen vocabulary; kept in the file's dtype, as ComfyUI keeps its LLM encoders) or "qwen25vl"
+(Qwen2.5-VL language models with their vision tower, Qwen-Image's Qwen2.5-VL-7B:
+`qwen25vl.Qwen25VLConfig`, `qwen25vl.Qwen25VLTextEncoder`, the same Qwen tokenizer; kept in the
+file's dtype too). The factory and the
 split-file loader go through these functions, so an encoder set mixing CLIP and T5 towers (SD3,
 Flux) is built like a CLIP-only one.
 """
@@ -24,15 +27,19 @@ KIND_CLIP = "clip"
 KIND_T5 = "t5"
 KIND_UMT5 = "umt5"
 KIND_QWEN3 = "qwen3"
+KIND_QWEN25VL = "qwen25vl"
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
-    if options.kind == KIND_QWEN3:
-        from comfy_core.text_encoders.qwen3 import Qwen3Config
+    if options.kind in (KIND_QWEN3, KIND_QWEN25VL):
+        if options.kind == KIND_QWEN3:
+            from comfy_core.text_encoders.qwen3 import Qwen3Config as LLMConfig
+        else:
+            from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig as LLMConfig
 
-        config = Qwen3Config.detect_from_weights(tensors, prefix)
+        config = LLMConfig.detect_from_weights(tensors, prefix)
         if config is not None and config.slot != options.slot:
             import dataclasses
 
@@ -58,8 +65,9 @@ def reads_as_stored(config: Any) -> bool:
     `build_tower`): Qwen3 always (ComfyUI's `dtype_llama`, the file's dtype), T5 / umT5 when the
     file holds fp8 or scaled-fp8 weights. One rule for checkpoints and text-encoder files alike."""
     from comfy_core.text_encoders.qwen3 import Qwen3Config
+    from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
 
-    return isinstance(config, Qwen3Config) or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
+    return isinstance(config, (Qwen3Config, Qwen25VLConfig)) or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
 
 
 def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:
@@ -67,9 +75,13 @@ def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torc
     they run, as ComfyUI keeps `dtype_t5`): an fp8 T5-XXL is 5 GB, 19 GB in float32. Qwen3 towers
     keep every tensor as given (ComfyUI's `dtype_llama`, the file's dtype); they compute in float32."""
     from comfy_core.text_encoders.qwen3 import Qwen3Config, build_qwen3_encoder
+    from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
+    from comfy_core.text_encoders.qwen25vl_load import build_qwen25vl_encoder
 
     if isinstance(config, Qwen3Config):
         return build_qwen3_encoder(config, state_dict, None)
+    if isinstance(config, Qwen25VLConfig):
+        return build_qwen25vl_encoder(config, state_dict, None)
     if isinstance(config, T5Config):
         stored = None if str(config.dtype) in FP8_STORAGE else dtype
         if config.relative_attention_per_block:
@@ -89,7 +101,7 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
     """The tokenizer of one tower of a set (see `comfy_core.text_encoders.factory.make_tokenizer`).
     `tokenizer_data`: ComfyUI's, what a tower's file carries for its tokenizer (umT5's
     `spiece_model`); a umT5 tower without it is a `MissingTokenizerError`."""
-    if options.kind == KIND_QWEN3:
+    if options.kind in (KIND_QWEN3, KIND_QWEN25VL):
         from comfy_core.text_encoders.qwen_tokenizer import QwenTokenizer
 
         return QwenTokenizer(options.token_key, config.width, min_length=options.min_length,

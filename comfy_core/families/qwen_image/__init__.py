@@ -22,8 +22,8 @@ Files: ComfyUI's names under `model.diffusion_model.` in single files (the VAE u
 bare in split files (`qwen_image_fp8_e4m3fn.safetensors`, `qwen_image_edit_2509_bf16.safetensors`)
 and in diffusers' / Qwen's release (`transformer/diffusion_pytorch_model*.safetensors`: the same
 names). Detected from names and shapes: `txt_norm.weight` with `transformer_blocks.N.img_mod.1`.
-The text encoder (Qwen2.5-VL-7B) is not part of this package: `Family.text_encoders` stays None
-until comfy_core/text_encoders has it, so these files load as diffusion models alone (UNETLoader).
+The text encoder is Qwen2.5-VL-7B (comfy_core/text_encoders/qwen25vl.py), its set in `clip.py`:
+CLIPLoader type "qwen_image", ComfyUI's chat templates, the system-prompt tokens dropped.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from comfy_core.families.architecture import Architecture
 from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.qwen_image import supported_models
+from comfy_core.families.qwen_image.clip import QWEN_IMAGE_TEXT_ENCODERS
 from comfy_core.families.wan.latent_format import wan21_latent_format
 from comfy_core.models.model_conditions import ModelConditions
 
@@ -107,6 +108,7 @@ def definition() -> Family:
         vae_prefix="vae.",
         conditioning=QwenImageConditions(),
         architecture=qwen_image_architecture(),
+        text_encoders=QWEN_IMAGE_TEXT_ENCODERS,
         inference_dtypes=("bf16", "fp32"),
         supported_model=supported_models.QwenImage,
         comfy_model_class="QwenImage",

@@ -1,0 +1,133 @@
+"""Qwen-Image-Edit's prompt nodes with today's ComfyUI names, sockets and semantics
+(comfy_extras/nodes_qwen.py):
+
+- TextEncodeQwenImageEdit: the prompt in Qwen-Image-Edit's template with the input image (resized
+  to about one megapixel, area filter, its first batch entry seen by the vision tower); with a VAE,
+  the resized image's latent is appended to the conditioning's `reference_latents`.
+- TextEncodeQwenImageEditPlus (Edit 2509 / 2511): up to three images, each announced in the prompt as
+  `Picture N: <vision block>` (N the input's number), seen by the vision tower at about 384x384
+  pixels, with the edit system prompt as the template; with a VAE, each image resized to about one
+  megapixel (sides multiples of 8) becomes a reference latent, in order.
+
+Differences from ComfyUI, by house rule (bad input is an error, never silently ignored): an image
+given with a CLIP whose text encoder cannot read images (anything but Qwen2.5-VL) is a node error
+naming `clip` (ComfyUI's other tokenizers drop the images).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from graph.v3_schema import Output, Socket, String, v3_node
+import nodes.checks as checks
+from nodes.errors import NodeInputError, describe
+from nodes.flux_nodes import set_values
+
+# torch and comfy_core are imported inside the functions that run: registering these nodes and
+# rendering /object_info must not import torch (server start-up).
+
+MODULE = "comfy_extras.nodes_qwen"
+CATEGORY = "model/conditioning/qwen image"
+EDIT_PIXELS = 1024 * 1024  # the reference (and Edit's vision) image size
+PLUS_VISION_PIXELS = 384 * 384  # Edit Plus: what the vision tower sees of each image
+
+
+def _edit_plus_template() -> str:
+    """Edit Plus's template: the edit system prompt, the user turn without a vision block (the
+    prompt carries one per picture)."""
+    from comfy_core.families.qwen_image.clip import LLAMA_TEMPLATE_IMAGES, VISION_BLOCK
+
+    return LLAMA_TEMPLATE_IMAGES.replace(VISION_BLOCK, "", 1)
+
+
+def scaled_size(height: int, width: int, pixels: int, multiple: int = 1) -> tuple[int, int]:
+    """(height, width) scaled to about `pixels` keeping the aspect, rounded (to multiples of
+    `multiple` when given), as ComfyUI's nodes compute them."""
+    scale = math.sqrt(pixels / (width * height))
+    if multiple == 1:
+        return round(height * scale), round(width * scale)
+    return round(height * scale / multiple) * multiple, round(width * scale / multiple) * multiple
+
+
+def _resized(image: Any, pixels: int, multiple: int = 1) -> Any:
+    """IMAGE [B, H, W, C] -> its first three channels resized (area filter) to about `pixels`."""
+    samples = image.movedim(-1, 1)  # [B, C, H, W]
+    height, width = scaled_size(samples.shape[2], samples.shape[3], pixels, multiple)
+    if height < 1 or width < 1:
+        raise NodeInputError("image", "an image large enough to resize", f"an image of {tuple(image.shape)}")
+    from comfy_core.image.resize import upscale_samples
+
+    return upscale_samples(samples, width, height, "area", "disabled").movedim(1, -1)[:, :, :, :3]
+
+
+def _encode(clip: Any, text: str, images: list, **kwargs: Any) -> list:
+    """The conditioning of `text` with `images` for the vision tower; refuses a CLIP that drops them."""
+    from comfy_core.families.qwen_image.clip import QwenImagePromptError
+
+    try:
+        tokens = clip.tokenize(text, images=images, **kwargs)
+    except QwenImagePromptError as exc:
+        raise NodeInputError("prompt", "a prompt with no more image placeholders than images", str(exc)) from exc
+    seen = sum(1 for chunks in tokens.values() if isinstance(chunks, list) for chunk in chunks for pair in chunk
+               if isinstance(pair, (list, tuple)) and pair and isinstance(pair[0], dict))
+    if seen != len(images):
+        raise NodeInputError("clip", "a CLIP whose text encoder reads images (CLIPLoader type qwen_image)",
+                             f"{describe(clip)}, whose tokenizer kept {seen} of {len(images)} images")
+    return clip.encode_from_tokens_scheduled(tokens)
+
+
+@v3_node("TextEncodeQwenImageEdit", display_name="Text Encode Qwen Image Edit", category=CATEGORY,
+         python_module=MODULE,
+         inputs=[Socket("clip", "CLIP"),
+                 String("prompt", multiline=True, dynamicPrompts=True),
+                 Socket("vae", "VAE", optional=True),
+                 Socket("image", "IMAGE", optional=True)],
+         outputs=[Output("CONDITIONING")])
+def text_encode_qwen_image_edit(clip: Any, prompt: str, vae: Any = None, image: Any = None) -> tuple[list]:
+    """The prompt (with the image, when given) encoded for Qwen-Image-Edit; the image's latent as
+    the reference when a VAE is given."""
+    clip = checks.clip(clip)
+    prompt = checks.text(prompt, "prompt")
+    images, reference = [], None
+    if image is not None:
+        resized = _resized(checks.image_batch(image, "image"), EDIT_PIXELS)
+        images = [resized]
+        if vae is not None:
+            reference = checks.vae(vae).encode(resized)
+    conditioning = _encode(clip, prompt, images)
+    if reference is not None:
+        conditioning = set_values(conditioning, {"reference_latents": [reference]}, append=True)
+    return (conditioning,)
+
+
+@v3_node("TextEncodeQwenImageEditPlus", display_name="Text Encode Qwen Image Edit Plus", category=CATEGORY,
+         python_module=MODULE,
+         inputs=[Socket("clip", "CLIP"),
+                 String("prompt", multiline=True, dynamicPrompts=True),
+                 Socket("vae", "VAE", optional=True),
+                 Socket("image1", "IMAGE", optional=True),
+                 Socket("image2", "IMAGE", optional=True),
+                 Socket("image3", "IMAGE", optional=True)],
+         outputs=[Output("CONDITIONING")])
+def text_encode_qwen_image_edit_plus(clip: Any, prompt: str, vae: Any = None, image1: Any = None,
+                                     image2: Any = None, image3: Any = None) -> tuple[list]:
+    """The prompt after one `Picture N:` vision block per given image, in the edit template; each
+    image's about-one-megapixel latent as a reference when a VAE is given."""
+    clip = checks.clip(clip)
+    prompt = checks.text(prompt, "prompt")
+    vae = None if vae is None else checks.vae(vae)
+    from comfy_core.families.qwen_image.clip import VISION_BLOCK
+
+    seen, references, announced = [], [], ""
+    for number, image in enumerate((image1, image2, image3), start=1):
+        if image is None:
+            continue
+        image = checks.image_batch(image, f"image{number}")
+        seen.append(_resized(image, PLUS_VISION_PIXELS))
+        if vae is not None:
+            references.append(vae.encode(_resized(image, EDIT_PIXELS, multiple=8)))
+        announced += f"Picture {number}: {VISION_BLOCK}"
+    conditioning = _encode(clip, announced + prompt, seen, llama_template=_edit_plus_template())
+    if references:
+        conditioning = set_values(conditioning, {"reference_latents": references}, append=True)
+    return (conditioning,)
