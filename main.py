@@ -87,6 +87,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         cache=cache,
         disable_all_custom_nodes=args.disable_all_custom_nodes,
         whitelist_custom_nodes=tuple(args.whitelist_custom_nodes),
+        custom_node_import_timeout=args.custom_node_import_timeout,
+        custom_node_call_timeout=args.custom_node_call_timeout,
         max_upload_size_mb=getattr(args, "max_upload_size", DEFAULT_MAX_UPLOAD_MB),
         **connection_limits(args),
         cors_origin=getattr(args, "enable_cors_header", None),

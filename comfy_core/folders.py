@@ -43,6 +43,33 @@ DEFAULT_KINDS: Mapping[str, str] = {
     "gligen": "gligen",
     "hypernetworks": "hypernetworks",
     "configs": "configs",
+    "model_patches": "model_patches",  # ComfyUI's ModelPatchLoader (USO, DiffSynth ControlNets, ...)
+    # the rest of ComfyUI 0.3.64's kinds, then today's (its folder_paths.py, late 2026)
+    "photomaker": "photomaker",
+    "classifiers": "classifiers",
+    "audio_encoders": "audio_encoders",
+    "latent_upscale_models": "latent_upscale_models",
+    "background_removal": "background_removal",
+    "frame_interpolation": "frame_interpolation",
+    "geometry_estimation": "geometry_estimation",
+    "optical_flow": "optical_flow",
+    "detection": "detection",
+}
+
+# Kinds whose folder is beside the models directory, under the base directory (ComfyUI's
+# `custom_nodes`, `datasets` and `fonts`).
+BASE_KINDS: Mapping[str, str] = {"custom_nodes": "custom_nodes", "datasets": "datasets", "fonts": "fonts"}
+
+# Kinds that list other files than MODEL_EXTENSIONS (ComfyUI's folder_names_and_paths): an empty
+# set lists every file; `{""}` lists files without an extension (classifiers); "folder" is
+# ComfyUI's marker for diffusers, whose entries are folders.
+KIND_EXTENSIONS: Mapping[str, frozenset[str]] = {
+    "configs": frozenset({".yaml"}),
+    "diffusers": frozenset({"folder"}),
+    "classifiers": frozenset({""}),
+    "custom_nodes": frozenset(),
+    "datasets": frozenset(),
+    "fonts": frozenset({".ttf", ".otf"}),
 }
 
 # Kinds with more than one default folder, after the one above (ComfyUI's folder_paths lists
@@ -93,7 +120,21 @@ class ModelFolders:
             folders._paths.setdefault(canonical_kind(kind), []).append(root / sub)
         for kind, subs in EXTRA_DEFAULT_FOLDERS.items():
             folders._paths[kind].extend(root / sub for sub in subs)
+        for kind, sub in BASE_KINDS.items():
+            folders._paths.setdefault(kind, []).append(root.parent / sub)
         return folders
+
+    def create_default_dirs(self) -> list[Path]:
+        """Create the models directory and every kind's default sub-folder in it (ComfyUI ships
+        them in its checkout, and packs list `models/<kind>` at import); returns those created.
+        Folders outside the models directory (yaml-added, base-directory kinds) are left alone."""
+        created = []
+        for paths in self._paths.values():
+            for path in paths:
+                if path.parent == self.models_dir and not path.is_dir():
+                    path.mkdir(parents=True, exist_ok=True)
+                    created.append(path)
+        return created
 
     def kinds(self) -> list[str]:
         """Every kind, the legacy names included (packs and compat ask for them by name)."""

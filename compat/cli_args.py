@@ -20,7 +20,7 @@ import copy
 import enum
 from typing import Any
 
-from compat.session import active
+from compat.active import active
 
 __all__ = ["LatentPreviewMethod", "PerformanceFeature", "args"]
 

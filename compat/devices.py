@@ -29,7 +29,7 @@ import platform
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from compat.session import active
+from compat.active import active
 from graph.context import Interrupted, current
 
 if TYPE_CHECKING:

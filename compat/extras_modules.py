@@ -14,7 +14,7 @@ import importlib.machinery
 from types import ModuleType
 from typing import Any, MutableMapping
 
-from compat.node_facades import module_node_classes
+from compat.node_facades import comfy_class_names, module_node_classes
 
 PACKAGE = "comfy_extras"
 
@@ -23,6 +23,7 @@ def export_nodes(namespace: MutableMapping[str, Any], module: str) -> dict[str, 
     """Put the facades of `module`'s nodes into `namespace`, with ComfyUI's `NODE_CLASS_MAPPINGS`
     and `NODE_DISPLAY_NAME_MAPPINGS`; returns the classes."""
     classes = module_node_classes(module)
+    namespace.update(comfy_class_names(classes))  # ComfyUI's class names (`Int` for PrimitiveInt)
     namespace.update(classes)
     namespace["NODE_CLASS_MAPPINGS"] = dict(classes)
     namespace["NODE_DISPLAY_NAME_MAPPINGS"] = {
@@ -37,8 +38,11 @@ class NodeModuleLoader(importlib.abc.Loader):
         return None  # the default module object
 
     def exec_module(self, module: ModuleType) -> None:
+        from compat.facade import as_facade
+
         module.__doc__ = f"ComfyUI's {module.__name__}: the facades of the built-in nodes ComfyUI keeps there."
         export_nodes(vars(module), module.__name__)
+        as_facade(module)  # it answers ComfyUI's re-exported names too (compat/reexports.py)
 
 
 def generated_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:

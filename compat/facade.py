@@ -12,6 +12,9 @@ module into a `FacadeModule`:
   calls through that module, as ComfyUI calls its own globals) the home takes it too. A comfy_core
   home is never assigned: the runtime reads no replaceable global. Names outside `NAMES` are plain
   module attributes.
+- a name outside `NAMES` that ComfyUI's module imported from another ComfyUI module
+  (`comfy.samplers.k_diffusion_sampling`) resolves to that module's attribute on first read
+  (compat/reexports.py); every surface module is a `FacadeModule` (compat/finder.py).
 - a name whose target is an `ExtensionPoint` (`point("sampling_function", "home:attr")`) is one
   of comfy_core's extension points (comfy_core/extension_points.py): reading it gives the active
   session's value, or the built-in at `home:attr` when the session has none; assigning it sets
@@ -71,7 +74,14 @@ class FacadeModule(ModuleType):
     def __getattr__(self, name: str) -> Any:  # only called when `name` is not in the namespace
         names = self.__dict__.get("_facade_names", {})
         if name not in names:
-            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+            if name.startswith("__"):
+                raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+            # a name ComfyUI's module imported from another one (compat/reexports.py)
+            from compat.reexports import resolve
+
+            value = resolve(self.__name__, name)
+            self.__dict__[name] = value
+            return value
         target = names[name]
         if isinstance(target, ExtensionPoint):
             value = getattr(active_points(), target.field)
@@ -110,6 +120,15 @@ class FacadeModule(ModuleType):
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.__dict__.get("_facade_names", {})))
+
+
+def as_facade(module: ModuleType) -> ModuleType:
+    """Make a plain surface module a `FacadeModule` with no names of its own, so it answers
+    ComfyUI's re-exported names (compat/reexports.py); a facade already is one."""
+    if type(module) is ModuleType:
+        module.__class__ = FacadeModule
+        module.__dict__.setdefault("_facade_names", {})
+    return module
 
 
 def facade(module_name: str, names: Mapping[str, Union[str, ExtensionPoint]]) -> ModuleType:

@@ -264,6 +264,29 @@ def load_lora_for_models(model: Any, clip: Any, lora: Mapping[str, torch.Tensor]
     return new_model, new_clip
 
 
+# --- style models and GLIGEN (what StyleModelLoader and GLIGENLoader load, by path) ---
+
+def load_style_model(ckpt_path: str | Path) -> Any:
+    """A T2I-Adapter style model or a Flux Redux file -> STYLE_MODEL (StyleModelLoader's)."""
+    from comfy_core.style_models.style_model import load_style_model as ours
+    from nodes.environment import current_env
+
+    return ours(ckpt_path, mmap=getattr(current_env(), "mmap", True))
+
+
+def load_gligen(ckpt_path: str | Path) -> Any:
+    """A GLIGEN file -> the GLIGEN wire object (GLIGENLoader's): a patcher over the model, on the
+    environment's device, tracked by its memory manager."""
+    from comfy_core.gligen.load import load_gligen as ours
+    from nodes.environment import current_env
+
+    env = current_env()
+    gligen = ours(ckpt_path, load_device=getattr(env.memory, "device", None), offload_device="cpu")
+    if env.memory is not None:
+        env.memory.track(gligen)
+    return gligen
+
+
 def model_detection_module() -> Any:
     """`comfy.sd.model_detection`: ComfyUI's sd.py imports comfy.model_detection as a name."""
     import importlib

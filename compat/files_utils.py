@@ -242,8 +242,9 @@ def resize_to_batch_size(tensor: torch.Tensor, batch_size: int) -> torch.Tensor:
     return tensor[torch.tensor(indices, dtype=torch.long, device=tensor.device)]
 
 
-def resize_list_to_batch_size(items: list, batch_size: int) -> list:
+def resize_list_to_batch_size(l: list, batch_size: int) -> list:  # noqa: E741 - ComfyUI's parameter name
     """`resize_to_batch_size` for a list."""
+    items = l
     if not items:
         return items
     indices = _resized_indices(len(items), batch_size)

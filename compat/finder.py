@@ -1,9 +1,11 @@
 """The import hook: ComfyUI's top-level module names resolve to the files in `comfy_surface/`.
 
 A meta-path finder placed first on `sys.meta_path` answers only for the names in `TOP_LEVEL`
-(submodules such as `comfy.utils` are then found through the package's `__path__`, as usual),
-and for the `comfy_extras.nodes_*` modules that have no file, which it generates from the
-built-in nodes' facades (compat/extras_modules.py).
+and their submodules (a submodule such as `comfy.utils` is found through its package's
+`__path__`, as usual), and for the `comfy_extras.nodes_*` modules that have no file, which it
+generates from the built-in nodes' facades (compat/extras_modules.py). Every surface module is
+loaded by `SurfaceLoader`, which makes it a `FacadeModule`, so it also answers the names
+ComfyUI's module imported from another ComfyUI module (compat/reexports.py).
 
 `utils` is ComfyUI's top-level helper package (`utils.install_util`, `utils.json_util`,
 `utils.extra_config`, which ComfyUI-Manager imports). The name is common: many packs carry their
@@ -29,7 +31,7 @@ from typing import Any
 SURFACE = Path(__file__).resolve().parent / "comfy_surface"
 # ComfyUI's module names that packs import (our `nodes` package answers `import nodes` itself).
 TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "comfy_extras",
-                       "latent_preview", "node_helpers", "execution", "utils"})
+                       "latent_preview", "node_helpers", "execution", "utils", "comfyui_version"})
 # Names a module of the same name elsewhere on sys.path takes over (see the module docstring).
 YIELDING = frozenset({"utils"})
 
@@ -43,17 +45,47 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.startswith("comfy_extras.") and not (SURFACE / "comfy_extras" / f"{fullname[13:]}.py").is_file():
             return self.session.generated_module_spec(fullname)  # a module made of node facades
-        if fullname not in TOP_LEVEL:
+        if fullname.partition(".")[0] not in TOP_LEVEL:
             return None
-        if fullname in YIELDING and _found_outside_installed_packages(fullname):
-            return None  # the pack's own module: the next finders import it
-        return importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])
+        if fullname in TOP_LEVEL:
+            if fullname in YIELDING and _found_outside_installed_packages(fullname):
+                return None  # the pack's own module: the next finders import it
+            spec = importlib.machinery.PathFinder.find_spec(fullname, [str(SURFACE)])
+        else:  # a submodule: found through its package's __path__, as usual
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not str(spec.origin or "").startswith(str(SURFACE)):
+            return None  # not ours (a pack's own `utils.x`): the next finders decide
+        spec.loader = SurfaceLoader(spec.loader, self)
+        return spec
 
     def comfy_module_attribute(self, module: str, name: str) -> Any:
         """ComfyUI's module-level name `name` of our package `module` (`nodes.KSampler`, ...):
         our `nodes` package forwards the names it lacks here (nodes/__init__.py), so it needs
         no import of compat; the session answers (CompatSession.module_attribute)."""
         return self.session.module_attribute(module, name)
+
+
+class SurfaceLoader(importlib.abc.Loader):
+    """Loads a surface module with its file's loader, then hands it to the session's
+    `prepare_surface_module` (which makes it a `FacadeModule`, so every surface module also
+    answers the names ComfyUI's module imported from another one, compat/reexports.py).
+    Everything else is the file loader's (source, resources)."""
+
+    def __init__(self, inner: Any, finder: ComfyModuleFinder) -> None:
+        self.inner = inner
+        self.finder = finder
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        prepare = getattr(self.finder.session, "prepare_surface_module", None)
+        if prepare is not None:
+            prepare(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def _installed_package_roots() -> set[str]:

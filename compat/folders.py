@@ -13,7 +13,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from comfy_core.folders import MODEL_EXTENSIONS
+from comfy_core.folders import KIND_EXTENSIONS, MODEL_EXTENSIONS, canonical_kind
 
 from compat.session import active
 
@@ -40,11 +40,23 @@ def _kind_known(kind: str) -> None:
             f"folder_paths: unknown folder kind {kind!r}; known: {', '.join(session.folders.kinds())}")
 
 
+def kind_extensions(kind: str) -> set[str]:
+    """The extensions a kind lists, as `folder_names_and_paths[kind][1]` (empty: every file):
+    a pack's declaration, else the kind's own (configs: .yaml, ...), else the model files'."""
+    declared = active().extensions.get(kind)
+    if declared is not None:
+        return set(declared)
+    return set(KIND_EXTENSIONS.get(canonical_kind(kind), SUPPORTED_PT_EXTENSIONS))
+
+
 def _extensions(kind: str) -> set[str] | None:
-    extra = active().extensions.get(kind)
-    if extra is None:
-        return set(SUPPORTED_PT_EXTENSIONS)
-    return None if not extra else set(extra)  # an empty set means "every file", as in ComfyUI
+    extensions = kind_extensions(kind)
+    return extensions or None  # an empty set means "every file", as in ComfyUI
+
+
+def map_legacy(folder_name: str) -> str:
+    """ComfyUI's legacy kind names: `unet` is `diffusion_models`, `clip` is `text_encoders`."""
+    return canonical_kind(folder_name)
 
 
 def get_folder_paths(folder_name: str) -> list[str]:
@@ -90,6 +102,41 @@ def get_temp_directory() -> str:
 
 def get_user_directory() -> str:
     return str(active().directory("user"))
+
+
+def _set_directory(kind: str, path: str) -> None:
+    """ComfyUI's `set_<kind>_directory`: the running server's folder changes for everyone (a
+    global there; the session's environment here)."""
+    setattr(active().env, f"{kind}_dir", Path(path))
+
+
+def set_output_directory(output_dir: str) -> None:
+    _set_directory("output", output_dir)
+
+
+def set_input_directory(input_dir: str) -> None:
+    _set_directory("input", input_dir)
+
+
+def set_temp_directory(temp_dir: str) -> None:
+    _set_directory("temp", temp_dir)
+
+
+def set_user_directory(user_dir: str) -> None:
+    _set_directory("user", user_dir)
+
+
+def get_input_subfolders() -> list[str]:
+    """Every folder under the input folder, relative, forward slashes, sorted (not the root)."""
+    root = get_input_directory()
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for dirpath, _dirs, _files in os.walk(root):
+        relative = os.path.relpath(dirpath, root)
+        if relative != ".":
+            found.append(relative.replace(os.sep, "/"))
+    return sorted(found)
 
 
 def get_directory_by_type(type_name: str) -> str | None:
@@ -145,6 +192,117 @@ def filter_files_extensions(files: Iterable[str], extensions: Iterable[str]) -> 
     return sorted(f for f in files if not exts or os.path.splitext(f)[1].lower() in exts)
 
 
+# ComfyUI's cache of content types by extension, which packs may extend ("webp" is an image to
+# every platform's mimetypes only recently; "fbx" is a 3-D model).
+EXTENSION_CONTENT_TYPES: dict[str, str] = {"webp": "image", "fbx": "model"}
+
+
+def filter_files_content_types(files: Iterable[str], content_types: Iterable[str]) -> list[str]:
+    """The files whose content type (`image`, `video`, `audio`, `model`: the first part of the
+    extension's MIME type) is one of `content_types`, in their order."""
+    import mimetypes
+
+    wanted = set(content_types)
+    result = []
+    for name in files:
+        extension = name.split(".")[-1]
+        kind = EXTENSION_CONTENT_TYPES.get(extension)
+        if kind is None:
+            mime, _ = mimetypes.guess_type(name, strict=False)
+            if not mime:
+                continue
+            kind = EXTENSION_CONTENT_TYPES.setdefault(extension, mime.split("/")[0])
+        if kind in wanted:
+            result.append(name)
+    return result
+
+
+def recursive_search(directory: str, excluded_dir_names: list[str] | None = None
+                     ) -> tuple[list[str], dict[str, float]]:
+    """`(files relative to directory, {folder: mtime})` of everything under `directory`, links
+    followed, the named folders left out; `([], {})` when it is not a folder."""
+    if not os.path.isdir(directory):
+        return [], {}
+    excluded = set(excluded_dir_names or ())
+    files: list[str] = []
+    folders: dict[str, float] = {directory: os.path.getmtime(directory)}
+    for dirpath, subdirs, names in os.walk(directory, followlinks=True, topdown=True):
+        subdirs[:] = [d for d in subdirs if d not in excluded]
+        files.extend(os.path.relpath(os.path.join(dirpath, n), directory) for n in names)
+        for sub in subdirs:
+            path = os.path.join(dirpath, sub)
+            try:
+                folders[path] = os.path.getmtime(path)
+            except FileNotFoundError:  # removed while walking
+                continue
+    return files, folders
+
+
+def get_filename_list_(folder_name: str) -> tuple[list[str], dict[str, float], float]:
+    """ComfyUI's uncached listing: `(sorted names, {folder: mtime}, time.perf_counter())`."""
+    _kind_known(folder_name)
+    names: set[str] = set()
+    folders: dict[str, float] = {}
+    extensions = kind_extensions(folder_name)
+    for root in get_folder_paths(folder_name):
+        files, found = recursive_search(root, excluded_dir_names=[".git"])
+        names.update(filter_files_extensions(files, extensions))
+        folders.update(found)
+    return sorted(names), folders, time.perf_counter()
+
+
+class CacheHelper:
+    """ComfyUI's `folder_paths.cache_helper`: inside `with cache_helper:` listings put in it with
+    `set` are answered by `get` (ComfyUI's /object_info lists each kind once so); outside, `get`
+    answers the default and `set` keeps nothing."""
+
+    def __init__(self) -> None:
+        self.cache: dict[str, tuple[list[str], dict[str, float], float]] = {}
+        self.active = False
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.cache.get(key, default) if self.active else default
+
+    def set(self, key: str, value: tuple[list[str], dict[str, float], float]) -> None:
+        if self.active:
+            self.cache[key] = value
+
+    def clear(self) -> None:
+        self.cache.clear()
+
+    def __enter__(self) -> "CacheHelper":
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.active = False
+        self.clear()
+
+
+cache_helper = CacheHelper()
+# ComfyUI keeps listings here between calls; this engine lists afresh on every call, so it stays
+# empty unless a pack fills it (packs clear or pop entries to force a new listing: harmless here).
+filename_list_cache: dict[str, tuple[list[str], dict[str, float], float]] = {}
+
+
+def cached_filename_list_(folder_name: str) -> tuple[list[str], dict[str, float], float] | None:
+    """A listing kept by `cache_helper` or in `filename_list_cache` whose folders are unchanged
+    (same mtimes, none added), else None: ComfyUI's rule."""
+    kind = canonical_kind(folder_name)
+    held = cache_helper.get(kind)
+    if held is not None:
+        return held
+    out = filename_list_cache.get(kind)
+    if out is None:
+        return None
+    for folder, mtime in out[1].items():
+        if not os.path.isdir(folder) or os.path.getmtime(folder) != mtime:
+            return None
+    if any(os.path.isdir(p) and p not in out[1] for p in get_folder_paths(kind)):
+        return None
+    return out
+
+
 class FolderNamesAndPaths(MutableMapping):
     """`folder_paths.folder_names_and_paths`: `{kind: ([paths], {extensions})}` as a live view.
 
@@ -156,8 +314,7 @@ class FolderNamesAndPaths(MutableMapping):
         session = active()
         if kind not in session.folders.kinds():
             raise UnknownFolderError(f"folder_paths: unknown folder kind {kind!r}")
-        exts = session.extensions.get(kind, set(SUPPORTED_PT_EXTENSIONS))
-        return [str(p) for p in session.folders.paths(kind)], exts
+        return [str(p) for p in session.folders.paths(kind)], kind_extensions(kind)
 
     def __setitem__(self, kind: str, value: Any) -> None:
         if not isinstance(value, (tuple, list)) or len(value) != 2:

@@ -17,9 +17,14 @@ from typing import Any
 from graph.context import ExpansionPrefix
 from graph.expansion import ExecutionBlocker, NodeRef
 from graph.expansion import GraphBuilder as _EngineGraphBuilder
-from graph.prompt import is_link
+from graph.prompt import is_link as _is_link
 
 Node = NodeRef
+
+
+def is_link(obj: Any) -> bool:
+    """Whether an input value is a link `[node_id, output_index]` (ComfyUI's `is_link(obj)`)."""
+    return _is_link(obj)
 
 _prefix: contextvars.ContextVar[ExpansionPrefix | None] = contextvars.ContextVar("comfy_graph_builder_prefix",
                                                                                  default=None)
@@ -57,6 +62,14 @@ class GraphBuilder(_EngineGraphBuilder):
         if id is not None and self.prefix + id in self.nodes:
             return self.nodes[self.prefix + id]
         return super().node(class_type, id, **kwargs)
+
+    def lookup_node(self, id: str) -> NodeRef | None:  # noqa: A002 - ComfyUI's parameter name
+        """The node added with this id (without the prefix), or None."""
+        return super().lookup_node(id)
+
+    def remove_node(self, id: str) -> None:  # noqa: A002 - ComfyUI's parameter name
+        """Drop the node added with this id (without the prefix); nothing when absent."""
+        super().remove_node(id)
 
     def replace_node_output(self, node_id: str, index: int, new_value: Any) -> None:
         """Point every link to output `index` of `node_id` at `new_value` (None: unlink)."""

@@ -215,6 +215,24 @@ class UnsupportedOperations(NotImplementedError):
     """An `comfy.ops` variant this engine does not build."""
 
 
+# ComfyUI's flag for the optional `cublas_ops` package's half-precision Linear (CUDA only); that
+# path is not part of this engine, as in a ComfyUI install without the package.
+CUBLAS_IS_AVAILABLE = False
+
+_FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
+
+
+def fp8_linear(self: Any, input: torch.Tensor) -> torch.Tensor | None:  # noqa: A002 - ComfyUI's names
+    """ComfyUI's fast fp8 matrix multiply of a Linear layer: None (the caller casts the weight
+    instead) when the layer's weights are not fp8; fp8 weights need `torch._scaled_mm` on a CUDA GPU
+    with fp8 support, which this engine does not use (its fp8 layers cast, `fp8_ops`), so those
+    raise UnsupportedOperations."""
+    if getattr(getattr(self, "weight", None), "dtype", None) not in _FP8_DTYPES:
+        return None
+    raise UnsupportedOperations("comfy.ops.fp8_linear: the fp8 matrix multiply needs torch._scaled_mm on a CUDA GPU "
+                                "with fp8 support; this engine casts fp8 weights to the input's dtype instead")
+
+
 def scaled_fp8_ops(fp8_matrix_mult: bool = False, scale_input: bool = False, override_dtype: Any = None) -> type:
     raise UnsupportedOperations("comfy.ops.scaled_fp8_ops (scaled fp8 checkpoints with per-tensor scale_weight) "
                                 "is not supported by this engine")

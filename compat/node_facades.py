@@ -42,6 +42,18 @@ V3_FUNCTION = "EXECUTE_NORMALIZED"
 ARGUMENT_ORDER_FILE = Path(__file__).resolve().parent / "comfy_node_arguments.json"
 
 
+# ComfyUI 0.3.64's built-in node classes, recorded from its files by scripts/comfy_surface.py
+# (names and signatures only): `{node_id: {"class", "module", "methods", "attributes"}}`. The
+# facades take ComfyUI's class name in its module and the members they can answer from the
+# node's spec (`_comfy_members`).
+NODE_CLASSES_FILE = Path(__file__).resolve().parent / "comfy_node_classes.json"
+
+
+@functools.lru_cache(maxsize=1)
+def comfy_node_classes() -> dict[str, dict[str, Any]]:
+    return json.loads(NODE_CLASSES_FILE.read_text(encoding="utf-8"))
+
+
 @functools.lru_cache(maxsize=1)
 def comfy_function_names() -> dict[str, str]:
     return json.loads(FUNCTION_NAMES_FILE.read_text(encoding="utf-8"))
@@ -138,6 +150,8 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
     else:
         call.__name__ = method_name
         attrs[method_name] = call
+    for name, value in _comfy_members(spec, fn, signature).items():
+        attrs.setdefault(name, value)
     bases: tuple[type, ...] = ()
     if spec.node_id == "SaveImage":
         attrs.update(__init__=_save_image_init, save_images=_save_images)
@@ -170,11 +184,146 @@ def _v3_methods(call: Callable) -> dict[str, Any]:
     return {"execute": classmethod(execute), V3_FUNCTION: classmethod(execute_normalized)}
 
 
+# Class attributes of ComfyUI's node classes that hold the options of one of their combo inputs
+# (`ImageScale.upscale_methods`, which packs read to offer the same choices): attribute -> input.
+COMBO_ATTRIBUTES = {"upscale_methods": "upscale_method", "UPSCALE_METHODS": "upscale_method",
+                    "crop_methods": "crop"}
+# ComfyUI's names of a node's IS_CHANGED / VALIDATE_INPUTS (V1) and fingerprint_inputs /
+# validate_inputs (V3): behaviour field they stand for.
+CHECK_METHODS = {"IS_CHANGED": "is_changed", "fingerprint_inputs": "is_changed",
+                 "VALIDATE_INPUTS": "validate_inputs", "validate_inputs": "validate_inputs"}
+_SCHEMA_METHODS = frozenset({"INPUT_TYPES", "define_schema", "execute", "__init__", "__call__"})
+
+
+def _positional_names(text: str) -> list[str]:
+    """The positional parameter names of a recorded signature `"(a, b=, *, c)"`."""
+    names = []
+    for token in (t.strip() for t in text.strip()[1:-1].split(",")):
+        if not token or token == "/":
+            continue
+        if token.startswith("*"):
+            break
+        names.append(token.rstrip("="))
+    return names
+
+
+def _alias(node_id: str, name: str, kind: str, text: str, target: Callable, signature: inspect.Signature) -> Any:
+    """ComfyUI's method `name` of the node (recorded signature `text`) calling `target` (the node's
+    function, or one of its checks) with the arguments named by ComfyUI's parameter order."""
+    order = _positional_names(text)
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > len(order):
+            raise TypeError(f"{node_id}.{name}() takes {len(order)} positional arguments ({', '.join(order)}), "
+                            f"got {len(args)}")
+        named = dict(zip(order, args))
+        for key in named:
+            if key in kwargs:
+                raise TypeError(f"{node_id}.{name}() got multiple values for argument {key!r}")
+        named.update(kwargs)
+        signature.bind(**named)  # a missing or unknown argument: Python's own message
+        return target(**named)
+
+    method.__name__ = method.__qualname__ = name
+    if kind == "static":
+        return staticmethod(method)
+
+    def bound(owner: Any, *args: Any, **kwargs: Any) -> Any:  # `cls` or `self`: not the node's input
+        return method(*args, **kwargs)
+
+    bound.__name__ = bound.__qualname__ = name
+    return classmethod(bound) if kind == "classmethod" else bound
+
+
+def _combo_options(spec: NodeSpec, input_name: str) -> list | None:
+    for item in spec.inputs:
+        if item.name == input_name and isinstance(item.type, (list, tuple)):
+            return list(item.type)
+    return None
+
+
+def _comfy_members(spec: NodeSpec, fn: Callable, signature: inspect.Signature) -> dict[str, Any]:
+    """The members of ComfyUI's class for this node that a facade answers from the node's spec:
+    its flags and output tooltips, the combo option lists it keeps as class attributes, its
+    input checks under ComfyUI's names, the V1 method names 0.3.64's V3 nodes kept (`detect_edge`,
+    `append`, ...) and any other recorded method whose parameters are the node's inputs, and
+    `define_schema` for a node ComfyUI declares with the V3 schema."""
+    record = comfy_node_classes().get(spec.node_id)
+    if record is None:
+        return {}
+    members: dict[str, Any] = {"DEPRECATED": spec.deprecated, "EXPERIMENTAL": spec.experimental}
+    if "OUTPUT_TOOLTIPS" in record["attributes"]:
+        members["OUTPUT_TOOLTIPS"] = tuple(o.tooltip or "" for o in spec.outputs)
+    for attribute, input_name in COMBO_ATTRIBUTES.items():
+        if attribute in record["attributes"] and (options := _combo_options(spec, input_name)) is not None:
+            members[attribute] = options
+    inputs = set(signature.parameters)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    for name, (kind, text) in record["methods"].items():
+        if name in _SCHEMA_METHODS or kind == "property":
+            continue
+        if name in CHECK_METHODS:
+            check = getattr(spec.behaviour, CHECK_METHODS[name])
+            if check is not None:
+                members[name] = _alias(spec.node_id, name, "classmethod", text, check, inspect.signature(check))
+            continue
+        params = _positional_names(text)
+        if params and (takes_any or set(params) <= inputs):
+            members[name] = _alias(spec.node_id, name, kind, text, fn, signature)
+    if "define_schema" in record["methods"]:
+        members["define_schema"] = classmethod(lambda cls: schema_of(spec))
+    return members
+
+
+def schema_of(spec: NodeSpec) -> Any:
+    """The node's declaration as ComfyUI's V3 `io.Schema` (compat/v3/io.py): what
+    `define_schema()` of a node ComfyUI declares with the V3 schema returns."""
+    from compat.v3 import io
+    from graph.spec import HIDDEN, OPTIONAL
+
+    inputs, hidden = [], []
+    for item in spec.inputs:
+        if item.section == HIDDEN:
+            # ComfyUI's schema lists hidden inputs by kind (`io.Hidden.unique_id`, ...)
+            kind = item.type if isinstance(item.type, str) else ""
+            hidden.extend(member for member in io.Hidden if member.value == kind or member.name == item.name)
+            continue
+        optional = item.section == OPTIONAL
+        options = dict(item.options)
+        if isinstance(item.type, (list, tuple)):
+            inputs.append(io.Combo.Input(item.name, options=list(item.type), optional=optional, **options))
+        else:
+            entry = io.Input(item.name, optional=optional, **options)
+            entry.io_type = item.type
+            inputs.append(entry)
+    outputs = []
+    for out in spec.outputs:
+        entry = io.Output(out.name, tooltip=out.tooltip, is_output_list=out.is_list)
+        entry.io_type = out.type
+        outputs.append(entry)
+    return io.Schema(node_id=spec.node_id, display_name=spec.display_name or None, category=spec.category,
+                     inputs=inputs, outputs=outputs, hidden=hidden, description=spec.description,
+                     is_input_list=spec.input_is_list, is_output_node=spec.output_node,
+                     is_deprecated=spec.deprecated, is_experimental=spec.experimental,
+                     is_api_node=spec.api_node, not_idempotent=spec.not_idempotent)
+
+
 def module_node_classes(module: str) -> dict[str, type]:
     """The facades of the built-in nodes ComfyUI keeps in `module` (their spec's python_module,
-    e.g. "comfy_extras.nodes_mask"): what `comfy_extras.nodes_mask.GrowMask` is here."""
+    e.g. "comfy_extras.nodes_mask"), by node id: what `comfy_extras.nodes_mask.GrowMask` is here."""
     return {fn.__node_spec__.node_id: _facade_for_function(fn) for fn in builtin_node_functions()
             if fn.__node_spec__.python_module == module}
+
+
+def comfy_class_names(classes: dict[str, type]) -> dict[str, type]:
+    """ComfyUI's class names of these facades (by node id) where they differ from the node id:
+    `PrimitiveInt` is class `Int` of comfy_extras.nodes_primitive, `ImageBlend` is `Blend`."""
+    out = {}
+    for node_id, facade_class in classes.items():
+        class_name = comfy_node_classes().get(node_id, {}).get("class")
+        if class_name and class_name != node_id:
+            out[class_name] = facade_class
+    return out
 
 
 # -- SaveImage / PreviewImage: the instance attributes packs' subclasses set -----------------------
@@ -265,6 +414,36 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
                 force_full_denoise=force_full_denoise)
 
 
+def get_module_name(module_path: str) -> str:
+    """ComfyUI's `nodes.get_module_name`: a pack's module name from its path (the last path
+    part, without its extension when it is a file)."""
+    import os
+
+    base = os.path.basename(module_path)
+    return os.path.splitext(base)[0] if os.path.isfile(module_path) else base
+
+
+def interrupt_processing(value: bool = True) -> None:
+    """ComfyUI's `nodes.interrupt_processing`: interrupt the running prompt."""
+    from compat.devices import interrupt_current_processing
+
+    interrupt_current_processing(value)
+
+
+def before_node_execution() -> None:
+    """ComfyUI's `nodes.before_node_execution`: raise when the running prompt was interrupted."""
+    from compat.devices import throw_exception_if_processing_interrupted
+
+    throw_exception_if_processing_interrupted()
+
+
+# ComfyUI's module-level functions of nodes.py that packs call.
+_MODULE_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "common_ksampler": common_ksampler, "interrupt_processing": interrupt_processing,
+    "before_node_execution": before_node_execution, "get_module_name": get_module_name,
+}
+
+
 def attribute(name: str) -> Any:
     """The value of `nodes.<name>` for ComfyUI's names; AttributeError otherwise."""
     if name.startswith("__"):
@@ -275,10 +454,17 @@ def attribute(name: str) -> Any:
         return node_class_mappings()
     if name == "NODE_DISPLAY_NAME_MAPPINGS":
         return node_display_name_mappings()
-    if name == "common_ksampler":
-        return common_ksampler
+    if name in _MODULE_FUNCTIONS:
+        return _MODULE_FUNCTIONS[name]
+    if name == "LOADED_MODULE_DIRS":
+        # ComfyUI's {pack module name: its folder} of the packs that loaded (the active session's)
+        return {pack.name: str(Path(pack.path).resolve()) for pack in active().packs if pack.ok}
     fn = _builtin_function(name)
     if fn is not None:
         return _facade_for_function(fn)
+    from compat.reexports import resolve, source_of
+
+    if source_of("nodes", name) is not None:  # a name nodes.py imported (`nodes.args`, `nodes.io`)
+        return resolve("nodes", name)
     raise AttributeError(f"module 'nodes' has no attribute {name!r} (not a built-in node or a ComfyUI name "
                          f"this engine provides)")

@@ -9,7 +9,9 @@ ComfyUI's `PromptServer` is the aiohttp server itself; packs use a few of its me
   host builds its app on it (web/app.py `create_app` puts the server's own middlewares first,
   as ComfyUI's are first in its list);
 - `instance.routes`: a `RouteTableDef` packs decorate at import time, served bare and under
-  `/api` when the app is created;
+  `/api` when the app is created; a handler that raises answers that one request with a 500
+  JSON body naming the pack and the route, and is logged (`PackRouteTable`); ComfyUI leaves it
+  to aiohttp's plain-text 500, either way the server goes on serving;
 - `instance.prompt_queue`: ComfyUI's `PromptQueue` methods over the server's queue and history
   (compat/pack_queue.py); `instance.number`: the next prompt number;
 - `send_sync(event, data, sid=None)` (a JSON message to one client, or to every client when
@@ -24,10 +26,14 @@ AttributeError that names them.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import struct
 import traceback
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
 
 from compat.pack_queue import PackPromptQueue, ServerNotStartedError
 from compat.session import CompatSession, active
@@ -61,6 +67,57 @@ def _preview_data(event: int, data: Any) -> dict:
     return {**meta, "image": image, "format": str(fmt).upper(), "max_size": max_size}
 
 
+class PackRouteTable(web.RouteTableDef):
+    """`PromptServer.instance.routes`: a `RouteTableDef` where every coroutine handler a pack adds
+    is wrapped by `guard_handler` with the name of the pack being imported."""
+
+    @classmethod
+    def adopt(cls, table: web.RouteTableDef) -> "PackRouteTable":
+        """`table` itself when it is one, else a new one holding its routes as they are."""
+        if isinstance(table, cls):
+            return table
+        adopted = cls()
+        adopted._items.extend(table)  # noqa: SLF001 -- RouteTableDef has no public add
+        return adopted
+
+    def route(self, method: str, path: str, **kwargs: Any) -> Callable[[Any], Any]:
+        from graph.packs import loading_pack
+
+        add = super().route(method, path, **kwargs)
+        pack = loading_pack()
+
+        def register(handler: Any) -> Any:
+            add(guard_handler(handler, pack, method, path) if inspect.iscoroutinefunction(handler) else handler)
+            return handler  # the pack keeps its own function, as with aiohttp's table
+        return register
+
+
+def guard_handler(handler: Callable[[web.Request], Awaitable[Any]], pack: str | None, method: str,
+                  path: str) -> Callable[[web.Request], Awaitable[Any]]:
+    """`handler`, except that an exception it raises (other than aiohttp's HTTP responses)
+    answers 500 with `{"error": {"type": "custom_node_route_error", "message", "details",
+    "extra_info": {"pack", "method", "path"}}}` (ComfyUI's error shape) and is logged with the
+    pack's name and the traceback; every other route, and the server, go on as before."""
+    owner = pack or getattr(handler, "__module__", None) or "?"
+
+    @functools.wraps(handler)
+    async def guarded(request: web.Request) -> Any:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- the pack's bug stays with this request
+            log.error("custom node pack %s: route %s %s raised %s: %s (answered 500)\n%s", owner, method, path,
+                      type(exc).__name__, exc, traceback.format_exc())
+            return web.json_response({"error": {
+                "type": "custom_node_route_error",
+                "message": f"custom node pack {owner}: the handler of {method} {path} raised {type(exc).__name__}",
+                "details": str(exc),
+                "extra_info": {"pack": owner, "method": method, "path": path},
+            }}, status=500)
+    return guarded
+
+
 class _Instance:
     """`PromptServer.instance`: the facade of the active session (made once per session)."""
 
@@ -76,6 +133,8 @@ class PromptServer:
 
     def __init__(self, session: CompatSession) -> None:
         self._session = session
+        # the session's table (what `bind` serves) becomes a guarding one before any pack adds to it
+        session.routes = PackRouteTable.adopt(session.routes)
         self.routes = session.routes
         self.supports = ["custom_nodes_from_web"]
         self.prompt_queue = PackPromptQueue(session)

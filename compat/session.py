@@ -63,6 +63,9 @@ class CompatSession:
         # What packs changed of the runtime (their assignments to ComfyUI's replaceable names,
         # compat/facade.py), in force in every context this session is active in.
         self.extension_points = ExtensionPoints()
+        # io.NodeReplace records packs registered before `bind` (comfy_entrypoint's on_load runs
+        # while packs load, before the server state exists); `bind` hands them to the server's table.
+        self._node_replacements: list[Any] = []
 
     @classmethod
     def install(cls, env: Any, registry: "Registry", *, comfy_args: Mapping[str, Any] | None = None
@@ -94,6 +97,14 @@ class CompatSession:
         stack.enter_context(keep_shared_modules(roots))
         stack.enter_context(self.activate())
         return stack
+
+    @staticmethod
+    def prepare_surface_module(module: Any) -> None:
+        """The import hook's last step for each surface module it loads (compat/finder.py): a
+        `FacadeModule`, so it answers ComfyUI's re-exported names (compat/reexports.py)."""
+        from compat.facade import as_facade
+
+        as_facade(module)
 
     def before_node_call(self, unique_id: str, call_index: int, graph_index: int) -> None:
         """The executor's hook before each node call (in the calling task): selects this session
@@ -177,10 +188,22 @@ class CompatSession:
         state.extra_routes.append(status_routes(self))
         state.on_prompt_handlers.extend(self.on_prompt_handlers)
         self.on_prompt_handlers = state.on_prompt_handlers  # later additions go straight there
+        for replacement in self._node_replacements:
+            state.node_replacements.register(replacement)
+        self._node_replacements.clear()
         # The caller goes on to start the server in this context, so the server's tasks (request
         # handlers: validation, /object_info's INPUT_TYPES) inherit this session.
         _active.set(self)
         extension_points.set_current(self.extension_points)
+
+    def register_node_replacement(self, replacement: Any) -> None:
+        """ComfyUI's `PromptServer.instance.node_replace_manager.register`: an `io.NodeReplace`
+        for this server's table (`state.node_replacements`, GET /node_replacements, applied on
+        POST /prompt); kept until `bind` when the server state does not exist yet."""
+        if self.state is not None:
+            self.state.node_replacements.register(replacement)
+        else:
+            self._node_replacements.append(replacement)
 
     def _serve_extension_web_dirs(self, state: Any) -> None:
         """Entries packs wrote into `nodes.EXTENSION_WEB_DIRS` are served like WEB_DIRECTORY

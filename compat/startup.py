@@ -2,7 +2,10 @@
 
 Each pack folder's `prestartup_script.py` runs once, in folder then name order (packs that are
 disabled, `.disabled` or not whitelisted are skipped), with its own globals; a script that
-raises is logged ("PRESTARTUP FAILED") and the others still run.
+raises is logged ("PRESTARTUP FAILED") and the others still run. `sys.exit()`, `os._exit()` and
+`os.abort()` in a script fail that script only (graph/pack_isolation.py `refuse_exits`). Scripts
+run in the caller's thread without a time limit: ComfyUI-Manager's installs packages there, which
+may take as long as it takes, and an abandoned install would race the packs' imports.
 """
 from __future__ import annotations
 
@@ -30,6 +33,20 @@ class PrestartupResult:
 
 def run_prestartup_scripts(dirs: Iterable[Path], *, whitelist: Iterable[str] | None = None
                            ) -> list[PrestartupResult]:
+    from graph.pack_isolation import refuse_exits
+
+    with refuse_exits():
+        results = _run_scripts(dirs, whitelist)
+    if results:
+        lines = ["Prestartup times for custom nodes:"]
+        for r in results:
+            lines.append(f"{r.seconds:6.1f} seconds{'' if r.ok else ' (PRESTARTUP FAILED)'}: {r.path.parent}")
+        log.info("\n".join(lines))
+    return results
+
+
+def _run_scripts(dirs: Iterable[Path], whitelist: Iterable[str] | None) -> list[PrestartupResult]:
+    from graph.pack_isolation import importing
     from graph.packs import discover, pack_name
 
     allowed = set(whitelist) if whitelist is not None else None
@@ -43,7 +60,8 @@ def run_prestartup_scripts(dirs: Iterable[Path], *, whitelist: Iterable[str] | N
             continue
         started = time.perf_counter()
         try:
-            runpy.run_path(str(script), run_name=f"{name}.prestartup_script")
+            with importing(name, "prestartup script"):
+                runpy.run_path(str(script), run_name=f"{name}.prestartup_script")
         except BaseException as exc:  # noqa: BLE001 -- a script may raise anything, even SystemExit
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -52,9 +70,4 @@ def run_prestartup_scripts(dirs: Iterable[Path], *, whitelist: Iterable[str] | N
             results.append(PrestartupResult(name, script, False, error, time.perf_counter() - started))
             continue
         results.append(PrestartupResult(name, script, True, None, time.perf_counter() - started))
-    if results:
-        lines = ["Prestartup times for custom nodes:"]
-        for r in results:
-            lines.append(f"{r.seconds:6.1f} seconds{'' if r.ok else ' (PRESTARTUP FAILED)'}: {r.path.parent}")
-        log.info("\n".join(lines))
     return results

@@ -1,4 +1,5 @@
-"""`GET /custom_nodes/status`: which packs loaded, which failed and why (and their prestartup scripts)."""
+"""`GET /custom_nodes/status`: which packs loaded, which failed and why, which of their nodes are
+left out of /object_info and why (and their prestartup scripts)."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,6 +16,9 @@ def pack_status(session: Any) -> dict:
             "seconds": round(pack.seconds, 4),
             "nodes": list(pack.nodes) + session.v3_nodes.get(pack.name, []),
             "skipped": list(pack.skipped),
+            # node type -> why it is missing from /object_info (INPUT_TYPES() raised or overran)
+            "node_errors": dict(pack.node_errors),
+            "abandoned": pack.abandoned,  # the import overran its limit (graph/pack_isolation.py)
             "entrypoint_error": session.v3_errors.get(pack.name),
             "web_directory": str(pack.web_directory) if pack.web_directory else None,
         })

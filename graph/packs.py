@@ -13,12 +13,20 @@ Declaration quirks that ComfyUI accepts (an input named under both `required` an
 are registered the way ComfyUI reads them, with one warning each.
 Import times are logged in one table at the end, like ComfyUI's start-up log.
 
+Isolation goes past ComfyUI's (graph/pack_isolation.py): within `PackLimits`, a pack's import
+(with its `comfy_entrypoint` registration) and each node's `INPUT_TYPES()` run in a helper
+thread and are abandoned when they overrun, with a log line that says so; `os._exit()` at
+import is refused like `sys.exit()`. A node whose `INPUT_TYPES()` raises or hangs is left out
+of `/object_info` alone, logged with its pack, and listed in `PackResult.node_errors`.
+
 Where the folders come from (the `custom_nodes` folder, `custom_nodes:` entries of
 `extra_model_paths.yaml` via `comfy_core.folders.load_extra_model_paths`) is the host's choice.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -31,7 +39,11 @@ from types import ModuleType
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from graph.errors import DuplicateNodeTypeError
+from graph.pack_isolation import (NodeCallGuard, PackLimits, PackTimeoutError, RegistryView, bounded,
+                                  caller_event_loop, importing, refuse_exits)
 from graph.registry import Registry
+from graph.spec import NodeSpec
+from graph.v1 import spec_from_v1
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,32 @@ class PackResult:
     module: ModuleType | None
     nodes: list[str] = field(default_factory=list)  # node types this pack registered
     skipped: list[str] = field(default_factory=list)  # names refused (already registered, or unusable)
+    # node type -> why its declaration failed last (INPUT_TYPES() raised or overran), kept up to date
+    # by the node's guard while the server runs; such a node is missing from /object_info
+    node_errors: dict[str, str] = field(default_factory=dict)
+    abandoned: bool = False  # the import overran its limit and was left running in the background
+
+
+# The pack whose import code runs in this context (for what packs register at import: routes).
+_loading_pack: contextvars.ContextVar[str | None] = contextvars.ContextVar("loading_pack", default=None)
+# Limits a host set for the loads it starts in this context (`limits_for_loads`).
+_limits: contextvars.ContextVar[PackLimits | None] = contextvars.ContextVar("pack_limits", default=None)
+
+
+def loading_pack() -> str | None:
+    """The name of the pack being imported in the calling context, else None."""
+    return _loading_pack.get()
+
+
+@contextlib.contextmanager
+def limits_for_loads(limits: PackLimits) -> Any:
+    """`limits` for every `load_custom_nodes` in the block that is not given its own (for a host
+    whose loads go through a layer that does not pass them on, web/bootstrap.py)."""
+    token = _limits.set(limits)
+    try:
+        yield limits
+    finally:
+        _limits.reset(token)
 
 
 def discover(dirs: Iterable[str | os.PathLike]) -> list[Path]:
@@ -85,47 +123,77 @@ def _module_name(path: Path) -> str:
 def load_custom_nodes(registry: Registry, dirs: Iterable[str | os.PathLike], *,
                       whitelist: Iterable[str] | None = None,
                       import_context: Callable[[], ContextManager[Any]] | None = None,
-                      module_hooks: Sequence[ModuleHook] = ()) -> list[PackResult]:
+                      module_hooks: Sequence[ModuleHook] = (),
+                      limits: PackLimits | None = None) -> list[PackResult]:
     """Import every pack in `dirs` and register its nodes; see the module docstring.
 
     `whitelist`: when given, only packs with these names load. `import_context()` is entered
     around each pack's import (the compat layer installs ComfyUI's import surface with it);
     each of `module_hooks(module, pack_name, registry)` runs after a successful import.
+    `limits`: how long to wait for pack code (default: `limits_for_loads`' or `PackLimits()`).
     """
+    limits = limits or _limits.get() or PackLimits()
     allowed = set(whitelist) if whitelist is not None else None
     results: list[PackResult] = []
-    for path in discover(dirs):
-        name = pack_name(path)
-        if allowed is not None and name not in allowed and path.name not in allowed:
-            log.info("custom node pack %s is not in the whitelist; skipped", name)
-            continue
-        results.append(_load_one(registry, path, name, import_context, module_hooks))
+    loop = caller_event_loop() if limits.import_timeout is not None else None  # what imports see as current
+    with refuse_exits():
+        for path in discover(dirs):
+            name = pack_name(path)
+            if allowed is not None and name not in allowed and path.name not in allowed:
+                log.info("custom node pack %s is not in the whitelist; skipped", name)
+                continue
+            results.append(_load_one(registry, path, name, import_context, module_hooks, limits, loop))
     _log_times(results)
     return results
 
 
 def _load_one(registry: Registry, path: Path, name: str,
               import_context: Callable[[], ContextManager[Any]] | None,
-              module_hooks: Sequence[ModuleHook]) -> PackResult:
+              module_hooks: Sequence[ModuleHook], limits: PackLimits, loop: Any = None) -> PackResult:
     start = time.perf_counter()
     module_name = _module_name(path)
-    module: ModuleType | None = None
-    nodes: list[str] = []
-    skipped: list[str] = []
-    try:
-        with (import_context() if import_context is not None else contextlib.nullcontext()):
-            module = _import(path, module_name)
-        _register(registry, module, name, nodes, skipped)
+    result = PackResult(name, path, False, None, 0.0, None, None)
+    view = RegistryView(registry, name)
+
+    def import_pack() -> ModuleType:
+        token = _loading_pack.set(name)
+        try:
+            with importing(name), (import_context() if import_context is not None else contextlib.nullcontext()):
+                return _import(path, module_name)
+        finally:
+            _loading_pack.reset(token)
+
+    def run_hooks() -> None:
         for hook in module_hooks:
-            hook(module, name, registry)
+            hook(result.module, name, view)  # type: ignore[arg-type] -- the registry, as far as hooks use it
+
+    def finished_late(call: Any) -> None:
+        outcome = f"failed with {type(call.error).__name__}: {call.error}" if call.error is not None else "succeeded"
+        log.warning("the abandoned %s finished %.1f s after it started and %s; nothing it did after the limit "
+                    "is used (restart the server to load the pack)", call.label, call.seconds, outcome)
+
+    try:
+        result.module = bounded(import_pack, limits.import_timeout, f"import of custom node pack {name}",
+                                on_late=finished_late, loop=loop)
+        _register(registry, result.module, name, result, limits)
+        if module_hooks:
+            bounded(run_hooks, limits.import_timeout, f"registration (comfy_entrypoint) of custom node pack {name}",
+                    on_late=finished_late, loop=loop)
+    except PackTimeoutError as ex:
+        view.close()
+        result.abandoned = True
+        result.error = str(ex)
+        log.error("Cannot import %s module for custom nodes: %s", path, result.error)
     except BaseException as ex:  # noqa: BLE001 -- a pack may raise anything, even SystemExit
         if isinstance(ex, KeyboardInterrupt):
             raise
-        error = traceback.format_exc()
-        log.error("Cannot import %s module for custom nodes: %s\n%s", path, ex, error)
-        return PackResult(name, path, False, error, time.perf_counter() - start, None, module, nodes, skipped)
-    return PackResult(name, path, True, None, time.perf_counter() - start, _web_directory(module, path),
-                      module, nodes, skipped)
+        result.error = "".join(traceback.format_exception(type(ex), ex, ex.__traceback__))
+        log.error("Cannot import %s module for custom nodes: %s: %s\n%s", path, type(ex).__name__, ex, result.error)
+    else:
+        result.ok = True
+        result.web_directory = _web_directory(result.module, path)
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 def _import(path: Path, module_name: str) -> ModuleType:
@@ -146,20 +214,37 @@ def _import(path: Path, module_name: str) -> ModuleType:
     return module
 
 
-def _register(registry: Registry, module: ModuleType, name: str, nodes: list[str], skipped: list[str]) -> None:
-    """Register the pack's V1 classes, appending to `nodes` / `skipped` as it goes.
+def _register(registry: Registry, module: ModuleType, name: str, result: PackResult, limits: PackLimits) -> None:
+    """Register the pack's V1 classes, appending to `result.nodes` / `.skipped` as it goes.
 
     A problem in one node's declaration never refuses the pack (ComfyUI's `nodes.py:
     load_custom_node` registers every class of `NODE_CLASS_MAPPINGS` without looking inside):
     a quirk ComfyUI accepts is registered as ComfyUI reads it and logged once (`NodeSpec.quirks`);
-    a class we cannot run at all (not a class, no usable `FUNCTION`, ...) is skipped alone.
+    a class we cannot run at all (not a class, no usable `FUNCTION`, ...) is skipped alone, and so
+    is one whose `INPUT_TYPES()` overran `limits.call_timeout` while loading. Each node's later
+    `INPUT_TYPES()` reads go through its `NodeCallGuard`.
     """
+    nodes, skipped = result.nodes, result.skipped
     mappings = getattr(module, "NODE_CLASS_MAPPINGS", None) or {}
     display = getattr(module, "NODE_DISPLAY_NAME_MAPPINGS", None) or {}
     for class_type, cls in mappings.items():
+        guard = NodeCallGuard(name, str(class_type), limits.call_timeout, result.node_errors)
         try:
-            spec = registry.add_v1(class_type, cls, display_name=display.get(class_type),
-                                   python_module=f"custom_nodes.{name}")
+            taken = registry.find(class_type)
+            if taken is not None:
+                raise DuplicateNodeTypeError(
+                    f"node type {class_type!r} (from custom_nodes.{name}) is already registered by "
+                    f"{'a built-in node' if registry.is_builtin(class_type) else 'another node'} "
+                    f"(from {taken.python_module})")
+            spec = bounded(lambda c=class_type, k=cls: spec_from_v1(c, k, display_name=display.get(c),
+                                                                    python_module=f"custom_nodes.{name}"),
+                           limits.call_timeout, f"INPUT_TYPES() of node {class_type!r}")
+            spec = registry.add_spec(_guarded(spec, guard))
+        except PackTimeoutError as ex:
+            result.node_errors[class_type] = str(ex)
+            log.error("custom node pack %s: node %r is skipped: %s; the pack's other nodes load", name, class_type, ex)
+            skipped.append(class_type)
+            continue
         except DuplicateNodeTypeError as ex:
             log.warning("custom node pack %s: %s; the pack's node is ignored", name, ex)
             skipped.append(class_type)
@@ -171,7 +256,23 @@ def _register(registry: Registry, module: ModuleType, name: str, nodes: list[str
             continue
         for quirk in spec.quirks:
             log.warning("custom node pack %s: node %r: %s", name, class_type, quirk)
+            if quirk.startswith(_INPUT_TYPES_FAILED):
+                result.node_errors[class_type] = quirk
         nodes.append(class_type)
+
+
+_INPUT_TYPES_FAILED = "INPUT_TYPES() failed while loading"  # graph/v1.py's quirk for it
+
+
+def _guarded(spec: NodeSpec, guard: NodeCallGuard) -> NodeSpec:
+    """`spec` with its `INPUT_TYPES()` reads (per prompt, per /object_info) through `guard`."""
+    read, render = spec.input_source, spec.render_info
+    changes: dict[str, Any] = {}
+    if read is not None:
+        changes["input_source"] = lambda: guard("INPUT_TYPES()", read)
+    if render is not None:
+        changes["render_info"] = lambda env: guard("INPUT_TYPES()", lambda: render(env))
+    return dataclasses.replace(spec, **changes) if changes else spec
 
 
 def _web_directory(module: ModuleType, path: Path) -> Path | None:

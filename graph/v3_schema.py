@@ -47,6 +47,7 @@ from graph.spec import HIDDEN, OPTIONAL, REQUIRED, InputSpec, OutputSpec
 MATCHTYPE = "COMFY_MATCHTYPE_V3"
 AUTOGROW = "COMFY_AUTOGROW_V3"
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
+DYNAMIC_SLOT = "COMFY_DYNAMICSLOT_V3"
 
 
 class DynamicInputError(ValueError):
@@ -277,6 +278,31 @@ class DynamicCombo:
             elif spec.section == REQUIRED:
                 raise DynamicInputError(f"input {prefix + spec.name!r} is required when {self.name!r} is {chosen!r}")
         return value
+
+
+@dataclass(frozen=True)
+class DynamicSlot:
+    """A socket whose link brings more inputs (V3's `DynamicSlot`): the editor shows `inputs`
+    (named `<name>.<input>` in a prompt) once `slot` is linked. The group is always optional;
+    its sub-inputs are declared optional here (they count only when the slot is linked; a
+    required one is checked when the node runs). Only pack nodes use it (compat/v3/dynamic.py
+    nests the values as ComfyUI does)."""
+
+    name: str
+    slot: InputSpec  # the socket: its wire type and options
+    inputs: tuple[InputSpec, ...] = ()
+    tooltip: str | None = None
+    display_name: str | None = None
+    force_input: bool | None = None  # a widget type as the slot: a socket only, as in V3
+
+    def flat(self) -> list[InputSpec]:
+        return [InputSpec(self.name, self.slot.type, OPTIONAL, self.slot.options),
+                *(InputSpec(f"{self.name}.{spec.name}", spec.type, OPTIONAL, spec.options) for spec in self.inputs)]
+
+    def render(self, env: Any = None) -> tuple[str, list]:
+        return OPTIONAL, [DYNAMIC_SLOT, {
+            **_pruned(display_name=self.display_name, tooltip=self.tooltip), "slotType": str(self.slot.type),
+            "inputs": _input_dict(self.inputs, env), **_pruned(forceInput=self.force_input)}]
 
 
 def _option_dict(inputs: Iterable[Any], env: Any = None) -> dict:

@@ -37,6 +37,9 @@ def build_environment(config: ServerConfig) -> tuple[Any, list[Path]]:
                                        factory=memory_factory(config.reserve_vram_gb, config.vram_mode))
     env.dtype_policy = config.dtype.policy_names() or None
     env.ensure_dirs()
+    # models/ and each kind's folder in it exist from the first start, as in ComfyUI's checkout
+    # (packs list `models/<kind>` at import); created here, not shipped in the repository.
+    env.folders.create_default_dirs()
     return env, custom_dirs
 
 
@@ -77,16 +80,25 @@ def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_sess
         compat_session.run_prestartup(existing, **kwargs)
     register_builtin_nodes(registry)
     if existing:
-        from graph.packs import load_custom_nodes
+        from graph.packs import limits_for_loads, load_custom_nodes
 
-        if compat_session is not None:
-            packs = list(compat_session.load_packs(existing, **kwargs))
-        else:
-            packs = list(load_custom_nodes(registry, existing, **kwargs))
+        # how long a pack's import / INPUT_TYPES() may take before it is abandoned (graph/pack_isolation.py)
+        with limits_for_loads(pack_limits(config)):
+            if compat_session is not None:
+                packs = list(compat_session.load_packs(existing, **kwargs))
+            else:
+                packs = list(load_custom_nodes(registry, existing, **kwargs))
         for pack in packs:
             mark = "" if pack.ok else " (IMPORT FAILED)"
             log.info("%8.3f seconds: %s%s", pack.seconds, pack.path, mark)
     return registry, packs
+
+
+def pack_limits(config: ServerConfig) -> Any:
+    """`--custom-node-import-timeout` / `--custom-node-call-timeout` (0: no limit, ComfyUI's way)."""
+    from graph.pack_isolation import PackLimits
+
+    return PackLimits(config.custom_node_import_timeout or None, config.custom_node_call_timeout or None)
 
 
 def cache_config(config: ServerConfig) -> Any:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from graph.pack_isolation import DEFAULT_CALL_TIMEOUT, DEFAULT_IMPORT_TIMEOUT
+
 DEFAULT_PORT = 8188
 DEFAULT_MAX_UPLOAD_MB = 100.0
 DEFAULT_PREVIEW_SIZE = 512
@@ -25,6 +27,8 @@ DEFAULT_BODY_TIMEOUT = 60.0  # s the server waits for the next piece of a reques
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256  # open connections from one client address (0: no cap)
 DEFAULT_MAX_WS_MESSAGE_MB = 16.0  # one WebSocket message from a client (a queue_prompt, not an upload)
 DEFAULT_WS_HEARTBEAT = 30.0  # s between pings to a WebSocket; no pong in half of it closes it (0: off)
+DEFAULT_PACK_IMPORT_TIMEOUT = DEFAULT_IMPORT_TIMEOUT  # s for one custom-node pack's import (0: no limit)
+DEFAULT_PACK_CALL_TIMEOUT = DEFAULT_CALL_TIMEOUT  # s for one INPUT_TYPES() of a pack's node (0: no limit)
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
@@ -133,6 +137,10 @@ class ServerConfig:
     disable_all_custom_nodes: bool = False
     whitelist_custom_nodes: tuple[str, ...] = ()
     custom_node_dirs: tuple[Path, ...] | None = None  # None: base_dir/custom_nodes + yaml entries
+    # s a pack's import / one INPUT_TYPES() may take before it is abandoned (0: no limit, as ComfyUI;
+    # graph/pack_isolation.py): --custom-node-import-timeout / --custom-node-call-timeout
+    custom_node_import_timeout: float = DEFAULT_PACK_IMPORT_TIMEOUT
+    custom_node_call_timeout: float = DEFAULT_PACK_CALL_TIMEOUT
     max_upload_size_mb: float = DEFAULT_MAX_UPLOAD_MB
     header_timeout: float = DEFAULT_HEADER_TIMEOUT  # --header-timeout
     body_timeout: float = DEFAULT_BODY_TIMEOUT  # --body-timeout
@@ -176,6 +184,10 @@ class ServerConfig:
         if self.preview_method not in PREVIEW_METHODS:
             raise ValueError(f"ServerConfig.preview_method: expected one of {PREVIEW_METHODS}, "
                              f"got {self.preview_method!r}")
+        for name in ("custom_node_import_timeout", "custom_node_call_timeout"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"ServerConfig.{name}: expected seconds >= 0 (0: no limit), "
+                                 f"got {getattr(self, name)!r}")
 
     @property
     def tls(self) -> bool:

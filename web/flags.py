@@ -20,8 +20,10 @@ from typing import Any, Mapping
 
 # ComfyUI's `--fast` options: the enum packs import from comfy.cli_args, so `--fast` parses into it.
 from compat.cli_args import PerformanceFeature
+from compat.feature_flags import FeatureFlagError, parse_feature_flag
 from web.config import (DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-                        DEFAULT_MAX_UPLOAD_MB, DEFAULT_MAX_WS_MESSAGE_MB, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE,
+                        DEFAULT_MAX_UPLOAD_MB, DEFAULT_MAX_WS_MESSAGE_MB, DEFAULT_PACK_CALL_TIMEOUT,
+                        DEFAULT_PACK_IMPORT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE,
                         DEFAULT_WS_HEARTBEAT, PREVIEW_METHODS, VRAM_MODES)
 
 ALL_INTERFACES = "0.0.0.0,::"
@@ -55,13 +57,16 @@ NO_EFFECT: Mapping[str, str] = {
 RAY_DESTS = ("ray", "ray_workers", "ray_shared_output")
 LOCAL_RAY = "local"  # `--ray` without an address: start a Ray instance in this process
 # Ours (not ComfyUI's): the connection limits (web/connections.py). Left out of `comfy.cli_args.args`.
+# Ours (not ComfyUI's): how long a pack's import / INPUT_TYPES() may take (graph/pack_isolation.py).
+PACK_LIMIT_DESTS = ("custom_node_import_timeout", "custom_node_call_timeout")
 CONNECTION_DESTS = ("header_timeout", "body_timeout", "max_connections_per_client", "max_ws_message_size",
                     "ws_heartbeat")
 # Flags only the server takes (`main.py run WORKFLOW` refuses them: it opens no port).
 SERVER_ONLY = frozenset({
     "listen", "port", "tls_keyfile", "tls_certfile", "enable_cors_header", "max_upload_size", "auto_launch",
     "disable_auto_launch", "windows_standalone_build", "dont_print_server", "quick_test_for_ci", "multi_user",
-    "front_end_version", "front_end_root", "enable_compress_response_body", *RAY_DESTS, *CONNECTION_DESTS})
+    "front_end_version", "front_end_root", "enable_compress_response_body", "feature_flag", "enable_assets",
+    "enable_asset_hashing", *RAY_DESTS, *CONNECTION_DESTS})
 
 
 def existing_directory(value: str) -> Path:
@@ -74,6 +79,16 @@ def existing_directory(value: str) -> Path:
     if not os.access(path, os.R_OK):
         raise argparse.ArgumentTypeError(f"no read permission for '{value}'")
     return path
+
+
+def feature_flag_item(value: str) -> str:
+    """ComfyUI's `--feature-flag KEY[=VALUE]`, kept as written (ComfyUI's `args.feature_flag`);
+    a known flag whose value does not fit its type is refused here (compat/feature_flags.py)."""
+    try:
+        parse_feature_flag(value)
+    except FeatureFlagError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _store_true(group: Any, *names: str, help: str | None = None) -> None:
@@ -119,6 +134,15 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
                     help="accepted; the pinned editor package is served (no downloads)")
     ui.add_argument("--front-end-root", type=existing_directory, default=None, metavar="DIR",
                     help="serve the editor build in DIR instead of the pinned package")
+    ui.add_argument("--feature-flag", type=feature_flag_item, action="append", default=[], metavar="KEY[=VALUE]",
+                    help="a flag the editor reads from /features (bare KEY: true; repeatable; "
+                         "compat/feature_flags.py lists the known ones)")
+    assets = parser.add_argument_group("assets", "the assets API (/api/assets, /api/tags; web/routes_assets.py)")
+    assets.add_argument("--enable-assets", action="store_true",
+                        help="serve the assets API and catalogue input/, output/ and the model folders")
+    assets.add_argument("--enable-asset-hashing", action="store_true",
+                        help="the folder scan hashes files with blake3 (uploads are hashed either way); "
+                             "needed by POST /api/assets/from-hash")
     parser.add_argument("--quick-test-for-ci", action="store_true", help="load everything, then exit")
 
 
@@ -194,6 +218,12 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     packs.add_argument("--disable-all-custom-nodes", action="store_true")
     packs.add_argument("--whitelist-custom-nodes", nargs="+", default=[], metavar="PACK",
                        help="with --disable-all-custom-nodes: the packs that still load")
+    packs.add_argument("--custom-node-import-timeout", type=float, default=DEFAULT_PACK_IMPORT_TIMEOUT,
+                       metavar="SECONDS", help="a pack's import that takes longer is abandoned and the pack reported "
+                       "as failed (0: wait as long as it takes, as ComfyUI; not in ComfyUI)")
+    packs.add_argument("--custom-node-call-timeout", type=float, default=DEFAULT_PACK_CALL_TIMEOUT,
+                       metavar="SECONDS", help="a node's INPUT_TYPES() that takes longer is abandoned and the node "
+                       "left out (0: no limit; not in ComfyUI)")
     packs.add_argument("--disable-api-nodes", action="store_true", help="accepted; there are no API nodes here")
     packs.add_argument("--comfy-api-base", type=str, default=DEFAULT_COMFY_API_BASE, metavar="URL")
     packs.add_argument("--database-url", type=str, default=None, metavar="URL",
@@ -285,7 +315,7 @@ def comfy_namespace(args: argparse.Namespace) -> dict[str, Any]:
     fast = values.get("fast")
     values["fast"] = set() if fast is None else set(PerformanceFeature) if fast == [] else set(fast)
     values.pop("workflow", None)
-    for name in (*RAY_DESTS, *CONNECTION_DESTS):
+    for name in (*RAY_DESTS, *CONNECTION_DESTS, *PACK_LIMIT_DESTS):
         values.pop(name, None)
     return values
 

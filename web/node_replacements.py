@@ -8,39 +8,29 @@ reads them from `GET /node_replacements` (`{old_type: [replacement, ...]}`) to o
 missing nodes; `POST /prompt` applies the first replacement of each node whose type is not
 registered here but whose replacement is, before validation.
 
-Packs declare them in a `node_replacements.json` at the pack's root (ComfyUI's auto-registration:
+Packs register them through the V3 API, `await ComfyAPI().node_replacement.register(io.NodeReplace(
+...))` or `ComfyAPISync().node_replacement.register(...)` (compat/v3/api.py: the server's compat
+session hands them to this server's table, `CompatSession.register_node_replacement`), or declare
+them in a `node_replacements.json` at the pack's root (ComfyUI's auto-registration:
 `{old_type: [{new_node_id, old_node_id?, old_widget_ids?, input_mapping?, output_mapping?}]}`).
-Registration is idempotent per (old, new) pair, as in ComfyUI.
+The record is `io.NodeReplace` (compat/v3/io.py). Registration is idempotent per (old, new) pair,
+as in ComfyUI. The table belongs to one server (`AppState.node_replacements`); nothing is global.
 """
 from __future__ import annotations
 
 import copy
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Container, Iterable
+
+from compat.v3.io import NodeReplace, NodeReplaceError
+
+__all__ = ["NodeReplace", "NodeReplaceError", "NodeReplacements", "PACK_FILE"]
 
 log = logging.getLogger(__name__)
 
 PACK_FILE = "node_replacements.json"
-
-
-@dataclass(frozen=True)
-class NodeReplace:
-    """One replacement (ComfyUI's `io.NodeReplace`, same fields)."""
-
-    new_node_id: str
-    old_node_id: str
-    old_widget_ids: list | None = None
-    input_mapping: list | None = None
-    output_mapping: list | None = None
-
-    def as_dict(self) -> dict:
-        return {"new_node_id": self.new_node_id, "old_node_id": self.old_node_id,
-                "old_widget_ids": self.old_widget_ids,
-                "input_mapping": list(self.input_mapping) if self.input_mapping else None,
-                "output_mapping": list(self.output_mapping) if self.output_mapping else None}
 
 
 def _is_link(value: Any) -> bool:
@@ -55,6 +45,8 @@ class NodeReplacements:
         self._by_old: dict[str, list[NodeReplace]] = {}
 
     def register(self, replacement: NodeReplace) -> None:
+        if not isinstance(replacement, NodeReplace):
+            raise NodeReplaceError(f"expected an io.NodeReplace, got {type(replacement).__name__}")
         entries = self._by_old.setdefault(replacement.old_node_id, [])
         if any(e.new_node_id == replacement.new_node_id for e in entries):
             log.debug("node replacement %s -> %s already registered", replacement.old_node_id,
@@ -90,11 +82,16 @@ class NodeReplacements:
             for entry in entries:
                 if not isinstance(entry, dict) or not isinstance(entry.get("new_node_id"), str):
                     continue
-                self.register(NodeReplace(new_node_id=entry["new_node_id"],
-                                          old_node_id=str(entry.get("old_node_id", old_node_id)),
-                                          old_widget_ids=entry.get("old_widget_ids"),
-                                          input_mapping=entry.get("input_mapping"),
-                                          output_mapping=entry.get("output_mapping")))
+                try:
+                    replacement = NodeReplace(new_node_id=entry["new_node_id"],
+                                              old_node_id=str(entry.get("old_node_id", old_node_id)),
+                                              old_widget_ids=entry.get("old_widget_ids"),
+                                              input_mapping=entry.get("input_mapping"),
+                                              output_mapping=entry.get("output_mapping"))
+                except NodeReplaceError as exc:
+                    log.warning("%s in %s: entry for %r skipped: %s", PACK_FILE, pack_name, old_node_id, exc)
+                    continue
+                self.register(replacement)
                 count += 1
         if count:
             log.info("loaded %d node replacement(s) from %s/%s", count, pack_name, PACK_FILE)

@@ -12,24 +12,22 @@ from urllib.parse import quote
 import psutil
 from aiohttp import web
 
+from compat.feature_flags import core_features, server_features
+from compat.version import COMFYUI_VERSION
 from web.state import AppState, state_of
 from web.warmup import loaded_module
 
-# The ComfyUI release whose wire contract we follow (reference/comfyui-contract.md, 2025-10,
-# plus the later /jobs routes); the editor reads it from /system_stats.
-COMFYUI_COMPAT_VERSION = "0.3.64"
 PROJECT_EXTENSION_PREFIX = "/extensions/comfy-engine"
 
 
 def features(state: AppState) -> dict:
-    """Server feature flags (`/features` and the WebSocket `feature_flags` reply): today's
-    ComfyUI core flags (comfy_api/feature_flags.py @1924b05e, Comfy-Org/ComfyUI) for what this
-    server serves. `node_replacements`: the editor reads /node_replacements only when it is true;
-    `assets`: false, as ComfyUI says when its assets API is off (it is not served here).
-    `supports_model_type_tags` and `extension.manager` belong to the assets API and the
-    Manager, which this server does not have, so they are left out."""
-    return {"supports_preview_metadata": True, "max_upload_size": state.config.max_upload_bytes,
-            "node_replacements": True, "assets": False}
+    """Server feature flags (`/features` and the WebSocket `feature_flags` reply): today's ComfyUI
+    core flags for what this server serves, then the `--feature-flag KEY[=VALUE]` items that do
+    not name a core flag (compat/feature_flags.py). `node_replacements`: the editor reads
+    /node_replacements only when it is true; `assets`: whether the assets API is on."""
+    core = core_features(max_upload_bytes=state.config.max_upload_bytes,
+                         assets=bool(getattr(state.config, "enable_assets", False)))
+    return server_features(core, state.config.comfy_flags.get("feature_flag") or ())
 
 
 REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements.txt"
@@ -114,7 +112,7 @@ def system_stats(state: AppState) -> dict:
     return {
         "system": {
             "os": sys.platform, "ram_total": vm.total, "ram_free": vm.available,
-            "comfyui_version": COMFYUI_COMPAT_VERSION,
+            "comfyui_version": COMFYUI_VERSION,  # the one constant packs' comfyui_version reads too
             "required_frontend_version": pins.get("comfyui-frontend-package")
             or _installed_version("comfyui-frontend-package") or "",
             "installed_templates_version": _installed_version("comfyui-workflow-templates"),

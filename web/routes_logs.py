@@ -13,19 +13,31 @@ app/logger.py @c828fdcf):
   GET   /internal/logs/raw        {"entries": [{"t", "m"}...], "size": {"cols", "rows"}}
   PATCH /internal/logs/subscribe  body {"clientId": str, "enabled": bool} -> 200, empty body
 
-ComfyUI captures everything written to stdout/stderr; this captures the logging records (print
-output of packs does not reach the Logs tab). A subscriber whose socket is gone is dropped at the
-next batch, as in ComfyUI. Records logged while a batch is being sent are kept but not sent on
-(a log line from the sending itself would otherwise loop).
+Two sources feed the entries. The logging records (the console handlers main.py installs write to
+the streams they were given, so a record is one entry, not two). And, as ComfyUI's app/logger.py
+does, everything written to `sys.stdout` / `sys.stderr` while the server runs: packs' `print`s,
+tqdm bars. `ConsoleTee` replaces both streams from the app's start-up until its clean-up (the
+server host's lifetime, `log_routes`); each write goes to the stream it replaced first (the
+console never loses a line, and a failing write fails as before), then becomes one entry with
+the text as written (ComfyUI's: `print("x")` is the entries "x" and "\\n"; a write starting with
+"\\r" replaces the previous entry when that one did not end a line, so progress bars do not fill
+the buffer). Writes come from any thread (the queue worker's, packs' own); the buffer's lock
+orders them. At clean-up a tee puts its stream back when it is still `sys.stdout`/`sys.stderr`,
+and otherwise (something wrapped it since) only stops recording and keeps passing writes on.
+
+A subscriber whose socket is gone is dropped at the next batch, as in ComfyUI. Entries added while
+a batch is being sent are kept but not sent on (a log line from the sending itself would
+otherwise loop).
 """
 from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import threading
 from collections import deque
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable, TextIO
 
 from aiohttp import web
 
@@ -66,9 +78,18 @@ class LogBuffer(logging.Handler):
         except Exception:  # noqa: BLE001 -- a bad record must not break logging
             self.handleError(record)
             return
-        entry = {"t": datetime.fromtimestamp(record.created).isoformat(), "m": text + "\n"}
+        self._add({"t": datetime.fromtimestamp(record.created).isoformat(), "m": text + "\n"})
+
+    # -- console writes (ConsoleTee) ------------------------------------------------------------
+    def add_text(self, text: str) -> None:
+        """One write to stdout/stderr as an entry (see the module docstring for "\\r")."""
+        self._add({"t": datetime.now().isoformat(), "m": text}, overwrite=text.startswith("\r"))
+
+    def _add(self, entry: dict, overwrite: bool = False) -> None:
         forward = not getattr(self._sending, "active", False)
         with self._buffer_lock:
+            if overwrite and self.entries and not self.entries[-1]["m"].endswith("\n"):
+                self.entries.pop()
             self.entries.append(entry)
             if not forward or not self.subscribers:
                 return
@@ -118,19 +139,65 @@ class LogBuffer(logging.Handler):
                 self.subscribers.discard(client_id)
 
 
+class ConsoleTee:
+    """`sys.stdout` or `sys.stderr` while a server runs: writes go to `original`, then to the
+    buffer (see the module docstring). Everything else is the original stream's."""
+
+    def __init__(self, original: TextIO, buffer: LogBuffer) -> None:
+        self.original = original
+        self._buffer = buffer
+        self.recording = True
+
+    def write(self, text: str) -> int:
+        written = self.original.write(text)
+        if self.recording and isinstance(text, str) and text:
+            self._buffer.add_text(text)
+        return written
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self.original.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, buffer, ...
+        return getattr(self.original, name)
+
+
+def install_console_tee(buffer: LogBuffer) -> Callable[[], None]:
+    """Tee `sys.stdout` and `sys.stderr` into `buffer`; returns the function that undoes it. A
+    stream that is None (no console: pythonw, some services) stays None, as print expects."""
+    tees = {name: ConsoleTee(getattr(sys, name), buffer) for name in ("stdout", "stderr")
+            if getattr(sys, name) is not None}
+    for name, tee in tees.items():
+        setattr(sys, name, tee)
+
+    def restore() -> None:
+        for name, tee in tees.items():
+            tee.recording = False
+            if getattr(sys, name) is tee:
+                setattr(sys, name, tee.original)
+    return restore
+
+
 LOG_BUFFER_KEY: web.AppKey[LogBuffer] = web.AppKey("comfy_engine_log_buffer", LogBuffer)
 
 
 def log_routes(app: web.Application) -> web.RouteTableDef:
     """The internal logs routes of `app` (whose state is already set). Its `LogBuffer` is on the
-    root logger from the app's start-up until its clean-up."""
+    root logger, and the console is teed into it, from the app's start-up until its clean-up."""
     buffer = LogBuffer(app[STATE_KEY].hub)
     app[LOG_BUFFER_KEY] = buffer
+    undo: list[Callable[[], None]] = []
 
     async def attach(_: web.Application) -> None:
         logging.getLogger().addHandler(buffer)
+        undo.append(install_console_tee(buffer))
 
     async def detach(_: web.Application) -> None:
+        while undo:
+            undo.pop()()
         logging.getLogger().removeHandler(buffer)
 
     app.on_startup.append(attach)

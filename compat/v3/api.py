@@ -5,6 +5,12 @@ A V3 pack exports `comfy_entrypoint()` (sync or async) returning a `ComfyExtensi
 `ComfyAPI().execution.set_progress(value, max_value, node_id=None, preview_image=None,
 ignore_size_limit=False)` reports progress for the running node (async; `ComfyAPISync` is the
 same, sync), through `graph.context.current().progress`.
+
+`ComfyAPI().node_replacement.register(io.NodeReplace(...))` (async; sync on `ComfyAPISync`)
+registers a stand-in for a node type that no longer exists, with the server packs see now
+(`CompatSession.register_node_replacement`): served at GET /node_replacements and applied to
+POST /prompt (web/node_replacements.py). Packs call it from `ComfyExtension.on_load`, as
+ComfyUI's own extensions do, or at import.
 """
 from __future__ import annotations
 
@@ -70,11 +76,33 @@ class _AsyncExecution:
         set_progress(value, max_value, node_id, preview_image, ignore_size_limit)
 
 
+def register_node_replacement(node_replace: Any) -> None:
+    from compat.session import active
+    from compat.v3.io import NodeReplace, NodeReplaceError
+
+    if not isinstance(node_replace, NodeReplace):
+        raise NodeReplaceError(f"node_replacement.register: expected an io.NodeReplace, got "
+                               f"{type(node_replace).__name__}")
+    active().register_node_replacement(node_replace)
+
+
+class _SyncNodeReplacement:
+    def register(self, node_replace: Any) -> None:
+        register_node_replacement(node_replace)
+
+
+class _AsyncNodeReplacement:
+    async def register(self, node_replace: Any) -> None:
+        register_node_replacement(node_replace)
+
+
 class ComfyAPI:
     def __init__(self) -> None:
         self.execution = _AsyncExecution()
+        self.node_replacement = _AsyncNodeReplacement()
 
 
 class ComfyAPISync:
     def __init__(self) -> None:
         self.execution = _SyncExecution()
+        self.node_replacement = _SyncNodeReplacement()

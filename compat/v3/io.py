@@ -246,6 +246,19 @@ class Schema:
     not_idempotent: bool = False
     enable_expand: bool = False
     search_aliases: list = field(default_factory=list)
+    is_dev_only: bool = False  # hidden from the editor's search unless dev mode is on
+    essentials_category: str | None = None  # the editor's Essentials tab
+    has_intermediate_output: bool = False  # its UI results are kept like an output node's
+    accept_all_inputs: bool = False  # also pass the prompt's constant inputs the schema does not declare
+    price_badge: Any = None  # a partner node's io.PriceBadge (compat/v3/pricing.py)
+
+    def all_hidden(self) -> list["Hidden"]:
+        """`hidden` plus what ComfyUI's `Schema.finalize` adds: an API node gets the comfy.org
+        credentials, an output node `prompt` and `extra_pnginfo` (for the metadata it saves)."""
+        found = [Hidden(h) for h in self.hidden]
+        implied = ([Hidden.auth_token_comfy_org, Hidden.api_key_comfy_org] if self.is_api_node else []) \
+            + ([Hidden.prompt, Hidden.extra_pnginfo] if self.is_output_node else [])
+        return found + [h for h in dict.fromkeys(implied) if h not in found]
 
 
 class NodeOutput:
@@ -305,7 +318,7 @@ def _to_v1(result: Any) -> Any:
 
 def hidden_names_of(schema: Schema) -> list[str]:
     """The keyword names the node's hidden inputs arrive under (`prompt`, `unique_id`, ...)."""
-    return [Hidden(h).name for h in schema.hidden]
+    return [h.name for h in schema.all_hidden()]
 
 
 def execute_v3(cls: type, kwargs: dict, hidden_names: list[str] | None = None) -> Any:
@@ -329,10 +342,15 @@ def v1_input_types(cls: type) -> dict:
     schema = cls.define_schema()
     out: dict[str, dict] = {"required": {}}
     for item in schema.inputs:
+        if callable(getattr(item, "group", None)):  # a dynamic input (compat/v3/dynamic.py): its V3 entry
+            section, (kind, options) = item.group(schema.node_id).render()
+            out.setdefault(section, {})[item.id] = (kind, {**item.extra, **options})
+            continue
         spec = input_spec_of(schema.node_id, item)
         out.setdefault(spec.section, {})[spec.name] = (spec.type, dict(spec.options))
-    if schema.hidden:
-        out["hidden"] = {Hidden(h).name: Hidden(h).value for h in schema.hidden}
+    hidden = schema.all_hidden()
+    if hidden:
+        out["hidden"] = {h.name: (h.value,) for h in hidden}
     return out
 
 
@@ -418,15 +436,9 @@ ComfyNodeV3 = ComfyNode  # an older spelling some packs use
 
 # -- more of ComfyUI's io names -------------------------------------------------------------------
 # More of ComfyUI's `comfy_api.latest.io` (comfy_api/latest/_io.py): the folder and upload
-# enums, the remaining plain wire types, and `MatchType`, an input whose type is one of a
-# template's allowed types and an output of the type that was connected.
-#
-# `MatchType` on this engine: the input's wire type is the union of the template's allowed types
-# (`"IMAGE,MASK"`: links of either type validate), and the output's is that type when the
-# template allows one type, else `*` (the frontend then lets it connect anywhere, and the
-# receiving input's own type is checked when the prompt is validated). ComfyUI 0.3.64 declares
-# `MatchType.Output(id, template)`; packs written for later ComfyUI pass the template first, so
-# both orders are accepted.
+# enums and the remaining plain wire types. The dynamic inputs (`MatchType`, `Autogrow`,
+# `DynamicCombo`, `DynamicSlot`) live in compat/v3/dynamic.py, which builds on this module; packs
+# see both as one `io` (compat/v3/public_io.py).
 
 
 class FolderType(str, Enum):
@@ -466,45 +478,71 @@ AudioEncoderOutput = _plain("AudioEncoderOutput", "AUDIO_ENCODER_OUTPUT")
 WanCameraEmbedding = _plain("WanCameraEmbedding", "WAN_CAMERA_EMBEDDING")
 
 
-def _type_name(item: Any) -> str:
-    return item if isinstance(item, str) else item.io_type
+# -- node replacements (ComfyUI's `io.NodeReplace`, registered with ComfyAPI().node_replacement) ----
+class NodeReplaceError(ValueError):
+    """A node replacement whose fields do not have ComfyUI's shapes (names the field)."""
 
 
-class MatchType(ComfyType):
-    """See the module docstring."""
+def _check_mapping(field_name: str, items: Any, check: Any) -> None:
+    if items is None:
+        return
+    if not isinstance(items, (list, tuple)):
+        raise NodeReplaceError(f"NodeReplace.{field_name}: expected a list, got {type(items).__name__}")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise NodeReplaceError(f"NodeReplace.{field_name}[{index}]: expected a dict, got {item!r}")
+        problem = check(item)
+        if problem:
+            raise NodeReplaceError(f"NodeReplace.{field_name}[{index}] {item!r}: {problem}")
 
-    io_type = "COMFY_MATCHTYPE_V3"
 
-    class Template:
-        def __init__(self, template_id: str, allowed_types: Any = ()) -> None:
-            self.template_id = template_id
-            listed = allowed_types if isinstance(allowed_types, (list, tuple)) else [allowed_types]
-            self.allowed_types = list(listed)
+def _input_map_problem(item: dict) -> str | None:
+    if not isinstance(item.get("new_id"), str) or not item["new_id"]:
+        return "'new_id' must name an input of the new node"
+    if ("old_id" in item) == ("set_value" in item):
+        return "give exactly one of 'old_id' (copy that input) and 'set_value' (set this value)"
+    if "old_id" in item and (not isinstance(item["old_id"], str) or not item["old_id"]):
+        return "'old_id' must name an input of the old node"
+    return None
 
-        def wire_types(self) -> list[str]:
-            return list(dict.fromkeys(_type_name(t) for t in self.allowed_types))
 
-        def as_dict(self) -> dict:
-            return {"template_id": self.template_id, "allowed_types": ",".join(self.wire_types())}
+def _output_map_problem(item: dict) -> str | None:
+    for key in ("old_idx", "new_idx"):
+        value = item.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return f"{key!r} must be an output index (an int >= 0)"
+    return None
 
-    class Input(Input):
-        def __init__(self, id: str, template: "MatchType.Template", display_name: str | None = None,  # noqa: A002
-                     optional: bool = False, tooltip: str | None = None, lazy: bool | None = None,
-                     extra_dict: dict | None = None) -> None:
-            if not isinstance(template, MatchType.Template):
-                raise SchemaError(f"MatchType.Input {id!r}: template must be a MatchType.Template, got {template!r}")
-            super().__init__(id, display_name, optional, tooltip, lazy, extra_dict)
-            self.template = template
-            self.io_type = ",".join(template.wire_types()) or "*"
 
-    class Output(Output):
-        def __init__(self, id: Any = None, template: "MatchType.Template | None" = None,  # noqa: A002
-                     display_name: str | None = None, tooltip: str | None = None, is_output_list: bool = False) -> None:
-            if isinstance(id, MatchType.Template):  # later ComfyUI: Output(template, id=None, ...)
-                id, template = template if isinstance(template, str) else None, id
-            if not isinstance(template, MatchType.Template):
-                raise SchemaError(f"MatchType.Output {id!r}: template must be a MatchType.Template, got {template!r}")
-            super().__init__(id, display_name, tooltip, is_output_list)
-            self.template = template
-            wire = template.wire_types()
-            self.io_type = wire[0] if len(wire) == 1 else "*"
+@dataclass(frozen=True)
+class NodeReplace:
+    """A node type that no longer exists (`old_node_id`) and the one that stands in for it
+    (`new_node_id`): `input_mapping` items are `{"new_id", "old_id"}` (copy an input) or
+    `{"new_id", "set_value"}` (set one); `output_mapping` items `{"old_idx", "new_idx"}`;
+    `old_widget_ids` name the old node's widget values by position, for the editor. ComfyUI's
+    fields and order; the shapes are checked here (NodeReplaceError), ComfyUI takes them as given."""
+
+    new_node_id: str
+    old_node_id: str
+    old_widget_ids: list | None = None
+    input_mapping: list | None = None
+    output_mapping: list | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("new_node_id", "old_node_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise NodeReplaceError(f"NodeReplace.{name}: expected a node type name, got {value!r}")
+        widgets = self.old_widget_ids
+        if widgets is not None and (not isinstance(widgets, (list, tuple))
+                                    or not all(isinstance(w, str) for w in widgets)):
+            raise NodeReplaceError(f"NodeReplace.old_widget_ids: expected a list of input names, got {widgets!r}")
+        _check_mapping("input_mapping", self.input_mapping, _input_map_problem)
+        _check_mapping("output_mapping", self.output_mapping, _output_map_problem)
+
+    def as_dict(self) -> dict:
+        """The `/node_replacements` entry (ComfyUI's: empty mappings read as null)."""
+        return {"new_node_id": self.new_node_id, "old_node_id": self.old_node_id,
+                "old_widget_ids": list(self.old_widget_ids) if self.old_widget_ids is not None else None,
+                "input_mapping": list(self.input_mapping) if self.input_mapping else None,
+                "output_mapping": list(self.output_mapping) if self.output_mapping else None}

@@ -64,7 +64,7 @@ async def test_packs_load_and_a_broken_pack_is_listed_with_its_error(packs_serve
     assert info["CompatCoreNodes"]["display_name"] == "Core Nodes Facade"
     assert info["CompatResult"]["input"]["required"]["sampler"][0][:2] == ["euler", "euler_cfg_pp"]
     assert info["V3Scale"]["input"]["required"]["mode"] == ["COMBO", {"default": "mul", "options": ["mul", "add"]}]
-    assert info["V3Scale"]["input"]["hidden"] == {"unique_id": "UNIQUE_ID"}
+    assert info["V3Scale"]["input"]["hidden"] == {"unique_id": ["UNIQUE_ID"]}  # V3 renders `(kind,)`
     assert info["V3Scale"]["python_module"] == "custom_nodes.compat_v3_pack"
     extensions = await packs_server.get_json("/extensions")
     assert "/extensions/example_pack/example_pack.js" in extensions
@@ -76,7 +76,7 @@ async def test_pack_routes_are_served_bare_and_under_api(packs_server, tmp_path)
         assert body == {"pong": True, "client_id": None, "output": str((tmp_path / "output").resolve())}
     assert (await packs_server.get_json("/example_pack/info"))["pack"] == "example_pack"
     # A second server in this process has its own folders; each one's pack routes see their own.
-    (tmp_path / "models" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "models" / "checkpoints").mkdir(parents=True, exist_ok=True)  # made at start-up
     (tmp_path / "models" / "checkpoints" / "mine.safetensors").write_bytes(b"x")
     other = await start_pack_server(tmp_path / "other")
     try:

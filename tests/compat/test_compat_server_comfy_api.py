@@ -31,10 +31,14 @@ def test_matchtype_inputs_take_the_templates_types_and_the_output_follows(sessio
             return io.NodeOutput(a, a)
 
     info = node_info(spec_from_v3(Pick))
-    assert info["input"]["required"]["a"][0] == "IMAGE,MASK"
+    # today's ComfyUI: the socket type is COMFY_MATCHTYPE_V3, the template travels in the options
+    # and output_matchtypes names each output's template (the editor narrows the types)
+    assert info["input"]["required"]["a"] == ["COMFY_MATCHTYPE_V3", {
+        "template": {"template_id": "image_or_mask", "allowed_types": "IMAGE,MASK"}}]
     assert info["input"]["optional"]["box"][0] == "BBOX"
-    assert info["output"] == ["*", "IMAGE"] and info["output_name"] == ["output", "same"]
-    assert types_match("MASK", "IMAGE,MASK") and not types_match("LATENT", "IMAGE,MASK")
+    assert info["output"] == ["COMFY_MATCHTYPE_V3"] * 2 and info["output_name"] == ["output", "same"]
+    assert info["output_matchtypes"] == ["image_or_mask", "one"]
+    assert types_match("MASK", "COMFY_MATCHTYPE_V3") and types_match("COMFY_MATCHTYPE_V3", "IMAGE")
     assert template.as_dict() == {"template_id": "image_or_mask", "allowed_types": "IMAGE,MASK"}
     with pytest.raises(io.SchemaError, match="MatchType.Template"):
         io.MatchType.Input("a", template="not a template")
@@ -71,7 +75,8 @@ def test_feature_flags_read_the_clients_flags(session):
     assert feature_flags.supports_feature(metadata, "a", "supports_preview_metadata") is True
     assert feature_flags.supports_feature(metadata, "b", "supports_preview_metadata") is False
     assert feature_flags.get_connection_feature(metadata, "nobody", "x", default=7) == 7
-    assert feature_flags.get_server_features() == {"supports_preview_metadata": True, "max_upload_size": 100 * 1024 ** 2}
+    assert feature_flags.get_server_features() == {"supports_preview_metadata": True, "max_upload_size": 100 * 1024 ** 2,
+                                                   "node_replacements": True, "assets": False}
     assert PromptServer.instance.sockets_metadata == {}  # no server: no clients
 
 

@@ -59,9 +59,11 @@ def test_schema_becomes_a_node_spec(session):
     spec = spec_from_v3(_node(session), python_module="custom_nodes.test")
     assert (spec.node_id, spec.display_name, spec.category, spec.origin) == ("TestScale", "Test Scale", "test", "v3")
     assert spec.output_node and spec.not_idempotent and spec.python_module == "custom_nodes.test"
+    # an output node also gets extra_pnginfo, as ComfyUI's Schema.finalize adds it
     assert [(i.name, i.section) for i in spec.inputs] == [("image", "required"), ("factor", "required"),
                                                          ("mode", "required"), ("note", "optional"),
-                                                         ("unique_id", "hidden"), ("prompt", "hidden")]
+                                                         ("unique_id", "hidden"), ("prompt", "hidden"),
+                                                         ("extra_pnginfo", "hidden")]
     assert spec.input("mode").type == ["fast", "slow"] and spec.input("mode").options["default"] == "fast"
     assert dict(spec.input("factor").options) == {"default": 1.0, "min": 0.0, "max": 4.0, "step": 0.5}
     assert [(o.type, o.name, o.is_list, o.tooltip) for o in spec.outputs] == [
@@ -73,7 +75,8 @@ def test_schema_becomes_a_node_spec(session):
     info = node_info(spec)
     assert info["input"]["required"]["mode"] == ["COMBO", {"default": "fast", "options": ["fast", "slow"]}]
     assert info["input"]["optional"]["note"] == ["STRING", {"multiline": True}]
-    assert info["input"]["hidden"] == {"unique_id": "UNIQUE_ID", "prompt": "PROMPT"}
+    assert info["input"]["hidden"] == {"unique_id": ["UNIQUE_ID"], "prompt": ["PROMPT"],
+                                       "extra_pnginfo": ["EXTRA_PNGINFO"]}  # V3's `(kind,)`
     assert info["output_name"] == ["scaled", "count"] and info["output_is_list"] == [False, True]
 
 
@@ -177,7 +180,7 @@ def test_v3_class_listed_in_node_class_mappings_gets_a_v1_face(session):
             return io.NodeOutput(x * 3, ui={"who": [cls.hidden.unique_id]})
 
     assert Listed.RETURN_TYPES == ("INT",) and Listed.RETURN_NAMES == ("y",) and Listed.CATEGORY == "c"
-    assert Listed.INPUT_TYPES() == {"required": {"x": ("INT", {"default": 2})}, "hidden": {"unique_id": "UNIQUE_ID"}}
+    assert Listed.INPUT_TYPES() == {"required": {"x": ("INT", {"default": 2})}, "hidden": {"unique_id": ("UNIQUE_ID",)}}
     assert not hasattr(Listed, "VALIDATE_INPUTS")  # only when the node defines validate_inputs
     spec = spec_from_v1("Listed", Listed)
     assert spec.behaviour.call(spec.behaviour.make_instance(), x=2, unique_id="8") == {"result": (6,),

@@ -95,7 +95,7 @@ def test_whitelist_import_context_and_module_hooks(packs_dir):
     hooked = []
     registry = Registry()
     results = load_custom_nodes(registry, [packs_dir], whitelist=["single", "my-pack"], import_context=context,
-                                module_hooks=[lambda module, name, reg: hooked.append((name, reg is registry))])
+                                module_hooks=[lambda module, name, reg: hooked.append((name, reg.registry is registry))])
     assert [r.name for r in results] == ["my-pack", "single"]
     assert entered == ["in", "out", "in", "out"]
     assert hooked == [("my-pack", True), ("single", True)]

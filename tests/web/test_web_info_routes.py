@@ -40,7 +40,7 @@ async def test_model_folder_routes(server):
     (folders.paths("embeddings")[0] / "sub").mkdir(parents=True)
     (folders.paths("embeddings")[0] / "sub" / "easyneg.safetensors").write_bytes(b"x")
     (folders.paths("embeddings")[0] / "bad.pt").write_bytes(b"x")
-    (folders.paths("loras")[0]).mkdir(parents=True)
+    (folders.paths("loras")[0]).mkdir(parents=True, exist_ok=True)  # made at start-up
     (folders.paths("loras")[0] / "style.safetensors").write_bytes(b"x")
     (folders.paths("loras")[0] / "readme.txt").write_text("not a model")
     assert await server.get_json("/embeddings") == ["bad", "sub/easyneg"]

@@ -13,7 +13,7 @@ _HELPERS = "compat.samplers_helpers"
 facade(__name__, {
     "sample": point("sample_steps", "comfy_core.sampling.ksampler:sample"),
     "sample_custom": "comfy_core.sampling.ksampler:sample_custom",
-    "prepare_noise": "comfy_core.sampling.noise:prepare_noise",
+    "prepare_noise": "compat.samplers_api:prepare_noise",
     "fix_empty_latent_channels": f"{_HELPERS}:fix_empty_latent_channels",
     "prepare_mask": f"{_HELPERS}:prepare_mask",
     "get_models_from_cond": f"{_HELPERS}:get_models_from_cond",

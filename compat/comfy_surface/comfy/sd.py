@@ -30,4 +30,6 @@ facade(__name__, {
     "load_clip": "compat.files_sd:load_clip",
     "load_text_encoder_state_dicts": "compat.files_sd:load_text_encoder_state_dicts",
     "load_lora_for_models": "compat.files_sd:load_lora_for_models",
+    "load_style_model": "compat.files_sd:load_style_model",
+    "load_gligen": "compat.files_sd:load_gligen",
 })

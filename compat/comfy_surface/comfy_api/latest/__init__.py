@@ -1,6 +1,6 @@
 """ComfyUI's `comfy_api.latest`: `io`, `ui`, `ComfyExtension`, `ComfyAPI`, `ComfyAPISync`, `Input`, `InputImpl`,
 `Types` (compat/v3/)."""
-from compat.v3 import io, ui
+from compat.v3 import public_io as io, ui
 from compat.v3.api import ComfyAPI, ComfyAPISync, ComfyExtension
 from compat.v3.video import Input, InputImpl, Types
 

@@ -1,5 +1,5 @@
 """ComfyUI's pinned `comfy_api.v0_0_1`: the same V3 API as `comfy_api.latest` here (compat/v3/)."""
-from compat.v3 import io, ui
+from compat.v3 import public_io as io, ui
 from compat.v3.api import ComfyAPI, ComfyAPISync, ComfyExtension
 from compat.v3.video import Input, InputImpl, Types
 
