@@ -114,7 +114,7 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         print_server=not getattr(args, "dont_print_server", False),
         log_stdout=args.log_stdout,
         compress_response_body=getattr(args, "enable_compress_response_body", False),
-        enable_assets=getattr(args, "enable_assets", False),
+        enable_assets=getattr(args, "enable_assets", False) and not getattr(args, "disable_assets", False),
         enable_asset_hashing=getattr(args, "enable_asset_hashing", False),
         ray=ray_settings(args),
         comfy_flags=comfy,

@@ -27,6 +27,8 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
                     "WAN22_T2V")},
+    **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
+    "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
 }
 
 
@@ -48,8 +50,8 @@ _PARENTS: dict[str, str] = {
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
-          "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2", "Lumina2",
-          "Hunyuan3Dv2", "HiDream", "ACEStep", "Omnigen2", "QwenImage")
+          "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2",
+          "Hunyuan3Dv2", "HiDream", "ACEStep", "Omnigen2")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",

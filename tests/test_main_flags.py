@@ -68,6 +68,7 @@ COMFYUI_FLAGS: list[tuple[list[str], str]] = [
     # today's ComfyUI (comfy/cli_args.py @f90acc3b, Comfy-Org/ComfyUI)
     (["--feature-flag", "show_signin_button=true"], "feature_flag"),
     (["--enable-assets"], "enable_assets"), (["--enable-asset-hashing"], "enable_asset_hashing"),
+    (["--disable-assets"], "disable_assets"),
 ]
 
 

@@ -65,7 +65,7 @@ CONNECTION_DESTS = ("header_timeout", "body_timeout", "max_connections_per_clien
 SERVER_ONLY = frozenset({
     "listen", "port", "tls_keyfile", "tls_certfile", "enable_cors_header", "max_upload_size", "auto_launch",
     "disable_auto_launch", "windows_standalone_build", "dont_print_server", "quick_test_for_ci", "multi_user",
-    "front_end_version", "front_end_root", "enable_compress_response_body", "feature_flag", "enable_assets",
+    "front_end_version", "front_end_root", "enable_compress_response_body", "feature_flag", "enable_assets", "disable_assets",
     "enable_asset_hashing", *RAY_DESTS, *CONNECTION_DESTS})
 
 
@@ -143,6 +143,9 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     assets.add_argument("--enable-asset-hashing", action="store_true",
                         help="the folder scan hashes files with blake3 (uploads are hashed either way); "
                              "needed by POST /api/assets/from-hash")
+    assets.add_argument("--disable-assets", action="store_true",
+                        help="no assets API, whatever --enable-assets says (today's ComfyUI's switch for when "
+                             "assets are on by default)")
     parser.add_argument("--quick-test-for-ci", action="store_true", help="load everything, then exit")
 
 

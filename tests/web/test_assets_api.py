@@ -512,6 +512,8 @@ def test_the_flags_reach_the_server_config(tmp_path):
     assert config.enable_assets is True and config.enable_asset_hashing is True
     config = main.config_from_args(parser.parse_args([]), [])
     assert config.enable_assets is False and config.enable_asset_hashing is False
+    argv = ["--enable-assets", "--disable-assets"]  # today's ComfyUI: --disable-assets wins
+    assert main.config_from_args(parser.parse_args(argv), argv).enable_assets is False
 
 
 def test_prune_marks_rows_outside_every_folder_missing(tmp_path):
