@@ -2,8 +2,10 @@
 model patch files from the `model_patches` folder, and USO's style reference on a Flux model.
 
 ModelPatchLoader reads a file and tells its kind from its key names (comfy_core/model_patches/
-patch_files.py); the USO style projector is built, the other kinds ComfyUI knows (Qwen-Image /
-Z-Image DiffSynth ControlNets, Wan Uni3C, ...) are refused with an error naming the kind.
+patch_files.py); the USO style projector, Qwen-Image's DiffSynth ControlNet and the Z-Image Fun
+ControlNet (applied by QwenImageDiffsynthControlnet / ZImageFunControlnet,
+nodes/diffsynth_controlnet.py) are built, the other kinds ComfyUI knows (Wan Uni3C, ...) are
+refused with an error naming the kind.
 USOStyleReference stacks three layers of a SigLIP CLIP_VISION_OUTPUT and returns a clone of the
 MODEL whose Flux transformer prepends the projected style tokens to the text stream
 (`post_input` patch, comfy_core/model_patches/uso.py).
@@ -46,7 +48,8 @@ def model_patch_loader(name: str) -> tuple[Any]:
     try:
         patch = load_model_patch(path, load_device=device, offload_device="cpu", mmap=env.mmap)
     except (ModelPatchError, CheckpointError) as exc:
-        raise NodeInputError("name", "a model patch file this engine builds (a USO style projector)",
+        raise NodeInputError("name", "a model patch file this engine builds (a USO style projector, a "
+                               "Qwen-Image DiffSynth or a Z-Image Fun ControlNet)",
                              str(exc)) from None
     if env.memory is not None:
         env.memory.track(patch)

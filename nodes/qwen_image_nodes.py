@@ -8,6 +8,9 @@
   `Picture N: <vision block>` (N the input's number), seen by the vision tower at about 384x384
   pixels, with the edit system prompt as the template; with a VAE, each image resized to about one
   megapixel (sides multiples of 8) becomes a reference latent, in order.
+- EmptyQwenImageLayeredLatentImage (Qwen-Image-Layered): zeros `[batch, 16, layers + 1, height // 8,
+  width // 8]`, one frame for the composite and one per RGBA layer (LatentCutToBatch on dim "t"
+  splits them for VAEDecode).
 
 Differences from ComfyUI, by house rule (bad input is an error, never silently ignored): an image
 given with a CLIP whose text encoder cannot read images (anything but Qwen2.5-VL) is a node error
@@ -18,7 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from graph.v3_schema import Output, Socket, String, v3_node
+from graph.native import MAX_RESOLUTION
+from graph.v3_schema import Int, Output, Socket, String, v3_node
 import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.flux_nodes import set_values
@@ -131,3 +135,22 @@ def text_encode_qwen_image_edit_plus(clip: Any, prompt: str, vae: Any = None, im
     if references:
         conditioning = set_values(conditioning, {"reference_latents": references}, append=True)
     return (conditioning,)
+
+
+@v3_node("EmptyQwenImageLayeredLatentImage", display_name="Empty Qwen Image Layered Latent",
+         category="model/latent/qwen", python_module=MODULE,
+         inputs=[Int("width", default=640, min=16, max=MAX_RESOLUTION, step=16),
+                 Int("height", default=640, min=16, max=MAX_RESOLUTION, step=16),
+                 Int("layers", default=3, min=0, max=MAX_RESOLUTION, step=1),
+                 Int("batch_size", default=1, min=1, max=4096)],
+         outputs=[Output("LATENT")])
+def empty_qwen_image_layered_latent_image(width: int, height: int, layers: int, batch_size: int = 1) -> tuple[dict]:
+    """Zeros `[batch, 16, layers + 1, height // 8, width // 8]`: Qwen-Image-Layered's latent, the
+    composite image and each layer one frame of the 16-channel VAE latent."""
+    import torch
+
+    width = checks.integer(width, "width", 16, MAX_RESOLUTION)
+    height = checks.integer(height, "height", 16, MAX_RESOLUTION)
+    layers = checks.integer(layers, "layers", 0, MAX_RESOLUTION)
+    batch_size = checks.integer(batch_size, "batch_size", 1, 4096)
+    return ({"samples": torch.zeros((batch_size, 16, layers + 1, height // 8, width // 8))},)

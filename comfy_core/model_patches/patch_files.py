@@ -3,9 +3,9 @@
 diffusion model. Which patch a file holds is told from its key names, in ComfyUI's order:
 
     lllite_conditioning1.conv1.weight                 Anima LLLite
-    controlnet_blocks.0.y_rms.weight                  Qwen-Image DiffSynth block-wise ControlNet
+    controlnet_blocks.0.y_rms.weight                  Qwen-Image DiffSynth block-wise ControlNet  <- built
     feature_embedder.mid_layer_norm.bias              USO style projector (Flux)      <- built here
-    control_all_x_embedder.2-1.weight                 Z-Image Fun ControlNet
+    control_all_x_embedder.2-1.weight                 Z-Image Fun ControlNet          <- built here
     control_img_in.weight + control_blocks.0.img_mlp.out.weight   Qwen-Image 2.1 Fun ControlNet
     control_proj_in.weight + control_blocks.0.{adaln_proj.linear,after_proj,before_proj}.weight
                                                       MiniMax H3 Fun ControlNet
@@ -14,7 +14,10 @@ diffusion model. Which patch a file holds is told from its key names, in ComfyUI
     audio_proj.proj1.weight                           Wan MultiTalk
     [model.]control_model.input_hint_block.0.weight   SUPIR (SDXL)
 
-Only the USO projector is built (its family, Flux, is here); every other kind is refused with
+The USO projector (uso.py), the Qwen-Image DiffSynth ControlNet (diffsynth.py) and the Z-Image
+Fun ControlNet (zimage_fun.py, its diffusers attention names fused as ComfyUI converts them) are
+built;
+every other kind is refused with
 `UnsupportedModelPatchError` naming it, and a file of none of them with `UnknownModelPatchError`
 (ComfyUI fails there with an unbound local). The loaded patch is a `Patcher` over the network,
 as ComfyUI's MODEL_PATCH is a model patcher whose `.model` is the network.
@@ -31,11 +34,17 @@ import torch
 from comfy_core.checkpoint.errors import CheckpointError
 from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile
+from comfy_core.model_patches.diffsynth import (DIFFSYNTH_MARKER, DiffSynthControlNetConfig,
+                                                QwenImageBlockWiseControlNet)
 from comfy_core.model_patches.errors import ModelPatchError
 from comfy_core.model_patches.uso import USO_MARKER, USO_PREFIX, UsoProjectorConfig, UsoStyleProjector
+from comfy_core.model_patches.zimage_fun import (ZIMAGE_FUN_MARKER, ZImageFunControlConfig, ZImageFunControlNet,
+                                                 convert_zimage_fun_keys)
 from comfy_core.patching.patcher import Patcher
 
 USO = "uso_style_projector"
+DIFFSYNTH = "qwen_image_diffsynth_controlnet"
+ZIMAGE_FUN = "z_image_fun_controlnet"
 
 
 @dataclass(frozen=True)
@@ -61,13 +70,11 @@ _NO_NODE = "the {} family is here but this patch's network and apply node are no
 PATCH_KINDS: tuple[PatchKind, ...] = (
     PatchKind("anima_lllite", "Anima LLLite", "Anima", _has("lllite_conditioning1.conv1.weight"),
               _NO_FAMILY.format("Anima")),
-    PatchKind("qwen_image_diffsynth_controlnet", "Qwen-Image DiffSynth ControlNet", "Qwen-Image",
-              _has("controlnet_blocks.0.y_rms.weight"), _NO_FAMILY.format("Qwen-Image")),
+    PatchKind(DIFFSYNTH, "Qwen-Image DiffSynth ControlNet", "Qwen-Image", _has(DIFFSYNTH_MARKER)),
     PatchKind(USO, "USO style projector", "Flux", _has(USO_MARKER)),
-    PatchKind("z_image_fun_controlnet", "Z-Image Fun ControlNet", "Z-Image",
-              _has("control_all_x_embedder.2-1.weight"), _NO_FAMILY.format("Z-Image")),
+    PatchKind(ZIMAGE_FUN, "Z-Image Fun ControlNet", "Z-Image", _has(ZIMAGE_FUN_MARKER)),
     PatchKind("qwen_image_21_fun_controlnet", "Qwen-Image 2.1 Fun ControlNet", "Qwen-Image",
-              _has("control_img_in.weight", "control_blocks.0.img_mlp.out.weight"), _NO_FAMILY.format("Qwen-Image")),
+              _has("control_img_in.weight", "control_blocks.0.img_mlp.out.weight"), _NO_NODE.format("Qwen-Image")),
     PatchKind("minimax_h3_fun_controlnet", "MiniMax H3 Fun ControlNet", "MiniMax H3",
               _has("control_proj_in.weight", "control_blocks.0.adaln_proj.linear.weight",
                    "control_blocks.0.after_proj.weight", "control_blocks.0.before_proj.weight"),
@@ -121,12 +128,47 @@ def _weight_dtype(checkpoint: CheckpointFile, prefix: str) -> torch.dtype:
     return counts.most_common(1)[0][0] if counts else torch.float32
 
 
+def _uso(tensors: Mapping[str, Any], prefix: str) -> Callable[[], torch.nn.Module]:
+    config = UsoProjectorConfig.detect_from_weights(tensors, prefix)
+    return lambda: UsoStyleProjector(config)
+
+
+def _diffsynth(tensors: Mapping[str, Any], prefix: str) -> Callable[[], torch.nn.Module]:
+    config = DiffSynthControlNetConfig.detect_from_weights(tensors, prefix)
+    return lambda: QwenImageBlockWiseControlNet(config)
+
+
+# The kinds built here: (key prefix, config reader returning the network's constructor).
+_BUILDERS: dict[str, tuple[str, Callable[[Mapping[str, Any], str], Callable[[], torch.nn.Module]]]] = {
+    USO: (USO_PREFIX, _uso),
+    DIFFSYNTH: ("", _diffsynth),
+}
+
+
+def _load_zimage_fun(checkpoint: CheckpointFile, dtype: torch.dtype) -> torch.nn.Module:
+    """The Z-Image Fun ControlNet: every tensor read (in `dtype` when floating), the attention
+    names converted (`convert_zimage_fun_keys`), the network built from their shapes."""
+    state = {name: checkpoint.read(name, dtype if TORCH_DTYPES[info.dtype].is_floating_point else None)
+             for name, info in checkpoint.tensors.items()}
+    try:
+        state = convert_zimage_fun_keys(state)
+        config = ZImageFunControlConfig.detect_from_weights(state)
+    except ModelPatchError as exc:
+        raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
+    module = build_on_meta(lambda: ZImageFunControlNet(config))
+    try:
+        module.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise ModelPatchError(f"{checkpoint.path}: Z-Image Fun ControlNet: {exc}") from None
+    return module
+
+
 def load_model_patch(path: str | Path, *, load_device: torch.device | str | None = None,
                      offload_device: torch.device | str | None = "cpu", mmap: bool = True) -> Patcher:
     """A model patch file -> a `Patcher` over its network (stored in the file's weight dtype, on
     `offload_device`). Raises `UnsupportedModelPatchError` (naming the kind) for a patch that
     is recognised but not built here, `UnknownModelPatchError` for any other file,
-    `ModelPatchError` for a USO file whose tensors disagree, and the checkpoint reader's
+    `ModelPatchError` for a built kind whose tensors disagree, and the checkpoint reader's
     `CheckpointError` for an unreadable file."""
     with CheckpointFile(path) as checkpoint:
         kind = detect_model_patch(checkpoint.tensors)
@@ -134,16 +176,20 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
             raise UnknownModelPatchError(checkpoint.path)
         if kind.refused is not None:
             raise UnsupportedModelPatchError(checkpoint.path, kind)
-        try:
-            config = UsoProjectorConfig.detect_from_weights(checkpoint.tensors, USO_PREFIX)
-        except ModelPatchError as exc:
-            raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
-        dtype = _weight_dtype(checkpoint, USO_PREFIX)
-        try:
-            module = materialize(build_on_meta(lambda: UsoStyleProjector(config)), checkpoint, USO_PREFIX, dtype,
-                                 "USO style projector", zero_copy=mmap)
-        except CheckpointError as exc:
-            raise ModelPatchError(str(exc)) from None
+        dtype = _weight_dtype(checkpoint, "")
+        if kind.name == ZIMAGE_FUN:  # renamed and fused tensors: read, converted, then assigned
+            module = _load_zimage_fun(checkpoint, dtype)
+        else:
+            prefix, build = _BUILDERS[kind.name]
+            try:
+                make = build(checkpoint.tensors, prefix)
+            except ModelPatchError as exc:
+                raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
+            dtype = _weight_dtype(checkpoint, prefix)
+            try:
+                module = materialize(build_on_meta(make), checkpoint, prefix, dtype, kind.title, zero_copy=mmap)
+            except CheckpointError as exc:
+                raise ModelPatchError(str(exc)) from None
     module.eval()
     module.requires_grad_(False)
     if offload_device is not None:
@@ -151,5 +197,5 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
     return Patcher(module, load_device=load_device, offload_device=offload_device)
 
 
-__all__ = ["PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError", "UnsupportedModelPatchError",
+__all__ = ["DIFFSYNTH", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError", "UnsupportedModelPatchError",
            "detect_model_patch", "load_model_patch"]

@@ -144,14 +144,22 @@ class WanVAE(nn.Module):
 
     @property
     def out_channels(self) -> int:
-        return 3
+        """Pixel channels decoded: 3, or 4 for an RGBA VAE (Qwen-Image-Layered's)."""
+        return self.config.rgb_channels
 
     def _dtype(self) -> torch.dtype:
         return self.conv2.weight.dtype
 
     def encode_raw(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, 3, T, H, W] in -1..1 -> the posterior mean [B, z_dim, 1 + (T-1)//4, H/f, W/f]
-        (frames past the last chunk of 4 are not read)."""
+        (frames past the last chunk of 4 are not read). An RGBA VAE takes [B, 4, ...] too; given
+        RGB it encodes an opaque alpha (1), as diffusers' Layered pipeline converts its input
+        image to RGBA."""
+        if x.shape[1] == 3 and self.config.rgb_channels == 4:
+            x = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
+        if x.shape[1] != self.config.rgb_channels:
+            raise VAEConfigError(f"Wan VAE.encode: {x.shape[1]} pixel channels, the VAE takes "
+                                 f"{self.config.rgb_channels}")
         x = patchify(x.to(self._dtype()), self.config.patch_size)
         ratio = self.temporal_ratio
         chunks = [(0, 1)] + [(s, s + ratio) for s in range(1, x.shape[2] - ratio + 1, ratio)]
@@ -202,7 +210,8 @@ class WanVAE(nn.Module):
         used = pixel_frames(latent_frames(frames, self.temporal_ratio), self.temporal_ratio)
         if used != frames:
             log.warning("Wan VAE.encode: %d frames given, the VAE takes 4k+1: encoding the first %d", frames, used)
-        x = video[:, :used, ..., :3].permute(0, 4, 1, 2, 3) * 2.0 - 1.0  # [B, 3, T, H, W]
+        # RGB (RGBA VAE: the alpha too when given; encode_raw adds an opaque one otherwise)
+        x = video[:, :used, ..., :self.out_channels].permute(0, 4, 1, 2, 3) * 2.0 - 1.0  # [B, 3|4, T, H, W]
         return self.encode_raw(x).float()
 
     def decode(self, latent: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@ builds fixed configurations (2.1: base width 96, 16 latent channels; 2.2: encode
 the tiny test files and any width build through the same path:
 
 - base width and input channels from `encoder.conv1.weight` `[dim, 3 * p * p, 3, 3, 3]` (the
-  patch size `p` follows: 1 for 2.1, 2 for 2.2), latent channels from `conv2.weight`;
+  patch size `p` follows: 1 for 2.1, 2 for 2.2; `4 * p * p` is an RGBA VAE, Qwen-Image-Layered's,
+  diffusers' `AutoencoderKLQwenImage(input_channels=4)`), latent channels from `conv2.weight`;
 - levels, residual blocks per level, widths and which downsamples are temporal from the encoder's
   blocks (`encoder.downsamples.N` flat in 2.1, `encoder.downsamples.L.downsamples.N` in 2.2;
   a `time_conv` makes a resample temporal); the decoder mirrors the encoder, its width from
@@ -40,12 +41,14 @@ class WanVAEConfig:
     patch_size: int = 1
     # Wan 2.2: residual down/up blocks with parameter-free average/duplicate shortcuts.
     residual: bool = False
+    # Pixel channels: 3 (RGB) or 4 (RGBA: Qwen-Image-Layered's VAE encodes and decodes alpha).
+    rgb_channels: int = 3
 
     def __post_init__(self) -> None:
         if len(self.temporal_downsample) != len(self.dim_mult) - 1:
             raise VAEConfigError(f"Wan VAE: {len(self.dim_mult)} levels need {len(self.dim_mult) - 1} "
                                  f"temporal_downsample flags, got {len(self.temporal_downsample)}")
-        if self.patch_size < 1 or self.num_res_blocks < 1 or min(self.dim_mult) < 1:
+        if self.patch_size < 1 or self.num_res_blocks < 1 or min(self.dim_mult) < 1 or self.rgb_channels not in (3, 4):
             raise VAEConfigError(f"Wan VAE: invalid configuration {self}")
 
     @property
@@ -60,8 +63,8 @@ class WanVAEConfig:
 
     @property
     def image_channels(self) -> int:
-        """Channels the encoder takes and the decoder gives after (un)patchifying RGB."""
-        return 3 * self.patch_size * self.patch_size
+        """Channels the encoder takes and the decoder gives after (un)patchifying RGB (RGBA)."""
+        return self.rgb_channels * self.patch_size * self.patch_size
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "WanVAEConfig":
@@ -72,9 +75,13 @@ class WanVAEConfig:
         shape(WAN_MARKER)
         conv1 = shape("encoder.conv1.weight")
         dim, in_channels = conv1[0], conv1[1]
-        patch = math.isqrt(in_channels // 3)
-        if 3 * patch * patch != in_channels:
-            raise VAEConfigError(f"Wan VAE: encoder.conv1 takes {in_channels} channels, not 3 * p * p")
+        for rgb in (3, 4):  # RGB first: 12 is Wan 2.2's 3 x 2 x 2, never RGBA
+            patch = math.isqrt(in_channels // rgb)
+            if patch and rgb * patch * patch == in_channels:
+                break
+        else:
+            raise VAEConfigError(f"Wan VAE: encoder.conv1 takes {in_channels} channels, not 3 * p * p (RGB) or "
+                                 f"4 * p * p (RGBA)")
         z_dim = shape("conv2.weight")[0]
         residual = f"{prefix}{WAN22_MARKER}" in tensors
         levels = _encoder_levels(tensors, prefix, residual)
@@ -90,7 +97,7 @@ class WanVAEConfig:
             raise VAEConfigError(f"Wan VAE: decoder.conv1 has {decoder_in} channels, not a multiple of {dim_mult[-1]}")
         return cls(dim=dim, decoder_dim=decoder_in // dim_mult[-1], z_dim=z_dim, dim_mult=dim_mult,
                    num_res_blocks=counts.pop(), temporal_downsample=tuple(t for _, t in levels[:-1]),
-                   patch_size=patch, residual=residual)
+                   patch_size=patch, residual=residual, rgb_channels=rgb)
 
 
 WAN21_VAE = WanVAEConfig()

@@ -29,8 +29,8 @@ def env(tmp_path):
     write_patch_file(models / "model_patches" / "uso.safetensors", uso_projector_state_dict(seed=2))
     write_patch_file(models / "model_patches" / "narrow.safetensors", uso_projector_state_dict(hidden_size=32))
     write_patch_file(models / "model_patches" / "sub" / "qwen.safetensors",
-                     foreign_patch_state_dict("qwen_image_diffsynth_controlnet"))
-    write_patch_file(models / "model_patches" / "zimage.safetensors", foreign_patch_state_dict("z_image_fun_controlnet"))
+                     foreign_patch_state_dict("qwen_image_21_fun_controlnet"))
+    write_patch_file(models / "model_patches" / "zimage.safetensors", foreign_patch_state_dict("wan_uni3c_controlnet"))
     # SigLIP: 16 wide, 20 layers (USO reads layer -20), 28 px in 14 px patches: 4 tokens.
     write_tiny_clip_vision(models / "clip_vision" / "siglip.safetensors", "siglip", width=16, layers=20, seed=3)
     write_tiny_clip_vision(models / "clip_vision" / "short.safetensors", "siglip", width=16, layers=12, seed=3)
@@ -57,8 +57,8 @@ def test_the_loader_builds_a_uso_projector(env):
     assert patch.model.config.hidden_size == 64 and patch.model.config.siglip_tokens == 4
 
 
-@pytest.mark.parametrize("name, title", [("sub/qwen.safetensors", "Qwen-Image DiffSynth ControlNet"),
-                                         ("zimage.safetensors", "Z-Image Fun ControlNet")])
+@pytest.mark.parametrize("name, title", [("sub/qwen.safetensors", "Qwen-Image 2.1 Fun ControlNet"),
+                                         ("zimage.safetensors", "Wan Uni3C ControlNet")])
 def test_the_loader_refuses_kinds_without_a_family_here(env, name, title):
     with pytest.raises(NodeInputError, match=title) as info:
         mp.model_patch_loader(name)
@@ -149,3 +149,17 @@ def test_ksampler_runs_a_styled_flux_with_cond_and_uncond_batched(env):
     (with_style,) = ksampler(styled, 3, 2, 2.0, "euler", "simple", positive, negative, latent)
     assert with_style["samples"].shape == (1, 16, 8, 8) and torch.isfinite(with_style["samples"]).all()
     assert (with_style["samples"] - plain["samples"]).abs().max() > 1e-3
+
+
+def test_the_loader_builds_the_diffsynth_and_z_image_fun_controlnets(env, tmp_path):
+    from comfy_core.model_patches.diffsynth import QwenImageBlockWiseControlNet
+    from comfy_core.model_patches.zimage_fun import ZImageFunControlNet
+    from tests.fixtures.model_patch_files import diffsynth_controlnet_state_dict, zimage_fun_controlnet_state_dict
+
+    folder = tmp_path / "models" / "model_patches"
+    write_patch_file(folder / "qwen_image_canny_diffsynth_controlnet.safetensors", diffsynth_controlnet_state_dict())
+    write_patch_file(folder / "Z-Image-Turbo-Fun-Controlnet-Union.safetensors",
+                     zimage_fun_controlnet_state_dict(version="1.0"))
+    (diffsynth,) = mp.model_patch_loader("qwen_image_canny_diffsynth_controlnet.safetensors")
+    (fun,) = mp.model_patch_loader("Z-Image-Turbo-Fun-Controlnet-Union.safetensors")
+    assert isinstance(diffsynth.model, QwenImageBlockWiseControlNet) and isinstance(fun.model, ZImageFunControlNet)

@@ -114,3 +114,16 @@ def test_errors_are_node_errors(clip):
         text_encode_qwen_image_edit(clip, PROMPT, image=torch.zeros(30, 30, 3))
     with pytest.raises(NodeInputError, match="vae"):
         text_encode_qwen_image_edit(clip, PROMPT, vae=object(), image=_image(30, 30))
+
+
+def test_empty_layered_latent_is_comfyuis_shape_and_refuses_bad_sizes():
+    from nodes.qwen_image_nodes import empty_qwen_image_layered_latent_image
+
+    (latent,) = empty_qwen_image_layered_latent_image(640, 480, 3, 2)
+    assert latent["samples"].shape == (2, 16, 4, 60, 80) and not latent["samples"].any()
+    (single,) = empty_qwen_image_layered_latent_image(20, 16, 0)  # sizes floor to the 8x latent grid
+    assert single["samples"].shape == (1, 16, 1, 2, 2)
+    for bad in ({"layers": -1}, {"width": 8}, {"batch_size": 0}, {"layers": True}):
+        args = {"width": 64, "height": 64, "layers": 1, "batch_size": 1, **bad}
+        with pytest.raises(NodeInputError, match=next(iter(bad))):
+            empty_qwen_image_layered_latent_image(**args)

@@ -14,8 +14,9 @@ As today's ComfyUI's `supported_models.QwenImage` / `model_base.QwenImage` have 
   model space) as `ref_latents`, with `reference_latents_method` as `ref_latents_method`; no
   pooled vector, no guidance, no attention mask;
 - Edit-2511 files carry `__index_timestep_zero__`: its references default to the
-  "index_timestep_zero" method; Qwen-Image-Layered (`addition_t_embedding`) is refused with a
-  typed error (not built here);
+  "index_timestep_zero" method; Qwen-Image-Layered files (`addition_t_embedding`) sample a 5-D
+  latent of `layers + 1` frames (EmptyQwenImageLayeredLatentImage) with the input image as a
+  reference on frame -1 ("negative_index"), decoded by its RGBA (4-channel) Wan-2.1-style VAE;
 - inference in bf16 or fp32.
 
 Files: ComfyUI's names under `model.diffusion_model.` in single files (the VAE under `vae.`),

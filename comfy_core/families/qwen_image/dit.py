@@ -21,6 +21,14 @@ with their own positions and cuts the output back to the image tokens, by `ref_l
   marker): "index" positions, and the reference tokens modulated as at timestep 0 (the image
   and the text at the sampled timestep).
 
+Qwen-Image-Layered (files with `time_text_embed.addition_t_embedding`, 2 x width) decomposes an
+image into RGBA layers: its latent is 5-D `[B, 16, layers + 1, H, W]`, the frames (the composite
+first, then the layers) numbered 0..T-1 on the frame axis; the input image comes as a reference
+latent placed on frame -1 (the "negative_index" method, its default: reference k on frame -k);
+the timestep embedding gains the row `addition_t_cond` (default 0) of `addition_t_embedding`.
+As ComfyUI, the text positions start after the spatial grid only (diffusers' Layered RoPE
+starts them after the layer count too when that is larger).
+
 Written here after ComfyUI's `comfy/ldm/qwen_image/model.py` (constructor arguments, state-dict
 names, patch points) and diffusers' `QwenImageTransformer2DModel` (the numerics reference: the
 state-dict names are the same in ComfyUI's files, the original release and diffusers'):
@@ -58,10 +66,11 @@ from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import count_numbered, shape_reader
 
 IMAGE_MODEL = "qwen_image"
-REF_LATENTS_METHODS = ("index", "offset", "uxo", "index_timestep_zero")
+REF_LATENTS_METHODS = ("index", "offset", "uxo", "index_timestep_zero", "negative_index")
 # Qwen-Image-Edit-2511's files carry this empty tensor: reference tokens modulated at timestep 0.
 TIMESTEP_ZERO_MARKER = "__index_timestep_zero__"
-# Qwen-Image-Layered's extra timestep embedding (RGBA layers as frames, a layer-aware 3-D RoPE).
+# Qwen-Image-Layered's extra timestep embedding (its files carry it; its references default to
+# "negative_index").
 LAYERED_MARKER = "time_text_embed.addition_t_embedding.weight"
 PATCH = 2
 ROPE_THETA = 10000
@@ -102,6 +111,7 @@ class QwenImageConfig:
     mlp_hidden_dim: int = 12288
     axes_dims_rope: tuple[int, int, int] = (16, 56, 56)
     default_ref_method: str = "index"
+    use_additional_t_cond: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "axes_dims_rope", tuple(int(a) for a in self.axes_dims_rope))
@@ -144,9 +154,7 @@ class QwenImageConfig:
         split (`default_axes_dims`) is not in the weights. Raises `QwenImageConfigError` naming
         the key when the weights are incomplete or inconsistent."""
         shape = shape_reader(tensors, prefix, QwenImageConfigError, "Qwen-Image")
-        if prefix + LAYERED_MARKER in tensors:
-            raise QwenImageConfigError("Qwen-Image-Layered (time_text_embed.addition_t_embedding) is not supported: "
-                                       "its layer-aware RoPE and RGBA layer frames are not built here")
+        layered = prefix + LAYERED_MARKER in tensors
         hidden, in_channels = shape("img_in.weight")
         (joint,) = shape("txt_norm.weight")
         (head_dim,) = shape("transformer_blocks.0.attn.norm_q.weight")
@@ -173,15 +181,19 @@ class QwenImageConfig:
                 expected[f"{block}attn.{name}.weight"] = (hidden, hidden)
             for name in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
                 expected[f"{block}attn.{name}.weight"] = (head_dim,)
+        if layered:
+            expected[LAYERED_MARKER] = (2, hidden)
         for key, want in expected.items():
             found = shape(key)
             if found != want:
                 raise QwenImageConfigError(f"Qwen-Image: {prefix}{key} has shape {found}, expected {want}")
         method = "index_timestep_zero" if prefix + TIMESTEP_ZERO_MARKER in tensors else "index"
+        if layered:  # ComfyUI's model detection: Layered's input image sits on frame -1
+            method = "negative_index"
         return cls(patch_size=PATCH, in_channels=in_channels, out_channels=proj_out[0] // (PATCH * PATCH),
                    num_layers=layers, attention_head_dim=head_dim, num_attention_heads=hidden // head_dim,
                    joint_attention_dim=joint, mlp_hidden_dim=mlp_hidden, axes_dims_rope=default_axes_dims(head_dim),
-                   default_ref_method=method)
+                   default_ref_method=method, use_additional_t_cond=layered)
 
 
 # --- blocks ------------------------------------------------------------------------------------------
@@ -225,15 +237,32 @@ class TimestepEmbedder(nn.Module):
 
 class TimeTextEmbed(nn.Module):
     """The conditioning vector from the timestep alone: sinusoids of `1000 * t` (cos half first,
-    256 channels) through `timestep_embedder` (ComfyUI's / diffusers' `QwenTimestepProjEmbeddings`)."""
+    256 channels) through `timestep_embedder` (ComfyUI's / diffusers' `QwenTimestepProjEmbeddings`).
+    Qwen-Image-Layered adds a learnt row of `addition_t_embedding` (2 rows) chosen per sample by
+    `addition_t_cond` (0 when not given, as ComfyUI and diffusers' Layered pipeline use)."""
 
-    def __init__(self, dim: int, ops: Any, factory: dict[str, Any]) -> None:
+    def __init__(self, dim: int, ops: Any, factory: dict[str, Any], additional_t_cond: bool = False) -> None:
         super().__init__()
         self.timestep_embedder = TimestepEmbedder(dim, ops, factory)
+        self.addition_t_embedding = nn.Embedding(2, dim, **factory) if additional_t_cond else None
 
-    def forward(self, timestep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def forward(self, timestep: torch.Tensor, dtype: torch.dtype,
+                addition_t_cond: torch.Tensor | None = None) -> torch.Tensor:
         proj = timestep_embedding(timestep.float(), 256)  # [B, 256] float32
-        return self.timestep_embedder(proj.to(dtype))  # [B, D]
+        temb = self.timestep_embedder(proj.to(dtype))  # [B, D]
+        if self.addition_t_embedding is None:
+            if addition_t_cond is not None:
+                raise QwenImageInputError("Qwen-Image: additional_t_cond given to a network without "
+                                          "time_text_embed.addition_t_embedding (only Qwen-Image-Layered has it)")
+            return temb
+        if addition_t_cond is None:
+            addition_t_cond = torch.zeros(temb.shape[0], dtype=torch.long, device=temb.device)
+        addition_t_cond = addition_t_cond.reshape(-1).to(device=temb.device, dtype=torch.long)
+        if addition_t_cond.shape[0] != temb.shape[0] or bool(((addition_t_cond < 0) | (addition_t_cond > 1)).any()):
+            raise QwenImageInputError(f"Qwen-Image-Layered: additional_t_cond must be {temb.shape[0]} values in "
+                                      f"{{0, 1}}, got {addition_t_cond.tolist()}")
+        # The (2, D) table is cast whole: fp8-stored rows cannot be gathered in every torch build.
+        return temb + self.addition_t_embedding.weight.to(device=temb.device, dtype=temb.dtype)[addition_t_cond]
 
 
 class JointAttention(nn.Module):
@@ -337,31 +366,33 @@ class LastLayer(nn.Module):
 
 def image_tokens(x: torch.Tensor, p: int, index: int = 0, h_offset: int = 0,
                  w_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
-    """`x` `[B, C, H, W]` padded (circularly) and cut into `p x p` patches: tokens `[B, h*w, C*p*p]`
-    (channel-major within a token), their ids `[B, h*w, 3]` float32 = (index, row, col) with rows
-    and columns centred on 0 (`i - n // 2`) and shifted by the offsets (latent pixels, rounded to
-    patches), and the grid `(h, w)` in patches."""
-    b, c = x.shape[:2]
-    x = pad_to_patch_size(x, (p, p))
-    h_len, w_len = x.shape[-2] // p, x.shape[-1] // p
-    tokens = x.reshape(b, c, h_len, p, w_len, p).permute(0, 2, 4, 1, 3, 5).reshape(b, h_len * w_len, c * p * p)
+    """`x` `[B, C, H, W]` or `[B, C, T, H, W]` padded (circularly) and cut into `p x p` patches:
+    tokens `[B, T*h*w, C*p*p]` (frame, row, col order; channel-major within a token), their ids
+    `[B, T*h*w, 3]` float32 = (frame, row, col) with rows and columns centred on 0 (`i - n // 2`)
+    and shifted by the offsets (latent pixels, rounded to patches), and the grid `(h, w)` in
+    patches. The frame id is `index` for one frame; several frames (Qwen-Image-Layered's layers)
+    are numbered 0..T-1 whatever `index` is, as ComfyUI's `process_img`."""
+    x5 = x if x.ndim == 5 else x.unsqueeze(2)  # [B, C, T, H, W]
+    b, c, t = x5.shape[:3]
+    x5 = pad_to_patch_size(x5.flatten(1, 2), (p, p)).unflatten(1, (c, t))
+    h_len, w_len = x5.shape[-2] // p, x5.shape[-1] // p
+    tokens = x5.reshape(b, c, t, h_len, p, w_len, p).permute(0, 2, 3, 5, 1, 4, 6).reshape(b, t * h_len * w_len,
+                                                                                          c * p * p)
     h_offset, w_offset = (h_offset + p // 2) // p, (w_offset + p // 2) // p
+    frames = torch.arange(t, device=x.device, dtype=torch.float32) if t > 1 else \
+        torch.full((1,), float(index), device=x.device)
     rows = torch.arange(h_len, device=x.device, dtype=torch.float32) + h_offset - h_len // 2
     cols = torch.arange(w_len, device=x.device, dtype=torch.float32) + w_offset - w_len // 2
-    ids = torch.stack([torch.full((h_len, w_len), float(index), device=x.device),
-                       rows.view(-1, 1).expand(h_len, w_len), cols.view(1, -1).expand(h_len, w_len)], dim=-1)
-    return tokens, ids.reshape(1, h_len * w_len, 3).expand(b, -1, -1), (h_len, w_len)
+    grid = (t, h_len, w_len)
+    ids = torch.stack([frames.view(-1, 1, 1).expand(grid), rows.view(1, -1, 1).expand(grid),
+                       cols.view(1, 1, -1).expand(grid)], dim=-1)  # [T, h, w, 3]
+    return tokens, ids.reshape(1, t * h_len * w_len, 3).expand(b, -1, -1), (h_len, w_len)
 
 
-def _as_4d(x: torch.Tensor, what: str) -> torch.Tensor:
-    """`[B, C, H, W]` of a 4-D latent or a 5-D one-frame latent `[B, C, 1, H, W]`."""
-    if x.ndim == 5:
-        if x.shape[2] != 1:
-            raise QwenImageInputError(f"Qwen-Image: {what} must have one frame, got {x.shape[2]} "
-                                      f"(shape {tuple(x.shape)})")
-        return x[:, :, 0]
-    if x.ndim != 4:
-        raise QwenImageInputError(f"Qwen-Image: {what} must be [B, C, H, W] or [B, C, 1, H, W], got "
+def _check_rank(x: torch.Tensor, what: str) -> torch.Tensor:
+    """A 4-D latent `[B, C, H, W]` or a 5-D one `[B, C, T, H, W]` (T frames: Layered's layers)."""
+    if x.ndim not in (4, 5) or (x.ndim == 5 and x.shape[2] < 1):
+        raise QwenImageInputError(f"Qwen-Image: {what} must be [B, C, H, W] or [B, C, T, H, W], got "
                                   f"{tuple(x.shape)}")
     return x
 
@@ -387,7 +418,7 @@ class QwenImageTransformer(nn.Module):
         self.out_channels = config.out_channels
         self.inner_dim = dim
         self.pe_embedder = EmbedND(dim=config.attention_head_dim, theta=ROPE_THETA, axes_dim=config.axes_dims_rope)
-        self.time_text_embed = TimeTextEmbed(dim, ops, factory)
+        self.time_text_embed = TimeTextEmbed(dim, ops, factory, config.use_additional_t_cond)
         self.txt_norm = RMSNorm(config.joint_attention_dim, elementwise_affine=True, eps=1e-6, **factory)
         self.img_in = ops.Linear(config.in_channels, dim, bias=True, **factory)
         self.txt_in = ops.Linear(config.joint_attention_dim, dim, bias=True, **factory)
@@ -418,7 +449,7 @@ class QwenImageTransformer(nn.Module):
         tokens, ids = [], []
         h = w = index = 0
         for ref in refs:
-            ref = _as_4d(ref, "a reference latent")
+            ref = _check_rank(ref, "a reference latent")
             if ref.shape[1] * self.patch_size ** 2 != self.in_channels:
                 raise QwenImageInputError(f"Qwen-Image: a reference latent has {ref.shape[1]} channels, the network "
                                           f"takes {self.in_channels // self.patch_size ** 2}")
@@ -426,7 +457,7 @@ class QwenImageTransformer(nn.Module):
                 if batch % ref.shape[0]:
                     raise QwenImageInputError(f"Qwen-Image: a reference latent of batch {ref.shape[0]} does not "
                                               f"tile the batch {batch}")
-                ref = ref.repeat(batch // ref.shape[0], 1, 1, 1)
+                ref = ref.repeat(batch // ref.shape[0], *([1] * (ref.ndim - 1)))
             h_offset = w_offset = 0
             if method in ("offset", "uxo"):
                 index = 1
@@ -436,6 +467,8 @@ class QwenImageTransformer(nn.Module):
                     h_offset = h
                 h = max(h, ref.shape[-2] + h_offset)
                 w = max(w, ref.shape[-1] + w_offset)
+            elif method == "negative_index":  # Qwen-Image-Layered: the input image on frame -1
+                index -= 1
             else:
                 index += 1
             t, i, _ = image_tokens(ref, self.patch_size, index, h_offset, w_offset)
@@ -447,11 +480,14 @@ class QwenImageTransformer(nn.Module):
                 attention_mask: torch.Tensor | None = None, guidance: torch.Tensor | None = None,
                 ref_latents: Sequence[torch.Tensor] | None = None, transformer_options: Mapping[str, Any] = {},
                 control: Mapping[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
-        """x `[B, C, H, W]` or `[B, C, 1, H, W]`, timestep (sigma) `[B]`, context `[B, Nt,
-        joint_attention_dim]`, ref_latents: latents of the same rank (any size) -> the velocity
-        in x's shape. `guidance` is ignored (Qwen-Image has no guidance embedding), as ComfyUI's."""
-        x4 = _as_4d(x, "the latent")
-        bs, c, h_orig, w_orig = x4.shape
+        """x `[B, C, H, W]` or `[B, C, T, H, W]` (T > 1: Qwen-Image-Layered's layers, frames 0..T-1),
+        timestep (sigma) `[B]`, context `[B, Nt, joint_attention_dim]`, ref_latents: latents of
+        any size (4-D or 5-D), `additional_t_cond` (Layered: `[B]` of 0/1, default 0) -> the
+        velocity in x's shape. `guidance` is ignored (Qwen-Image has no guidance embedding), as
+        ComfyUI's."""
+        _check_rank(x, "the latent")
+        bs, c, h_orig, w_orig = x.shape[0], x.shape[1], x.shape[-2], x.shape[-1]
+        frames = x.shape[2] if x.ndim == 5 else 1
         if c * self.patch_size ** 2 != self.in_channels:
             raise QwenImageInputError(f"Qwen-Image: the latent has {c} channels, the network takes "
                                       f"{self.in_channels // self.patch_size ** 2}")
@@ -460,7 +496,7 @@ class QwenImageTransformer(nn.Module):
                                       f"got {tuple(context.shape)}")
         options = dict(transformer_options or {})
         p = self.patch_size
-        img, img_ids, (h_len, w_len) = image_tokens(x4, p)
+        img, img_ids, (h_len, w_len) = image_tokens(x, p)
         n_img = img.shape[1]
         split = None
         if ref_latents:
@@ -483,7 +519,10 @@ class QwenImageTransformer(nn.Module):
         timestep = timestep.reshape(-1)
         if split is not None:
             timestep = torch.cat([timestep, timestep * 0])  # [2B]: the references at timestep 0
-        temb = self.time_text_embed(timestep, hidden.dtype)  # [B|2B, D]
+        addition_t_cond = kwargs.get("additional_t_cond")
+        if addition_t_cond is not None and split is not None:
+            addition_t_cond = torch.cat([addition_t_cond.reshape(-1)] * 2)
+        temb = self.time_text_embed(timestep, hidden.dtype, addition_t_cond)  # [B|2B, D]
         mask = None
         if attention_mask is not None:
             if attention_mask.shape != (bs, n_txt):
@@ -496,9 +535,9 @@ class QwenImageTransformer(nn.Module):
         hidden, txt = self._blocks(hidden, txt, temb, pe, mask, split, x, options, control)
         base = temb if split is None else temb[:bs]
         out = self.proj_out(self.norm_out(hidden, base))[:, :n_img]  # [B, Ni, out*p*p]
-        out = out.reshape(bs, h_len, w_len, self.out_channels, p, p).permute(0, 3, 1, 4, 2, 5)
-        out = out.reshape(bs, self.out_channels, h_len * p, w_len * p)[:, :, :h_orig, :w_orig]
-        return out.unsqueeze(2) if x.ndim == 5 else out
+        out = out.reshape(bs, frames, h_len, w_len, self.out_channels, p, p).permute(0, 4, 1, 2, 5, 3, 6)
+        out = out.reshape(bs, self.out_channels, frames, h_len * p, w_len * p)[..., :h_orig, :w_orig]
+        return out if x.ndim == 5 else out[:, :, 0]
 
     def _blocks(self, img: torch.Tensor, txt: torch.Tensor, temb: torch.Tensor, pe: torch.Tensor,
                 mask: torch.Tensor | None, split: int | None, x: torch.Tensor, options: dict[str, Any],
