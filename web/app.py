@@ -20,6 +20,7 @@ from typing import Awaitable, Callable, Iterable
 from aiohttp import web
 
 from web import frontend as editor
+from web.asset_outputs import output_assets
 from web.config import ServerConfig
 from web.connections import LimitedAppRunner, body_timeout_middleware
 from web.middlewares import middlewares_for
@@ -149,7 +150,7 @@ async def _on_startup(app: web.Application) -> None:
         state.worker = RayDispatcher(state)
     else:
         state.worker = QueueWorker(state.queue, state.hub, state.executor, state.store, memory=state.env.memory,
-                                   preview_size=state.config.preview_size)
+                                   preview_size=state.config.preview_size, assets=output_assets(app))
     if not app[_WARM_UP]:
         state.worker.start()
 

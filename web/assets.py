@@ -362,6 +362,31 @@ class AssetCatalog:
             asset_id = self._insert_record(content_id, path, name, tags, mime_type=guess_mime(name))
             return self._records("r.id = ?", (asset_id,))[0]
 
+    def register_output(self, path: Path, job_id: str | None) -> str:
+        """A new record, owned by the prompt `job_id`, for a file a prompt wrote (or replayed
+        from its cache) in output/ or temp/; returns its id (web/asset_outputs.py calls it).
+
+        As ComfyUI's register_executed_output / register_cached_output: the name is the file's,
+        the tags are the ones its folder gives (`output`, `temp`), and every run gets a record of
+        its own. The live content row at the path is reused when the file is the one it
+        describes (same size and mtime: a cached run, which wrote nothing); otherwise the bytes
+        are new and that row is retired, so the older records show `missing`. Hashed only with
+        --enable-asset-hashing (ComfyUI defers the hash too)."""
+        path = Path(path)
+        stat = os.stat(path)
+        tags = check_tags(self.roots.path_tags(path))
+        with self._write():
+            row = self.db.execute("SELECT id, size_bytes, mtime_ns FROM asset_contents WHERE path = ? AND "
+                                  "is_missing = 0", (str(path),)).fetchone()
+            if row is not None and row[1] == stat.st_size and row[2] == stat.st_mtime_ns:
+                return self._insert_record(row[0], path, path.name, tags, mime_type=None, job_id=job_id)
+        digest, size, mtime_ns = None, stat.st_size, stat.st_mtime_ns
+        if self.hashing:
+            digest, size, mtime_ns = hash_file(path)  # outside the lock: other requests go on meanwhile
+        with self._write():
+            content_id = self._insert_content(path, digest, size, mtime_ns)
+            return self._insert_record(content_id, path, path.name, tags, mime_type=None, job_id=job_id)
+
     def create_from_hash(self, digest: str, *, name: str, tags: list[str], user_metadata: Mapping[str, Any],
                          mime_type: str | None, preview_id: str | None) -> AssetRecord | None:
         """A new record for bytes already stored (None when no usable content has the hash)."""

@@ -3,7 +3,9 @@ paced by `graph.progress.ProgressCoalescer`, the latest map always sent before t
 final events), the `execution_error` for an executor that failed outright, and the ending in
 ComfyUI's order: history entry stored (durably, with the prompt leaving the queue), `status`
 broadcast, and only then `executing {node: null}`, so a client that reads /history on that
-message always finds the entry.
+message always finds the entry. With --enable-assets the files in each `executed` output are
+registered as assets in a worker thread (web/asset_outputs.py); the message waits in its place
+in the client's queue for the ids, and the history entry gets the same enriched outputs.
 
 Used by the embedded queue worker (web/worker.py) and the Ray dispatcher (web/ray_backend/).
 """
@@ -15,12 +17,14 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from graph.events import EXECUTING, PROGRESS_STATE, STATUS_MESSAGE_TYPES, Event, execution_error
+from graph.events import EXECUTED, EXECUTING, PROGRESS_STATE, STATUS_MESSAGE_TYPES, Event, execution_error
 from graph.progress import FLUSH_BEFORE, ProgressCoalescer, ProgressPacing
+from web.protocol import json_message
 from web.queue_item import QueueItem, now_ms
 
 if TYPE_CHECKING:  # annotations only
     from graph.outcome import ExecutionOutcome
+    from web.asset_outputs import OutputAssets
     from web.prompt_queue import PromptQueue
     from web.prompt_routing import PromptRouting
     from web.store import PromptStore
@@ -40,8 +44,10 @@ class RunResult:
 
 class PromptRun:
     def __init__(self, router: "PromptRouting", item: QueueItem, *, start: int,
-                 pacing: ProgressPacing = ProgressPacing()) -> None:
+                 pacing: ProgressPacing = ProgressPacing(), assets: "OutputAssets | None" = None) -> None:
         self.router = router
+        self.assets = assets  # None: assets off, outputs go out as the nodes gave them
+        self.asset_outputs: dict[str, asyncio.Future] = {}  # node -> its output with asset ids
         self.item = item
         self.client_id = item.client_id
         self.start = start
@@ -63,7 +69,44 @@ class PromptRun:
                 return
             if event.type in FLUSH_BEFORE:
                 self.progress.flush()
+        if event.type == EXECUTED and self.assets is not None and isinstance((event.data or {}).get("output"), dict):
+            self._register_outputs(event.data)
+            return
         self.router._route(event, self.item, self.client_id)
+
+    def _register_outputs(self, data: dict) -> None:
+        """Register the node's output files off the loop; the `executed` message is queued now,
+        in its place, and sent once it carries the asset ids."""
+        loop = asyncio.get_running_loop()
+        output, prompt_id = data["output"], self.item.prompt_id
+        enriched = loop.run_in_executor(None, self.assets.enrich, output, prompt_id)
+        self.asset_outputs[str(data.get("node"))] = enriched
+        if self.client_id is None:
+            return  # registered all the same (the history entry carries the ids), as ComfyUI
+
+        async def message() -> str:
+            try:
+                sent = await enriched
+            except Exception:  # noqa: BLE001 -- the message goes out without ids rather than not at all
+                log.exception("prompt %s: registering outputs as assets failed", prompt_id)
+                sent = output
+            return json_message(EXECUTED, {**data, "output": sent})
+
+        self.router.hub.send_raw(loop.create_task(message()), self.client_id)
+
+    async def _with_asset_ids(self, result: RunResult) -> RunResult:
+        """`result` with each registered node's output replaced by its copy with asset ids."""
+        if not self.asset_outputs or not result.ui_outputs:
+            return result
+        outputs = dict(result.ui_outputs)
+        for node_id, future in self.asset_outputs.items():
+            try:
+                enriched = await future
+            except Exception:  # noqa: BLE001 -- logged by the message; the entry keeps the plain output
+                continue
+            if node_id in outputs:
+                outputs[node_id] = enriched
+        return RunResult(result.status, outputs, result.meta, result.messages)
 
     @staticmethod
     def result_of(outcome: "ExecutionOutcome") -> RunResult:
@@ -114,6 +157,7 @@ class PromptRun:
     async def finish_async(self, result: RunResult, store: "PromptStore", queue: "PromptQueue") -> None:
         """`finish`, with the history entry (the whole prompt: megabytes for a big one) encoded
         and written in a worker thread, so the event loop keeps serving meanwhile (issue 34)."""
+        result = await self._with_asset_ids(result)
         entry = self._before_store(result)
         await asyncio.to_thread(store.finish, self.item, entry, result.status, self.start, now_ms())
         self._after_store(queue)

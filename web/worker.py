@@ -30,6 +30,7 @@ from web.queue_item import QueueItem, now_ms
 if TYPE_CHECKING:  # annotations only
     from comfy_core.memory import MemoryManager
     from graph.executor import Executor
+    from web.asset_outputs import OutputAssets
     from web.hub import WebSocketHub
     from web.prompt_queue import PromptQueue
     from web.store import PromptStore
@@ -61,7 +62,7 @@ class QueueWorker(PromptRouting):
 
     def __init__(self, queue: "PromptQueue", hub: "WebSocketHub", executor: "Executor", store: "PromptStore", *,
                  memory: "MemoryManager | None" = None, preview_size: int = 512,
-                 progress_pacing: ProgressPacing = ProgressPacing()) -> None:
+                 progress_pacing: ProgressPacing = ProgressPacing(), assets: "OutputAssets | None" = None) -> None:
         self.queue = queue
         self.hub = hub
         self.executor = executor
@@ -69,6 +70,7 @@ class QueueWorker(PromptRouting):
         self.memory = memory
         self.preview_size = preview_size  # a preview frame's longest side when the node gave none
         self.progress_pacing = progress_pacing
+        self.assets = assets  # --enable-assets: outputs become assets (web/asset_outputs.py)
         self.free_request: FreeRequest | None = None
         self._task: asyncio.Task | None = None
         self._current: asyncio.Future | None = None
@@ -154,7 +156,8 @@ class QueueWorker(PromptRouting):
     async def run_item(self, item: QueueItem) -> None:
         hub = self.hub
         hub.begin_prompt(item.client_id, item.prompt_id)
-        run = PromptRun(self, item, start=self.queue.running_since or now_ms(), pacing=self.progress_pacing)
+        run = PromptRun(self, item, start=self.queue.running_since or now_ms(), pacing=self.progress_pacing,
+                        assets=self.assets)
         try:
             outcome = await self.executor.execute(
                 item.prompt, item.prompt_id, outputs=list(item.outputs), extra_data=item.extra_data,
