@@ -144,6 +144,7 @@ SD3 = _kind("SD3")
 Flux = _kind("Flux")
 Chroma = _kind("Chroma", Flux)
 ChromaRadiance = _kind("ChromaRadiance", Chroma)
+Flux2 = _kind("Flux2", Flux)  # ComfyUI's Flux2 is a Flux subclass too
 # ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
 WAN21 = _kind("WAN21")
 WAN21_Vace = _kind("WAN21_Vace", WAN21)

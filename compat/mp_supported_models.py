@@ -29,6 +29,8 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
                     "WAN22_T2V")},
     **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
+    "HiDream": "comfy_core.families.hidream.supported_models:HiDream",
+    "Flux2": "comfy_core.families.flux2.supported_models:Flux2ModelConfig",
 }
 
 

@@ -22,7 +22,9 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.sdxl import inpaint as sdxl_inpaint, ip2p as sdxl_ip2p, refiner as sdxl_refiner
     from comfy_core.families.wan import (wan21, wan21_camera, wan21_fun_control, wan21_i2v, wan21_vace, wan22,
                                          wan22_camera, wan22_i2v)
-    from comfy_core.families import qwen_image
+    from comfy_core.families import hidream, qwen_image
+    from comfy_core.families import flux2
+    from comfy_core.families.flux2 import klein as flux2_klein
 
     return FamilyRegistry([
         sd1.definition(),
@@ -52,6 +54,8 @@ def default_registry() -> FamilyRegistry:
         zimage.definition(),
         lumina2.definition(),
         qwen_image.definition(),
+        flux2.definition(), flux2_klein.definition(),
+        hidream.definition(),
     ])
 
 

@@ -26,6 +26,7 @@ from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
+from comfy_core.models.flux2_vae import MARKER as FLUX2_MARKER, Flux2AutoencoderKL
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
 from comfy_core.models.wan_vae import WanVAE
@@ -95,6 +96,8 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
         video = f"{prefix}decoder.mid.block_1.mix_factor" in checkpoint.tensors
         detect, build = ((video_vae_config, VideoAutoencoder) if video
                          else (VAEConfig.detect_from_weights, AutoencoderKL))
+        if f"{prefix}{FLUX2_MARKER}" in checkpoint.tensors:  # Flux.2's latent statistics
+            build = Flux2AutoencoderKL
         try:
             config = detect(checkpoint.tensors, prefix)
         except VAEConfigError as exc:

@@ -55,6 +55,8 @@ class Latent2RGBPreviewer:
     def __init__(self, latent_format: Any, max_size: int = MAX_PREVIEW_RESOLUTION) -> None:
         self.factors = getattr(latent_format, "latent_rgb_factors", None)
         self.bias = getattr(latent_format, "latent_rgb_factors_bias", None)
+        # ComfyUI's `latent_rgb_factors_reshape` (Flux.2: 128 patched channels -> 32 at twice the size)
+        self.reshape = getattr(latent_format, "latent_rgb_factors_reshape", None)
         self.max_size = max_size
 
     @property
@@ -64,7 +66,8 @@ class Latent2RGBPreviewer:
     def preview(self, x0: torch.Tensor) -> tuple[str, Image.Image, int] | None:
         if not self.available:
             return None
-        return (PREVIEW_FORMAT, latent_to_rgb(x0.detach(), self.factors, self.bias), self.max_size)
+        x0 = x0.detach() if self.reshape is None else self.reshape(x0.detach())
+        return (PREVIEW_FORMAT, latent_to_rgb(x0, self.factors, self.bias), self.max_size)
 
 
 class TAESDPreviewer:

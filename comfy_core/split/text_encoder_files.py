@@ -43,6 +43,7 @@ from comfy_core.loading import LoadOptions
 from comfy_core.split.clip_types import ClipFilesError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
 from comfy_core.families import FamilyRegistry, default_registry
+from comfy_core.text_encoders.llama import LlamaConfig
 from comfy_core.text_encoders.qwen3 import Qwen3Config
 from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
 from comfy_core.text_encoders.t5_config import T5Config
@@ -58,7 +59,8 @@ BIGG_LAYER = 30
 H_LAYER = 22
 SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL",
               "umt5xxl": "umT5-XXL", "qwen3_06b": "Qwen3-0.6B", "qwen3_2b": "Qwen3-2B", "qwen3_4b": "Qwen3-4B",
-              "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B"}
+              "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B",
+              "llama": "Llama-3.1-8B"}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
 _OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
@@ -102,6 +104,8 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         t5 = T5Config.detect_from_weights(tensors, "")
         qwen3 = Qwen3Config.detect_from_weights(tensors, "") if t5 is None else None
         qwen25 = Qwen25VLConfig.detect_from_weights(tensors, "") if t5 is None and qwen3 is None else None
+        llama = LlamaConfig.detect_from_weights(tensors, "") if t5 is None and qwen3 is None and qwen25 is None \
+            else None
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     if t5 is not None:
@@ -110,6 +114,8 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         return qwen3
     if qwen25 is not None:
         return qwen25
+    if llama is not None:
+        return llama
     try:
         if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
             config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")

@@ -28,14 +28,17 @@ KIND_T5 = "t5"
 KIND_UMT5 = "umt5"
 KIND_QWEN3 = "qwen3"
 KIND_QWEN25VL = "qwen25vl"
+KIND_LLAMA = "llama"  # Llama 3 decoders used as encoders (HiDream's Llama 3.1 8B): llama.py, llama_tokenizer.py
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
-    if options.kind in (KIND_QWEN3, KIND_QWEN25VL):
+    if options.kind in (KIND_QWEN3, KIND_QWEN25VL, KIND_LLAMA):
         if options.kind == KIND_QWEN3:
             from comfy_core.text_encoders.qwen3 import Qwen3Config as LLMConfig
+        elif options.kind == KIND_LLAMA:
+            from comfy_core.text_encoders.llama import LlamaConfig as LLMConfig
         else:
             from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig as LLMConfig
 
@@ -64,10 +67,11 @@ def reads_as_stored(config: Any) -> bool:
     """Whether a loader reads this tower's tensors as the file stores them, without a cast (see
     `build_tower`): Qwen3 always (ComfyUI's `dtype_llama`, the file's dtype), T5 / umT5 when the
     file holds fp8 or scaled-fp8 weights. One rule for checkpoints and text-encoder files alike."""
+    from comfy_core.text_encoders.llama import LlamaConfig
     from comfy_core.text_encoders.qwen3 import Qwen3Config
     from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
 
-    return isinstance(config, (Qwen3Config, Qwen25VLConfig)) or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
+    return isinstance(config, (Qwen3Config, Qwen25VLConfig, LlamaConfig)) or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
 
 
 def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:
@@ -78,8 +82,12 @@ def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torc
     from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
     from comfy_core.text_encoders.qwen25vl_load import build_qwen25vl_encoder
 
+    from comfy_core.text_encoders.llama import LlamaConfig, build_llama_encoder
+
     if isinstance(config, Qwen3Config):
         return build_qwen3_encoder(config, state_dict, None)
+    if isinstance(config, LlamaConfig):
+        return build_llama_encoder(config, state_dict, None)
     if isinstance(config, Qwen25VLConfig):
         return build_qwen25vl_encoder(config, state_dict, None)
     if isinstance(config, T5Config):
@@ -106,6 +114,11 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
 
         return QwenTokenizer(options.token_key, config.width, min_length=options.min_length,
                              pad_token=options.pad_token)
+    if options.kind == KIND_LLAMA:
+        from comfy_core.text_encoders.llama_tokenizer import LlamaTokenizer
+
+        return LlamaTokenizer(options.token_key, config.width, min_length=options.min_length,
+                              pad_token=options.pad_token)
     if options.kind == KIND_UMT5:
         from comfy_core.text_encoders.umt5_tokenizer import umt5_tokenizer
 

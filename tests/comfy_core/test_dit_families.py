@@ -126,8 +126,10 @@ def test_clip_loader_types_follow_the_families(files):
 
     with pytest.raises(ClipFilesError, match="flux needs CLIP-L\\+T5-XXL"):
         load_text_encoders([files["sd35"]["clip_g"]], "flux")
-    with pytest.raises(UnsupportedClipTypeError, match="'hidream' is not supported"):
-        load_text_encoders([files["flux"]["t5xxl"]], "hidream")
+    with pytest.raises(UnsupportedClipTypeError, match="'mochi' is not supported"):
+        load_text_encoders([files["flux"]["t5xxl"]], "mochi")
+    # HiDream's set takes any of its towers (ComfyUI's CLIPLoader type "hidream" with a T5 file).
+    assert load_text_encoders([files["flux"]["t5xxl"]], "hidream").cond_stage_model.slots == ("t5xxl",)
 
 
 class _Recorder:
