@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from comfy_core.patching.clip import ClipPatcher as CoreClipPatcher
 from comfy_core.patching.model import ModelPatcher as CoreModelPatcher
@@ -31,6 +32,9 @@ from comfy_core.patching.model_options import (create_hook_patches_clone, create
                                                set_model_options_patch_replace,
                                                set_model_options_post_cfg_function,
                                                set_model_options_pre_cfg_function)
+
+
+_NO_HOOK_PATCHES: Mapping = MappingProxyType({})
 
 
 def _positional_arity(fn: Callable) -> int | None:
@@ -206,6 +210,118 @@ class ComfyModelPatcherMethods:
     def set_hook_mode(self, hook_mode: Any) -> None:
         self.hook_mode = hook_mode
 
+    def clone(self) -> Any:
+        n = super().clone()
+        if "_hook_patches" in self.__dict__:  # a clone's registrations are its own (ComfyUI's rule)
+            from comfy_core.patching.model_options import create_hook_patches_clone
+
+            n.__dict__["_hook_patches"] = create_hook_patches_clone(self.__dict__["_hook_patches"])
+        return n
+
+    def clone_has_same_weights(self, clone: Any) -> bool:
+        """True when `clone` patches the same module with the same weight patches."""
+        return super().clone_has_same_weights(clone)
+
+    # --- hook patches (ComfyUI's registration of weight hooks on the patcher) ---
+    # ComfyUI keeps each registered weight hook's patches on the patcher (`hook_patches`, by hook
+    # ref). Here they are data too: a sampling run's hook registration (comfy_core/hooks/sampling.py)
+    # uses the patches registered for a hook's ref on the run's patcher when there are some
+    # (comfy_core/hooks/patches.py `hook_patches`), else resolves the hook's own LoRA.
+
+    @property
+    def hook_patches(self) -> Mapping:
+        """`{hook_ref: {parameter key: [PatchEntry, ...]}}` registered with `add_hook_patches`
+        (read-only and empty until something is registered: reading never changes the patcher,
+        whose cache signature counts its registrations)."""
+        return self.__dict__.get("_hook_patches", _NO_HOOK_PATCHES)
+
+    @hook_patches.setter
+    def hook_patches(self, value: dict) -> None:
+        self.__dict__["_hook_patches"] = value
+
+    def add_hook_patches(self, hook: Any, patches: dict, strength_patch: float = 1.0,
+                         strength_model: float = 1.0) -> list:
+        """Register `patches` (ComfyUI's `{key: patch}`, keys as for `add_patches`; or entries
+        already in `PatchEntry` form) for `hook`; returns the keys that name a weight here."""
+        from comfy_core.weights.entries import PatchEntry
+
+        known = self.weight_keys()
+        current = self.__dict__.setdefault("_hook_patches", {}).setdefault(hook.hook_ref, {})
+        added = []
+        for raw_key, data in patches.items():
+            key, offset, function = _split_patch_key(raw_key)
+            if key not in known:
+                continue
+            entries = data if isinstance(data, list) and all(isinstance(e, PatchEntry) for e in data) else [
+                PatchEntry(float(strength_patch), data, float(strength_model), offset, function)]
+            current.setdefault(key, []).extend(entries)
+            added.append(raw_key)
+        return added
+
+    def get_combined_hook_patches(self, hooks: Any) -> dict:
+        """The registered patches of `hooks`' hooks, in order, each at its keyframe strength now."""
+        from comfy_core.hooks.patches import combined
+
+        if hooks is None:
+            return {}
+        return combined((self.hook_patches.get(h.hook_ref, {}), _keyframe_strength(h)) for h in hooks.hooks)
+
+    def register_all_hook_patches(self, hooks: Any, target_dict: dict, model_options: dict | None = None,
+                                  registered: Any = None) -> Any:
+        """Register the weight hooks of `hooks` not registered yet (`hook.add_hook_patches`, or
+        their patches for `target_dict["target"]`); the `ON_REGISTER_ALL_HOOK_PATCHES` callbacks
+        run after. Returns the group of registered hooks."""
+        from comfy_core.hooks.hook import EnumHookType, EnumWeightTarget
+        from comfy_core.hooks.patches import hook_patches
+        from comfy_core.patching.model_options import create_hook_patches_clone
+        from comfy_core.wrappers import CallbacksMP
+        from compat.hooks_api import HookGroup
+
+        self.restore_hook_patches()
+        registered = HookGroup() if registered is None else registered
+        model_options = {} if model_options is None else model_options
+        to_register = []
+        for hook in hooks.get_type(EnumHookType.Weight):
+            if hook.hook_ref in self.hook_patches:
+                registered.add(hook)
+            else:
+                to_register.append(hook)
+        if to_register:
+            self.hook_patches_backup = create_hook_patches_clone(self.hook_patches)
+            for hook in to_register:
+                if hasattr(hook, "add_hook_patches"):
+                    hook.add_hook_patches(self, model_options, target_dict, registered)
+                else:  # our own WeightHook: its patches for the target
+                    target = target_dict.get("target") or EnumWeightTarget.Model
+                    self.add_hook_patches(hook, hook_patches(hook, target, self))
+                    registered.add(hook)
+        for callback in self.get_all_callbacks(CallbacksMP.ON_REGISTER_ALL_HOOK_PATCHES):
+            callback(self, hooks, target_dict, model_options, registered)
+        return registered
+
+    def restore_hook_patches(self) -> None:
+        """Back to the hook patches before the last `register_all_hook_patches` added some."""
+        backup = self.__dict__.pop("hook_patches_backup", None)
+        if backup is not None:
+            self.hook_patches = backup
+
+    def prepare_hook_patches_current_keyframe(self, t: Any, hook_group: Any, model_options: dict) -> None:
+        """Move the keyframes of `hook_group` on for the step at sigma `t`: the sampling run's
+        own cursors when `model_options` holds the run (the strengths the run applies), else each
+        hook's keyframe group that can step itself (compat.hooks_api.HookKeyframeGroup)."""
+        from comfy_core.hooks.sampling import HOOK_RUN_OPTION
+
+        if hook_group is None:
+            return
+        run = model_options.get(HOOK_RUN_OPTION)
+        if run is not None:
+            run.prepare(t, hook_group, model_options)
+            return
+        for hook in hook_group.hooks:
+            prepare = getattr(hook.hook_keyframe, "prepare_current_keyframe", None)
+            if prepare is not None:
+                prepare(t, model_options.get("transformer_options", {}))
+
     # --- devices, weights and dtype (ComfyUI's explicit forms) ---
 
     def current_loaded_device(self) -> Any:
@@ -223,6 +339,26 @@ class ComfyModelPatcherMethods:
     def set_model_compute_dtype(self, dtype: Any) -> None:
         """Compute in `dtype` (weights cast per layer), as ComfyUI: the model's `manual_cast_dtype`."""
         self.add_object_patch("manual_cast_dtype", dtype)
+
+
+def _split_patch_key(raw: Any) -> tuple[str, Any, Any]:
+    """ComfyUI's patch key: a parameter name, or `(name, offset[, function])`."""
+    from comfy_core.weights.entries import Offset
+
+    if isinstance(raw, str):
+        return raw, None, None
+    if isinstance(raw, tuple) and raw and isinstance(raw[0], str):
+        offset = Offset(*raw[1]) if len(raw) > 1 and raw[1] is not None else None
+        return raw[0], offset, raw[2] if len(raw) > 2 else None
+    raise TypeError(f"weight patch key must be a name or (name, offset[, function]), got {raw!r}")
+
+
+def _keyframe_strength(hook: Any) -> float:
+    """A hook's keyframe multiplier now: its group's current strength (compat groups step
+    themselves), the resting one for our immutable groups."""
+    group = hook.hook_keyframe
+    strength = getattr(group, "strength", None)
+    return float(strength) if strength is not None else group.resting_strength
 
 
 class ModelPatcher(ComfyModelPatcherMethods, CoreModelPatcher):

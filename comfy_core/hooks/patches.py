@@ -87,8 +87,15 @@ def _adapter(record: Any) -> WeightAdapter:
 
 def hook_patches(hook: WeightHook, target: EnumWeightTarget, patcher: Any) -> Patches:
     """The entries `hook` adds to `patcher`'s weights (names the patcher's module does not have
-    are left out, as ComfyUI leaves them). Model-as-LoRA differences are taken against the base
-    module's original tensors (`patcher.model_state_dict()`, never patched ones)."""
+    are left out, as ComfyUI leaves them): the ones registered for the hook's ref on the patcher
+    (`patcher.hook_patches`, ComfyUI's `ModelPatcher.add_hook_patches`) when there are some.
+    Model-as-LoRA differences are taken against the base module's original tensors
+    (`patcher.model_state_dict()`, never patched ones)."""
+    registered = getattr(patcher, "hook_patches", None)  # ComfyUI's add_hook_patches (compat's patcher)
+    if registered and hook.hook_ref in registered:
+        return {key: [e._replace(data=HookPatch(hook.hook_ref, e.data))
+                      if hasattr(e.data, "apply_to") and not isinstance(e.data, HookPatch) else e
+                      for e in entries] for key, entries in registered[hook.hook_ref].items()}
     known = patcher.weight_keys()
     strength = hook.base_strength(target)
     out: Patches = {}

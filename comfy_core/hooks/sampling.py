@@ -146,6 +146,42 @@ class HookRun:
         self._cache.clear()
 
 
+def _run_hooks(conds: dict[str, list[dict]]) -> HookGroup:
+    """Every hook of the run: the entries' groups and their ControlNets' `extra_hooks` (down each
+    `previous_controlnet` chain), as ComfyUI's `get_hooks_from_cond` collects them."""
+    found = HookGroup()
+    controls: dict[int, Any] = {}
+    for entries in conds.values():
+        for e in entries:
+            for hook in getattr(e.get("hooks"), "hooks", ()):
+                found.add(hook)
+            if e.get("control") is not None:
+                controls[id(e["control"])] = e["control"]
+    for control in controls.values():
+        while control is not None:
+            for hook in getattr(getattr(control, "extra_hooks", None), "hooks", ()):
+                found.add(hook)
+            control = getattr(control, "previous_controlnet", None)
+    return found
+
+
+def register_option_hooks(patcher: Any, conds: dict[str, list[dict]], model_options: dict) -> HookGroup:
+    """Register the run's hooks that bring options rather than weights (ComfyUI's
+    `prepare_model_patcher`: transformer-options hooks, then additional-models hooks): each such
+    hook with an `add_hook_patches(patcher, model_options, target_dict, registered)` method (the
+    hook classes of ComfyUI's API, compat/hooks_api.py, and packs' subclasses) merges what it
+    brings into this run's `model_options` (a run's copy) itself. Returns the registered hooks."""
+    registered = HookGroup()
+    found = _run_hooks(conds)
+    target = {"target": EnumWeightTarget.Model}
+    for kind in (EnumHookType.TransformerOptions, EnumHookType.AdditionalModels):
+        for hook in found.get_type(kind):
+            add = getattr(hook, "add_hook_patches", None)
+            if add is not None:
+                add(patcher, model_options, target, registered)
+    return registered
+
+
 def _filter_registered(conds: dict[str, list[dict]], registered: HookGroup) -> None:
     """Keep on each entry only registered hooks (ComfyUI's `filter_registered_hooks_on_conds`):
     entries sharing a group object keep sharing the replacement."""

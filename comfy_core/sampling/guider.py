@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from comfy_core import extension_points
-from comfy_core.hooks.sampling import HOOK_RUN_OPTION, HookRun
+from comfy_core.hooks.sampling import HOOK_RUN_OPTION, HookRun, register_option_hooks
 from comfy_core.wrappers import WrappersMP, copy_nested_dicts, merge_nested_dicts, run_wrapped
 from comfy_core.sampling import cfg as _cfg
 from comfy_core.sampling import cond_batch as _cond_batch
@@ -156,6 +156,9 @@ class CFGGuider:
         self.conds = {k: [dict(e) for e in v] for k, v in self.original_conds.items()}
         orig_model_options = self.model_options
         self.model_options = self._run_options(orig_model_options)
+        # Hooks that bring wrappers, callbacks or patches join the run's options before its
+        # OUTER_SAMPLE wrappers are read, as in ComfyUI (weight hooks register in outer_sample).
+        register_option_hooks(self.model_patcher, self.conds, self.model_options)
         try:
             return run_wrapped(WrappersMP.OUTER_SAMPLE, self.model_options, self.outer_sample, noise, latent_image,
                                sampler, sigmas, denoise_mask, callback, disable_pbar, seed, class_obj=self)

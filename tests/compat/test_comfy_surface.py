@@ -114,8 +114,9 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy_extras.nodes_webcam": "a browser-side webcam capture node (frontend widget plus LoadImage)",
     "comfy_extras.nodes_train": "LoRA training nodes: training is out of this engine's scope",
     # Not yet: modules of features this engine has in its own form, without ComfyUI's module.
-    "comfy.weight_adapter*": "not yet: ComfyUI's LoRA adapter classes (LoRA, LoHa, LoKr, OFT, BOFT, GLoRA); "
-                             "the formats are loaded by comfy_core's LoRA code",
+    "comfy.weight_adapter.oft": "not yet: OFT's maths (orthogonal fine-tuning) is not in comfy_core/weights",
+    "comfy.weight_adapter.boft": "not yet: BOFT's maths (butterfly orthogonal fine-tuning) is not in comfy_core/weights",
+    "comfy.weight_adapter.glora": "not yet: GLoRA's maths is not in comfy_core/weights",
     "comfy.k_diffusion.deis": "not yet: DEIS's coefficient helpers (the sampler itself exists)",
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
@@ -123,8 +124,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.diffusers_load": "not yet: ComfyUI's diffusers-folder loader module",
     "comfy.checkpoint_pickle": "not yet: the unpickler allow-list module (our loaders read .ckpt their own way)",
     "comfy_execution.caching": "ComfyUI's executor caches: the engine's cache is graph/'s",
-    "comfy_execution.progress": "not yet: ComfyUI's progress registry module (progress reaches clients through "
-                                "comfy.utils.ProgressBar and comfy_api's set_progress)",
     "comfy_execution.validation": "ComfyUI's input validation helpers: the engine validates in graph/",
     "comfy_api.latest._resources": "not yet: V3 node resources (files bundled with a node)",
 }
@@ -169,21 +168,6 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'loads a file)'),
         ('FourierEmbedder', 'GatedCrossAttentionDense', 'GatedSelfAttentionDense.__init__',
          'GatedSelfAttentionDense2', 'PositionNet', 'load_gligen', 'ops',)),
-    'comfy.hooks': (
-        ("not yet: ComfyUI's hook classes and helpers beyond what Advanced-ControlNet and AnimateDiff use here"
-         ' (issue 31 names load_hook_lora_for_models)'),
-        ('AdditionalModelsHook', 'EnumHookScope', 'Hook', 'HookGroup.combine_all_hooks',
-         'HookGroup.get_hooks_for_clip_schedule', 'HookGroup.remove', 'HookGroup.reset', 'HookKeyframe.clone',
-         'HookKeyframe.get_effective_guarantee_steps', 'HookKeyframeGroup.add', 'HookKeyframeGroup.has_index',
-         'HookKeyframeGroup.initialize_timesteps', 'HookKeyframeGroup.prepare_current_keyframe',
-         'HookKeyframeGroup.reset', 'HookKeyframeGroup.strength', 'InjectionsHook', 'InterpolationMethod',
-         'ObjectPatchHook', 'TransformerOptionsHook', 'WeightHook.add_hook_patches', 'WeightHook.strength_clip',
-         'WeightHook.strength_model', 'WrapperHook', 'combine_conditioning', 'combine_with_new_conds',
-         'conditioning_set_values_with_hooks', 'create_target_dict', 'create_transformer_options_from_hooks',
-         'default_should_register', 'get_patch_weights_from_model', 'get_sorted_list_via_attr',
-         'load_hook_lora_for_models', 'set_conds_props', 'set_conds_props_and_combine',
-         'set_default_conds_and_combine', 'set_hooks_for_conditioning', 'set_mask_for_conditioning',
-         'set_timesteps_for_conditioning',)),
     'comfy.k_diffusion.sampling': (
         ("not yet: optional parameters of the `*_gpu` SDE samplers (`eta`, ...), DEIS's `deis_mode`, DPM-"
          "Solver's parameter names, `res_multistep`, BrownianTree's `cpu` flag"),
@@ -197,9 +181,12 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('ACEAudio', 'ChromaRadiance', 'Cosmos1CV8x8x8', 'Hunyuan3Dv2', 'Hunyuan3Dv2_1', 'Hunyuan3Dv2mini',
          'HunyuanImage21', 'HunyuanImage21Refiner', 'HunyuanVideo', 'LTXV', 'Mochi', 'SC_B', 'SC_Prior',
          'SD15.__init__', 'SDXL_Playground_2_5', 'SD_X4', 'StableAudio1',)),
-    'comfy.lora': (
-        ("not yet: `weight_adapter` (module comfy.weight_adapter, ComfyUI's LoRA adapter classes)"),
-        ('weight_adapter',)),
+    'comfy.weight_adapter*': (
+        ("LoRA training's side of the adapters (`create_train`, `to_train`, the `*Diff` modules, LoHa's "
+         'autograd functions): training is out of this engine\'s scope (see comfy_extras.nodes_train); OFT, BOFT, '
+         'GLoRA: not yet (see their modules)'),
+        ('BOFTAdapter', 'GLoRAAdapter', 'OFTAdapter', 'WeightAdapterTrainBase', '*.create_train', '*.to_train',
+         'LoraDiff', 'LohaDiff', 'LokrDiff', 'HadaWeight', 'HadaWeightTucker',)),
     'comfy.lora_convert': (
         ('key conversions of LoRA formats not supported yet (BFL control LoRA, Wan Fun, USO)'),
         ('convert_lora_bfl_control', 'convert_lora_wan_fun', 'convert_uso_lora',)),
@@ -226,16 +213,14 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'arch', 'device_index', 'directml_device', 'interrupt_processing_mutex', 'mac_ver', 'rocm_version',
          'stream_counters', 'temp', 'use_more_memory',)),
     'comfy.model_patcher': (
-        ('not yet: hook patching (`apply_hooks`, `patch_hooks`, ...), low-VRAM partial loading '
-         '(`partially_load`, `LowVramPatch`, ...), weight wrappers'),
-        ('AutoPatcherEjector', 'LowVramPatch', 'MemoryCounter', 'ModelPatcher.add_hook_patches',
-         'ModelPatcher.add_weight_wrapper', 'ModelPatcher.apply_hooks', 'ModelPatcher.clean_hooks',
-         'ModelPatcher.clear_cached_hook_weights', 'ModelPatcher.clone_has_same_weights', 'ModelPatcher.detach',
-         'ModelPatcher.get_combined_hook_patches', 'ModelPatcher.load', 'ModelPatcher.partially_load',
-         'ModelPatcher.partially_unload', 'ModelPatcher.patch_cached_hook_weights',
-         'ModelPatcher.patch_hook_weight_to_device', 'ModelPatcher.patch_hooks',
-         'ModelPatcher.prepare_hook_patches_current_keyframe', 'ModelPatcher.register_all_hook_patches',
-         'ModelPatcher.restore_hook_patches', 'ModelPatcher.unpatch_hooks', 'ModelPatcher.use_ejected',
+        ('not yet: applying hook weights outside a sampling run (`apply_hooks`, `patch_hooks`, ...: hook '
+         'weights apply per cond group inside our sampler), low-VRAM partial loading (`partially_load`, '
+         '`LowVramPatch`, ...), weight wrappers'),
+        ('AutoPatcherEjector', 'LowVramPatch', 'MemoryCounter', 'ModelPatcher.add_weight_wrapper',
+         'ModelPatcher.apply_hooks', 'ModelPatcher.clean_hooks', 'ModelPatcher.clear_cached_hook_weights',
+         'ModelPatcher.detach', 'ModelPatcher.load', 'ModelPatcher.partially_load', 'ModelPatcher.partially_unload',
+         'ModelPatcher.patch_cached_hook_weights', 'ModelPatcher.patch_hook_weight_to_device',
+         'ModelPatcher.patch_hooks', 'ModelPatcher.unpatch_hooks', 'ModelPatcher.use_ejected',
          'UnetWrapperFunction', 'get_key_weight', 'move_weight_functions', 'string_to_seed', 'wipe_lowvram_weight',)),
     'comfy.model_sampling': (
         ('not yet: the Cosmos and discrete-EDM tables, `make_beta_schedule` (a name the module imports)'),
@@ -289,10 +274,8 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('MMDIT_MAP_BASIC', 'MMDIT_MAP_BLOCK', 'ModelCheckpoint', 'PIXART_MAP_BASIC', 'PIXART_MAP_BLOCK',
          'auraflow_to_diffusers', 'pixart_to_diffusers',)),
     'comfy_api.latest': (
-        ("ComfyUI's API-version plumbing (`ComfyAPI_latest`, proxied singletons, sync classes, progress "
-         'state): not yet'),
-        ('ComfyAPIBase', 'ComfyAPI_latest', 'PreviewImageTuple', 'ProxiedSingleton', 'create_sync_class',
-         'get_progress_state',)),
+        ("ComfyUI's API-version plumbing (`ComfyAPI_latest`, proxied singletons, sync classes): not yet"),
+        ('ComfyAPIBase', 'ComfyAPI_latest', 'ProxiedSingleton', 'create_sync_class',)),
     'comfy_api.latest._input_impl.video_types': (
         ('not yet: container helpers of the video writer'),
         ('container_to_output_format', 'get_open_write_kwargs',)),
@@ -325,6 +308,10 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     'comfy_api.v0_0_2': (
         ("ComfyUI's API-version adapters and generated sync stubs: not yet"),
         ('ComfyAPIAdapter_v0_0_2', 'ComfyAPISyncStub', 'ComfyAPI_latest', 'create_sync_class',)),
+    'comfy_execution.progress': (
+        ("ComfyUI's module global of the current registry, rebound per prompt: `get_progress_state()` gives the "
+         'running prompt\'s registry here (compat/progress_api.py)'),
+        ('global_progress_registry',)),
     'comfy_execution.graph': (
         ("ComfyUI's executor classes (`ExecutionList`, `TopologicalSort`): the engine's executor is graph/"),
         ('ExecutionList', 'NodeNotFoundError', 'TopologicalSort', 'get_input_info',)),
@@ -336,10 +323,9 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'executor is graph/; `PromptExecutor`, `validate_prompt`, ... exist'),
         ('BasicCache', 'CacheKeySetID', 'CacheKeySetInputSignature', 'CacheSet', 'CacheType.DEPENDENCY_AWARE',
          'DependencyAwareCache', 'ExecutionList', 'HierarchicalCache', 'IsChangedCache', 'LRUCache',
-         'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags', 'WebUIProgressHandler',
-         'add_progress_handler', 'execute', 'first_real_override', 'format_value', 'get_input_info',
-         'get_output_data', 'get_output_from_returns', 'get_progress_state', 'is_class', 'make_locked_method_func',
-         'map_node_over_list', 'merge_result_data', 'reset_progress_state', 'resolve_map_node_over_list_results',
+         'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags', 'execute',
+         'first_real_override', 'format_value', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
+         'map_node_over_list', 'merge_result_data', 'resolve_map_node_over_list_results',
          'validate_node_input',)),
     'nodes': (
         ('start-up loaders (`init_*`, `load_custom_node`): the host loads packs (graph/packs.py); helpers '
