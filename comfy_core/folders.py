@@ -140,6 +140,11 @@ class ModelFolders:
         """Every kind, the legacy names included (packs and compat ask for them by name)."""
         return sorted(set(self._paths) | {old for old, new in LEGACY_KINDS.items() if new in self._paths})
 
+    def declare(self, kind: str) -> None:
+        """Make `kind` known, with no folder yet (a pack's `folder_names_and_paths[kind] = ((), exts)`
+        in ComfyUI): it lists no file until a folder is added."""
+        self._paths.setdefault(canonical_kind(kind), [])
+
     def add(self, kind: str, path: str | os.PathLike, first: bool = False) -> None:
         resolved = Path(path).resolve()
         paths = self._paths.setdefault(canonical_kind(kind), [])

@@ -314,16 +314,20 @@ class FolderNamesAndPaths(MutableMapping):
         session = active()
         if kind not in session.folders.kinds():
             raise UnknownFolderError(f"folder_paths: unknown folder kind {kind!r}")
-        return [str(p) for p in session.folders.paths(kind)], kind_extensions(kind)
+        # The kind's own extension set, kept: packs add to it in place, as in ComfyUI
+        # (`folder_names_and_paths[kind][1].add(".json")`), and later listings see the addition.
+        extensions = session.extensions.setdefault(kind, kind_extensions(kind))
+        return [str(p) for p in session.folders.paths(kind)], extensions
 
     def __setitem__(self, kind: str, value: Any) -> None:
         if not isinstance(value, (tuple, list)) or len(value) != 2:
             raise TypeError(f"folder_names_and_paths[{kind!r}] must be ([paths], {{extensions}}), got {value!r}")
         paths, exts = value
         session = active()
+        session.folders.declare(kind)  # known even with no folder yet: `((), {".json"})`
         for path in paths:
             session.folders.add(kind, path)
-        session.extensions[kind] = set(exts)
+        session.extensions[kind] = exts if isinstance(exts, set) else set(exts)
 
     def __delitem__(self, kind: str) -> None:
         raise TypeError("folder_paths.folder_names_and_paths: removing a folder kind is not supported")

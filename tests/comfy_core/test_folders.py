@@ -91,3 +91,17 @@ def test_a_link_loop_in_a_model_folder_does_not_hang_the_listing(tmp_path: Path)
     (loras / "a" / "x.safetensors").write_bytes(b"x")
     (loras / "a" / "loop").symlink_to(loras, target_is_directory=True)
     assert folders.filenames("loras") == ["a/x.safetensors"]
+
+
+def test_a_declared_kind_is_known_with_no_folder_until_one_is_added(tmp_path):
+    folders = ModelFolders.default(tmp_path / "models")
+    with pytest.raises(ModelFolderError):
+        folders.paths("video_formats")
+    folders.declare("video_formats")
+    assert "video_formats" in folders.kinds()
+    assert folders.paths("video_formats") == [] and folders.filenames("video_formats", None) == []
+    (tmp_path / "formats").mkdir()
+    (tmp_path / "formats" / "h264.json").write_text("{}")
+    folders.add("video_formats", tmp_path / "formats")
+    folders.declare("video_formats")  # declaring again keeps the folders
+    assert folders.filenames("video_formats", {".json"}) == ["h264.json"]
