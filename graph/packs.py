@@ -7,8 +7,10 @@ hyphenated folder names work and relative imports inside packages resolve), then
 `NODE_CLASS_MAPPINGS` (with `NODE_DISPLAY_NAME_MAPPINGS`) are registered and `WEB_DIRECTORY`
 is resolved. A pack that raises while importing is reported (name, traceback) and skipped;
 every other pack still loads. A node name that is already registered (a built-in, or a name an
-earlier pack took) is not overridden, and a class that cannot be run (no `FUNCTION`, ...) is not
-registered: both are logged and listed in `PackResult.skipped`, and the pack's other nodes load.
+earlier pack took) is not overridden, and a class that is not a node (not a class, no
+`INPUT_TYPES`) is not registered: both are logged and listed in `PackResult.skipped`, and the
+pack's other nodes load. A class whose `FUNCTION` names no method is listed, as ComfyUI lists it,
+and fails only if run.
 Declaration quirks that ComfyUI accepts (an input named under both `required` and `optional`)
 are registered the way ComfyUI reads them, with one warning each.
 Import times are logged in one table at the end, like ComfyUI's start-up log.
@@ -220,7 +222,7 @@ def _register(registry: Registry, module: ModuleType, name: str, result: PackRes
     A problem in one node's declaration never refuses the pack (ComfyUI's `nodes.py:
     load_custom_node` registers every class of `NODE_CLASS_MAPPINGS` without looking inside):
     a quirk ComfyUI accepts is registered as ComfyUI reads it and logged once (`NodeSpec.quirks`);
-    a class we cannot run at all (not a class, no usable `FUNCTION`, ...) is skipped alone, and so
+    a class that is not a node (not a class, no `INPUT_TYPES`) is skipped alone, and so
     is one whose `INPUT_TYPES()` overran `limits.call_timeout` while loading. Each node's later
     `INPUT_TYPES()` reads go through its `NodeCallGuard`.
     """

@@ -73,14 +73,18 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
     if not hasattr(cls, "INPUT_TYPES"):
         raise NodeDefinitionError(f"node {class_type!r}: class {cls.__name__} has no INPUT_TYPES")
     function_name = getattr(cls, "FUNCTION", None)
-    if not isinstance(function_name, str) or not callable(getattr(cls, function_name, None)):
-        raise NodeDefinitionError(
-            f"node {class_type!r}: FUNCTION must name a method of {cls.__name__}, got {function_name!r}")
+    # ComfyUI lists a class whose FUNCTION names no method (packs' "info" nodes with no outputs) and
+    # only fails if it is ever run; a prompt never runs one that is neither an output nor upstream
+    # of one. So does this engine: registered, with the refusal at call time.
+    runnable = isinstance(function_name, str) and callable(getattr(cls, function_name, None))
 
     def read_inputs() -> tuple[InputSpec, ...]:
         return inputs_from_input_types(class_type, cls.INPUT_TYPES())
 
     quirks: list[str] = []
+    if not runnable:
+        quirks.append(f"FUNCTION {function_name!r} names no method of {cls.__name__}: listed, as ComfyUI lists "
+                      f"it, but running it fails")
     try:
         inputs = inputs_from_input_types(class_type, cls.INPUT_TYPES(), quirks)
     except Exception as ex:  # noqa: BLE001 -- ComfyUI only drops such a node from /object_info
@@ -113,7 +117,8 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
     has_lazy = callable(getattr(cls, "check_lazy_status", None))
     behaviour = NodeBehaviour(
         make_instance=cls,
-        call=lambda instance, **kw: getattr(instance, function_name)(**kw),
+        call=(lambda instance, **kw: getattr(instance, function_name)(**kw)) if runnable else
+        _not_runnable(class_type, cls, function_name),
         # Called on the class, exactly as ComfyUI does; a signature mismatch raises and the
         # caller turns that into "always changed".
         is_changed=(lambda **kw: getattr(cls, "IS_CHANGED")(**kw)) if is_changed is not None else None,
@@ -122,7 +127,7 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
         validate_takes_all=takes_all,
         validate_takes_input_types=takes_types,
         check_lazy_status=(lambda instance, **kw: instance.check_lazy_status(**kw)) if has_lazy else None,
-        is_coroutine=inspect.iscoroutinefunction(getattr(cls, function_name)),
+        is_coroutine=runnable and inspect.iscoroutinefunction(getattr(cls, function_name)),
     )
 
     def render(env: Any) -> dict:
@@ -142,6 +147,13 @@ def spec_from_v1(class_type: str, cls: type, *, display_name: str | None = None,
         api_node=getattr(cls, "API_NODE", False) is True,
         origin="v1", source=cls, input_source=read_inputs, render_info=render, quirks=tuple(quirks),
     )
+
+
+def _not_runnable(class_type: str, cls: type, function_name: Any) -> Any:
+    def call(instance: Any, **inputs: Any) -> Any:
+        raise NodeDefinitionError(
+            f"node {class_type!r} cannot run: FUNCTION must name a method of {cls.__name__}, got {function_name!r}")
+    return call
 
 
 def _render_v1(cls: type) -> dict:

@@ -52,13 +52,17 @@ def test_unknown_type_and_malformed_class():
         reg.get("Nope")
     assert "Nope" not in reg and reg.find(["unhashable"]) is None
 
-    class NoFunction:
+    class NoFunction:  # a pack's "info" node: listed by ComfyUI, never run (no outputs)
+        RETURN_TYPES = ()
+
         @classmethod
         def INPUT_TYPES(cls):
             return {"required": {}}
 
-    with pytest.raises(NodeDefinitionError, match="FUNCTION"):
-        reg.add_v1("NoFunction", NoFunction)
+    spec = reg.add_v1("NoFunction", NoFunction)
+    assert "NoFunction" in reg.object_info() and any("FUNCTION" in quirk for quirk in spec.quirks)
+    with pytest.raises(NodeDefinitionError, match="cannot run: FUNCTION"):
+        spec.behaviour.call(spec.behaviour.make_instance())
 
 
 def test_native_parameter_names_must_match_inputs():
