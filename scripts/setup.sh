@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv (once) and installs the runtime requirements; with --dev also the test tools
-# and Debian's Chromium for the browser tests. Safe to run repeatedly: pip is quick when
-# everything is already there.
+# and Debian's Chromium for the browser tests. Safe to run repeatedly: when .venv already matches
+# (scripts/setup_stamp.py: a stamp of the requirement files, pyproject.toml, these scripts, the
+# Python, the torch build, checked with a quick import probe, no pip) it returns at once; --force
+# or SETUP_FORCE=1 sets up regardless. The stamp is written only after a setup that succeeded.
 #
 # torch: a CUDA build where an NVIDIA driver is found (the newest of cu130/cu128/cu126 it runs),
 # else the CPU build; --cuda / --cpu or TORCH_BUILD=cpu|cu126|cu128|cu130 choose instead
@@ -11,17 +13,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEV=0
+FORCE=${SETUP_FORCE:-0}
 BUILD_FLAG=()
+MODE_FLAG=()
 for arg in "$@"; do
     case "$arg" in
-        --dev) DEV=1 ;;
+        --dev) DEV=1; MODE_FLAG=(--dev) ;;
         --cpu|--cuda) BUILD_FLAG=("$arg") ;;
-        *) echo "setup: unknown argument $arg (expected --dev, --cpu, --cuda)" >&2; exit 2 ;;
+        --force) FORCE=1 ;;
+        *) echo "setup: unknown argument $arg (expected --dev, --cpu, --cuda, --force)" >&2; exit 2 ;;
     esac
 done
+if [ "$FORCE" != 1 ] && [ -f .venv/setup-stamp.json ]; then
+    if why=$(.venv/bin/python -I scripts/setup_stamp.py check "${MODE_FLAG[@]}" "${BUILD_FLAG[@]}"); then
+        echo "setup: .venv is up to date (bash scripts/setup.sh --force sets it up again)"
+        exit 0
+    fi
+    echo "${why:-setup needed: .venv/bin/python does not run}"
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
+rm -f .venv/setup-stamp.json  # a setup that stops half-way leaves none
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 eval "$("$PY" scripts/torch_build.py "${BUILD_FLAG[@]}")"
 # torch and torchvision first, alone and pinned together; the constraints file keeps any later
@@ -63,3 +76,5 @@ if [ "$DEV" = 1 ]; then
 else
     "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements.txt
 fi
+# The stamp: the next run skips all of the above while nothing it depends on changed.
+.venv/bin/python -I scripts/setup_stamp.py write "${MODE_FLAG[@]}" --torch "$TORCH_TAG $TORCH_SPEC" || true

@@ -94,7 +94,9 @@ def test_the_script_prints_shell_assignments(tmp_path):
 
 
 FAKE_PYTHON = """#!/bin/sh
-# A stand-in for .venv/bin/python: `-c` answers the installed versions, `-m pip install` logs.
+# A stand-in for .venv/bin/python: `-c` answers the installed versions, `-m pip install` logs,
+# setup_stamp.py's import probe (-I) fails (so no stamp is written).
+[ "$1" = "-I" ] && exit 1
 if [ "$1" = "-c" ]; then
     case "$2" in *'print("torch==" + version("torch"))'*)
         printf 'torch==%s\\ntorchvision==%s\\n' "$FAKE_TORCH" "$FAKE_TV"; exit 0;; esac
@@ -110,7 +112,7 @@ exit 0
 def _fake_repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
-    for name in ("setup.sh", "torch_build.py"):
+    for name in ("setup.sh", "torch_build.py", "setup_stamp.py"):
         shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
     (root / "requirements.txt").write_text("torch==2.14.1\n")
     venv = root / ".venv" / "bin"
