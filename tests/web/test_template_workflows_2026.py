@@ -1,7 +1,9 @@
 """The newest official template package (`comfyui-workflow-templates-json`, 0.1.123 when this was
 written): every local-model template whose nodes all exist here (bench/template_coverage.py's
-"covered") runs headless through `main.py run` on tiny files (tests/fixtures/template_models.py),
-subgraph templates included, or is listed with why it does not.
+"covered") runs headless through `main.py run` on tiny files (tests/fixtures/template_models.py;
+the 2026 image families' files in tests/fixtures/template_models_2026.py), subgraph templates
+included, or is listed with why it does not: `OUT_OF_SCOPE` (a model family not written here) or
+`NOT_RUNNING` (run, and must fail for the reason given, so a fix shows up as a failure).
 
 The package is not a dependency: it is found installed, or as the wheel bench/template_coverage.py
 fetches into ~/.cache/comfy-engine/templates/ (run it once), or at
@@ -98,32 +100,55 @@ RUNNING = {
     "wan2.1_flf2v_720_f16": "32 s small: first-last-frame, two CLIP-vision embeddings",
     "wan2.1_fun_control": "60 s small: Fun control, Canny video",
     "wan2.1_fun_inp": "33 s small: Fun inpaint",
+    "flux1_dev_uso_reference_image_gen": "17-26 s: subgraphs, ModelPatchLoader (USO projector), USOStyleReference "
+                                         "on SigLIP layers, the USO DiT LoRA, FluxKontextMultiReferenceLatentMethod",
+    "image_qwen_image_edit": "44 s: subgraph, Qwen-Image-Edit (fp8 DiT), TextEncodeQwenImageEdit with the "
+                             "Qwen2.5-VL vision tower, Wan 2.1 VAE, a LoRA",
+    "image_qwen_image_edit_2509": "41 s: subgraph, Qwen-Image-Edit-2509, TextEncodeQwenImageEditPlus",
+    "image_qwen_image_edit_2509_relight": "44 s: subgraph, Qwen-Image-Edit-2509 with a relight LoRA",
+    "image_qwen_image_union_control_lora": "98 s: subgraph, Qwen-Image with a LoRA named as DiffSynth's union control one",
+    "templates-image_to_real": "26 s: subgraph, Qwen-Image-Edit-2509 with a LoRA",
+    "templates-portrait_light_migration": "231 s: subgraphs, Qwen-Image-Edit-2509 relighting",
+    "templates-1_click_multiple_scene_angles-v1.0": "367 s: subgraphs, several Qwen-Image-Edit-2509 passes (camera angles)",
+    "templates_rob_portrait_light_migration.app": "456 s (a loaded machine): subgraphs, Qwen-Image-Edit-2509 "
+                                                  "relighting",
+    "image_z_image": "33 s: Z-Image (bf16 NextDiT, UNETLoader), Qwen3-4B by CLIPLoader type lumina2, Flux VAE, "
+                     "ResolutionSelector, SaveImageAdvanced, 25 steps cfg 4",
+    "image_z_image_turbo": "14-22 s: subgraph, Z-Image Turbo, ConditioningZeroOut, 8 steps",
+    "basic_switch_node": "7-38 s: subgraph, ComfySwitchNode choosing a Z-Image LoRA (diffusers names under "
+                         "diffusion_model.), PreviewAny",
+    "utility_z_image_turbo_2k_upscaler.app": "158 s: subgraph, Z-Image Turbo img2img after ESRGAN x4 to 2k, "
+                                             "ImageScaleToTotalPixels, ImageCompare",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion",)
-# The default run: no-model templates, a subgraph one, a split-files Wan one.
+# The default run: no-model templates, a subgraph one, a split-files Wan one, a Z-Image one.
 DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_compositing",
-                     "flux_fill_inpaint_example", "text_to_video_wan")
+                     "flux_fill_inpaint_example", "text_to_video_wan", "image_z_image_turbo")
 
 # Covered templates (all nodes exist) of model families this engine does not have (other issues):
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
-    "Z-Image (Lumina 2 architecture, Qwen3-4B text encoder)": (
-        "basic_switch_node", "image_z_image", "image_z_image_int8", "image_z_image_turbo",
-        "image_z_image_turbo_int8", "utility_z_image_turbo_2k_upscaler.app"),
-    "Lumina Image 2.0 (the NetaYume checkpoint, Gemma 2 text encoder; its file is written as an SD1 "
-    "checkpoint, so it fails on 16-channel latents)": ("image_netayume_lumina_t2i",),
-    "Qwen-Image (Qwen2.5-VL 7B text encoder, its own VAE)": (
-        "image_qwen_Image_2512", "image_qwen_Image_2512_controlnet", "image_qwen_image",
-        "image_qwen_image_2512_with_2steps_lora", "image_qwen_image_instantx_inpainting_controlnet",
-        "image_qwen_image_union_control_lora", "template_qwen_Image_2512_360_lora",
-        "template_qwen_image_illustration_lora", "template_sugar_coated_gummy_style_qwen"),
+    "Lotus-D (an SD 2-derived depth UNet, `lotus-depth-d-v1-1`; LotusConditioning exists, the UNet "
+    "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
+        "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
+        "image_qwen_image_instantx_controlnet"),
+    "Krea 2 (Qwen3-VL 4B text encoder, CLIPLoader type krea2)": (
+        "image_krea2_turbo_t2i", "image_krea2_turbo_t2i_int8", "image_krea2_turbo_int8_image_style_reference"),
+    "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
+    "Ming-Image (Ling mini 2.0 text encoder)": ("image_ming_image_01_design_t2i",),
+    "ERNIE-Image (Ministral 3 3B text encoder)": ("image_ernie_image", "image_ernie_image_turbo"),
+    "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
+    "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
+    "TextGenerate's Gemma 4 E4B": ("llm_gemma4_text_gen",),
+    "TextGenerate's Qwen3.5 4B": ("llm_qwen3_5_text_gen",),
+    "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
     "HunyuanVideo (LLaVA-Llama-3 text encoder)": ("hunyuan_video_text_to_video",),
     "Anima (Qwen3-0.6B text encoder, Qwen-Image VAE)": ("image_anima_base_v1", "image_anima_preview"),
     "Boogu Image (Qwen3-VL 8B text encoder)": ("image_boogu_image_0_1_turbo_t2i",),
     "Kandinsky 5 (Qwen2.5-VL 7B + CLIP-L)": ("image_kandinsky5_t2i",),
     "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
-    "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image",),
+    "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
     "OmniGen2 (Qwen2.5-VL 3B)": ("image_omnigen2_image_edit", "image_omnigen2_t2i"),
     "Ovis-Image (Ovis 2.5 text encoder)": ("image_ovis_text_to_image",),
@@ -131,8 +156,54 @@ _FAMILIES_NOT_HERE = {
 OUT_OF_SCOPE = {name: f"model family not written here: {family}"
                 for family, names in _FAMILIES_NOT_HERE.items() for name in names}
 
-# Covered templates of families that exist here that do not run yet: (why, a fragment of the error).
+# Covered templates of families that exist here that do not run yet: (why, a fragment of the error;
+# a file with no tiny writer fails in provide_files, whose KeyError names every such file).
+# Qwen-Image (its DiT, the Qwen2.5-VL 7B encoder, the Wan 2.1 VAE) runs; these stop short of it.
+_QWEN_T2I = ("an empty 4-D latent (EmptySD3LatentImage) reaches the Qwen-Image DiT as it is: ComfyUI's "
+             "comfy.sample.fix_empty_latent_channels adds the frame axis for a model whose latent format is 3-D "
+             "(the Wan 2.1 VAE's); the sampler here refuses it (comfy_core/sampling/guider.py)",
+             "latent must be [batch, channels, frames, height, width]")
+_QWEN_CONTROLNET = ("Qwen-Image ControlNets (InstantX, Fun union) have no tiny writer here "
+                    "(tests/fixtures/template_models_2026.py)", "'controlnet_qwen_image'")
+_QWEN_2511 = ("FluxKontextMultiReferenceLatentMethod here lacks today's 'index_timestep_zero' choice, which the "
+              "Qwen-Image-Edit-2511 templates use", "'index_timestep_zero' not in")
+_INT8_CONVROT = ("ComfyUI's int8 ConvRot quantized diffusion model (`*_int8_convrot`) is read by no loader here, "
+                 "so it has no tiny writer", "'unet_int8_convrot'")
 NOT_RUNNING: dict[str, tuple[str, str]] = {
+    **{name: _QWEN_T2I for name in (
+        "image_qwen_Image_2512", "image_qwen_image", "image_qwen_image_2512_with_2steps_lora",
+        "template_qwen_Image_2512_360_lora", "template_qwen_image_illustration_lora",
+        "template_sugar_coated_gummy_style_qwen")},
+    "image_qwen_Image_2512_controlnet": _QWEN_CONTROLNET,
+    "image_qwen_image_instantx_inpainting_controlnet": _QWEN_CONTROLNET,
+    **{name: _QWEN_2511 for name in (
+        "image-qwen_image_edit_2511_lora_inflation", "image_qwen_image_edit_2511",
+        "template_qwen_image_edit_2511_systms_action", "templates-1_click_multiple_character_angles-v1.0")},
+    "image_qwen_image_edit_2511_int8": _INT8_CONVROT,
+    # Families and model patches added in this session, with no tiny template files yet.
+    **{name: ("Flux.2 (its DiT, Mistral 3 / Qwen3 encoders) has no tiny template files here yet", "'unet_flux2'")
+       for name in ("image_flux2", "image_flux2_fp8", "image_flux2_klein_image_edit_4b_base",
+                    "image_flux2_klein_image_edit_4b_distilled", "image_flux2_klein_image_edit_9b_base",
+                    "image_flux2_klein_image_edit_9b_distilled", "image_flux2_klein_text_to_image",
+                    "image_flux2_text_to_image", "image_flux2_text_to_image_9b")},
+    **{name: ("HiDream has no tiny template files here yet", "'unet_hidream'")
+       for name in ("hidream_e1_1", "hidream_e1_full", "hidream_i1_dev", "hidream_i1_fast", "hidream_i1_full")},
+    **{name: ("Qwen-Image Layered's RGBA VAE has no tiny writer here", "'vae_qwen_image_layered'")
+       for name in ("image_qwen_image_layered", "image_qwen_image_layered_control")},
+    **{name: ("its ControlNet model patch (DiffSynth's for Qwen-Image, VideoX-Fun's for Z-Image) has no tiny writer "
+              "here", "'unknown model_patches file'")
+       for name in ("image_qwen_image_controlnet_patch", "image_z_image_turbo_fun_union_controlnet")},
+    "image_z_image_int8": _INT8_CONVROT,
+    "image_z_image_turbo_int8": _INT8_CONVROT,
+    "image_netayume_lumina_t2i": (
+        "Lumina 2's network exists, its Gemma 2 2B text encoder does not (this all-in-one checkpoint holds "
+        "it), so the checkpoint has no tiny writer", "'lumina2_checkpoint'"),
+    "image_chroma1_radiance_text_to_image": (
+        "VAELoader here does not offer ComfyUI's built-in 'pixel_space' choice (nodes/loaders.py), which "
+        "Chroma Radiance's pixel-space latents are decoded with", "'pixel_space' not in"),
+    "llm_qwen3_text_gen": (
+        "CLIPLoader type 'ltxv' with the Qwen3-4B file: ComfyUI builds the Qwen3-4B encoder from the weights "
+        "for this type; here the type is refused", "text encoder type 'ltxv' is not supported"),
     "video_wan2.1_alpha_t2v_14B": (
         "Wan-Alpha's RGB / alpha VAE pair is not a VAE written here (its files are written as SD1 VAEs, "
         "which refuse the Wan video latent); the rest of the graph runs", "expected an image latent"),
@@ -232,3 +303,88 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     listed = set(RUNNING) | set(OUT_OF_SCOPE) | set(NOT_RUNNING)
     assert covered == listed, {"unlisted": sorted(covered - listed), "no longer covered": sorted(listed - covered)}
     assert not (set(RUNNING) & set(OUT_OF_SCOPE)) and not (set(RUNNING) & set(NOT_RUNNING))
+
+
+@pytest.mark.parametrize("folder, file_name, kind", [
+    ("diffusion_models", "z_image_turbo_bf16.safetensors", "unet_zimage"),
+    ("diffusion_models", "z_image_int8_convrot.safetensors", "unet_int8_convrot"),
+    ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),
+    ("text_encoders", "qwen_3_4b_fp8_mixed.safetensors", "qwen3_4b_fp8"),
+    ("loras", "pixel_art_style_z_image_turbo.safetensors", "lora_zimage"),
+    ("model_patches", "uso-flux1-projector-v1.safetensors", "uso_projector"),
+    ("diffusion_models", "chroma-radiance-x0.safetensors", "unet_chroma_radiance_x0"),
+    ("diffusion_models", "Chroma1-HD.safetensors", "unet_chroma"),
+    ("vae", "qwen_image_vae.safetensors", "vae_wan21"),
+    ("text_encoders", "qwen_2.5_vl_7b_fp8_scaled.safetensors", "qwen25vl_7b"),
+    ("diffusion_models", "qwen_image_edit_2511_bf16.safetensors", "unet_qwen_image"),
+    ("loras", "Qwen-Image-Lightning-4steps-V1.0.safetensors", "lora_qwen_image"),
+    ("controlnet", "Qwen-Image-InstantX-ControlNet-Inpainting.safetensors", "controlnet_qwen_image"),
+    ("vae", "qwen_image_layered_vae.safetensors", "vae_qwen_image_layered"),
+    ("diffusion_models", "flux-2-klein-4b-fp8.safetensors", "unet_flux2"),
+    ("diffusion_models", "flux2_dev_fp8mixed.safetensors", "unet_flux2"),
+    ("diffusion_models", "flux1-dev-kontext_fp8_scaled.safetensors", "unet_flux_dev_fp8"),
+    ("diffusion_models", "hidream_i1_fast_fp8.safetensors", "unet_hidream"),
+])
+def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
+    from tests.fixtures.template_models import file_kind
+
+    assert file_kind(folder, file_name) == kind
+
+
+def test_the_zimage_files_load_as_one_model_and_the_lora_reaches_every_layer(tmp_path: Path) -> None:
+    """The tiny files a Z-Image template gets fit together: the Qwen3 file's width is the
+    transformer's caption input, and every tensor of the template LoRA names a layer."""
+    import torch
+    from safetensors.torch import load_file
+
+    from comfy_core.lora import load_lora_for_models
+    from comfy_core.split import load_text_encoders
+    from comfy_core.split.diffusion_model import load_diffusion_model
+
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "z_image_turbo_bf16.safetensors"}},
+              "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "lumina2"}},
+              "3": {"class_type": "LoraLoaderModelOnly",
+                    "inputs": {"lora_name": "pixel_art_style_z_image_turbo.safetensors"}}}
+    assert sorted(provide_files(prompt, tmp_path)) == [("diffusion_models", "unet_zimage"), ("loras", "lora_zimage"),
+                                                       ("text_encoders", "qwen3_4b")]
+    models = tmp_path / "models"
+    model = load_diffusion_model(models / "diffusion_models" / "z_image_turbo_bf16.safetensors")
+    clip = load_text_encoders([models / "text_encoders" / "qwen_3_4b.safetensors"], "lumina2")
+    cond = clip.encode_from_tokens(clip.tokenize("a cat"))
+    assert cond.shape[-1] == model.model.diffusion_model.cap_embedder[1].in_features
+    lora = load_file(str(models / "loras" / "pixel_art_style_z_image_turbo.safetensors"))
+    patched, _clip, report = load_lora_for_models(model, None, lora, 1.0, 0.0)
+    assert report.unmatched == [] and report.skipped == [] and report.model_keys == len(lora) // 2
+    with patched.applied() as module:
+        changed = module.diffusion_model.layers[0].attention.qkv.weight.detach().clone()
+    assert not torch.equal(changed, model.model.diffusion_model.layers[0].attention.qkv.weight)
+
+
+def test_the_qwen_image_files_fit_the_encoder_fixture_and_the_lora_reaches_every_layer(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from comfy_core.lora import load_lora_for_models
+    from comfy_core.split.diffusion_model import load_diffusion_model
+    from tests.fixtures.qwen25vl_files import TINY_TEXT
+
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors"}},
+              "2": {"class_type": "LoraLoaderModelOnly",
+                    "inputs": {"lora_name": "Qwen-Image-Lightning-4steps-V1.0.safetensors"}}}
+    provide_files(prompt, tmp_path)
+    models = tmp_path / "models"
+    model = load_diffusion_model(models / "diffusion_models" / "qwen_image_fp8_e4m3fn.safetensors")
+    weights = load_file(str(models / "diffusion_models" / "qwen_image_fp8_e4m3fn.safetensors"))
+    assert weights["txt_in.weight"].shape[1] == TINY_TEXT["hidden_size"]
+    lora = load_file(str(models / "loras" / "Qwen-Image-Lightning-4steps-V1.0.safetensors"))
+    _patched, _clip, report = load_lora_for_models(model, None, lora, 1.0, 0.0)
+    assert report.unmatched == [] and report.skipped == [] and report.model_keys == len(lora) // 3
+
+
+def test_a_template_file_with_no_writer_is_named_after_the_others_are_written(tmp_path: Path) -> None:
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "z_image_int8_convrot.safetensors"}},
+              "2": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+              "3": {"class_type": "VAELoader", "inputs": {"vae_name": "pixel_space"}}}
+    with pytest.raises(KeyError, match="'unet_int8_convrot' \\(diffusion_models/z_image_int8_convrot"):
+        provide_files(prompt, tmp_path)
+    assert (tmp_path / "models" / "vae" / "ae.safetensors").is_file()
+    assert not (tmp_path / "models" / "vae" / "pixel_space").exists()  # a built-in choice, not a file

@@ -49,6 +49,7 @@ DIT_TEMPLATES = (
     "sd3.5_large_depth",                     # 66 s: SAI SD3.5 ControlNet (depth)
     "image_flux.1_fill_dev_OneReward",       # subgraphs; a LoRA named without its model, written for Flux
     "image_chroma_text_to_image",            # Chroma (split files), SamplerCustomAdvanced, T5TokenizerOptions
+    "flux1_dev_uso_reference_image_gen",     # subgraphs: ModelPatchLoader (USO projector), USOStyleReference, EasyCache
 )
 # Checkpoint, split files with Kontext's reference latents, and a concatenated-channel model.
 DEFAULT_TEMPLATES = ("flux_schnell", "flux_kontext_dev_basic", "flux_fill_inpaint_example")
@@ -59,9 +60,6 @@ NOT_RUNNING = {
         "BFL's FLUX.1 Depth dev LoRA widens img_in (64 -> 128 inputs) for the depth latent; "
         "comfy_core/lora/dit_convert.py refuses BFL control LoRAs (ComfyUI patches img_in's shape)",
         "UnsupportedLoraLayout"),
-    "flux1_dev_uso_reference_image_gen": (
-        "nodes not written here: ModelPatchLoader, USOStyleReference, EasyCache (its subgraphs convert)",
-        "does not have: EasyCache, ModelPatchLoader, USOStyleReference"),
 }
 # Templates the index tags Flux that are not Flux.1 / SD3.5 models this engine runs (not run here).
 OUT_OF_SCOPE = {
