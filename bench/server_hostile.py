@@ -1,6 +1,6 @@
 """Event-loop latency under big inputs (issue 34): prints figures, asserts nothing about speed.
 
-    .venv/bin/python bench/server_hostile.py [--sizes 10000,100000] [--body-mb 50] [--no-socket]
+    .venv/bin/python bench/server_hostile.py [--sizes 10000,100000] [--body-mb 50] [--no-socket] [--gc-kinds]
 
 A server (`python main.py`, a subprocess on a free loopback port, in a temporary folder, with
 bench/chain_pack as its custom nodes) is probed by a client that sends a trivial `GET /prompt`
@@ -12,11 +12,17 @@ again as soon as the previous one is answered (every 5 ms at most); while it doe
 2. one POST /prompt whose body is `--body-mb` MB (a 3-node chain with a workflow of that size in
    `extra_data.extra_pnginfo`, as the editor sends it) is accepted and run.
 
-For each phase it prints the phase's seconds, the number of GETs answered, their p50, p99 and
+After each phase the probe goes on for `--settle` seconds (a row of its own, `then N s`): the
+server stores the prompt, frees its data and may run a full garbage-collector pass there, after
+the client has seen the prompt's end. For each phase it prints the phase's seconds, the number of GETs answered, their p50, p99 and
 worst latency in milliseconds (a probe counts for the phase in which it started), and the
 machine's load average before and after: on a busy machine the server's threads wait for a CPU
 and every figure grows. Before issue 34 a 100 000-node prompt left a GET waiting up to 27 s, and
 a 50 MB body blocked the loop 1.7-4.3 s.
+It then lists the server's full garbage-collector passes that took 100 ms or more (web/collector.py
+logs them: objects walked, unreachable, milliseconds; `--gc-kinds` runs the server at DEBUG level
+so each line also names the types most walked), and the messages its WebSocket hub dropped for a
+client it judged not reading (none is expected: the bench's client reads every message).
 The probe runs on its own thread and loop, and the WebSocket reader does not parse the big
 `progress_state` maps, so this process's own work does not delay a probe.
 """
@@ -151,6 +157,7 @@ async def _phase(session, url: str, prober: Prober | None, name: str, body: dict
 
 
 def _print(name: str, seconds: float, samples: list[float], errors: int) -> None:
+    name = name.split(" #")[0]
     ms = sorted(s * 1000 for s in samples)
     if not ms:
         print(f"{name:<34} {seconds:8.1f} s   no GET answered ({errors} failed)")
@@ -160,11 +167,31 @@ def _print(name: str, seconds: float, samples: list[float], errors: int) -> None
           f"p99 {p99:7.1f} ms   worst {ms[-1]:8.1f} ms   failed {errors}")
 
 
+def _print_server_log(path: Path) -> None:
+    """The server's slow full collections and its dropped-message warnings."""
+    passes, drops = [], []
+    for line in path.read_text(errors="replace").splitlines():
+        if "full garbage collection" in line and ("INFO" in line or "most walked" in line):
+            passes.append(line.split("full garbage collection", 1)[1].strip())
+        elif "is not reading" in line:
+            drops.append(line.strip())
+    print(f"full collections of 100 ms or more: {len(passes)}")
+    for line in passes:
+        print(f"  {line}")
+    print(f"WebSocket messages dropped for a client judged not reading: {len(drops)} warning line(s)")
+    for line in drops[:5]:
+        print(f"  {line}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000", help="chain sizes, comma-separated")
     parser.add_argument("--body-mb", type=float, default=50.0, help="size of the big body (0: skip)")
     parser.add_argument("--no-socket", action="store_true", help="post with a client id that has no socket")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds probed after each phase (its storing, freeing and collection)")
+    parser.add_argument("--gc-kinds", action="store_true",
+                        help="server at DEBUG level: its slow full passes name the types they walked")
     parser.add_argument("--server-log", type=Path, default=None,
                         help="copy the server's log here (with PYTHONASYNCIODEBUG=1 it names slow callbacks)")
     args = parser.parse_args()
@@ -180,7 +207,8 @@ async def main() -> None:
         log = open(base / "server.log", "w")
         proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "--base-directory", str(base),
                                  "--listen", "127.0.0.1", "--port", str(port), "--max-upload-size",
-                                 str(max(100.0, args.body_mb * 2))], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                                 str(max(100.0, args.body_mb * 2)), *(["--verbose", "DEBUG"] if args.gc_kinds else [])],
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as session:
             await wait_until_serving(session, proc, url, lambda rc: f"server exited with {rc}")
@@ -194,14 +222,23 @@ async def main() -> None:
             await asyncio.sleep(3)
             prober.mark("idle (3 s)", started, time.perf_counter())
             results.append(("idle (3 s)", 3.0))
+            async def settle() -> None:
+                started = time.perf_counter()
+                await asyncio.sleep(args.settle)
+                name = f"  then {args.settle:g} s #{len(results)}"  # the number keeps the rows apart
+                prober.mark(name, started, time.perf_counter())
+                results.append((name, args.settle))
+
             for n in sizes:
                 name = f"{n}-node chain, POST to end"
                 results.append((name, await _phase(session, url, prober, name,
                                                    {"prompt": chain_prompt(n, seed=n)}, not args.no_socket)))
+                await settle()
             if args.body_mb > 0:
                 name = f"{args.body_mb:g} MB body, POST to end"
                 body = _body(args.body_mb)
                 results.append((name, await _phase(session, url, prober, name, body, not args.no_socket)))
+                await settle()
             prober.stop()
         load_after = os.getloadavg()
         print(f"server_hostile: GET /prompt latency while the server takes each input "
@@ -209,6 +246,8 @@ async def main() -> None:
               f"{os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)")
         for name, seconds in results:
             _print(name, seconds, *prober.samples(name))
+        log.flush()
+        _print_server_log(base / "server.log")
     finally:
         if proc is not None:
             proc.terminate()

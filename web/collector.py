@@ -12,8 +12,10 @@ imports are already out of reach (`gc.freeze()` after the warm-up, web/warmup.py
 (young generations are still collected as usual: most cyclic garbage dies young) and runs a full
 pass itself at the quiet points: after a prompt has been stored (as ComfyUI's prompt worker
 calls `gc.collect()` after its prompts), and from a timer while no prompt runs, each time only
-when due: no big body has been read for `idle_check_s` (`note_big_input`: it may still be
-parsed, validated or stored), `min_interval_s` has passed, young passes have run since the last
+when due: no big body has been read for `idle_check_s` and no request that read one is still
+being handled (`note_big_input`: it may still be parsed, validated or stored; on a loaded
+machine that took longer than `idle_check_s`, and a timed pass then walked a 50 MB body's two
+million objects for 4 s), `min_interval_s` has passed, young passes have run since the last
 full pass (`gc.get_count()[2]` of them at
 least), and the oldest generation has grown by a quarter since the last full pass left it
 (CPython's own rule, so a big cache that stays is not walked again after every prompt). So that
@@ -37,24 +39,43 @@ import logging
 import sys
 import threading
 import time
+import weakref
+from collections import Counter
+from dataclasses import dataclass
 from typing import Callable
 
 log = logging.getLogger(__name__)
 
 # gen-2 threshold meaning "never automatically" (the collector compares a C int against it)
 NEVER = 2 ** 31 - 1
+SLOW_PASS_S = 0.1  # a full pass that took this long is logged at INFO (bench/server_hostile.py reads it)
 
 _lock = threading.Lock()
 _users = 0
 _saved: tuple[int, ...] | None = None
 _last_big_input = float("-inf")  # time.monotonic() when a big request body was last read
+# the tasks of the requests that read a big body (aiohttp runs each request in a task of its own)
+_big_input_tasks: "weakref.WeakSet[asyncio.Task]" = weakref.WeakSet()
 
 
 def note_big_input() -> None:
-    """A big request body is being read (web/bodies.py): the timer's full passes keep away for
-    a while, so that one does not walk the body while it is parsed, validated and stored."""
+    """A big request body is being read (web/bodies.py): full passes keep away for a while, and
+    for as long as the request that reads it (the calling task) is being handled, so that none
+    walks the body while it is parsed, validated and stored (at most `max_defer_s` after the
+    last pass, so that a request that never ends cannot hold them off for ever)."""
     global _last_big_input
     _last_big_input = time.monotonic()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on an event loop
+        task = None
+    if task is not None:
+        _big_input_tasks.add(task)
+
+
+def big_input_in_hand() -> bool:
+    """Whether a request that read a big body is still being handled."""
+    return any(not task.done() for task in list(_big_input_tasks))
 
 
 class CollectorPacing:
@@ -79,6 +100,7 @@ class CollectorPacing:
         self._started = False
         self._timer: asyncio.TimerHandle | None = None
         self.collections = 0  # full passes run here (tests and diagnostics)
+        self.last_pass: FullPass | None = None  # what the latest of them walked and took
 
     def start(self) -> None:
         """Turn automatic full passes off (for the process) and start the idle timer."""
@@ -115,33 +137,60 @@ class CollectorPacing:
     def due(self) -> bool:
         """Whether a full pass is worth running now (never while a big body may still be in
         the hands of its request: read within `idle_check_s`)."""
+        since_last = self._clock() - self._last
         if not (self._started and gc.get_count()[2] >= self.min_young_passes
-                and self._clock() - self._last >= self.min_interval_s
+                and since_last >= self.min_interval_s
                 and time.monotonic() - _last_big_input >= self.idle_check_s):
+            return False
+        if big_input_in_hand() and since_last < self.max_defer_s:
             return False
         # a list of references, no walk of what they refer to: small next to a full pass
         return len(gc.get_objects(generation=2)) * 4 >= self._survivors * 5
 
-    def quiet_point(self) -> bool:
+    def quiet_point(self, why: str = "after a prompt") -> bool:
         """A prompt has been stored (or the server is idle): run a full pass if one is due;
-        returns whether it ran."""
+        returns whether it ran. `why` goes into the log line."""
         if not self.due():
             return False
+        walked = gc.get_objects(generation=2)  # what the pass walks, besides the younger ones
+        kinds = _kinds(walked) if log.isEnabledFor(logging.DEBUG) else None
+        count = sum(gc.get_count()) + len(walked)
+        del walked
         started = time.perf_counter()
         found = gc.collect()
+        seconds = time.perf_counter() - started
         self._survivors = len(gc.get_objects(generation=2))
         self._last = self._clock()
         self.collections += 1
-        log.debug("full garbage collection: %d unreachable objects in %.1f ms", found,
-                  (time.perf_counter() - started) * 1000)
+        self.last_pass = FullPass(count, found, seconds)
+        log.log(logging.INFO if seconds >= SLOW_PASS_S else logging.DEBUG,
+                "full garbage collection (%s): walked about %d objects, %d unreachable, in %.1f ms%s", why, count,
+                found, seconds * 1000, f"; most walked: {kinds}" if kinds else "")
         return True
 
     def _on_timer(self) -> None:
         if not self._started:
             return
-        if not self.busy() or self._clock() - self._last >= self.max_defer_s:
-            self.quiet_point()
+        if not self.busy():
+            self.quiet_point("timer, idle")
+        elif self._clock() - self._last >= self.max_defer_s:
+            self.quiet_point(f"timer, a prompt running, none for {self.max_defer_s:.0f} s")
         self._timer = asyncio.get_running_loop().call_later(self.idle_check_s, self._on_timer)
+
+
+@dataclass(frozen=True)
+class FullPass:
+    """One full pass run at a quiet point: the objects it walked (about), found unreachable, took."""
+
+    walked: int
+    unreachable: int
+    seconds: float
+
+
+def _kinds(objects: list, top: int = 6) -> str:
+    """The most common types among `objects`, as `name x count` (a DEBUG diagnostic)."""
+    counts = Counter(type(o).__qualname__ for o in objects)
+    return ", ".join(f"{name} x {n}" for name, n in counts.most_common(top))
 
 
 def release_in_pieces(holder: list, *, settle_s: float = 1.0) -> int:

@@ -89,6 +89,13 @@ async def test_a_due_full_pass_runs_at_a_quiet_point_and_not_before():
         pacing.stop()
 
 
+async def _read_big_body(handled: asyncio.Event | None = None) -> None:
+    """A request handler that reads a big body, then (until `handled` is set) validates it."""
+    note_big_input()
+    if handled is not None:
+        await handled.wait()
+
+
 async def test_the_timer_waits_for_the_running_prompt_and_a_big_body_up_to_max_defer(monkeypatch):
     clock, busy = Clock(), [True]
     pacing = CollectorPacing(lambda: busy[0], min_interval_s=1.0, min_young_passes=1, idle_check_s=1000.0,
@@ -107,7 +114,7 @@ async def test_the_timer_waits_for_the_running_prompt_and_a_big_body_up_to_max_d
         clock.now += 5.0
         busy[0] = False
         monkeypatch.setattr(collector, "_last_big_input", float("-inf"))  # (put back after the test)
-        note_big_input()  # a big body is being read: not quiet yet
+        await asyncio.create_task(_read_big_body())  # a big body was read, by a request now answered
         pacing._on_timer()
         assert not pacing.quiet_point() and pacing.collections == 1
         monkeypatch.setattr(collector, "_last_big_input", collector._last_big_input - 1000.0)  # long ago
@@ -173,3 +180,57 @@ async def test_the_worker_counts_as_busy_while_a_prompts_data_is_being_taken_apa
     assert not worker.collector.busy()
     queue.running = object()
     assert worker.collector.busy()
+
+
+class Walked:
+    """Objects of a type of their own, kept in the oldest generation for a full pass to walk."""
+
+
+async def test_a_quiet_point_pass_reports_what_it_walked(caplog):
+    clock = Clock()
+    pacing = CollectorPacing(lambda: False, min_interval_s=0.0, min_young_passes=0, clock=clock)
+    pacing.start()
+    try:
+        kept = [Walked() for _ in range(3000)]
+        watch = _garbage_cycle_in_the_oldest_generation()
+        _young_passes(2)  # `kept` reaches the oldest generation too
+        with caplog.at_level("DEBUG", logger="web.collector"):
+            assert pacing.quiet_point()
+        assert watch() is None
+        last = pacing.last_pass
+        assert last is not None and last.walked >= len(kept) and last.unreachable >= 2 and last.seconds >= 0
+        assert "most walked: " in caplog.text  # at DEBUG, the types most walked are named
+        assert collector._kinds([*kept[:3], [], Walked()]) == "Walked x 4, list x 1"
+        del kept
+    finally:
+        pacing.stop()
+
+
+async def test_no_pass_walks_a_big_body_while_its_request_is_handled_however_long(monkeypatch):
+    clock = Clock()
+    pacing = CollectorPacing(lambda: False, min_interval_s=1.0, min_young_passes=0, idle_check_s=15.0,
+                             max_defer_s=120.0, clock=clock)
+    pacing.start()
+    handled = asyncio.Event()
+    request = asyncio.create_task(_read_big_body(handled))
+    try:
+        await asyncio.sleep(0)  # the body is read; parsing, validation and storage go on
+        monkeypatch.setattr(collector, "_last_big_input", collector._last_big_input - 60.0)  # read 60 s ago
+        clock.now += 60.0
+        assert collector.big_input_in_hand()
+        pacing._on_timer()
+        assert not pacing.quiet_point() and pacing.collections == 0  # still in the request's hands
+        clock.now += 60.0  # max_defer_s since the last pass: a request that never ends holds no longer
+        assert pacing.quiet_point() and pacing.collections == 1
+        clock.now += 10.0
+        _grow_and_promote = _grow()
+        _young_passes(2)
+        assert not pacing.quiet_point()
+        handled.set()
+        await request  # answered: the body is the queue's (or garbage) now
+        assert not collector.big_input_in_hand()
+        assert pacing.quiet_point() and pacing.collections == 2
+        del _grow_and_promote
+    finally:
+        handled.set()
+        pacing.stop()

@@ -3,6 +3,7 @@ the Ray dispatcher writes history in a worker thread, as the embedded worker doe
 JSON string is decoded in bounded pieces."""
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from types import SimpleNamespace
@@ -151,3 +152,73 @@ async def test_a_big_body_holds_off_timed_full_collections_from_before_it_is_rea
     request = make_mocked_request("POST", "/prompt", headers={"Content-Length": str(len(body))}, payload=Payload())
     assert (await read_json(request)) == json.loads(body)
     assert noted_before_reading and noted_before_reading[0]
+
+
+def _dispatcher(tmp_path, monkeypatch):
+    from web.ray_backend.dispatcher import RayDispatcher
+
+    store = PromptStore.open(tmp_path)
+    queue = PromptQueue(store)
+    hub = WebSocketHub(lambda: {"exec_info": {"queue_remaining": queue.remaining}})
+    state = SimpleNamespace(config=ServerConfig(base_dir=tmp_path, ray=RaySettings(workers=1)), env=None,
+                            queue=queue, hub=hub, store=store)
+    dispatcher = RayDispatcher(state)
+
+    async def streamed(item, slot, run):
+        return RunResult("success", {}, {}, [["execution_success", {}]])
+
+    monkeypatch.setattr(dispatcher, "_stream_while_ray_lives", streamed)
+    return dispatcher, queue, store
+
+
+def _chain_prompt(n: int) -> dict:
+    return {str(i): {"class_type": "X", "inputs": {"value": [str(i - 1), 0]} if i > 1 else {}}
+            for i in range(1, n + 1)}
+
+
+async def test_the_ray_dispatcher_frees_an_ended_prompts_data_in_pieces_off_the_loop(tmp_path, monkeypatch):
+    from web.ray_backend import dispatcher as dispatcher_module
+    from web.ray_backend.placement import READY, WorkerSlot
+
+    dispatcher, queue, store = _dispatcher(tmp_path, monkeypatch)
+    threads: list[int] = []
+    quiet_after: list[bool] = []
+    release = dispatcher_module.release_in_pieces
+
+    def recording_release(holder):
+        threads.append(threading.get_ident())
+        return release(holder)
+
+    monkeypatch.setattr(dispatcher_module, "release_in_pieces", recording_release)
+    monkeypatch.setattr(dispatcher.collector, "quiet_point", lambda: quiet_after.append(bool(threads)))
+    queue.put(QueueItem(number=1, prompt_id="p1", prompt=_chain_prompt(40), extra_data={"extra_pnginfo": {}},
+                        outputs=["40"]))
+    try:
+        await dispatcher._guarded(await queue.get(), WorkerSlot(0, state=READY))  # no reference kept here
+        assert len(dispatcher.releasing) == 1 and dispatcher.collector.busy()  # freeing: no timed pass
+        taken = await next(iter(dispatcher.releasing))
+        assert threads and threads[0] != threading.get_ident()
+        assert taken >= 2 * 40  # every node's dict and its inputs dict: nothing else held them
+        await asyncio.sleep(0)  # the done callback
+        assert quiet_after == [True] and not dispatcher.releasing and not dispatcher.collector.busy()
+    finally:
+        store.close()
+
+
+async def test_the_ray_dispatcher_keeps_a_requeued_prompts_data(tmp_path, monkeypatch):
+    from web.ray_backend.placement import READY, WorkerSlot
+
+    dispatcher, queue, store = _dispatcher(tmp_path, monkeypatch)
+
+    async def lost(item, slot):  # the worker died: the prompt is queued again, to run later
+        queue.requeue(item.prompt_id)
+
+    monkeypatch.setattr(dispatcher, "run_item", lost)
+    prompt = _chain_prompt(5)
+    queue.put(QueueItem(number=1, prompt_id="p1", prompt=prompt, extra_data={}, outputs=["5"]))
+    try:
+        await dispatcher._guarded(await queue.get(), WorkerSlot(0, state=READY))
+        assert not dispatcher.releasing and prompt == _chain_prompt(5)
+        assert (await queue.get()).prompt is prompt
+    finally:
+        store.close()

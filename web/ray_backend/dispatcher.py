@@ -33,7 +33,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from graph.events import EXECUTED, Event
 from graph.progress import ProgressPacing
-from web.collector import CollectorPacing
+from web.collector import CollectorPacing, release_in_pieces
 from web.prompt_routing import PromptRouting
 from web.ray_backend import cluster
 from web.prompt_run import PromptRun, RunResult
@@ -83,8 +83,11 @@ class RayDispatcher(PromptRouting):
         self._requeues: dict[str, int] = {}
         self._changed = asyncio.Event()  # a worker became free, ready or dead
         self.worker_config = self._worker_config()
-        # full collections after a prompt is stored, not in the middle of one (as the embedded worker)
-        self.collector = CollectorPacing(lambda: bool(self._runs))
+        # ended prompts' data being taken apart in worker threads (tests wait for them)
+        self.releasing: set[asyncio.Future] = set()
+        # full collections after a prompt is stored, not in the middle of one (as the embedded
+        # worker); a prompt's data being freed counts as busy: a timed pass would walk it
+        self.collector = CollectorPacing(lambda: bool(self._runs) or bool(self.releasing))
 
     def _worker_config(self) -> Any:
         config, env = self.state.config, self.state.env
@@ -303,6 +306,7 @@ class RayDispatcher(PromptRouting):
             slot.busy = item.prompt_id
             task = asyncio.get_running_loop().create_task(self._guarded(item, slot), name=f"ray-{item.prompt_id}")
             self._runs[item.prompt_id] = task
+            item = None  # the run holds it; once it ends its data is freed in pieces (`_release`)
 
     async def _until_ray_gone(self, awaitable: Any) -> asyncio.Future:
         """Await `awaitable` as a task until it ends or Ray goes away, whichever comes first;
@@ -350,6 +354,24 @@ class RayDispatcher(PromptRouting):
             if slot.busy == item.prompt_id:
                 slot.busy = None
             self._changed.set()
+            if not self.queue.contains(item.prompt_id):  # ended, not queued again
+                # its data goes in a worker thread and in pieces (freeing a 100 000-node prompt at
+                # once held the event loop), then a full pass if one is due (web/worker.py)
+                leftovers = [item.prompt, item.extra_data]
+                item = None  # type: ignore[assignment]  # this frame's reference goes too
+                self._release(leftovers)
+
+    def _release(self, leftovers: list) -> None:
+        released = asyncio.get_running_loop().run_in_executor(None, release_in_pieces, leftovers)
+        self.releasing.add(released)
+
+        def then(future: asyncio.Future) -> None:
+            self.releasing.discard(future)
+            if not future.cancelled() and future.exception() is not None:
+                log.error("freeing a prompt's data failed", exc_info=future.exception())
+            self.collector.quiet_point()
+
+        released.add_done_callback(then)
 
     # -- one prompt --------------------------------------------------------------------------
     async def run_item(self, item: QueueItem, slot: WorkerSlot) -> None:
@@ -401,7 +423,6 @@ class RayDispatcher(PromptRouting):
         # entry is megabytes, which held the event loop (issue 34)
         await run.finish_async(result, self.store, self.queue)
         hub.end_prompt(pid)
-        self.collector.quiet_point()
 
     async def _stream_while_ray_lives(self, item: QueueItem, slot: WorkerSlot, run: PromptRun) -> RunResult:
         """`_stream`, given up with `RayGoneError` when Ray goes away meanwhile (a stream from a
