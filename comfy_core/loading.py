@@ -154,11 +154,16 @@ def warn_if_emulated_bf16(dtype: torch.dtype, device: str | torch.device) -> boo
 
 
 def stored_dtype(tensors: Mapping[str, Any], prefix: str) -> torch.dtype | None:
-    """The dtype most tensors under `prefix` are stored in, or None (header only)."""
+    """The dtype most of the values under `prefix` are stored in, or None (header only). Counted by
+    elements, as today's ComfyUI's `comfy.utils.weight_dtype`: an fp8 file whose many small
+    biases and norms stay bf16 (Qwen-Image, Z-Image) is an fp8 file, not a bf16 one."""
     counts: dict[str, int] = {}
     for name, info in tensors.items():
         if name.startswith(prefix):
-            counts[str(info.dtype)] = counts.get(str(info.dtype), 0) + 1
+            numel = 1
+            for size in info.shape:
+                numel *= int(size)
+            counts[str(info.dtype)] = counts.get(str(info.dtype), 0) + numel
     if not counts:
         return None
     return TORCH_DTYPES.get(max(counts, key=counts.get))
@@ -260,6 +265,9 @@ def _load_vae(checkpoint: CheckpointFile, family: Family, vae: AutoencoderKL, op
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
 
 
+TOKENIZER_ROOT = "text_encoders."
+
+
 def _clip_configs(checkpoint: CheckpointFile, family: Family) -> list[Any]:
     """The text encoders' configs from the header (under the family's prefixes); a typed error
     when they are malformed. A file without its text encoders (SD3.5 and Flux diffusion-model
@@ -282,9 +290,13 @@ def _load_clip(checkpoint: CheckpointFile, family: Family, configs: list[ClipTex
     # build_clip builds its encoders on meta before it reads a tensor: the first read waits for
     # `reading`; keys outside the requests (none today) would be read on access.
     state = LazyStateDict(checkpoint, dtype, pending=reading)
+    # ComfyUI's `tokenizer_data`: a tokenizer the file carries, saved by ComfyUI's CLIP.get_sd under
+    # the text encoders' root (`text_encoders.spiece_model`: Lumina 2's Gemma SentencePiece model).
+    carried = TOKENIZER_ROOT + "spiece_model"
+    tokenizer_data = {"spiece_model": checkpoint.read(carried, None)} if carried in checkpoint.tensors else {}
     try:
         return build_clip(configs, state, dtype, load_device=options.device, offload_device="cpu",
-                          spec=family.text_encoders)
+                          spec=family.text_encoders, tokenizer_data=tokenizer_data)
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
 

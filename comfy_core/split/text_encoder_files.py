@@ -23,6 +23,14 @@ Z-Image (CLIPLoader type "lumina2"), kept in the file's dtype as ComfyUI keeps i
 Qwen2.5-VL files (biased `model.layers.N.self_attn.k_proj`, no q_norm, with `visual.*`: ComfyUI's
 `qwen_2.5_vl_7b*.safetensors`) are a Qwen2.5-VL tower (`comfy_core.text_encoders.qwen25vl`), slot
 `qwen25_7b` for Qwen-Image (CLIPLoader type "qwen_image"), kept in the file's dtype too.
+Gemma 2 files (`model.layers.N.post_feedforward_layernorm.weight`, no q_norm: ComfyUI's
+`gemma_2_2b_fp16.safetensors`) are a Gemma 2 tower (`comfy_core.text_encoders.gemma`), slot
+`gemma2_2b` for Lumina 2 (CLIPLoader type "lumina2", which a Qwen3-4B file under the same type
+turns into Z-Image's set), its tokenizer the file's own `spiece_model` as for umT5.
+Mistral Small 3 files (the Llama layout, told apart from Llama 3.1 by their `tekken_model` tensor,
+5120 width or 131072-token table: ComfyUI's `mistral_3_small_flux2_*.safetensors`) are a Mistral
+tower (`comfy_core.text_encoders.mistral`), slot `mistral3_24b` for Flux.2 dev (CLIPLoader type
+"flux2"), its tokenizer the file's own `tekken_model` (`tekken_tokenizer.py`).
 """
 from __future__ import annotations
 
@@ -43,7 +51,11 @@ from comfy_core.loading import LoadOptions
 from comfy_core.split.clip_types import ClipFilesError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
 from comfy_core.families import FamilyRegistry, default_registry
+from comfy_core.text_encoders.gemma import GemmaConfig
+from comfy_core.text_encoders.gemma_tokenizer import MissingGemmaTokenizerError
 from comfy_core.text_encoders.llama import LlamaConfig
+from comfy_core.text_encoders.mistral import MistralConfig
+from comfy_core.text_encoders.tekken_tokenizer import TEKKEN_KEY, MissingTekkenError
 from comfy_core.text_encoders.qwen3 import Qwen3Config
 from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
 from comfy_core.text_encoders.t5_config import T5Config
@@ -60,7 +72,7 @@ H_LAYER = 22
 SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL",
               "umt5xxl": "umT5-XXL", "qwen3_06b": "Qwen3-0.6B", "qwen3_2b": "Qwen3-2B", "qwen3_4b": "Qwen3-4B",
               "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B",
-              "llama": "Llama-3.1-8B"}
+              "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "gemma2_2b": "Gemma-2-2B"}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
 _OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
@@ -104,8 +116,10 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         t5 = T5Config.detect_from_weights(tensors, "")
         qwen3 = Qwen3Config.detect_from_weights(tensors, "") if t5 is None else None
         qwen25 = Qwen25VLConfig.detect_from_weights(tensors, "") if t5 is None and qwen3 is None else None
-        llama = LlamaConfig.detect_from_weights(tensors, "") if t5 is None and qwen3 is None and qwen25 is None \
-            else None
+        llama = (MistralConfig.detect_from_weights(tensors, "") or LlamaConfig.detect_from_weights(tensors, "")) \
+            if t5 is None and qwen3 is None and qwen25 is None else None  # Mistral first: it is Llama-shaped
+        gemma = GemmaConfig.detect_from_weights(tensors, "") \
+            if t5 is None and qwen3 is None and qwen25 is None and llama is None else None
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
     if t5 is not None:
@@ -116,6 +130,8 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         return qwen25
     if llama is not None:
         return llama
+    if gemma is not None:
+        return gemma
     try:
         if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
             config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")
@@ -129,7 +145,7 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         what = next((kind for key, kind in _OTHER_ENCODERS if key in tensors), None)
         raise ClipFilesError(f"{checkpoint.path}: " + (
             f"holds {what}, which this engine cannot load (only CLIP text encoders: CLIP-L, OpenCLIP-H, "
-            "OpenCLIP-bigG, T5 encoders, Qwen3 and Qwen2.5-VL)" if what else
+            "OpenCLIP-bigG, T5 encoders, Qwen3, Qwen2.5-VL, Llama 3 and Gemma 2)" if what else
             "not a CLIP text encoder (no 'text_model.final_layer_norm.weight' nor OpenCLIP's 'ln_final.weight')"))
     slot = slot_for_depth(config.layers)
     config = dataclasses.replace(config, slot=slot, activation="quick_gelu" if slot == "clip_l" else "gelu")
@@ -185,6 +201,16 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                     tokenizer_data[SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)
                 elif SPIECE_KEY not in given:
                     raise MissingTokenizerError(str(checkpoint.path))
+            if isinstance(config, MistralConfig):
+                if TEKKEN_KEY in checkpoint.tensors:
+                    tokenizer_data[TEKKEN_KEY] = checkpoint.read(TEKKEN_KEY, None)
+                elif TEKKEN_KEY not in given:
+                    raise MissingTekkenError(str(checkpoint.path))
+            if isinstance(config, GemmaConfig):
+                if SPIECE_KEY in checkpoint.tensors:
+                    tokenizer_data[SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)
+                elif SPIECE_KEY not in given:
+                    raise MissingGemmaTokenizerError(str(checkpoint.path))
         encoders = {}
         for checkpoint, config in zip(files, configs):
             # fp8 T5 and Qwen3 towers are read as stored (towers.reads_as_stored); the rest in the policy's dtype.

@@ -83,15 +83,18 @@ def make_tokenizer(configs: Sequence[ClipTextConfig], clip_tokenizer: ClipTokeni
 def build_clip(configs: Sequence[ClipTextConfig], state_dict: Mapping[str, torch.Tensor],
                dtype: torch.dtype = torch.float32, *, clip_tokenizer: ClipTokenizer | None = None,
                load_device: torch.device | str | None = None,
-               offload_device: torch.device | str | None = None, spec: EncoderSetSpec) -> CLIP:
+               offload_device: torch.device | str | None = None, spec: EncoderSetSpec,
+               tokenizer_data: Mapping[str, Any] | None = None) -> CLIP:
     """Build the encoders described by `configs` from `state_dict` and wrap them in a CLIP object.
 
     Modules are created on the meta device and loaded with `assign=True`; tensors already in
     `dtype` are used without copying. `clip_tokenizer` may be shared between CLIP objects
-    (building one takes about 0.1 s).
+    (building one takes about 0.1 s). `tokenizer_data`: ComfyUI's, a tokenizer the file carries
+    (a single file's `text_encoders.spiece_model` for Lumina 2's Gemma).
     """
     if not configs:
         raise TextEncoderDetectionError("build_clip: no text encoder configs given (the checkpoint has no text encoder)")
     encoders = {c.slot: build_tower(c, state_dict, dtype) for c in configs}
     module = TextEncoderSet(spec, encoders)
-    return CLIP.from_encoders(module, make_tokenizer(configs, clip_tokenizer, spec=spec), load_device, offload_device)
+    tokenizer = make_tokenizer(configs, clip_tokenizer, spec=spec, tokenizer_data=tokenizer_data)
+    return CLIP.from_encoders(module, tokenizer, load_device, offload_device)

@@ -29,16 +29,22 @@ KIND_UMT5 = "umt5"
 KIND_QWEN3 = "qwen3"
 KIND_QWEN25VL = "qwen25vl"
 KIND_LLAMA = "llama"  # Llama 3 decoders used as encoders (HiDream's Llama 3.1 8B): llama.py, llama_tokenizer.py
+KIND_MISTRAL = "mistral"  # Mistral Small 3 (Flux.2 dev's encoder): mistral.py, tekken_tokenizer.py
+KIND_GEMMA2 = "gemma2"  # Gemma 2 decoders used as encoders (Lumina 2's Gemma 2 2B): gemma.py, gemma_tokenizer.py
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
-    if options.kind in (KIND_QWEN3, KIND_QWEN25VL, KIND_LLAMA):
+    if options.kind in (KIND_QWEN3, KIND_QWEN25VL, KIND_LLAMA, KIND_GEMMA2, KIND_MISTRAL):
         if options.kind == KIND_QWEN3:
             from comfy_core.text_encoders.qwen3 import Qwen3Config as LLMConfig
         elif options.kind == KIND_LLAMA:
             from comfy_core.text_encoders.llama import LlamaConfig as LLMConfig
+        elif options.kind == KIND_MISTRAL:
+            from comfy_core.text_encoders.mistral import MistralConfig as LLMConfig
+        elif options.kind == KIND_GEMMA2:
+            from comfy_core.text_encoders.gemma import GemmaConfig as LLMConfig
         else:
             from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig as LLMConfig
 
@@ -67,11 +73,13 @@ def reads_as_stored(config: Any) -> bool:
     """Whether a loader reads this tower's tensors as the file stores them, without a cast (see
     `build_tower`): Qwen3 always (ComfyUI's `dtype_llama`, the file's dtype), T5 / umT5 when the
     file holds fp8 or scaled-fp8 weights. One rule for checkpoints and text-encoder files alike."""
+    from comfy_core.text_encoders.gemma import GemmaConfig
     from comfy_core.text_encoders.llama import LlamaConfig
     from comfy_core.text_encoders.qwen3 import Qwen3Config
     from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
 
-    return isinstance(config, (Qwen3Config, Qwen25VLConfig, LlamaConfig)) or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
+    return isinstance(config, (Qwen3Config, Qwen25VLConfig, LlamaConfig, GemmaConfig)) \
+        or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
 
 
 def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Any:
@@ -86,8 +94,16 @@ def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torc
 
     if isinstance(config, Qwen3Config):
         return build_qwen3_encoder(config, state_dict, None)
+    from comfy_core.text_encoders.mistral import MistralConfig, build_mistral_encoder
+
+    if isinstance(config, MistralConfig):  # before Llama: a MistralConfig is a LlamaConfig
+        return build_mistral_encoder(config, state_dict, None)
     if isinstance(config, LlamaConfig):
         return build_llama_encoder(config, state_dict, None)
+    from comfy_core.text_encoders.gemma import GemmaConfig, build_gemma_encoder
+
+    if isinstance(config, GemmaConfig):
+        return build_gemma_encoder(config, state_dict, None)
     if isinstance(config, Qwen25VLConfig):
         return build_qwen25vl_encoder(config, state_dict, None)
     if isinstance(config, T5Config):
@@ -119,6 +135,17 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
 
         return LlamaTokenizer(options.token_key, config.width, min_length=options.min_length,
                               pad_token=options.pad_token)
+    if options.kind == KIND_MISTRAL:
+        from comfy_core.text_encoders.tekken_tokenizer import mistral_tokenizer
+
+        return mistral_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
+                                 pad_token=options.pad_token, source=f"the {options.slot} text encoder")
+    if options.kind == KIND_GEMMA2:
+        from comfy_core.text_encoders.gemma_tokenizer import gemma_tokenizer
+
+        return gemma_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
+                               pad_token=options.pad_token, embedding_key=options.token_key,
+                               source=f"the {options.slot} text encoder")
     if options.kind == KIND_UMT5:
         from comfy_core.text_encoders.umt5_tokenizer import umt5_tokenizer
 

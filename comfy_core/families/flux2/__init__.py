@@ -154,5 +154,7 @@ def flux2_family(name: str, display_name: str, guidance: bool, text_encoders: An
 
 
 def definition() -> Family:
-    """FLUX.2 dev (its Mistral Small 3 encoder set is not built here: no Mistral tokenizer data)."""
-    return flux2_family("flux2", "Flux.2 dev", guidance=True)
+    """FLUX.2 dev: its Mistral Small 3 encoder set (clip.py; the tokenizer is the file's tekken data)."""
+    from comfy_core.families.flux2.clip import DEV_TEXT_ENCODERS
+
+    return flux2_family("flux2", "Flux.2 dev", guidance=True, text_encoders=DEV_TEXT_ENCODERS)

@@ -13,6 +13,16 @@ Encoding: the outputs of blocks 9, 18 and 27 (0-based; no final norm) for every 
 attention mask (1 up to the first pad), stacked per token: `[1, T, 3 * width]` (block 9's states
 first), the token mask as `attention_mask`, no pooled output. Clip skip does not apply (ComfyUI's
 stacking needs the three layers).
+
+FLUX.2 dev's set (ComfyUI's `Flux2Tokenizer`, `Mistral3Tokenizer`, `Mistral3_24BModel`,
+`Flux2TEModel`, `flux2_te`): one Mistral Small 3 tower (`mistral3_24b`, 5120 wide;
+`comfy_core.text_encoders.mistral`), its tokenizer the file's own tekken data
+(`comfy_core.text_encoders.tekken_tokenizer`). Tokenizing: the prompt in ComfyUI's template
+`[SYSTEM_PROMPT]<system text>[/SYSTEM_PROMPT][INST]{prompt}[/INST]` (a `llama_template` keyword
+replaces it), `<s>` (1) in front, prompt weights disabled, no end token, padded on the left with
+`<pad>` (11) to `min_length` 1 (so not at all for one prompt). Encoding: ComfyUI's layers 10, 20, 30
+(the inputs of those blocks) stacked per token, `[1, T, 3 * 5120]`, the token mask as
+`attention_mask`; the model front-pads the states with zeros to 512 tokens (`Flux2Conditions`).
 """
 from __future__ import annotations
 
@@ -22,8 +32,10 @@ import torch
 
 from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.errors import TokenizeError
+from comfy_core.text_encoders.mistral import MISTRAL_SLOT, MISTRAL_WIDTH, MistralTextEncoder
 from comfy_core.text_encoders.qwen3 import QWEN3_4B_SLOT, attention_bias, rotary_tables, token_mask
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
+from comfy_core.text_encoders.tekken_tokenizer import MISTRAL_PAD_ID
 from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
 from comfy_core.text_encoders.token_chunks import chunks_to_ids
 
@@ -31,6 +43,9 @@ QWEN3_8B_SLOT = "qwen3_8b"
 KLEIN_LAYERS = (9, 18, 27)
 KLEIN_MIN_LENGTH = 512
 LLAMA_TEMPLATE = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+MISTRAL_TEMPLATE = ("[SYSTEM_PROMPT]You are an AI that reasons about image descriptions. You give structured "
+                    "responses focusing on object relationships, object\nattribution and actions without "
+                    "speculation.[/SYSTEM_PROMPT][INST]{}[/INST]")
 
 
 class KleinTokenizer(FamilyTokenizer):
@@ -87,7 +102,10 @@ class Flux2TEModel(TextEncoderSet):
         rows = [[pair[0] for pair in chunk] for chunk in chunks]
         tower = self.encoder(slot)
         with torch.no_grad():
-            states, mask = stacked_states(tower, rows)
+            if isinstance(tower, MistralTextEncoder):  # dev: ComfyUI's layers 10 / 20 / 30
+                states, mask = tower.stacked_states(rows)
+            else:
+                states, mask = stacked_states(tower, rows)
         cond = states.reshape(1, -1, states.shape[-1])  # chunks one after another: [1, n*T, 3W]
         return cond, None, {"attention_mask": mask.reshape(1, -1).to(cond.device)}
 
@@ -101,3 +119,23 @@ def _options(slot: str, width: int) -> EncoderOptions:
 KLEIN_TEXT_ENCODERS = EncoderSetSpec(
     "flux2_klein", (_options(QWEN3_4B_SLOT, 2560), _options(QWEN3_8B_SLOT, 4096)), QWEN3_4B_SLOT,
     set_class=Flux2TEModel, tokenizer_class=KleinTokenizer, clip_types=("flux2",), partial=True)
+
+
+class Flux2Tokenizer(FamilyTokenizer):
+    """FLUX.2 dev's tokenizer (ComfyUI's `Flux2Tokenizer`: tokens under "mistral3_24b"): the
+    system-prompt template around the prompt, weights disabled."""
+
+    llama_template = MISTRAL_TEMPLATE
+
+    def tokenize_with_weights(self, text: str, return_word_ids: bool = False, llama_template: str | None = None,
+                              **kwargs: Any) -> dict[str, list]:
+        text = (self.llama_template if llama_template is None else llama_template).format(text)
+        kwargs["disable_weights"] = True
+        return super().tokenize_with_weights(text, return_word_ids, **kwargs)
+
+
+DEV_TEXT_ENCODERS = EncoderSetSpec(
+    "flux2_dev", (EncoderOptions(MISTRAL_SLOT, MISTRAL_SLOT, MISTRAL_PAD_ID, None, False, projected_pooled=False,
+                                 prefixes=(f"text_encoders.{MISTRAL_SLOT}.transformer.",), kind="mistral",
+                                 nominal_width=MISTRAL_WIDTH, min_length=1),),
+    MISTRAL_SLOT, set_class=Flux2TEModel, tokenizer_class=Flux2Tokenizer, clip_types=("flux2",))

@@ -15,9 +15,8 @@ As today's ComfyUI's `supported_models.Lumina2` / `model_base.Lumina2` have it:
   axis lengths 300 / 512 / 512, base 10000, timestep scale 1; SiLU before each modulation linear
   (`adaLN_modulation.1`), the timestep embedding min(width, 1024) wide.
 
-The Gemma 2 2B text encoder (CLIPLoader type "lumina2" with a Gemma file) is not built here: the
-family declares no encoder set, so its diffusion model loads alone (UNETLoader) or from a single
-file without its CLIP. NewBie (a pooled-text projection) and OmniGen2 are other networks.
+The text encoder is Gemma 2 2B (clip.py: CLIPLoader type "lumina2" with a Gemma file; a Qwen3-4B
+file under that type is Z-Image's set). NewBie (a pooled-text projection) and OmniGen2 are other networks.
 
 Files: ComfyUI's (and Alpha-VLLM's) names under `model.diffusion_model.` in single files (the VAE
 under `vae.`), bare in split files, or diffusers' `Lumina2Transformer2DModel` names (converted,
@@ -34,6 +33,7 @@ from comfy_core.checkpoint.keys import vae_attention_linear_to_conv
 from comfy_core.families.architecture import Architecture
 from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.flux.latent_format import flux_latent_format
+from comfy_core.families.lumina2.clip import LUMINA2_TEXT_ENCODERS
 from comfy_core.families.zimage import CAP_EMBEDDER, COMFY_MARKER, NextDiTConditions, nextdit_errors, nextdit_facts
 from comfy_core.families.zimage import supported_models
 
@@ -101,7 +101,7 @@ def definition() -> Family:
         conditioning=NextDiTConditions(),
         key_conversions=(vae_attention_linear_to_conv(),),
         architecture=lumina2_architecture(),
-        text_encoders=None,  # Gemma 2 2B: not built yet (see the module docstring)
+        text_encoders=LUMINA2_TEXT_ENCODERS,  # Gemma 2 2B (clip.py)
         inference_dtypes=("bf16", "fp32"),  # ComfyUI's supported_models.Lumina2
         supported_model=supported_models.Lumina2,
         comfy_model_class="Lumina2",
