@@ -188,12 +188,27 @@ def checkpoint_loader_typed(ckpt_name: str, weight_dtype: str = "default",
     return loaded
 
 
+PIXEL_SPACE = "pixel_space"  # today's ComfyUI's VAELoader choice with no file (comfy_core/models/pixel_space_vae.py)
+
+
+def _vae_names(env: Any = None) -> list[str]:
+    return [*_files("vae")(env), PIXEL_SPACE]
+
+
 @node("VAELoader", category="loaders", display_name="Load VAE",
-      inputs=[Combo("vae_name", _files("vae"))], outputs=[Output("VAE")])
+      inputs=[Combo("vae_name", _vae_names)], outputs=[Output("VAE")])
 def vae_loader(vae_name: str) -> tuple[Any]:
     from comfy_core.loading import load_vae
 
-    vae = load_vae(_path("vae", vae_name, "vae_name"), _options())
+    if vae_name == PIXEL_SPACE:
+        from comfy_core.models.pixel_space_vae import MARKER
+
+        import torch
+
+        source: Any = {MARKER: torch.tensor(1.0)}
+    else:
+        source = _path("vae", vae_name, "vae_name")
+    vae = load_vae(source, _options())
     _default_attention(vae=vae)
     _track(vae)
     return (vae,)
@@ -213,11 +228,15 @@ DUAL_CLIP_LOADER_DESCRIPTION = (
 DIFFUSERS_INDEX = "model_index.json"
 
 
-# ComfyUI's type lists (equal to comfy_core.split.clip_types', which imports torch through the
-# text-encoder package; rendering /object_info must not).
+# Today's ComfyUI's type lists (0.3.64's first, then the types added since; equal to
+# comfy_core.split.clip_types', which imports torch through the text-encoder package; rendering
+# /object_info must not). A type whose encoders are not built here is refused when loading.
 CLIP_LOADER_TYPES = ["stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos",
-                     "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image"]
-DUAL_CLIP_LOADER_TYPES = ["sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image"]
+                     "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image",
+                     "flux2", "ovis", "longcat_image", "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2",
+                     "joyimage", "mage", "minimax"]
+DUAL_CLIP_LOADER_TYPES = ["sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image", "hunyuan_video_15",
+                          "kandinsky5", "kandinsky5_image", "ltxv", "newbie", "ace"]
 
 
 def _unet_dtype(weight_dtype: str) -> tuple[Any, bool]:

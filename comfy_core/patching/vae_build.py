@@ -27,6 +27,7 @@ from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.models.flux2_vae import MARKER as FLUX2_MARKER, Flux2AutoencoderKL
+from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
 from comfy_core.models.wan_vae import WanVAE
@@ -73,6 +74,8 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
 
     Raises `CheckpointError` subclasses naming the file (`<state dict>` for a mapping):
     `MissingComponentError` when it holds no VAE, `ShapeMismatchError` when it is malformed."""
+    if isinstance(source, Mapping) and set(source) == {PIXEL_SPACE_MARKER}:
+        return PixelSpaceVAE().eval()  # ComfyUI's marker-only state dict: no network
     with CheckpointFile(source, metadata=metadata) as file:
         wan = wan_vae_view(file)
         if wan is not None:

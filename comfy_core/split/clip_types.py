@@ -19,12 +19,14 @@ from typing import Any, Sequence
 
 from comfy_core.text_encoders.errors import TextEncoderError
 
-# ComfyUI's lists, in its order (object_info).
+# Today's ComfyUI's lists, in its order (object_info): 0.3.64's types first, then those added since.
 CLIP_LOADER_TYPES: tuple[str, ...] = (
     "stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos", "lumina2",
-    "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image")
-DUAL_CLIP_LOADER_TYPES: tuple[str, ...] = ("sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image")
-
+    "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image", "flux2", "ovis", "longcat_image",
+    "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2", "joyimage", "mage", "minimax")
+DUAL_CLIP_LOADER_TYPES: tuple[str, ...] = ("sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image",
+                                           "hunyuan_video_15", "kandinsky5", "kandinsky5_image", "ltxv", "newbie",
+                                           "ace")
 TRIPLE_CLIP_LOADER_TYPES: tuple[str, ...] = ("sd3",)  # TripleCLIPLoader has no type input: SD3's set
 
 # type -> what ComfyUI builds for it (its loaders' recipes), for the error message.
@@ -41,6 +43,12 @@ NEEDS: dict[str, str] = {
     "omnigen2": "the OmniGen2 family (a Qwen2.5-VL 3B text encoder)",
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
     "hunyuan_video": "the HunyuanVideo family (CLIP-L with a Llama text encoder)",
+    # types today's ComfyUI added since 0.3.64, for families not built here yet
+    **{name: f"the {family} family and its text encoders" for name, family in (
+        ("ovis", "Ovis-Image"), ("longcat_image", "LongCat-Image"), ("cogvideox", "CogVideoX"), ("lens", "Lens"),
+        ("pixeldit", "PixelDiT"), ("ideogram4", "Ideogram 4"), ("boogu", "Boogu"), ("krea2", "Krea 2"),
+        ("joyimage", "JoyImage"), ("mage", "Mage"), ("minimax", "MiniMax"), ("hunyuan_video_15", "HunyuanVideo 1.5"),
+        ("kandinsky5", "Kandinsky 5"), ("kandinsky5_image", "Kandinsky 5 image"), ("newbie", "NewBie"))},
 }
 
 

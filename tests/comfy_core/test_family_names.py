@@ -29,7 +29,7 @@ ALLOWED_LITERALS: dict[tuple[str, str], str] = {
     # "chroma", "wan", "lumina2" there are ComfyUI's loader types, not our families; which types a
     # family answers is its `EncoderSetSpec.clip_types`.
     **{("split/clip_types.py", name): "ComfyUI's loader types"
-       for name in ("sd3", "sdxl", "flux", "chroma", "wan", "lumina2", "qwen_image", "hidream")},
+       for name in ("sd3", "sdxl", "flux", "chroma", "wan", "lumina2", "qwen_image", "hidream", "flux2")},
     # The ADM names a caller may pass to `DiffusionModel(adm="sdxl")` (tests/comfy_core/
     # test_unet_parity.py does): resolved in models/ (layer 4 in docs/dev/layers.md, below the
     # families), so the conditioning classes they name cannot move into the family packages until

@@ -66,5 +66,6 @@ def test_clip_text_encode_stacks_blocks_9_18_27(clip, env, state):
     with torch.no_grad():
         hidden = reference(input_ids=torch.tensor([ids]), attention_mask=mask,
                            output_hidden_states=True).hidden_states
-    expected = torch.cat([hidden[10], hidden[19], hidden[28]], dim=-1)
+    # ComfyUI's intermediate layer i is the input of block i: transformers' hidden_states[i].
+    expected = torch.cat([hidden[9], hidden[18], hidden[27]], dim=-1)
     torch.testing.assert_close(cond[:, :real], expected[:, :real], atol=1e-5, rtol=1e-5)

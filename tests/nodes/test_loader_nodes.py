@@ -29,7 +29,7 @@ def env(tmp_path, tiny_sd1_ckpt):
 
 def test_combos_list_the_folders(env):
     assert spec_of(checkpoint_loader_simple).input("ckpt_name").combo_values(env) == ["sub/tiny.safetensors"]
-    assert spec_of(vae_loader).input("vae_name").combo_values(env) == ["from_ckpt.safetensors"]
+    assert spec_of(vae_loader).input("vae_name").combo_values(env) == ["from_ckpt.safetensors", "pixel_space"]
     spec = spec_of(checkpoint_loader_simple)
     assert [o.type for o in spec.outputs] == ["MODEL", "CLIP", "VAE"] and spec.category == "loaders"
 
@@ -49,6 +49,20 @@ def test_typed_loader_options(env):
 def test_vae_loader_reads_a_checkpoint_vae(env):
     (vae,) = vae_loader("from_ckpt.safetensors")
     assert vae.model.latent_channels == 4
+
+
+def test_pixel_space_vae_is_the_image_itself(env):
+    # Today's ComfyUI's VAELoader choice with no file (Chroma Radiance): latent = 2 * image - 1.
+    (vae,) = vae_loader("pixel_space")
+    image = torch.rand(2, 8, 6, 4)  # an alpha channel is dropped, as every VAE drops it
+    latent = vae.encode(image)
+    assert latent.shape == (2, 3, 8, 6) and vae.downscale_ratio == 1 and vae.latent_channels == 3
+    torch.testing.assert_close(latent, image[..., :3].movedim(-1, 1) * 2 - 1)
+    torch.testing.assert_close(vae.decode(latent), image[..., :3])
+    assert vae.decode(torch.full((1, 3, 2, 2), 5.0)).max() == 1.0  # clamped
+    from comfy_core.patching.vae import VaePatcher
+
+    assert VaePatcher(sd={"pixel_space_vae": torch.tensor(1.0)}).latent_channels == 3  # comfy.sd.VAE(sd=...)
 
 
 def test_unknown_name_is_a_typed_error(env):

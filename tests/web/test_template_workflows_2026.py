@@ -51,6 +51,7 @@ pytestmark = pytest.mark.skipif(NEWEST is None, reason="the newest comfyui-workf
 # 2-core development machine, load ~4).
 RUNNING = {
     "basic_datatype_conversion": "1 s: ComfyMathExpression, ComfyNumberConvert, PreviewAny (no model)",
+    "image_chroma1_radiance_text_to_image": "Chroma Radiance in pixel space, VAELoader's 'pixel_space'",
     "basic_mask_operations_and_compositing": "4 s: mask nodes on a loaded image (no model)",
     "utility_image_stitch": "15 s: ImageStitch, ResizeImageMaskNode (no model)",
     "utility_interpolation_image_upscale": "7 s: ResizeImageMaskNode / image scaling (no model)",
@@ -198,9 +199,6 @@ NOT_RUNNING: dict[str, tuple[str, str]] = {
     "image_netayume_lumina_t2i": (
         "Lumina 2's network exists, its Gemma 2 2B text encoder does not (this all-in-one checkpoint holds "
         "it), so the checkpoint has no tiny writer", "'lumina2_checkpoint'"),
-    "image_chroma1_radiance_text_to_image": (
-        "VAELoader here does not offer ComfyUI's built-in 'pixel_space' choice (nodes/loaders.py), which "
-        "Chroma Radiance's pixel-space latents are decoded with", "'pixel_space' not in"),
     "llm_qwen3_text_gen": (
         "CLIPLoader type 'ltxv' with the Qwen3-4B file: ComfyUI builds the Qwen3-4B encoder from the weights "
         "for this type; here the type is refused", "text encoder type 'ltxv' is not supported"),

@@ -9,9 +9,9 @@ Tokenizing: the prompt in Qwen3's chat template with an empty thinking block,
 a system turn before it), prompt weights disabled, padded with `<|endoftext|>` (151643) at the end
 to at least 512 tokens.
 
-Encoding: the outputs of blocks 9, 18 and 27 (0-based; no final norm) for every token, with the
-attention mask (1 up to the first pad), stacked per token: `[1, T, 3 * width]` (block 9's states
-first), the token mask as `attention_mask`, no pooled output. Clip skip does not apply (ComfyUI's
+Encoding: ComfyUI's layers 9, 18 and 27, the inputs of those blocks (0-based; transformers'
+`hidden_states[9 / 18 / 27]`; no final norm) for every token, with the attention mask (1 up to the
+first pad), stacked per token: `[1, T, 3 * width]` (layer 9's states first), the token mask as `attention_mask`, no pooled output. Clip skip does not apply (ComfyUI's
 stacking needs the three layers).
 
 FLUX.2 dev's set (ComfyUI's `Flux2Tokenizer`, `Mistral3Tokenizer`, `Mistral3_24BModel`,
@@ -64,7 +64,8 @@ class KleinTokenizer(FamilyTokenizer):
 
 
 def stacked_states(tower: Any, rows: Sequence[Sequence[Any]], layers: Sequence[int] = KLEIN_LAYERS) -> tuple:
-    """Token rows -> (the outputs of blocks `layers` stacked per token `[B, T, len(layers) * W]`
+    """Token rows -> (the inputs of blocks `layers` (ComfyUI's intermediate layers) stacked per token
+    `[B, T, len(layers) * W]`
     float32, the token mask `[B, T]`), through the Qwen3 tower's own blocks with its causal and
     padding mask; the blocks after the last wanted one are not run."""
     config = tower.config
@@ -80,11 +81,11 @@ def stacked_states(tower: Any, rows: Sequence[Sequence[Any]], layers: Sequence[i
     bias = attention_bias(mask, ids.shape[1], x.device)
     wanted, out = set(layers), {}
     for index, block in enumerate(tower.transformer.model.layers):
-        x = tower._block(block, x, cos, sin, bias)
         if index in wanted:
             out[index] = x.float()
         if len(out) == len(wanted):
             break
+        x = tower._block(block, x, cos, sin, bias)
     return torch.cat([out[i] for i in layers], dim=-1), mask
 
 
