@@ -108,17 +108,9 @@ def prepare_sampling(model: Any, noise_shape: Any, conds: Any, model_options: di
 
 def fix_empty_latent_channels(model: Any, latent_image: torch.Tensor) -> torch.Tensor:
     """An all-zero latent widened to the model's latent channels (ComfyUI's function); others as they are."""
-    import torch
+    from comfy_core.sampling.guider import fit_empty_latent
 
-    from comfy_core.sampling.cond_batch import repeat_to_batch_size
-
-    latent_format = model.get_model_object("latent_format")
-    channels = getattr(latent_format, "latent_channels", None) or getattr(latent_format, "channels", None)
-    if channels is not None and channels != latent_image.shape[1] and torch.count_nonzero(latent_image) == 0:
-        latent_image = repeat_to_batch_size(latent_image.movedim(1, 0), channels).movedim(0, 1)
-    if getattr(latent_format, "latent_dimensions", 2) == 3 and latent_image.ndim == 4:
-        latent_image = latent_image.unsqueeze(2)
-    return latent_image
+    return fit_empty_latent(model.get_model_object("latent_format"), latent_image)
 
 
 def sample_prepare_sampling(model: Any, noise_shape: Any, positive: Any, negative: Any, noise_mask: Any) -> tuple:

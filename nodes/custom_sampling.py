@@ -74,8 +74,12 @@ def sampler_custom(model: Any, add_noise: bool, noise_seed: int, cfg: float, pos
     from comfy_core.sampling.guider import cfg_guider
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
+    from comfy_core.sampling.guider import fit_latent_input
+
     checks.model(model)
-    samples = checks.latent(latent_image, "latent_image")
+    checks.latent(latent_image, "latent_image")
+    latent_image = fit_latent_input(model, latent_image)
+    samples = latent_image["samples"]
     _require(sampler, "sample", "sampler", "a SAMPLER")
     sigmas = sigmas_input(sigmas)
     noise = (RandomNoise(noise_seed) if add_noise else EmptyNoise()).generate_noise(latent_image)
@@ -97,9 +101,14 @@ def sampler_custom_advanced(noise: Any, guider: Any, sampler: Any, sigmas: Any,
     _require(noise, "generate_noise", "noise", "a NOISE (an object with generate_noise)")
     _require(guider, "sample", "guider", "a GUIDER")
     _require(sampler, "sample", "sampler", "a SAMPLER")
-    samples = checks.latent(latent_image, "latent_image")
-    sigmas = sigmas_input(sigmas)
+    checks.latent(latent_image, "latent_image")
     model = guider.model_patcher
+    if hasattr(model, "get_model_object"):  # a pack's guider may hold something else
+        from comfy_core.sampling.guider import fit_latent_input
+
+        latent_image = fit_latent_input(model, latent_image)
+    samples = latent_image["samples"]
+    sigmas = sigmas_input(sigmas)
     store: dict = {}
     out = guider.sample(noise.generate_noise(latent_image), samples, sampler, sigmas,
                         denoise_mask=latent_image.get("noise_mask"), callback=_x0_recorder(model, store),

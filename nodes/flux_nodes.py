@@ -35,7 +35,8 @@ KONTEXT_RESOLUTIONS: tuple[tuple[int, int], ...] = (
     (944, 1104), (1024, 1024), (1104, 944), (1184, 880), (1248, 832), (1328, 800), (1392, 752),
     (1456, 720), (1504, 688), (1568, 672),
 )
-REFERENCE_LATENTS_METHODS = ["offset", "index", "uxo/uno"]
+# Today's ComfyUI added "index_timestep_zero" (Qwen-Image-Edit 2511: references at timestep 0).
+REFERENCE_LATENTS_METHODS = ["offset", "index", "uxo/uno", "index_timestep_zero"]
 
 
 def _guidance(value: Any) -> float:
@@ -130,8 +131,9 @@ def flux_kontext_image_scale(image: torch.Tensor) -> tuple[torch.Tensor]:
       inputs=[Input("conditioning", "CONDITIONING"), Combo("reference_latents_method", REFERENCE_LATENTS_METHODS)],
       outputs=[Output("CONDITIONING")])
 def flux_kontext_multi_reference_latent_method(conditioning: list, reference_latents_method: str) -> tuple[list]:
-    """Every entry's `"reference_latents_method"`: "offset", "index", or "uxo" (for "uxo/uno",
-    as ComfyUI shortens any name containing "uxo" or "uso")."""
+    """Every entry's `"reference_latents_method"`: "offset", "index", "index_timestep_zero", or "uxo"
+    (for "uxo/uno", as ComfyUI shortens any name containing "uxo" or "uso"); a model that does not
+    lay references out that way refuses it when it samples."""
     conditioning = checks.conditioning(conditioning)
     method = checks.choice(reference_latents_method, REFERENCE_LATENTS_METHODS, "reference_latents_method")
     if "uxo" in method or "uso" in method:

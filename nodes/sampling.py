@@ -80,7 +80,11 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
     from comfy_core.sampling.ksampler import sample as ours
     from comfy_core.sampling.noise_object import EmptyNoise, RandomNoise
 
-    samples = checks.latent(latent, "latent_image", ndims=(4, 5))
+    from comfy_core.sampling.guider import fit_latent_input
+
+    checks.latent(latent, "latent_image", ndims=(4, 5))
+    latent = fit_latent_input(model, latent)
+    samples = latent["samples"]
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)
     noise = noise_source.generate_noise(latent)
     sample = extension_points.current().sample_steps or ours

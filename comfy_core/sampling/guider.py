@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +81,26 @@ def process_latent_out(latent_format: Any, latent: torch.Tensor) -> torch.Tensor
     if getattr(latent_format, "latent_dimensions", 2) == 3 and hasattr(latent_format, "process_out"):
         return latent_format.process_out(latent)
     return latent / latent_format.scale_factor + getattr(latent_format, "shift_factor", 0.0)
+
+
+def fit_empty_latent(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
+    """ComfyUI's `comfy.sample.fix_empty_latent_channels`: an all-zero latent of another channel
+    count (EmptyLatentImage's 4 channels for a 16-channel model) widened to the model's channels,
+    and a 4-D latent given a frame axis `[B, C, 1, h, w]` for a model with 3-D latents (Qwen-Image's
+    Wan VAE). A latent with content keeps its channels; `check_latent` then refuses a mismatch."""
+    channels = getattr(latent_format, "latent_channels", None) or getattr(latent_format, "channels", None)
+    if channels is not None and latent.ndim >= 2 and latent.shape[1] != channels and torch.count_nonzero(latent) == 0:
+        latent = repeat_to_batch_size(latent.movedim(1, 0), channels).movedim(0, 1)  # [B, channels, ...]
+    if getattr(latent_format, "latent_dimensions", 2) == 3 and latent.ndim == 4:
+        latent = latent.unsqueeze(2)  # [B, C, 1, h, w]
+    return latent
+
+
+def fit_latent_input(model: Any, latent: Mapping[str, Any]) -> dict:
+    """A LATENT dict whose `samples` fit `model` (`fit_empty_latent`), as ComfyUI's samplers take it
+    before generating noise for it; the input dict is not changed."""
+    samples = fit_empty_latent(model.get_model_object("latent_format"), latent["samples"])
+    return latent if samples is latent["samples"] else {**latent, "samples": samples}
 
 
 def check_latent(dm: Any, latent: torch.Tensor) -> None:

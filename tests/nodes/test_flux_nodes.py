@@ -92,6 +92,8 @@ def test_kontext_image_scale_crops_to_the_ratio_and_resizes_with_lanczos():
 def test_multi_reference_method_is_set_with_comfyuis_names():
     (out,) = fx.flux_kontext_multi_reference_latent_method(_conditioning(), "uxo/uno")
     assert [options["reference_latents_method"] for _, options in out] == ["uxo", "uxo"]
+    (out,) = fx.flux_kontext_multi_reference_latent_method(_conditioning(), "index_timestep_zero")  # today's
+    assert out[0][1]["reference_latents_method"] == "index_timestep_zero"
     (out,) = fx.flux_kontext_multi_reference_latent_method(_conditioning(), "index")
     assert out[0][1]["reference_latents_method"] == "index" and out[0][1]["guidance"] == 1.0
     with pytest.raises(NodeInputError, match="reference_latents_method"):

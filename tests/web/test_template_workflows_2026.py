@@ -52,6 +52,13 @@ pytestmark = pytest.mark.skipif(NEWEST is None, reason="the newest comfyui-workf
 RUNNING = {
     "basic_datatype_conversion": "1 s: ComfyMathExpression, ComfyNumberConvert, PreviewAny (no model)",
     "image_chroma1_radiance_text_to_image": "Chroma Radiance in pixel space, VAELoader's 'pixel_space'",
+    **{name: "Qwen-Image text to image: the empty 4-D latent gets its frame axis (fix_empty_latent_channels)"
+       for name in ("image_qwen_Image_2512", "image_qwen_image", "image_qwen_image_2512_with_2steps_lora",
+                    "template_qwen_Image_2512_360_lora", "template_qwen_image_illustration_lora",
+                    "template_sugar_coated_gummy_style_qwen")},
+    **{name: "Qwen-Image-Edit 2511: FluxKontextMultiReferenceLatentMethod's index_timestep_zero"
+       for name in ("image-qwen_image_edit_2511_lora_inflation", "image_qwen_image_edit_2511",
+                    "template_qwen_image_edit_2511_systms_action")},
     "basic_mask_operations_and_compositing": "4 s: mask nodes on a loaded image (no model)",
     "utility_image_stitch": "15 s: ImageStitch, ResizeImageMaskNode (no model)",
     "utility_interpolation_image_upscale": "7 s: ResizeImageMaskNode / image scaling (no model)",
@@ -160,10 +167,6 @@ OUT_OF_SCOPE = {name: f"model family not written here: {family}"
 # Covered templates of families that exist here that do not run yet: (why, a fragment of the error;
 # a file with no tiny writer fails in provide_files, whose KeyError names every such file).
 # Qwen-Image (its DiT, the Qwen2.5-VL 7B encoder, the Wan 2.1 VAE) runs; these stop short of it.
-_QWEN_T2I = ("an empty 4-D latent (EmptySD3LatentImage) reaches the Qwen-Image DiT as it is: ComfyUI's "
-             "comfy.sample.fix_empty_latent_channels adds the frame axis for a model whose latent format is 3-D "
-             "(the Wan 2.1 VAE's); the sampler here refuses it (comfy_core/sampling/guider.py)",
-             "latent must be [batch, channels, frames, height, width]")
 _QWEN_CONTROLNET = ("Qwen-Image ControlNets (InstantX, Fun union) have no tiny writer here "
                     "(tests/fixtures/template_models_2026.py)", "'controlnet_qwen_image'")
 _QWEN_2511 = ("FluxKontextMultiReferenceLatentMethod here lacks today's 'index_timestep_zero' choice, which the "
@@ -171,15 +174,9 @@ _QWEN_2511 = ("FluxKontextMultiReferenceLatentMethod here lacks today's 'index_t
 _INT8_CONVROT = ("ComfyUI's int8 ConvRot quantized diffusion model (`*_int8_convrot`) is read by no loader here, "
                  "so it has no tiny writer", "'unet_int8_convrot'")
 NOT_RUNNING: dict[str, tuple[str, str]] = {
-    **{name: _QWEN_T2I for name in (
-        "image_qwen_Image_2512", "image_qwen_image", "image_qwen_image_2512_with_2steps_lora",
-        "template_qwen_Image_2512_360_lora", "template_qwen_image_illustration_lora",
-        "template_sugar_coated_gummy_style_qwen")},
     "image_qwen_Image_2512_controlnet": _QWEN_CONTROLNET,
     "image_qwen_image_instantx_inpainting_controlnet": _QWEN_CONTROLNET,
-    **{name: _QWEN_2511 for name in (
-        "image-qwen_image_edit_2511_lora_inflation", "image_qwen_image_edit_2511",
-        "template_qwen_image_edit_2511_systms_action", "templates-1_click_multiple_character_angles-v1.0")},
+    **{name: _QWEN_2511 for name in ("templates-1_click_multiple_character_angles-v1.0",)},
     "image_qwen_image_edit_2511_int8": _INT8_CONVROT,
     # Families and model patches added in this session, with no tiny template files yet.
     **{name: ("Flux.2 (its DiT, Mistral 3 / Qwen3 encoders) has no tiny template files here yet", "'unet_flux2'")
