@@ -58,7 +58,8 @@ RUNNING = {
                     "template_sugar_coated_gummy_style_qwen")},
     **{name: "Qwen-Image-Edit 2511: FluxKontextMultiReferenceLatentMethod's index_timestep_zero"
        for name in ("image-qwen_image_edit_2511_lora_inflation", "image_qwen_image_edit_2511",
-                    "template_qwen_image_edit_2511_systms_action")},
+                    "template_qwen_image_edit_2511_systms_action",
+                    "templates-1_click_multiple_character_angles-v1.0")},
     "basic_mask_operations_and_compositing": "4 s: mask nodes on a loaded image (no model)",
     "utility_image_stitch": "15 s: ImageStitch, ResizeImageMaskNode (no model)",
     "utility_interpolation_image_upscale": "7 s: ResizeImageMaskNode / image scaling (no model)",
@@ -169,14 +170,11 @@ OUT_OF_SCOPE = {name: f"model family not written here: {family}"
 # Qwen-Image (its DiT, the Qwen2.5-VL 7B encoder, the Wan 2.1 VAE) runs; these stop short of it.
 _QWEN_CONTROLNET = ("Qwen-Image ControlNets (InstantX, Fun union) have no tiny writer here "
                     "(tests/fixtures/template_models_2026.py)", "'controlnet_qwen_image'")
-_QWEN_2511 = ("FluxKontextMultiReferenceLatentMethod here lacks today's 'index_timestep_zero' choice, which the "
-              "Qwen-Image-Edit-2511 templates use", "'index_timestep_zero' not in")
 _INT8_CONVROT = ("ComfyUI's int8 ConvRot quantized diffusion model (`*_int8_convrot`) is read by no loader here, "
                  "so it has no tiny writer", "'unet_int8_convrot'")
 NOT_RUNNING: dict[str, tuple[str, str]] = {
     "image_qwen_Image_2512_controlnet": _QWEN_CONTROLNET,
     "image_qwen_image_instantx_inpainting_controlnet": _QWEN_CONTROLNET,
-    **{name: _QWEN_2511 for name in ("templates-1_click_multiple_character_angles-v1.0",)},
     "image_qwen_image_edit_2511_int8": _INT8_CONVROT,
     # Families and model patches added in this session, with no tiny template files yet.
     **{name: ("Flux.2 (its DiT, Mistral 3 / Qwen3 encoders) has no tiny template files here yet", "'unet_flux2'")
