@@ -217,8 +217,8 @@ def object_info() -> dict:
 
 
 def _made_small(name: str) -> bool:
-    """Video templates, and SDXL ones (minutes each at 1024 px on two cores)."""
-    return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl"))
+    """Video templates, SDXL ones and pixel-space ones (minutes each at 1024 px on two cores)."""
+    return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
