@@ -29,21 +29,17 @@ mask is 1 up to the first pad (`qwen3.token_mask`). HiDream's set then drops the
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from comfy_core.attention.calling import attention_in_force
-from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
-from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError, TokenizeError
-from comfy_core.text_encoders.encoder import TokenEmbedding
-from comfy_core.text_encoders.qwen3 import (Qwen3TextEncoder, Qwen3Transformer, _apply_overrides, apply_rotary,
-                                            attention_bias, rotary_tables)
+from comfy_core.text_encoders.decoder_llm import (DecoderShape, attention_block_shapes, convert_weights,
+                                                  detect_fixed_heads, embed_tokens, load_decoder, prenorm_block)
+from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError
+from comfy_core.text_encoders.qwen3 import Qwen3TextEncoder, Qwen3Transformer
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride
 
 MARKER = "model.layers.0.self_attn.q_proj.weight"
@@ -53,7 +49,6 @@ GEMMA_MARKER = "model.layers.0.post_feedforward_layernorm.weight"
 LLAMA_SLOT = "llama"
 START_ID = 128000  # <|begin_of_text|>
 PAD_ID = 128009  # <|eot_id|>, HiDream's pad
-_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
 class LlamaDetectionError(TextEncoderDetectionError, ValueError):
@@ -64,18 +59,14 @@ class LlamaKeyError(TextEncoderKeyError, ValueError):
     """A Llama state-dict key is missing, unknown, unsupported or of the wrong shape."""
 
 
-def _shape(tensors: Mapping[str, Any], key: str, ndim: int) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(d) for d in tensors[key].shape)
-    except KeyError:
-        raise LlamaDetectionError(f"Llama key {key!r} is missing") from None
-    if len(shape) != ndim:
-        raise LlamaDetectionError(f"Llama key {key!r}: expected {ndim} dimensions, got shape {shape}")
-    return shape
+def is_plain_decoder(tensors: Mapping[str, Any], prefix: str = "") -> bool:
+    """Whether `prefix` holds a Llama-architecture decoder: q projections without bias, QK norm
+    or Gemma's sandwich norms (ComfyUI's `detect_te_model` order). Names only."""
+    return prefix + MARKER in tensors and not any(prefix + m in tensors for m in (QK_NORM, QKV_BIAS, GEMMA_MARKER))
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(DecoderShape):
     """One Llama decoder used as a text encoder. What shapes cannot show is ComfyUI's
     `Llama2Config` (head width 128, RMS epsilon 1e-5, rope theta 500000)."""
 
@@ -92,14 +83,6 @@ class LlamaConfig:
     dtype: str = "F32"
     slot: str = LLAMA_SLOT
 
-    @property
-    def width(self) -> int:
-        return self.hidden_size
-
-    @property
-    def layers(self) -> int:
-        return self.num_layers
-
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "",
                             head_dim: int = 128) -> "LlamaConfig | None":
@@ -107,60 +90,23 @@ class LlamaConfig:
         there, or a Qwen2 / Qwen3 / Gemma one). `tensors`: names -> objects with `.shape`, never
         tensor data. `head_dim`: not in the weights (128 in every Llama 3). Raises
         `LlamaDetectionError` for incomplete or inconsistent towers."""
-        if prefix + MARKER not in tensors or any(prefix + m in tensors for m in (QK_NORM, QKV_BIAS, GEMMA_MARKER)):
+        if not is_plain_decoder(tensors, prefix):
             return None
-        model = prefix + "model."
-        vocab, hidden = _shape(tensors, model + "embed_tokens.weight", 2)
-        attn = model + "layers.0.self_attn."
-        q_out, _ = _shape(tensors, attn + "q_proj.weight", 2)
-        k_out, _ = _shape(tensors, attn + "k_proj.weight", 2)
-        if q_out % head_dim or k_out % head_dim or (q_out // head_dim) % max(k_out // head_dim, 1) or not k_out:
-            raise LlamaDetectionError(f"{attn}q_proj / k_proj: {q_out} / {k_out} outputs do not split into heads of "
-                                      f"{head_dim} with query heads shared evenly by key/value heads")
-        intermediate, _ = _shape(tensors, model + "layers.0.mlp.gate_proj.weight", 2)
-        indices = {int(m.group(1)) for name in tensors if name.startswith(model)
-                   for m in [_LAYER.match(name[len(prefix):])] if m}
-        layers = max(indices) + 1
-        if sorted(indices) != list(range(layers)):
-            raise LlamaDetectionError(f"{model}layers: block indices {sorted(indices)} are not 0..{layers - 1}")
-        config = cls(prefix=prefix, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
-                     num_heads=q_out // head_dim, num_kv_heads=k_out // head_dim, vocab_size=vocab,
-                     head_dim=head_dim, dtype=str(getattr(tensors.get(model + "norm.weight"), "dtype", "F32")))
-        expected = {"norm.weight": (hidden,)}
-        for index in range(layers):
-            expected.update(config.block_shapes(index))
-        for name, shape in expected.items():
-            found = _shape(tensors, model + name, len(shape))
-            if found != shape:
-                raise LlamaDetectionError(f"Llama key {model + name!r}: expected shape {shape}, got {found}")
-        return config
+        return detect_fixed_heads(cls, tensors, prefix, head_dim, LlamaDetectionError, "Llama")
 
     def block_shapes(self, index: int) -> dict[str, tuple[int, ...]]:
         """Name (relative to `model.`) -> shape of every weight of block `index`."""
         base = f"layers.{index}."
-        inner, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return {
-            base + "input_layernorm.weight": (self.hidden_size,),
-            base + "self_attn.q_proj.weight": (inner, self.hidden_size),
-            base + "self_attn.k_proj.weight": (kv, self.hidden_size),
-            base + "self_attn.v_proj.weight": (kv, self.hidden_size),
-            base + "self_attn.o_proj.weight": (self.hidden_size, inner),
-            base + "post_attention_layernorm.weight": (self.hidden_size,),
-            base + "mlp.gate_proj.weight": (self.intermediate_size, self.hidden_size),
-            base + "mlp.up_proj.weight": (self.intermediate_size, self.hidden_size),
-            base + "mlp.down_proj.weight": (self.hidden_size, self.intermediate_size),
-        }
+        return {base + "input_layernorm.weight": (self.hidden_size,), **attention_block_shapes(self, index),
+                base + "post_attention_layernorm.weight": (self.hidden_size,)}
 
     def to_transformers(self) -> Any:
         """transformers' `LlamaConfig` for a model of this shape (modules and names only)."""
         from transformers import LlamaConfig as HFLlamaConfig
 
         config = HFLlamaConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
-            num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps,
-            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta}, attention_bias=False,
-            mlp_bias=False, tie_word_embeddings=False, use_cache=False, max_position_embeddings=131072)
+            **self.transformers_shape(), attention_bias=False, mlp_bias=False, tie_word_embeddings=False,
+            max_position_embeddings=131072)
         config._attn_implementation = "sdpa"
         return config
 
@@ -206,13 +152,7 @@ class LlamaTextEncoder(Qwen3TextEncoder):
         return ([self.special_tokens["start"]] + [self.special_tokens["pad"]] * (length - 1))[:length]
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        embedding = self.token_embedding()
-        ids = ids.to(device=embedding.weight.device, dtype=torch.long)
-        if ids.numel() and (int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0):
-            raise TokenizeError(f"llama: token id {int(ids.max())} is outside this encoder's "
-                                f"{self.config.vocab_size}-token table")
-        x = embedding(ids, out_dtype=torch.float32)
-        return torch.nan_to_num(x) if embedding.weight.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else x
+        return embed_tokens(self.token_embedding(), ids, self.config.vocab_size, "llama")
 
     def encode_ids(self, ids: torch.Tensor, overrides: Sequence[EmbeddingOverride] = (),
                    layer_idx: int | None = None, layer_norm_hidden: bool = False,
@@ -225,14 +165,7 @@ class LlamaTextEncoder(Qwen3TextEncoder):
         if not all_layers:
             return super().encode_ids(ids, overrides, layer_idx=layer_idx, layer_norm_hidden=layer_norm_hidden,
                                       attention_mask=attention_mask)
-        if ids.dim() != 2:
-            raise TokenizeError(f"llama: token ids must be [batch, tokens], got shape {tuple(ids.shape)}")
-        x = self.embed_ids(ids)  # [B, T, W]
-        if overrides:
-            x = _apply_overrides(x, overrides)
-        length = ids.shape[1]
-        cos, sin = rotary_tables(length, self.config.head_dim, self.config.rope_theta, x.device)  # [T, d]
-        bias = attention_bias(attention_mask, length, x.device)
+        x, cos, sin, bias = self._prepare(ids, overrides, attention_mask, "llama")
         model = self.transformer.model
         states = []
         for block in model.layers:
@@ -244,25 +177,7 @@ class LlamaTextEncoder(Qwen3TextEncoder):
     def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                bias: torch.Tensor, cache: Any = None, layer: int = 0) -> torch.Tensor:
         """One Llama decoder block: the Qwen3 block without the QK norms."""
-        config = self.config
-        batch, length, _ = x.shape
-        attn = block.self_attn
-        normed = compute_in_float32(block.input_layernorm, x)  # [B, T, W]
-        q = compute_in_float32(attn.q_proj, normed).view(batch, length, config.num_heads, config.head_dim)
-        k = compute_in_float32(attn.k_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
-        v = compute_in_float32(attn.v_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [B, T, H|KV, d]
-        groups = config.num_heads // config.num_kv_heads
-        if groups > 1:  # grouped-query attention
-            k = k.repeat_interleave(groups, dim=2)
-            v = v.repeat_interleave(groups, dim=2)
-        out = attention_in_force(q.reshape(batch, length, -1), k.reshape(batch, length, -1),
-                                 v.reshape(batch, length, -1), config.num_heads, mask=bias)  # [B, T, H*d]
-        x = x + compute_in_float32(attn.o_proj, out)
-        normed = compute_in_float32(block.post_attention_layernorm, x)
-        mlp = block.mlp
-        inner = F.silu(compute_in_float32(mlp.gate_proj, normed)) * compute_in_float32(mlp.up_proj, normed)
-        return x + compute_in_float32(mlp.down_proj, inner)
+        return prenorm_block(block, x, cos, sin, bias, self.config)
 
 
 _IGNORED_KEYS = ("lm_head.weight", "logit_scale")
@@ -271,21 +186,7 @@ _IGNORED_KEYS = ("lm_head.weight", "logit_scale")
 def llama_state_dict(config: LlamaConfig, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The file's tensors under `config.prefix` -> `LlamaModel` names (without `model.`). Unknown
     keys under the prefix (scaled-fp8 scales included) are a `LlamaKeyError`, never dropped."""
-    prefix, model = config.prefix, config.prefix + "model."
-    out: dict[str, torch.Tensor] = {}
-    for key, tensor in state_dict.items():
-        if not key.startswith(prefix):
-            continue
-        name = key[len(prefix):]
-        if name in _IGNORED_KEYS:
-            continue
-        if key.startswith(model) and name.endswith(".weight"):
-            out[key[len(model):]] = tensor
-        else:
-            raise LlamaKeyError(f"Llama key {key!r} is not a weight of a Llama text encoder"
-                                + (" (scaled-fp8 / quantised Llama files are not supported yet)"
-                                   if "scale" in name or "quant" in name else ""))
-    return out
+    return convert_weights(config.prefix, state_dict, _IGNORED_KEYS, LlamaKeyError, "Llama", "Llama")
 
 
 def build_llama_encoder(config: LlamaConfig, state_dict: Mapping[str, torch.Tensor],
@@ -295,29 +196,7 @@ def build_llama_encoder(config: LlamaConfig, state_dict: Mapping[str, torch.Tens
     (ComfyUI's `dtype_llama`)."""
     from transformers import LlamaModel
 
-    with meta_build():
-        model = LlamaModel(config.to_transformers())
-    model.rotary_emb = None  # RoPE tables are computed per call (`rotary_tables`)
-    model.embed_tokens.__class__ = TokenEmbedding  # ComfyUI's embedding(ids, out_dtype) convention
-    expected = model.state_dict()
-    converted = llama_state_dict(config, state_dict)
-    missing = sorted(set(expected) - set(converted))
-    if missing:
-        shown = [config.prefix + "model." + m for m in missing[:5]]
-        raise LlamaKeyError(f"Llama encoder (prefix {config.prefix!r}) is missing keys: "
-                            f"{shown}{' ...' if len(missing) > 5 else ''}")
-    loaded: dict[str, torch.Tensor] = {}
-    for name, tensor in converted.items():
-        key = config.prefix + "model." + name
-        if name not in expected:
-            raise LlamaKeyError(f"Llama key {key!r} is not a parameter of this {config.num_layers}-block encoder")
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise LlamaKeyError(f"Llama key {key!r}: expected shape {tuple(expected[name].shape)}, "
-                                f"got {tuple(tensor.shape)}")
-        loaded[name] = tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
-    model.load_state_dict(loaded, strict=True, assign=True)
-    model.eval()
-    model.requires_grad_(False)
+    model = load_decoder(LlamaModel, config, llama_state_dict(config, state_dict), dtype, LlamaKeyError, "Llama")
     return LlamaTextEncoder(config, Qwen3Transformer(model))
 
 

@@ -124,9 +124,24 @@ def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return [(left, right) for _, _, _, left, right in merges]
 
 
+def byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> Any:
+    """A `tokenizers` byte-level BPE (tiktoken-style: merges ignored for whole-word vocabulary
+    hits) with Llama 3's pre-tokenizer split and the byte-level decoder; no special tokens yet."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
+                                     ignore_merges=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
 def build_llama_tokenizer(path: str | Path | None = None) -> "Tokenizer":
     """A `tokenizers.Tokenizer` for Llama 3 from the tiktoken model file (default: the package's)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken
 
     ranks = load_llama_ranks(path)
     alphabet = bytes_to_unicode()
@@ -136,13 +151,7 @@ def build_llama_tokenizer(path: str | Path | None = None) -> "Tokenizer":
 
     vocab = {text(token): rank for token, rank in ranks.items()}
     merges = [(text(a), text(b)) for a, b in merges_from_ranks(ranks)]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
-                                     ignore_merges=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer = byte_level_bpe(vocab, merges)
     for index, content in added_tokens():
         tokenizer.add_special_tokens([AddedToken(content, single_word=False, lstrip=False, rstrip=False,
                                                  normalized=False, special=True)])

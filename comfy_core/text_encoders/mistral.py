@@ -30,8 +30,8 @@ import torch
 
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.errors import TokenizeError
-from comfy_core.text_encoders.llama import (GEMMA_MARKER, MARKER, QK_NORM, QKV_BIAS, LlamaConfig, LlamaKeyError,
-                                            LlamaOptions, LlamaTextEncoder, build_llama_encoder)
+from comfy_core.text_encoders.llama import (LlamaConfig, LlamaKeyError, LlamaOptions, LlamaTextEncoder,
+                                            build_llama_encoder, is_plain_decoder)
 from comfy_core.text_encoders.qwen3 import attention_bias, rotary_tables, token_mask
 from comfy_core.text_encoders.tekken_tokenizer import TEKKEN_KEY
 from comfy_core.text_encoders.token_chunks import chunks_to_ids
@@ -48,7 +48,7 @@ FLUX2_LAYERS = (10, 20, 30)
 def is_mistral(tensors: Mapping[str, Any], prefix: str = "") -> bool:
     """Whether a Llama-architecture decoder under `prefix` is Mistral (see the module doc); names
     and shapes only."""
-    if prefix + MARKER not in tensors or any(prefix + m in tensors for m in (QK_NORM, QKV_BIAS, GEMMA_MARKER)):
+    if not is_plain_decoder(tensors, prefix):
         return False
     if prefix + TEKKEN_KEY in tensors:
         return True

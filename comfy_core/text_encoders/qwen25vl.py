@@ -36,26 +36,16 @@ tower (`can_generate` False): ComfyUI's Qwen2.5-VL generate needs its 3-D decode
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from comfy_core.attention.calling import attention_in_force
-from comfy_core.models.float32_compute import compute_in_float32
-from comfy_core.text_encoders.encoder import resolve_layer
+from comfy_core.text_encoders.decoder_llm import (DecoderShape, apply_overrides, attention_bias, attention_block_shapes,
+                                                  block_count, embed_tokens, prenorm_block, rotary_tables, run_to_layer)
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
-from comfy_core.text_encoders.qwen3 import (
-    Qwen3TextEncoder,
-    Qwen3Transformer,
-    apply_rotary,
-    attention_bias,
-    rotary_tables,
-    token_mask,
-)
+from comfy_core.text_encoders.qwen3 import Qwen3TextEncoder, Qwen3Transformer, token_mask
 # The tower's detection and input errors and its vision config live in the vision module (below this one).
 from comfy_core.text_encoders.qwen25vl_vision import (
     Qwen25VisionConfig,
@@ -78,8 +68,6 @@ QWEN25_7B_SLOT = "qwen25_7b"
 SLOTS_BY_KV_WIDTH = {256: "qwen25_3b", 512: QWEN25_7B_SLOT}
 HEAD_DIM = 128
 MROPE_SECTION = (16, 24, 24)  # frequency pairs driven by the temporal / height / width positions
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
 class Qwen25VLKeyError(TextEncoderKeyError, ValueError):
@@ -87,7 +75,7 @@ class Qwen25VLKeyError(TextEncoderKeyError, ValueError):
 
 
 @dataclass(frozen=True)
-class Qwen25VLConfig:
+class Qwen25VLConfig(DecoderShape):
     """One Qwen2.5-VL language model used as a text encoder: where its keys are and how it is shaped
     (see the module doc for what shapes cannot show)."""
 
@@ -106,14 +94,6 @@ class Qwen25VLConfig:
     scaled_fp8: bool = False  # ComfyUI's legacy `scaled_fp8` marker (per-layer `scale_weight` keys)
     slot: str = QWEN25_7B_SLOT
     vision: Qwen25VisionConfig | None = None
-
-    @property
-    def width(self) -> int:
-        return self.hidden_size
-
-    @property
-    def layers(self) -> int:
-        return self.num_layers
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "Qwen25VLConfig | None":
@@ -136,11 +116,7 @@ class Qwen25VLConfig:
         if heads % kv_heads:
             raise Qwen25VLDetectionError(f"{attn}: {heads} query heads do not share {kv_heads} key/value heads evenly")
         intermediate, _ = shape_of(tensors, model + "layers.0.mlp.gate_proj.weight", 2)
-        indices = {int(m.group(1)) for name in tensors if name.startswith(model)
-                   for m in [_LAYER.match(name[len(prefix):])] if m}
-        layers = max(indices) + 1
-        if sorted(indices) != list(range(layers)):
-            raise Qwen25VLDetectionError(f"{model}layers: block indices {sorted(indices)} are not 0..{layers - 1}")
+        layers = block_count(tensors, prefix, Qwen25VLDetectionError)
         config = cls(prefix=prefix, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
                      num_heads=heads, num_kv_heads=kv_heads, vocab_size=vocab,
                      dtype=str(getattr(tensors[model + "norm.weight"], "dtype", "F32")),
@@ -155,29 +131,16 @@ class Qwen25VLConfig:
     def block_shapes(self, index: int) -> dict[str, tuple[int, ...]]:
         """Name (relative to `model.`) -> shape of every weight of block `index`."""
         base = f"layers.{index}."
-        inner, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return {
-            base + "input_layernorm.weight": (self.hidden_size,),
-            base + "self_attn.q_proj.weight": (inner, self.hidden_size), base + "self_attn.q_proj.bias": (inner,),
-            base + "self_attn.k_proj.weight": (kv, self.hidden_size), base + "self_attn.k_proj.bias": (kv,),
-            base + "self_attn.v_proj.weight": (kv, self.hidden_size), base + "self_attn.v_proj.bias": (kv,),
-            base + "self_attn.o_proj.weight": (self.hidden_size, inner),
-            base + "post_attention_layernorm.weight": (self.hidden_size,),
-            base + "mlp.gate_proj.weight": (self.intermediate_size, self.hidden_size),
-            base + "mlp.up_proj.weight": (self.intermediate_size, self.hidden_size),
-            base + "mlp.down_proj.weight": (self.hidden_size, self.intermediate_size),
-        }
+        return {base + "input_layernorm.weight": (self.hidden_size,),
+                **attention_block_shapes(self, index, attn_bias=True),
+                base + "post_attention_layernorm.weight": (self.hidden_size,)}
 
     def to_transformers(self) -> Any:
         """transformers' `Qwen2Config` for a language model of this shape (modules and names only)."""
         from transformers import Qwen2Config
 
         config = Qwen2Config(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
-            num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps,
-            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta}, tie_word_embeddings=False,
-            use_cache=False, max_position_embeddings=128000)
+            **self.transformers_shape(), tie_word_embeddings=False, max_position_embeddings=128000)
         config._attn_implementation = "sdpa"
         return config
 
@@ -338,13 +301,7 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> input embeddings [B, T, W] float32."""
-        embedding = self.token_embedding()
-        ids = ids.to(device=embedding.weight.device, dtype=torch.long)
-        if ids.numel() and (int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0):
-            raise TokenizeError(f"qwen2.5-vl: token id {int(ids.max())} is outside this encoder's "
-                                f"{self.config.vocab_size}-token table")
-        x = embedding(ids, out_dtype=torch.float32)
-        return torch.nan_to_num(x) if embedding.weight.dtype in FP8_DTYPES else x
+        return embed_tokens(self.token_embedding(), ids, self.config.vocab_size, "qwen2.5-vl")
 
     def encode_embeds(self, x: torch.Tensor, layer_idx: int | None = None, layer_norm_hidden: bool = False,
                       attention_mask: torch.Tensor | None = None,
@@ -359,50 +316,16 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
                 raise Qwen25VLInputError(f"qwen2.5-vl: {position_ids.shape[-1]} positions for {length} tokens")
             cos, sin = mrope_tables(position_ids, config.head_dim, config.rope_theta, config.mrope_section, x.device)
         bias = attention_bias(attention_mask, length, x.device)  # [B or 1, 1, T, T]
-        model = self.transformer.model
-        target = resolve_layer(layer_idx, self.num_layers)
-        x = x.float()
-        for index, block in enumerate(model.layers):
-            x = self._block(block, x, cos, sin, bias)
-            if index == target:
-                return (compute_in_float32(model.norm, x) if layer_norm_hidden else x).float()
-        return compute_in_float32(model.norm, x).float()
+        return run_to_layer(self, x.float(), cos, sin, bias, layer_idx, layer_norm_hidden)
 
     def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                bias: torch.Tensor, cache: Any = None, layer: int = 0) -> torch.Tensor:
         """One Qwen2 decoder block (see the module doc): biased q/k/v, no q/k norm."""
         if cache is not None:
             raise Qwen25VLInputError("qwen2.5-vl: this tower does not generate (no key/value cache)")
-        config = self.config
-        batch, length, _ = x.shape
-        attn = block.self_attn
-        normed = compute_in_float32(block.input_layernorm, x)  # [B, T, W]
-        q = compute_in_float32(attn.q_proj, normed).view(batch, length, config.num_heads, config.head_dim)
-        k = compute_in_float32(attn.k_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
-        v = compute_in_float32(attn.v_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [B, T, H or KV, d]
-        groups = config.num_heads // config.num_kv_heads
-        if groups > 1:  # grouped-query attention: each k/v head serves `groups` query heads
-            k = k.repeat_interleave(groups, dim=2)
-            v = v.repeat_interleave(groups, dim=2)
-        out = attention_in_force(q.reshape(batch, length, -1), k.reshape(batch, length, -1),
-                                 v.reshape(batch, length, -1), config.num_heads, mask=bias)  # [B, T, H*d]
-        x = x + compute_in_float32(attn.o_proj, out)
-        normed = compute_in_float32(block.post_attention_layernorm, x)
-        mlp = block.mlp
-        inner = F.silu(compute_in_float32(mlp.gate_proj, normed)) * compute_in_float32(mlp.up_proj, normed)
-        return x + compute_in_float32(mlp.down_proj, inner)
+        return prenorm_block(block, x, cos, sin, bias, self.config)
 
 
 def _apply_overrides(embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride]) -> torch.Tensor:
     """Input embeddings [B, T, W] with the given positions replaced by embedding vectors."""
-    embeds = embeds.clone()
-    batch, length, width = embeds.shape
-    for override in overrides:
-        vectors = override.vectors if override.vectors.dim() == 2 else override.vectors[None]
-        end = override.position + vectors.shape[0]
-        if vectors.shape[-1] != width or not (0 <= override.row < batch) or override.position < 0 or end > length:
-            raise TokenizeError(f"qwen2.5-vl: embedding override {tuple(vectors.shape)} at row {override.row}, "
-                                f"positions {override.position}..{end - 1} does not fit [{batch}, {length}, {width}]")
-        embeds[override.row, override.position:end] = vectors.to(device=embeds.device, dtype=embeds.dtype)
-    return embeds
+    return apply_overrides(embeds, overrides, "qwen2.5-vl")

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from comfy_core.checkpoint.meta_build import meta_build
-from comfy_core.text_encoders.encoder import TokenEmbedding
+from comfy_core.text_encoders.decoder_llm import build_on_meta, load_strict
 from comfy_core.text_encoders.qwen25vl import (
     SCALED_FP8_MARKER,
     Qwen25VLConfig,
@@ -93,23 +93,8 @@ def _load_strict(module: nn.Module, converted: Mapping[str, torch.Tensor], key_p
     """Assign `converted` (module-relative names) into `module` built on the meta device: every
     parameter present, each of its shape, nothing else; the names in `keep` (scaled fp8 weights)
     as stored whatever `dtype` says."""
-    expected = module.state_dict()
-    missing = sorted(set(expected) - set(converted))
-    if missing:
-        shown = [key_prefix + m for m in missing[:5]]
-        raise Qwen25VLKeyError(f"Qwen2.5-VL encoder is missing keys: {shown}{' ...' if len(missing) > 5 else ''}")
-    loaded: dict[str, torch.Tensor] = {}
-    for name, tensor in converted.items():
-        key = key_prefix + name
-        if name not in expected:
-            raise Qwen25VLKeyError(f"Qwen2.5-VL key {key!r} is not a parameter of this encoder")
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise Qwen25VLKeyError(f"Qwen2.5-VL key {key!r}: expected shape {tuple(expected[name].shape)}, "
-                                   f"got {tuple(tensor.shape)}")
-        loaded[name] = tensor if dtype is None or tensor.dtype == dtype or name in keep else tensor.to(dtype)
-    module.load_state_dict(loaded, strict=True, assign=True)
-    module.eval()
-    module.requires_grad_(False)
+    load_strict(module, converted, key_prefix, dtype, Qwen25VLKeyError, "Qwen2.5-VL", "Qwen2.5-VL encoder",
+                "this encoder", keep)
 
 
 def build_qwen25vl_encoder(config: Qwen25VLConfig, state_dict: Mapping[str, torch.Tensor],
@@ -122,10 +107,7 @@ def build_qwen25vl_encoder(config: Qwen25VLConfig, state_dict: Mapping[str, torc
     from transformers import Qwen2Model
 
     language, vision, scales = qwen25vl_state_dicts(config, state_dict)
-    with meta_build():
-        model = Qwen2Model(config.to_transformers())
-    model.rotary_emb = None  # RoPE tables are computed per call (`rotary_tables`, `mrope_tables`)
-    model.embed_tokens.__class__ = TokenEmbedding  # ComfyUI's embedding(ids, out_dtype) convention
+    model = build_on_meta(Qwen2Model, config.to_transformers())  # RoPE tables per call (`mrope_tables`)
     scaled = {name for name in scales}  # file names (without the prefix) of the weights stored scaled
     _load_strict(model, language, config.prefix + "model.", dtype,
                  keep={n[len("model."):] for n in scaled if n.startswith("model.")})

@@ -36,7 +36,6 @@ them). Stop tokens are Qwen3's `<|endoftext|>` 151643 and `<|im_end|>` 151645.
 """
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Sequence
@@ -45,10 +44,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comfy_core.attention.calling import attention_in_force
-from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
-from comfy_core.text_encoders.encoder import TokenEmbedding, resolve_layer
+from comfy_core.text_encoders.decoder_llm import apply_rotary  # noqa: F401  (re-exported)
+from comfy_core.text_encoders.decoder_llm import (FP8_DTYPES, DecoderShape, apply_overrides, attention_bias,
+                                                  attention_block_shapes, block_count, check_block_shapes,
+                                                  convert_weights, embed_tokens, load_decoder, prenorm_block,
+                                                  rotary_tables, run_to_layer, shape_of)
 from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError, TokenizeError
 from comfy_core.text_encoders.generate import GenerationError, KVCache
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
@@ -63,9 +64,7 @@ QWEN3_4B_SLOT = "qwen3_4b"
 # ComfyUI's names of the Qwen3 towers by width (`comfy/sd.py: detect_te_model`); any other width
 # (a reduced test model) is named as the 4B, the encoder Z-Image uses.
 SLOTS_BY_WIDTH = {1024: "qwen3_06b", 2048: "qwen3_2b", 2560: QWEN3_4B_SLOT, 4096: "qwen3_8b"}
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 LOGIT_ROWS = 16384  # LM-head rows cast to float32 at a time when generating
-_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
 class Qwen3DetectionError(TextEncoderDetectionError, ValueError):
@@ -77,7 +76,7 @@ class Qwen3KeyError(TextEncoderKeyError, ValueError):
 
 
 @dataclass(frozen=True)
-class Qwen3Config:
+class Qwen3Config(DecoderShape):
     """One Qwen3 decoder used as a text encoder: where its keys are and how it is shaped. What
     shapes cannot show is Qwen3's published configuration (RMS epsilon 1e-6, rope theta 1e6)."""
 
@@ -93,14 +92,6 @@ class Qwen3Config:
     rope_theta: float = 1_000_000.0
     dtype: str = "F32"  # storage dtype of the file's weights (safetensors name), from the final norm
     slot: str = QWEN3_4B_SLOT
-
-    @property
-    def width(self) -> int:
-        return self.hidden_size
-
-    @property
-    def layers(self) -> int:
-        return self.num_layers
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "Qwen3Config | None":
@@ -126,18 +117,12 @@ class Qwen3Config:
         if heads % kv_heads:
             raise Qwen3DetectionError(f"{attn}: {heads} query heads do not share {kv_heads} key/value heads evenly")
         intermediate, _ = _shape(tensors, model + "layers.0.mlp.gate_proj.weight", 2)
-        indices = {int(m.group(1)) for name in tensors if name.startswith(model)
-                   for m in [_LAYER.match(name[len(prefix):])] if m}
-        layers = max(indices) + 1
-        if sorted(indices) != list(range(layers)):
-            raise Qwen3DetectionError(f"{model}layers: block indices {sorted(indices)} are not 0..{layers - 1}")
+        layers = block_count(tensors, prefix, Qwen3DetectionError)
         config = cls(prefix=prefix, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
                      num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
                      dtype=str(getattr(tensors[model + "norm.weight"], "dtype", "F32")),
                      slot=SLOTS_BY_WIDTH.get(hidden, QWEN3_4B_SLOT))
-        for index in range(layers):
-            for name, shape in config.block_shapes(index).items():
-                _expect(model + name, _shape(tensors, model + name, len(shape)), shape)
+        check_block_shapes(tensors, model, config, Qwen3DetectionError, "Qwen3")
         if model + "layers.0.self_attn.q_proj.bias" in tensors:
             raise Qwen3DetectionError(f"{attn}q_proj.bias: Qwen3 projections have no bias (a Qwen2-style model?)")
         return config
@@ -145,43 +130,22 @@ class Qwen3Config:
     def block_shapes(self, index: int) -> dict[str, tuple[int, ...]]:
         """Name (relative to `model.`) -> shape of every weight of block `index`."""
         base = f"layers.{index}."
-        inner, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return {
-            base + "input_layernorm.weight": (self.hidden_size,),
-            base + "self_attn.q_proj.weight": (inner, self.hidden_size),
-            base + "self_attn.k_proj.weight": (kv, self.hidden_size),
-            base + "self_attn.v_proj.weight": (kv, self.hidden_size),
-            base + "self_attn.o_proj.weight": (self.hidden_size, inner),
-            base + "self_attn.q_norm.weight": (self.head_dim,),
-            base + "self_attn.k_norm.weight": (self.head_dim,),
-            base + "post_attention_layernorm.weight": (self.hidden_size,),
-            base + "mlp.gate_proj.weight": (self.intermediate_size, self.hidden_size),
-            base + "mlp.up_proj.weight": (self.intermediate_size, self.hidden_size),
-            base + "mlp.down_proj.weight": (self.hidden_size, self.intermediate_size),
-        }
+        return {base + "input_layernorm.weight": (self.hidden_size,), **attention_block_shapes(self, index),
+                base + "self_attn.q_norm.weight": (self.head_dim,), base + "self_attn.k_norm.weight": (self.head_dim,),
+                base + "post_attention_layernorm.weight": (self.hidden_size,)}
 
     def to_transformers(self) -> Any:
         """transformers' `Qwen3Config` for a model of this shape."""
         from transformers import Qwen3Config as HFQwen3Config
 
         config = HFQwen3Config(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
-            num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps,
-            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta}, attention_bias=False,
-            tie_word_embeddings=True, use_cache=False, max_position_embeddings=40960)
+            **self.transformers_shape(), attention_bias=False, tie_word_embeddings=True, max_position_embeddings=40960)
         config._attn_implementation = "sdpa"
         return config
 
 
 def _shape(tensors: Mapping[str, Any], key: str, ndim: int) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(d) for d in tensors[key].shape)
-    except KeyError:
-        raise Qwen3DetectionError(f"Qwen3 key {key!r} is missing") from None
-    if len(shape) != ndim:
-        raise Qwen3DetectionError(f"Qwen3 key {key!r}: expected {ndim} dimensions, got shape {shape}")
-    return shape
+    return shape_of(tensors, key, ndim, Qwen3DetectionError, "Qwen3")
 
 
 def _expect(key: str, shape: tuple[int, ...], expected: tuple[int, ...]) -> None:
@@ -227,32 +191,6 @@ def token_mask(rows: Sequence[Sequence[Any]], pad_token: int) -> torch.Tensor:
                 ended = True
         masks.append(mask)
     return torch.tensor(masks, dtype=torch.long)
-
-
-def rotary_tables(length: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [T, head_dim] float32 of the rotate-half RoPE at positions 0..T-1."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    freqs = torch.arange(length, device=device, dtype=torch.float32)[:, None] * inv_freq[None, :]  # [T, d/2]
-    angles = torch.cat((freqs, freqs), dim=-1)  # [T, d]
-    return angles.cos(), angles.sin()
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, T, H, d] rotated: x * cos + rotate_half(x) * sin (rotate_half: (-x2, x1))."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[None, :, None, :] + rotated * sin[None, :, None, :]
-
-
-def attention_bias(mask: torch.Tensor | None, length: int, device: torch.device) -> torch.Tensor:
-    """Additive float32 bias [B or 1, 1, T, T]: ComfyUI's `Llama2_` mask, `finfo.min / 4` on the
-    keys the token mask excludes plus `finfo.min / 4` above the diagonal (causal)."""
-    low = torch.finfo(torch.float32).min / 4
-    bias = torch.full((length, length), low, dtype=torch.float32, device=device).triu_(1)[None, None]
-    if mask is None:
-        return bias
-    excluded = (mask.to(device) == 0)[:, None, None, :]  # [B, 1, 1, T]
-    return bias + torch.zeros(excluded.shape, dtype=torch.float32, device=device).masked_fill(excluded, low)
 
 
 class Qwen3Transformer(nn.Module):
@@ -417,21 +355,21 @@ class Qwen3TextEncoder(nn.Module):
         the chosen one are not run (their output is not used). `attention_mask` [B, T] (1 attend)
         masks keys besides the causal mask.
         """
+        x, cos, sin, bias = self._prepare(ids, overrides, attention_mask, "qwen3")
+        return run_to_layer(self, x, cos, sin, bias, layer_idx, layer_norm_hidden)
+
+    def _prepare(self, ids: torch.Tensor, overrides: Sequence[EmbeddingOverride], attention_mask: torch.Tensor | None,
+                 tower: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids [B, T] -> the input embeddings [B, T, W] (with `overrides`), the RoPE tables [T, d]
+        and the attention bias [B or 1, 1, T, T]; `tower` names this tower in errors."""
         if ids.dim() != 2:
-            raise TokenizeError(f"qwen3: token ids must be [batch, tokens], got shape {tuple(ids.shape)}")
+            raise TokenizeError(f"{tower}: token ids must be [batch, tokens], got shape {tuple(ids.shape)}")
         x = self.embed_ids(ids)  # [B, T, W]
         if overrides:
             x = _apply_overrides(x, overrides)
         length = ids.shape[1]
         cos, sin = rotary_tables(length, self.config.head_dim, self.config.rope_theta, x.device)  # [T, d]
-        bias = attention_bias(attention_mask, length, x.device)  # [B or 1, 1, T, T]
-        model = self.transformer.model
-        target = resolve_layer(layer_idx, self.num_layers)
-        for index, block in enumerate(model.layers):
-            x = self._block(block, x, cos, sin, bias)
-            if index == target:
-                return (compute_in_float32(model.norm, x) if layer_norm_hidden else x).float()
-        return compute_in_float32(model.norm, x).float()
+        return x, cos, sin, attention_bias(attention_mask, length, x.device)
 
     # --- generation (see the module doc and generate.py) ---
 
@@ -446,13 +384,7 @@ class Qwen3TextEncoder(nn.Module):
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> input embeddings [B, T, W] float32."""
-        embedding = self.token_embedding()
-        ids = ids.to(device=embedding.weight.device, dtype=torch.long)
-        if int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0:
-            raise TokenizeError(f"qwen3: token id {int(ids.max())} is outside this encoder's "
-                                f"{self.config.vocab_size}-token table")
-        x = embedding(ids, out_dtype=torch.float32)
-        return torch.nan_to_num(x) if embedding.weight.dtype in FP8_DTYPES else x
+        return embed_tokens(self.token_embedding(), ids, self.config.vocab_size, "qwen3", skip_empty=False)
 
     def prompt_embeds(self, row: Sequence[Any]) -> torch.Tensor:
         """One token row (ids and embedding vectors, as the tokenizer gives) -> [1, T, W] float32."""
@@ -496,43 +428,12 @@ class Qwen3TextEncoder(nn.Module):
                bias: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         """One Qwen3 decoder block (see the module doc); with a cache, this step's keys and values
         join block `layer`'s entries and the queries attend over all of them."""
-        config = self.config
-        batch, length, _ = x.shape
-        attn = block.self_attn
-        normed = compute_in_float32(block.input_layernorm, x)  # [B, T, W]
-        q = compute_in_float32(attn.q_proj, normed).view(batch, length, config.num_heads, config.head_dim)
-        k = compute_in_float32(attn.k_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
-        v = compute_in_float32(attn.v_proj, normed).view(batch, length, config.num_kv_heads, config.head_dim)
-        q = apply_rotary(compute_in_float32(attn.q_norm, q), cos, sin)  # [B, T, H, d]
-        k = apply_rotary(compute_in_float32(attn.k_norm, k), cos, sin)  # [B, T, KV, d]
-        if cache is not None:
-            k, v = cache.update(layer, k, v)  # [B, S, KV, d]: every position so far
-        keys = k.shape[1]
-        groups = config.num_heads // config.num_kv_heads
-        if groups > 1:  # grouped-query attention: each k/v head serves `groups` query heads
-            k = k.repeat_interleave(groups, dim=2)
-            v = v.repeat_interleave(groups, dim=2)
-        out = attention_in_force(q.reshape(batch, length, -1), k.reshape(batch, keys, -1),
-                                 v.reshape(batch, keys, -1), config.num_heads, mask=bias)  # [B, T, H*d]
-        x = x + compute_in_float32(attn.o_proj, out)
-        normed = compute_in_float32(block.post_attention_layernorm, x)
-        mlp = block.mlp
-        inner = F.silu(compute_in_float32(mlp.gate_proj, normed)) * compute_in_float32(mlp.up_proj, normed)
-        return x + compute_in_float32(mlp.down_proj, inner)
+        return prenorm_block(block, x, cos, sin, bias, self.config, qk_norm=True, cache=cache, layer=layer)
 
 
 def _apply_overrides(embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride]) -> torch.Tensor:
     """Input embeddings [B, T, W] with the given positions replaced by embedding vectors."""
-    embeds = embeds.clone()
-    batch, length, width = embeds.shape
-    for override in overrides:
-        vectors = override.vectors if override.vectors.dim() == 2 else override.vectors[None]
-        end = override.position + vectors.shape[0]
-        if vectors.shape[-1] != width or not (0 <= override.row < batch) or override.position < 0 or end > length:
-            raise TokenizeError(f"qwen3: embedding override {tuple(vectors.shape)} at row {override.row}, "
-                                f"positions {override.position}..{end - 1} does not fit [{batch}, {length}, {width}]")
-        embeds[override.row, override.position:end] = vectors.to(device=embeds.device, dtype=embeds.dtype)
-    return embeds
+    return apply_overrides(embeds, overrides, "qwen3")
 
 
 # Keys a Qwen3 file may hold that the encoder does not read: the language-model head (Qwen3-8B
@@ -545,21 +446,7 @@ def qwen3_state_dict(config: Qwen3Config, state_dict: Mapping[str, torch.Tensor]
     """The file's tensors under `config.prefix` -> `Qwen3Model` names (without `model.`). Unknown
     keys under the prefix (scaled-fp8 scales and quantisation metadata included) are a
     `Qwen3KeyError`, never dropped silently."""
-    prefix, model = config.prefix, config.prefix + "model."
-    out: dict[str, torch.Tensor] = {}
-    for key, tensor in state_dict.items():
-        if not key.startswith(prefix):
-            continue
-        name = key[len(prefix):]
-        if name in _IGNORED_KEYS:
-            continue
-        if key.startswith(model) and name.endswith(".weight"):
-            out[key[len(model):]] = tensor
-        else:
-            raise Qwen3KeyError(f"Qwen3 key {key!r} is not a weight of a Qwen3 text encoder"
-                                + (" (scaled-fp8 / quantised Qwen3 files are not supported yet)"
-                                   if "scale" in name or "quant" in name else ""))
-    return out
+    return convert_weights(config.prefix, state_dict, _IGNORED_KEYS, Qwen3KeyError, "Qwen3", "Qwen3")
 
 
 def build_qwen3_encoder(config: Qwen3Config, state_dict: Mapping[str, torch.Tensor],
@@ -572,30 +459,7 @@ def build_qwen3_encoder(config: Qwen3Config, state_dict: Mapping[str, torch.Tens
     """
     from transformers import Qwen3Model
 
-    with meta_build():
-        model = Qwen3Model(config.to_transformers())
-    # RoPE tables are computed per call (`rotary_tables`); transformers' buffer is not ours to hold.
-    model.rotary_emb = None
-    model.embed_tokens.__class__ = TokenEmbedding  # ComfyUI's embedding(ids, out_dtype) convention
-    expected = model.state_dict()
-    converted = qwen3_state_dict(config, state_dict)
-    missing = sorted(set(expected) - set(converted))
-    if missing:
-        shown = [config.prefix + "model." + m for m in missing[:5]]
-        raise Qwen3KeyError(f"Qwen3 encoder (prefix {config.prefix!r}) is missing keys: "
-                            f"{shown}{' ...' if len(missing) > 5 else ''}")
-    loaded: dict[str, torch.Tensor] = {}
-    for name, tensor in converted.items():
-        key = config.prefix + "model." + name
-        if name not in expected:
-            raise Qwen3KeyError(f"Qwen3 key {key!r} is not a parameter of this {config.num_layers}-block encoder")
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise Qwen3KeyError(f"Qwen3 key {key!r}: expected shape {tuple(expected[name].shape)}, "
-                                f"got {tuple(tensor.shape)}")
-        loaded[name] = tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
-    model.load_state_dict(loaded, strict=True, assign=True)
-    model.eval()
-    model.requires_grad_(False)
+    model = load_decoder(Qwen3Model, config, qwen3_state_dict(config, state_dict), dtype, Qwen3KeyError, "Qwen3")
     transformer = Qwen3Transformer(model)
     head = state_dict.get(config.prefix + "lm_head.weight")
     if head is not None:  # an untied head (Qwen3-8B): kept for generation only, checked when used

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from comfy_core.text_encoders.errors import TextEncoderError, VocabularyError
-from comfy_core.text_encoders.llama_tokenizer import PRETOKENIZE_PATTERN, LlamaTokenizer, merges_from_ranks
+from comfy_core.text_encoders.llama_tokenizer import LlamaTokenizer, byte_level_bpe, merges_from_ranks
 from comfy_core.text_encoders.qwen_tokenizer import NO_CHUNKING, EmbeddingLookup
 from comfy_core.text_encoders.vocab import bytes_to_unicode
 
@@ -98,7 +98,7 @@ def parse_tekken(data: Any, source: str = TEKKEN_KEY) -> tuple[dict[bytes, int],
 
 def build_tekken_tokenizer(data: Any, source: str = TEKKEN_KEY) -> "Tokenizer":
     """A `tokenizers.Tokenizer` over the tekken JSON (bytes, str or the file's uint8 tensor)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken
 
     regular, specials, _ = parse_tekken(data, source)
     alphabet = bytes_to_unicode()
@@ -112,13 +112,7 @@ def build_tekken_tokenizer(data: Any, source: str = TEKKEN_KEY) -> "Tokenizer":
         raise VocabularyError(f"{source}: special tokens {clashes[:5]} are also regular tokens")
     vocab.update(specials)
     merges = [(text(a), text(b)) for a, b in merges_from_ranks(regular)]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
-                                     ignore_merges=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer = byte_level_bpe(vocab, merges)
     tokenizer.add_special_tokens([AddedToken(content, single_word=False, lstrip=False, rstrip=False,
                                              normalized=False, special=True)
                                   for content, _ in sorted(specials.items(), key=lambda item: item[1])])
