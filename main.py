@@ -1,7 +1,8 @@
 """Command line: `python main.py [serve] [FLAGS]` serves (http://127.0.0.1:8188 by default);
 `python main.py run FILE [FLAGS]` runs one workflow without a server: an API-format prompt, a
 workflow saved by the editor or a template (subgraphs included), or an image / video file that
-carries its workflow.
+carries its workflow. `python main.py users add NAME --role admin` manages the accounts of the
+`--users` mode (web/auth/cli.py, docs/auth.md).
 
 Every ComfyUI 0.3.64 flag is accepted, with its spelling and value shape (web/flags.py); those
 that change nothing on this build are named in one warning at start-up. A flag ComfyUI does not
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, MutableMapping, Sequence, TextIO
 
+from web.auth.settings import AuthSettings
 from web.config import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, CacheSettings, DtypeSettings, RaySettings, ServerConfig
 from web.flags import (ALL_INTERFACES, LOCAL_RAY, add_common_flags, add_ray_flags, add_server_flags,
                        attention_backends, comfy_namespace, component_dtype, flags_without_effect, vram_mode)
@@ -117,8 +119,17 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> ServerCon
         enable_assets=getattr(args, "enable_assets", False) and not getattr(args, "disable_assets", False),
         enable_asset_hashing=getattr(args, "enable_asset_hashing", False),
         ray=ray_settings(args),
+        auth=auth_settings(args),
+        multi_user=getattr(args, "multi_user", False),
         comfy_flags=comfy,
     )
+
+
+def auth_settings(args: argparse.Namespace) -> AuthSettings | None:
+    """--users and its limits (web/auth/), or None: the single-user server."""
+    if not getattr(args, "users", False):
+        return None
+    return AuthSettings(prompts_per_minute=args.user_prompt_rate, queue_quota=args.user_queue_quota)
 
 
 def connection_limits(args: argparse.Namespace) -> dict:
@@ -327,6 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve":  # the default mode, by its name
         argv = argv[1:]
+    if argv and argv[0] == "users":  # accounts of the --users mode (web/auth/cli.py, docs/auth.md)
+        from web.auth.cli import main as users_main
+
+        return users_main(argv[1:])
     if argv and argv[0] == "run":
         parser = build_run_parser()
         args = parser.parse_args(argv[1:])

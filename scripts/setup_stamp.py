@@ -54,6 +54,7 @@ IMPORT_NAMES = {
     "pillow": "PIL",
     "pyyaml": "yaml",
     "openai-clip": "clip",
+    "argon2-cffi": "argon2",
 }
 
 

@@ -103,7 +103,7 @@ def test_the_namespace_has_every_comfyui_attribute_and_its_post_processing():
 def test_flags_without_effect_are_named_and_acting_ones_are_not():
     parser, args = _parse("--lowvram", "--fast", "--multi-user", "--disable-metadata", "--use-quad-cross-attention",
                           "--fp8_e4m3fn-unet", "--preview-method", "taesd", "--deterministic", "--async-offload")
-    assert flags_without_effect(args, parser) == ["--fp8_e4m3fn-unet", "--async-offload", "--fast", "--multi-user"]
+    assert flags_without_effect(args, parser) == ["--fp8_e4m3fn-unet", "--async-offload", "--fast"]
     assert flags_without_effect(*_parse()) == []
     assert not set(NO_EFFECT) & {"disable_metadata", "use_quad_cross_attention", "use_split_cross_attention",
                                  "tls_keyfile", "front_end_root", "preview_method", "deterministic", "cuda_device",

@@ -31,7 +31,9 @@ from web.routes_jobs import jobs_routes
 from web.routes_library import library_routes
 from web.routes_logs import log_routes
 from web.routes_prompt import prompt_routes
+from web.routes_queue import queue_routes
 from web.routes_subgraphs import subgraph_routes
+from web.routes_v2 import add_v2_routes
 from web.routes_workflow import workflow_routes
 from web.state import STATE_KEY, AppState
 from web.userdata import add_userdata_routes
@@ -69,6 +71,19 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     queue worker waits for `start_warm_up` (which `start_server(warm_up=True)` calls)."""
     middlewares = list(middlewares_for(state.config))
     middlewares.append(body_timeout_middleware(state.config.body_timeout))  # web/connections.py
+    if state.config.multi_user:
+        log.warning("--multi-user: the Comfy-User header picks a user folder; it is not authentication "
+                    "(anyone who can reach the server can name any user). Use --users for logins (docs/auth.md)%s",
+                    "; with --users the header is ignored" if state.config.auth is not None else "")
+    if state.config.auth is not None:  # --users: one check in front of every route (web/auth/)
+        from web.auth.middleware import auth_middleware
+        from web.auth.service import AuthService
+
+        if state.auth is None:
+            state.auth = AuthService.open(state.store.path, state.config.auth)
+        # the files of each `executed` message become readable by the prompt's owner (web/prompt_run.py)
+        state.hub.on_outputs = state.auth.record_outputs
+        middlewares.append(auth_middleware(state.auth))
     if state.config.compress_response_body:
         middlewares.append(compress_body)
     app = _app_with(state, middlewares)
@@ -79,10 +94,16 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
     tables.append(log_routes(app))  # /internal/logs* (web/routes_logs.py)
     tables.append(subgraph_routes(state))  # /global_subgraphs*, /node_replacements (web/routes_subgraphs.py)
     tables.append(workflow_routes())  # POST /workflow/to_prompt (web/routes_workflow.py)
+    tables.append(queue_routes())  # /api/queue/{state,pause,resume,move,priorities}, /api/jobs/{id}/retry
+    if state.auth is not None:
+        from web.auth.routes import auth_routes
+
+        tables.append(auth_routes())  # /auth/login, /auth/logout, /auth/me, /auth/tokens, /auth/users
     for table in [*tables, *state.extra_routes, *extra_routes]:
         add_api_routes(app, table)
     add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)
     add_asset_routes(app, state)  # /api/assets*, /api/tags (web/routes_assets.py; 503 without --enable-assets)
+    add_v2_routes(app, state)  # Comfy's API v2, /api/v2/jobs*, /api/v2/assets*, /api/v2/health (web/routes_v2.py)
     served_editor = False
     if frontend:
         try:
@@ -192,7 +213,11 @@ async def _on_shutdown(app: web.Application) -> None:
 
 
 async def _on_cleanup(app: web.Application) -> None:
-    app[STATE_KEY].store.close()
+    state = app[STATE_KEY]
+    state.store.close()
+    if state.auth is not None:
+        state.auth.close()
+        state.auth = None  # a later app on this state opens it again
 
 
 async def start_server(state: AppState, *, frontend: bool = True, extra_routes: Iterable[web.RouteTableDef] = (),

@@ -150,7 +150,7 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
         log.warning("prompt %s was running when the server stopped; recorded as interrupted", prompt_id)
     queue = PromptQueue(store)
     queue.restore(store.pending_items())
-    hub = WebSocketHub(lambda: {"exec_info": {"queue_remaining": queue.remaining}})
+    hub = WebSocketHub(lambda: {"exec_info": queue.exec_info()})  # + `paused` while paused (docs/queue.md)
     queue.on_change = hub.broadcast_status
     log.info("state built in %.2f s: %d node types, %d packs, %d prompts pending",
              time.perf_counter() - started, len(registry), len(packs), len(queue.pending()))

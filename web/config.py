@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from graph.pack_isolation import DEFAULT_CALL_TIMEOUT, DEFAULT_IMPORT_TIMEOUT
+from web.auth.settings import AuthSettings
 
 DEFAULT_PORT = 8188
 DEFAULT_MAX_UPLOAD_MB = 100.0
@@ -174,6 +175,8 @@ class ServerConfig:
     ray: RaySettings | None = None  # --ray [ADDRESS]: None runs prompts in this process
     enable_assets: bool = False  # --enable-assets: the assets API (web/routes_assets.py)
     enable_asset_hashing: bool = False  # --enable-asset-hashing: the folder scan hashes files; from-hash works
+    auth: AuthSettings | None = None  # --users: logins, roles, per-user isolation (web/auth/; docs/auth.md)
+    multi_user: bool = False  # --multi-user: ComfyUI's Comfy-User header picks the user/ folder (NOT authentication)
     # Every flag under ComfyUI's attribute names as main.py parsed it (web.flags.comfy_namespace),
     # for `comfy.cli_args.args`; empty for a config built in code.
     comfy_flags: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 # ComfyUI's `--fast` options: the enum packs import from comfy.cli_args, so `--fast` parses into it.
 from compat.cli_args import PerformanceFeature
 from compat.feature_flags import FeatureFlagError, parse_feature_flag
+from web.auth.settings import DEFAULT_PROMPTS_PER_MINUTE, DEFAULT_QUEUE_QUOTA
 from web.config import (DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
                         DEFAULT_MAX_UPLOAD_MB, DEFAULT_MAX_WS_MESSAGE_MB, DEFAULT_PACK_CALL_TIMEOUT,
                         DEFAULT_PACK_IMPORT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREVIEW_SIZE,
@@ -49,7 +50,7 @@ NO_EFFECT: Mapping[str, str] = {
     "async_offload": "--async-offload", "force_non_blocking": "--force-non-blocking",
     "disable_smart_memory": "--disable-smart-memory", "fast": "--fast",
     "mmap_torch_files": "--mmap-torch-files", "disable_api_nodes": "--disable-api-nodes",
-    "multi_user": "--multi-user", "front_end_version": "--front-end-version",
+    "front_end_version": "--front-end-version",
     "comfy_api_base": "--comfy-api-base", "database_url": "--database-url",
     "default_hashing_function": "--default-hashing-function",
 }
@@ -61,12 +62,14 @@ LOCAL_RAY = "local"  # `--ray` without an address: start a Ray instance in this 
 PACK_LIMIT_DESTS = ("custom_node_import_timeout", "custom_node_call_timeout")
 CONNECTION_DESTS = ("header_timeout", "body_timeout", "max_connections_per_client", "max_ws_message_size",
                     "ws_heartbeat")
+# Ours (not ComfyUI's): the users mode (web/auth/, docs/auth.md). Left out of `comfy.cli_args.args`.
+AUTH_DESTS = ("users", "user_prompt_rate", "user_queue_quota")
 # Flags only the server takes (`main.py run WORKFLOW` refuses them: it opens no port).
 SERVER_ONLY = frozenset({
     "listen", "port", "tls_keyfile", "tls_certfile", "enable_cors_header", "max_upload_size", "auto_launch",
     "disable_auto_launch", "windows_standalone_build", "dont_print_server", "quick_test_for_ci", "multi_user",
     "front_end_version", "front_end_root", "enable_compress_response_body", "feature_flag", "enable_assets", "disable_assets",
-    "enable_asset_hashing", *RAY_DESTS, *CONNECTION_DESTS})
+    "enable_asset_hashing", *RAY_DESTS, *CONNECTION_DESTS, *AUTH_DESTS})
 
 
 def existing_directory(value: str) -> Path:
@@ -79,6 +82,17 @@ def existing_directory(value: str) -> Path:
     if not os.access(path, os.R_OK):
         raise argparse.ArgumentTypeError(f"no read permission for '{value}'")
     return path
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0 (the --users limits; 0 turns one off)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {number}")
+    return number
 
 
 def feature_flag_item(value: str) -> str:
@@ -129,7 +143,9 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     ui.add_argument("--disable-auto-launch", action="store_true", help="never open a browser")
     ui.add_argument("--windows-standalone-build", action="store_true", help="ComfyUI's portable build: auto-launch")
     ui.add_argument("--dont-print-server", action="store_true", help="do not print the server's address")
-    ui.add_argument("--multi-user", action="store_true", help="accepted; this server has one user")
+    ui.add_argument("--multi-user", action="store_true",
+                    help="ComfyUI's per-user folders picked by the Comfy-User header (not authentication: "
+                         "see --users)")
     ui.add_argument("--front-end-version", type=str, default=DEFAULT_FRONT_END_VERSION, metavar="OWNER/REPO@VERSION",
                     help="accepted; the pinned editor package is served (no downloads)")
     ui.add_argument("--front-end-root", type=existing_directory, default=None, metavar="DIR",
@@ -146,6 +162,15 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     assets.add_argument("--disable-assets", action="store_true",
                         help="no assets API, whatever --enable-assets says (today's ComfyUI's switch for when "
                              "assets are on by default)")
+    users = parser.add_argument_group("users", "logins, roles and per-user isolation (not in ComfyUI; docs/auth.md)")
+    users.add_argument("--users", action="store_true",
+                       help="require a login (editor: password; scripts: 'Authorization: Bearer' tokens); users "
+                            "and roles live in the server's database: create the first admin with "
+                            "`main.py users add NAME --role admin`")
+    users.add_argument("--user-prompt-rate", type=non_negative_int, default=DEFAULT_PROMPTS_PER_MINUTE, metavar="N",
+                       help="with --users: prompts one user may submit per minute (more: 429; 0: no limit)")
+    users.add_argument("--user-queue-quota", type=non_negative_int, default=DEFAULT_QUEUE_QUOTA, metavar="N",
+                       help="with --users: pending prompts one user may have queued (more: 429; 0: no limit)")
     parser.add_argument("--quick-test-for-ci", action="store_true", help="load everything, then exit")
 
 
@@ -318,7 +343,7 @@ def comfy_namespace(args: argparse.Namespace) -> dict[str, Any]:
     fast = values.get("fast")
     values["fast"] = set() if fast is None else set(PerformanceFeature) if fast == [] else set(fast)
     values.pop("workflow", None)
-    for name in (*RAY_DESTS, *CONNECTION_DESTS, *PACK_LIMIT_DESTS):
+    for name in (*RAY_DESTS, *CONNECTION_DESTS, *PACK_LIMIT_DESTS, *AUTH_DESTS):
         values.pop(name, None)
     return values
 

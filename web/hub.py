@@ -241,6 +241,9 @@ class WebSocketHub:
         self._missed: dict[str, deque[Outgoing]] = {}
         # The latest progress_state kept for each (client, prompt): superseded by the next one.
         self._kept_progress: dict[tuple[str, str], Deferred] = {}
+        # --users: `on_outputs(owner, executed_data)` for every `executed` message of a prompt
+        # (web/prompt_run.py calls it), so /view lets the owner read the files (web/auth/service.py).
+        self.on_outputs: Callable[[str, Any], None] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop

@@ -61,6 +61,8 @@ class PromptRun:
 
     def sink(self, event: Event) -> None:
         """Runs on the server's loop (graph/relay.py, or the Ray stream, delivers events there)."""
+        if event.type == EXECUTED and self.router.hub.on_outputs is not None:
+            self.router.hub.on_outputs(self.item.owner, event.data)  # --users: who may /view the files
         if event.type in STATUS_MESSAGE_TYPES:
             self.recorded.append((event.type, event.data))
         if self.progress is not None:

@@ -11,6 +11,10 @@ from typing import Any
 SENSITIVE_EXTRA_DATA_KEYS = frozenset({"auth_token_comfy_org", "api_key_comfy_org"})
 
 
+# The owner of every prompt while the server has no users (a later users/tokens mode sets the
+# submitting user's id instead); queue priorities are keyed by owner (web/prompt_queue.py).
+DEFAULT_OWNER = "default"
+
 # The largest magnitude a queue `number` may have. Every integer up to 2^53 is exact as a float (the
 # store's REAL column, JSON) and far inside SQLite's 64-bit INTEGER, so the counter that continues
 # after the highest stored number stays usable for ever; 1e308 once made every later POST a 500.
@@ -55,6 +59,8 @@ class QueueItem:
     extra_data: dict
     outputs: list[str]
     create_time: int = field(default_factory=now_ms)
+    owner: str = DEFAULT_OWNER  # who submitted it (priorities are per owner)
+    retry_of: str | None = None  # the failed / interrupted prompt this one retries (POST /api/jobs/{id}/retry)
     # Set by /interrupt (or the WebSocket `interrupt`); the executor polls `.is_set()`.
     interrupt: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 

@@ -37,6 +37,7 @@ from urllib.parse import quote
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from web.auth.access import admin_only, may_read_path, record_owner
 from web.asset_scan import SeedScanner
 from web.asset_files import SEED_ROOTS, SYSTEM_TAGS, AssetError, AssetRoots, check_name, check_tags, parse_hash
 from web.assets import ASSETS_KEY, SORT_FIELDS, AssetCatalog, ListQuery, asset_service
@@ -260,6 +261,8 @@ async def get_asset(request: web.Request, service: AssetService) -> web.Response
 
 async def asset_content(request: web.Request, service: AssetService) -> web.StreamResponse:
     record = service.catalog.require(asset_id_of(request))
+    if not may_read_path(request, record.path, shared_outside=True):  # --users: another user's file
+        raise AssetError(404, "ASSET_NOT_FOUND", f"asset {record.id} not found", {"id": record.id})
     disposition = request.query.get("disposition", "attachment").strip().lower()
     if disposition not in ("inline", "attachment"):
         disposition = "attachment"  # ComfyUI's reading: anything else downloads
@@ -372,6 +375,7 @@ async def _upload(request: web.Request, service: AssetService, work: Path) -> we
     record = await asyncio.to_thread(service.catalog.ingest_upload, temp, digest, size, name=name, tags=tags,
                                      client_filename=client_name or None, user_metadata=metadata,
                                      mime_type=mime_type, preview_id=preview_id)
+    record_owner(request, record.path)  # --users: the uploader's file (web/auth/)
     return _created(service, record)
 
 
@@ -467,6 +471,7 @@ async def refine_tags(request: web.Request, service: AssetService) -> web.Respon
     return web.json_response({"tag_counts": counts})
 
 
+@admin_only  # --users (web/auth/): catalogue-wide maintenance
 async def seed(request: web.Request, service: AssetService) -> web.Response:
     roots: Any = list(SEED_ROOTS)
     if request.can_read_body:
@@ -494,10 +499,12 @@ async def seed_status(request: web.Request, service: AssetService) -> web.Respon
     return web.json_response(service.scanner.status())
 
 
+@admin_only
 async def seed_cancel(request: web.Request, service: AssetService) -> web.Response:
     return web.json_response({"status": "cancelling" if service.scanner.cancel() else "idle"})
 
 
+@admin_only
 async def prune(request: web.Request, service: AssetService) -> web.Response:
     if service.scanner.status()["state"] != "IDLE":
         return web.json_response({"status": "scan_running", "marked": 0}, status=409)

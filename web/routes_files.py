@@ -25,6 +25,7 @@ from aiohttp.web_request import FileField
 from comfy_core.video.media_types import media_type
 from web.asset_files import AssetError, parse_hash
 from web.assets import asset_service
+from web.auth.access import auth_of, current_user, may_read_file, may_read_path
 from web.confined_path import PathOutsideRoot, confined_path, find_control_character
 from web.middlewares import json_error
 from web.state import AppState, state_of
@@ -139,8 +140,13 @@ async def view(request: web.Request) -> web.StreamResponse:
             # The editor's LoadImage widget may hold an asset hash (assets API on): the file is
             # found by its content hash (web/assets.py), as today's ComfyUI /view does.
             path, download_name, asset_type = await _asset_by_hash(request, q["filename"])
+            if not may_read_path(request, path):  # --users: stored content is its owner's
+                return json_error(404, f"file {filename!r} not found")
         else:
             path = resolve_file(state, folder_type or "output", q.get("subfolder", ""), filename)
+            if not may_read_file(request, folder_type or "output", q.get("subfolder", ""), filename):
+                # --users (web/auth/): another user's file reads as absent (no name oracle)
+                return json_error(404, f"file {filename!r} not found in {folder_type}")
         if not path.is_file():
             return json_error(404, f"file {filename!r} not found in {folder_type}")
         variant = await asyncio.to_thread(_render_variant, path, q.get("preview"), channel) \
@@ -290,14 +296,22 @@ async def upload(request: web.Request, *, mask: bool) -> web.Response:
                 raise FileRequestError(400, "'original_ref' must be JSON {\"filename\", \"subfolder\", \"type\"}")
             ref_name, ref_type = split_annotation(ref["filename"], str(ref.get("type") or "output"))
             original = resolve_file(state, ref_type or "output", str(ref.get("subfolder") or ""), ref_name)
-            if not original.is_file():
+            if not original.is_file() or not may_read_file(request, ref_type or "output",
+                                                            str(ref.get("subfolder") or ""), ref_name):
                 raise FileRequestError(404, f"original image {ref_name!r} not found")
             try:
                 data = await asyncio.to_thread(_mask_onto, original, data)
             except OSError as exc:
                 raise FileRequestError(400, f"not an image: {exc}") from None
-        result = await asyncio.to_thread(store_upload, state, folder_type, subfolder, name, data,
-                                         _truthy(form.get("overwrite", "")))
+        overwrite = _truthy(form.get("overwrite", ""))
+        user, auth = current_user(request), auth_of(request)
+        if user is not None and overwrite and not user.is_admin \
+                and resolve_file(state, folder_type, subfolder, name).exists() \
+                and user.name not in auth.store.file_owners(folder_type, subfolder, name):
+            raise FileRequestError(403, f"{name!r} exists and is not yours to overwrite")
+        result = await asyncio.to_thread(store_upload, state, folder_type, subfolder, name, data, overwrite)
+        if user is not None:  # --users: the uploader may /view it; other users may not
+            auth.store.record_files([(folder_type, subfolder, result["name"], user.name)])
         asset = await _register_asset(request, folder_type, subfolder, result["name"])
     except FileRequestError as exc:
         return json_error(exc.status, str(exc))

@@ -6,6 +6,8 @@ A job is rendered from a queue item or a history record; fields that are None ar
    execution_start_time, execution_end_time, execution_error, outputs_count,
    previewable_outputs_count, preview_output {..item, nodeId, mediaType}, workflow_id}
 (an interrupted run is `cancelled`; a running job also carries its execution_start_time).
+Beyond ComfyUI: `retry_of` / `retried_as` link a retried job and its retry (POST
+/api/jobs/{id}/retry, web/routes_queue.py); left out when there is none.
 
 `GET /jobs?status=a,b&workflow_id=&sort_by=created_at|execution_duration&sort_order=desc|asc
 &limit=&offset=` -> {jobs, pagination: {offset, limit, total, has_more}} (no limit: all);
@@ -22,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from web.auth.access import owner_of, sees_all
 from web.bodies import BadRequestBody, read_json
 from web.queue_item import QueueItem, public_extra_data
 from web.state import AppState, state_of
@@ -126,7 +129,7 @@ def _queued_job(item: QueueItem, running: bool, start_ms: int | None) -> dict:
                     "priority": item.number, "create_time": item.create_time,
                     "execution_start_time": start_ms if running else None,
                     "outputs_count": 0, "previewable_outputs_count": 0,
-                    "workflow_id": _workflow_id(item.extra_data)})
+                    "workflow_id": _workflow_id(item.extra_data), "retry_of": item.retry_of})
 
 
 def _record_extra(record: HistoryRecord) -> tuple[dict, dict]:
@@ -145,18 +148,30 @@ def _finished_job(record: HistoryRecord) -> dict:
                     "priority": record.number, "create_time": record.create_ms,
                     "execution_start_time": record.start_ms, "execution_end_time": record.end_ms,
                     "execution_error": error, "outputs_count": count, "previewable_outputs_count": previewable,
-                    "preview_output": preview, "workflow_id": _workflow_id(extra)})
+                    "preview_output": preview, "workflow_id": _workflow_id(extra),
+                    "retry_of": record.retry_of, "retried_as": record.retried_as})
 
 
-def all_jobs(state: AppState) -> list[dict]:
+def all_jobs(state: AppState, owner: str | None = None) -> list[dict]:
+    """Every job; with `owner` (--users, a non-admin) only that owner's."""
     queue = state.queue
-    jobs = [_finished_job(r) for r in state.store.history_records()]
-    jobs.extend(_queued_job(item, True, queue.running_start(item.prompt_id)) for item in queue.running_items())
-    jobs.extend(_queued_job(item, False, None) for item in queue.pending())
+    jobs = [_finished_job(r) for r in state.store.history_records() if owner is None or r.owner == owner]
+    jobs.extend(_queued_job(item, True, queue.running_start(item.prompt_id)) for item in queue.running_items()
+                if owner is None or item.owner == owner)
+    jobs.extend(_queued_job(item, False, None) for item in queue.pending() if owner is None or item.owner == owner)
     return jobs
 
 
-def job_detail(state: AppState, job_id: str) -> dict | None:
+def job_owner(state: AppState, job_id: str) -> str | None:
+    """Who submitted `job_id` (queued, running or finished), or None for an unknown id."""
+    item = next((i for i in (*state.queue.running_items(), *state.queue.pending()) if i.prompt_id == job_id), None)
+    return item.owner if item is not None else state.store.history_owner(job_id)
+
+
+def job_detail(state: AppState, job_id: str, owner: str | None = None) -> dict | None:
+    """The job, or None when unknown (or, with `owner`, another owner's)."""
+    if owner is not None and job_owner(state, job_id) != owner:
+        return None
     record = state.store.history_record(job_id)
     if record is not None:
         graph, extra = _record_extra(record)
@@ -175,8 +190,11 @@ def job_detail(state: AppState, job_id: str) -> dict | None:
     return {**job, "workflow": {"prompt": item.prompt, "extra_data": public_extra_data(item.extra_data)}}
 
 
-def cancel_job(state: AppState, job_id: str) -> bool:
-    """Interrupt `job_id` if it runs, dequeue it if it waits; False when it is neither."""
+def cancel_job(state: AppState, job_id: str, owner: str | None = None) -> bool:
+    """Interrupt `job_id` if it runs, dequeue it if it waits; False when it is neither (or, with
+    `owner`, another owner's)."""
+    if owner is not None and job_owner(state, job_id) != owner:
+        return False
     if state.queue.interrupt(job_id):
         return True
     return bool(state.queue.delete([job_id]))
@@ -184,6 +202,11 @@ def cancel_job(state: AppState, job_id: str) -> bool:
 
 def _bad(message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=400)
+
+
+def _owner_filter(request: web.Request) -> str | None:
+    """--users: the caller's name unless they see everything (an admin, or users off)."""
+    return None if sees_all(request) else owner_of(request)
 
 
 def jobs_routes() -> web.RouteTableDef:
@@ -219,7 +242,7 @@ def jobs_routes() -> web.RouteTableDef:
             except ValueError:
                 return _bad("offset must be an integer")
 
-        jobs = all_jobs(state_of(request))
+        jobs = all_jobs(state_of(request), _owner_filter(request))
         if wanted:
             jobs = [j for j in jobs if j["status"] in wanted]
         workflow_id = query.get("workflow_id")
@@ -239,14 +262,15 @@ def jobs_routes() -> web.RouteTableDef:
 
     @routes.get("/jobs/{job_id}")
     async def get_job(request: web.Request) -> web.Response:
-        job = job_detail(state_of(request), request.match_info["job_id"])
+        job = job_detail(state_of(request), request.match_info["job_id"], _owner_filter(request))
         if job is None:
             return web.json_response({"error": "Job not found"}, status=404)
         return web.json_response(job)
 
     @routes.post("/jobs/{job_id}/cancel")
     async def cancel_one(request: web.Request) -> web.Response:
-        return web.json_response({"cancelled": cancel_job(state_of(request), request.match_info["job_id"])})
+        return web.json_response({"cancelled": cancel_job(state_of(request), request.match_info["job_id"],
+                                                          _owner_filter(request))})
 
     @routes.post("/jobs/cancel")
     async def cancel_many(request: web.Request) -> web.Response:
@@ -261,7 +285,7 @@ def jobs_routes() -> web.RouteTableDef:
         if invalid:
             return _bad("job_ids contains invalid id(s)", invalid_ids=invalid)
         state = state_of(request)
-        results = [cancel_job(state, i) for i in ids]  # every one, not only up to the first
+        results = [cancel_job(state, i, _owner_filter(request)) for i in ids]  # every one, not only up to the first
         return web.json_response({"cancelled": any(results)})
 
     return routes

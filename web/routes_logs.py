@@ -41,6 +41,7 @@ from typing import Any, Callable, TextIO
 
 from aiohttp import web
 
+from web.auth.access import admin_only
 from web.bodies import BadRequestBody, read_json
 from web.state import STATE_KEY
 
@@ -205,14 +206,17 @@ def log_routes(app: web.Application) -> web.RouteTableDef:
     routes = web.RouteTableDef()
 
     @routes.get("/internal/logs")
+    @admin_only  # --users (web/auth/): the server's log shows every user's prompts
     async def get_logs(request: web.Request) -> web.Response:
         return web.json_response("".join(f"{e['t']} - {e['m']}" for e in buffer.snapshot()))
 
     @routes.get("/internal/logs/raw")
+    @admin_only
     async def get_raw_logs(request: web.Request) -> web.Response:
         return web.json_response({"entries": buffer.snapshot(), "size": terminal_size()})
 
     @routes.patch("/internal/logs/subscribe")
+    @admin_only
     async def subscribe_logs(request: web.Request) -> web.Response:
         body = await read_json(request, expect=dict)
         client_id, enabled = body.get("clientId"), body.get("enabled")

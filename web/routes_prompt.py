@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from web.auth.access import admin_only, forbidden, may_see, owner_of, sees_all
 from web.bodies import BadRequestBody, read_json
 from web.state import state_of
 from web.store import encode_json
@@ -56,25 +57,34 @@ def prompt_routes() -> web.RouteTableDef:
         except BadRequestBody as exc:  # keep /prompt's error shape: {error, node_errors}
             return web.json_response(request_error("invalid_prompt", "Invalid request body", exc.message),
                                      status=400)
-        status, payload = await submit_prompt(state_of(request), body,
+        status, payload = await submit_prompt(state_of(request), body, owner=owner_of(request),
                                               usage_source=request.headers.get("Comfy-Usage-Source") or None)
         return web.json_response(payload, status=status)
 
     @routes.get("/queue")
     async def get_queue(request: web.Request) -> web.Response:
         queue = state_of(request).queue
-        listing = {"queue_running": [item.wire() for item in queue.running_items()],
-                   "queue_pending": [item.wire() for item in queue.pending()]}
+        # --users: only the caller's own prompts (an admin's: all)
+        listing = {"queue_running": [item.wire() for item in queue.running_items() if may_see(request, item.owner)],
+                   "queue_pending": [item.wire() for item in queue.pending() if may_see(request, item.owner)]}
         return await _json_off_loop(lambda: listing)  # only the encoding leaves the loop
 
     @routes.post("/queue")
     async def post_queue(request: web.Request) -> web.Response:
         body = await read_json(request, expect=dict)
         queue = state_of(request).queue
-        if body.get("clear"):
-            queue.clear()
         if "delete" in body:
-            queue.delete(_id_list(body, "delete"))
+            ids = _id_list(body, "delete")
+            others = [i.prompt_id for i in queue.pending() if i.prompt_id in ids and not may_see(request, i.owner)]
+            if others:
+                return forbidden(f"prompts of another user: {others[:10]}")
+        if body.get("clear"):
+            if sees_all(request):
+                queue.clear()
+            else:  # --users: a user's clear empties their own part of the queue
+                queue.delete([i.prompt_id for i in queue.pending() if i.owner == owner_of(request)])
+        if "delete" in body:
+            queue.delete(ids)
         return web.Response(status=200)
 
     @routes.post("/interrupt")
@@ -85,10 +95,20 @@ def prompt_routes() -> web.RouteTableDef:
         except BadRequestBody:
             body = {}
         prompt_id = body.get("prompt_id") if isinstance(body, dict) else None
-        state_of(request).queue.interrupt(prompt_id if isinstance(prompt_id, str) else None)
+        queue = state_of(request).queue
+        if not sees_all(request):  # --users: only the caller's own running prompts
+            running = [i for i in queue.running_items() if not isinstance(prompt_id, str) or i.prompt_id == prompt_id]
+            if any(not may_see(request, i.owner) for i in running) and isinstance(prompt_id, str):
+                return forbidden("that prompt belongs to another user")
+            for item in running:
+                if may_see(request, item.owner):
+                    queue.interrupt(item.prompt_id)
+            return web.Response(status=200)
+        queue.interrupt(prompt_id if isinstance(prompt_id, str) else None)
         return web.Response(status=200)
 
     @routes.post("/free")
+    @admin_only  # --users (web/auth/): unloading models affects every user's prompts
     async def post_free(request: web.Request) -> web.Response:
         body = await read_json(request, empty={}, expect=dict)
         state = state_of(request)
@@ -103,12 +123,16 @@ def prompt_routes() -> web.RouteTableDef:
         offset = _int_query(request, "offset", -1)
         if max_items is not None and max_items < 0:
             raise BadRequestBody(f"query parameter 'max_items' must not be negative, got {max_items}", "invalid_query")
-        return await _json_off_loop(state_of(request).store.history, max_items, offset)
+        owner = None if sees_all(request) else owner_of(request)  # --users: the caller's own entries
+        return await _json_off_loop(lambda: state_of(request).store.history(max_items, offset, owner=owner))
 
     @routes.get("/history/{prompt_id}")
     async def get_history_entry(request: web.Request) -> web.Response:
         prompt_id = request.match_info["prompt_id"]
         store = state_of(request).store
+
+        if not sees_all(request) and store.history_owner(prompt_id) not in (None, owner_of(request)):
+            return web.json_response({})  # --users: another user's entry reads as absent
 
         def read() -> dict:
             entry = store.history_entry(prompt_id)
@@ -120,10 +144,19 @@ def prompt_routes() -> web.RouteTableDef:
     async def post_history(request: web.Request) -> web.Response:
         body = await read_json(request, expect=dict)
         store = state_of(request).store
-        if body.get("clear"):
-            store.clear_history()
         if "delete" in body:
-            store.delete_history(_id_list(body, "delete"))
+            ids = _id_list(body, "delete")
+            if not sees_all(request):
+                others = [pid for pid in ids if store.history_owner(pid) not in (None, owner_of(request))]
+                if others:
+                    return forbidden(f"history entries of another user: {others[:10]}")
+        if body.get("clear"):
+            if sees_all(request):
+                store.clear_history()
+            else:  # --users: a user's clear removes their own entries
+                store.delete_history(store.history_ids(owner_of(request)))
+        if "delete" in body:
+            store.delete_history(ids)
         return web.Response(status=200)
 
     return routes

@@ -31,6 +31,8 @@ Fields (stable; add, don't rename):
   node_replacements  web.node_replacements.NodeReplacements — old node type -> stand-ins
                (`GET /node_replacements`; applied to every POST /prompt before validation);
                packs' node_replacements.json files are loaded by web/routes_subgraphs.py
+  auth         web.auth.service.AuthService or None — the users mode (--users; web/auth/), built
+               by the app factory: who each request is (web.auth.access), quotas, file owners
   on_prompt_handlers  list of callables `(body: dict) -> dict` that may rewrite every POST
                /prompt body before validation (ComfyUI's add_on_prompt_handler); an exception in
                one is logged and that handler skipped
@@ -79,6 +81,8 @@ class AppState:
     on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)
     pack_app: web.Application | None = None
     node_replacements: NodeReplacements = field(default_factory=NodeReplacements)
+    # web.auth.service.AuthService with --users (built by web/app.py), else None: one user, as ComfyUI
+    auth: Any = None
 
     def send(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
         """Send an event to `client_id` (None: every socket). Safe from any thread."""

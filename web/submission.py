@@ -19,7 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from web.prompt_queue import DuplicatePromptError
-from web.queue_item import QueueItem, now_ms, queue_number_problem
+from web.queue_item import DEFAULT_OWNER, QueueItem, now_ms, queue_number_problem
 
 if TYPE_CHECKING:
     from web.state import AppState
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # Prompts with more nodes than this are validated and stored off the event loop (issue 34).
 OFF_LOOP_NODES = 500
+# --users: the client id of a user's prompts submitted without one (web/auth/, docs/auth.md)
+USER_CHANNEL_PREFIX = "user:"
 
 
 
@@ -96,11 +98,39 @@ def _run_prompt_handlers(state: "AppState", body: dict) -> dict:
     return body
 
 
+def _user_limits(state: "AppState", owner: str, client_id: Any, prompt: dict) -> tuple[int, dict] | None:
+    """--users (web/auth/): client id ownership (403: another user's socket id would receive this
+    prompt's events), another user's uploads named in the prompt (403), the queue quota (429) and
+    the per-user prompt rate (429)."""
+    auth = state.auth
+    if isinstance(client_id, str) and client_id and not auth.claim_client(client_id, owner):
+        return 403, request_error("forbidden_client_id", "client_id belongs to another user",
+                                  "use your own WebSocket's client id (its 'sid'), or none")
+    foreign = auth.foreign_inputs(owner, prompt)
+    if foreign:
+        return 403, request_error("forbidden_input", "The prompt reads another user's upload",
+                                  f"input files of another user: {foreign[:5]}")
+    pending = sum(1 for item in state.queue.pending() if item.owner == owner)
+    if auth.quota_reached(pending):
+        body = request_error("queue_quota", "Too many queued prompts",
+                             f"{owner} has {pending} prompts pending; the limit is {auth.settings.queue_quota}")
+        return 429, body
+    wait = auth.prompt_rate_wait(owner)
+    if wait > 0:
+        body = request_error("rate_limited", "Too many prompts",
+                             f"at most {auth.settings.prompts_per_minute} prompts a minute; retry in {wait:.1f} s")
+        body["error"]["retry_after"] = round(wait, 3)
+        return 429, body
+    return None
+
+
 async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None = None,
-                        usage_source: str | None = None) -> tuple[int, dict]:
+                        usage_source: str | None = None, owner: str = DEFAULT_OWNER) -> tuple[int, dict]:
     """Validate and queue one prompt request. `client_id` (the WebSocket's) overrides the body's;
     `usage_source` (the `Comfy-Usage-Source` request header) becomes
-    `extra_data.comfy_usage_source` unless the body set one."""
+    `extra_data.comfy_usage_source` unless the body set one. `owner`: who submits it (the
+    logged-in user with --users, web.auth.access.owner_of; else "default"), checked against the
+    per-user limits when users are on."""
     log.info("got prompt")  # ComfyUI's terminal line for every submission
     if not isinstance(body, dict):
         return 400, request_error("invalid_prompt", "Invalid request body",
@@ -111,6 +141,12 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     problem = _check_fields(body)
     if problem is not None:
         return 400, problem
+
+    if state.auth is not None:
+        # a `client_id` argument is the server's own (the WebSocket's, claimed when it connected; v2's bridge)
+        refused = _user_limits(state, owner, body.get("client_id") if client_id is None else None, body["prompt"])
+        if refused is not None:
+            return refused
 
     from graph.validation import validate_prompt  # the engine; imported late to keep start-up light
 
@@ -139,17 +175,22 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
         return 400, {"error": result.error, "node_errors": result.node_errors}
 
     number = body.get("number")
-    number = float(number) if number is not None else state.queue.next_number(bool(body.get("front")))
+    number = float(number) if number is not None else state.queue.next_number(bool(body.get("front")), owner)
     extra_data = dict(body.get("extra_data") or {})
-    owner = client_id if client_id is not None else body.get("client_id")
-    if owner:
-        extra_data["client_id"] = owner
+    events_to = client_id if client_id is not None else body.get("client_id")
+    if not events_to and state.auth is not None:
+        # --users: a prompt without a client still goes to its owner only (ComfyUI broadcasts its
+        # execution_interrupted); a socket of theirs may connect with this id to follow such prompts
+        events_to = f"{USER_CHANNEL_PREFIX}{owner}"
+        state.auth.claim_client(events_to, owner)
+    if events_to:
+        extra_data["client_id"] = events_to
     if usage_source and "comfy_usage_source" not in extra_data:
         extra_data["comfy_usage_source"] = usage_source
     # Today's ComfyUI stores the submission time in extra_data too (shown by /queue and /history).
     extra_data["create_time"] = create_time = now_ms()
     item = QueueItem(number=number, prompt_id=prompt_id, prompt=prompt, extra_data=extra_data,
-                     outputs=[str(o) for o in result.outputs], create_time=create_time)
+                     outputs=[str(o) for o in result.outputs], create_time=create_time, owner=owner)
     try:
         await state.queue.put_async(item)  # its JSON is written to the store in a worker thread
     except DuplicatePromptError:  # queued by another request while this one was validated

@@ -4,7 +4,8 @@ Routes (ComfyUI's `app/user_manager.py`, `app/app_settings.py` and `/i18n`, writ
 their documented behaviour), each registered bare and under `/api`:
 
     GET  /users                          {"storage": "server", "migrated": bool}
-    POST /users                          400: this server has one user
+    POST /users                          400: this server has one user (--multi-user: ComfyUI's
+                                         {"username"} -> the new user id, in users.json)
     GET  /settings                       every setting (server defaults under the stored ones)
     POST /settings                       merge a JSON object into the stored settings
     GET  /settings/{id}                  one value, or null
@@ -18,6 +19,7 @@ their documented behaviour), each registered bare and under `/api`:
     GET  /i18n                           packs' `locales/<lang>/*.json`, merged
 
 Single-user, like ComfyUI without `--multi-user`: everything lives in `<user_dir>/default/`.
+With `--users` (web/auth/) each logged-in user has `<user_dir>/<name>/` instead.
 Every client-supplied path goes through `web.confined_path`, so `..`, absolute paths,
 backslashes and symlinks leading out of the user folder are refused with 403. Errors are JSON:
 `{"error": {"type", "message", "details"}}`.
@@ -27,13 +29,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from aiohttp import web
 
+from web.auth.access import current_user
 from web.confined_path import PathOutsideRoot, confined_path
 from web.frontend import editor_default_settings
 
@@ -41,6 +46,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_USER = "default"
 SETTINGS_FILE = "comfy.settings.json"
+COMFY_USERS_FILE = "users.json"  # --multi-user: {user id: name}, as ComfyUI's
 # Extra translation files merged under their own key (ComfyUI's EXTRA_LOCALE_FILES).
 LOCALE_EXTRA_FILES = ("nodeDefs", "commands", "settings")
 # Folders the editor lists at start-up (saved workflows, saved subgraphs).
@@ -271,6 +277,18 @@ def _merge_recursive(base: dict, extra: dict) -> dict:
     return out
 
 
+def _write_json_atomic(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".users-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(value, fh, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _query_flag(request: web.Request, name: str, default: bool) -> bool:
     """ComfyUI's reading of boolean query flags: `overwrite` is true unless "false";
     `recurse`, `full_info`, `split` are true only for "true"."""
@@ -291,11 +309,54 @@ class UserDataRoutes:
     """The handlers, bound to one user folder, settings defaults and pack list."""
 
     def __init__(self, user_dir: Path, *, default_settings: Mapping[str, Any] | None = None,
-                 pack_dirs: Iterable[Path] = ()) -> None:
+                 pack_dirs: Iterable[Path] = (), multi_user: bool = False) -> None:
         self.user_dir = Path(user_dir)
+        # --multi-user (ComfyUI's, not authentication): the `Comfy-User` header names a user id
+        # from `<user_dir>/users.json` (made by POST /users) whose folder is `<user_dir>/<id>/`.
+        self.multi_user = multi_user
+        self.comfy_users: dict[str, str] = self._read_comfy_users() if multi_user else {}
+        self.default_settings = default_settings
         self.files = UserFiles(self.user_dir / DEFAULT_USER)
         self.settings = SettingsStore(self.files.root / SETTINGS_FILE, default_settings)
         self.pack_dirs = [Path(p) for p in pack_dirs]
+        # --users (web/auth/): each user's own folder `<user_dir>/<name>/`, made on first use
+        self._per_user: dict[str, tuple[UserFiles, SettingsStore]] = {}
+
+    def _storage(self, request: web.Request) -> tuple["UserFiles", "SettingsStore"]:
+        """(files, settings) of the caller: the logged-in user's with --users, else `default/`."""
+        user = current_user(request)
+        if user is not None:
+            folder_name = user.name  # --users: the header below is ignored
+        elif self.multi_user and request.headers.get("Comfy-User", DEFAULT_USER) != DEFAULT_USER:
+            folder_name = request.headers["Comfy-User"]
+            if folder_name not in self.comfy_users:
+                raise UserDataError(400, "unknown_user", f"unknown user {folder_name[:80]!r}",
+                                    "the Comfy-User header must name a user made by POST /users")
+        else:
+            return self.files, self.settings
+        if folder_name not in self._per_user:
+            files = UserFiles(self.user_dir / folder_name)
+            for folder in EDITOR_FOLDERS:
+                (files.root / folder).mkdir(parents=True, exist_ok=True)
+            self._per_user[folder_name] = (files, SettingsStore(files.root / SETTINGS_FILE, self.default_settings))
+        return self._per_user[folder_name]
+
+    def _read_comfy_users(self) -> dict[str, str]:
+        path = self.user_dir / COMFY_USERS_FILE
+        if not path.is_file():
+            return {}
+        try:
+            users = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            log.error("%s is not valid JSON (%s); no --multi-user users", path, exc)
+            return {}
+        return {str(k): str(v) for k, v in users.items()} if isinstance(users, dict) else {}
+
+    def files_for(self, request: web.Request) -> "UserFiles":
+        return self._storage(request)[0]
+
+    def settings_for(self, request: web.Request) -> "SettingsStore":
+        return self._storage(request)[1]
 
     def route_table(self) -> list[tuple[str, str, Any]]:
         return [
@@ -315,49 +376,65 @@ class UserDataRoutes:
         ]
 
     async def get_users(self, request: web.Request) -> web.Response:
+        if self.multi_user and current_user(request) is None:  # ComfyUI's answer with --multi-user
+            return web.json_response({"storage": "server", "users": self.comfy_users})
         # "migrated" tells the editor that settings already live on the server.
-        return web.json_response({"storage": "server", "migrated": self.files.root.is_dir()})
+        return web.json_response({"storage": "server", "migrated": self.files_for(request).root.is_dir()})
 
     async def post_users(self, request: web.Request) -> web.Response:
-        raise UserDataError(400, "single_user", "this server has one user; adding users is not supported")
+        if not self.multi_user or current_user(request) is not None:
+            raise UserDataError(400, "single_user", "this server has one user; adding users is not supported")
+        body = await _json_body(request, "POST /users")
+        name = body.get("username") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise UserDataError(400, "invalid_username", "POST /users: 'username' must be a non-empty string")
+        name = name.strip()
+        if name in self.comfy_users.values():
+            raise UserDataError(400, "duplicate_username", "Duplicate username.")
+        # ComfyUI's id: the name with other characters as '-', then '_' and a UUID
+        user_id = f"{re.sub(r'[^a-zA-Z0-9_-]+', '-', name)}_{uuid.uuid4()}"
+        self.comfy_users[user_id] = name
+        _write_json_atomic(self.user_dir / COMFY_USERS_FILE, self.comfy_users)
+        return web.json_response(user_id)
 
     async def get_settings(self, request: web.Request) -> web.Response:
-        return web.json_response(self.settings.all())
+        return web.json_response(self.settings_for(request).all())
 
     async def post_settings(self, request: web.Request) -> web.Response:
         values = await _json_body(request, "POST /settings")
         if not isinstance(values, dict):
             raise UserDataError(400, "invalid_settings", "POST /settings: expected a JSON object of settings",
                                 f"received {type(values).__name__}")
-        self.settings.update(values)
+        self.settings_for(request).update(values)
         return web.json_response({})
 
     async def get_setting(self, request: web.Request) -> web.Response:
-        return web.json_response(self.settings.get(request.match_info["id"]))
+        return web.json_response(self.settings_for(request).get(request.match_info["id"]))
 
     async def post_setting(self, request: web.Request) -> web.Response:
         value = await _json_body(request, f"POST /settings/{request.match_info['id']}")
-        self.settings.set(request.match_info["id"], value)
+        self.settings_for(request).set(request.match_info["id"], value)
         return web.json_response({})
 
     async def list_userdata(self, request: web.Request) -> web.Response:
         directory = request.query.get("dir", "")
         if not directory:
             raise UserDataError(400, "missing_dir", "GET /userdata: the 'dir' query parameter is required")
-        return web.json_response(self.files.list_dir(
+        return web.json_response(self.files_for(request).list_dir(
             directory,
             recurse=_query_flag(request, "recurse", False),
             full_info=_query_flag(request, "full_info", False),
             split=_query_flag(request, "split", False)))
 
     async def list_userdata_v2(self, request: web.Request) -> web.Response:
-        return web.json_response(self.files.list_v2(request.query.get("path", "")))
+        return web.json_response(self.files_for(request).list_v2(request.query.get("path", "")))
 
     async def get_userdata(self, request: web.Request) -> web.StreamResponse:
-        path = self.files.existing_file(request.match_info["file"])
+        files = self.files_for(request)
+        path = files.existing_file(request.match_info["file"])
         # User files are arbitrary content: never let the browser render them in our origin
         # (ComfyUI's stored-XSS fix, CVE-2026-56672). Only the root user.css is styling.
-        if path == self.files.root.resolve() / "user.css":
+        if path == files.root.resolve() / "user.css":
             headers = {"Content-Type": "text/css", "Content-Disposition": "inline"}
         elif path.suffix.lower() == ".json":
             headers = {"Content-Type": "application/json", "Content-Disposition": "attachment"}
@@ -368,19 +445,21 @@ class UserDataRoutes:
 
     async def post_userdata(self, request: web.Request) -> web.Response:
         relative = request.match_info["file"]
-        self.files.path(relative)  # refuse a bad name before reading the body
+        files = self.files_for(request)
+        files.path(relative)  # refuse a bad name before reading the body
         data = await request.read()
-        path = self.files.write(relative, data, overwrite=_query_flag(request, "overwrite", True))
-        return web.json_response(self.files.info(path, _query_flag(request, "full_info", False)))
+        path = files.write(relative, data, overwrite=_query_flag(request, "overwrite", True))
+        return web.json_response(files.info(path, _query_flag(request, "full_info", False)))
 
     async def delete_userdata(self, request: web.Request) -> web.Response:
-        self.files.delete(request.match_info["file"])
+        self.files_for(request).delete(request.match_info["file"])
         return web.Response(status=204)
 
     async def move_userdata(self, request: web.Request) -> web.Response:
-        path = self.files.move(request.match_info["file"], request.match_info["dest"],
-                               overwrite=_query_flag(request, "overwrite", True))
-        return web.json_response(self.files.info(path, _query_flag(request, "full_info", False)))
+        files = self.files_for(request)
+        path = files.move(request.match_info["file"], request.match_info["dest"],
+                          overwrite=_query_flag(request, "overwrite", True))
+        return web.json_response(files.info(path, _query_flag(request, "full_info", False)))
 
     async def get_i18n(self, request: web.Request) -> web.Response:
         return web.json_response(merge_translations(self.pack_dirs))
@@ -417,7 +496,8 @@ def add_userdata_routes(app: web.Application, state: Any, *,
     if default_settings is None:
         default_settings = editor_default_settings()
     routes = UserDataRoutes(state.env.user_dir, default_settings=default_settings,
-                            pack_dirs=pack_directories(getattr(state, "packs", ()) or ()))
+                            pack_dirs=pack_directories(getattr(state, "packs", ()) or ()),
+                            multi_user=getattr(getattr(state, "config", None), "multi_user", False))
     # The editor lists these two folders at every start-up; a missing one answers 404 (as in
     # ComfyUI), which the editor tolerates but logs as an error in the browser console.
     for folder in EDITOR_FOLDERS:

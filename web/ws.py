@@ -15,20 +15,26 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
+from web.auth.access import current_user
 from web.hub import ClientConnection
+from web.queue_item import DEFAULT_OWNER
 from web.routes_info import features
 from web.state import AppState, state_of
 from web.submission import request_error, submit_prompt
+
+if TYPE_CHECKING:
+    from web.auth.store import User
 
 log = logging.getLogger(__name__)
 
 MAX_CLIENT_ID_LENGTH = 256
 
 
-async def _handle_text(state: AppState, conn: ClientConnection, text: str) -> None:
+async def _handle_text(state: AppState, conn: ClientConnection, text: str, user: "User | None" = None) -> None:
     try:
         message = json.loads(text)
     except (ValueError, RecursionError):
@@ -42,9 +48,12 @@ async def _handle_text(state: AppState, conn: ClientConnection, text: str) -> No
         state.hub.send("feature_flags", features(state), conn.client_id)
     elif kind == "queue_prompt":
         request_id = data.get("request_id") if isinstance(data, dict) else None
-        if isinstance(data, dict):
+        if user is not None and user.read_only:  # --users: a viewer only reads
+            status, payload = 403, request_error("forbidden", "a viewer may not queue prompts")
+        elif isinstance(data, dict):
             body = {k: v for k, v in data.items() if k not in ("client_id", "request_id")}
-            status, payload = await submit_prompt(state, body, client_id=conn.client_id)
+            status, payload = await submit_prompt(state, body, client_id=conn.client_id,
+                                                  owner=user.name if user is not None else DEFAULT_OWNER)
         else:
             status, payload = 400, request_error("invalid_prompt", "Invalid queue_prompt message",
                                                  "'data' must be an object with a 'prompt'")
@@ -64,6 +73,11 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     client_id = request.query.get("clientId") or uuid.uuid4().hex
     if len(client_id) > MAX_CLIENT_ID_LENGTH:
         raise web.HTTPBadRequest(text=f"clientId longer than {MAX_CLIENT_ID_LENGTH} characters")
+    user = current_user(request)
+    if user is not None and not state.auth.claim_client(client_id, user.name):
+        # --users: another user's client id would receive that user's events; this socket gets a new one
+        client_id = uuid.uuid4().hex
+        state.auth.claim_client(client_id, user.name)
     # Messages, not uploads: --max-ws-message-size; --ws-heartbeat pings, and closes a socket whose
     # client stopped answering (aiohttp waits half the interval for the pong). Issue 34.
     config = state.config
@@ -74,7 +88,7 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
         async for msg in ws:
             if msg.type == WSMsgType.TEXT:
                 try:
-                    await _handle_text(state, conn, msg.data)
+                    await _handle_text(state, conn, msg.data, user)
                 except Exception:  # noqa: BLE001 -- one bad frame must not drop the socket
                     log.exception("websocket %s: message handling failed", client_id)
             elif msg.type == WSMsgType.ERROR:
