@@ -321,6 +321,9 @@ class MemoryManager:
 
     def _offload(self, key: int, patcher: Any) -> int:
         size = _resident_bytes(patcher, self)
+        release = getattr(patcher, "release_loaded", None)
+        if callable(release):
+            release()  # a model left patched by load_models_gpu (compat) is put back before it moves
         patcher.drop_weight_cache()
         if key in self._split or patcher.current_device() != self.offload_device:
             patcher.model.to(self.offload_device)

@@ -4,14 +4,16 @@ ComfyUI keeps `current_loaded_models`, a list of `LoadedModel` records (most rec
 first), and moves models with `load_models_gpu` / `free_memory`. Here the server's
 `comfy_core.memory.MemoryManager` (the environment's `memory`) tracks our patchers; these
 functions answer with ComfyUI's names, signatures and return conventions over it. Weights are
-patched only inside `Patcher.applied()` (reversible patches), so `LoadedModel` offers what reads
-and frees, not ComfyUI's `model_load` (which returns a module patched for good).
+patched inside `Patcher.applied()` (reversible patches), and `load_models_gpu` leaves a module
+patched until another patch set wants it (`Patcher.keep_loaded`); `LoadedModel` offers what
+reads and frees, not ComfyUI's `model_load` (which returns a module patched for good).
 
 The memory constants and load-device rules (`minimum_inference_memory`, `unet_inital_load_device`,
 `text_encoder_initial_device`, ...) follow ComfyUI 0.3.64's comfy/model_management.py.
 """
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -20,6 +22,8 @@ from compat.devices import (WINDOWS, VRAMState, current_vram_state, dtype_size, 
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -150,16 +154,27 @@ def free_memory(memory_required: float, device: Any, keep_loaded: Iterable[Any] 
 
 def load_models_gpu(models: Any, memory_required: int = 0, force_patch_weights: bool = False,
                     minimum_memory_required: Any = None, force_full_load: bool = False) -> None:
-    """Make room for these patchers on the compute device (the manager's `prepare`); their
-    weights move there when they run (`Patcher.applied()`)."""
+    """Make room for these patchers on the compute device (the manager's `prepare`) and leave each
+    module patched as its patcher says (`Patcher.keep_loaded`), as ComfyUI's load does: a pack that
+    then runs the module itself (Easy-Use: `load_model_gpu(clip.patcher)`, then a tower's
+    `encode_token_weights`) gets the LoRA. The patches come off as soon as a patcher with other
+    patches applies the module, or when the memory manager moves it."""
+    from comfy_core.patching.errors import PatchConflictError  # torch-free module import: the surface loads early
+
     memory = server_memory()
-    if memory is None:
-        return
     for model in models:
         patcher = getattr(model, "patcher", model)
-        if getattr(patcher, "memory", None) is None:
-            memory.track(patcher)
-        memory.prepare(patcher)
+        device = None
+        if memory is not None:
+            if getattr(patcher, "memory", None) is None:
+                memory.track(patcher)
+            device = memory.prepare(patcher)
+        keep_loaded = getattr(patcher, "keep_loaded", None)
+        if callable(keep_loaded):
+            try:
+                keep_loaded(device)
+            except PatchConflictError as exc:  # called inside a run of another patch set of this module
+                log.debug("load_models_gpu: %s left as it is: %s", type(patcher).__name__, exc)
 
 
 def load_model_gpu(model: Any) -> None:

@@ -26,9 +26,10 @@ the transformer-options and additional-models hooks of its conds (and of their C
 `extra_hooks`) through their `add_hook_patches` before it reads its OUTER_SAMPLE wrappers
 (comfy_core/hooks/sampling.py `register_option_hooks`): an all-conditioning hook's wrappers,
 callbacks and patches join the run's options, as in ComfyUI. A hooked-only transformer-options
-hook's dictionary is what `create_transformer_options_from_hooks` gives; our batching does not
-merge it into the hooked conds' passes yet. ComfyUI itself raises NotImplementedError for
-object-patch and injections hooks.
+hook's dictionary (what `create_transformer_options_from_hooks` gives) joins the
+`transformer_options` of the passes of the conds that carry it, under the run's own
+(comfy_core/hooks/sampling.py `HookRun.transformer_options`, comfy_core/sampling/cond_batch.py).
+ComfyUI itself raises NotImplementedError for object-patch and injections hooks.
 """
 from __future__ import annotations
 

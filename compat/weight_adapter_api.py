@@ -1,5 +1,5 @@
-"""ComfyUI's `comfy.weight_adapter` for node packs: its LoRA / LoHa / LoKr adapter classes over our
-LoRA parser and adapters (comfy_core/lora/loader.py, comfy_core/weights/adapters.py).
+"""ComfyUI's `comfy.weight_adapter` for node packs: its LoRA / LoHa / LoKr / GLoRA / OFT / BOFT adapter
+classes over our LoRA parser and adapters (comfy_core/lora/loader.py, comfy_core/weights/adapters.py).
 
 `XAdapter.load(x, lora, alpha, dora_scale, loaded_keys=None)` reads the record of layer `x` from
 a LoRA state dict with our parser (every spelling it knows: kohya, diffusers, PEFT, ...), adds
@@ -9,8 +9,8 @@ adapter holds ComfyUI's `loaded_keys` and `weights` tuple and our adapter, whose
 `calculate_weight` (ComfyUI's call, inside `comfy.lora.calculate_weight`) and `apply_to` (our
 patchers' protocol) run, so an adapter a pack builds is a patch our patchers apply.
 
-OFT, BOFT and GLoRA, and the training-side classes (`create_train`, `to_train`, `*Diff`), are not
-here (tests/compat/test_comfy_surface.py says why).
+The training-side classes (`create_train`, `to_train`, `*Diff`) are not here
+(tests/compat/test_comfy_surface.py says why).
 """
 from __future__ import annotations
 
@@ -117,8 +117,43 @@ class LoKrAdapter(WeightAdapterBase):
         return (a.w1, a.w2, a.alpha, a.w1a, a.w1b, a.w2a, a.w2b, a.t2, None)
 
 
-adapters: list[type[WeightAdapterBase]] = [LoRAAdapter, LoHaAdapter, LoKrAdapter]
-adapter_maps: dict[str, type[WeightAdapterBase]] = {"LoRA": LoRAAdapter, "LoHa": LoHaAdapter, "LoKr": LoKrAdapter}
+class GLoRAAdapter(WeightAdapterBase):
+    """`weights = (a1, a2, b1, b2, alpha, dora_scale)`."""
+
+    name = "glora"
+    _core_class = core.GloraAdapter
+
+    @staticmethod
+    def _weights_of(a: Any) -> tuple:
+        return (a.a1, a.a2, a.b1, a.b2, a.alpha, None)
+
+
+class OFTAdapter(WeightAdapterBase):
+    """`weights = (blocks, rescale, alpha, dora_scale)`, `blocks` [k, n, n]; alpha is OFT's norm constraint."""
+
+    name = "oft"
+    _core_class = core.OftAdapter
+
+    @staticmethod
+    def _weights_of(a: Any) -> tuple:
+        return (a.blocks, a.rescale, a.alpha, None)
+
+
+class BOFTAdapter(WeightAdapterBase):
+    """`weights = (blocks, rescale, alpha, dora_scale)`, `blocks` [m, k, b, b]."""
+
+    name = "boft"
+    _core_class = core.BoftAdapter
+
+    @staticmethod
+    def _weights_of(a: Any) -> tuple:
+        return (a.blocks, a.rescale, a.alpha, None)
+
+
+# ComfyUI's order: the loader tries each class in turn
+adapters: list[type[WeightAdapterBase]] = [LoRAAdapter, LoHaAdapter, LoKrAdapter, GLoRAAdapter, OFTAdapter, BOFTAdapter]
+adapter_maps: dict[str, type[WeightAdapterBase]] = {"LoRA": LoRAAdapter, "LoHa": LoHaAdapter, "LoKr": LoKrAdapter,
+                                                    "OFT": OFTAdapter}
 
 
 def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:

@@ -23,8 +23,11 @@ import marks the pack `(IMPORT FAILED)`, one from `INPUT_TYPES` drops that node 
 The helper thread runs in a copy of the caller's context (the compat session, the pack being
 loaded). An import sees the event loop it would see in the caller's thread (`caller_event_loop`:
 ComfyUI imports packs inside its running loop and packs call `asyncio.get_event_loop()` at
-import). Known difference: `signal.signal()` works only in the main thread, so a pack that sets
-a signal handler at import fails with a limit set (run with `--custom-node-import-timeout 0`).
+import). `signal.signal()` works only in the main thread, and ComfyUI imports packs there, so
+while packs load a pack's `signal.signal()` in a helper thread is forwarded to the thread that
+waits for it (`_Call.in_waiting_thread`): the waiting thread serves such requests until the call
+ends or its limit passes, so the handler is set where the pack would have set it, and a pack that
+hangs is still abandoned on time.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import contextvars
 import logging
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -107,22 +111,27 @@ class _Call:
         self._lock = threading.Lock()
         self._context = contextvars.copy_context()
         self._loop = loop if loop is not None else _running_loop()
+        # work the pack's thread asks the waiting thread to do (signal.signal); None wakes the waiter
+        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
 
     def run_here(self) -> None:
         """Run in the calling (pool) thread; the caller waits in `wait`."""
         if self._loop is not None:
             asyncio.set_event_loop(self._loop)  # get_event_loop() answers as in the caller's thread
+        _RUNNING.call = self
         try:
             self.value = self._context.run(self.fn)
         except BaseException as exc:  # noqa: BLE001 -- handed to the caller, whatever it is
             self.error = exc
         finally:
+            _RUNNING.call = None
             if self._loop is not None:
                 asyncio.set_event_loop(None)
             self.seconds = time.perf_counter() - self.started
             with self._lock:
                 self.done.set()
                 late = self.abandoned
+            self._requests.put(None)
             try:
                 if late and self.on_late is not None:
                     self.on_late(self)
@@ -131,15 +140,83 @@ class _Call:
                 self.settled.set()
 
     def wait(self, limit: float) -> bool:
+        """Start the call and wait at most `limit` seconds, serving its `in_waiting_thread` requests."""
         _POOL.submit(self)
-        self.done.wait(limit)
+        deadline = time.monotonic() + limit
+        while not self.done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                request = self._requests.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if request is not None:
+                request.run()
         with self._lock:
             if self.done.is_set():
                 self.settled.set()
                 return True
             self.abandoned = True
             _ABANDONED.add(self)
-            return False
+        # requests made before the limit passed are answered, so the pack's thread is not left waiting
+        while True:
+            try:
+                request = self._requests.get_nowait()
+            except queue.Empty:
+                return False
+            if request is not None:
+                request.run()
+
+    def in_waiting_thread(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """Called from the pack's thread: `fn()` run by the thread waiting in `wait`, its value
+        (or exception) handed back; `(False, None)` when the wait is over (abandoned: nobody serves)."""
+        request = _Request(fn)
+        with self._lock:
+            if self.abandoned or self.done.is_set():
+                return False, None
+            self._requests.put(request)
+        request.finished.wait()
+        if request.error is not None:
+            raise request.error
+        return True, request.value
+
+
+class _Request:
+    """One piece of work a pack's helper thread hands to the thread that waits for it."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # noqa: BLE001 -- raised again in the asking thread
+            self.error = exc
+        finally:
+            self.finished.set()
+
+
+_RUNNING = threading.local()  # .call: the _Call a pool thread is running (None between calls)
+
+
+def _forwarding_signal(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`signal.signal` as pack code sees it while packs load: in a pool thread running a bounded
+    call, the handler is set by the thread that waits for the call (the main thread when the
+    host loads packs there, as ComfyUI does, so the pack's handler is set as it would be there)."""
+    def signal_(signalnum: Any, handler: Any) -> Any:
+        call = getattr(_RUNNING, "call", None)
+        if call is not None and threading.current_thread() is not threading.main_thread():
+            served, previous = call.in_waiting_thread(lambda: original(signalnum, handler))
+            if served:
+                return previous
+        return original(signalnum, handler)
+    signal_.__name__ = "signal"
+    signal_.__doc__ = original.__doc__
+    return signal_
 
 
 class _Worker:
@@ -353,7 +430,8 @@ class RegistryView:
 
 class _ExitGuard:
     """`os._exit` / `os.abort` replaced while at least one load is running (loads may overlap:
-    two servers in one process); the importing threads are the ones refused."""
+    two servers in one process); the importing threads are the ones refused. `signal.signal` is
+    replaced for the same time by one that forwards a helper thread's call (`_forwarding_signal`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -383,6 +461,9 @@ class _ExitGuard:
                     self._originals[name] = original
                     self._wrappers[name] = self._wrapper(name, original)
                     setattr(os, name, self._wrappers[name])
+                self._originals["signal"] = signal.signal
+                self._wrappers["signal"] = _forwarding_signal(signal.signal)
+                signal.signal = self._wrappers["signal"]  # type: ignore[assignment]
             self._depth += 1
         try:
             yield
@@ -391,8 +472,9 @@ class _ExitGuard:
                 self._depth -= 1
                 if self._depth == 0:
                     for name, original in self._originals.items():
-                        if getattr(os, name) is self._wrappers[name]:  # a pack's own replacement stays
-                            setattr(os, name, original)
+                        owner = signal if name == "signal" else os
+                        if getattr(owner, name) is self._wrappers[name]:  # a pack's own replacement stays
+                            setattr(owner, name, original)
                     self._originals.clear()
                     self._wrappers.clear()
 
@@ -411,7 +493,8 @@ _EXITS = _ExitGuard()  # os._exit is process-wide, so its guard is too
 
 
 def refuse_exits() -> contextlib.AbstractContextManager:
-    """Around a whole load: `os._exit` / `os.abort` raise `PackExitError` in importing threads."""
+    """Around a whole load: `os._exit` / `os.abort` raise `PackExitError` in importing threads, and
+    `signal.signal` from a bounded call's helper thread is done by the thread waiting for it."""
     return _EXITS.installed()
 
 

@@ -8,7 +8,7 @@ registered) and comfy/model_patcher.py (`register_all_hook_patches`,
 
 - `HookRun.for_conds(patcher, conds)` collects the weight hooks of every entry, resolves each
   hook's patches against the model once (per hook ref), and leaves on each entry only the hooks
-  that registered (an entry whose hooks all drop out, or every entry when none registered, loses
+  that registered (weight hooks, and the option hooks `register_option_hooks` registered) (an entry whose hooks all drop out, or every entry when none registered, loses
   its `hooks` key, as in ComfyUI);
 - `start(model_sampling)` turns keyframe starts into sigmas (a fresh cursor per keyframe group
   object: the run never writes into the HOOKS values);
@@ -73,6 +73,12 @@ class HookRun:
             if hook.hook_ref not in patches:
                 patches[hook.hook_ref] = hook_patches(hook, EnumWeightTarget.Model, patcher)
             registered.add(hook)
+        # hooks that bring options registered before the run (`register_option_hooks`) stay on
+        # their entries too: a hooked-only one's options join those entries' passes only
+        for kind in (EnumHookType.TransformerOptions, EnumHookType.AdditionalModels):
+            for hook in found.get_type(kind):
+                if callable(getattr(hook, "add_hook_patches", None)):
+                    registered.add(hook)
         _filter_registered(conds, registered)
         if not registered:
             return None
@@ -107,6 +113,17 @@ class HookRun:
             cursor = self._cursors.get(id(hook.hook_keyframe))
             out.append(cursor.strength if cursor is not None else hook.hook_keyframe.resting_strength)
         return tuple(out)
+
+    def transformer_options(self, hooks: HookGroup) -> dict:
+        """The `transformer_options` the passes of `hooks`' entries get from its transformer-options
+        hooks (ComfyUI's `create_transformer_options_from_hooks`: each hook's `on_apply_hooks(patcher,
+        options)` adds its dictionary when its scope is hooked-only)."""
+        options: dict = {}
+        for hook in hooks.get_type(EnumHookType.TransformerOptions):
+            apply = getattr(hook, "on_apply_hooks", None)
+            if callable(apply):
+                apply(self.patcher, options)
+        return options
 
     def group_patches(self, hooks: HookGroup) -> Patches:
         """The group's patches at its current keyframe strengths."""

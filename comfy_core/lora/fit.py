@@ -14,7 +14,7 @@ from typing import Any, Mapping, NamedTuple
 
 import torch
 
-from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.weights.adapters import BoftAdapter, GloraAdapter, LohaAdapter, LokrAdapter, LoraAdapter, OftAdapter
 from comfy_core.weights.errors import PatchDataError
 
 
@@ -80,6 +80,20 @@ def misfit(record: Any, shape: tuple[int, ...]) -> str | None:
         tensor = record[1][0]
         if isinstance(tensor, torch.Tensor) and tuple(tensor.shape) != shape:
             return f"{record[0]} of shape {tuple(tensor.shape)} does not fit weight of shape {shape}"
+        return None
+    if isinstance(record, (OftAdapter, BoftAdapter)):  # rotations of the output rows, in blocks
+        blocks = record.blocks.shape  # OFT [k, n, n], BOFT [m, k, b, b]
+        rows = blocks[-3] * blocks[-1]
+        if len(shape) < 2 or rows != shape[0]:
+            return f"rotation blocks {tuple(blocks)} cover {rows} rows, not a weight of shape {shape}"
+        return None
+    if isinstance(record, GloraAdapter):
+        if len(shape) < 2:
+            return f"GLoRA does not patch a weight of shape {shape}"
+        try:
+            record.layout(torch.empty(shape, device="meta"))
+        except PatchDataError as exc:
+            return str(exc)
         return None
     try:
         numel = delta_numel(record)

@@ -249,6 +249,20 @@ class Patcher:
             with use_backend(choice):
                 yield self.model
 
+    def keep_loaded(self, device: torch.device | str | None = None) -> None:
+        """ComfyUI's `load_models_gpu(patcher)`: the module stays patched as this patcher says after
+        the call (object and weight patches, on `device`), until `release_loaded()` or until a
+        patcher with other patches applies the same base module (`BaseModuleState.keep_resident`).
+        Code that runs the module without `applied()` then sees the patches, as in ComfyUI."""
+        device = torch.device(device) if device is not None else self.load_device
+        weight_sig = self.weight_signature()
+        config = (weight_sig, self.object_signature(), str(device))
+        self._state.keep_resident(config, lambda: self._apply(device, weight_sig))
+
+    def release_loaded(self) -> None:
+        """Give up what `keep_loaded` kept (of whichever patcher of this base module)."""
+        self._state.end_resident()
+
     def applied_tensor(self, key: str) -> torch.Tensor:
         """The tensor the module holds at parameter/buffer `key` now (inside `applied()`: the
         patched one, what an overlay is computed from)."""
@@ -287,6 +301,7 @@ class Patcher:
         if self._explicit is not None:
             stack, self._explicit = self._explicit, None
             stack.close()
+        self.release_loaded()  # ComfyUI's unpatch puts the shared weights back, whoever loaded them
         if device_to is not None and not self.in_use:
             self.model.to(device_to)
 

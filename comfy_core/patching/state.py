@@ -72,6 +72,9 @@ class BaseModuleState:
         self._config: Hashable = None
         self._count = 0
         self._holders: dict[int, int] = {}
+        # One hold kept after its call by `keep_resident` (ComfyUI's `load_models_gpu` leaves a model
+        # patched): counted in `_count`, owned by no thread, given up when another configuration is wanted.
+        self._resident = 0
         self._weights: dict[str, _WeightBackup] = {}
         self._objects: list[tuple[Any, str, Any]] = []  # (parent, attr, original or _MISSING)
         self._on_restore: list[Callable[[], None]] = []  # run once `restore` put the originals back
@@ -97,7 +100,9 @@ class BaseModuleState:
 
     @property
     def in_use(self) -> bool:
-        return self._count > 0
+        """Someone computes with the module now (a `keep_resident` hold alone does not count: the
+        memory manager may give it up and move the module)."""
+        return self._count - self._resident > 0
 
     @property
     def active_config(self) -> Hashable:
@@ -109,6 +114,9 @@ class BaseModuleState:
         me = threading.get_ident()
         with self._cond:
             while (self._count and self._config != config) or self._overlay_blocks(me):
+                if self._count and self._config != config and self._count == self._resident:
+                    self._end_resident()  # nobody uses the resident configuration: put it back now
+                    continue
                 if self._holders.get(me) and self._count and self._config != config:
                     raise PatchConflictError(
                         "this thread already holds the base module with another patch set; a clone "
@@ -142,6 +150,51 @@ class BaseModuleState:
                         self.restore()
                     finally:
                         self._cond.notify_all()
+
+    def keep_resident(self, config: Hashable, apply: Callable[[], None]) -> None:
+        """Leave the module in `config` after this call, as ComfyUI's `load_models_gpu` leaves a
+        model patched, so that code using the module directly (a pack calling a text encoder's
+        tower after `load_model_gpu(clip.patcher)`) sees it. The hold is given up, the originals
+        put back, by `end_resident()` or as soon as a holder wants another configuration."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._resident and self._config == config:
+                return
+            while (self._count and self._config != config) or self._overlay_blocks(me):
+                if self._count and self._config != config and self._count == self._resident:
+                    self._end_resident()
+                    continue
+                if self._holders.get(me) and self._count and self._config != config:
+                    raise PatchConflictError(
+                        "this thread holds the base module with another patch set; a clone with different "
+                        "weight or object patches cannot be loaded inside it")
+                self._cond.wait()
+            if self._count == 0:
+                try:
+                    apply()
+                except BaseException:
+                    self.restore()
+                    raise
+                self._config = config
+                self.stats.applies += 1
+            if not self._resident:
+                self._count += 1
+                self._resident = 1
+
+    def end_resident(self) -> None:
+        """Give up the `keep_resident` hold, if any (the originals are put back when nobody else holds)."""
+        with self._cond:
+            self._end_resident()
+
+    def _end_resident(self) -> None:
+        if not self._resident:
+            return
+        self._resident = 0
+        self._count -= 1
+        self._cond.notify_all()
+        if self._count == 0:
+            self._config = None
+            self.restore()
 
     # --- applying and restoring (called with the condition held) ---
 
@@ -196,7 +249,7 @@ class BaseModuleState:
                 raise PatchConflictError("a weight overlay is already on in this thread; overlays do not nest")
             self._overlay_waiting.add(me)
             try:
-                while self._count != self._holders[me]:
+                while self._count - self._resident != self._holders[me]:  # the resident hold computes nothing
                     if self._overlay_waiting - {me}:
                         raise PatchConflictError(
                             "two threads share this base module and both want weight overlays (hook "

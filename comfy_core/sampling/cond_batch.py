@@ -17,14 +17,15 @@ usually come first).
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from comfy_core import extension_points
-from comfy_core.wrappers import WrappersMP, run_wrapped
+from comfy_core.wrappers import WrappersMP, copy_nested_dicts, merge_nested_dicts, run_wrapped
 
 FEATHER = 8  # area-edge feather in latent pixels (at most a quarter of the area side)
 
@@ -41,16 +42,6 @@ class CondRun:
     control: Any = None
     patches: Any = None
     hooks: Any = None  # the entry's hook group (comfy_core/hooks): runs are batched per group
-
-
-@dataclass
-class CondOutputs:
-    """Accumulated outputs per slot; `count` is the sum of weights (starts at 1e-37 like ComfyUI)."""
-    sums: list[torch.Tensor] = field(default_factory=list)
-    counts: list[torch.Tensor] = field(default_factory=list)
-
-    def results(self) -> list[torch.Tensor]:
-        return [s / c for s, c in zip(self.sums, self.counts)]
 
 
 def repeat_to_batch_size(tensor: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -212,15 +203,22 @@ HOOK_RUN_OPTION = "hook_run"
 
 
 def run_batches(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, sigma: torch.Tensor,
-                outputs: CondOutputs, slot_kind: list[int], model_options: dict) -> None:
-    """Evaluate `runs` in concatenated batches and accumulate into `outputs` (in place).
+                out_conds: list[torch.Tensor], out_counts: list[torch.Tensor], slot_kind: list[int],
+                model_options: dict) -> list[torch.Tensor]:
+    """Evaluate `runs` in concatenated batches, accumulate `sum(out*mult)` into `out_conds[slot]`
+    and `sum(mult)` into `out_counts[slot]`, then divide in place and return `out_conds`.
 
-    `slot_kind[slot]` is ComfyUI's cond_or_uncond marker for that slot (0 cond, 1 uncond), passed
-    to the model in `transformer_options["cond_or_uncond"]`.
+    `slot_kind[slot]` is ComfyUI's cond_or_uncond marker for that slot (the index of its cond
+    list), passed to the model in `transformer_options["cond_or_uncond"]`.
 
     Runs are batched per hook group (the entries' `hooks` object, None for none), groups in the
     order they first appear, each with its weights on the model (`model_options["hook_run"]`,
     comfy_core/hooks/sampling.py), as ComfyUI's `_calc_cond_batch` does.
+
+    This one frame keeps ComfyUI's `_calc_cond_batch` locals, because packs read and rewrite them
+    from a `model_function_wrapper` by walking up the stack (smZNodes' weighted AND: it reads
+    `area`, `mult`, `out_conds` and `out_counts`, swaps `out_conds` for its own list and sets
+    `batch_chunks` to 0 so that nothing is accumulated here, then reads what this returns).
     """
     hook_run = model_options.get(HOOK_RUN_OPTION)
     groups: dict[int, tuple[Any, list[CondRun]]] = {}
@@ -228,53 +226,66 @@ def run_batches(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, s
         if r.hooks is not None and hook_run is not None:
             hook_run.prepare(sigma, r.hooks, model_options)  # keyframes move on before any group runs
         groups.setdefault(id(r.hooks), (r.hooks, []))[1].append(r)
-    for hooks, group_runs in groups.values():
-        if hooks is None or hook_run is None:
-            _run_group(apply_model, group_runs, x, sigma, outputs, slot_kind, model_options)
-        else:
-            with hook_run.applied(hooks):
-                _run_group(apply_model, group_runs, x, sigma, outputs, slot_kind, model_options)
+    for hooks, to_run in groups.values():
+        hooked = hooks is not None and hook_run is not None
+        # a hooked-only TransformerOptionsHook's dictionary joins these passes only (ComfyUI's apply_hooks)
+        hooked_options = hook_run.transformer_options(hooks) if hooked else {}
+        with hook_run.applied(hooks) if hooked else contextlib.nullcontext():
+            while to_run:
+                first = to_run[0]
+                to_batch = [i for i, r in enumerate(to_run) if can_concat(r, first)]
+                to_batch.reverse()
+                batch = [to_run.pop(i) for i in to_batch]
+                area = [r.area for r in batch]
+                mult = [r.mult for r in batch]
+                cond_or_uncond = [slot_kind[r.slot] for r in batch]
+                slots = [r.slot for r in batch]
+                batch_chunks = len(batch)
+                output = _run_batch(apply_model, batch, sigma, cond_or_uncond, model_options,
+                                    hooked_options).chunk(batch_chunks)
+                for o in range(batch_chunks):  # batch_chunks read again: a wrapper may have set it to 0
+                    s, n = out_conds[slots[o]], out_counts[slots[o]]
+                    a = area[o]
+                    if a is not None:
+                        h, w, y0, x0 = a
+                        s = s[:, :, y0:y0 + h, x0:x0 + w]
+                        n = n[:, :, y0:y0 + h, x0:x0 + w]
+                    s += output[o] * mult[o]
+                    n += mult[o]
+    for i in range(len(out_conds)):
+        out_conds[i] /= out_counts[i]
+    return out_conds
 
 
-def _run_group(apply_model: ApplyModel, runs: list[CondRun], x: torch.Tensor, sigma: torch.Tensor,
-               outputs: CondOutputs, slot_kind: list[int], model_options: dict) -> None:
-    to_run = list(runs)
-    while to_run:
-        first = to_run[0]
-        batch_idx = [i for i, r in enumerate(to_run) if can_concat(r, first)]
-        batch_idx.reverse()
-        batch = [to_run.pop(i) for i in batch_idx]
-        input_x = torch.cat([r.input_x for r in batch])  # [sum B, C, h, w]
-        c: dict[str, Any] = concat_conditioning([r.conditioning for r in batch])
-        sigma_ = torch.cat([sigma] * len(batch))
-        cond_or_uncond = [slot_kind[r.slot] for r in batch]
-        transformer_options = dict(model_options.get("transformer_options", {}))
-        patches = batch[-1].patches
-        if patches is not None:
-            merged = dict(transformer_options.get("patches", {}))
-            for name, plist in patches.items():
-                merged[name] = merged.get(name, []) + list(plist)
-            transformer_options["patches"] = merged
-        transformer_options["cond_or_uncond"] = cond_or_uncond[:]
-        transformer_options["uuids"] = [r.uuid for r in batch]
-        transformer_options["sigmas"] = sigma
-        c["transformer_options"] = transformer_options
-        control = batch[-1].control
-        if control is not None:
-            c["control"] = control.get_control(input_x, sigma_, c, len(cond_or_uncond), transformer_options)
-        wrapper = model_options.get("model_function_wrapper")
-        if wrapper is not None:
-            out = wrapper(apply_model, {"input": input_x, "timestep": sigma_, "c": c, "cond_or_uncond": cond_or_uncond})
-        else:
-            out = apply_model(input_x, sigma_, **c)
-        for r, o in zip(batch, out.chunk(len(batch))):
-            s, n = outputs.sums[r.slot], outputs.counts[r.slot]
-            if r.area is not None:
-                h, w, y0, x0 = r.area
-                s = s[:, :, y0:y0 + h, x0:x0 + w]
-                n = n[:, :, y0:y0 + h, x0:x0 + w]
-            s += o * r.mult
-            n += r.mult
+def _run_batch(apply_model: ApplyModel, batch: list[CondRun], sigma: torch.Tensor, cond_or_uncond: list[int],
+               model_options: dict, hooked_options: dict) -> torch.Tensor:
+    """One forward pass of the concatenated `batch` (through `model_function_wrapper` if any).
+    `hooked_options`: what the batch's hook group adds under the run's `transformer_options`."""
+    input_x = torch.cat([r.input_x for r in batch])  # [sum B, C, h, w]
+    c: dict[str, Any] = concat_conditioning([r.conditioning for r in batch])
+    sigma_ = torch.cat([sigma] * len(batch))
+    run_options = model_options.get("transformer_options", {})
+    if hooked_options:  # ComfyUI: the hooks' dictionary, the run's options merged over it
+        transformer_options = merge_nested_dicts(copy_nested_dicts(hooked_options), run_options, copy_dict1=False)
+    else:
+        transformer_options = dict(run_options)
+    patches = batch[-1].patches
+    if patches is not None:
+        merged = dict(transformer_options.get("patches", {}))
+        for name, plist in patches.items():
+            merged[name] = merged.get(name, []) + list(plist)
+        transformer_options["patches"] = merged
+    transformer_options["cond_or_uncond"] = cond_or_uncond[:]
+    transformer_options["uuids"] = [r.uuid for r in batch]
+    transformer_options["sigmas"] = sigma
+    c["transformer_options"] = transformer_options
+    control = batch[-1].control
+    if control is not None:
+        c["control"] = control.get_control(input_x, sigma_, c, len(cond_or_uncond), transformer_options)
+    wrapper = model_options.get("model_function_wrapper")
+    if wrapper is not None:
+        return wrapper(apply_model, {"input": input_x, "timestep": sigma_, "c": c, "cond_or_uncond": cond_or_uncond})
+    return apply_model(input_x, sigma_, **c)
 
 
 def _apply_model_of(model: Any) -> ApplyModel:
@@ -314,7 +325,8 @@ def _calc_cond_batch_outer(model: Any, conds: list[list[dict] | None], x: torch.
 def _calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor, sigma: torch.Tensor,
                      model_options: dict) -> list[torch.Tensor]:
     apply_model = _apply_model_of(model)
-    outputs = CondOutputs([torch.zeros_like(x) for _ in conds], [torch.full_like(x, 1e-37) for _ in conds])
+    out_conds = [torch.zeros_like(x) for _ in conds]
+    out_counts = [torch.full_like(x, 1e-37) for _ in conds]
     runs = []
     defaults: list[list[dict]] = []
     for slot, entries in enumerate(conds):
@@ -327,8 +339,8 @@ def _calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor
                 runs.append(r)
     if any(defaults):
         runs += default_runs(runs, defaults, x, sigma)
-    run_batches(apply_model, runs, x, sigma, outputs, [min(i, 1) for i in range(len(conds))], model_options)
-    return outputs.results()
+    # each slot's marker is the index of its cond list, as ComfyUI's (0 positive, 1 negative, 2.. more)
+    return run_batches(apply_model, runs, x, sigma, out_conds, out_counts, list(range(len(conds))), model_options)
 
 
 def default_runs(runs: list[CondRun], defaults: list[list[dict]], x: torch.Tensor,
@@ -378,7 +390,7 @@ def calc_composable(apply_model: ApplyModel, cond: list[dict], uncond: list[dict
     plain = [e for e in cond if "composable_weight" not in e]
     # slot 0: plain positive, 1: negative, 2..: one per composable entry
     n_slots = 2 + len(composable)
-    outputs = CondOutputs([torch.zeros_like(x) for _ in range(n_slots)], [torch.full_like(x, 1e-37) for _ in range(n_slots)])
+    out_counts = [torch.full_like(x, 1e-37) for _ in range(n_slots)]
     runs = []
     for slot, entries in ((0, plain), (1, uncond or [])):
         for e in entries:
@@ -392,8 +404,8 @@ def calc_composable(apply_model: ApplyModel, cond: list[dict], uncond: list[dict
             runs.append(r)
             active.append(j)
     slot_kind = [0, 1] + [0] * len(composable)
-    run_batches(apply_model, runs, x, sigma, outputs, slot_kind, model_options)
-    results = outputs.results()
-    terms = [(results[2 + j], outputs.counts[2 + j] > 1e-30, float(composable[j]["composable_weight"])) for j in active]
+    results = run_batches(apply_model, runs, x, sigma, [torch.zeros_like(x) for _ in range(n_slots)], out_counts,
+                          slot_kind, model_options)
+    terms = [(results[2 + j], out_counts[2 + j] > 1e-30, float(composable[j]["composable_weight"])) for j in active]
     has_plain = any(in_timestep_range(e, sigma) for e in plain)
     return terms, (results[0] if has_plain else None), results[1]

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.attention.kernels import naive_attention
+
 
 @dataclass(frozen=True)
 class ClipTextModelConfig:
@@ -86,8 +88,15 @@ class ClipAttention(nn.Module):
         def heads(projection: nn.Linear) -> torch.Tensor:
             return projection(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, d]
 
-        out = F.scaled_dot_product_attention(heads(self.q_proj), heads(self.k_proj), heads(self.v_proj),
-                                             attn_mask=attention_mask, scale=self.scale)
+        q, k, v = heads(self.q_proj), heads(self.k_proj), heads(self.v_proj)
+        if x.device.type == "cpu":
+            # ComfyUI's rule for small inputs (comfy/ldm/modules/attention.py
+            # `optimized_attention_for_device(small_input=True)`): where PyTorch attention is not
+            # enabled, as on a CPU, its basic attention (scores, softmax, product); the same
+            # operations here give its text conditioning to the bit. PyTorch's SDPA elsewhere.
+            out = naive_attention(q, k, v, attention_mask)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=self.scale)
         return self.out_proj(out.transpose(1, 2).reshape(b, t, w))
 
 

@@ -13,14 +13,27 @@ Each adapter implements the patchers' `WeightAdapter` protocol,
   "FedPara", arXiv:2108.06098, as used by LyCORIS): `delta = (alpha/rank) (w1a@w1b) ⊙ (w2a@w2b)`.
 - `LokrAdapter`: LoKr, a Kronecker product of two factors, each optionally low-rank
   (LyCORIS, Yeh et al. 2024, arXiv:2309.14859): `delta = (alpha/rank) kron(w1, w2)`.
+- `OftAdapter`: OFT, an orthogonal rotation of the weight's output rows in blocks (Qiu et al.
+  2023, "Controlling Text-to-Image Diffusion by Orthogonal Finetuning", arXiv:2306.07280):
+  each block's `R = (I + Q)(I - Q)^-1` (Cayley) of the skew-symmetric `Q = B - Bᵀ`, its norm
+  capped at `alpha` (alpha is a constraint here, not a scale); `W' = blockdiag(R)ᵀ W`.
+- `BoftAdapter`: BOFT, the butterfly-factorised OFT (Liu et al. 2024, "Parameter-Efficient
+  Orthogonal Finetuning via Butterfly Factorization", arXiv:2311.06243): `m` factors, each a
+  block-diagonal rotation applied to the rows permuted by a butterfly stride, times `rescale`.
+- `GloraAdapter`: GLoRA (Chavan et al. 2023, "One-for-All: Generalized LoRA",
+  arXiv:2306.07967, LyCORIS's form): `delta = (alpha/rank) (W a1 a2 + b1 b2)` (older LyCORIS
+  files: `b2 b1 + W a2 a1`).
 
 The formulas follow the papers and the LyCORIS file conventions that ComfyUI reads
-(comfy/weight_adapter/{lora,loha,lokr}.py); the code is written here.
+(comfy/weight_adapter/{lora,loha,lokr,oft,boft,glora}.py), including ComfyUI's use of the
+strength for OFT and BOFT (it scales the rotation's difference from I and the delta again, so
+`strength` s gives `s²` of the delta; at 1 the rotation exactly); the code is written here.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Any, Hashable
 
 import torch
 
@@ -212,12 +225,142 @@ class LokrAdapter(_FileRecord):
         return weight
 
 
-def adapter_from_legacy(kind: str, args: tuple, name: str = "") -> LoraAdapter | LohaAdapter | LokrAdapter:
+def cayley_rotations(blocks: torch.Tensor, constraint: float | None) -> torch.Tensor:
+    """Orthogonal matrices `(I + Q)(I - Q)^-1` for the skew-symmetric `Q = B - Bᵀ` of each block
+    `B` (`blocks` [..., n, n]); with a positive `constraint`, Q is first scaled down so that its
+    norm (over all blocks together) is at most the constraint (LyCORIS's OFT/BOFT). fp32 inverse."""
+    q = blocks - blocks.transpose(-1, -2)
+    if constraint is not None and constraint > 0:
+        norm = torch.linalg.vector_norm(q) + 1e-8
+        if norm > constraint:
+            q = q * (constraint / norm)
+    eye = torch.eye(blocks.shape[-1], device=blocks.device, dtype=blocks.dtype)
+    return ((eye + q) @ torch.linalg.inv((eye - q).float()).to(q.dtype))
+
+
+@dataclass(eq=False)
+class OftAdapter(_FileRecord):
+    """An OFT record: `k` rotation blocks of size `n` over the weight's `k·n` output rows."""
+
+    blocks: torch.Tensor  # [k, n, n]
+    rescale: torch.Tensor | None = None  # loaded but, as in ComfyUI's OFT, not applied
+    alpha: float | None = None  # the norm constraint (0 or None: none)
+    name: str = ""
+    source: Hashable | None = None
+
+    def delta(self, weight: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
+        """`(blockdiag(R)ᵀ - I) W` with R moved toward I by `strength` (ComfyUI: `R·s - s·I`)."""
+        k, n, _ = self.blocks.shape
+        if k * n != weight.shape[0]:
+            raise PatchDataError(f"OFT {self.name!r}: {k} blocks of {n} rows do not cover a weight of "
+                                 f"shape {tuple(weight.shape)}")
+        r = cayley_rotations(self.blocks.to(weight.device, weight.dtype), self.alpha)  # [k, n, n]
+        eye = torch.eye(n, device=weight.device, dtype=weight.dtype)
+        rows = weight.reshape(k, n, *weight.shape[1:])  # [k, n, ...]
+        # out[k, m, ...] = sum_n (s·R - s·I)[k, n, m] · W[k, n, ...]
+        return torch.einsum("knm,kn...->km...", strength * r - strength * eye, rows).reshape(weight.shape)
+
+    def apply_to(self, weight: torch.Tensor, strength: float, function: Function) -> torch.Tensor:
+        weight += function(strength * self.delta(weight, strength))
+        return weight
+
+
+@dataclass(eq=False)
+class BoftAdapter(_FileRecord):
+    """A BOFT record: `m` butterfly factors of `k` rotation blocks of size `b` each."""
+
+    blocks: torch.Tensor  # [m, k, b, b]
+    rescale: torch.Tensor | None = None  # [out, 1, ...]: multiplies the rotated weight
+    alpha: float | None = None  # the norm constraint
+    name: str = ""
+    source: Hashable | None = None
+
+    def rotated(self, weight: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
+        """The weight's rows through every butterfly factor (each rotation moved toward I by
+        `strength` when it is not 1), times `rescale`."""
+        m, k, b, _ = self.blocks.shape
+        if k * b != weight.shape[0] or b % 2:
+            raise PatchDataError(f"BOFT {self.name!r}: {k} blocks of {b} rows do not cover a weight of "
+                                 f"shape {tuple(weight.shape)}")
+        r = cayley_rotations(self.blocks.to(weight.device, weight.dtype), self.alpha)  # [m, k, b, b]
+        eye = torch.eye(b, device=weight.device, dtype=weight.dtype)
+        out = weight
+        for i in range(m):
+            rot = r[i] if strength == 1 else r[i] * strength + (1 - strength) * eye  # [k, b, b]
+            stride = 2 ** i * (b // 2)
+            # rows grouped (., 2, stride) are interleaved to (., stride, 2): the butterfly's pairing
+            perm = out.unflatten(0, (-1, 2, stride)).transpose(1, 2).flatten(0, 2)
+            perm = torch.einsum("kij,kj...->ki...", rot, perm.unflatten(0, (-1, b)))  # [k, b, ...]
+            out = perm.flatten(0, 1).unflatten(0, (-1, stride, 2)).transpose(1, 2).flatten(0, 2)
+        if self.rescale is not None:
+            out = out * self.rescale.to(weight.device, weight.dtype)
+        return out
+
+    def apply_to(self, weight: torch.Tensor, strength: float, function: Function) -> torch.Tensor:
+        delta = self.rotated(weight, strength) - weight
+        weight += function(strength * delta)
+        return weight
+
+
+@dataclass(eq=False)
+class GloraAdapter(_FileRecord):
+    """A GLoRA record: `a1`, `a2` act on the weight itself, `b1`, `b2` add a low-rank term."""
+
+    a1: torch.Tensor
+    a2: torch.Tensor
+    b1: torch.Tensor
+    b2: torch.Tensor
+    alpha: float | None = None
+    name: str = ""
+    source: Hashable | None = None
+
+    def layout(self, weight: torch.Tensor) -> tuple[bool, int]:
+        """(older LyCORIS layout?, rank), from the factors' shapes as ComfyUI tells them apart."""
+        a1, a2, b1, b2 = self.a1.shape, self.a2.shape, self.b1.shape, self.b2.shape
+        old = b2[1] == b1[0] == a1[0] == a2[1]
+        rank = a1[0] if old else None
+        if b2[0] == b1[1] == a1[1] == a2[0]:
+            if not (old and a2[0] == weight.shape[0] and weight.shape[0] == weight.shape[1]):
+                old, rank = False, a2[0]
+        flat = lambda shape: (shape[0], math.prod(shape[1:]))  # noqa: E731 -- as the factors are flattened
+        (a1r, a1c), (a2r, a2c), (b1r, b1c), (b2r, b2c) = flat(a1), flat(a2), flat(b1), flat(b2)
+        cols = math.prod(weight.shape[1:])
+        if old:  # b2 b1 + W a2 a1
+            fits = a2r == cols and a1c == cols and b2r * b1c == weight.numel()
+        else:  # W a1 a2 + b1 b2, a1 and a2 acting on the input channels
+            fits = weight.dim() >= 2 and a1r == weight.shape[1] and a2c == weight.shape[1] \
+                and b1r * b2c == weight.numel()
+        if rank is None or not fits:
+            raise PatchDataError(f"GLoRA {self.name!r}: factor shapes {tuple(a1)}, {tuple(a2)}, {tuple(b1)}, "
+                                 f"{tuple(b2)} do not fit a weight of shape {tuple(weight.shape)}")
+        return old, rank
+
+    def delta(self, weight: torch.Tensor) -> torch.Tensor:
+        old, rank = self.layout(weight)
+        a1, a2, b1, b2 = (t.flatten(start_dim=1).to(weight.device, weight.dtype)
+                          for t in (self.a1, self.a2, self.b1, self.b2))
+        if old:
+            delta = b2 @ b1 + (weight.flatten(start_dim=1) @ a2) @ a1
+        elif weight.dim() > 2:  # the factors act on the input-channel axis of a convolution
+            delta = torch.einsum("oi...,ij->oj...", torch.einsum("oi...,ij->oj...", weight, a1), a2)
+            delta = delta.reshape(weight.shape) + (b1 @ b2).reshape(weight.shape)
+        else:
+            delta = (weight @ a1) @ a2 + b1 @ b2
+        return _fit(delta, weight, f"GLoRA {self.name!r}") * _scale(self.alpha, rank)
+
+    def apply_to(self, weight: torch.Tensor, strength: float, function: Function) -> torch.Tensor:
+        weight += function(strength * self.delta(weight))
+        return weight
+
+
+def adapter_from_legacy(kind: str, args: tuple, name: str = "") -> Any:
     """An adapter from ComfyUI's older tuple patch values, which some node packs still build:
     `("lora", (up, down, alpha, mid, dora_scale[, reshape]))`,
     `("loha", (w1a, w1b, alpha, w2a, w2b, t1, t2[, dora_scale]))`,
-    `("lokr", (w1, w2, alpha, w1a, w1b, w2a, w2b, t2[, dora_scale]))`.
-    A DoRA scale on LoHa/LoKr is not supported and raises."""
+    `("lokr", (w1, w2, alpha, w1a, w1b, w2a, w2b, t2[, dora_scale]))`, and ComfyUI's adapter
+    tuples `("oft" | "boft", (blocks, rescale, alpha, dora_scale))`,
+    `("glora", (a1, a2, b1, b2, alpha, dora_scale))`.
+    A DoRA scale on the LyCORIS kinds is not supported and raises."""
     args = tuple(args) + (None,) * 9
     if kind == "lora":
         up, down, alpha, mid, dora = args[:5]
@@ -232,6 +375,17 @@ def adapter_from_legacy(kind: str, args: tuple, name: str = "") -> LoraAdapter |
             raise PatchDataError(f"LoKr {name!r}: DoRA scale on LoKr is not supported")
         w1, w2, alpha, w1a, w1b, w2a, w2b, t2 = args[:8]
         return LokrAdapter(w1, w2, w1a, w1b, w2a, w2b, t2, _alpha(alpha), name)
+    if kind in ("oft", "boft"):
+        blocks, rescale, alpha, dora = args[:4]
+        if dora is not None:
+            raise PatchDataError(f"{kind.upper()} {name!r}: DoRA scale on {kind.upper()} is not supported")
+        cls = OftAdapter if kind == "oft" else BoftAdapter
+        return cls(blocks, rescale, _alpha(alpha), name)
+    if kind == "glora":
+        a1, a2, b1, b2, alpha, dora = args[:6]
+        if dora is not None:
+            raise PatchDataError(f"GLoRA {name!r}: DoRA scale on GLoRA is not supported")
+        return GloraAdapter(a1, a2, b1, b2, _alpha(alpha), name)
     raise PatchDataError(f"weight patch {name!r}: unknown patch kind {kind!r}")
 
 

@@ -106,6 +106,29 @@ def test_the_towers_encode_token_weights_called_directly_with_clip_options(pack,
     assert tower.options == tower.default_options
 
 
+def test_load_model_gpu_of_a_lora_clips_patcher_puts_the_lora_under_the_towers(pack):
+    """Easy-Use's advanced encoder: `load_model_gpu(clip.patcher)`, then a tower's own
+    `encode_token_weights`. In ComfyUI the load patches the LoRA into the CLIP's weights, so the
+    tower encodes with it, exactly as CLIPTextEncode of that CLIP."""
+    from comfy_core.lora import load_lora_for_models
+    from nodes.conditioning import clip_text_encode
+    from tests.comfy_core.hooks.conftest import clip_lora_tensors
+
+    model, clip, _ = _checkpoint()
+    lora_clip = load_lora_for_models(model, clip, clip_lora_tensors(clip, 5), 0.0, 0.8)[1]
+    text = "a photo of a (cat:1.3), [detailed]"
+    weighted, plain = pack.EasyAdvancedEncode().encode(lora_clip, text)
+    (ref,) = clip_text_encode(text, lora_clip)
+    torch.testing.assert_close(weighted[0][0], ref[0][0], rtol=0, atol=0)
+    torch.testing.assert_close(weighted[0][1]["pooled_output"], ref[0][1]["pooled_output"], rtol=0, atol=0)
+    (without,) = clip_text_encode(text, clip)
+    assert not torch.allclose(weighted[0][0], without[0][0], atol=1e-3)  # the LoRA changed it
+    # the base CLIP, loaded next, encodes without the other clone's LoRA (its weights put back)
+    base_weighted, _ = pack.EasyAdvancedEncode().encode(clip, text)
+    torch.testing.assert_close(base_weighted[0][0], without[0][0], rtol=0, atol=0)
+    torch.testing.assert_close(clip_text_encode(text, clip)[0][0][0], without[0][0], rtol=0, atol=0)
+
+
 def test_builtin_nodes_called_positionally_in_comfyuis_order(pack):
     from nodes.conditioning import clip_text_encode
     from nodes.latent import vae_decode, vae_encode

@@ -253,6 +253,30 @@ def test_wrapper_hooks_register_into_the_runs_options_as_comfyuis_registration(p
         comfy.hooks.ObjectPatchHook({}).add_hook_patches(pack.model, {}, target, comfy.hooks.HookGroup())
 
 
+def test_a_hooked_only_transformer_options_hook_joins_the_hooked_conds_passes_only(pack):
+    """ComfyUI's `_calc_cond_batch` runs each hook group apart and gives its passes
+    `apply_hooks(hooks)`: a hooked-only TransformerOptionsHook's dictionary under the run's
+    `transformer_options`. The positive carries an attn1 patch that way; the negative does not."""
+    import comfy.hooks
+
+    seen = []
+
+    def scale_q(n, context_attn1, value_attn1, extra_options):
+        seen.append(list(extra_options["cond_or_uncond"]))
+        return n * 1.5, context_attn1, value_attn1
+
+    hooks = pack.create_hooked_only_patch_hooks(scale_q)
+    positive = comfy.hooks.set_hooks_for_conditioning(_cond(0.2), hooks)
+    negative = _cond(-0.1)
+    got = _predict(pack.model, positive, negative)
+    assert seen and all(kinds == [0] for kinds in seen)  # the positive's passes, never the negative's
+    patched = pack.model.clone()
+    patched.set_model_attn1_patch(scale_q)
+    cond, uncond = _predict(patched, _cond(0.2)), _predict(pack.model, negative)
+    _assert_equal(got, [u + (c - u) * CFG for c, u in zip(cond, uncond)])
+    assert not torch.equal(got[0], _predict(pack.model, _cond(0.2), negative)[0])
+
+
 def test_conditioning_helpers_combine_and_replace_hooks(pack):
     import comfy.hooks
 
@@ -299,7 +323,14 @@ def test_a_packs_wrapper_hook_on_the_conds_wraps_the_run_once(pack):
     hooked = ksampler(pack.model, 3, 2, 2.0, "euler", "normal", positive, _cond(-0.1), latent, 1.0)[0]["samples"]
     assert len(calls) == 1 and calls[0].model is pack.model.model
     plain = ksampler(pack.model, 3, 2, 2.0, "euler", "normal", _cond(0.2), _cond(-0.1), latent, 1.0)[0]["samples"]
-    assert torch.equal(hooked, plain) and len(calls) == 1  # a plain run is not wrapped
+    assert len(calls) == 1  # a plain run is not wrapped
+    # a hooked positive runs in a pass of its own (ComfyUI batches by hook group), so the numbers
+    # to compare with are those of the same conds under a wrapper that only passes through
+    passthrough = comfy.hooks.set_hooks_for_conditioning(
+        _cond(0.2), pack.create_wrapper_hooks(lambda executor, *a, **k: executor(*a, **k)))
+    same = ksampler(pack.model, 3, 2, 2.0, "euler", "normal", passthrough, _cond(-0.1), latent, 1.0)[0]["samples"]
+    assert torch.equal(hooked, same) and len(calls) == 1
+    torch.testing.assert_close(hooked, plain, rtol=1e-2, atol=1e-2)  # float rounding apart
     # the model carries the pack's wrapper already: the hook's should_register refuses a second
     own = []
     model = pack.model.clone()

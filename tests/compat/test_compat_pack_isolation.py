@@ -247,6 +247,72 @@ def test_an_import_in_the_helper_thread_sees_an_event_loop_as_in_the_callers_thr
     assert result.module.LOOP is not None and "LoopUser" in registry
 
 
+SETS_A_SIGNAL_HANDLER = '''
+import signal
+from signal import signal as captured_signal
+def on_usr1(signum, frame):
+    pass
+PREVIOUS = signal.signal(signal.SIGUSR1, on_usr1)
+PREVIOUS_CAPTURED = captured_signal(signal.SIGUSR2, on_usr1)
+''' + NODE.format(cls="SignalUser") + 'NODE_CLASS_MAPPINGS = {"SignalUser": SignalUser}\n'
+
+
+@pytest.mark.parametrize("limits", [SHORT, PackLimits.unbounded()], ids=["helper-thread", "caller-thread"])
+def test_a_pack_setting_a_signal_handler_at_import_loads_with_a_limit_and_a_hang_is_still_reported(
+        tmp_path, gates, limits):
+    """ComfyUI imports packs in the main thread, where `signal.signal()` works; with a limit the
+    import runs in a helper thread, and the call is done by the main thread waiting for it."""
+    import signal
+    root = tmp_path / "custom_nodes"
+    write(root / "a_signals.py", SETS_A_SIGNAL_HANDLER)
+    if limits.import_timeout is not None:
+        write(root / "b_hangs.py", HANGS_AT_IMPORT)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGUSR2)}
+    real_signal = signal.signal
+    try:
+        registry = Registry()
+        results = {r.name: r for r in load_custom_nodes(registry, [root], limits=limits)}
+        assert results["a_signals"].ok, results["a_signals"].error
+        module = results["a_signals"].module
+        assert signal.getsignal(signal.SIGUSR1) is module.on_usr1
+        assert signal.getsignal(signal.SIGUSR2) is module.on_usr1
+        assert module.PREVIOUS is saved[signal.SIGUSR1] and module.PREVIOUS_CAPTURED is saved[signal.SIGUSR2]
+        assert "SignalUser" in registry
+        assert signal.signal is real_signal  # put back once loading is over
+        if limits.import_timeout is not None:
+            hung = results["b_hangs"]
+            assert not hung.ok and hung.abandoned and "did not return within 1 s; abandoned" in hung.error
+            gates.release.set()
+            join_threads("b_hangs")
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_a_signal_call_from_an_abandoned_import_fails_as_outside_the_main_thread(tmp_path, gates):
+    """Once the loader stopped waiting, nobody can set the handler for the pack: the late call
+    raises what `signal.signal()` raises outside the main thread, and only that pack is hit."""
+    import signal
+    root = tmp_path / "custom_nodes"
+    write(root / "late_signal.py", '''
+import signal
+import pack_isolation_gates as gate
+gate.entered.set()
+gate.release.wait()
+try:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+except ValueError as exc:
+    gate.types_calls.append(str(exc))
+''')
+    saved = signal.getsignal(signal.SIGUSR1)
+    results = load_custom_nodes(Registry(), [root], limits=SHORT)
+    assert results[0].abandoned
+    gates.release.set()
+    join_threads("late_signal")
+    assert gates.types_calls and "main thread" in gates.types_calls[0]
+    assert signal.getsignal(signal.SIGUSR1) is saved
+
+
 def test_pack_limits_refuse_nonsense():
     with pytest.raises(ValueError, match="import_timeout"):
         PackLimits(import_timeout=0)

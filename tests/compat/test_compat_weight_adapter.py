@@ -100,6 +100,45 @@ def test_calculate_weight_is_our_maths_and_a_misfit_keeps_the_weight(pack, caplo
     assert torch.allclose(direct.calculate_weight(weight.clone(), "x", 1.0, 1.0, None, None), weight + up @ down)
 
 
+def test_glora_oft_and_boft_records_load_with_comfyuis_classes_and_patch_as_our_loader(pack, sd1):
+    """ComfyUI's loop over `adapters` (LoRA, LoHa, LoKr, GLoRA, OFT, BOFT) finds each kind; the
+    patches equal our loader's; `calculate_weight` of ComfyUI's constructor is the same maths."""
+    import comfy.weight_adapter
+    from comfy_core.lora import load_lora_for_models
+    from comfy_core.lora.keymap import unet_key_map
+
+    key_map = unet_key_map(sd1.model)
+    params = dict(sd1.model.named_parameters())
+    layers = [k for k, v in key_map.items() if k.startswith("lora_unet_") and v.endswith(("to_q.weight", "to_k.weight"))
+              and params[v].dim() == 2][:3]
+    g = torch.Generator().manual_seed(8)
+    (out0, inp0), (out1, _), (out2, _) = (params[key_map[x]].shape for x in layers)
+    lora = {f"{layers[0]}.a1.weight": torch.randn(inp0, 2, generator=g) * 0.2,
+            f"{layers[0]}.a2.weight": torch.randn(2, inp0, generator=g) * 0.2,
+            f"{layers[0]}.b1.weight": torch.randn(out0, 2, generator=g) * 0.2,
+            f"{layers[0]}.b2.weight": torch.randn(2, inp0, generator=g) * 0.2,
+            f"{layers[1]}.oft_blocks": torch.randn(4, out1 // 4, out1 // 4, generator=g) * 0.2,
+            f"{layers[1]}.alpha": torch.tensor(0.0),
+            f"{layers[2]}.oft_blocks": torch.randn(2, out2 // 4, 4, 4, generator=g) * 0.2}
+    patches, loaded = pack.load_with_adapters(lora, {x: key_map[x] for x in layers})
+    assert pack.kinds_of(patches) == ["BOFTAdapter", "GLoRAAdapter", "OFTAdapter"] and loaded == set(lora)
+    assert [a.__name__ for a in comfy.weight_adapter.adapters][3:] == ["GLoRAAdapter", "OFTAdapter", "BOFTAdapter"]
+    ours = sd1.clone()
+    ours.add_patches(patches, 0.6)
+    expected = load_lora_for_models(sd1, None, lora, 0.6, 0.0)[0]
+    with ours.applied() as a, torch.no_grad():
+        got = {key_map[x]: a.get_parameter(key_map[x]).detach().clone() for x in layers}
+    with expected.applied() as e, torch.no_grad():
+        want = {key_map[x]: e.get_parameter(key_map[x]).detach().clone() for x in layers}
+    for k in got:
+        assert torch.equal(got[k], want[k]) and not torch.equal(got[k], params[k])
+    blocks = lora[f"{layers[1]}.oft_blocks"]
+    direct = comfy.weight_adapter.OFTAdapter(set(), (blocks, None, 0.0, None))  # ComfyUI's constructor
+    w = params[key_map[layers[1]]].detach().clone()
+    assert torch.equal(direct.calculate_weight(w.clone(), "k", 0.6, 1.0, None, None),
+                       patches[key_map[layers[1]]].calculate_weight(w.clone(), "k", 0.6, 1.0, None, None))
+
+
 def test_base_helpers_answer_as_comfyuis(pack):
     from comfy.weight_adapter import base
 

@@ -2,7 +2,8 @@
 AnimateDiff's (deprecated) LoRA-hook loader reads the file with `comfy.utils.load_torch_file` and
 calls `comfy.hooks.load_hook_lora_for_models`; its "Set Model LoRA Hook" calls
 `set_hooks_for_conditioning`; its keyframe node builds `HookKeyframeGroup().add(HookKeyframe(...))`;
-Advanced-ControlNet makes a `WrapperHook` with a `hook_id` and a `custom_should_register`; a pack
+Advanced-ControlNet makes a `WrapperHook` with a `hook_id` and a `custom_should_register`; a
+hooked-only `TransformerOptionsHook` carries an attention patch for one conditioning; a pack
 registers a `WeightHook()`'s patches on a ModelPatcher itself (`add_hook_patches`)."""
 import comfy.hooks
 import comfy.lora
@@ -98,6 +99,15 @@ def create_wrapper_hooks(wrapper):
     hook.hook_id = "hooks_pack"
     hook.custom_should_register = should_register_once
     hooks.add(hook)
+    return hooks
+
+
+def create_hooked_only_patch_hooks(attn1_patch):
+    """A hook whose `transformer_options` (an attention patch) apply to the passes of the
+    conditioning that carries it only (`EnumHookScope.HookedOnly`)."""
+    hooks = comfy.hooks.HookGroup()
+    hooks.add(comfy.hooks.TransformerOptionsHook({"patches": {"attn1_patch": [attn1_patch]}},
+                                                 hook_scope=comfy.hooks.EnumHookScope.HookedOnly))
     return hooks
 
 
