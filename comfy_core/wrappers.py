@@ -172,6 +172,28 @@ def run_wrapped(wrapper_type: str, options: dict | None, original: Callable, *ar
     return WrapperExecutor.new_class_executor(original, class_obj, wrappers).execute(*args, **kwargs)
 
 
+BLOCK_SPLIT = "block_split"  # transformer_options key of the first-block hook (ours; ComfyUI has none)
+
+
+def run_split_blocks(options: dict | None, first: Callable[[dict], dict], rest: Callable[[dict], dict],
+                     streams: dict) -> dict:
+    """A DiT's block stack run as two parts, the point where a first-block cache hooks in.
+
+    `streams` holds the token tensors the blocks carry (`"img"` the image tokens, `"txt"` the text
+    tokens when the family carries them through its blocks); `first(streams)` runs the first block
+    and returns the streams after it; `rest(streams)` runs every other block (and whatever the
+    family does between its stacks) and returns the streams it ends with (at least `"img"`).
+    Without a hook this is `rest(first(streams))`; with a callable under
+    `options[BLOCK_SPLIT]` (a model patch, e.g. comfy_core/model_patches/first_block_cache.py) the
+    hook runs `hook(first, rest, streams, options)` and may return the streams without calling
+    `rest` (a cached residual added to the first block's output). The families' block loops call
+    this; it names no family."""
+    hook = (options or {}).get(BLOCK_SPLIT)
+    if hook is None:
+        return rest(first(streams))
+    return hook(first, rest, streams, options)
+
+
 class PatcherInjection:
     """A pair of functions a pack uses to modify the model for a run and undo it
     (`ModelPatcher.set_injections`; run by `inject_model` / `eject_model`)."""

@@ -28,14 +28,17 @@ def load_torch_file(ckpt: str | Path, safe_load: bool = False, device: Any = Non
     device = torch.device("cpu") if device is None else torch.device(device)
     metadata = None
     if path.suffix.lower() in (".safetensors", ".sft"):
-        from safetensors import safe_open
+        # Our reader, not safetensors' safe_open: its get_tensor leaks a little per tensor on every
+        # call (comfy_core.checkpoint.reader.load_tensor_file), and packs load files per prompt.
+        from comfy_core.checkpoint.reader import load_tensor_file
 
         try:
-            with safe_open(str(path), framework="pt", device=str(device)) as handle:
-                metadata = handle.metadata()
-                sd = {key: handle.get_tensor(key) for key in handle.keys()}
+            sd, stored = load_tensor_file(path)
         except Exception as exc:  # noqa: BLE001 -- report which file, whatever the reader raised
             raise WeightFileError(f"load_torch_file: cannot read safetensors file {path}: {exc}") from exc
+        metadata = stored or None  # safe_open's metadata(): None for a file without any
+        if device.type != "cpu":
+            sd = {key: value.to(device) for key, value in sd.items()}
     else:
         try:
             loaded = torch.load(str(path), map_location=device, weights_only=True)

@@ -31,14 +31,17 @@ def _lora_names(env: Any = None) -> list[str]:
 
 
 def load_lora_file(path: Path) -> dict[str, torch.Tensor]:
-    """A LoRA file's tensors (`.safetensors`, or a pickled `.ckpt`/`.pt` read with weights_only)."""
+    """A LoRA file's tensors (`.safetensors`, or a pickled `.ckpt`/`.pt` read with weights_only).
+
+    Read by our checkpoint reader, not safetensors' `load_file`, whose reader leaks a little
+    per tensor on every call (`comfy_core.checkpoint.reader.load_tensor_file`)."""
     import torch
+
+    from comfy_core.checkpoint.reader import load_tensor_file
 
     try:
         if path.suffix.lower() == ".safetensors":
-            from safetensors.torch import load_file
-
-            return load_file(str(path), device="cpu")
+            return load_tensor_file(path)[0]
         data = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise NodeInputError("lora_name", "a readable LoRA file (.safetensors, or a .ckpt/.pt of tensors)",

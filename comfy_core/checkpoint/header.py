@@ -20,7 +20,7 @@ from comfy_core.checkpoint.errors import CheckpointNotFoundError, CorruptCheckpo
 
 # Bytes per element of each safetensors dtype name.
 DTYPE_SIZES: Mapping[str, float] = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
     "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
 }
 

@@ -16,10 +16,11 @@ from typing import Any, Hashable, Mapping
 
 import torch
 
-from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.weights.adapters import BoftAdapter, GloraAdapter, LohaAdapter, LokrAdapter, LoraAdapter, OftAdapter
 from comfy_core.lora.dit_convert import convert_dit_lora
 from comfy_core.lora.dit_keymap import dit_kind, row_permutations
 from comfy_core.lora.fit import Misfit, drop_misfits
+from comfy_core.models.quant_linear import true_weight_shapes
 from comfy_core.lora.keymap import text_encoder_key_map, unet_key_map
 from comfy_core.weights.errors import PatchDataError
 
@@ -38,6 +39,9 @@ _SUFFIXES: tuple[tuple[str, str, str], ...] = (
     (".lokr_w1_a", "lokr", "w1a"), (".lokr_w1_b", "lokr", "w1b"),
     (".lokr_w2_a", "lokr", "w2a"), (".lokr_w2_b", "lokr", "w2b"),
     (".lokr_w1", "lokr", "w1"), (".lokr_w2", "lokr", "w2"), (".lokr_t2", "lokr", "t2"),
+    (".oft_blocks", "oft", "blocks"), (".rescale", "oft", "rescale"),
+    (".a1.weight", "glora", "a1"), (".a2.weight", "glora", "a2"),
+    (".b1.weight", "glora", "b1"), (".b2.weight", "glora", "b2"),
     (".diff_b", "diff_b", "diff_b"), (".diff", "diff", "diff"), (".set_weight", "set", "set"),
     (".w_norm", "diff", "diff"), (".b_norm", "diff_b", "diff_b"),
     (".alpha", "*", "alpha"), (".dora_scale", "*", "dora_scale"),
@@ -104,6 +108,12 @@ def parse_lora(tensors: Mapping[str, torch.Tensor], key_map: Mapping[str, str], 
     return result
 
 
+def _refuse_dora(kind: str, label: str, dora_scale: torch.Tensor | None) -> None:
+    """OFT, BOFT and GLoRA records with a DoRA scale are not supported: their keys are not loaded."""
+    if dora_scale is not None:
+        raise PatchDataError(f"{kind} {label!r}: a DoRA scale on {kind} is not supported")
+
+
 def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: Any, name: str,
              source: Hashable | None) -> list[tuple[Any, Any]]:
     kinds = {kind for kind, _ in parts.values()} - {"*"}
@@ -132,6 +142,20 @@ def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: Any
     elif "lokr" in kinds:
         records.append((target, LokrAdapter(get("w1"), get("w2"), get("w1a"), get("w1b"), get("w2a"),
                                             get("w2b"), get("t2"), alpha, label, source)))
+    elif "glora" in kinds:
+        missing = {"a1", "a2", "b1", "b2"} - set(parts)
+        if missing:
+            raise PatchDataError(f"GLoRA {label!r}: missing {sorted(missing)}")
+        _refuse_dora("GLoRA", label, get("dora_scale"))
+        records.append((target, GloraAdapter(get("a1"), get("a2"), get("b1"), get("b2"), alpha, label, source)))
+    elif "oft" in kinds:
+        blocks = get("blocks")
+        if blocks is None or blocks.dim() not in (3, 4):
+            raise PatchDataError(f"OFT {label!r}: needs oft_blocks of 3 (OFT) or 4 (BOFT) dimensions, has "
+                                 f"{sorted(parts)}{'' if blocks is None else f' with {blocks.dim()}'}")
+        cls, kind = (OftAdapter, "OFT") if blocks.dim() == 3 else (BoftAdapter, "BOFT")
+        _refuse_dora(kind, label, get("dora_scale"))
+        records.append((target, cls(blocks, get("rescale"), alpha, label, source)))
     elif "diff" in kinds:
         records.append((target, ("diff", (get("diff"),))))
     elif "set" in kinds:
@@ -203,6 +227,7 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
         if owner is None:
             continue
         shapes = {k: tuple(v.shape) for k, v in owner.model.state_dict(keep_vars=True).items()}
+        shapes.update(true_weight_shapes(owner.model))  # packed quantised weights (NVFP4): their [out, in]
         parse.patches, dropped = drop_misfits(parse.patches, shapes)
         for item in dropped:
             _log_misfit(label, item)

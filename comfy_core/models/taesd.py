@@ -91,9 +91,9 @@ class TAESDDecoder(nn.Sequential):
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix in (".safetensors", ".sft"):
-        from safetensors.torch import load_file
+        from comfy_core.checkpoint.reader import load_tensor_file
 
-        return load_file(str(path))
+        return load_tensor_file(path)[0]
     loaded = torch.load(str(path), map_location="cpu", weights_only=True)
     if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
         loaded = loaded["state_dict"]

@@ -150,8 +150,9 @@ def load_embedding(path: str | os.PathLike, name: str | None = None) -> Embeddin
         raise EmbeddingError(f"embedding file {label!r} does not exist")
     try:
         if suffix == ".safetensors":
-            import safetensors.torch
-            data = safetensors.torch.load_file(str(path), device="cpu")
+            # not safetensors' load_file: it leaks a little per tensor on every call (load_tensor_file)
+            from comfy_core.checkpoint.reader import load_tensor_file
+            data = load_tensor_file(path)[0]
         else:
             data = torch.load(str(path), map_location="cpu", weights_only=True)
     except EmbeddingError:

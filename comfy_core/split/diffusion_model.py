@@ -19,6 +19,14 @@ A scaled-fp8 file (ComfyUI's `*_fp8_scaled`: a `scaled_fp8` marker, a `scale_wei
 layer) keeps its fp8 weights as stored, left in the file mapping, with the scales applied in each
 layer's per-call cast (`storage_cast.keep_scaled_fp8`, ComfyUI's `scaled_fp8_ops`): a 14 B model
 takes its fp8 file size, never a bfloat16 copy.
+
+ComfyUI's mixed-precision quantised files (a `comfy_quant` description per layer or the
+`_quantization_metadata` metadata: int8 with or without ConvRot, fp8 with a tensor scale, MXFP8,
+NVFP4; comfy_core/weights/quant_registry.py) are detected as their float original, loaded without
+their quantised layers' tensors, and those layers then keep their weights as stored with their
+scales (comfy_core/models/quant_linear.py, ComfyUI's `mixed_precision_ops`). A `.gguf` file is
+read the same way, its quantised weights kept as ggml blocks (comfy_core/weights/quant_gguf.py;
+ComfyUI itself reads GGUF only through the ComfyUI-GGUF pack).
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ import torch
 from comfy_core.checkpoint.bulk import BulkRead
 from comfy_core.checkpoint.diffusers_keys import DiffusersLayoutError, is_diffusers_unet, unet_names
 from comfy_core.checkpoint.dtype import UNET, DtypePolicy
-from comfy_core.checkpoint.errors import MissingComponentError, ShapeMismatchError
+from comfy_core.checkpoint.errors import CorruptCheckpointError, MissingComponentError, ShapeMismatchError
 from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
@@ -44,6 +52,10 @@ from comfy_core.models.storage_cast import (FP8_DTYPES, SCALED_FP8_MARKER, cast_
                                             keep_scaled_fp8, marker_optimizations, scaled_storage_dtype)
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
+from comfy_core.weights.gguf import GGUFError
+from comfy_core.weights.quant_gguf import gguf_diffusion_state
+from comfy_core.models.quant_linear import attach_quantized, detach_quantized_weights
+from comfy_core.weights.quant_registry import QuantFormatError, QuantizedHeader, QuantizedLayer, quantized_layers
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +168,18 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     registry = registry or default_registry()
     started = time.perf_counter()
     policy = options.dtype_policy
-    with CheckpointFile(path) as file:
+    with _open_file(path) as file:
         view = diffusion_model_view(file, registry)
+        # ComfyUI's quantised layers (`comfy_quant` / `_quantization_metadata`): detected and
+        # loaded as the float original, the layers then take their stored weights and scales.
+        quantized = find_quantized_layers(view)
+        loaded_view = view
+        if quantized:
+            view = QuantizedHeader.for_loading(loaded_view, quantized)
         # No weight_dtype asked: a file shipped in fp8 stays fp8 (ComfyUI keeps the file's dtype).
-        detection = registry.detect_diffusion_model(view.tensors, file.path)
+        detection = registry.detect_diffusion_model(
+            QuantizedHeader.for_detection(loaded_view, quantized).tensors if quantized else view.tensors, file.path,
+            file.metadata)
         family = detection.family
         shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
         storage = weight_dtype or shipped or family_unet_dtype(policy, family, view.tensors)
@@ -172,10 +192,18 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
         requests: Mapping[str, torch.dtype] = tensor_requests(view, family.unet_prefix, storage)
         with BulkRead(view, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             unet = _build_unet(view, detection)
+            if quantized:
+                _quantized_step(file.path, detach_quantized_weights, unet, quantized, family.unet_prefix)
             model = _load_model(view, family, unet, prediction, load_options, reading.result())
             if scaled is not None:
                 keep_scaled_fp8(model.model.diffusion_model, view.tensors, view.read, family.unet_prefix,
                                 fp8_matrix_mult=scaled.fp8_matrix_mult, other_dtype=scaled.other)
+            if quantized:
+                _quantized_step(file.path, attach_quantized, model.model.diffusion_model, quantized,
+                                loaded_view.tensors, loaded_view.read_stored, family.unet_prefix,
+                                cast or storage)
+                if model.model.get_dtype() != (cast or storage):  # the output layer may be quantised
+                    model.model.manual_cast_dtype = cast or storage
     if cast is not None:
         cast_weights_at_run_time(model.model.diffusion_model, fp8_matrix_mult=fp8_optimizations)
         model.model.manual_cast_dtype = cast
@@ -184,6 +212,37 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
              f", computed in {cast}" if cast is not None else "")
     warn_if_emulated_bf16(cast or storage, options.device)
     return model
+
+
+def find_quantized_layers(view: Any) -> dict[str, QuantizedLayer]:
+    """The quantised layers of a diffusion-model view, by its names (`comfy_core.weights.quant_registry`)."""
+    stored_name = getattr(view, "stored_name", None)
+    ours = {stored_name(n): n for n in view.tensors} if stored_name is not None else None
+    try:
+        return quantized_layers(view.tensors, view.metadata, view.read,
+                                (lambda stored: ours.get(stored)) if ours is not None else (lambda stored: stored))
+    except QuantFormatError as exc:
+        raise ShapeMismatchError(view.path, str(exc)) from None
+
+
+def _open_file(path: str | Path | Mapping[str, torch.Tensor]) -> CheckpointFile:
+    """The file (or state dict) as a checkpoint; a `.gguf` file as its quantised-layer state dict
+    (`comfy_core.weights.quant_gguf`: the ggml blocks stay views of the file)."""
+    if isinstance(path, (str, Path)) and Path(path).suffix.lower() == ".gguf":
+        try:
+            tensors, metadata = gguf_diffusion_state(path)
+        except GGUFError as exc:
+            raise CorruptCheckpointError(Path(path), str(exc)) from None
+        return CheckpointFile(tensors, metadata=metadata, name=str(path))
+    return CheckpointFile(path)
+
+
+def _quantized_step(path: Path, step: Any, *args: Any) -> Any:
+    """`step(*args)` with a malformed quantised layer reported as the file's `ShapeMismatchError`."""
+    try:
+        return step(*args)
+    except QuantFormatError as exc:
+        raise ShapeMismatchError(path, str(exc)) from None
 
 
 def _load_with_operations(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions,
@@ -195,7 +254,7 @@ def _load_with_operations(path: str | Path | Mapping[str, torch.Tensor], options
     load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
     with CheckpointFile(path) as file:
         view = diffusion_model_view(file, registry)
-        detection = registry.detect_diffusion_model(view.tensors, file.path)
+        detection = registry.detect_diffusion_model(view.tensors, file.path, file.metadata)
         family = detection.family
         prediction = resolve_prediction(view, family, options.prediction)
         unet = build_unet_with_operations(view, detection, operations)

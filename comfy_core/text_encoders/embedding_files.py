@@ -63,9 +63,10 @@ def read_embedding_file(path: str | os.PathLike) -> Any:
     """The raw content of an embedding file (a dict of tensors, or what `torch.load` returns)."""
     path = str(path)
     if path.lower().endswith(".safetensors"):
-        from safetensors.torch import load_file
+        # not safetensors' load_file: it leaks a little per tensor on every call (load_tensor_file)
+        from comfy_core.checkpoint.reader import load_tensor_file
 
-        return load_file(path, device="cpu")
+        return load_tensor_file(path)[0]
     return torch.load(path, weights_only=True, map_location="cpu")
 
 

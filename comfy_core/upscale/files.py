@@ -26,11 +26,12 @@ def read_state_dict(path: str | Path) -> dict[str, Any]:
     """The state dict in `path` (on the CPU), unwrapped as the module docstring says."""
     path = Path(path)
     if path.suffix.lower() in SAFETENSORS_SUFFIXES:
-        from safetensors.torch import load_file
+        from comfy_core.checkpoint.errors import CheckpointError
+        from comfy_core.checkpoint.reader import load_tensor_file
 
         try:
-            return load_file(str(path), device="cpu")
-        except Exception as exc:  # noqa: BLE001 -- safetensors raises its own types; name the file
+            return load_tensor_file(path)[0]
+        except CheckpointError as exc:
             raise UpscaleModelError(f"{path.name}: not a readable safetensors file ({exc})") from exc
     loaded = _torch_load(path)
     if not isinstance(loaded, dict):

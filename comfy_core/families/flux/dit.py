@@ -48,6 +48,7 @@ from comfy_core.families.flux.blocks import (DoubleStreamBlock, EmbedND, LastLay
 from comfy_core.models.comfyui_names import comfyui_name
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
+from comfy_core.wrappers import run_split_blocks
 
 REF_LATENTS_METHODS = ("offset", "index", "uxo")
 
@@ -271,13 +272,12 @@ def run_stream_blocks(double_blocks: Sequence[nn.Module], single_blocks: Sequenc
     the two stacks. `options` (a copy of the caller's transformer_options) gets `block_type`,
     `block_index` and `total_blocks` per block."""
     blocks_replace = (options.get("patches_replace", {}) or {}).get("dit", {}) or {}
-    options["total_blocks"] = len(double_blocks)
-    options["block_type"] = "double"
-    for i, block in enumerate(double_blocks):
-        if i in skip_double:
-            continue
+
+    def run_double(i: int, img: torch.Tensor, txt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        options["total_blocks"] = len(double_blocks)
+        options["block_type"] = "double"
         options["block_index"] = i
-        vec = double_vec(i)
+        block, vec = double_blocks[i], double_vec(i)
         if ("double_block", i) in blocks_replace:
             def original(args: dict, block: nn.Module = block) -> dict:
                 out_img, out_txt = block(img=args["img"], txt=args["txt"], vec=args["vec"], pe=args["pe"],
@@ -295,35 +295,50 @@ def run_stream_blocks(double_blocks: Sequence[nn.Module], single_blocks: Sequenc
             adds = control.get("input") or ()
             if i < len(adds) and adds[i] is not None:
                 img[:, :adds[i].shape[1]] += adds[i]
+        return img, txt
 
-    if clamp_fp16 and img.dtype == torch.float16:
-        img = torch.nan_to_num(img, nan=0.0, posinf=65504, neginf=-65504)
-    n_txt = txt.shape[1]
-    img = torch.cat((txt, img), 1)  # [B, Nt+Ni, C]
+    def doubles(streams: dict, indices: range) -> dict:
+        img, txt = streams["img"], streams["txt"]
+        for i in indices:
+            if i not in skip_double:
+                img, txt = run_double(i, img, txt)
+        return {"img": img, "txt": txt}
 
-    options["total_blocks"] = len(single_blocks)
-    options["block_type"] = "single"
-    for i, block in enumerate(single_blocks):
-        if i in skip_single:
-            continue
-        options["block_index"] = i
-        vec = single_vec(i)
-        if ("single_block", i) in blocks_replace:
-            def original(args: dict, block: nn.Module = block) -> dict:
-                return {"img": block(args["img"], vec=args["vec"], pe=args["pe"], attn_mask=args.get("attn_mask"),
-                                     transformer_options=args.get("transformer_options"))}
+    def rest(streams: dict) -> dict:
+        after = doubles(streams, range(1, len(double_blocks)))
+        img, txt = after["img"], after["txt"]
+        if clamp_fp16 and img.dtype == torch.float16:
+            img = torch.nan_to_num(img, nan=0.0, posinf=65504, neginf=-65504)
+        n_txt = txt.shape[1]
+        img = torch.cat((txt, img), 1)  # [B, Nt+Ni, C]
 
-            out = _replace_call(blocks_replace[("single_block", i)],
-                                {"img": img, "vec": vec, "pe": pe, "attn_mask": attn_mask,
-                                 "transformer_options": options}, original)
-            img = out["img"]
-        else:
-            img = block(img, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
-        if control is not None:
-            adds = control.get("output") or ()
-            if i < len(adds) and adds[i] is not None:
-                img[:, n_txt:n_txt + adds[i].shape[1], ...] += adds[i]
-    return img[:, n_txt:, ...]  # [B, Ni, C]
+        options["total_blocks"] = len(single_blocks)
+        options["block_type"] = "single"
+        for i, block in enumerate(single_blocks):
+            if i in skip_single:
+                continue
+            options["block_index"] = i
+            vec = single_vec(i)
+            if ("single_block", i) in blocks_replace:
+                def original(args: dict, block: nn.Module = block) -> dict:
+                    return {"img": block(args["img"], vec=args["vec"], pe=args["pe"], attn_mask=args.get("attn_mask"),
+                                         transformer_options=args.get("transformer_options"))}
+
+                out = _replace_call(blocks_replace[("single_block", i)],
+                                    {"img": img, "vec": vec, "pe": pe, "attn_mask": attn_mask,
+                                     "transformer_options": options}, original)
+                img = out["img"]
+            else:
+                img = block(img, vec=vec, pe=pe, attn_mask=attn_mask, transformer_options=options)
+            if control is not None:
+                adds = control.get("output") or ()
+                if i < len(adds) and adds[i] is not None:
+                    img[:, n_txt:n_txt + adds[i].shape[1], ...] += adds[i]
+        return {"img": img[:, n_txt:, ...]}  # [B, Ni, C]
+
+    # the first double block, then the rest: the first-block hook point (comfy_core/wrappers.py)
+    return run_split_blocks(options, lambda streams: doubles(streams, range(min(1, len(double_blocks)))), rest,
+                            {"img": img, "txt": txt})["img"]
 
 
 def image_tokens(x: torch.Tensor, p: int, index: int = 0, h_offset: int = 0,

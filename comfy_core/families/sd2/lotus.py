@@ -26,11 +26,12 @@ class LotusDataError(RuntimeError):
 
 def null_prompt_embedding() -> torch.Tensor:
     """Lotus's text conditioning, `[1, 2, 1024]` float32 on the CPU (a new tensor per call)."""
-    from safetensors.torch import load_file
+    from comfy_core.checkpoint.errors import CheckpointError
+    from comfy_core.checkpoint.reader import load_tensor_file
 
     try:
-        tensor = load_file(str(DATA), device="cpu")[KEY]
-    except (OSError, KeyError) as exc:
+        tensor = load_tensor_file(DATA)[0][KEY]
+    except (CheckpointError, OSError, KeyError) as exc:
         raise LotusDataError(f"the Lotus null-prompt embedding cannot be read from {DATA}: {exc}") from exc
     if tuple(tensor.shape) != SHAPE:
         raise LotusDataError(f"{DATA.name}: expected shape {SHAPE}, found {tuple(tensor.shape)}")

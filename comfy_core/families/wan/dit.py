@@ -47,6 +47,7 @@ from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
                                             WanCamAdapter, sinusoidal_embedding_1d)
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
+from comfy_core.wrappers import run_split_blocks
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
 MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2")
@@ -367,23 +368,33 @@ class WanModel(nn.Module):
         blocks_replace = (options.get("patches_replace", {}) or {}).get("dit", {}) or {}
         options["total_blocks"] = len(self.blocks)
         options["block_type"] = "double"
-        for i, block in enumerate(self.blocks):
-            options["block_index"] = i
-            if ("double_block", i) in blocks_replace:
-                def original(args: dict, block: nn.Module = block) -> dict:
-                    return {"img": block(args["img"], context=args["txt"], e=args["vec"], freqs=args["pe"],
-                                         context_img_len=context_img_len,
-                                         transformer_options=args.get("transformer_options"))}
 
-                out = blocks_replace[("double_block", i)](
-                    {"img": x, "txt": context, "vec": e0, "pe": freqs, "transformer_options": options},
-                    {"original_block": original})
-                x = out["img"]
-            else:
-                x = block(x, e=e0, freqs=freqs, context=context, context_img_len=context_img_len,
-                          transformer_options=options)
-            if hints is not None:
-                x = self.add_hints(i, x, x_orig, hints, kwargs, e0, freqs, context, context_img_len, options)
+        def run(streams: dict, indices: range) -> dict:
+            x = streams["img"]
+            for i in indices:
+                block = self.blocks[i]
+                options["block_index"] = i
+                if ("double_block", i) in blocks_replace:
+                    def original(args: dict, block: nn.Module = block) -> dict:
+                        return {"img": block(args["img"], context=args["txt"], e=args["vec"], freqs=args["pe"],
+                                             context_img_len=context_img_len,
+                                             transformer_options=args.get("transformer_options"))}
+
+                    out = blocks_replace[("double_block", i)](
+                        {"img": x, "txt": context, "vec": e0, "pe": freqs, "transformer_options": options},
+                        {"original_block": original})
+                    x = out["img"]
+                else:
+                    x = block(x, e=e0, freqs=freqs, context=context, context_img_len=context_img_len,
+                              transformer_options=options)
+                if hints is not None:
+                    x = self.add_hints(i, x, x_orig, hints, kwargs, e0, freqs, context, context_img_len, options)
+            return {"img": x}
+
+        # the first block, then the rest: the first-block hook point (comfy_core/wrappers.py)
+        first = range(min(1, len(self.blocks)))
+        x = run_split_blocks(options, lambda streams: run(streams, first),
+                             lambda streams: run(streams, range(len(first), len(self.blocks))), {"img": x})["img"]
 
         x = self.head(x, e)  # [B, L, p*out]
         if full_ref is not None:
