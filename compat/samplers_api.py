@@ -159,16 +159,17 @@ def encode_model_conds(model_function: Callable[..., dict], conds: list[dict], n
 
 def process_conds(model: Any, noise: torch.Tensor, conds: dict[str, list[dict]], device: Any,
                   latent_image: torch.Tensor | None = None, denoise_mask: torch.Tensor | None = None,
-                  seed: int | None = None) -> dict[str, list[dict]]:
+                  seed: int | None = None, latent_shapes: list | None = None) -> dict[str, list[dict]]:
     """Every preparation step for `conds` ({"positive": entries, "negative": entries, ...}) on the
     diffusion `model` (ComfyUI's `process_conds`): areas and masks, timestep ranges, model
-    conditioning, twin areas, GLIGEN, ControlNets. Returns the prepared dict."""
+    conditioning, twin areas, GLIGEN, ControlNets. Returns the prepared dict. `latent_shapes`:
+    a packed nested latent's part shapes, for the model's conditions."""
     from comfy_core.sampling.conditioning import prepare_conds, prepare_control
 
     prepared = prepare_conds(conds, noise.to(device) if device is not None else noise, model.model_sampling,
                              getattr(model, "encode_adm", None), concat_cond=getattr(model, "concat_cond", None),
                              latent_image=latent_image, denoise_mask=denoise_mask, seed=seed,
-                             extra_inputs=getattr(model, "extra_inputs", None))
+                             extra_inputs=getattr(model, "extra_inputs", None), latent_shapes=latent_shapes)
     prepare_control(prepared, model)
     return prepared
 

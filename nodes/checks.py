@@ -46,9 +46,18 @@ def mask_batch(mask: Any, input_name: str = "mask", *, ndims: "tuple[int, ...]" 
     return mask.reshape(-1, mask.shape[-2], mask.shape[-1])
 
 
-def latent(value: Any, input_name: str = "samples", *, ndims: "tuple[int, ...]" = (4, 5)) -> "torch.Tensor":
+def latent(value: Any, input_name: str = "samples", *, ndims: "tuple[int, ...]" = (4, 5),
+           nested: bool = False) -> Any:
     """`value["samples"]` of a LATENT whose samples are `[B, C, h, w]` (or `[B, C, t, h, w]` video);
-    `ndims=(4,)` for the nodes that only handle image latents."""
+    `ndims=(4,)` for the nodes that only handle image latents. `nested=True` (the samplers, the
+    audio-video nodes) also takes a nested LATENT, whose samples are a NestedTensor of tensors
+    (LTX-2's [video, audio], comfy_core/latent/nested.py), returned as it is."""
+    samples = value.get("samples") if isinstance(value, dict) else None
+    if nested and getattr(samples, "is_nested", False) is True and callable(getattr(samples, "unbind", None)):
+        parts = samples.unbind()
+        if not parts or not all(_is_tensor(part) for part in parts):
+            raise NodeInputError(input_name, "a nested LATENT (samples: a NestedTensor of tensors)", describe(samples))
+        return samples
     if not isinstance(value, dict) or not _is_tensor(value.get("samples")):
         raise NodeInputError(input_name, "a LATENT ({'samples': tensor})", describe(value))
     samples = value["samples"]

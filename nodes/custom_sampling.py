@@ -59,6 +59,7 @@ def _outputs(model: Any, latent: dict, samples: Any, store: dict) -> tuple[dict,
     if "x0" not in store:
         return out, out
     denoised = dict(latent)
+    # a nested run's callback gets nested x0: processed part by part (ComfyUI's NestedTensor arithmetic)
     denoised["samples"] = process_latent_out(model.get_model_object("latent_format"), store["x0"].cpu())
     return out, denoised
 
@@ -77,7 +78,7 @@ def sampler_custom(model: Any, add_noise: bool, noise_seed: int, cfg: float, pos
     from comfy_core.sampling.guider import fit_latent_input
 
     checks.model(model)
-    checks.latent(latent_image, "latent_image")
+    checks.latent(latent_image, "latent_image", nested=True)
     latent_image = fit_latent_input(model, latent_image)
     samples = latent_image["samples"]
     _require(sampler, "sample", "sampler", "a SAMPLER")
@@ -101,7 +102,7 @@ def sampler_custom_advanced(noise: Any, guider: Any, sampler: Any, sigmas: Any,
     _require(noise, "generate_noise", "noise", "a NOISE (an object with generate_noise)")
     _require(guider, "sample", "guider", "a GUIDER")
     _require(sampler, "sample", "sampler", "a SAMPLER")
-    checks.latent(latent_image, "latent_image")
+    checks.latent(latent_image, "latent_image", nested=True)
     model = guider.model_patcher
     if hasattr(model, "get_model_object"):  # a pack's guider may hold something else
         from comfy_core.sampling.guider import fit_latent_input

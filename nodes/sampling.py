@@ -64,6 +64,8 @@ def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, 
                                    max_size=getattr(env, "preview_size", MAX_PREVIEW_RESOLUTION))
 
     def report(step: int, x0: torch.Tensor, x: torch.Tensor, total: int) -> None:
+        if getattr(x0, "is_nested", False) is True:  # a nested latent's preview is its first part (the video)
+            x0 = x0.unbind()[0]
         preview = previewer.preview(x0) if previewer is not None else None
         ctx.progress(step + 1, total, preview)  # raises graph.context.Interrupted to stop
 
@@ -82,7 +84,7 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
 
     from comfy_core.sampling.guider import fit_latent_input
 
-    checks.latent(latent, "latent_image", ndims=(4, 5))
+    checks.latent(latent, "latent_image", ndims=(4, 5), nested=True)
     latent = fit_latent_input(model, latent)
     samples = latent["samples"]
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)

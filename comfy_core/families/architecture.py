@@ -39,12 +39,20 @@ class Architecture:
     from_diffusers: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     # ComfyUI's `model_config.unet_config` dict of a config (what packs read).
     comfy_config: Callable[[Any], dict[str, Any]] | None = None
+    # (tensors, prefix, metadata) -> config, for networks whose files state in their metadata
+    # what names and shapes cannot show (LTX-2's `config` entry: RoPE layout and precision, ...),
+    # as ComfyUI's `detect_unet_config` merges it; None: `detect` alone.
+    detect_with_metadata: Callable[[Mapping[str, Any], str, Mapping[str, str]], Any] | None = None
 
     def present(self, names: Any, prefix: str) -> bool:
         return any(prefix + marker in names for marker in self.markers)
 
-    def config(self, tensors: Mapping[str, Any], prefix: str, family: Any) -> Any:
-        config = self.detect(tensors, prefix)
+    def config(self, tensors: Mapping[str, Any], prefix: str, family: Any,
+               metadata: Mapping[str, str] | None = None) -> Any:
+        if self.detect_with_metadata is not None:
+            config = self.detect_with_metadata(tensors, prefix, metadata or {})
+        else:
+            config = self.detect(tensors, prefix)
         return self.finalize(config, family) if self.finalize is not None else config
 
 

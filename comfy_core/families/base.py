@@ -189,10 +189,11 @@ class Family:
         if self.concat not in CONCAT_KINDS:
             raise ValueError(f"family {self.name!r}: concat must be one of {CONCAT_KINDS}, got {self.concat!r}")
 
-    def unet_config(self, tensors: Mapping[str, Any]) -> Any:
+    def unet_config(self, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> Any:
         """The diffusion network's config of a checkpoint of this family (structure from the
-        weights, what they cannot show from here: a UNet's head layout)."""
-        return self.architecture.config(tensors, self.unet_prefix, self)
+        weights, what they cannot show from here: a UNet's head layout; from the file's
+        `metadata` where the architecture reads it)."""
+        return self.architecture.config(tensors, self.unet_prefix, self, metadata)
 
     @property
     def adm(self) -> str:

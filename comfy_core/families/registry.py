@@ -68,10 +68,12 @@ class FamilyRegistry:
     def names(self) -> list[str]:
         return list(self._families)
 
-    def detect(self, tensors: Mapping[str, Any], path: str | Path = "<memory>") -> Detection:
+    def detect(self, tensors: Mapping[str, Any], path: str | Path = "<memory>",
+               metadata: Mapping[str, str] | None = None) -> Detection:
         """The one family whose signature matches `tensors` (name -> object with `.shape`).
 
-        Reads names and shapes only. Raises `UnknownFamilyError` / `AmbiguousFamilyError`
+        Reads names and shapes only (the file's `metadata` completes the config of networks
+        that read it, `Architecture.detect_with_metadata`). Raises `UnknownFamilyError` / `AmbiguousFamilyError`
         naming `path`.
         """
         names = frozenset(tensors)
@@ -79,7 +81,7 @@ class FamilyRegistry:
         structure_errors: dict[tuple[str, str], str] = {}
         matched: list[tuple[Family, dict[str, Any] | None]] = []
         for family in self._families.values():
-            facts = self._facts(family, tensors, names, facts_by_key, structure_errors)
+            facts = self._facts(family, tensors, names, facts_by_key, structure_errors, metadata)
             if family.signature.matches(names, facts):
                 matched.append((family, facts))
         if not matched:
@@ -91,7 +93,7 @@ class FamilyRegistry:
             raise AmbiguousFamilyError(
                 path, f"matches several model families: {', '.join(f.name for f, _ in matched)}")
         family, facts = matched[0]
-        config = family.unet_config(tensors) if facts is not None else None
+        config = family.unet_config(tensors, metadata) if facts is not None else None
         if config is not None and family.architecture.head_layout:
             log.info("%s: %s (UNet %d ch x %s, %d res blocks, depth %s, context %d, %s projections%s)",
                      Path(str(path)).name, family.display_name, config.model_channels, list(config.channel_mult),
@@ -103,7 +105,8 @@ class FamilyRegistry:
         return Detection(family, config)
 
     def _facts(self, family: Family, tensors: Mapping[str, Any], names: Any,
-               cache: dict[tuple[str, str], dict[str, Any] | None], errors: dict[tuple[str, str], str]) -> dict[str, Any] | None:
+               cache: dict[tuple[str, str], dict[str, Any] | None], errors: dict[tuple[str, str], str],
+               metadata: Mapping[str, str] | None = None) -> dict[str, Any] | None:
         """The facts of `family`'s architecture under its prefix (None: the network is not there
         or does not read), computed once per (architecture, prefix)."""
         architecture, prefix = family.architecture, family.unet_prefix
@@ -112,12 +115,16 @@ class FamilyRegistry:
             cache[key] = None
             if architecture.present(names, prefix):
                 try:
-                    cache[key] = architecture.facts(architecture.detect(tensors, prefix))
+                    with_metadata = architecture.detect_with_metadata
+                    config = (with_metadata(tensors, prefix, metadata or {}) if with_metadata is not None
+                              else architecture.detect(tensors, prefix))
+                    cache[key] = architecture.facts(config)
                 except architecture.errors as exc:
                     errors[key] = str(exc)
         return cache[key]
 
-    def detect_diffusion_model(self, tensors: Mapping[str, Any], path: str | Path = "<memory>") -> Detection:
+    def detect_diffusion_model(self, tensors: Mapping[str, Any], path: str | Path = "<memory>",
+                               metadata: Mapping[str, str] | None = None) -> Detection:
         """The family of a diffusion model that comes alone (UNETLoader's split files), its
         tensors presented under the families' `unet_prefix` (`comfy_core.split` renames them).
 
@@ -132,7 +139,7 @@ class FamilyRegistry:
         structure_errors: dict[tuple[str, str], str] = {}
         matched: list[Family] = []
         for family in self._families.values():
-            facts = self._facts(family, tensors, names, facts_by_key, structure_errors)
+            facts = self._facts(family, tensors, names, facts_by_key, structure_errors, metadata)
             if facts is not None and family.signature.matches_diffusion_model(facts):
                 matched.append(family)
         if not matched:
@@ -145,7 +152,7 @@ class FamilyRegistry:
             raise AmbiguousFamilyError(
                 path, f"the diffusion model fits several model families: {', '.join(f.name for f in best)}")
         family = best[0]
-        config = family.unet_config(tensors)
+        config = family.unet_config(tensors, metadata)
         if family.architecture.head_layout:
             log.info("%s: diffusion model of %s (UNet %d ch x %s, context %d%s)", Path(str(path)).name,
                      family.display_name, config.model_channels, list(config.channel_mult), config.context_dim,

@@ -23,10 +23,11 @@ from comfy_core.patching.model_weight import ModelWeight
 from comfy_core.patching.patcher import ATTENTION_BACKEND, ATTENTION_OPTIONS, Patcher
 from comfy_core.patching.state import PatchStats
 from comfy_core.patching.vae import VaePatcher
+from comfy_core.patching.audio_vae import AudioVaePatcher  # after vae: registers its state-dict kind there
 from comfy_core.weights.entries import Offset, PatchEntry, WeightAdapter, calculate_weight
 
 __all__ = [
     "ATTENTION_BACKEND", "ATTENTION_OPTIONS", "ClipPatcher", "ModelPatcher", "ModelWeight", "ObjectPatchError",
     "Offset", "PatchConflictError", "PatchDataError", "PatchEntry", "PatchError", "PatchStats",
-    "Patcher", "VaePatcher", "WeightAdapter", "calculate_weight",
+    "AudioVaePatcher", "Patcher", "VaePatcher", "WeightAdapter", "calculate_weight",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -52,13 +52,32 @@ class VaeConstructionError(TypeError):
     """`VaePatcher(...)` / ComfyUI's `comfy.sd.VAE(...)` called with arguments it cannot honour."""
 
 
+# VaePatcher subclasses built from state dicts this module's VAEs do not read (LTX-2's audio VAE):
+# (test of the tensor names, subclass); each registers itself where it is defined
+# (comfy_core/patching/audio_vae.py), which the package imports.
+STATE_DICT_KINDS: list[tuple[Callable[[Iterable[str]], bool], type]] = []
+
+
 class VaePatcher(Patcher):
     """Patcher for VAE. `model` is the AutoencoderKL (`encode(pixels)`, `decode(latent)`).
 
     `VaePatcher(module)` wraps a built module; `VaePatcher(sd=state_dict)` (or a state dict as
     the first argument) builds the module from it, as ComfyUI's `VAE(sd=..., device=..., dtype=...)`
     does. ComfyUI's `config=` (a VAE class chosen by a config dict) is not supported: the
-    architecture is read from the weights."""
+    architecture is read from the weights. A state dict of LTX-2's audio VAE (its vocoder's
+    names, as ComfyUI detects it) makes an `AudioVaePatcher` (comfy_core/patching/audio_vae.py)."""
+
+    def __new__(cls, model: nn.Module | Mapping[str, torch.Tensor] | None = None,  # __init__'s signature
+                load_device: torch.device | str | None = None, offload_device: torch.device | str | None = None,
+                *, sd: Mapping[str, torch.Tensor] | None = None, device: torch.device | str | None = None,
+                config: Any = None, dtype: torch.dtype | None = None, metadata: Mapping[str, str] | None = None,
+                cache_patched_weights: bool = True) -> "VaePatcher":
+        state = model if isinstance(model, Mapping) else sd
+        if cls is VaePatcher and isinstance(state, Mapping):
+            for reads, subclass in STATE_DICT_KINDS:
+                if reads(state.keys()):
+                    return super().__new__(subclass)  # type: ignore[return-value]  # its __init__ builds it
+        return super().__new__(cls)
 
     def __init__(self, model: nn.Module | Mapping[str, torch.Tensor] | None = None,
                  load_device: torch.device | str | None = None, offload_device: torch.device | str | None = None,
@@ -128,6 +147,19 @@ class VaePatcher(Patcher):
         return f
 
     @property
+    def downscale_index_formula(self) -> tuple[int, int, int] | None:
+        """ComfyUI's `(frames, height, width)` factors of a video VAE (LTXV nodes read them); None
+        for an image VAE."""
+        if not self.is_video:
+            return None
+        f = int(self.model.downscale_ratio)
+        return (int(self.model.temporal_ratio), f, f)
+
+    @property
+    def upscale_index_formula(self) -> tuple[int, int, int] | None:
+        return self.downscale_index_formula
+
+    @property
     def latent_channels(self) -> int:
         return int(self.model.latent_channels)
 
@@ -163,6 +195,10 @@ class VaePatcher(Patcher):
         latent [B, c, T, h, w] needs the same for any T (`_video_chunk_bytes`)."""
         batch, h, w = shape[0], shape[-2], shape[-1]
         ratio = self.spacial_compression_decode()
+        own = getattr(self.model, "working_bytes", None)  # a video VAE's own estimate (LTX-Video's)
+        if self.is_video and own is not None:
+            return batch * own(h * ratio * w * ratio, pixel_frames(shape[2], ratio=int(self.model.temporal_ratio)),
+                               dtype)
         if self.is_video:
             return batch * self._video_chunk_bytes(h * ratio * w * ratio, dtype)
         size = torch.empty((), dtype=dtype).element_size()
@@ -173,6 +209,9 @@ class VaePatcher(Patcher):
         """Bytes an encode of pixels of `shape` [B, H, W, C] needs (as `memory_used_decode`)."""
         if self.is_video:  # [B, T, H, W, C] or frames [T, H, W, C]: one video
             batch = shape[0] if len(shape) == 5 else 1
+            own = getattr(self.model, "working_bytes", None)
+            if own is not None:
+                return batch * own(shape[-3] * shape[-2], shape[-4], dtype)
             return batch * self._video_chunk_bytes(shape[-3] * shape[-2], dtype)
         batch, height, width = shape[0], shape[1], shape[2]
         ratio = self.downscale_ratio

@@ -8,7 +8,9 @@ With or without the quantisation convolutions (SD3 / Flux.1 16-channel VAEs have
 config reads which from the weights). A temporal decoder (SVD's, `decoder.mid.block_1.mix_factor`)
 builds the video autoencoder, as ComfyUI's `comfy/sd.py: VAE` does. A Wan VAE (2.1 or 2.2:
 `decoder.middle.0.residual.0.gamma`, ComfyUI's marker, or diffusers' `AutoencoderKLWan` names,
-converted) builds `comfy_core.models.wan_vae.WanVAE` with the architecture read from the weights.
+converted) builds `comfy_core.models.wan_vae.WanVAE` with the architecture read from the weights; an
+LTX-Video VAE (ComfyUI's marker `decoder.up_blocks.0.res_blocks.0.conv1.conv.weight`) builds
+`comfy_core.models.ltxv_vae.LTXVVAE`, its block layout read from the weights.
 The module is built on the meta device and given its tensors by assignment (no second copy).
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.models.flux2_vae import MARKER as FLUX2_MARKER, Flux2AutoencoderKL
+from comfy_core.models.ltxv_vae import MARKER as LTXV_MARKER, LTXVVAE, LTXVVAEConfig
 from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
@@ -85,6 +88,16 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
             except VAEConfigError as exc:
                 raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
             vae = materialize(build_on_meta(lambda: WanVAE(config)), checkpoint, prefix, dtype, "VAE",
+                              zero_copy=mmap, workers=workers)
+            vae.eval()
+            return vae
+        ltxv = [p for p in VAE_PREFIXES if f"{p}{LTXV_MARKER}" in file.tensors]
+        if ltxv:  # LTX-Video's causal video VAE (ComfyUI's marker)
+            try:
+                config = LTXVVAEConfig.detect_from_weights(file.tensors, ltxv[0])
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: LTXVVAE(config)), file, ltxv[0], dtype, "VAE",
                               zero_copy=mmap, workers=workers)
             vae.eval()
             return vae

@@ -65,8 +65,14 @@ def convert_cond(cond: Any, name: str) -> list[dict]:
     return out
 
 
-def resolve_area_and_mask(entry: dict, latent_hw: tuple[int, int], device: torch.device) -> dict:
-    """Percentage areas -> latent units; masks -> `[B, h, w]` at the latent size (bilinear)."""
+def resolve_area_and_mask(entry: dict, latent_hw: tuple[int, int] | None, device: torch.device) -> dict:
+    """Percentage areas -> latent units; masks -> `[B, h, w]` at the latent size (bilinear).
+    `latent_hw` None: a packed nested latent `[B, 1, N]`, which has no grid to place either on."""
+    if latent_hw is None:
+        if "area" in entry or "mask" in entry:
+            raise ConditioningError("a conditioning area or mask needs a latent with height and width; a packed "
+                                    "nested (audio-video) latent has none")
+        return entry
     h, w = latent_hw
     if "area" in entry:
         area = entry["area"]
@@ -140,7 +146,8 @@ def encode_model_conds(entry: dict, latent: torch.Tensor, encode_adm: Callable[.
     params = dict(entry)
     params["device"] = latent.device
     params["noise"] = latent
-    params.setdefault("width", latent.shape[3] * 8)
+    # ComfyUI gives no default width to a latent without a width axis (a packed nested latent)
+    params.setdefault("width", latent.shape[3] * 8 if latent.ndim >= 4 else None)
     params.setdefault("height", latent.shape[2] * 8)
     params.setdefault("prompt_type", prompt_type)
     for key, value in (extra or {}).items():
@@ -193,13 +200,18 @@ def add_same_area_twin(entries: list[dict], entry: dict) -> None:
 def prepare_conds(conds: dict[str, list[dict]], latent: torch.Tensor, model_sampling: ModelSampling,
                   encode_adm: Callable[..., Any] | None, *, concat_cond: Callable[..., Any] | None = None,
                   latent_image: torch.Tensor | None = None, denoise_mask: torch.Tensor | None = None,
-                  seed: int | None = None, extra_inputs: Callable[..., Any] | None = None) -> dict[str, list[dict]]:
+                  seed: int | None = None, extra_inputs: Callable[..., Any] | None = None,
+                  latent_shapes: list | None = None) -> dict[str, list[dict]]:
     """All preparation steps, on copies: {"positive": [...], "negative": [...]} -> ready entries.
 
     `latent` is the run's noise; `latent_image` the latent being sampled (model space) and
-    `denoise_mask` the prepared noise mask, which inpainting models read (`concat_cond`)."""
-    hw = (latent.shape[2], latent.shape[3])
+    `denoise_mask` the prepared noise mask, which inpainting models read (`concat_cond`).
+    `latent_shapes`: the parts' shapes of a packed nested latent `[B, 1, N]`, given to the model
+    functions as ComfyUI's `process_conds` gives them (the model unpacks its input with them)."""
+    hw = (latent.shape[2], latent.shape[3]) if latent.ndim >= 4 else None
     extra = {"latent_image": latent_image, "denoise_mask": denoise_mask, "seed": seed}
+    if latent_shapes is not None:
+        extra["latent_shapes"] = latent_shapes
     out: dict[str, list[dict]] = {}
     for key, entries in conds.items():
         prepared = []

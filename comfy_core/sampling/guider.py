@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from comfy_core import extension_points
 from comfy_core.hooks.sampling import HOOK_RUN_OPTION, HookRun, register_option_hooks
+from comfy_core.latent.nested import NestedTensor, is_nested, pack_latents, unpack_latents
 from comfy_core.wrappers import WrappersMP, copy_nested_dicts, merge_nested_dicts, run_wrapped
 from comfy_core.sampling import cfg as _cfg
 from comfy_core.sampling import cond_batch as _cond_batch
@@ -53,7 +54,15 @@ class SamplingError(ValueError):
 def prepare_mask(noise_mask: torch.Tensor, shape: torch.Size, device: torch.device) -> torch.Tensor:
     """A [B?, h, w] noise mask resized (bilinear) to the latent and repeated over channels/batch.
     For a video latent `[B, C, T, h, w]` the mask (`[B?, T?, h, w]` or 5-D) is resized trilinearly
-    over frames, rows and columns (ComfyUI's `reshape_mask`)."""
+    over frames, rows and columns (ComfyUI's `reshape_mask`); for a 1-D latent `[B, C, n]` (one
+    part of a nested latent) linearly over its last axis."""
+    if len(shape) == 3:
+        mask = noise_mask.float()
+        mask = mask.reshape((-1, 1, mask.shape[-1])) if mask.ndim < 3 else mask
+        mask = F.interpolate(mask, size=(shape[2],), mode="linear")
+        if mask.shape[1] < shape[1]:
+            mask = mask.repeat((1, shape[1], 1))[:, :shape[1]]
+        return repeat_to_batch_size(mask, shape[0]).to(device)
     if len(shape) == 5:
         mask = noise_mask.float()
         if mask.ndim < 5:
@@ -87,7 +96,10 @@ def fit_empty_latent(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
     """ComfyUI's `comfy.sample.fix_empty_latent_channels`: an all-zero latent of another channel
     count (EmptyLatentImage's 4 channels for a 16-channel model) widened to the model's channels,
     and a 4-D latent given a frame axis `[B, C, 1, h, w]` for a model with 3-D latents (Qwen-Image's
-    Wan VAE). A latent with content keeps its channels; `check_latent` then refuses a mismatch."""
+    Wan VAE). A latent with content keeps its channels; `check_latent` then refuses a mismatch.
+    A nested latent is left as it is (ComfyUI's function returns it unchanged)."""
+    if is_nested(latent):
+        return latent
     channels = getattr(latent_format, "latent_channels", None) or getattr(latent_format, "channels", None)
     if channels is not None and latent.ndim >= 2 and latent.shape[1] != channels and torch.count_nonzero(latent) == 0:
         latent = repeat_to_batch_size(latent.movedim(1, 0), channels).movedim(0, 1)  # [B, channels, ...]
@@ -167,9 +179,20 @@ class CFGGuider:
                denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
                disable_pbar: bool = True, seed: int | None = None) -> torch.Tensor:
         """Run `sampler` over `sigmas` from `latent_image` + `noise`; the result in VAE latent space,
-        float32, on the latent's device. The model's patches are on only inside the run."""
+        float32, on the latent's device. The model's patches are on only inside the run.
+
+        A nested latent (comfy_core/latent/nested.py, LTX-2's [video, audio]) is sampled packed, as
+        ComfyUI's `CFGGuider.sample` does: latent and noise flattened to one `[B, 1, N]` tensor, the
+        parts' shapes handed on as `latent_shapes` (to `outer_sample`, `inner_sample` and the
+        model's conditions, which give them to the network), the denoise mask prepared per part
+        (ones for the parts without one) and packed alike, callbacks given nested x0 / x, and the
+        result unpacked into a NestedTensor."""
         if sigmas.shape[-1] == 0:
             return latent_image
+        latent_shapes = None
+        if is_nested(latent_image):
+            latent_image, noise, denoise_mask, callback, latent_shapes = _pack_run(latent_image, noise, denoise_mask,
+                                                                                   callback)
         if noise.shape != latent_image.shape:
             raise SamplingError(f"sampling: noise shape {tuple(noise.shape)} != latent shape "
                                 f"{tuple(latent_image.shape)}")
@@ -179,12 +202,15 @@ class CFGGuider:
         # Hooks that bring wrappers, callbacks or patches join the run's options before its
         # OUTER_SAMPLE wrappers are read, as in ComfyUI (weight hooks register in outer_sample).
         register_option_hooks(self.model_patcher, self.conds, self.model_options)
+        # `latent_shapes` only for a packed run, so that a plain run calls overrides as before.
+        packed = {} if latent_shapes is None else {"latent_shapes": latent_shapes}
         try:
-            return run_wrapped(WrappersMP.OUTER_SAMPLE, self.model_options, self.outer_sample, noise, latent_image,
-                               sampler, sigmas, denoise_mask, callback, disable_pbar, seed, class_obj=self)
+            out = run_wrapped(WrappersMP.OUTER_SAMPLE, self.model_options, self.outer_sample, noise, latent_image,
+                              sampler, sigmas, denoise_mask, callback, disable_pbar, seed, class_obj=self, **packed)
         finally:
             self.model_options = orig_model_options
             self.conds = {}
+        return out if latent_shapes is None else NestedTensor(unpack_latents(out, latent_shapes))
 
     def _run_options(self, model_options: dict) -> dict:
         """A copy of `model_options` for one run, with the patcher's wrappers and callbacks merged
@@ -200,16 +226,24 @@ class CFGGuider:
 
     def outer_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
                      denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
-                     disable_pbar: bool = True, seed: int | None = None) -> torch.Tensor:
+                     disable_pbar: bool = True, seed: int | None = None,
+                     latent_shapes: list | None = None) -> torch.Tensor:
         """Patch the model and move the run's tensors to its device; `inner_sample` there; the
-        result back on the latent's device (ComfyUI's intermediate device)."""
+        result back on the latent's device (ComfyUI's intermediate device). With `latent_shapes`
+        the tensors are a packed nested latent, its mask already prepared (`sample`)."""
         with self.model_patcher.applied() as dm:
-            check_latent(dm, latent_image)
+            # a packed run: its first part (the video of LTX-2) is what the model's latent check reads
+            check_latent(dm, latent_image if latent_shapes is None else unpack_latents(latent_image, latent_shapes)[0])
             device = _device_of(dm)
             noise_d = noise.to(device)
             latent = latent_image.to(device)
             sigmas = sigmas.to(device)
-            mask = prepare_mask(denoise_mask, noise_d.shape, device) if denoise_mask is not None else None
+            if denoise_mask is None:
+                mask = None
+            elif latent_shapes is not None:
+                mask = denoise_mask.to(device)
+            else:
+                mask = prepare_mask(denoise_mask, noise_d.shape, device)
             # The conds' weight hooks (comfy_core/hooks): registered, and left only where registered.
             hook_run = HookRun.for_conds(self.model_patcher, self.conds)
             if hook_run is not None:
@@ -236,8 +270,9 @@ class CFGGuider:
                     if callable(pre_run):
                         pre_run()
                     try:
+                        packed = {} if latent_shapes is None else {"latent_shapes": latent_shapes}
                         samples = self.inner_sample(noise_d, latent, device, sampler, sigmas, mask, callback,
-                                                    disable_pbar, seed)
+                                                    disable_pbar, seed, **packed)
                     finally:
                         if callable(cleanup):
                             cleanup()
@@ -254,16 +289,17 @@ class CFGGuider:
 
     def inner_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, device: torch.device, sampler: Any,
                      sigmas: torch.Tensor, denoise_mask: torch.Tensor | None, callback: ProgressCallback | None,
-                     disable_pbar: bool, seed: int | None) -> torch.Tensor:
+                     disable_pbar: bool, seed: int | None, latent_shapes: list | None = None) -> torch.Tensor:
         """Prepare the conditioning and run the sampler object (under the `sampler_sample`
-        wrappers) on the patched model `self.inner_model`; model space in, VAE space out."""
+        wrappers) on the patched model `self.inner_model`; model space in, VAE space out.
+        `latent_shapes` (a packed nested latent) reaches the model's conditions."""
         dm = self.inner_model
         if latent_image is not None and torch.count_nonzero(latent_image) > 0:  # an empty latent is left at 0
             latent_image = process_latent_in(dm.latent_format, latent_image)
         self.conds = prepare_conds(self.conds, noise, dm.model_sampling, getattr(dm, "encode_adm", None),
                                    concat_cond=getattr(dm, "concat_cond", None), latent_image=latent_image,
                                    denoise_mask=denoise_mask, seed=seed,
-                                   extra_inputs=getattr(dm, "extra_inputs", None))
+                                   extra_inputs=getattr(dm, "extra_inputs", None), latent_shapes=latent_shapes)
         prepare_control(self.conds, dm)  # ControlNets: sigma ranges, lent to uncond
         hook_run = self.model_options.get(HOOK_RUN_OPTION)
         if hook_run is not None:
@@ -275,6 +311,33 @@ class CFGGuider:
         samples = run_wrapped(WrappersMP.SAMPLER_SAMPLE, model_options, sampler.sample, self, sigmas, extra_args,
                               callback, noise, latent_image, denoise_mask, disable_pbar, class_obj=sampler)
         return process_latent_out(dm.latent_format, samples.to(torch.float32))
+
+
+def _pack_run(latent_image: Any, noise: Any, denoise_mask: Any, callback: ProgressCallback | None) -> tuple:
+    """A nested run's packed latent, noise and denoise mask, its callback (handed nested x0 / x)
+    and the parts' shapes (ComfyUI's `CFGGuider.sample` for a nested latent)."""
+    parts = latent_image.unbind()
+    if not is_nested(noise):
+        raise SamplingError(f"sampling: a nested latent of {len(parts)} parts needs nested noise, got a tensor "
+                            f"{tuple(noise.shape)}")
+    noises = noise.unbind()
+    if [tuple(n.shape) for n in noises] != [tuple(p.shape) for p in parts]:
+        raise SamplingError(f"sampling: noise shapes {[tuple(n.shape) for n in noises]} != latent shapes "
+                            f"{[tuple(p.shape) for p in parts]}")
+    packed, shapes = pack_latents(parts)
+    packed_noise, _ = pack_latents(noises)
+    mask = None
+    if denoise_mask is not None:
+        masks = list(denoise_mask.unbind())[:len(shapes)] if is_nested(denoise_mask) else [denoise_mask]
+        masks += [torch.ones(shape) for shape in shapes[len(masks):]]  # a part without a mask is denoised whole
+        mask = pack_latents([prepare_mask(m, shape, packed.device) for m, shape in zip(masks, shapes)])[0].float()
+    if callback is not None:
+        packed_callback = callback
+
+        def callback(step: int, x0: torch.Tensor, x: torch.Tensor, total_steps: int) -> Any:
+            nested_x0, nested_x = NestedTensor(unpack_latents(x0, shapes)), NestedTensor(unpack_latents(x, shapes))
+            return packed_callback(step, nested_x0, nested_x, total_steps)
+    return packed, packed_noise, mask, callback, shapes
 
 
 # -- SAMPLER objects (ComfyUI `Sampler`, `KSAMPLER`, `KSamplerX0Inpaint`) -----------------------
@@ -470,12 +533,13 @@ class DualModelGuider(CFGGuider):
 
     def outer_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, sampler: Any, sigmas: torch.Tensor,
                      denoise_mask: torch.Tensor | None = None, callback: ProgressCallback | None = None,
-                     disable_pbar: bool = True, seed: int | None = None) -> torch.Tensor:
+                     disable_pbar: bool = True, seed: int | None = None,
+                     latent_shapes: list | None = None) -> torch.Tensor:
         self.uncond_inner = None
         self._uncond_conds = None
         if math.isclose(self.cfg, 1.0):  # no negative pass at all: the second model stays unloaded
             return super().outer_sample(noise, latent_image, sampler, sigmas, denoise_mask, callback,
-                                        disable_pbar, seed)
+                                        disable_pbar, seed, latent_shapes=latent_shapes)
         negative = {"negative": [dict(e) for e in self.conds.get("negative", [])]}
         patcher = self.uncond_model_patcher
         with contextlib.ExitStack() as stack:
@@ -490,7 +554,7 @@ class DualModelGuider(CFGGuider):
             self._uncond_negative = negative["negative"]
             try:
                 return super().outer_sample(noise, latent_image, sampler, sigmas, denoise_mask, callback,
-                                            disable_pbar, seed)
+                                            disable_pbar, seed, latent_shapes=latent_shapes)
             finally:
                 if self._uncond_conds is not None:
                     cleanup_control({"negative": self._uncond_conds})
@@ -502,7 +566,7 @@ class DualModelGuider(CFGGuider):
 
     def inner_sample(self, noise: torch.Tensor, latent_image: torch.Tensor, device: torch.device, sampler: Any,
                      sigmas: torch.Tensor, denoise_mask: torch.Tensor | None, callback: ProgressCallback | None,
-                     disable_pbar: bool, seed: int | None) -> torch.Tensor:
+                     disable_pbar: bool, seed: int | None, latent_shapes: list | None = None) -> torch.Tensor:
         udm = self.uncond_inner
         if udm is not None:
             latent = latent_image
@@ -511,11 +575,11 @@ class DualModelGuider(CFGGuider):
             prepared = prepare_conds({"negative": self._uncond_negative or []}, noise, udm.model_sampling,
                                      getattr(udm, "encode_adm", None), concat_cond=getattr(udm, "concat_cond", None),
                                      latent_image=latent, denoise_mask=denoise_mask, seed=seed,
-                                     extra_inputs=getattr(udm, "extra_inputs", None))
+                                     extra_inputs=getattr(udm, "extra_inputs", None), latent_shapes=latent_shapes)
             prepare_control(prepared, udm)
             self._uncond_conds = prepared["negative"]
         return super().inner_sample(noise, latent_image, device, sampler, sigmas, denoise_mask, callback,
-                                    disable_pbar, seed)
+                                    disable_pbar, seed, latent_shapes=latent_shapes)
 
     def predict_noise(self, x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
                       seed: int | None = None) -> torch.Tensor:

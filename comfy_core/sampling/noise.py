@@ -3,6 +3,8 @@
 - Initial noise (`prepare_noise`): a CPU generator seeded with `seed`, one float32 `randn` in the
   latent's shape for the whole batch (ComfyUI `comfy/sample.py: prepare_noise`); with
   `batch_index`, one `[1, C, H, W]` draw per index up to the largest, keeping the requested ones.
+  A nested latent (comfy_core/latent/nested.py) draws its parts in order from the one generator
+  (ComfyUI's `prepare_noise` on a NestedTensor), `batch_index` applied to each part.
   We use a private `torch.Generator` rather than `torch.manual_seed`: its stream is identical
   and no process-wide RNG state changes.
 - Per-step noise of ancestral samplers (`default_noise_sampler`): a generator on `x`'s device
@@ -16,18 +18,27 @@
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+
+from comfy_core.latent.nested import NestedTensor, is_nested
 
 NoiseSampler = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 SEED_MASK = 0xFFFFFFFFFFFFFFFF  # torch generators take 64-bit seeds
 
 
-def prepare_noise(latent: torch.Tensor, seed: int, batch_inds: Sequence[int] | None = None) -> torch.Tensor:
-    """Seeded CPU Gaussian noise in `latent`'s shape [B, C, H, W] (ComfyUI's `prepare_noise`)."""
+def prepare_noise(latent: Any, seed: int, batch_inds: Sequence[int] | None = None) -> Any:
+    """Seeded CPU Gaussian noise in `latent`'s shape [B, C, H, W] (ComfyUI's `prepare_noise`); a
+    NestedTensor of noises, drawn part after part from the same generator, for a nested latent."""
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    if is_nested(latent):
+        return NestedTensor([_draw(part, generator, batch_inds) for part in latent.unbind()])
+    return _draw(latent, generator, batch_inds)
+
+
+def _draw(latent: torch.Tensor, generator: torch.Generator, batch_inds: Sequence[int] | None) -> torch.Tensor:
     shape = list(latent.shape)
     if batch_inds is None:
         noise = torch.randn(shape, dtype=torch.float32, generator=generator, device="cpu")

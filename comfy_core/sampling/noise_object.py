@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from comfy_core.latent.nested import NestedTensor, is_nested
 from comfy_core.sampling.noise import prepare_noise
 
 
@@ -19,7 +20,7 @@ class RandomNoise:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def generate_noise(self, input_latent: dict[str, Any]) -> torch.Tensor:
+    def generate_noise(self, input_latent: dict[str, Any]) -> Any:
         samples = input_latent["samples"]
         return prepare_noise(samples, self.seed, input_latent.get("batch_index"))
 
@@ -30,6 +31,9 @@ class EmptyNoise:
     def __init__(self) -> None:
         self.seed = 0
 
-    def generate_noise(self, input_latent: dict[str, Any]) -> torch.Tensor:
+    def generate_noise(self, input_latent: dict[str, Any]) -> Any:
         samples = input_latent["samples"]
+        if is_nested(samples):  # zeros per part of a nested latent
+            return NestedTensor([torch.zeros(t.shape, dtype=t.dtype, layout=t.layout, device="cpu")
+                                 for t in samples.unbind()])
         return torch.zeros(samples.shape, dtype=samples.dtype, layout=samples.layout, device="cpu")

@@ -8,4 +8,6 @@ facade(__name__, {"LatentFormat": "comfy_core.models.latent_formats:LatentFormat
                   "SDXL": "comfy_core.families.sdxl.latent_format:SDXL",
                   "SD3": "comfy_core.families.sd3.latent_format:SD3",
                   "Flux": "comfy_core.families.flux.latent_format:FluxLatentFormat",
-                  **{name: f"comfy_core.families.wan.latent_format:{name}" for name in ("Wan21", "Wan22")}})
+                  **{name: f"comfy_core.families.wan.latent_format:{name}" for name in ("Wan21", "Wan22")},
+                  "LTXV": "comfy_core.families.ltxv.latent_format:LTXV",
+                  "LTXAV": "comfy_core.families.ltx2.latent_format:LTXAV"})

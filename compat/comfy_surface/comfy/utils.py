@@ -44,6 +44,9 @@ facade(__name__, {
     "lanczos": "comfy_core.image.resize:lanczos",
     "flux_to_diffusers": "comfy_core.families.flux.keys:flux_to_diffusers",
     "mmdit_to_diffusers": "comfy_core.families.sd3.keys:mmdit_to_diffusers",
+    # today's ComfyUI: a nested latent's parts packed into one [B, 1, N] tensor for the samplers, and back
+    "pack_latents": "comfy_core.latent.nested:pack_latents",
+    "unpack_latents": "comfy_core.latent.nested:unpack_latents",
     **{name: f"{_FILES}:{name}" for name in (
         "MMAP_TORCH_FILES", "DISABLE_MMAP", "ALWAYS_SAFE_LOAD", "PROGRESS_BAR_ENABLED", "PROGRESS_BAR_HOOK",
         "set_progress_bar_enabled", "set_progress_bar_global_hook", "save_torch_file", "calculate_parameters",
