@@ -27,6 +27,18 @@ empty folder): files named `tiny_dit_<what>.safetensors` are tests/fixtures/dit_
 float32 single files (`checkpoints/`: flux_dev, flux_schnell, sd3, sd35, sd35_medium) and their
 parts (`diffusion_models/` the same names, `text_encoders/` clip_l, clip_g, t5xxl, `vae/`
 flux_vae, sd3_vae); bench/comfyui_tiny_models makes ComfyUI build them at their widths.
+
+Qwen-Image, HiDream-I1 and Lumina 2 (bench/pack_workflows/{qwen_image_t2i, qwen_image_edit,
+hidream_i1, lumina2}.json, core nodes only): files named `tiny_llm_<what>.safetensors` (see
+`_llm_writers`): the tiny DiTs of tests/fixtures/{qwen_image,hidream,lumina2}_files.py, the tiny
+Qwen2.5-VL (with its vision tower), Llama 3, Gemma 2 (its SentencePiece model inside the file),
+CLIP-L / CLIP-G / T5 towers, the tiny Wan 2.1 VAE (Qwen-Image's), a Qwen-Image LoRA; Flux's
+`tiny_dit_flux_vae` serves HiDream and Lumina 2. Both engines tokenize with the same vocabularies:
+Qwen's and Gemma's from ComfyUI's folder / the file, Llama 3's from Meta's tokenizer.model (the
+`llama-models` package; bench/comfyui_tiny_models builds ComfyUI's tokenizer.json from it).
+
+    python bench/pack_parity.py --packs-dir EMPTY_DIR --comfyui COMFYUI_DIR --comfy-python COMFY_PY \
+        bench/pack_workflows/{qwen_image_t2i,qwen_image_edit,hidream_i1,lumina2}.json
 """
 from __future__ import annotations
 
@@ -73,6 +85,8 @@ sys.path.insert(0, str(REPO))
 
 def pack_file_kind(folder: str, name: str) -> str | None:
     """The tiny writer for a pack loader's file, or None for tests/fixtures/template_models.py's rules."""
+    if Path(name).name.startswith(LLM_PREFIX):
+        return f"llm:{folder}:{Path(name).stem[len(LLM_PREFIX):]}"
     if Path(name).name.startswith(DIT_PREFIX):
         return f"dit:{folder}:{Path(name).stem[len(DIT_PREFIX):]}"
     if name.endswith(".gguf"):
@@ -192,9 +206,73 @@ def _dit_writers() -> dict:
     return writers
 
 
+# Qwen-Image, HiDream-I1 and Lumina 2 files for the LLM-encoder workflows
+# (bench/pack_workflows/{qwen_image_t2i,qwen_image_edit,hidream_i1,lumina2}.json):
+# `tiny_llm_<what>.safetensors`, each family's tiny fixture at the widths that fit together. The
+# DiTs and VAEs are float32; the text encoders are stored as ComfyUI 0.3.64 keeps them on the CPU
+# (CLIP towers fp16, T5 and the LLMs bf16 or fp16), so both engines compute on the same numbers.
+LLM_PREFIX = "tiny_llm_"
+
+
+def _llm_writers() -> dict:
+    import torch
+
+    from tests.fixtures import dit_checkpoints as dit
+
+    def dit_file(state_fn):
+        return lambda path: dit.save(state_fn(), path)
+
+    def stored(state_fn, dtype):
+        return lambda path: dit.save({k: v.to(dtype) for k, v in state_fn().items()}, path)
+
+    def qwen_image():
+        from tests.fixtures.qwen_image_files import tiny_qwen_image_state_dict
+        from tests.fixtures.template_models_2026 import QWEN25VL_WIDTH
+        return tiny_qwen_image_state_dict(seed=1, joint=QWEN25VL_WIDTH)
+
+    def qwen25vl(path):
+        from tests.fixtures.qwen25vl_files import tiny_qwen25vl_state_dict, write_qwen25vl_file
+        write_qwen25vl_file(path, tiny_qwen25vl_state_dict(seed=3), dtype=torch.bfloat16)
+
+    def qwen_lora(path):
+        from tests.fixtures.template_models_2026 import WRITERS_2026
+        WRITERS_2026["lora_qwen_image"](path)
+
+    def wan21_vae():
+        from tests.fixtures.wan_vae_files import original_state_dict
+        return original_state_dict("2.1", seed=4, latent_channels=16)
+
+    def hidream():  # text widths: T5 64, Llama 32, pooled CLIP-L + CLIP-G projections 32 + 32
+        from tests.fixtures.hidream_files import tiny_hidream_state_dict
+        return tiny_hidream_state_dict(seed=5, t5_width=dit.T5_WIDTH, llama_width=32, pooled_width=2 * dit.CLIP_WIDTH)
+
+    def llama():  # 4 blocks: one Llama state per block of the tiny HiDream
+        from tests.fixtures.llama_files import tiny_llama_state_dict
+        return tiny_llama_state_dict(seed=9, num_hidden_layers=4)
+
+    def lumina2():
+        from tests.fixtures.lumina2_files import tiny_lumina2_state_dict
+        return tiny_lumina2_state_dict(seed=10)
+
+    def gemma2(path):
+        from tests.fixtures.gemma_files import tiny_gemma_state_dict, write_gemma_file
+        write_gemma_file(path, tiny_gemma_state_dict(seed=11), dtype=torch.float16)
+
+    return {"llm:diffusion_models:qwen_image": dit_file(qwen_image), "llm:text_encoders:qwen25vl": qwen25vl,
+            "llm:loras:qwen_image_lora": qwen_lora, "llm:vae:wan21_vae": dit_file(wan21_vae),
+            "llm:diffusion_models:hidream": dit_file(hidream),
+            "llm:text_encoders:clip_l": stored(lambda: dit.under(dit.clip_tower("te.", 2, 6, projection=True), "te."),
+                                               torch.float16),
+            "llm:text_encoders:clip_g": stored(
+                lambda: dit.under(dit.clip_tower("te.", dit.CLIP_G_LAYERS, 7, projection=True), "te."), torch.float16),
+            "llm:text_encoders:t5xxl": stored(lambda: dit.under(dit.t5_tower("te.", 8), "te."), torch.bfloat16),
+            "llm:text_encoders:llama": stored(llama, torch.bfloat16),
+            "llm:diffusion_models:lumina2": dit_file(lumina2), "llm:text_encoders:gemma2": gemma2}
+
+
 PACK_WRITERS = {"gguf_sd1": write_gguf_sd1, "clip_l_sd1": write_clip_l_sd1,
                 "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224,
-                **_dit_writers()}
+                **_dit_writers(), **_llm_writers()}
 
 
 def _free_port() -> int:

@@ -28,12 +28,15 @@ from torch import nn
 from comfy_core.checkpoint.bulk import DEFAULT_WORKERS, BulkRead
 from comfy_core.checkpoint.dtype import TEXT, UNET, VAE, DtypePolicy
 from comfy_core.checkpoint.errors import CheckpointError, MissingComponentError, ShapeMismatchError
+from comfy_core.checkpoint.header import read_safetensors_header
 from comfy_core.checkpoint.materialize import build_on_meta, materialize, stored_requests, tensor_requests
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyStateDict
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
+from comfy_core.models.ltx_audio_vae import AudioVAEConfigError, is_ltx_audio_vae, load_ltx_audio_vae
 from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, is_scaled_fp8, keep_scaled_fp8
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
+from comfy_core.patching.audio_vae import AudioVaePatcher
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.patching.vae import VaePatcher
 from comfy_core.patching.vae_build import vae_module_from, vae_view  # noqa: F401 -- vae_view: re-exported
@@ -89,7 +92,7 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
     started = time.perf_counter()
     policy = options.dtype_policy
     with CheckpointFile(path) as checkpoint:
-        detection = registry.detect(checkpoint.tensors, checkpoint.path)
+        detection = registry.detect(checkpoint.tensors, checkpoint.path, checkpoint.metadata)
         family = detection.family
         prediction = resolve_prediction(checkpoint, family, options.prediction)
         # A diffusion model shipped in fp8 (Flux's "fp8" single files) stays fp8 and computes in
@@ -266,6 +269,7 @@ def _load_vae(checkpoint: CheckpointFile, family: Family, vae: AutoencoderKL, op
 
 
 TOKENIZER_ROOT = "text_encoders."
+CARRIED_TOKENIZERS = ("spiece_model", "tekken_model")  # ComfyUI tokenizers' state_dict keys
 
 
 def _clip_configs(checkpoint: CheckpointFile, family: Family) -> list[Any]:
@@ -290,10 +294,12 @@ def _load_clip(checkpoint: CheckpointFile, family: Family, configs: list[ClipTex
     # build_clip builds its encoders on meta before it reads a tensor: the first read waits for
     # `reading`; keys outside the requests (none today) would be read on access.
     state = LazyStateDict(checkpoint, dtype, pending=reading)
-    # ComfyUI's `tokenizer_data`: a tokenizer the file carries, saved by ComfyUI's CLIP.get_sd under
-    # the text encoders' root (`text_encoders.spiece_model`: Lumina 2's Gemma SentencePiece model).
-    carried = TOKENIZER_ROOT + "spiece_model"
-    tokenizer_data = {"spiece_model": checkpoint.read(carried, None)} if carried in checkpoint.tensors else {}
+    # ComfyUI's `tokenizer_data` (its loader hands the whole text-encoder state dict on): a tokenizer
+    # the file carries, saved by ComfyUI's CLIP.get_sd under the text encoders' root
+    # (`text_encoders.spiece_model`: Lumina 2's Gemma SentencePiece model; `text_encoders.tekken_model`:
+    # FLUX.2 dev's Mistral tekken.json).
+    tokenizer_data = {key: checkpoint.read(TOKENIZER_ROOT + key, None) for key in CARRIED_TOKENIZERS
+                      if TOKENIZER_ROOT + key in checkpoint.tensors}
     try:
         return build_clip(configs, state, dtype, load_device=options.device, offload_device="cpu",
                           spec=family.text_encoders, tokenizer_data=tokenizer_data)
@@ -304,7 +310,30 @@ def _load_clip(checkpoint: CheckpointFile, family: Family, configs: list[ClipTex
 def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None) -> VaePatcher:
     """A standalone VAE file, or a state dict in memory (keys `encoder.*`/`decoder.*`, or a
     checkpoint's `first_stage_model.*`, or diffusers' `AutoencoderKL` names) -> `VaePatcher` over
-    an `AutoencoderKL`. Raises `CheckpointError` subclasses naming the file."""
+    an `AutoencoderKL`. Raises `CheckpointError` subclasses naming the file.
+
+    An LTX-2 audio VAE file (ComfyUI's `comfy.sd.VAE` detects its vocoder) becomes an
+    `AudioVaePatcher` (comfy_core/patching/audio_vae.py), float32 as ComfyUI runs it."""
     options = options or LoadOptions()
+    audio = _ltx_audio_vae(path, options)
+    if audio is not None:
+        return audio
     vae = vae_module_from(path, options.dtype_policy.dtype_for(VAE), mmap=options.mmap, workers=options.io_workers)
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
+
+
+def _ltx_audio_vae(path: Any, options: LoadOptions) -> VaePatcher | None:
+    """The LTX audio VAE of a `.safetensors` file whose names say it holds one, else None."""
+    if isinstance(path, Mapping) or not str(path).endswith(".safetensors"):
+        return None
+    try:
+        names = read_safetensors_header(Path(path)).tensors.keys()
+    except CheckpointError:  # unreadable here: the generic path reports it with its own error
+        return None
+    if not is_ltx_audio_vae(names):
+        return None
+    try:
+        model = load_ltx_audio_vae(path)
+    except AudioVAEConfigError as exc:
+        raise ShapeMismatchError(path, f"LTX audio VAE: {exc}") from None
+    return AudioVaePatcher(model, load_device=options.device, offload_device="cpu")

@@ -153,8 +153,8 @@ WAN22 = _kind("WAN22", WAN21)
 
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
 _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
-                "StableAudio1", "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "HunyuanVideo",
-                "CosmosVideo", "Lumina2", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
+                "StableAudio1", "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "LTXAV",
+                "HunyuanVideo", "CosmosVideo", "Lumina2", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
 globals().update({name: _kind(name) for name in _OTHER_KINDS})
 

@@ -31,6 +31,9 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
     "HiDream": "comfy_core.families.hidream.supported_models:HiDream",
     "Flux2": "comfy_core.families.flux2.supported_models:Flux2ModelConfig",
+    "LTXV": "comfy_core.families.ltxv.supported_models:LTXV",
+    "LTXAV": "comfy_core.families.ltx2.supported_models:LTXAV",
+    "Omnigen2": "comfy_core.families.omnigen2.supported_models:Omnigen2",
 }
 
 
@@ -52,8 +55,8 @@ _PARENTS: dict[str, str] = {
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
-          "GenmoMochi", "LTXV", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2",
-          "Hunyuan3Dv2", "HiDream", "ACEStep", "Omnigen2")
+          "GenmoMochi", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2",
+          "Hunyuan3Dv2", "ACEStep")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",

@@ -12,6 +12,9 @@ ZImageFunControlnet: Alibaba PAI's Z-Image Fun ControlNet (comfy_core/model_patc
 as `noise_refiner` and `double_block` patches of a Z-Image MODEL: a control image and, for the
 inpaint-capable releases, an inpaint image and mask (inverted, 1 = keep).
 
+QwenImageDiffsynthControlnet given a Z-Image Fun MODEL_PATCH applies it as ZImageFunControlnet does
+(ComfyUI's node tests the patch's network; the Z-Image Fun union template wires it so).
+
 Differences from ComfyUI, by house rule (bad input is an error): a MODEL_PATCH of another kind,
 a model of another family or width, one with more blocks than the DiffSynth patch, or no image
 at all are node errors (ComfyUI fails inside sampling).
@@ -47,9 +50,14 @@ def _diffsynth_network(model_patch: Any) -> Any:
       outputs=[Output("MODEL")])
 def qwen_image_diffsynth_controlnet(model: Any, model_patch: Any, vae: Any, image: Any, strength: float,
                                     mask: Any = None) -> tuple[Any]:
-    """A clone of the Qwen-Image MODEL with the block-wise ControlNet after each block."""
+    """A clone of the Qwen-Image MODEL with the block-wise ControlNet after each block; given a
+    Z-Image Fun ControlNet patch, what ZImageFunControlnet does (ComfyUI's node dispatches on the
+    patch's network, and the Z-Image Fun templates use this node)."""
     from comfy_core.model_patches.diffsynth import DiffSynthControlNetPatch
+    from comfy_core.model_patches.zimage_fun import ZImageFunControlNet
 
+    if isinstance(getattr(model_patch, "model", None), ZImageFunControlNet):
+        return z_image_fun_controlnet(model, model_patch, vae, strength, image=image, mask=mask)
     model = checks.model(model)
     network = _diffsynth_network(model_patch)
     vae = checks.vae(vae)

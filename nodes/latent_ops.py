@@ -251,8 +251,9 @@ def latent_crop(samples: dict, width: int, height: int, x: int, y: int) -> tuple
       outputs=[Output("LATENT")])
 def set_latent_noise_mask(samples: dict, mask: torch.Tensor) -> tuple[dict]:
     """Attach `mask` ([H, W] or [B, H, W], any resolution) as the noise mask [B, 1, H, W]:
-    KSampler changes the latent where it is 1 and keeps it where it is 0."""
-    checks.latent(samples, ndims=(4,))
+    KSampler changes the latent where it is 1 and keeps it where it is 0. A video / one-frame
+    latent `[B, C, T, h, w]` takes it too (the sampler resizes it over frames, as ComfyUI)."""
+    checks.latent(samples, ndims=(4, 5))
     masks = checks.mask_batch(mask, ndims=(3, 2, 4))  # [B, H, W]: ComfyUI reshapes any mask
     out = dict(samples)
     out["noise_mask"] = masks.unsqueeze(1)  # [B, 1, H, W]

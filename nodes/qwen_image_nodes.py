@@ -11,6 +11,13 @@
 - EmptyQwenImageLayeredLatentImage (Qwen-Image-Layered): zeros `[batch, 16, layers + 1, height // 8,
   width // 8]`, one frame for the composite and one per RGBA layer (LatentCutToBatch on dim "t"
   splits them for VAEDecode).
+- TextEncodeQwenImage21 (Qwen-Image 2.1): positive and negative conditioning from up to 16 reference
+  images (`images.image_N`), each resized once (lanczos, about `resolution`^2 pixels, sides multiples
+  of 32) for the text encoder (alpha over white) and the VAE (all channels, as reference latents),
+  plus the 64-channel 1/16 empty latent on the first reference's size
+  (comfy_core/families/qwen_image/qwen21.py holds the rules).
+- QwenImage21Cache: a MODEL clone carrying the prefix key/value cache's device and precision in
+  `transformer_options["qwen_image21_cache"]`.
 
 Differences from ComfyUI, by house rule (bad input is an error, never silently ignored): an image
 given with a CLIP whose text encoder cannot read images (anything but Qwen2.5-VL) is a node error
@@ -22,7 +29,7 @@ import math
 from typing import Any
 
 from graph.native import MAX_RESOLUTION
-from graph.v3_schema import Int, Output, Socket, String, v3_node
+from graph.v3_schema import Autogrow, Combo, Int, Output, Socket, String, v3_node
 import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
 from nodes.flux_nodes import set_values
@@ -154,3 +161,105 @@ def empty_qwen_image_layered_latent_image(width: int, height: int, layers: int, 
     layers = checks.integer(layers, "layers", 0, MAX_RESOLUTION)
     batch_size = checks.integer(batch_size, "batch_size", 1, 4096)
     return ({"samples": torch.zeros((batch_size, 16, layers + 1, height // 8, width // 8))},)
+
+
+# -- Qwen-Image 2.1 ----------------------------------------------------------------------------------
+
+QWEN21_RESOLUTION_TOOLTIP = (
+    "Reference images are resized to about resolution x resolution pixels, at multiples of 32, preserving aspect "
+    "ratio. 0 keeps each reference at its own size, rounded to a multiple of 32. ")
+QWEN21_IMAGES_TOOLTIP = "Reference images, seen by the text encoder and spliced into the sequence as VAE latents."
+QWEN21_LATENT_TOOLTIP = ("Empty latent on the first reference image's size, to match with sampling as any other "
+                         "size shifts the edit.")
+QWEN21_REFERENCE_NAMES = tuple(f"image_{number}" for number in range(1, 17))
+QWEN21_DEFAULT_SIZE = 1024  # the latent's side with no reference image and resolution 0
+
+
+def _qwen21_reference(image: Any, resolution: int, name: str) -> Any:
+    """IMAGE [B, H, W, C] -> its first entry at Qwen-Image 2.1's reference size (lanczos, as given
+    when the size already fits), all channels kept."""
+    from comfy_core.families.qwen_image.qwen21 import QwenImage21Error, reference_size
+    from comfy_core.image.resize import upscale_samples
+
+    image = checks.image_batch(image, f"images.{name}")[:1]  # one reference per input
+    try:
+        height, width = reference_size(image.shape[1], image.shape[2], resolution)
+    except QwenImage21Error as exc:
+        raise NodeInputError(f"images.{name}", "an image with pixels", str(exc)) from exc
+    if (height, width) == (image.shape[1], image.shape[2]):
+        return image
+    return upscale_samples(image.movedim(-1, 1), width, height, "lanczos", "disabled").movedim(1, -1)
+
+
+@v3_node("TextEncodeQwenImage21", display_name="Text Encode Qwen Image 2.1", category=CATEGORY,
+         python_module=MODULE,
+         inputs=[Socket("clip", "CLIP"),
+                 String("prompt", multiline=True, dynamicPrompts=True),
+                 String("negative_prompt", multiline=True, dynamicPrompts=True),
+                 Socket("vae", "VAE", optional=True),
+                 Int("resolution", default=1024, min=0, max=4096, step=32, tooltip=QWEN21_RESOLUTION_TOOLTIP),
+                 Autogrow("images", Socket("image", "IMAGE"), names=QWEN21_REFERENCE_NAMES, min=0,
+                          tooltip=QWEN21_IMAGES_TOOLTIP)],
+         outputs=[Output("CONDITIONING", "positive"), Output("CONDITIONING", "negative"),
+                  Output("LATENT", "latent", tooltip=QWEN21_LATENT_TOOLTIP)])
+def text_encode_qwen_image21(clip: Any, prompt: str, negative_prompt: str, vae: Any = None, resolution: int = 1024,
+                             images: dict[str, Any] | None = None) -> tuple[list, list, dict]:
+    """Qwen-Image 2.1's positive and negative conditioning and its empty latent.
+
+    Each linked reference (in `image_N` order, first batch entry) is resized once for both the text
+    encoder (alpha composited over white) and the VAE (all channels); with a VAE the references'
+    latents go to both conditionings' `reference_latents` and the encoder drops the vision tokens
+    (`keep_vision` false), without one the image conditions through the encoder alone. The latent
+    is zeros [1, 64, h // 16, w // 16] on the first reference's size, else resolution (1024 for 0)."""
+    from comfy_core.families.qwen_image.qwen21 import empty_latent, over_white
+
+    clip = checks.clip(clip)
+    prompt = checks.text(prompt, "prompt")
+    negative_prompt = checks.text(negative_prompt, "negative_prompt")
+    resolution = checks.integer(resolution, "resolution", 0, 4096)
+    vae = None if vae is None else checks.vae(vae)
+    seen, references = [], []
+    height = width = resolution or QWEN21_DEFAULT_SIZE
+    linked = {name: image for name, image in (images or {}).items() if image is not None}
+    for name in sorted(linked, key=lambda item: int(item.rsplit("_", 1)[-1])):
+        reference = _qwen21_reference(linked[name], resolution, name)
+        if not seen:
+            height, width = reference.shape[1], reference.shape[2]
+        seen.append(over_white(reference))
+        if vae is not None:
+            references.append(vae.encode(reference))
+    keep_vision = not references
+    positive = _encode(clip, prompt, seen, keep_vision=keep_vision, prevent_empty_text=True)
+    negative = _encode(clip, negative_prompt, seen, keep_vision=keep_vision, prevent_empty_text=True)
+    if references:
+        positive = set_values(positive, {"reference_latents": references}, append=True)
+        negative = set_values(negative, {"reference_latents": references}, append=True)
+    return positive, negative, {"samples": empty_latent(height, width)}
+
+
+@v3_node("QwenImage21Cache", display_name="Qwen Image 2.1 Cache", category=CATEGORY, python_module=MODULE,
+         experimental=True,
+         description=("Allows setting the KV cache device and quantization, by default the model uses the auto "
+                      "-option. Quantization potentially speeds up edit workflows when memory starved "),
+         inputs=[Socket("model", "MODEL"),
+                 Combo("device", ["auto", "gpu", "cpu", "off"], default="auto",
+                       tooltip=("auto uses spare VRAM, then RAM. cpu (RAM) is prefetched behind compute and costs "
+                                "little speed. off recomputes the prefix every step, which is slower but is the one "
+                                "way to rule the cache out.")),
+                 Combo("dtype", ["default", "int8", "int4"], default="default",
+                       tooltip=("Storage precision. default is lossless. int8 halves the cache at about bf16 "
+                                "accuracy, int4 quarters it but roughly doubles the per-step error."))],
+         outputs=[Output("MODEL")])
+def qwen_image21_cache(model: Any, device: str, dtype: str) -> tuple[Any]:
+    """A clone of `model` whose transformer_options carry Qwen-Image 2.1's prefix (text and
+    reference) key/value cache settings (`qwen_image21_cache`: device and storage precision)."""
+    from comfy_core.families.qwen_image.qwen21 import (CACHE_DEVICES, CACHE_DTYPES, PrefixCacheSettings,
+                                                       with_cache_settings)
+
+    model = checks.model(model)
+    settings = PrefixCacheSettings(checks.choice(device, CACHE_DEVICES, "device"),
+                                   checks.choice(dtype, CACHE_DTYPES, "dtype"))
+    patched = model.clone()
+    patched.model_options["transformer_options"] = with_cache_settings(
+        patched.model_options.get("transformer_options") or {}, settings)
+    return (patched,)

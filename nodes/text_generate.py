@@ -9,9 +9,10 @@ repetition and presence penalties), and the ids are decoded without special toke
 Outputs: the text and the reasoning. A `</think>` splits them; text that opens with `<think>` and
 never closes it (max_length cut it short) is all reasoning; otherwise there is no reasoning.
 
-Differences from ComfyUI, by house rule (bad input is an error, never silently ignored): an image,
-video or audio given to an encoder that reads text only is a node error (ComfyUI's Qwen3 tokenizer
-drops them); a CLIP whose encoder cannot generate (CLIP-L, T5) is a node error naming the input.
+An image goes into a Qwen2.5-VL prompt (Qwen-Image's encoder: its vision tower, M-RoPE positions;
+ComfyUI's `Qwen25_7BVLIModel.generate`). Differences from ComfyUI, by house rule (bad input is an
+error, never silently ignored): an image, video or audio given to an encoder that does not read it
+is a node error (ComfyUI's Qwen3 tokenizer drops them); a CLIP whose encoder cannot generate (CLIP-L, T5) is a node error naming the input.
 `mtp` (speculative decoding with a multi-token-prediction head) has no effect: none of our encoders
 has MTP weights, and ComfyUI documents it as having no effect then.
 The LTX-2 prompt variant (`TextGenerateLTX2Prompt`) is not here: it needs the Gemma 3 / 4
@@ -69,17 +70,19 @@ def sampling_options(mode: dict) -> SamplingOptions:
 
 
 def _check_encoder(clip: Any, **media: Any) -> None:
-    """The CLIP's main tower must generate; media are refused (every generating tower here reads
-    text only)."""
+    """The CLIP's main tower must generate; media it does not read (its `generation_media`:
+    Qwen2.5-VL reads images, the others text only) are refused."""
     from comfy_core.text_encoders.generate import GenerationError, generating_encoder
     try:
         slot, tower = generating_encoder(clip.cond_stage_model)
     except GenerationError as exc:
         raise NodeInputError("clip", "a CLIP whose text encoder can generate text (an LLM such as Qwen3)",
                              str(exc)) from exc
+    readable = tuple(getattr(tower, "generation_media", ()))
     for name, value in media.items():
-        if value is not None:
-            raise NodeInputError(name, f"nothing: the {slot!r} text encoder ({type(tower).__name__}) reads text only",
+        if value is not None and name not in readable:
+            reads = "text only" if not readable else f"text and {', '.join(readable)} only"
+            raise NodeInputError(name, f"nothing: the {slot!r} text encoder ({type(tower).__name__}) reads {reads}",
                                  describe(value))
 
 

@@ -27,6 +27,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+# How a node that ComfyUI declares with an empty category (FluxKVCache) is listed.
+NO_CATEGORY = "(no category)"
+
+
 def _header(title: str, source: str) -> list[str]:
     return [f"# {title}", "",
             f"Generated from {source} by `{COMMAND}`; do not edit by hand: `--check` says when the page "
@@ -109,9 +113,9 @@ def render_nodes(registry: Any = None) -> str:
               "outputs as `name: TYPE` where the name is not the type. `GET /object_info` gives the full "
               "declarations (defaults, ranges, tooltips). Packs add their own nodes to these.", "",
               "| category | nodes |", "|---|---|"]
-    lines += [f"| {_cell(category)} | {len(by_category[category])} |" for category in sorted(by_category)]
+    lines += [f"| {_cell(category or NO_CATEGORY)} | {len(by_category[category])} |" for category in sorted(by_category)]
     for category in sorted(by_category):
-        lines += ["", f"## {_cell(category)}", "", "| node | display name | inputs | outputs |", "|---|---|---|---|"]
+        lines += ["", f"## {_cell(category or NO_CATEGORY)}", "", "| node | display name | inputs | outputs |", "|---|---|---|---|"]
         for node in sorted(by_category[category], key=lambda n: n.node_id):
             lines.append(f"| {_code(node.node_id)} | {_display(node)} | {_inputs(node)} | {_outputs(node)} |")
     return "\n".join(lines) + "\n"

@@ -4,8 +4,10 @@ the code paths do not). ComfyUI detects a family by comparing the UNet's widths 
 configs, and builds its VAE and CLIP from fixed widths, so the tiny widths are put there; its
 CLIP vision loader picks a fixed config by layer count, so a 3-layer tower (the 224-px one
 bench/pack_parity.py writes for IPAdapter_plus) gets a config of its own widths. Flux.1 and SD3
-files (tests/fixtures/dit_checkpoints.py) get their widths from their weights (see below). It
-registers no nodes.
+files (tests/fixtures/dit_checkpoints.py) get their widths from their weights (see below), and
+so do Qwen-Image, HiDream-I1 and Lumina 2 with their LLM text encoders (Qwen2.5-VL, Llama 3.1,
+Gemma 2; the last sections, with the Llama 3 tokenizer this checkout lacks and a later vision-
+tower fix). It registers no nodes.
 """
 import json
 import os
@@ -276,3 +278,241 @@ def _tiny_engine(*args, encoder_config=None, decoder_config=None, **kwargs):
 
 
 comfy.sd.AutoencodingEngine = _tiny_engine
+
+
+# --- Qwen-Image, HiDream-I1, Lumina 2 (image families with LLM text encoders) -----------------
+# ComfyUI 0.3.64 builds their LLM towers (Qwen2.5-VL 7B and its 1280-wide vision tower, Llama 3.1
+# 8B, Gemma 2 2B) from fixed dataclass widths and their DiTs from fixed configs (Qwen-Image 24
+# heads of 128 over 3584-wide text; HiDream 20 heads, 16 + 32 blocks, 4096-wide texts; Lumina 2
+# 2304 wide, 24 / 8 heads), the Wan 2.1 VAE at base width 96, and tells a Qwen2.5-VL 7B file by
+# its 4 key/value heads and a T5-XXL by its 24th block. The tiny files (tests/fixtures'
+# qwen25vl / llama / gemma / t5 towers, qwen_image / hidream / lumina2 DiTs, wan_vae) keep the
+# real head widths, so every such constant becomes the width their weights show.
+import comfy.ldm.wan.vae
+import comfy.text_encoders.hidream
+import comfy.text_encoders.hunyuan_video
+import comfy.text_encoders.llama
+import comfy.text_encoders.qwen_vl
+
+_LLM_EMBED = "model.embed_tokens.weight"
+_LLM_CLASSES = (comfy.text_encoders.llama.Llama2, comfy.text_encoders.llama.Qwen25_7BVLI,
+                comfy.text_encoders.llama.Gemma2_2B)
+_LLM_HEAD = {comfy.text_encoders.llama.Llama2: 128, comfy.text_encoders.llama.Qwen25_7BVLI: 128,
+             comfy.text_encoders.llama.Gemma2_2B: 256}  # the configs' fixed head widths
+
+
+def _llm_towers(state_dicts):
+    """Decoder LLM towers (`model.layers.N...`) and Qwen2.5-VL vision towers (`visual.`) in `state_dicts`."""
+    llm, visual = [], []
+    for sd in state_dicts:
+        if not isinstance(sd, dict):
+            continue
+        if _LLM_EMBED in sd and "model.layers.0.self_attn.q_proj.weight" in sd:
+            keys = list(sd.keys())
+            llm.append({"hidden_size": sd[_LLM_EMBED].shape[1], "vocab_size": sd[_LLM_EMBED].shape[0],
+                        "intermediate_size": sd["model.layers.0.mlp.gate_proj.weight"].shape[0],
+                        "num_hidden_layers": _count(keys, "model.layers."),
+                        "q_rows": sd["model.layers.0.self_attn.q_proj.weight"].shape[0],
+                        "kv_rows": sd["model.layers.0.self_attn.k_proj.weight"].shape[0]})
+        if "visual.patch_embed.proj.weight" in sd:
+            visual.append({"hidden_size": sd["visual.patch_embed.proj.weight"].shape[0],
+                           "intermediate_size": sd["visual.blocks.0.mlp.gate_proj.weight"].shape[0],
+                           "num_layers": _count(list(sd.keys()), "visual.blocks.")})
+    return llm, visual
+
+
+_towers_plain = _towers
+
+
+def _towers_with_llms(state_dicts):
+    state_dicts = list(state_dicts)
+    found = _towers_plain(state_dicts)
+    found["llm"], found["visual"] = _llm_towers(state_dicts)
+    return found
+
+
+_towers = _towers_with_llms  # read through the module global by _recording's wrapper
+
+
+def _loaded(kind):
+    return _loading[-1].get(kind, []) if _loading else []
+
+
+_clip_init_before_llms = comfy.sd1_clip.SDClipModel.__init__
+
+
+def _llm_clip_init(self, *args, textmodel_json_config=None, model_class=None, **kwargs):
+    """An LLM tower at the widths of the weights being loaded (heads from the fixed head width)."""
+    llm = _loaded("llm")
+    if model_class in _LLM_CLASSES and llm:
+        head = _LLM_HEAD[model_class]
+        tower = llm[0]
+        config = dict(textmodel_json_config or {}, hidden_size=tower["hidden_size"], vocab_size=tower["vocab_size"],
+                      intermediate_size=tower["intermediate_size"], num_hidden_layers=tower["num_hidden_layers"],
+                      num_attention_heads=tower["q_rows"] // head, num_key_value_heads=tower["kv_rows"] // head)
+        return _clip_init(self, *args, textmodel_json_config=config, model_class=model_class, **kwargs)
+    if model_class is not None:
+        kwargs["model_class"] = model_class
+    return _clip_init_before_llms(self, *args, textmodel_json_config=textmodel_json_config, **kwargs)
+
+
+comfy.sd1_clip.SDClipModel.__init__ = _llm_clip_init
+
+_vision_init = comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer.__init__
+
+
+def _tiny_vision_init(self, *args, **kwargs):
+    visual = _loaded("visual")
+    if visual:
+        kwargs.update(visual[0])
+    _vision_init(self, *args, **kwargs)
+
+
+comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer.__init__ = _tiny_vision_init
+
+_detect_te_model = comfy.sd.detect_te_model
+
+
+def _tiny_detect_te_model(sd):
+    """A Qwen2.5-VL file with its vision tower is Qwen2.5-VL 7B whatever its key/value width."""
+    found = _detect_te_model(sd)
+    if "model.layers.0.self_attn.k_proj.bias" in sd and "visual.patch_embed.proj.weight" in sd:
+        return comfy.sd.TEModel.QWEN25_7B
+    return found
+
+
+comfy.sd.detect_te_model = _tiny_detect_te_model
+
+_hidream_load_sd = comfy.text_encoders.hidream.HiDreamTEModel.load_sd
+
+
+def _tiny_hidream_load_sd(self, sd):
+    """A T5 encoder shallower than 24 blocks goes to the T5 tower (ComfyUI looks for block 23)."""
+    if "encoder.block.0.layer.0.SelfAttention.q.weight" in sd and self.t5xxl is not None:
+        return self.t5xxl.load_sd(sd)
+    return _hidream_load_sd(self, sd)
+
+
+comfy.text_encoders.hidream.HiDreamTEModel.load_sd = _tiny_hidream_load_sd
+
+_wan_vae_init = comfy.ldm.wan.vae.WanVAE.__init__
+
+
+def _tiny_wan_vae_init(self, dim=128, *args, **kwargs):
+    sd = _vae_loading[-1] if _vae_loading else {}
+    if "encoder.conv1.weight" in sd:
+        dim = sd["encoder.conv1.weight"].shape[0]
+    _wan_vae_init(self, dim, *args, **kwargs)
+
+
+comfy.ldm.wan.vae.WanVAE.__init__ = _tiny_wan_vae_init
+
+_detect_before_llms = comfy.model_detection.detect_unet_config
+
+
+def _llm_dit_detect_unet_config(state_dict, key_prefix, *args, **kwargs):
+    """Qwen-Image, HiDream and Lumina 2 at the widths of their weights (see above). RoPE axes:
+    Qwen-Image's 16 / 56 / 56 and HiDream's 64 / 32 / 32 scaled to the head, Lumina 2's thirds;
+    HiDream block i reads Llama state min(i, 31) as ComfyUI's list does."""
+    config = _detect_before_llms(state_dict, key_prefix, *args, **kwargs)
+    model = (config or {}).get("image_model")
+    p = key_prefix
+    if model == "qwen_image":
+        head = state_dict[f"{p}transformer_blocks.0.attn.norm_q.weight"].shape[0]
+        hidden = state_dict[f"{p}img_in.weight"].shape[0]
+        config.update(attention_head_dim=head, num_attention_heads=hidden // head,
+                      joint_attention_dim=state_dict[f"{p}txt_in.weight"].shape[1],
+                      axes_dims_rope=(head // 8, head * 7 // 16, head * 7 // 16))
+    elif model == "hidream":
+        keys = list(state_dict.keys())
+        double, single = _count(keys, f"{p}double_stream_blocks."), _count(keys, f"{p}single_stream_blocks.")
+        hidden = state_dict[f"{p}x_embedder.proj.weight"].shape[0]
+        config.update(num_layers=double, num_single_layers=single, num_attention_heads=hidden // 128,
+                      caption_channels=[  # T5's projection follows one per block for Llama's states
+                          state_dict[f"{p}caption_projection.{double + single}.linear.weight"].shape[1],
+                          state_dict[f"{p}caption_projection.0.linear.weight"].shape[1]],
+                      text_emb_dim=state_dict[f"{p}p_embedder.pooled_embedder.linear_1.weight"].shape[1],
+                      num_routed_experts=_count(keys, f"{p}double_stream_blocks.0.block.ff_i.experts."),
+                      llama_layers=[min(i, 31) for i in range(double + single)])
+    elif model == "lumina2":
+        dim = state_dict[f"{p}x_embedder.weight"].shape[0]
+        head = state_dict[f"{p}layers.0.attention.q_norm.weight"].shape[0]
+        qkv = state_dict[f"{p}layers.0.attention.qkv.weight"].shape[0] // head
+        ffn = state_dict[f"{p}layers.0.feed_forward.w1.weight"].shape[0]
+        config.update(dim=dim, n_heads=dim // head, n_kv_heads=(qkv - dim // head) // 2,
+                      n_refiner_layers=_count(list(state_dict.keys()), f"{p}noise_refiner."),
+                      axes_dims=[head // 3] * 3, multiple_of=1, ffn_dim_multiplier=ffn / (4 * dim),
+                      in_channels=state_dict[f"{p}x_embedder.weight"].shape[1] // 4)
+    return config
+
+
+comfy.model_detection.detect_unet_config = _llm_dit_detect_unet_config
+
+# Llama 3's tokenizer: this ComfyUI checkout's comfy/text_encoders/llama_tokenizer/ holds only
+# tokenizer_config.json (tokenizer.json, 9 MB, is not in it), and ComfyUI 0.3.64 reads the folder
+# with LlamaTokenizerFast, which transformers 5 rebuilds as a SentencePiece-style tokenizer (wrong
+# ids for Llama 3's byte-level BPE). So the folder is read with PreTrainedTokenizerFast, and a
+# missing tokenizer.json is made from Meta's tokenizer.model (the `llama-models` package): byte-
+# level BPE over Llama 3's split expression, ComfyUI's 259 added tokens from its config, and
+# <|begin_of_text|> before each text, as Llama 3's own tokenizer.json has it.
+_LLAMA_DIR = os.path.join(os.path.dirname(os.path.realpath(comfy.text_encoders.hunyuan_video.__file__)),
+                          "llama_tokenizer")
+_LLAMA_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_llama_built = []
+
+
+def _llama_tokenizer_dir():
+    if os.path.exists(os.path.join(_LLAMA_DIR, "tokenizer.json")):
+        return _LLAMA_DIR
+    if not _llama_built:
+        import importlib.util
+        import shutil
+
+        from tokenizers import AddedToken, processors
+        from transformers.convert_slow_tokenizer import TikTokenConverter
+
+        config_path = os.path.join(_LLAMA_DIR, "tokenizer_config.json")
+        added = sorted((int(k), v["content"]) for k, v in json.load(open(config_path))["added_tokens_decoder"].items())
+        spec = importlib.util.find_spec("llama_models")
+        model = os.path.join(list(spec.submodule_search_locations)[0], "llama3", "tokenizer.model")
+        tokenizer = TikTokenConverter(vocab_file=model, pattern=_LLAMA_SPLIT).converted()
+        first = tokenizer.get_vocab_size()
+        assert [i for i, _ in added] == list(range(first, first + len(added))), "added ids must follow the ranks"
+        tokenizer.add_special_tokens([AddedToken(content, special=True, normalized=False) for _, content in added])
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", added[0][0])])
+        folder = tempfile.mkdtemp(prefix="llama3_tokenizer_")
+        tokenizer.save(os.path.join(folder, "tokenizer.json"))
+        shutil.copy(config_path, folder)
+        _llama_built.append(folder)
+    return _llama_built[0]
+
+
+_sd_tokenizer_init = comfy.sd1_clip.SDTokenizer.__init__
+
+
+def _tokenizer_init(self, tokenizer_path=None, *args, **kwargs):
+    if tokenizer_path is not None and os.path.realpath(str(tokenizer_path)) == os.path.realpath(_LLAMA_DIR):
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer_path, kwargs["tokenizer_class"] = _llama_tokenizer_dir(), PreTrainedTokenizerFast
+    _sd_tokenizer_init(self, tokenizer_path, *args, **kwargs)
+
+
+comfy.sd1_clip.SDTokenizer.__init__ = _tokenizer_init
+
+# A later fix, applied here so the rest is measured: ComfyUI 0.3.64's Qwen2.5-VL vision tower
+# returns its merged tokens in window order; today's ComfyUI (and transformers) put them back in
+# raster order (`argsort(window_index)` after the merger), which this engine does. Images smaller
+# than one window (112 px) are the same either way.
+import inspect
+
+_vision_forward = comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer.forward
+if "argsort" not in inspect.getsource(_vision_forward):
+    def _raster_order_forward(self, pixel_values, image_grid_thw=None):
+        merged = _vision_forward(self, pixel_values, image_grid_thw)
+        window_index, _ = self.get_window_index(image_grid_thw)
+        return merged[torch.argsort(window_index.to(merged.device)), :]
+
+    comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer.forward = _raster_order_forward

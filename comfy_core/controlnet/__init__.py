@@ -15,5 +15,7 @@ Files: `types` (names and enums), `hint` (hint resizing and batch broadcasting),
 each step), `control_lora` (ControlLora), `t2i_model` / `t2i` (T2I-Adapters), `load` (files).
 SD3 / SD3.5: `mmdit_controlnet` (diffusers' `SD3ControlNetModel` layout), `dit_embedder` (SAI's
 SD3.5 format, ControlNetEmbedder), `sd3_runner` (their CONTROL_NET objects: latent hints,
-ControlNetSD35 borrowing the main model's embedder), `load_mmdit` (their files).
+ControlNetSD35 borrowing the main model's embedder), `load_mmdit` (their files). Qwen-Image:
+`qwen_image_controlnet` (InstantX's and VideoX-Fun's networks), `load_qwen_image` (their files and
+CONTROL_NET objects: Wan 2.1 latent hints, `QwenFunControlNet` lent the run's model).
 """

@@ -6,7 +6,9 @@ the diffusers layout (union/ProMax when `control_add_embedding.*` is there); `co
 the original ControlNet release layout (a diff ControlNet when it also holds `difference`: its
 weights are offsets added to the given model's UNet weights); bare `zero_convs.*` the same
 without prefix; `controlnet_blocks.*` with `pos_embed_input.*` an SD3 / SD3.5 ControlNet (SAI's
-format or diffusers', `load_mmdit.py`); anything else is tried as a T2I-Adapter (full, light,
+format or diffusers', `load_mmdit.py`); `controlnet_blocks.*` with Qwen-Image transformer blocks
+(InstantX's) or `control_img_in.*` with `control_blocks.*.after_proj` (VideoX-Fun's) a Qwen-Image
+ControlNet (`load_qwen_image.py`); anything else is tried as a T2I-Adapter (full, light,
 SDXL; original or diffusers names). The network is built on the meta device and given its
 tensors by assignment (`comfy_core.checkpoint`), every one checked against the detected
 structure; floating tensors are read in `dtype` (the loaders pass the dtype policy's UNet dtype,
@@ -32,6 +34,7 @@ from comfy_core.controlnet.control_lora import MARKER as CONTROL_LORA_MARKER
 from comfy_core.controlnet.control_lora import ControlLora
 from comfy_core.controlnet.diffusers_keys import DIFFUSERS_MARKER, diffusers_to_original
 from comfy_core.controlnet.load_mmdit import load_mmdit_controlnet, mmdit_controlnet_layout
+from comfy_core.controlnet.load_qwen_image import load_qwen_image_controlnet, qwen_image_controlnet_layout
 from comfy_core.controlnet.model import ControlNetModel
 from comfy_core.controlnet.runner import ControlNet
 from comfy_core.controlnet.t2i import T2IAdapter
@@ -62,6 +65,8 @@ def load_controlnet(path: str | Path, model: Any = None, dtype: torch.dtype = to
             return ControlLora(weights, global_average_pooling=global_average_pooling)
         if mmdit_controlnet_layout(checkpoint.tensors) is not None:  # SD3 / SD3.5 ControlNets
             return load_mmdit_controlnet(checkpoint, dtype, load_device=load_device, mmap=mmap)
+        if qwen_image_controlnet_layout(checkpoint.tensors) is not None:  # InstantX's, VideoX-Fun's
+            return load_qwen_image_controlnet(checkpoint, dtype, load_device=load_device, mmap=mmap)
         if DIFFUSERS_MARKER in checkpoint.tensors:
             source, left = diffusers_to_original(names)
             if left:

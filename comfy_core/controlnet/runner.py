@@ -82,8 +82,9 @@ class ControlNet(ControlBase):
     def _prepare_hint(self, x_noisy: torch.Tensor, dtype: torch.dtype) -> None:
         """`cond_hint` for this latent size (kept while the size stays the same)."""
         ratio = self.compression_ratio
-        if (self.cond_hint is not None and x_noisy.shape[2] * ratio == self.cond_hint.shape[2]
-                and x_noisy.shape[3] * ratio == self.cond_hint.shape[3]):
+        # Keyed on the latent's spatial size (the last two axes: a video / one-frame latent is 5-D).
+        if (self.cond_hint is not None and x_noisy.shape[-2] * ratio == self.cond_hint.shape[-2]
+                and x_noisy.shape[-1] * ratio == self.cond_hint.shape[-1]):
             return
         self.cond_hint = None
         if self.vae is not None:
@@ -102,6 +103,8 @@ class ControlNet(ControlBase):
             extra = []
             for c in self.extra_concat_orig:
                 c = resize_hint(c.to(hint.device), hint.shape[-1], hint.shape[-2], self.upscale_algorithm)
+                if c.ndim < hint.ndim:  # a 5-D hint latent [B, C, T, h, w]: the mask on every frame
+                    c = repeat_to_batch_size(c.unsqueeze(2), hint.shape[2], dim=2)
                 extra.append(repeat_to_batch_size(c, hint.shape[0]))
             hint = torch.cat([hint] + extra, dim=1)
         self.cond_hint = hint.to(device=x_noisy.device, dtype=dtype)

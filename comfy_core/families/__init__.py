@@ -1,6 +1,7 @@
 """Model families (SD1.x, SD2.x, SDXL, SDXL refiner, their inpainting and instruct-pix2pix
 variants, SD2.1 unCLIP, Stable Video Diffusion, SD3/SD3.5, Flux.1 dev/Kontext and schnell, Chroma, the
-Wan 2.1 / 2.2 video DiTs, Z-Image and Lumina-Image 2.0) and their registry.
+Wan 2.1 / 2.2 video DiTs, Z-Image, Lumina-Image 2.0, Qwen-Image, Flux.2, HiDream, LTX-Video, LTX-2,
+OmniGen2 and Ovis-Image) and their registry.
 
 `default_registry()` returns a new `FamilyRegistry` holding the built-in families; callers that
 add their own build on it (`registry.register(my_family.definition())`). See README.md.
@@ -25,6 +26,10 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import hidream, qwen_image
     from comfy_core.families import flux2
     from comfy_core.families.flux2 import klein as flux2_klein
+    from comfy_core.families import ltxv
+    from comfy_core.families import ltx2
+    from comfy_core.families import omnigen2
+    from comfy_core.families import ovis_image
 
     return FamilyRegistry([
         sd1.definition(),
@@ -56,6 +61,10 @@ def default_registry() -> FamilyRegistry:
         qwen_image.definition(),
         flux2.definition(), flux2_klein.definition(),
         hidream.definition(),
+        ltxv.definition(),
+        ltx2.definition(),
+        omnigen2.definition(),
+        ovis_image.definition(),
     ])
 
 

@@ -40,6 +40,7 @@ from comfy_core.model_patches.errors import ModelPatchError
 from comfy_core.model_patches.uso import USO_MARKER, USO_PREFIX, UsoProjectorConfig, UsoStyleProjector
 from comfy_core.model_patches.zimage_fun import (ZIMAGE_FUN_MARKER, ZImageFunControlConfig, ZImageFunControlNet,
                                                  convert_zimage_fun_keys)
+from comfy_core.models.storage_cast import cast_weights_at_run_time
 from comfy_core.patching.patcher import Patcher
 
 USO = "uso_style_projector"
@@ -160,6 +161,9 @@ def _load_zimage_fun(checkpoint: CheckpointFile, dtype: torch.dtype) -> torch.nn
         module.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
         raise ModelPatchError(f"{checkpoint.path}: Z-Image Fun ControlNet: {exc}") from None
+    # ComfyUI builds it with `manual_cast` layers: stored in the file's dtype (bf16 as released),
+    # computed in the main model's dtype, each weight cast as its layer runs.
+    cast_weights_at_run_time(module)
     return module
 
 

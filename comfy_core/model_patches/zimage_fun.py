@@ -189,7 +189,7 @@ class ZImageFunControlNet(nn.Module):
         embedder = self.control_all_x_embedder["2-1"]
         tokens = latent.view(b, c, h // PATCH, PATCH, w // PATCH, PATCH).permute(0, 2, 4, 3, 5, 1)
         tokens = tokens.flatten(3).flatten(1, 2)  # [B, N, p*p*C]
-        control = embedder(tokens.to(embedder.weight.dtype))  # [B, N, D]
+        control = embedder(tokens)  # [B, N, D], in the latent's dtype (the layers cast their weights)
         if not self.config.refiner_control:
             for block in self.control_noise_refiner:
                 control = block(control, freqs[:control.shape[0], :control.shape[1]], vec)

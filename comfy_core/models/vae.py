@@ -53,6 +53,13 @@ class VAEConfig:
     # The 1x1 `quant_conv` / `post_quant_conv` around the bottleneck (SD1/SD2/SDXL); SD3 and
     # Flux have neither, and then `embed_dim == z_channels`.
     use_quant_conv: bool = True
+    # The decoder's base width when it differs from the encoder's (BFL's FLUX.2 small decoder:
+    # the full encoder and a narrower decoder with the same level multipliers); None: `ch`.
+    decoder_ch: int | None = None
+
+    @property
+    def decoder_width(self) -> int:
+        return self.ch if self.decoder_ch is None else self.decoder_ch
 
     def __post_init__(self) -> None:
         if not self.use_quant_conv and self.embed_dim != self.z_channels:
@@ -105,12 +112,19 @@ class VAEConfig:
                                      f"({z_channels}, {embed_dim}, 1, 1)")
         else:
             embed_dim = z_channels
-        decoder_in = shape("decoder.conv_in.weight")[1]
+        decoder_out, decoder_in = shape("decoder.conv_in.weight")[:2]
         if decoder_in != z_channels:
             raise VAEConfigError(f"VAE under {prefix!r}: decoder.conv_in takes {decoder_in} channels, the encoder "
                                  f"gives {z_channels}")
+        # The decoder's width from its first convolution (its deepest level), the encoder's level
+        # multipliers assumed, as ComfyUI reads it (`decoder_ddconfig`).
+        if decoder_out % ch_mult[-1]:
+            raise VAEConfigError(f"VAE under {prefix!r}: decoder.conv_in gives {decoder_out} channels, not a "
+                                 f"multiple of the deepest level's multiplier {ch_mult[-1]}")
+        decoder_ch = decoder_out // ch_mult[-1]
         return cls(ch=ch, ch_mult=tuple(ch_mult), num_res_blocks=num_res_blocks, z_channels=z_channels,
-                   embed_dim=embed_dim, in_channels=in_channels, out_ch=out_ch, use_quant_conv=has_quant)
+                   embed_dim=embed_dim, in_channels=in_channels, out_ch=out_ch, use_quant_conv=has_quant,
+                   decoder_ch=None if decoder_ch == ch else decoder_ch)
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -227,7 +241,7 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     def __init__(self, config: VAEConfig) -> None:
         super().__init__()
-        chans = [config.ch * m for m in config.ch_mult]
+        chans = [config.decoder_width * m for m in config.ch_mult]
         cin = chans[-1]
         self.conv_in = nn.Conv2d(config.z_channels, cin, 3, padding=1)
         self.mid = _Mid(cin)

@@ -31,6 +31,10 @@ Mistral Small 3 files (the Llama layout, told apart from Llama 3.1 by their `tek
 5120 width or 131072-token table: ComfyUI's `mistral_3_small_flux2_*.safetensors`) are a Mistral
 tower (`comfy_core.text_encoders.mistral`), slot `mistral3_24b` for Flux.2 dev (CLIPLoader type
 "flux2"), its tokenizer the file's own `tekken_model` (`tekken_tokenizer.py`).
+GGUF files of these LLM towers (llama.cpp's names and quantisations, what ComfyUI-GGUF's
+CLIPLoaderGGUF reads) open through `comfy_core.text_encoders.gguf_files` under the same names, their
+quantised weights kept quantised; a `_quantization_metadata` header entry (today's ComfyUI's
+per-layer quantisation) is served as the `<layer>.comfy_quant` tensors the towers read.
 """
 from __future__ import annotations
 
@@ -51,8 +55,10 @@ from comfy_core.loading import LoadOptions
 from comfy_core.split.clip_types import ClipFilesError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
 from comfy_core.families import FamilyRegistry, default_registry
+from comfy_core.text_encoders.decoder_llm import with_quantization_metadata
 from comfy_core.text_encoders.gemma import GemmaConfig
 from comfy_core.text_encoders.gemma_tokenizer import MissingGemmaTokenizerError
+from comfy_core.text_encoders.gguf_files import GGUFTextEncoderFile, is_gguf
 from comfy_core.text_encoders.llama import LlamaConfig
 from comfy_core.text_encoders.mistral import MistralConfig
 from comfy_core.text_encoders.tekken_tokenizer import TEKKEN_KEY, MissingTekkenError
@@ -180,7 +186,8 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
         raise ClipFilesError("no text-encoder file given")
     dtype = options.dtype_policy.dtype_for(TEXT)
     with ExitStack() as stack:
-        files = [stack.enter_context(CheckpointFile(p)) for p in paths]
+        # GGUF encoders (llama.cpp's quantisations, ComfyUI-GGUF's CLIPLoaderGGUF files) open as our names.
+        files = [stack.enter_context(GGUFTextEncoderFile(p) if is_gguf(p) else CheckpointFile(p)) for p in paths]
         configs = [text_encoder_config(f) for f in files]
         slots = [c.slot for c in configs]
         spec = next((c for c in candidates if {o.slot for o in c.encoders} == set(slots)), None) \
@@ -213,6 +220,12 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                     raise MissingGemmaTokenizerError(str(checkpoint.path))
         encoders = {}
         for checkpoint, config in zip(files, configs):
+            if isinstance(checkpoint, GGUFTextEncoderFile):  # quantised weights stay quantised (GGUFLinear)
+                try:
+                    encoders[config.slot] = build_tower(config, checkpoint.state_dict(), dtype)
+                except TextEncoderError as exc:
+                    raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
+                continue
             # fp8 T5 and Qwen3 towers are read as stored (towers.reads_as_stored); the rest in the policy's dtype.
             stored = None if reads_as_stored(config) else dtype
             requests = stored_requests(checkpoint, config.prefix) if stored is None else \
@@ -226,6 +239,7 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                     and "text_projection.weight" not in checkpoint.tensors:
                 state = _OldProjection(state)
             state = _named(state)
+            state = with_quantization_metadata(state, checkpoint.metadata, config.prefix)  # ComfyUI's per-layer form
             try:
                 encoders[config.slot] = build_tower(config, state, dtype)
             except TextEncoderError as exc:

@@ -5,9 +5,16 @@ float32 forward pass (rotate-half RoPE tables, the causal attention bias, the q/
 grouped-query attention, the SwiGLU feed-forward, the pre-norm block, running blocks up to the
 chosen layer). Each tower keeps its own differences (norm kinds, QK norm, biases, embedding scale,
 M-RoPE, error types and messages) in its file and passes them in.
+
+Quantised files, read for every tower the same way: ComfyUI's scaled-fp8 text encoders (legacy
+`scaled_fp8` marker + `scale_weight`, and today's per-layer `comfy_quant` float8 form) keep their
+fp8 weights as stored and compute weight x scale in float32 (`convert_weights`, `scale_linears`);
+GGUF tensors (`comfy_core.weights.gguf`) keep linear weights quantised as `GGUFLinear` layers
+(`load_strict`).
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,7 +26,7 @@ from comfy_core.attention.calling import attention_in_force
 from comfy_core.checkpoint.meta_build import meta_build
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.encoder import TokenEmbedding, resolve_layer
-from comfy_core.text_encoders.errors import TokenizeError
+from comfy_core.text_encoders.errors import TextEncoderError, TokenizeError
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -136,26 +143,174 @@ def attention_block_shapes(config: Any, index: int, attn_bias: bool = False) -> 
 
 # --- loading ---
 
+# ComfyUI's quantised text-encoder files, as today's ComfyUI reads them (comfy/utils.py
+# `convert_old_quants`, comfy/ops.py `mixed_precision_ops`): the legacy scaled-fp8 form (a
+# `scaled_fp8` marker, per linear layer a `scale_weight` and optionally a `scale_input`) and the
+# per-layer form (`<layer>.comfy_quant`, a JSON object as uint8 bytes naming the layer's format,
+# with `<layer>.weight_scale` / `<layer>.input_scale`; a file may give the same JSON as its
+# `_quantization_metadata` header entry instead). The float8 formats keep the fp8 weight, the true
+# weight being weight x scale; text encoders compute in float32 (no fp8 matrix products), so the
+# input scales are checked and not used.
+SCALED_FP8_MARKER = "scaled_fp8"
+WEIGHT_SCALE_SUFFIXES = (".scale_weight", ".weight_scale")
+INPUT_SCALE_SUFFIXES = (".scale_input", ".input_scale")
+QUANT_CONF_SUFFIX = ".comfy_quant"
+FLOAT8_FORMATS = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+
+
+class ConvertedWeights(dict):
+    """Module-relative name -> tensor (what `convert_weights` gives), with `scales`: the true-weight
+    scale of each scaled linear weight (module-relative weight name -> float32 scalar), and
+    `head_scale`: the LM head's (None unless the file scales it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scales: dict[str, torch.Tensor] = {}
+        self.head_scale: torch.Tensor | None = None
+
+
+def layer_quantization(prefix: str, state_dict: Mapping[str, Any], error: type[Exception],
+                       family: str) -> dict[str, dict[str, Any]]:
+    """The per-layer quantisation of the file's tensors under `prefix`: layer name (relative to the
+    prefix) -> its `comfy_quant` JSON object; `error` for one that is not a JSON object."""
+    layers: dict[str, dict[str, Any]] = {}
+    for key in state_dict.keys():
+        if key.startswith(prefix) and key.endswith(QUANT_CONF_SUFFIX):
+            raw = state_dict[key]
+            try:
+                conf = json.loads(bytes(raw.reshape(-1).to(torch.uint8).tolist()).decode("utf-8"))
+            except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+                raise error(f"{family} key {key!r}: not ComfyUI's quantisation JSON ({exc})") from None
+            if not isinstance(conf, dict):
+                raise error(f"{family} key {key!r}: quantisation metadata must be a JSON object, got {conf!r}")
+            layers[key[len(prefix):-len(QUANT_CONF_SUFFIX)]] = conf
+    return layers
+
+
+def _scale_of(key: str, tensor: torch.Tensor, error: type[Exception], family: str) -> torch.Tensor:
+    if tensor.numel() != 1:
+        raise error(f"{family} key {key!r}: one scale per layer expected, got shape {list(tensor.shape)} "
+                    "(block-scaled formats are not read for text encoders)")
+    return tensor.detach().to(torch.float32).reshape(())
+
+
 def convert_weights(prefix: str, state_dict: Mapping[str, torch.Tensor], ignored: Sequence[str],
-                    error: type[Exception], family: str, encoder: str) -> dict[str, torch.Tensor]:
+                    error: type[Exception], family: str, encoder: str) -> ConvertedWeights:
     """The file's tensors under `prefix` -> module names (without `model.`). Keys in `ignored`
-    (relative to the prefix) are skipped; any other key under the prefix that is not a `model.*`
-    weight is `error` (scaled-fp8 scales and quantisation metadata named as such), never dropped."""
+    (relative to the prefix) are skipped; ComfyUI's scaled-fp8 / float8 quantisation keys become
+    `scales` (see above); any other key under the prefix that is not a `model.*` weight is `error`,
+    never dropped, as are scales without their marker or metadata and formats other than float8."""
     model = prefix + "model."
-    out: dict[str, torch.Tensor] = {}
+    out = ConvertedWeights()
+    legacy = prefix + SCALED_FP8_MARKER in state_dict
+    quantized = layer_quantization(prefix, state_dict, error, family)
+    for layer, conf in quantized.items():
+        if conf.get("format") not in FLOAT8_FORMATS:
+            raise error(f"{family} layer {prefix + layer!r}: quantisation format {conf.get('format')!r} is not read "
+                        f"for text encoders (only {', '.join(FLOAT8_FORMATS)} with one scale per layer)")
     for key in state_dict.keys():
         if not key.startswith(prefix):
             continue
         name = key[len(prefix):]
+        if (legacy and name == SCALED_FP8_MARKER) or name.endswith(QUANT_CONF_SUFFIX):
+            continue
+        suffix = next((s for s in WEIGHT_SCALE_SUFFIXES + INPUT_SCALE_SUFFIXES if name.endswith(s)), None)
+        if suffix is not None:
+            layer = name[:-len(suffix)]
+            if (suffix.startswith(".scale_") and not legacy) or (suffix.endswith("_scale") and layer not in quantized):
+                raise error(f"{family} key {key!r}: a quantisation scale in a file without "
+                            + ("the scaled_fp8 marker" if suffix.startswith(".scale_") else
+                               f"{layer + QUANT_CONF_SUFFIX!r} metadata"))
+            scale = _scale_of(key, state_dict[key], error, family)
+            if suffix in WEIGHT_SCALE_SUFFIXES:
+                if layer == "lm_head":
+                    out.head_scale = scale
+                elif name.startswith("model."):
+                    out.scales[layer[len("model."):] + ".weight"] = scale
+                else:
+                    raise error(f"{family} key {key!r} scales no weight of a {encoder} text encoder")
+            continue
         if name in ignored:
             continue
         if key.startswith(model) and name.endswith(".weight"):
             out[key[len(model):]] = state_dict[key]
         else:
-            raise error(f"{family} key {key!r} is not a weight of a {encoder} text encoder"
-                        + (f" (scaled-fp8 / quantised {family} files are not supported yet)"
-                           if "scale" in name or "quant" in name else ""))
+            raise error(f"{family} key {key!r} is not a weight of a {encoder} text encoder")
+    for layer, conf in quantized.items():
+        if layer.startswith("model.") and layer[len("model."):] + ".weight" not in out.scales:
+            raise error(f"{family} layer {prefix + layer!r}: {conf.get('format')} without its weight_scale")
     return out
+
+
+QUANTIZATION_METADATA = "_quantization_metadata"  # the safetensors header entry of the per-layer form
+
+
+class QuantizationMetadataError(TextEncoderError, ValueError):
+    """A file's `_quantization_metadata` header entry that is not ComfyUI's quantisation JSON."""
+
+
+class QuantizationMetadataView(Mapping[str, Any]):
+    """A file's tensors with its `_quantization_metadata` header entry (`{"layers": {layer: conf}}`)
+    served as the per-layer `<prefix><layer>.comfy_quant` tensors, as ComfyUI's
+    `convert_old_quants` puts them into the state dict; other names pass through."""
+
+    def __init__(self, tensors: Mapping[str, Any], metadata_json: str, prefix: str = "") -> None:
+        try:
+            layers = json.loads(metadata_json)["layers"]
+            if not isinstance(layers, dict):
+                raise TypeError("'layers' is not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise QuantizationMetadataError(f"the {QUANTIZATION_METADATA!r} header entry is not ComfyUI's quantisation metadata "
+                             f"({type(exc).__name__}: {exc})") from None
+        self._tensors = tensors
+        self._extra = {f"{prefix}{layer}{QUANT_CONF_SUFFIX}":
+                       torch.tensor(list(json.dumps(conf).encode("utf-8")), dtype=torch.uint8)
+                       for layer, conf in layers.items()}
+
+    def __getitem__(self, name: str) -> Any:
+        return self._extra[name] if name in self._extra else self._tensors[name]
+
+    def __iter__(self):
+        yield from self._tensors
+        yield from (name for name in self._extra if name not in self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors) + sum(1 for name in self._extra if name not in self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._extra or name in self._tensors
+
+
+def with_quantization_metadata(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None,
+                               prefix: str = "") -> Mapping[str, Any]:
+    """`tensors`, with the header's per-layer quantisation metadata as tensors when it has some."""
+    if not metadata or QUANTIZATION_METADATA not in metadata:
+        return tensors
+    return QuantizationMetadataView(tensors, metadata[QUANTIZATION_METADATA], prefix)
+
+
+def scale_linears(module: nn.Module, scales: Mapping[str, torch.Tensor], key_prefix: str,
+                  error: type[Exception], family: str) -> None:
+    """Each linear layer whose weight `scales` names becomes ComfyUI's scaled-fp8 layer
+    (`storage_cast.ScaledFp8Linear`: the fp8 weight kept as stored, the true weight weight x scale,
+    no fp8 matrix products, as ComfyUI's text encoders); `error` for a scale on anything else."""
+    from comfy_core.models.storage_cast import SCALE_WEIGHT, ScaledFp8Linear
+
+    for name, scale in scales.items():
+        layer_name = name[:-len(".weight")]
+        try:
+            layer = module.get_submodule(layer_name)
+        except AttributeError:
+            layer = None
+        if not isinstance(layer, nn.Linear):
+            raise error(f"{family} key {key_prefix + layer_name!r}: a weight scale on what is not a linear layer "
+                        "of this encoder")
+        if layer.weight.dtype not in FP8_DTYPES:
+            raise error(f"{family} key {key_prefix + name!r}: a scaled float8 layer stored as {layer.weight.dtype}")
+        layer.__class__ = ScaledFp8Linear
+        layer.register_buffer(SCALE_WEIGHT, scale.to(layer.weight.device))
+        layer.scale_input = None
+        layer.fp8_matrix_mult = False
 
 
 def build_on_meta(model_class: Callable[[Any], nn.Module], hf_config: Any) -> nn.Module:
@@ -168,19 +323,23 @@ def build_on_meta(model_class: Callable[[Any], nn.Module], hf_config: Any) -> nn
     return model
 
 
-def load_strict(module: nn.Module, converted: Mapping[str, torch.Tensor], key_prefix: str,
+def load_strict(module: nn.Module, converted: Mapping[str, Any], key_prefix: str,
                 dtype: torch.dtype | None, error: type[Exception], family: str, missing_owner: str,
                 unknown_owner: str, keep: set[str] | frozenset[str] = frozenset()) -> None:
     """Assign `converted` (module-relative names) into `module` built on the meta device: every
     parameter present, each of its shape, nothing else (`error` otherwise, the key named with
-    `key_prefix`); tensors cast to `dtype` unless None, already in it, or named in `keep`. Then
-    eval mode, no gradients."""
+    `key_prefix`); tensors cast to `dtype` unless None, already in it, or named in `keep`. A
+    quantised GGUF linear weight (`weights.gguf.GGUFTensor`) makes its layer a `GGUFLinear`
+    (the weight kept quantised, dequantised per call). Then eval mode, no gradients."""
+    from comfy_core.weights.gguf import GGUFLinear, GGUFTensor
+
     expected = module.state_dict()
     missing = sorted(set(expected) - set(converted))
     if missing:
         shown = [key_prefix + m for m in missing[:5]]
         raise error(f"{missing_owner} is missing keys: {shown}{' ...' if len(missing) > 5 else ''}")
     loaded: dict[str, torch.Tensor] = {}
+    quantized: dict[str, GGUFTensor] = {}
     for name, tensor in converted.items():
         key = key_prefix + name
         if name not in expected:
@@ -188,19 +347,35 @@ def load_strict(module: nn.Module, converted: Mapping[str, torch.Tensor], key_pr
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise error(f"{family} key {key!r}: expected shape {tuple(expected[name].shape)}, "
                         f"got {tuple(tensor.shape)}")
+        if isinstance(tensor, GGUFTensor):
+            quantized[name] = tensor
+            continue
         loaded[name] = tensor if dtype is None or tensor.dtype == dtype or name in keep else tensor.to(dtype)
-    module.load_state_dict(loaded, strict=True, assign=True)
+    module.load_state_dict(loaded, strict=not quantized, assign=True)
+    for name, tensor in quantized.items():
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        if attr != "weight" or not isinstance(owner, nn.Linear) or not owner_name:
+            raise error(f"{family} key {key_prefix + name!r}: a quantised ({tensor.dtype}) tensor where only "
+                        "linear weights may be quantised")
+        parent_name, _, child = owner_name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        setattr(parent, child, GGUFLinear(tensor, owner.bias))
     module.eval()
     module.requires_grad_(False)
 
 
-def load_decoder(model_class: Callable[[Any], nn.Module], config: Any, converted: Mapping[str, torch.Tensor],
+def load_decoder(model_class: Callable[[Any], nn.Module], config: Any, converted: Mapping[str, Any],
                  dtype: torch.dtype | None, error: type[Exception], family: str) -> nn.Module:
     """`build_on_meta` a decoder of `config`'s shape, then `load_strict` the converted `model.*`
-    tensors into it (keys named under `config.prefix`)."""
+    tensors into it (keys named under `config.prefix`); the weights `converted.scales` names (a
+    `ConvertedWeights`) are kept as stored and their layers computed with the scale."""
     model = build_on_meta(model_class, config.to_transformers())
+    scales = getattr(converted, "scales", {})
     load_strict(model, converted, config.prefix + "model.", dtype, error, family,
-                f"{family} encoder (prefix {config.prefix!r})", f"this {config.num_layers}-block encoder")
+                f"{family} encoder (prefix {config.prefix!r})", f"this {config.num_layers}-block encoder",
+                keep=set(scales))
+    scale_linears(model, scales, config.prefix + "model.", error, family)
     return model
 
 
@@ -319,7 +494,8 @@ def run_to_layer(encoder: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Te
     return compute_in_float32(model.norm, x).float()
 
 
-__all__ = ["DecoderShape", "FP8_DTYPES", "LAYER_NAME", "apply_overrides", "apply_rotary", "attention_bias",
+__all__ = ["ConvertedWeights", "DecoderShape", "FP8_DTYPES", "layer_quantization", "scale_linears",
+           "QuantizationMetadataError", "QuantizationMetadataView", "with_quantization_metadata", "LAYER_NAME", "apply_overrides", "apply_rotary", "attention_bias",
            "attention_block_shapes", "block_count", "build_on_meta", "check_block_shapes", "convert_weights",
            "detect_fixed_heads", "embed_tokens", "grouped_attention", "load_decoder", "load_strict", "prenorm_block",
            "project_qkv", "rotary_tables", "run_to_layer", "shape_of", "split_heads", "swiglu"]

@@ -178,7 +178,8 @@ class GemmaTextEncoder(Qwen3TextEncoder):
 
 def gemma_state_dict(config: GemmaConfig, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The file's tensors under `config.prefix` -> `Gemma2Model` names (without `model.`). Unknown
-    keys under the prefix (scaled-fp8 scales included) are a `GemmaKeyError`, never dropped."""
+    keys under the prefix are a `GemmaKeyError`, never dropped; ComfyUI's scaled-fp8 / float8
+    scales become `scales` (`decoder_llm.convert_weights`)."""
     return convert_weights(config.prefix, state_dict, _IGNORED_KEYS, GemmaKeyError, "Gemma", "Gemma 2")
 
 

@@ -212,12 +212,14 @@ def can_generate(model: Any) -> bool:
 
 def generate_tokens(model: CausalLM, embeds: torch.Tensor, max_length: int, options: SamplingOptions,
                     stop_tokens: Sequence[int] = (), initial_tokens: Sequence[int] = (),
-                    progress: Progress | None = None) -> list[int]:
+                    progress: Progress | None = None, positions: torch.Tensor | None = None) -> list[int]:
     """Up to `max_length` new token ids after the prompt `embeds` [B, T, W] (float32; B = 1 as
     ComfyUI's loop, which follows the first row), ending early after a stop token (included).
 
     `initial_tokens`: ids the penalties count as seen from the start (ComfyUI's generic path gives
-    none). `progress(done, max_length)` is called after each token; it may raise to stop."""
+    none). `progress(done, max_length)` is called after each token; it may raise to stop.
+    `positions`: the prompt's own rotary positions (Qwen2.5-VL's M-RoPE [3, T] for a prompt with
+    images), given to the model's first `decode_step`; the model continues from them."""
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise GenerationError(f"max_length must be an integer >= 1, got {max_length!r}")
     if embeds.dim() == 2:
@@ -233,7 +235,10 @@ def generate_tokens(model: CausalLM, embeds: torch.Tensor, max_length: int, opti
     generated: list[int] = []
     step_input = embeds
     for step in range(max_length):
-        hidden = model.decode_step(step_input, cache)  # [B, W], the last position's final normed state
+        if step == 0 and positions is not None:
+            hidden = model.decode_step(step_input, cache, positions)  # type: ignore[call-arg]
+        else:
+            hidden = model.decode_step(step_input, cache)  # [B, W], the last position's final normed state
         logits = model.logits(hidden)  # [B, V] float32
         if seen is None and not options.greedy and options.penalizes:
             seen = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
@@ -262,7 +267,7 @@ def generating_encoder(encoders: Any) -> tuple[str, Any]:
     tower = children.get(slot)
     if tower is None or not can_generate(tower):
         raise GenerationError(f"the text encoder {slot!r} ({type(tower).__name__}) cannot generate text: "
-                              f"generation needs an LLM text encoder with a language-model head (Qwen3)")
+                              f"generation needs an LLM text encoder with a language-model head (Qwen3, Qwen2.5-VL)")
     return slot, tower
 
 
@@ -280,6 +285,9 @@ def generate_with_clip(clip: Any, tokens: Any, max_length: int, options: Samplin
     with clip.patcher.applied() as encoders:
         _, tower = generating_encoder(encoders)
         with torch.no_grad():
-            embeds = tower.prompt_embeds(row)  # [1, T, W]
+            if hasattr(tower, "prompt_inputs"):  # a prompt with its own positions (Qwen2.5-VL's images)
+                embeds, positions = tower.prompt_inputs(row)
+            else:
+                embeds, positions = tower.prompt_embeds(row), None  # [1, T, W]
             return generate_tokens(tower, embeds, max_length, options, tuple(getattr(tower, "stop_tokens", ())),
-                                   progress=progress)
+                                   progress=progress, positions=positions)

@@ -185,7 +185,8 @@ _IGNORED_KEYS = ("lm_head.weight", "logit_scale")
 
 def llama_state_dict(config: LlamaConfig, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The file's tensors under `config.prefix` -> `LlamaModel` names (without `model.`). Unknown
-    keys under the prefix (scaled-fp8 scales included) are a `LlamaKeyError`, never dropped."""
+    keys under the prefix are a `LlamaKeyError`, never dropped; ComfyUI's scaled-fp8 / float8
+    scales become `scales` (`decoder_llm.convert_weights`)."""
     return convert_weights(config.prefix, state_dict, _IGNORED_KEYS, LlamaKeyError, "Llama", "Llama")
 
 

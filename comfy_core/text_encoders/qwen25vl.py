@@ -31,8 +31,10 @@ is the published configuration: heads of 128 channels (so `heads = q width / 128
 attention masks used and returned; the token mask is ComfyUI's (`qwen3.token_mask`). Image entries
 in a token row (Qwen-Image-Edit) run through the vision tower (`qwen25vl_vision.py`) and take
 their M-RoPE positions (`image_position_ids`). The attention
-bias is the same as the Qwen3 tower's (`qwen3.attention_bias`). Generation is not offered for this
-tower (`can_generate` False): ComfyUI's Qwen2.5-VL generate needs its 3-D decode positions.
+bias is the same as the Qwen3 tower's (`qwen3.attention_bias`). Generation (TextGenerate, prompts
+with images included) is ComfyUI's `Qwen25_7BVLIModel.generate`: the prompt's M-RoPE positions for
+the prefill, then one position per new token from the largest prompt position plus one; the LM
+head is the file's `lm_head.weight` when it has one, else the token table; stop tokens Qwen's.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.text_encoders.decoder_llm import (DecoderShape, apply_overrides, attention_bias, attention_block_shapes,
                                                   block_count, embed_tokens, prenorm_block, rotary_tables, run_to_layer)
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
@@ -224,8 +227,6 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
     `TextEncoderSet` (see the module doc). The token-level surface (`forward`, `encode_token_weights`,
     clip options, masks) is the Qwen3 tower's; the block and the positions are Qwen2.5-VL's."""
 
-    can_generate = False
-
     def __init__(self, config: Qwen25VLConfig, transformer: Qwen25VLTransformer) -> None:
         super().__init__(config, transformer)  # type: ignore[arg-type]
         self.options = self.default_options = Qwen25VLOptions(slot=config.slot, token_key=config.slot)
@@ -240,14 +241,26 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
             return super().forward(tokens)
         if len(rows) != 1:
             raise Qwen25VLInputError(f"qwen2.5-vl: prompts with images are encoded one row at a time, got {len(rows)}")
-        row = rows[0]
-        pad = self.special_tokens["pad"]
+        x, mask, images = self._spliced(rows[0])
+        attention = mask if self.enable_attention_masks else None
+        positions = image_position_ids(images, x.shape[1], attention, x.device)
+        hidden = self.encode_embeds(x, self.options.layer_idx, self.options.layer_norm_hidden, attention, positions)
+        if self.zero_out_masked:
+            hidden = hidden * mask.to(device=hidden.device, dtype=hidden.dtype).unsqueeze(-1)
+        if self.return_attention_masks:
+            return hidden, None, {"attention_mask": mask.to(hidden.device)}
+        return hidden, None
+
+    def _spliced(self, row: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, torch.Tensor]]]:
+        """One token row with image entries -> (input embeddings [1, T, W] float32 with each image's
+        vision-tower tokens at its entry's place, the token mask [1, T], (start, count, grid) per
+        image): ComfyUI's `process_tokens` with `preprocess_embed`."""
         plain = [token for token in row if not isinstance(token, dict)]
         ids, overrides = chunks_to_ids([plain], self.width)
         x = self.embed_ids(ids)  # [1, T, W]
         if overrides:
             x = _apply_overrides(x, overrides)
-        mask = token_mask([plain], pad)  # [1, T]
+        mask = token_mask([plain], self.special_tokens["pad"])  # [1, T]
         images: list[tuple[int, int, torch.Tensor]] = []
         added = 0
         for index, entry in enumerate(row):
@@ -263,14 +276,62 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
             mask = torch.cat([mask[:, :start], torch.ones(1, count, dtype=mask.dtype), mask[:, start:]], dim=1)
             images.append((start, count, grid))
             added += count - 1
-        attention = mask if self.enable_attention_masks else None
-        positions = image_position_ids(images, x.shape[1], attention, x.device)
-        hidden = self.encode_embeds(x, self.options.layer_idx, self.options.layer_norm_hidden, attention, positions)
-        if self.zero_out_masked:
-            hidden = hidden * mask.to(device=hidden.device, dtype=hidden.dtype).unsqueeze(-1)
-        if self.return_attention_masks:
-            return hidden, None, {"attention_mask": mask.to(hidden.device)}
-        return hidden, None
+        return x, mask, images
+
+    # --- generation (ComfyUI's `Qwen25_7BVLIModel.generate` with `BaseGenerate`; see generate.py) ---
+
+    can_generate = True
+    generation_media = ("image",)  # what TextGenerate may give this tower besides text
+
+    def prompt_inputs(self, row: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One prompt row (ids, embedding vectors, image entries) -> (input embeddings [1, T, W]
+        float32, the M-RoPE positions [3, T] when it holds images, else None). A padded prompt is
+        refused, as ComfyUI refuses it (`GenerationError`)."""
+        from comfy_core.text_encoders.generate import GenerationError
+
+        if not any(isinstance(token, dict) for token in row):
+            ids, overrides = chunks_to_ids([list(row)], self.width, mismatch_pad=self.special_tokens["pad"])
+            mask = token_mask([list(row)], self.special_tokens["pad"])
+            x = self.embed_ids(ids)
+            x = _apply_overrides(x, overrides) if overrides else x
+            images: list[tuple[int, int, torch.Tensor]] = []
+        else:
+            x, mask, images = self._spliced(row)
+        if not bool(mask.all()):
+            raise GenerationError("qwen2.5-vl: text generation does not take a padded prompt")
+        return x, image_position_ids(images, x.shape[1], None, x.device)
+
+    def prompt_embeds(self, row: Sequence[Any]) -> torch.Tensor:
+        return self.prompt_inputs(row)[0]
+
+    def decode_step(self, embeds: torch.Tensor, cache: Any, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Run embeds [B, T, W] through every block, their keys and values joining the cache -> the
+        last position's final normed state [B, W] float32. Positions: `positions` [3, T] for the
+        prompt when it holds images (decoding then continues from the largest prompt position
+        plus one on all three axes, ComfyUI's `next_pos`), else one position per token on from the
+        last (ordinary RoPE while no image was seen)."""
+        start, length = cache.length, embeds.shape[1]
+        base = getattr(cache, "mrope_next", None)
+        if positions is None:
+            first = start if base is None else base
+            positions = torch.arange(first, first + length, device=embeds.device).expand(3, -1)
+            if base is not None:
+                cache.mrope_next = base + length
+        else:
+            if positions.shape != (3, length):
+                raise Qwen25VLInputError(f"qwen2.5-vl: positions {tuple(positions.shape)} for {length} tokens")
+            cache.mrope_next = int(positions[:, -1].max()) + 1
+        config = self.config
+        cos, sin = mrope_tables(positions.to(embeds.device), config.head_dim, config.rope_theta, config.mrope_section,
+                                embeds.device)
+        total = start + length
+        low = torch.finfo(torch.float32).min / 4
+        bias = torch.full((length, total), low, dtype=torch.float32, device=embeds.device).triu_(start + 1)[None, None]
+        x = embeds.float()
+        for index, block in enumerate(self.transformer.model.layers):
+            x = self._block(block, x, cos, sin, bias, cache, index)
+        cache.advance(length)
+        return compute_in_float32(self.transformer.model.norm, x[:, -1]).float()
 
     def encode_image(self, image: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """IMAGE [B, H, W, C] -> (its language-model tokens [N, W] float32, grid [1, 3]) through the
@@ -320,10 +381,9 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
 
     def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                bias: torch.Tensor, cache: Any = None, layer: int = 0) -> torch.Tensor:
-        """One Qwen2 decoder block (see the module doc): biased q/k/v, no q/k norm."""
-        if cache is not None:
-            raise Qwen25VLInputError("qwen2.5-vl: this tower does not generate (no key/value cache)")
-        return prenorm_block(block, x, cos, sin, bias, self.config)
+        """One Qwen2 decoder block (see the module doc): biased q/k/v, no q/k norm; with a cache,
+        this step's keys and values join block `layer`'s entries."""
+        return prenorm_block(block, x, cos, sin, bias, self.config, cache=cache, layer=layer)
 
 
 def _apply_overrides(embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride]) -> torch.Tensor:

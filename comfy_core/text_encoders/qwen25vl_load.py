@@ -5,7 +5,9 @@ device, every key checked (missing, unknown, wrong shape: `Qwen25VLKeyError`), t
 file's dtype (ComfyUI's `dtype_llama`). ComfyUI's legacy scaled-fp8 files (`scaled_fp8` marker,
 per-layer `scale_weight`, as `qwen_2.5_vl_7b_fp8_scaled.safetensors`) are read as today's ComfyUI
 reads them (`comfy/utils.py: convert_old_quants`): each layer with a scale keeps its fp8 weight and
-computes with weight x scale; the others run as stored.
+computes with weight x scale; the others run as stored. Today's per-layer form (`<layer>.comfy_quant`
+float8 JSON with `<layer>.weight_scale`, or the `_quantization_metadata` header the loader turns into
+it) is read the same way.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import torch
 from torch import nn
 
 from comfy_core.checkpoint.meta_build import meta_build
-from comfy_core.text_encoders.decoder_llm import build_on_meta, load_strict
+from comfy_core.text_encoders.decoder_llm import (FLOAT8_FORMATS, QUANT_CONF_SUFFIX, build_on_meta, layer_quantization,
+                                                  load_strict)
 from comfy_core.text_encoders.qwen25vl import (
     SCALED_FP8_MARKER,
     Qwen25VLConfig,
@@ -42,6 +45,12 @@ def qwen25vl_state_dicts(config: Qwen25VLConfig, state_dict: Mapping[str, torch.
     language: dict[str, torch.Tensor] = {}
     vision: dict[str, torch.Tensor] = {}
     scales: dict[str, torch.Tensor] = {}
+    # Today's per-layer form (`comfy_quant` JSON + `weight_scale`), float8 formats only (decoder_llm).
+    quantized = layer_quantization(prefix, state_dict, Qwen25VLKeyError, "Qwen2.5-VL")
+    for layer, conf in quantized.items():
+        if conf.get("format") not in FLOAT8_FORMATS:
+            raise Qwen25VLKeyError(f"Qwen2.5-VL layer {prefix + layer!r}: quantisation format {conf.get('format')!r} "
+                                   f"is not read for text encoders (only {', '.join(FLOAT8_FORMATS)})")
     for key, tensor in state_dict.items():
         if not key.startswith(prefix):
             continue
@@ -51,6 +60,11 @@ def qwen25vl_state_dicts(config: Qwen25VLConfig, state_dict: Mapping[str, torch.
         if config.scaled_fp8 and (name == SCALED_FP8_MARKER or name.endswith(SCALE_SUFFIXES)):
             if name.endswith(".scale_weight"):  # `scale_input` only serves fp8 matrix products
                 scales[name[:-len(".scale_weight")] + ".weight"] = tensor
+            continue
+        layer = name.rpartition(".")[0]
+        if layer in quantized and name.endswith((QUANT_CONF_SUFFIX, ".weight_scale", ".input_scale")):
+            if name.endswith(".weight_scale"):
+                scales[layer + ".weight"] = tensor
             continue
         if key.startswith(model) and (name.endswith(".weight") or name.endswith(".bias")):
             language[key[len(model):]] = tensor
@@ -129,4 +143,9 @@ def build_qwen25vl_encoder(config: Qwen25VLConfig, state_dict: Mapping[str, torc
     if stray:
         raise Qwen25VLKeyError(f"Qwen2.5-VL keys {[config.prefix + n[:-len('weight')] + 'scale_weight' for n in stray]} "
                                "scale no weight of this encoder")
-    return Qwen25VLTextEncoder(config, Qwen25VLTransformer(model, visual))
+    transformer = Qwen25VLTransformer(model, visual)
+    head = state_dict.get(config.prefix + "lm_head.weight")
+    if head is not None:  # the file's LM head: for generation only (non-persistent), checked when used
+        transformer.register_buffer("lm_head_weight", head if dtype is None or head.dtype == dtype else head.to(dtype),
+                                    persistent=False)
+    return Qwen25VLTextEncoder(config, transformer)

@@ -418,10 +418,12 @@ class Qwen3TextEncoder(nn.Module):
         hidden = hidden.float()
         if weight.dtype == torch.float32:
             return F.linear(hidden, weight.to(hidden.device))
+        scale = getattr(self.transformer, "lm_head_scale", None)
         parts = []
         for start in range(0, weight.shape[0], LOGIT_ROWS):
             rows = weight[start:start + LOGIT_ROWS].to(device=hidden.device, dtype=torch.float32)
-            parts.append(F.linear(hidden, torch.nan_to_num(rows) if weight.dtype in FP8_DTYPES else rows))
+            rows = torch.nan_to_num(rows) if weight.dtype in FP8_DTYPES else rows
+            parts.append(F.linear(hidden, rows if scale is None else rows * scale.to(rows.device)))
         return torch.cat(parts, dim=-1)
 
     def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -443,9 +445,9 @@ _IGNORED_KEYS = ("lm_head.weight", "logit_scale")
 
 
 def qwen3_state_dict(config: Qwen3Config, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The file's tensors under `config.prefix` -> `Qwen3Model` names (without `model.`). Unknown
-    keys under the prefix (scaled-fp8 scales and quantisation metadata included) are a
-    `Qwen3KeyError`, never dropped silently."""
+    """The file's tensors under `config.prefix` -> `Qwen3Model` names (without `model.`), with
+    ComfyUI's scaled-fp8 / float8 scales as `scales` (`decoder_llm.convert_weights`). Unknown keys
+    under the prefix (other quantisation formats included) are a `Qwen3KeyError`, never dropped."""
     return convert_weights(config.prefix, state_dict, _IGNORED_KEYS, Qwen3KeyError, "Qwen3", "Qwen3")
 
 
@@ -459,10 +461,13 @@ def build_qwen3_encoder(config: Qwen3Config, state_dict: Mapping[str, torch.Tens
     """
     from transformers import Qwen3Model
 
-    model = load_decoder(Qwen3Model, config, qwen3_state_dict(config, state_dict), dtype, Qwen3KeyError, "Qwen3")
+    converted = qwen3_state_dict(config, state_dict)
+    model = load_decoder(Qwen3Model, config, converted, dtype, Qwen3KeyError, "Qwen3")
     transformer = Qwen3Transformer(model)
     head = state_dict.get(config.prefix + "lm_head.weight")
     if head is not None:  # an untied head (Qwen3-8B): kept for generation only, checked when used
-        transformer.register_buffer("lm_head_weight", head if dtype is None or head.dtype == dtype else head.to(dtype),
-                                    persistent=False)
+        keep = dtype is None or head.dtype == dtype or converted.head_scale is not None
+        transformer.register_buffer("lm_head_weight", head if keep else head.to(dtype), persistent=False)
+        if converted.head_scale is not None:  # a scaled-fp8 head: true rows = stored rows x scale
+            transformer.register_buffer("lm_head_scale", converted.head_scale, persistent=False)
     return Qwen3TextEncoder(config, transformer)

@@ -9,7 +9,9 @@ An `EncoderOptions.kind` names one: "clip" (CLIP / OpenCLIP text transformers: `
 Qwen vocabulary; kept in the file's dtype, as ComfyUI keeps its LLM encoders) or "qwen25vl"
 (Qwen2.5-VL language models with their vision tower, Qwen-Image's Qwen2.5-VL-7B:
 `qwen25vl.Qwen25VLConfig`, `qwen25vl.Qwen25VLTextEncoder`, the same Qwen tokenizer; kept in the
-file's dtype too). The factory and the
+file's dtype too). The LLM towers also read ComfyUI's scaled-fp8 / float8 files (fp8 weights kept,
+computed with their scales: `decoder_llm.convert_weights`) and, through `gguf_files`, llama.cpp's
+GGUF quantisations (weights kept quantised: `weights.gguf.GGUFLinear`). The factory and the
 split-file loader go through these functions, so an encoder set mixing CLIP and T5 towers (SD3,
 Flux) is built like a CLIP-only one.
 """

@@ -27,10 +27,16 @@ def empty_tokens(length: int, pad_token: int, bos: int = BOS_ID, eos: int = EOS_
 
 
 def interpolate_from_empty(z: torch.Tensor, z_empty: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """z [T, W], z_empty [T, W], weights [T] -> z_empty + (z - z_empty) * w where w != 1, else z."""
-    w = weights.to(z.dtype)[:, None]  # [T, 1]
-    weighted = (z - z_empty) * w + z_empty
-    return torch.where(weights[:, None] != 1.0, weighted, z)
+    """z [T, W], z_empty [T, W], weights [T] -> z_empty + (z - z_empty) * w where w != 1, else z.
+
+    As ComfyUI, weight j goes to `z[j]`, the first axis of one prompt's output: the tokens of a
+    [T, W] state. A tower that returns several states, [S, T, W] (HiDream's Llama, layer "all"),
+    gets state j of every token moved by token j's weight, for j < min(S, T) (ComfyUI's loop over
+    `len(z[i])`; today's ComfyUI still does this)."""
+    n = min(z.shape[0], weights.shape[0])
+    w = weights[:n].reshape(n, *([1] * (z.dim() - 1)))  # [n, 1, ...]
+    head = torch.where(w != 1.0, (z[:n] - z_empty[:n]) * w.to(z.dtype) + z_empty[:n], z[:n])
+    return torch.cat([head, z[n:]]) if n < z.shape[0] else head
 
 
 def encode_token_weights(encode: EncodeFn, chunks: Sequence[Sequence[Any]],

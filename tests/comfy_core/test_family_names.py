@@ -29,7 +29,8 @@ ALLOWED_LITERALS: dict[tuple[str, str], str] = {
     # "chroma", "wan", "lumina2" there are ComfyUI's loader types, not our families; which types a
     # family answers is its `EncoderSetSpec.clip_types`.
     **{("split/clip_types.py", name): "ComfyUI's loader types"
-       for name in ("sd3", "sdxl", "flux", "chroma", "wan", "lumina2", "qwen_image", "hidream", "flux2")},
+       for name in ("sd3", "sdxl", "flux", "chroma", "wan", "lumina2", "qwen_image", "hidream", "flux2", "ltxv",
+                    "omnigen2")},
     # The ADM names a caller may pass to `DiffusionModel(adm="sdxl")` (tests/comfy_core/
     # test_unet_parity.py does): resolved in models/ (layer 4 in docs/dev/layers.md, below the
     # families), so the conditioning classes they name cannot move into the family packages until
@@ -52,6 +53,12 @@ ALLOWED_LITERALS: dict[tuple[str, str], str] = {
 ALLOWED_IMPORTS: dict[tuple[str, str], str] = {
     (f"controlnet/{name}.py", "sd3"): "SD3 ControlNets: controlnet is above families"
     for name in ("mmdit_controlnet", "load_mmdit", "sd3_runner", "dit_embedder")
+} | {
+    # Qwen-Image's ControlNets (InstantX's, VideoX-Fun's) are built from its DiT's blocks and take
+    # a Wan 2.1 latent hint, under the same rule as SD3's above.
+    ("controlnet/qwen_image_controlnet.py", "qwen_image"): "Qwen-Image ControlNets: controlnet is above families",
+    ("controlnet/load_qwen_image.py", "qwen_image"): "Qwen-Image ControlNets: controlnet is above families",
+    ("controlnet/load_qwen_image.py", "wan"): "Qwen-Image ControlNets' hint latent is the Wan 2.1 VAE's",
 } | {
     # ComfyUI's model_patches kinds that exist for one family (model_patches is above families);
     # they belong in their families' packages once a family can declare its patch kinds.

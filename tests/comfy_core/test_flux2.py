@@ -257,6 +257,35 @@ def test_single_file_with_klein_encoder_and_vae_loads_all_three(tmp_path):
         load_checkpoint(save(two_levels, tmp_path / "wrong_vae.safetensors"))
 
 
+
+def test_single_dev_file_reads_mistrals_tekken_tokenizer_at_the_text_encoders_root(tmp_path):
+    """ComfyUI's checkpoint loader hands the text-encoder state dict on as `tokenizer_data`, and its
+    CLIP.get_sd saves the tokenizer's state (`tekken_model`) there: an all-in-one FLUX.2 dev file
+    carries it as `text_encoders.tekken_model`, and its prompts tokenize as the split file's."""
+    from comfy_core.loading import load_checkpoint
+    from comfy_core.split.text_encoder_files import load_text_encoders
+    from tests.fixtures.flux2_files import tiny_flux2_vae_state_dict
+    from tests.fixtures.mistral_files import tekken_tensor, tiny_mistral_state_dict, write_mistral_file
+
+    mistral = tiny_mistral_state_dict(seed=1)
+    state = tiny_flux2_state_dict(seed=0, prefix=UNET, guidance=True, context=96)
+    state.update({"text_encoders.mistral3_24b.transformer." + k: v for k, v in mistral.items()})
+    state.update(tiny_flux2_vae_state_dict(seed=2, prefix="vae.", levels=4))
+    without = save(state, tmp_path / "flux2_dev_no_tokenizer.safetensors")
+    state["text_encoders.tekken_model"] = tekken_tensor()
+    model, clip, _vae = load_checkpoint(save(state, tmp_path / "flux2_dev_aio.safetensors"))
+    assert model.model.family.name == "flux2"
+    split = load_text_encoders([write_mistral_file(tmp_path / "mistral.safetensors", mistral, dtype=torch.float32)],
+                               "flux2")
+    prompt = "a red fox in the snow, café"
+    assert clip.tokenize(prompt) == split.tokenize(prompt)
+    cond = clip.encode_from_tokens(clip.tokenize(prompt))
+    assert torch.allclose(cond, split.encode_from_tokens(split.tokenize(prompt)), atol=1e-5)
+    from comfy_core.checkpoint.errors import ShapeMismatchError
+
+    with pytest.raises(ShapeMismatchError, match="no 'tekken_model' tensor"):
+        load_checkpoint(without)
+
 def test_diffusers_peft_lora_matches_diffusers_with_the_lora_merged(pair):
     """A PEFT-named LoRA (`transformer.<diffusers name>.lora_A/B.weight`: to_k, a slice of our fused
     qkv; the single block's fused projection; the global modulation; the final adaLN, whose halves

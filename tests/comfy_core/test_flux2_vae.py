@@ -77,3 +77,50 @@ def test_tiled_coding_works_on_flux2_latents(pair):
     assert (single - whole).abs().max() < 1e-5
     pixels = torch.rand(1, 16, 16, 3, generator=torch.Generator().manual_seed(3))
     assert vae.encode_tiled(pixels, tile_x=64, tile_y=64, overlap=8).shape == (1, 128, 4, 4)
+
+
+def test_small_decoder_file_decodes_as_diffusers_with_its_narrower_decoder(tmp_path):
+    """BFL's `full_encoder_small_decoder` (the FLUX.2 small decoder): the decoder's width is read from
+    `decoder.conv_in` (the encoder's level multipliers kept), as ComfyUI reads it; diffusers' model
+    with `decoder_block_out_channels` decodes the same pixels."""
+    pytest.importorskip("diffusers")
+    from diffusers import AutoencoderKLFlux2
+    from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
+
+    from comfy_core.models.vae import VAEConfig
+    from tests.fixtures.dit_checkpoints import save
+    from tests.fixtures.template_models_flux2 import SMALL_DECODER_CH, tiny_small_decoder_vae_state_dict
+
+    state = tiny_small_decoder_vae_state_dict(seed=5)
+    config = VAEConfig.detect_from_weights(state, "")
+    assert (config.ch, config.decoder_ch, config.ch_mult) == (2 * SMALL_DECODER_CH, SMALL_DECODER_CH, (1, 1, 1, 1))
+    vae = load_vae(save(state, tmp_path / "full_encoder_small_decoder.safetensors"))
+    assert vae.model.decoder.conv_out.weight.shape[1] == SMALL_DECODER_CH
+
+    kwargs = dict(block_out_channels=[2 * SMALL_DECODER_CH] * 4, decoder_block_out_channels=[SMALL_DECODER_CH] * 4,
+                  layers_per_block=1, latent_channels=32, norm_num_groups=32,
+                  down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4)
+    converted = convert_ldm_vae_checkpoint({k: v for k, v in state.items() if not k.startswith("bn.")},
+                                           {**kwargs, "in_channels": 3, "out_channels": 3})
+    converted.update({k: v for k, v in state.items() if k.startswith("bn.")})
+    reference = AutoencoderKLFlux2(**kwargs)
+    reference.load_state_dict(converted, strict=True)
+    latent = torch.randn(1, 128, 2, 3, generator=torch.Generator().manual_seed(6))
+    bn = reference.bn
+    z = latent * torch.sqrt(bn.running_var.view(1, -1, 1, 1) + reference.config.batch_norm_eps) \
+        + bn.running_mean.view(1, -1, 1, 1)
+    z = z.reshape(1, 32, 2, 2, 2, 3).permute(0, 1, 4, 2, 5, 3).reshape(1, 32, 4, 6)
+    with torch.no_grad():
+        theirs = ((reference.eval().decode(z).sample + 1) / 2).clamp(0, 1).movedim(1, -1)
+    ours = vae.decode(latent)
+    assert ours.shape == theirs.shape == (1, 32, 48, 3)
+    assert (ours - theirs).abs().max() < 1e-4
+
+
+def test_a_decoder_width_that_does_not_fit_the_levels_is_a_typed_error():
+    from comfy_core.models.vae import VAEConfig
+
+    state = tiny_flux2_vae_state_dict(seed=1)  # 32 x (1, 2): the decoder's first convolution gives 64
+    state["decoder.conv_in.weight"] = torch.zeros(63, 32, 3, 3)
+    with pytest.raises(VAEConfigError, match="not a multiple of the deepest level's multiplier 2"):
+        VAEConfig.detect_from_weights(state, "")

@@ -59,7 +59,7 @@ def test_other_decoders_are_not_llama_and_bad_towers_are_typed_errors(state):
     with pytest.raises(LlamaDetectionError, match="block indices"):
         LlamaConfig.detect_from_weights(gap)
     config = LlamaConfig.detect_from_weights(header)
-    with pytest.raises(LlamaKeyError, match="scaled-fp8"):
+    with pytest.raises(LlamaKeyError, match="without the scaled_fp8 marker"):
         build_llama_encoder(config, {**state, "model.layers.0.self_attn.q_proj.scale_weight": torch.ones(())})
     with pytest.raises(LlamaKeyError, match="missing"):
         build_llama_encoder(config, {k: v for k, v in state.items() if "o_proj" not in k})

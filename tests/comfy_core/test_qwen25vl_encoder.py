@@ -203,8 +203,11 @@ def test_bad_files_and_input_are_typed_errors(config, state, tower):
     wrong = dict(state, **{"model.layers.0.self_attn.q_proj.bias": torch.zeros(7)})
     with pytest.raises(Qwen25VLKeyError, match="q_proj.bias.*shape"):
         build_qwen25vl_encoder(config, wrong)
-    built = build_qwen25vl_encoder(config, {**state, "lm_head.weight": torch.zeros(1)})  # ignored
-    assert isinstance(built, Qwen25VLTextEncoder) and built.can_generate is False
+    built = build_qwen25vl_encoder(config, {**state, "lm_head.weight": torch.zeros(1)})  # kept for generation only
+    assert isinstance(built, Qwen25VLTextEncoder) and built.can_generate  # test_qwen25vl_generate.py
+    from comfy_core.text_encoders.generate import GenerationError
+    with pytest.raises(GenerationError, match="LM head has shape"):
+        built.logits(torch.zeros(1, TINY_TEXT["hidden_size"]))
     with pytest.raises(TokenizeError, match="outside"):
         tower.encode_ids(torch.tensor([[VOCAB]]))
     with pytest.raises(Qwen25VLInputError, match="positions for"):

@@ -188,7 +188,7 @@ def test_clip_skip_options_select_another_block(tower, reference):
 def test_bad_files_are_key_errors(config, state):
     with pytest.raises(Qwen3KeyError, match="missing keys"):
         build_qwen3_encoder(config, {k: v for k, v in state.items() if "layers.2.mlp" not in k})
-    with pytest.raises(Qwen3KeyError, match="scaled-fp8 / quantised"):
+    with pytest.raises(Qwen3KeyError, match="without the scaled_fp8 marker"):
         build_qwen3_encoder(config, {**state, "model.layers.0.mlp.up_proj.scale_weight": torch.ones(())})
     with pytest.raises(Qwen3KeyError, match="not a weight"):
         build_qwen3_encoder(config, {**state, "vision.proj.weight": torch.ones(1)})

@@ -70,3 +70,18 @@ def test_interpolate_leaves_weight_one_bit_exact():
 def test_first_eos_positions():
     ids = torch.tensor([[49406, 5, 49407, 49407], [49406, 5, 6, 7], [49406, 49407, 0, 0]])
     assert first_eos_positions(ids).tolist() == [2, 3, 1]  # no EOS: the last position
+
+
+def test_interpolate_many_states_weights_state_j_by_token_j():
+    # ComfyUI's loop over a [states, T, W] output (HiDream's Llama, layer "all"): token j's weight
+    # moves state j of every token; states past the token count and tokens past the state count keep.
+    z = torch.randn(3, 5, 2)
+    z_empty = torch.randn(3, 5, 2)
+    weights = torch.tensor([1.0, 1.5, 1.0, 2.0, 0.5])
+    out = interpolate_from_empty(z, z_empty, weights)
+    assert torch.equal(out[0], z[0]) and torch.equal(out[2], z[2])
+    torch.testing.assert_close(out[1], z_empty[1] + (z[1] - z_empty[1]) * 1.5)
+    z4 = torch.randn(4, 2, 2)
+    more_states = interpolate_from_empty(z4, torch.zeros(4, 2, 2), torch.tensor([1.0, 3.0]))
+    assert torch.equal(more_states[[0, 2, 3]], z4[[0, 2, 3]])
+    torch.testing.assert_close(more_states[1], 3 * z4[1])

@@ -85,7 +85,8 @@ def test_the_cliploader_node_loads_the_file_from_the_text_encoders_folder(env):
 
 def test_the_zimage_family_declares_the_encoder_set():
     sets = default_registry().encoder_sets()
-    assert ZIMAGE_TEXT_ENCODERS in sets and ZIMAGE_TEXT_ENCODERS.clip_types == ("lumina2",)
+    # "ltxv": ComfyUI builds Z-Image's Qwen3-4B encoder for that type too (the llm_qwen3_text_gen template)
+    assert ZIMAGE_TEXT_ENCODERS in sets and ZIMAGE_TEXT_ENCODERS.clip_types == ("lumina2", "ltxv")
     assert default_registry().get("zimage").text_encoders is ZIMAGE_TEXT_ENCODERS
 
 

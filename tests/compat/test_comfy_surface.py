@@ -78,9 +78,7 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.ldm.hydit.*": _FAMILY.format("HunyuanDiT"),
     "comfy.text_encoders.hydit": _FAMILY.format("HunyuanDiT"),
     "comfy.text_encoders.bert": _FAMILY.format("HunyuanDiT's BERT text encoder"),
-    "comfy.ldm.lightricks.*": _FAMILY.format("LTX-Video"),
     "comfy.text_encoders.lt": _FAMILY.format("LTX-Video"),
-    "comfy_extras.nodes_lt": _FAMILY.format("LTX-Video"),
     "comfy.text_encoders.lumina2": _FAMILY.format("Lumina 2's Gemma text encoder"),
     "comfy_extras.nodes_lumina2": _FAMILY.format("Lumina 2"),
     "comfy.ldm.omnigen.*": _FAMILY.format("OmniGen 2"),
@@ -114,9 +112,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy_extras.nodes_webcam": "a browser-side webcam capture node (frontend widget plus LoadImage)",
     "comfy_extras.nodes_train": "LoRA training nodes: training is out of this engine's scope",
     # Not yet: modules of features this engine has in its own form, without ComfyUI's module.
-    "comfy.weight_adapter.oft": "not yet: OFT's maths (orthogonal fine-tuning) is not in comfy_core/weights",
-    "comfy.weight_adapter.boft": "not yet: BOFT's maths (butterfly orthogonal fine-tuning) is not in comfy_core/weights",
-    "comfy.weight_adapter.glora": "not yet: GLoRA's maths is not in comfy_core/weights",
     "comfy.k_diffusion.deis": "not yet: DEIS's coefficient helpers (the sampler itself exists)",
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
@@ -179,14 +174,13 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('latent formats of families not implemented (Stable Cascade, Mochi, LTXV, Hunyuan, Cosmos, audio, '
          "...); SD15's constructor parameter name"),
         ('ACEAudio', 'ChromaRadiance', 'Cosmos1CV8x8x8', 'Hunyuan3Dv2', 'Hunyuan3Dv2_1', 'Hunyuan3Dv2mini',
-         'HunyuanImage21', 'HunyuanImage21Refiner', 'HunyuanVideo', 'LTXV', 'Mochi', 'SC_B', 'SC_Prior',
+         'HunyuanImage21', 'HunyuanImage21Refiner', 'HunyuanVideo', 'Mochi', 'SC_B', 'SC_Prior',
          'SD15.__init__', 'SDXL_Playground_2_5', 'SD_X4', 'StableAudio1',)),
     'comfy.weight_adapter*': (
         ("LoRA training's side of the adapters (`create_train`, `to_train`, the `*Diff` modules, LoHa's "
-         'autograd functions): training is out of this engine\'s scope (see comfy_extras.nodes_train); OFT, BOFT, '
-         'GLoRA: not yet (see their modules)'),
-        ('BOFTAdapter', 'GLoRAAdapter', 'OFTAdapter', 'WeightAdapterTrainBase', '*.create_train', '*.to_train',
-         'LoraDiff', 'LohaDiff', 'LokrDiff', 'HadaWeight', 'HadaWeightTucker',)),
+         'autograd functions): training is out of this engine\'s scope (see comfy_extras.nodes_train)'),
+        ('WeightAdapterTrainBase', '*.create_train', '*.to_train',
+         'LoraDiff', 'LohaDiff', 'LokrDiff', 'OFTDiff', 'HadaWeight', 'HadaWeightTucker',)),
     'comfy.lora_convert': (
         ('key conversions of LoRA formats not supported yet (BFL control LoRA, Wan Fun, USO)'),
         ('convert_lora_bfl_control', 'convert_lora_wan_fun', 'convert_uso_lora',)),

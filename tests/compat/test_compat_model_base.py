@@ -104,3 +104,13 @@ def test_hooks_surface_is_ours(session) -> None:
     group = HookGroup()
     out = comfy.hooks.set_hooks_for_conditioning(cond, group)
     assert out[0][1]["hooks"] is group and "hooks" not in cond[0][1]
+
+
+def test_each_supported_models_name_is_ours_or_a_placeholder_never_both() -> None:
+    """A placeholder of the same name would hide our family's class from packs'
+    `isinstance(config, comfy.supported_models.X)` (HiDream and LTXV once did)."""
+    import compat.mp_supported_models as names
+
+    assert not set(names.OTHER_CONFIG_NAMES) & set(names.OUR_CONFIG_TARGETS)
+    for name in names.OUR_CONFIG_TARGETS:
+        assert getattr(names, name, None) is None or getattr(names, name) is names.our_config_class(name)

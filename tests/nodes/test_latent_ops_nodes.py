@@ -273,6 +273,8 @@ def test_set_latent_noise_mask_shapes_and_keys():
     assert "noise_mask" not in samples  # the input dict is not changed
     (out,) = set_latent_noise_mask(samples, torch.rand(2, 32, 48))
     assert out["noise_mask"].shape == (2, 1, 32, 48)
+    (out,) = set_latent_noise_mask({"samples": torch.zeros(1, 16, 1, 8, 8)}, torch.ones(64, 64))  # Qwen-Image's 5-D
+    assert out["noise_mask"].shape == (1, 1, 64, 64)
     with pytest.raises(NodeInputError, match="input 'mask'"):
         set_latent_noise_mask(samples, torch.ones(64))
     with pytest.raises(NodeInputError, match="input 'mask'"):

@@ -150,6 +150,15 @@ def _unsupported(types):
     return [t for t in types if t not in supported]
 
 
+def test_no_type_a_family_answers_is_described_as_missing():
+    """The "it needs the X family" words are for types no encoder set answers; a family that
+    arrives takes its type out of them."""
+    from comfy_core.families import encoder_sets
+    from comfy_core.split.clip_types import NEEDS, supported_types
+
+    assert not set(NEEDS) & set(supported_types(encoder_sets()))
+
+
 @pytest.mark.parametrize("clip_type", _unsupported(CLIP_LOADER_TYPES))
 def test_clip_loader_types_we_do_not_have_are_input_errors(env, clip_type):
     with pytest.raises(NodeInputError, match=f"input 'type' .*'{clip_type}' is not supported"):

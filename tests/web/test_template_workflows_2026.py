@@ -50,7 +50,15 @@ pytestmark = pytest.mark.skipif(NEWEST is None, reason="the newest comfyui-workf
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
+    **{name: "ComfyUI's int8 ConvRot diffusion model (`*_int8_convrot`, comfy_quant per layer): int8 weights "
+             "kept as stored, the input rotated by the regular Hadamard (comfy_core/weights/quant_int8.py)"
+       for name in ("image_qwen_image_edit_2511_int8", "image_z_image_int8", "image_z_image_turbo_int8")},
     "basic_datatype_conversion": "1 s: ComfyMathExpression, ComfyNumberConvert, PreviewAny (no model)",
+    "image_omnigen2_t2i": "53 s: OmniGen2 (comfy_core/families/omnigen2) with Qwen2.5-VL-3B (CLIPLoader type "
+                          "omnigen2), DualCFGGuider",
+    "image_omnigen2_image_edit": "120 s: OmniGen2's reference-image stream (ReferenceLatent on both conditionings)",
+    "image_ovis_text_to_image": "56 s: Ovis-Image (comfy_core/families/ovis_image) with Ovis 2.5's Qwen3 (CLIPLoader type "
+                                "ovis), ModelSamplingAuraFlow",
     "image_chroma1_radiance_text_to_image": "Chroma Radiance in pixel space, VAELoader's 'pixel_space'",
     **{name: "Qwen-Image text to image: the empty 4-D latent gets its frame axis (fix_empty_latent_channels)"
        for name in ("image_qwen_Image_2512", "image_qwen_image", "image_qwen_image_2512_with_2steps_lora",
@@ -128,9 +136,52 @@ RUNNING = {
                          "diffusion_model.), PreviewAny",
     "utility_z_image_turbo_2k_upscaler.app": "158 s: subgraph, Z-Image Turbo img2img after ESRGAN x4 to 2k, "
                                              "ImageScaleToTotalPixels, ImageCompare",
+    # Qwen-Image ControlNets, model patches, Layered (tests/fixtures/template_models_qwen.py)
+    "image_qwen_image_instantx_inpainting_controlnet": "163-179 s: InstantX's inpainting ControlNet "
+                                                       "(ControlNetLoader), ControlNetInpaintingAliMamaApply (mask on "
+                                                       "the 5-D hint latent), SetLatentNoiseMask on a 5-D latent",
+    "image_qwen_image_controlnet_patch": "146-346 s: ModelPatchLoader (DiffSynth's block-wise ControlNet), "
+                                         "QwenImageDiffsynthControlnet at 1.68 MP",
+    "image_z_image_turbo_fun_union_controlnet": "2-6 s: subgraph, VideoX-Fun's Z-Image union ControlNet (bf16 patch "
+                                                "on a float32 model) through QwenImageDiffsynthControlnet",
+    "image_qwen_image_layered": "33-53 s: subgraph, Qwen-Image-Layered (RGBA VAE, EmptyQwenImageLayeredLatentImage, "
+                                "ReferenceLatent, LatentCut, LatentCutToBatch)",
+    "image_qwen_image_layered_control": "43-48 s: subgraph, Qwen-Image-Layered control, UNETLoader fp8_e4m3fn",
+    # Flux.2 (tests/fixtures/template_models_flux2.py): two runs each on the shared machine (load 6-11)
+    "image_flux2_klein_text_to_image": "57-68 s: subgraph, Klein 4B distilled and base (bf16), Qwen3-4B by "
+                                       "CLIPLoader type flux2 (layers 9 / 18 / 27), Flux2Scheduler, CFGGuider",
+    "image_flux2_klein_image_edit_4b_distilled": "40-88 s: subgraphs, Klein 4B fp8, VAEEncode of the scaled input, "
+                                                 "ReferenceLatent, ConditioningZeroOut, 4 steps",
+    "image_flux2_klein_image_edit_4b_base": "133-261 s: subgraphs, Klein base 4B fp8, BFL's small-decoder VAE "
+                                            "(a narrower decoder), reference latents, CFG",
+    "image_flux2_klein_image_edit_9b_distilled": "56 s: subgraphs, Klein 9B fp8, Qwen3-8B fp8, small-decoder VAE",
+    "image_flux2_klein_image_edit_9b_base": "222 s: subgraphs, Klein base 9B fp8, Qwen3-8B, reference latents, CFG",
+    "image_flux2_klein_9b_kv_image_edit": "49 s: subgraphs, Klein 9B KV fp8, two references through FluxKVCache "
+                                          "(index_timestep_zero, K/V kept from the first of 4 steps), CFGGuider",
+    "image_flux2_text_to_image_9b": "43 s: Klein base 9B fp8, Qwen3-8B fp8, small-decoder VAE",
+    "image_flux2_text_to_image": "55-129 s: subgraph, FLUX.2 dev fp8, Mistral Small 3 with its tekken tokenizer, "
+                                 "FluxGuidance, BasicGuider, ComfySwitchNode around a Turbo LoRA",
+    "image_flux2": "91-228 s: subgraphs, FLUX.2 dev fp8, Mistral Small 3, reference image (ReferenceLatent), "
+                   "small-decoder VAE",
+    "image_flux2_fp8": "134-229 s: subgraphs, FLUX.2 dev fp8, Mistral Small 3 fp8, Flux.2 VAE, reference image",
+    "hidream_i1_dev": "17-72 s small: HiDream-I1 Dev (fp8 MoE DiT), QuadrupleCLIPLoader (CLIP-L, CLIP-G, T5, "
+                      "scaled-fp8 Llama 3.1), ModelSamplingSD3 6",
+    "hidream_i1_fast": "10-43 s small: HiDream-I1 Fast, 16 steps",
+    "hidream_i1_full": "40-95 s small: HiDream-I1 Full, 50 steps cfg 5",
+    "hidream_e1_full": "27-99 s small: HiDream-E1 (the source latent appended along the width), "
+                       "InstructPixToPixConditioning, DualCFGGuider",
+    "image_netayume_lumina_t2i": "107-189 s: subgraphs (nested), a Lumina 2 all-in-one checkpoint (NextDiT, Gemma 2 "
+                                 "with its SentencePiece model, Flux VAE), ModelSamplingAuraFlow, res_multistep",
+    "hidream_e1_1": "62-173 s small: HiDream-E1.1, CFGNorm, ImageScaleToTotalPixels, UNETLoader fp8_e4m3fn_fast",
+    "llm_qwen3_text_gen": "TextGenerate with Qwen3-4B by CLIPLoader type ltxv (Z-Image's encoder set, as ComfyUI "
+                          "builds it), PreviewAny",
+    "ltxv_text_to_video": "small: LTX-Video 0.9 all-in-one checkpoint, T5-XXL by CLIPLoader type ltxv, "
+                          "LTXVScheduler 30 steps, SamplerCustom, CreateVideo / SaveVideo",
+    "ltxv_image_to_video": "small: LTX-Video 0.9.5 checkpoint, LTXVImgToVideo (noise mask keeps the first latent "
+                           "frame), LTXVScheduler, SamplerCustom",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
-TEXT_ONLY = ("basic_datatype_conversion",)
+TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen")
 # The default run: no-model templates, a subgraph one, a split-files Wan one, a Z-Image one.
 DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_compositing",
                      "flux_fill_inpaint_example", "text_to_video_wan", "image_z_image_turbo")
@@ -138,6 +189,7 @@ DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_com
 # Covered templates (all nodes exist) of model families this engine does not have (other issues):
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
+    "MiniMax H3 (a Qwen3-VL 32B NVFP4-AWQ text encoder and its own DiT)": ("image_minimax_h3_t2i",),
     "Lotus-D (an SD 2-derived depth UNet, `lotus-depth-d-v1-1`; LotusConditioning exists, the UNet "
     "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
         "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
@@ -159,8 +211,6 @@ _FAMILIES_NOT_HERE = {
     "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
     "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
-    "OmniGen2 (Qwen2.5-VL 3B)": ("image_omnigen2_image_edit", "image_omnigen2_t2i"),
-    "Ovis-Image (Ovis 2.5 text encoder)": ("image_ovis_text_to_image",),
 }
 OUT_OF_SCOPE = {name: f"model family not written here: {family}"
                 for family, names in _FAMILIES_NOT_HERE.items() for name in names}
@@ -168,38 +218,26 @@ OUT_OF_SCOPE = {name: f"model family not written here: {family}"
 # Covered templates of families that exist here that do not run yet: (why, a fragment of the error;
 # a file with no tiny writer fails in provide_files, whose KeyError names every such file).
 # Qwen-Image (its DiT, the Qwen2.5-VL 7B encoder, the Wan 2.1 VAE) runs; these stop short of it.
-_QWEN_CONTROLNET = ("Qwen-Image ControlNets (InstantX, Fun union) have no tiny writer here "
-                    "(tests/fixtures/template_models_2026.py)", "'controlnet_qwen_image'")
-_INT8_CONVROT = ("ComfyUI's int8 ConvRot quantized diffusion model (`*_int8_convrot`) is read by no loader here, "
-                 "so it has no tiny writer", "'unet_int8_convrot'")
 NOT_RUNNING: dict[str, tuple[str, str]] = {
-    "image_qwen_Image_2512_controlnet": _QWEN_CONTROLNET,
-    "image_qwen_image_instantx_inpainting_controlnet": _QWEN_CONTROLNET,
-    "image_qwen_image_edit_2511_int8": _INT8_CONVROT,
+    **{name: ("LTX-2.3: no tiny template files for LTX-2 yet (LTXAVTextEncoderLoader's Gemma 3 file is not "
+              "written), and LTX-2.3's DualLinearProjection text projection is refused with a typed error",
+              "'gemma_3_12B_it_fp4_mixed.safetensors' not in []")
+       for name in ("template_ltx2_3_style_transition", "video_ltx2_3_flf2v")},
+    "image_qwen_Image_2512_controlnet": (
+        "its ResizeImageMaskNode was saved before 'scale total pixels' gained `multiple`: the positional "
+        "widgets_values put 'area' (scale_method) into resize_type.multiple and validation refuses it (the Fun "
+        "union ControlNet itself runs: 658 s at 1.6 MP with the value set by hand)", "resize_type.multiple, area"),
     # Families and model patches added in this session, with no tiny template files yet.
-    **{name: ("Flux.2 (its DiT, Mistral 3 / Qwen3 encoders) has no tiny template files here yet", "'unet_flux2'")
-       for name in ("image_flux2", "image_flux2_fp8", "image_flux2_klein_image_edit_4b_base",
-                    "image_flux2_klein_image_edit_4b_distilled", "image_flux2_klein_image_edit_9b_base",
-                    "image_flux2_klein_image_edit_9b_distilled", "image_flux2_klein_text_to_image",
-                    "image_flux2_text_to_image", "image_flux2_text_to_image_9b")},
-    **{name: ("HiDream has no tiny template files here yet", "'unet_hidream'")
-       for name in ("hidream_e1_1", "hidream_e1_full", "hidream_i1_dev", "hidream_i1_fast", "hidream_i1_full")},
-    **{name: ("Qwen-Image Layered's RGBA VAE has no tiny writer here", "'vae_qwen_image_layered'")
-       for name in ("image_qwen_image_layered", "image_qwen_image_layered_control")},
-    **{name: ("its ControlNet model patch (DiffSynth's for Qwen-Image, VideoX-Fun's for Z-Image) has no tiny writer "
-              "here", "'unknown model_patches file'")
-       for name in ("image_qwen_image_controlnet_patch", "image_z_image_turbo_fun_union_controlnet")},
-    "image_z_image_int8": _INT8_CONVROT,
-    "image_z_image_turbo_int8": _INT8_CONVROT,
-    "image_netayume_lumina_t2i": (
-        "Lumina 2's network exists, its Gemma 2 2B text encoder does not (this all-in-one checkpoint holds "
-        "it), so the checkpoint has no tiny writer", "'lumina2_checkpoint'"),
-    "llm_qwen3_text_gen": (
-        "CLIPLoader type 'ltxv' with the Qwen3-4B file: ComfyUI builds the Qwen3-4B encoder from the weights "
-        "for this type; here the type is refused", "text encoder type 'ltxv' is not supported"),
     "video_wan2.1_alpha_t2v_14B": (
         "Wan-Alpha's RGB / alpha VAE pair is not a VAE written here (its files are written as SD1 VAEs, "
         "which refuse the Wan video latent); the rest of the graph runs", "expected an image latent"),
+    # Qwen-Image 2.1: TextEncodeQwenImage21 and QwenImage21Cache exist (nodes/qwen_image_nodes.py), its
+    # network does not (tests/fixtures/template_models_qwen21.py claims its files, with no writer).
+    **{name: ("Qwen-Image 2.1's DiT (prefix-cached, 64-channel latent), Qwen3-VL 8B encoder and VAE are not "
+              "written here: no tiny files", "'unet_qwen_image21'")
+       for name in ("image_qwen_image_2_1_background_removal", "image_qwen_image_2_1_image_edit",
+                    "image_qwen_image_2_1_t2i", "image_qwen_image_2_1_turbo_image_edit",
+                    "image_qwen_image_2_1_turbo_t2i")},
 }
 
 
@@ -217,8 +255,9 @@ def object_info() -> dict:
 
 
 def _made_small(name: str) -> bool:
-    """Video templates, SDXL ones and pixel-space ones (minutes each at 1024 px on two cores)."""
-    return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance"))
+    """Video templates, SDXL, HiDream and pixel-space ones (minutes each at 1024 px on two cores), and
+    text generation (a tiny random LLM never says stop: 2048 tokens are minutes)."""
+    return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
@@ -237,12 +276,22 @@ def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
     return names
 
 
+SMALL_TOKENS = 24  # TextGenerate's max_length in made-small runs
+
+
 def shrink_2026(prompt: dict) -> dict:
-    """test_template_workflows_wan.py's `shrink`, and primitives that reach a width / height (64)
-    or a length through math nodes (a count of seconds becomes 1, a frame count 9)."""
+    """test_template_workflows_wan.py's `shrink`, ImageScaleToTotalPixels at its least (0.01 MP),
+    and primitives that reach a width / height (64) or a length through math nodes (a count of
+    seconds becomes 1, a frame count 9)."""
     from tests.web.test_template_workflows_wan import SMALL_LENGTH, SMALL_SIDE, _fed_inputs, shrink
 
     prompt = shrink(prompt)
+    for node in prompt.values():  # an input image scaled to a megapixel count (HiDream-E1.1): the least
+        megapixels = node["inputs"].get("megapixels")
+        if node["class_type"] == "ImageScaleToTotalPixels" and isinstance(megapixels, (int, float)):
+            node["inputs"]["megapixels"] = min(megapixels, 0.01)
+        if node["class_type"] == "TextGenerate" and isinstance(node["inputs"].get("max_length"), int):
+            node["inputs"]["max_length"] = min(node["inputs"]["max_length"], SMALL_TOKENS)
     for node_id, node in prompt.items():
         value = node.get("inputs", {}).get("value")
         if node["class_type"] != "PrimitiveInt" or not isinstance(value, int):
@@ -300,7 +349,9 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
 
 @pytest.mark.parametrize("folder, file_name, kind", [
     ("diffusion_models", "z_image_turbo_bf16.safetensors", "unet_zimage"),
-    ("diffusion_models", "z_image_int8_convrot.safetensors", "unet_int8_convrot"),
+    ("diffusion_models", "z_image_int8_convrot.safetensors", "unet_zimage_int8_convrot"),
+    ("diffusion_models", "qwen_image_edit_2511_int8_convrot.safetensors", "unet_qwen_image_int8_convrot"),
+    ("diffusion_models", "krea2_int8_convrot.safetensors", "unet_int8_convrot"),  # no writer
     ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),
     ("text_encoders", "qwen_3_4b_fp8_mixed.safetensors", "qwen3_4b_fp8"),
     ("loras", "pixel_art_style_z_image_turbo.safetensors", "lora_zimage"),
@@ -308,15 +359,31 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "chroma-radiance-x0.safetensors", "unet_chroma_radiance_x0"),
     ("diffusion_models", "Chroma1-HD.safetensors", "unet_chroma"),
     ("vae", "qwen_image_vae.safetensors", "vae_wan21"),
+    ("diffusion_models", "qwen_image_2.1_int8_convrot.safetensors", "unet_qwen_image21"),  # no writer
+    ("diffusion_models", "qwen_image_2.1_turbo_bf16.safetensors", "unet_qwen_image21"),  # no writer
+    ("text_encoders", "qwen3vl_8b_bf16.safetensors", "qwen3vl_8b"),  # no writer
+    ("vae", "qwen_image_2.1_vae_bf16.safetensors", "vae_qwen_image21"),  # no writer
     ("text_encoders", "qwen_2.5_vl_7b_fp8_scaled.safetensors", "qwen25vl_7b"),
     ("diffusion_models", "qwen_image_edit_2511_bf16.safetensors", "unet_qwen_image"),
     ("loras", "Qwen-Image-Lightning-4steps-V1.0.safetensors", "lora_qwen_image"),
     ("controlnet", "Qwen-Image-InstantX-ControlNet-Inpainting.safetensors", "controlnet_qwen_image"),
     ("vae", "qwen_image_layered_vae.safetensors", "vae_qwen_image_layered"),
-    ("diffusion_models", "flux-2-klein-4b-fp8.safetensors", "unet_flux2"),
-    ("diffusion_models", "flux2_dev_fp8mixed.safetensors", "unet_flux2"),
+    ("controlnet", "Qwen-Image-2512-Fun-Controlnet-Union-2602.safetensors", "controlnet_qwen_image_fun"),
+    ("model_patches", "qwen_image_canny_diffsynth_controlnet.safetensors", "diffsynth_qwen_image"),
+    ("model_patches", "Z-Image-Turbo-Fun-Controlnet-Union.safetensors", "zimage_fun_controlnet"),
+    ("diffusion_models", "qwen_image_layered_bf16.safetensors", "unet_qwen_image_layered"),
+    ("diffusion_models", "flux-2-klein-4b-fp8.safetensors", "unet_flux2_klein_4b_fp8"),
+    ("diffusion_models", "flux2_dev_fp8mixed.safetensors", "unet_flux2_dev_fp8"),
+    ("diffusion_models", "flux-2-klein-base-9b-fp8.safetensors", "unet_flux2_klein_9b_fp8"),
+    ("text_encoders", "mistral_3_small_flux2_bf16.safetensors", "mistral3_flux2"),
+    ("text_encoders", "qwen_3_8b_fp8mixed.safetensors", "qwen3_8b_fp8"),
+    ("vae", "flux2-vae.safetensors", "vae_flux2"),
+    ("vae", "full_encoder_small_decoder.safetensors", "vae_flux2_small_decoder"),
+    ("loras", "Flux_2-Turbo-LoRA_comfyui.safetensors", "lora_flux2"),
     ("diffusion_models", "flux1-dev-kontext_fp8_scaled.safetensors", "unet_flux_dev_fp8"),
-    ("diffusion_models", "hidream_i1_fast_fp8.safetensors", "unet_hidream"),
+    ("diffusion_models", "hidream_i1_fast_fp8.safetensors", "unet_hidream_fp8"),
+    ("diffusion_models", "ovis_image_bf16.safetensors", "unet_ovis_image"),
+    ("text_encoders", "ovis_2.5.safetensors", "ovis25_qwen3"),
 ])
 def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind
@@ -374,10 +441,48 @@ def test_the_qwen_image_files_fit_the_encoder_fixture_and_the_lora_reaches_every
 
 
 def test_a_template_file_with_no_writer_is_named_after_the_others_are_written(tmp_path: Path) -> None:
-    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "z_image_int8_convrot.safetensors"}},
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "krea2_int8_convrot.safetensors"}},
               "2": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
               "3": {"class_type": "VAELoader", "inputs": {"vae_name": "pixel_space"}}}
-    with pytest.raises(KeyError, match="'unet_int8_convrot' \\(diffusion_models/z_image_int8_convrot"):
+    with pytest.raises(KeyError, match="'unet_int8_convrot' \\(diffusion_models/krea2_int8_convrot"):
         provide_files(prompt, tmp_path)
     assert (tmp_path / "models" / "vae" / "ae.safetensors").is_file()
     assert not (tmp_path / "models" / "vae" / "pixel_space").exists()  # a built-in choice, not a file
+
+
+@pytest.mark.parametrize("unet, encoder, lora", [
+    ("flux2_dev_fp8mixed.safetensors", "mistral_3_small_flux2_fp8.safetensors", "Flux2TurboComfyv2.safetensors"),
+    ("flux-2-klein-4b.safetensors", "qwen_3_4b.safetensors", None),
+    ("flux-2-klein-base-9b-fp8.safetensors", "qwen_3_8b_fp8mixed.safetensors", None),
+])
+def test_the_flux2_files_fit_together_and_the_lora_reaches_every_block(tmp_path: Path, unet: str, encoder: str,
+                                                                       lora: str | None) -> None:
+    """The tiny files a Flux.2 template gets fit together: the encoder's stacked states are the
+    transformer's text input, the small-decoder VAE decodes its 128-channel latents 16x up, and
+    every tensor of the template LoRA names a layer."""
+    import torch
+    from safetensors.torch import load_file
+
+    from comfy_core.loading import load_vae
+    from comfy_core.lora import load_lora_for_models
+    from comfy_core.split import load_text_encoders
+    from comfy_core.split.diffusion_model import load_diffusion_model
+
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": unet}},
+              "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": encoder, "type": "flux2"}},
+              "3": {"class_type": "VAELoader", "inputs": {"vae_name": "full_encoder_small_decoder.safetensors"}}}
+    if lora is not None:
+        prompt["4"] = {"class_type": "LoraLoaderModelOnly", "inputs": {"lora_name": lora}}
+    provide_files(prompt, tmp_path)
+    models = tmp_path / "models"
+    model = load_diffusion_model(models / "diffusion_models" / unet)
+    assert model.model.family.name == ("flux2" if lora else "flux2_klein")
+    clip = load_text_encoders([models / "text_encoders" / encoder], "flux2")
+    cond = clip.encode_from_tokens(clip.tokenize("a cat"))
+    assert cond.shape[-1] == model.model.diffusion_model.txt_in.in_features
+    vae = load_vae(models / "vae" / "full_encoder_small_decoder.safetensors")
+    assert vae.decode(torch.zeros(1, 128, 2, 2)).shape == (1, 32, 32, 3)
+    if lora is not None:
+        weights = load_file(str(models / "loras" / lora))
+        _patched, _clip, report = load_lora_for_models(model, None, weights, 1.0, 0.0)
+        assert report.unmatched == [] and report.skipped == [] and report.model_keys == len(weights) // 2

@@ -21,6 +21,15 @@ modulated LayerNorm and joint attention):
 - `vec = time_in(t) + guidance_in(g)` (dev; Klein has no guidance embedding); timestep and
   guidance scaled by 1000 before the sinusoidal embedding, as Flux.1.
 
+Reference latents: "index" (the default) runs them with the image's modulations; "index_timestep_zero"
+(ComfyUI's name; the Klein 9B KV model's placement, diffusers' `ref_fixed_timestep=0`) modulates the
+reference tokens of every block with `vec` at timestep 0 (same guidance) while the image and text
+tokens keep timestep t. `default_ref_method` (an attribute of the network, object-patched by
+FluxKVCache) is the method when the conditioning names none. A reference K/V cache
+(`transformer_options[REFERENCE_KV]`, comfy_core/model_patches/flux_kv_cache.py) makes the
+attention keep the reference tokens' rotated K/V on the run's first call and, on later calls, run
+only the text and image tokens against the kept K/V.
+
 ComfyUI's forward arguments and patch points are Flux.1's (the double/single block replacements,
 `post_input`, `block_index`, ControlNet adds); the block replacements receive `vec` as the
 modulations the block uses (the global ones), as in newer ComfyUI with its global modulation.
@@ -34,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.attention.rope import rotate_pairs
 from comfy_core.families.flux import math as flux_math
 from comfy_core.families.flux.blocks import EmbedND, ModulationOut, QKNorm, apply_mod, timestep_embedding
 from comfy_core.families.flux.dit import count_numbered, run_stream_blocks, tokens_to_image
@@ -43,6 +53,9 @@ from comfy_core.models.weight_shapes import shape_reader
 
 FLUX2_THETA = 2000
 FLUX2_REF_INDEX_SCALE = 10  # reference k gets time index 10 * k (ComfyUI / diffusers)
+FLUX2_REF_METHODS = ("index", "index_timestep_zero")
+REFERENCE_KV = "flux_reference_kv"  # transformer_options: a run's reference K/V cache (model_patches/flux_kv_cache)
+REFERENCE_KV_CALL = "flux_reference_kv_call"  # transformer_options of one network call: its cache slot
 TEXT_ID_AXIS = 3
 
 
@@ -243,6 +256,32 @@ def _heads(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
     return qkv.view(b, n, 3, num_heads, -1).permute(2, 0, 3, 1, 4)  # [3, B, H, N, d]
 
 
+def _joint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: torch.Tensor | None,
+                     mask: torch.Tensor | None, options: dict[str, Any] | None) -> torch.Tensor:
+    """Flux's attention over one block's joint sequence (q/k/v `[B, H, L, d]` -> `[B, L, H*d]`); with
+    a reference K/V slot in `options` (REFERENCE_KV_CALL) q and k are rotated here so the slot
+    keeps (or supplies) the reference tokens' keys after RoPE, as they were at their own positions."""
+    slot = (options or {}).get(REFERENCE_KV_CALL)
+    if slot is None:
+        return flux_math.run_attention(q, k, v, pe=pe, mask=mask, transformer_options=options)
+    if pe is not None:
+        q = rotate_pairs(q, pe, v.dtype, fused=False)
+        k = rotate_pairs(k, pe, v.dtype, fused=False)
+    k, v, mask = slot.keys_for(options.get("block_type"), options.get("block_index"), k, v, mask)
+    return flux_math.run_attention(q, k, v, pe=None, mask=mask, transformer_options=options)
+
+
+def _timestep_zero_tail(mods_t: tuple[ModulationOut, ...], mods_0: tuple[ModulationOut, ...], n_t: int,
+                        n_zero: int) -> tuple[ModulationOut, ...]:
+    """Per-token modulations: the first `n_t` tokens at timestep t, the last `n_zero` at timestep 0
+    (each field `[B, n_t + n_zero, C]`)."""
+    def join(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cat((a.expand(-1, n_t, -1), b.expand(-1, n_zero, -1)), dim=1)
+
+    return tuple(ModulationOut(join(a.shift, b.shift), join(a.scale, b.scale), join(a.gate, b.gate))
+                 for a, b in zip(mods_t, mods_0))
+
+
 class Flux2DoubleBlock(nn.Module):
     """Image and text streams with their own weights and one joint attention over `[txt, img]`;
     `vec` is the pair of global modulations `((img_attn, img_mlp), (txt_attn, txt_mlp))`."""
@@ -276,9 +315,8 @@ class Flux2DoubleBlock(nn.Module):
         (img_mod1, img_mod2), (txt_mod1, txt_mod2) = vec
         iq, ik, iv = self._qkv("img", img, img_mod1)
         tq, tk, tv = self._qkv("txt", txt, txt_mod1)
-        attn = flux_math.run_attention(torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2),
-                                       torch.cat((tv, iv), dim=2), pe=pe, mask=attn_mask,
-                                       transformer_options=transformer_options)  # [B, Nt+Ni, C]
+        attn = _joint_attention(torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2),
+                                torch.cat((tv, iv), dim=2), pe, attn_mask, transformer_options)  # [B, Nt+Ni, C]
         n_txt = txt.shape[1]
         img = self._residuals("img", img, attn[:, n_txt:], img_mod1, img_mod2)
         txt = self._residuals("txt", txt, attn[:, :n_txt], txt_mod1, txt_mod2)
@@ -308,7 +346,7 @@ class Flux2SingleBlock(nn.Module):
                                [3 * self.hidden_size, 2 * self.mlp_hidden_dim], dim=-1)
         q, k, v = _heads(qkv, self.num_heads)
         q, k = self.norm(q, k, v)
-        attn = flux_math.run_attention(q, k, v, pe=pe, mask=attn_mask, transformer_options=transformer_options)
+        attn = _joint_attention(q, k, v, pe, attn_mask, transformer_options)
         x = x + mod.gate * self.linear2(torch.cat((attn, swiglu(mlp)), dim=2))  # [B, N, C]
         if x.dtype == torch.float16:
             x = torch.nan_to_num(x, nan=0.0, posinf=65504, neginf=-65504)
@@ -355,6 +393,8 @@ class Flux2Transformer(nn.Module):
     """The Flux.2 transformer (see the module docstring); `params` are `Flux2Config`'s fields.
     ComfyUI runs Flux.2 with its `comfy.ldm.flux.model.Flux` class (image_model "flux2")."""
 
+    reference_kv_key = REFERENCE_KV  # runs a reference K/V cache found under this transformer_options key
+
     def __init__(self, image_model: Any = None, final_layer: bool = True, dtype: Any = None, device: Any = None,
                  operations: Any = None, **params: Any) -> None:
         super().__init__()
@@ -385,6 +425,7 @@ class Flux2Transformer(nn.Module):
                                            for _ in range(config.depth_single_blocks))
         if final_layer:
             self.final_layer = Flux2LastLayer(hidden, config.out_channels, ops, factory)
+        self.default_ref_method = "index"  # FluxKVCache object-patches "index_timestep_zero"
 
     @classmethod
     def from_config(cls, config: Flux2Config, **kwargs: Any) -> "Flux2Transformer":
@@ -399,9 +440,10 @@ class Flux2Transformer(nn.Module):
     def forward_orig(self, img: torch.Tensor, img_ids: torch.Tensor, txt: torch.Tensor, txt_ids: torch.Tensor,
                      timesteps: torch.Tensor, guidance: torch.Tensor | None = None,
                      control: Mapping[str, Any] | None = None, transformer_options: Mapping[str, Any] = {},
-                     attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+                     attn_mask: torch.Tensor | None = None, timestep_zero_from: int | None = None) -> torch.Tensor:
         """Tokens in, tokens out: img `[B, Ni, in]`, img_ids `[B, Ni, 4]`, txt `[B, Nt, context]`,
-        txt_ids `[B, Nt, 4]`, timesteps (sigma) / guidance `[B]` -> `[B, Ni, out]`."""
+        txt_ids `[B, Nt, 4]`, timesteps (sigma) / guidance `[B]` -> `[B, Ni, out]`. Image tokens from
+        `timestep_zero_from` on (after the `post_input` patches) are modulated at timestep 0."""
         if img.ndim != 3 or txt.ndim != 3:
             raise ValueError("Flux.2: img and txt token tensors must have 3 dimensions")
         options = dict(transformer_options or {})
@@ -416,6 +458,16 @@ class Flux2Transformer(nn.Module):
             img, txt, img_ids, txt_ids = out["img"], out["txt"], out["img_ids"], out["txt_ids"]
         double_mod = (self.double_stream_modulation_img(vec), self.double_stream_modulation_txt(vec))
         single_mod = self.single_stream_modulation(vec)
+        n_zero = 0 if timestep_zero_from is None else img.shape[1] - timestep_zero_from
+        if n_zero > 0:
+            vec0 = self.time_in(timestep_embedding(torch.zeros_like(timesteps), 256).to(img.dtype))  # [B, C]
+            if self.config.guidance_embed and guidance is not None:
+                vec0 = vec0 + self.guidance_in(timestep_embedding(guidance, 256).to(img.dtype))
+            n_t = img.shape[1] - n_zero
+            double_mod = (_timestep_zero_tail(double_mod[0], self.double_stream_modulation_img(vec0), n_t, n_zero),
+                          double_mod[1])
+            single_mod = _timestep_zero_tail(single_mod, self.single_stream_modulation(vec0), txt.shape[1] + n_t,
+                                             n_zero)
         pe = self.pe_embedder(torch.cat((txt_ids, img_ids), dim=1))  # [B, 1, Nt+Ni, d/2, 2, 2]
         img = run_stream_blocks(self.double_blocks, self.single_blocks, img, txt, pe, options,
                                 lambda i: double_mod, lambda i: single_mod, control, attn_mask)
@@ -429,17 +481,25 @@ class Flux2Transformer(nn.Module):
         `[B, Nt, context_in_dim]`, guidance `[B]` (dev), ref_latents `[B, 128, h', w']` each
         (the k-th at time index 10 * k) -> `[B, out_channels, h, w]`. `y` is ignored (no pooled input)."""
         bs, _, h, w = x.shape
+        options = dict(transformer_options or {})
         img, img_ids = flux2_image_tokens(x)
         img_tokens = img.shape[1]
-        if ref_latents:
-            method = kwargs.get("ref_latents_method", (transformer_options or {}).get("ref_latents_method", "index"))
-            if method != "index":  # only BFL's placement is written here; another would be silently wrong
-                raise ValueError(f"Flux.2: reference latents method {method!r} is not supported; only 'index' "
-                                 "(reference k at time index 10 * k)")
-        for k, ref in enumerate(ref_latents or (), start=1):
-            tokens, ids = flux2_image_tokens(ref.to(x), index=float(FLUX2_REF_INDEX_SCALE * k))
-            img, img_ids = torch.cat((img, tokens), 1), torch.cat((img_ids, ids), 1)
+        method = kwargs.get("ref_latents_method") or options.get("ref_latents_method") or self.default_ref_method
+        if ref_latents and method not in FLUX2_REF_METHODS:  # another placement would be silently wrong
+            raise ValueError(f"Flux.2: reference latents method {method!r} is not supported; only 'index' "
+                             "(reference k at time index 10 * k) and 'index_timestep_zero' (the same, "
+                             "modulated at timestep 0)")
+        ref_tokens = sum(ref.shape[-2] * ref.shape[-1] for ref in ref_latents or ())
+        cache = options.get(REFERENCE_KV) if ref_tokens else None
+        slot = None if cache is None else cache.slot_for(options, bs, ref_tokens)
+        if slot is not None:
+            options[REFERENCE_KV_CALL] = slot
+        if slot is None or slot.filling:  # a cached call runs without the reference tokens
+            for k, ref in enumerate(ref_latents or (), start=1):
+                tokens, ids = flux2_image_tokens(ref.to(x), index=float(FLUX2_REF_INDEX_SCALE * k))
+                img, img_ids = torch.cat((img, tokens), 1), torch.cat((img_ids, ids), 1)
         txt_ids = flux2_text_ids(bs, context.shape[1], x.device)
-        out = self.forward_orig(img, img_ids, context, txt_ids, timestep, guidance, control, transformer_options,
-                                attn_mask=kwargs.get("attention_mask"))
+        zero_from = img_tokens if ref_latents and method == "index_timestep_zero" else None
+        out = self.forward_orig(img, img_ids, context, txt_ids, timestep, guidance, control, options,
+                                attn_mask=kwargs.get("attention_mask"), timestep_zero_from=zero_from)
         return tokens_to_image(out[:, :img_tokens], h, w, 1)  # [B, out, h, w]

@@ -34,7 +34,9 @@ class Lumina2KeyError(ValueError):
 def is_diffusers_lumina2(names: Iterable[str]) -> bool:
     """Whether `names` are a Lumina 2 transformer in diffusers' layout."""
     names = set(names)
-    return CAPTION + "1.weight" in names and "layers.0.attn.to_q.weight" in names
+    # OmniGen2's own names share these two (comfy_core/families/omnigen2); its reference-image embedder tells it apart.
+    return CAPTION + "1.weight" in names and "layers.0.attn.to_q.weight" in names \
+        and "ref_image_patch_embedder.weight" not in names
 
 
 def diffusers_key_map(config: Any, output_prefix: str = "") -> dict[str, Any]:

@@ -64,6 +64,7 @@ from comfy_core.families.sd3.mmdit_blocks import RMSNorm
 from comfy_core.models.comfyui_names import comfyui_name
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import count_numbered, shape_reader
+from comfy_core.wrappers import run_split_blocks
 
 IMAGE_MODEL = "qwen_image"
 REF_LATENTS_METHODS = ("index", "offset", "uxo", "index_timestep_zero", "negative_index")
@@ -146,13 +147,16 @@ class QwenImageConfig:
         return {"image_model": IMAGE_MODEL, **self.params()}
 
     @classmethod
-    def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "QwenImageConfig":
+    def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "",
+                            final_layer: bool = True) -> "QwenImageConfig":
         """The structure under `prefix` from names and shapes only (a safetensors header is
         enough): the width from `img_in`, the head width from the QK-norm weight, the text width
         from `txt_norm`, the output channels from `proj_out`, the MLP width from `img_mlp`, the
         depth from the numbered `transformer_blocks.N`; every block's shapes checked. The RoPE
-        split (`default_axes_dims`) is not in the weights. Raises `QwenImageConfigError` naming
-        the key when the weights are incomplete or inconsistent."""
+        split (`default_axes_dims`) is not in the weights. `final_layer=False`: a network without
+        `norm_out` / `proj_out` (a Qwen-Image ControlNet), its output channels those of its input.
+        Raises `QwenImageConfigError` naming the key when the weights are incomplete or
+        inconsistent."""
         shape = shape_reader(tensors, prefix, QwenImageConfigError, "Qwen-Image")
         layered = prefix + LAYERED_MARKER in tensors
         hidden, in_channels = shape("img_in.weight")
@@ -162,14 +166,15 @@ class QwenImageConfig:
             raise QwenImageConfigError(f"Qwen-Image: width {hidden} is not a multiple of the head width {head_dim} "
                                        f"({prefix}transformer_blocks.0.attn.norm_q.weight)")
         mlp_hidden = shape("transformer_blocks.0.img_mlp.net.0.proj.weight")[0]
-        proj_out = shape("proj_out.weight")
+        proj_out = shape("proj_out.weight") if final_layer else (in_channels, hidden)
         if proj_out[0] % (PATCH * PATCH):
             raise QwenImageConfigError(f"Qwen-Image: {prefix}proj_out.weight gives {proj_out[0]} channels, not a "
                                        f"multiple of the patch area {PATCH * PATCH}")
-        expected = {"txt_in.weight": (hidden, joint), "proj_out.weight": (proj_out[0], hidden),
-                    "norm_out.linear.weight": (2 * hidden, hidden),
+        expected = {"txt_in.weight": (hidden, joint),
                     "time_text_embed.timestep_embedder.linear_1.weight": (hidden, 256),
                     "time_text_embed.timestep_embedder.linear_2.weight": (hidden, hidden)}
+        if final_layer:
+            expected.update({"proj_out.weight": (proj_out[0], hidden), "norm_out.linear.weight": (2 * hidden, hidden)})
         layers = count_numbered(tensors, prefix, "transformer_blocks", QwenImageConfigError, "Qwen-Image")
         for i in range(layers):
             block = f"transformer_blocks.{i}."
@@ -547,26 +552,37 @@ class QwenImageTransformer(nn.Module):
         patches = (options.get("patches", {}) or {}).get("double_block", ()) or ()
         options["total_blocks"] = len(self.transformer_blocks)
         options["block_type"] = "double"
-        for i, block in enumerate(self.transformer_blocks):
-            options["block_index"] = i
-            if ("double_block", i) in blocks_replace:
-                def original(args: dict, block: nn.Module = block) -> dict:
-                    out_txt, out_img = block(args["img"], args["txt"], args["vec"], args["pe"], mask, split,
-                                             args.get("transformer_options"))
-                    return {"img": out_img, "txt": out_txt}
 
-                out = blocks_replace[("double_block", i)](
-                    {"img": img, "txt": txt, "vec": temb, "pe": pe, "transformer_options": options},
-                    {"original_block": original})
-                img, txt = out["img"], out["txt"]
-            else:
-                txt, img = block(img, txt, temb, pe, mask, split, options)
-            for patch in patches:
-                out = patch({"img": img, "txt": txt, "x": x, "block_index": i, "transformer_options": options})
-                img, txt = out.get("img", img), out.get("txt", txt)
-            if control is not None:
-                adds = control.get("input") or ()
-                if i < len(adds) and adds[i] is not None:
-                    img[:, :adds[i].shape[1]] += adds[i]
-        return img, txt
+        def run(streams: dict, indices: range) -> dict:
+            img, txt = streams["img"], streams["txt"]
+            for i in indices:
+                block = self.transformer_blocks[i]
+                options["block_index"] = i
+                if ("double_block", i) in blocks_replace:
+                    def original(args: dict, block: nn.Module = block) -> dict:
+                        out_txt, out_img = block(args["img"], args["txt"], args["vec"], args["pe"], mask, split,
+                                                 args.get("transformer_options"))
+                        return {"img": out_img, "txt": out_txt}
+
+                    out = blocks_replace[("double_block", i)](
+                        {"img": img, "txt": txt, "vec": temb, "pe": pe, "transformer_options": options},
+                        {"original_block": original})
+                    img, txt = out["img"], out["txt"]
+                else:
+                    txt, img = block(img, txt, temb, pe, mask, split, options)
+                for patch in patches:
+                    out = patch({"img": img, "txt": txt, "x": x, "block_index": i, "transformer_options": options})
+                    img, txt = out.get("img", img), out.get("txt", txt)
+                if control is not None:
+                    adds = control.get("input") or ()
+                    if i < len(adds) and adds[i] is not None:
+                        img[:, :adds[i].shape[1]] += adds[i]
+            return {"img": img, "txt": txt}
+
+        # the first block, then the rest: the first-block hook point (comfy_core/wrappers.py)
+        n = len(self.transformer_blocks)
+        first = range(min(1, n))
+        out = run_split_blocks(options, lambda streams: run(streams, first),
+                               lambda streams: run(streams, range(len(first), n)), {"img": img, "txt": txt})
+        return out["img"], out["txt"]
 

@@ -1,7 +1,7 @@
 """Z-Image's text-encoder set (ComfyUI's `comfy/text_encoders/z_image.py`): the one Qwen3-4B tower
 `qwen3_4b` (`qwen3.Qwen3TextEncoder`), loaded by CLIPLoader type "lumina2" (ComfyUI builds Z-Image's
 encoder for a Qwen3-4B file under any type but flux / flux2; the official Z-Image templates use
-"lumina2"), with ComfyUI's class names for the set and its tokenizer (`ZImageTEModel`,
+"lumina2", the Qwen3 text-generation template "ltxv"), with ComfyUI's class names for the set and its tokenizer (`ZImageTEModel`,
 `ZImageTokenizer`).
 
 The prompt is wrapped in Qwen's chat template as a user turn with the assistant turn opened,
@@ -55,4 +55,4 @@ ZIMAGE_TEXT_ENCODERS = EncoderSetSpec(
     "zimage", (EncoderOptions(QWEN3_4B_SLOT, QWEN3_4B_SLOT, PAD_ID, -2, False, projected_pooled=False,
                               prefixes=(f"text_encoders.{QWEN3_4B_SLOT}.transformer.",), kind="qwen3",
                               nominal_width=QWEN3_4B_WIDTH, min_length=1),),
-    QWEN3_4B_SLOT, set_class=ZImageTEModel, tokenizer_class=ZImageTokenizer, clip_types=("lumina2",))
+    QWEN3_4B_SLOT, set_class=ZImageTEModel, tokenizer_class=ZImageTokenizer, clip_types=("lumina2", "ltxv"))

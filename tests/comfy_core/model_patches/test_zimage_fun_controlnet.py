@@ -156,6 +156,47 @@ def test_the_control_stream_follows_comfyuis_flow(files, version):
     assert torch.equal(run(patched), ours)  # the control stream restarts with the next call
 
 
+def test_the_qwen_image_diffsynth_node_applies_a_z_image_fun_patch_as_zimagefuncontrolnet(files):
+    """ComfyUI's QwenImageDiffsynthControlnet dispatches on the patch's network (the Z-Image Fun
+    union template wires the Z-Image patch through it)."""
+    from nodes.diffsynth_controlnet import qwen_image_diffsynth_controlnet
+
+    model, vae, patches = files
+    (through_qwen,) = qwen_image_diffsynth_controlnet(model, patches["1.0"], vae, _image(), 0.8)
+    (direct,) = z_image_fun_controlnet(model, patches["1.0"], vae, 0.8, image=_image())
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        x = torch.randn(vae.encode(_image()).shape, generator=gen)
+    context = torch.randn(1, 5, CAP_WIDTH, generator=gen)
+    outs = []
+    for patcher in (through_qwen, direct, model):
+        with torch.no_grad(), patcher.applied() as dm:
+            outs.append(dm.diffusion_model(x, torch.tensor([0.6]), context,
+                                           transformer_options=dict(patcher.model_options["transformer_options"])))
+    assert torch.equal(outs[0], outs[1]) and (outs[0] - outs[2]).abs().max() > 1e-3
+
+
+def test_a_bf16_patch_runs_in_the_models_dtype(files, tmp_path):
+    """The releases are bfloat16 and the model computes in float32 here: the patch's layers cast
+    their weights as they run (ComfyUI's `manual_cast`), giving the float32 patch's result up to
+    the rounding of the weights."""
+    model, vae, patches = files
+    state = {k: v.to(torch.bfloat16) for k, v in zimage_fun_controlnet_state_dict(version="1.0", seed=5).items()}
+    bf16 = load_model_patch(write_patch_file(tmp_path / "fun_bf16.safetensors", state))
+    assert bf16.model.control_layers[0].attention.qkv.weight.dtype == torch.bfloat16
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        x = torch.randn(vae.encode(_image()).shape, generator=gen)
+    context = torch.randn(1, 5, CAP_WIDTH, generator=gen)
+    outs = []
+    for patch in (bf16, patches["1.0"]):
+        (patched,) = z_image_fun_controlnet(model, patch, vae, 1.0, image=_image())
+        with torch.no_grad(), patched.applied() as dm:
+            outs.append(dm.diffusion_model(x, torch.tensor([0.6]), context,
+                                           transformer_options=dict(patched.model_options["transformer_options"])))
+    assert outs[0].dtype == torch.float32 and (outs[0] - outs[1]).abs().max() < 5e-2
+
+
 def test_inpaint_latent_and_mask(files):
     model, vae, patches = files
     mask = torch.zeros(1, 32, 48)
