@@ -44,6 +44,7 @@ from aiohttp import web
 
 from web.asset_files import AssetError, AssetRoots, check_tags, guess_mime, hash_file, now_text
 from web.confined_path import PathOutsideRoot, confined_path
+from web.sqlite_db import open_database
 
 SORT_FIELDS = ("name", "created_at", "updated_at", "size", "last_access_time")
 CURSOR_SORT_FIELDS = ("name", "created_at", "updated_at", "size")
@@ -182,13 +183,7 @@ class AssetCatalog:
         self._db: sqlite3.Connection | None = None
 
     def open(self) -> "AssetCatalog":
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(_SCHEMA)
-        self._db = db
+        self._db = open_database(self.db_path, _SCHEMA)
         return self
 
     def close(self) -> None:

@@ -37,10 +37,11 @@ from urllib.parse import quote
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from web.auth.access import admin_only, may_read_path, record_owner
+from web.auth.access import admin_only, may_read_path, record_owner, sees_all
 from web.asset_scan import SeedScanner
 from web.asset_files import SEED_ROOTS, SYSTEM_TAGS, AssetError, AssetRoots, check_name, check_tags, parse_hash
-from web.assets import ASSETS_KEY, SORT_FIELDS, AssetCatalog, ListQuery, asset_service
+from web.assets import (ASSETS_KEY, CURSOR_SORT_FIELDS, SORT_FIELDS, AssetCatalog, ListQuery, asset_service,
+                        encode_cursor)
 from web.routes_files import is_active_type
 from web.state import AppState
 from web.store import DB_NAME
@@ -232,6 +233,45 @@ async def head_hash(request: web.Request, service: AssetService) -> web.Response
     return web.Response(status=200 if exists else 404)
 
 
+# --users (web/auth/): a user sees the records whose file they may read (their own uploads and
+# outputs, shared input files, models) or whose asset id they registered; admins see all. The same
+# rule as v2's assets (web/routes_v2.py) and as this catalogue's content download.
+_EVERY = 2 ** 62  # "no limit" for a page fetched whole to be filtered per user
+
+
+def _visible(request: web.Request, record: Any) -> bool:
+    return may_read_path(request, record.path, record.id, shared_outside=True)
+
+
+async def _visible_record(request: web.Request, service: AssetService) -> Any:
+    """The record of the route's id, or the catalogue's 404 when unknown or (--users) not the caller's."""
+    record = await asyncio.to_thread(service.catalog.require, asset_id_of(request))
+    if not sees_all(request) and not await asyncio.to_thread(_visible, request, record):
+        raise AssetError(404, "ASSET_NOT_FOUND", f"asset {record.id} not found", {"id": record.id})
+    return record
+
+
+def _user_page(request: web.Request, catalog: AssetCatalog, query: ListQuery) -> tuple[list, int, str | None]:
+    """list_page for a caller who sees only some records: the filters, order, offset and cursor
+    applied to the records visible to them (blocking: call it in a worker thread)."""
+    from dataclasses import replace
+
+    every = replace(query, limit=_EVERY, offset=0)
+    visible = [r for r in catalog.list_page(replace(every, after=None))[0] if _visible(request, r)]
+    if query.after is not None:  # keyset continuation: the catalogue applies the cursor
+        rest = [r for r in catalog.list_page(every)[0] if _visible(request, r)]
+    else:
+        rest = visible[query.offset:]
+    records = rest[:query.limit]
+    next_cursor = None
+    if query.sort in CURSOR_SORT_FIELDS and len(rest) > query.limit:
+        last = records[-1]
+        value = {"name": last.name, "created_at": last.created_at, "updated_at": last.updated_at,
+                 "size": last.size}[query.sort]
+        next_cursor = encode_cursor(query.sort, query.order, value, last.id)
+    return records, len(visible), next_cursor
+
+
 async def list_assets(request: web.Request, service: AssetService) -> web.Response:
     q = request.query
     if "metadata_filter" in q:
@@ -245,7 +285,10 @@ async def list_assets(request: web.Request, service: AssetService) -> web.Respon
                       limit=_int_param(q, "limit", 20, 1, 500), offset=_int_param(q, "offset", 0, 0, 10**12),
                       sort=_choice(q, "sort", "created_at", SORT_FIELDS), order=_choice(q, "order", "desc", ("asc", "desc")),
                       after=q.get("after"))
-    records, total, next_cursor = await asyncio.to_thread(service.catalog.list_page, query)
+    if sees_all(request):
+        records, total, next_cursor = await asyncio.to_thread(service.catalog.list_page, query)
+    else:
+        records, total, next_cursor = await asyncio.to_thread(_user_page, request, service.catalog, query)
     has_more = next_cursor is not None if query.after is not None else query.offset + len(records) < total
     body: dict[str, Any] = {"assets": [service.catalog.public(r) for r in records], "total": total,
                             "has_more": has_more}
@@ -255,14 +298,12 @@ async def list_assets(request: web.Request, service: AssetService) -> web.Respon
 
 
 async def get_asset(request: web.Request, service: AssetService) -> web.Response:
-    record = service.catalog.require(asset_id_of(request))
+    record = await _visible_record(request, service)
     return web.json_response(service.catalog.public(record))
 
 
 async def asset_content(request: web.Request, service: AssetService) -> web.StreamResponse:
-    record = service.catalog.require(asset_id_of(request))
-    if not may_read_path(request, record.path, shared_outside=True):  # --users: another user's file
-        raise AssetError(404, "ASSET_NOT_FOUND", f"asset {record.id} not found", {"id": record.id})
+    record = await _visible_record(request, service)  # --users: another user's file reads as unknown
     disposition = request.query.get("disposition", "attachment").strip().lower()
     if disposition not in ("inline", "attachment"):
         disposition = "attachment"  # ComfyUI's reading: anything else downloads
@@ -375,7 +416,7 @@ async def _upload(request: web.Request, service: AssetService, work: Path) -> we
     record = await asyncio.to_thread(service.catalog.ingest_upload, temp, digest, size, name=name, tags=tags,
                                      client_filename=client_name or None, user_metadata=metadata,
                                      mime_type=mime_type, preview_id=preview_id)
-    record_owner(request, record.path)  # --users: the uploader's file (web/auth/)
+    record_owner(request, record.path, record.id)  # --users: the uploader's file and record (web/auth/)
     return _created(service, record)
 
 
@@ -397,11 +438,12 @@ async def from_hash(request: web.Request, service: AssetService) -> web.Response
                                      user_metadata=metadata, mime_type=mime_type, preview_id=preview_id)
     if record is None:
         raise AssetError(404, "ASSET_NOT_FOUND", f"Asset content {digest} does not exist")
+    record_owner(request, None, record.id)  # --users: knowing the hash, the caller has the bytes (as v2)
     return _created(service, record)
 
 
 async def update_asset(request: web.Request, service: AssetService) -> web.Response:
-    asset_id = asset_id_of(request)
+    asset_id = (await _visible_record(request, service)).id
     body = await _json_body(request)
     name, metadata, preview = body.get("name"), body.get("user_metadata"), body.get("preview_id")
     if name is None and metadata is None and preview is None:
@@ -413,7 +455,7 @@ async def update_asset(request: web.Request, service: AssetService) -> web.Respo
 
 
 async def delete_asset(request: web.Request, service: AssetService) -> web.Response:
-    asset_id = asset_id_of(request)
+    asset_id = (await _visible_record(request, service)).id
     if not await asyncio.to_thread(service.catalog.delete, asset_id):
         raise AssetError(404, "ASSET_NOT_FOUND", f"asset {asset_id} not found", {"id": asset_id})
     return web.Response(status=204)
@@ -435,13 +477,13 @@ async def _tag_body(request: web.Request) -> list[str]:
 
 
 async def add_tags(request: web.Request, service: AssetService) -> web.Response:
-    asset_id = asset_id_of(request)
+    asset_id = (await _visible_record(request, service)).id
     tags = await _tag_body(request)
     return web.json_response(await asyncio.to_thread(service.catalog.add_tags, asset_id, tags))
 
 
 async def remove_tags(request: web.Request, service: AssetService) -> web.Response:
-    asset_id = asset_id_of(request)
+    asset_id = (await _visible_record(request, service)).id
     tags = await _tag_body(request)
     return web.json_response(await asyncio.to_thread(service.catalog.remove_tags, asset_id, tags))
 
@@ -452,12 +494,47 @@ async def list_tags(request: web.Request, service: AssetService) -> web.Response
     if prefix is not None and len(prefix) > 256:
         raise AssetError(400, "INVALID_QUERY", "prefix is longer than 256 characters", {"parameter": "prefix"})
     limit, offset = _int_param(q, "limit", 100, 1, 1000), _int_param(q, "offset", 0, 0, 10_000_000)
-    rows, total = await asyncio.to_thread(
-        service.catalog.tag_usage, prefix=prefix, limit=limit, offset=offset,
-        order=_choice(q, "order", "count_desc", ("count_desc", "name_asc")),
-        include_zero=_bool_param(q, "include_zero", True))
+    order = _choice(q, "order", "count_desc", ("count_desc", "name_asc"))
+    include_zero = _bool_param(q, "include_zero", True)
+    if sees_all(request):
+        rows, total = await asyncio.to_thread(service.catalog.tag_usage, prefix=prefix, limit=limit, offset=offset,
+                                              order=order, include_zero=include_zero)
+    else:
+        rows, total = await asyncio.to_thread(_user_tag_usage, request, service.catalog, prefix, limit, offset,
+                                              order, include_zero)
     return web.json_response({"tags": [{"name": n, "count": c} for n, c in rows], "total": total,
                               "has_more": offset + len(rows) < total})
+
+
+def _user_tag_usage(request: web.Request, catalog: AssetCatalog, prefix: str | None, limit: int, offset: int,
+                    order: str, include_zero: bool) -> tuple[list[tuple[str, int]], int]:
+    """tag_usage counted over the records the caller sees (--users). A tag no record carries at
+    all is listed with 0 (with include_zero), as for everyone; one only others' records carry is
+    not listed (its name would tell of their files)."""
+    counts: dict[str, int] = {}
+    for record in catalog.list_page(ListQuery(limit=_EVERY))[0]:
+        if _visible(request, record):
+            for tag in record.tags:
+                if tag != "missing":  # projected from the file's state, not a stored tag (as tag_usage)
+                    counts[tag] = counts.get(tag, 0) + 1
+    if include_zero:
+        for tag, uses in catalog.tag_usage(prefix=prefix, limit=_EVERY, offset=0, order="name_asc",
+                                           include_zero=True)[0]:
+            if uses == 0:
+                counts.setdefault(tag, 0)
+    rows = [(tag, uses) for tag, uses in counts.items() if not prefix or tag.startswith(prefix)]
+    rows.sort(key=(lambda row: (-row[1], row[0])) if order == "count_desc" else (lambda row: row[0]))
+    return rows[offset:offset + limit], len(rows)
+
+
+def _user_histogram(request: web.Request, catalog: AssetCatalog, query: ListQuery, limit: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in catalog.list_page(query)[0]:
+        if _visible(request, record):
+            for tag in record.tags:
+                if tag != "missing":  # projected from the file's state, not a stored tag (as tag_usage)
+                    counts[tag] = counts.get(tag, 0) + 1
+    return dict(sorted(counts.items(), key=lambda row: (-row[1], row[0]))[:limit])
 
 
 async def refine_tags(request: web.Request, service: AssetService) -> web.Response:
@@ -465,6 +542,11 @@ async def refine_tags(request: web.Request, service: AssetService) -> web.Respon
     if "metadata_filter" in q:
         raise AssetError(400, "UNSUPPORTED_PARAM", "metadata_filter is no longer supported")
     every, some, none = tag_filters(q)
+    if not sees_all(request):
+        query = ListQuery(tags_all=tuple(every), tags_any=tuple(some), tags_none=tuple(none),
+                          name_contains=q.get("name_contains") or None, limit=_EVERY)
+        return web.json_response({"tag_counts": await asyncio.to_thread(
+            _user_histogram, request, service.catalog, query, _int_param(q, "limit", 100, 1, 1000))})
     counts = await asyncio.to_thread(service.catalog.tag_histogram, tags_all=every, tags_any=some, tags_none=none,
                                      name_contains=q.get("name_contains") or None,
                                      limit=_int_param(q, "limit", 100, 1, 1000))

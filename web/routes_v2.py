@@ -11,6 +11,10 @@ Registered once, under `/api/v2` (v2 has no bare form); docs/api-v2.md describes
   POST   /api/v2/jobs/{id}/cancel            pending: removed (canceled); running: interrupted (canceling)
   GET    /api/v2/jobs/{id}/events            text/event-stream: status, progress, preview, output, log
   GET    /api/v2/jobs/{id}/workflow          ?format=api|save -> {"workflow", "format"}
+  POST   /api/v2/jobs/{id}/move              {"position": n | "front" | "back"} -> Job (queued only)
+  POST   /api/v2/jobs/{id}/retry             {"front"?: bool} -> 201 the new Job + "retry_of" (failed / canceled)
+  GET    /api/v2/queue                       {paused, held, running: [id], pending: [id], queue_remaining}
+  POST   /api/v2/queue/pause, .../resume     the same listing (admins only with --users)
   POST   /api/v2/assets                      multipart (file, file_path, content_type?, expected_hash?, tags*)
   POST   /api/v2/assets/from-hash            {hash, file_path?, tags?} -> a record over stored bytes
   HEAD   /api/v2/assets/by-hash/{hash}       200 stored / 404 not
@@ -36,9 +40,10 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from graph.editor_workflow import EditorWorkflowError, editor_to_prompt, is_editor_workflow, unknown_types
-from web.auth.access import may_read_path, may_see, owner_of, record_owner, sees_all
+from web.auth.access import admin_only, may_read_path, may_see, owner_of, record_owner, sees_all
 from web.asset_files import AssetError, check_name, check_tags, parse_hash
 from web.bodies import BadRequestBody, read_json
+from web.prompt_queue import PromptStateError, QueueControlError, UnknownPromptError
 from web.queue_item import now_ms
 from web.routes_files import is_active_type
 from web.routes_jobs import job_owner
@@ -306,6 +311,109 @@ async def job_workflow(request: web.Request) -> web.Response:
     return web.json_response({"workflow": saved, "format": "save"})
 
 
+# -- queue control (docs/queue.md) ----------------------------------------------------------------
+def _control_error(exc: QueueControlError, job_id: str) -> web.Response:
+    if isinstance(exc, UnknownPromptError):
+        return error(404, "not_found", f"No job {job_id[:80]}: {exc}")
+    if isinstance(exc, PromptStateError):
+        return error(409, "invalid_state", str(exc))
+    return error(400, "invalid_request", str(exc))
+
+
+def _queue_body(request: web.Request) -> dict:
+    queue = _service(request).state.queue
+    listing = queue.state()
+    if not sees_all(request):  # --users: the ids listed are the caller's own (as GET /api/queue/state)
+        owners = {i.prompt_id: i.owner for i in (*queue.running_items(), *queue.pending())}
+        for key in ("running", "pending"):
+            listing[key] = [pid for pid in listing[key] if may_see(request, owners.get(pid, ""))]
+    return listing
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    return web.json_response(_queue_body(request))
+
+
+@admin_only  # --users (web/auth/): the queue as a whole is the admins'
+async def pause_queue(request: web.Request) -> web.Response:
+    _service(request).state.queue.pause()
+    return web.json_response(_queue_body(request))
+
+
+@admin_only
+async def resume_queue(request: web.Request) -> web.Response:
+    _service(request).state.queue.resume()
+    return web.json_response(_queue_body(request))
+
+
+async def move_job(request: web.Request) -> web.Response:
+    """{"position": n (0 = next) | "front" | "back"} among the pending jobs -> the Job."""
+    service = _service(request)
+    try:
+        body = await read_json(request, expect=dict)
+    except BadRequestBody as exc:
+        return error(400, "invalid_request", f"Body must be a JSON object: {exc.message}")
+    view = await _view_or_404(service, request.match_info["id"], request)
+    if isinstance(view, web.Response):
+        return view
+    queue = service.state.queue
+    position = body.get("position")
+    if position == "front":
+        position = 0
+    elif position == "back":
+        position = len(queue.pending()) - 1
+    elif isinstance(position, bool) or not isinstance(position, int):
+        return error(400, "invalid_request", "'position' must be an integer index into the pending jobs, "
+                     f"\"front\" or \"back\", got {str(position)[:40]!r}.")
+    try:
+        queue.move(view.id, position)
+    except QueueControlError as exc:
+        if isinstance(exc, UnknownPromptError):  # known, so no longer pending: finished
+            return error(409, "invalid_state", f"Job {view.id} is {view.status}; only queued jobs can be moved.")
+        return _control_error(exc, view.id)
+    return await _answer_job(service, view.id, request)
+
+
+async def retry_job(request: web.Request) -> web.Response:
+    """A failed or canceled job queued again under a new id -> 201 the new Job, with `retry_of`.
+    Optional body {"front": bool}: enter at the front of its owner's priority band."""
+    service = _service(request)
+    try:
+        body = await read_json(request, empty={}, expect=dict)
+    except BadRequestBody as exc:
+        return error(400, "invalid_request", f"Body must be a JSON object: {exc.message}")
+    front = body.get("front", False)
+    if not isinstance(front, bool):
+        return error(400, "invalid_request", f"'front' must be true or false, got {type(front).__name__}.")
+    view = await _view_or_404(service, request.match_info["id"], request)
+    if isinstance(view, web.Response):
+        return view
+    if view.status not in ("failed", "canceled"):
+        return error(409, "invalid_state", f"Job {view.id} is {view.status}; only failed or canceled jobs can "
+                     "be retried.")
+    try:
+        new_id = service.state.queue.retry(view.id, front=front)  # the event loop owns the queue
+    except QueueControlError as exc:
+        if isinstance(exc, UnknownPromptError):  # canceled while queued: it never ran, nothing is stored
+            return error(409, "invalid_state", f"Job {view.id} was canceled before it ran; it has no stored "
+                         "run to retry.")
+        return _control_error(exc, view.id)
+    labels = view.v2.labels if view.v2 is not None else {}
+    created = jobs.queued_view(service.state, service.bridge, new_id)
+    await asyncio.to_thread(service.store.add_job, new_id, created.created_ms if created else now_ms(),
+                            idempotency_key=None, body_digest=None, fmt=view.v2.format if view.v2 else "api",
+                            save_workflow=view.v2.save_workflow if view.v2 else None, labels=labels)
+    return await _answer_job(service, new_id, request, status=201, retry_of=view.id)
+
+
+async def _answer_job(service: V2Service, job_id: str, request: web.Request, status: int = 200,
+                      **extra: Any) -> web.Response:
+    view = await jobs.locate(service.state, service.bridge, service.store, job_id)
+    if view is None:
+        return error(500, "internal_error", f"Job {job_id} cannot be read back.")
+    return web.json_response({**await _job_body(service, view, request), **extra}, status=status)
+
+
 # -- events --------------------------------------------------------------------------------------
 def _frame(event: str, data: Any) -> bytes:
     """One SSE frame; no `id:` (the v2 stream is live, with no Last-Event-ID replay)."""
@@ -570,6 +678,11 @@ def add_v2_routes(app: web.Application, state: AppState) -> None:
     router.add_post(f"{prefix}/jobs/{{id}}/cancel", cancel_job)
     router.add_get(f"{prefix}/jobs/{{id}}/events", job_events)
     router.add_get(f"{prefix}/jobs/{{id}}/workflow", job_workflow)
+    router.add_post(f"{prefix}/jobs/{{id}}/move", move_job)
+    router.add_post(f"{prefix}/jobs/{{id}}/retry", retry_job)
+    router.add_get(f"{prefix}/queue", get_queue)
+    router.add_post(f"{prefix}/queue/pause", pause_queue)
+    router.add_post(f"{prefix}/queue/resume", resume_queue)
     router.add_post(f"{prefix}/assets", upload_asset)
     router.add_post(f"{prefix}/assets/from-hash", asset_from_hash)
     router.add_route("HEAD", f"{prefix}/assets/by-hash/{{hash}}", head_asset_by_hash)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from web.bodies import OFF_LOOP_BYTES, parse_json_pieces
+from web.sqlite_db import open_database
 from web.queue_item import DEFAULT_OWNER, MAX_QUEUE_NUMBER, QueueItem, now_ms, public_extra_data
 
 log = logging.getLogger(__name__)
@@ -186,12 +187,8 @@ class PromptStore:
         return repaired
 
     def connect(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
+            db = open_database(self.path, _SCHEMA)
             _migrate(db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open queue/history database {self.path}: {exc}") from exc

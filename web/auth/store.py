@@ -29,6 +29,8 @@ from pathlib import Path
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from web.sqlite_db import open_database
+
 ROLES = ("admin", "user", "viewer")
 RESERVED_NAMES = frozenset({"default"})  # the owner of every prompt while users are off
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -121,10 +123,7 @@ class UserStore:
         self.path = Path(path)
         self.hasher = hasher or PasswordHasher()
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_database(self.path, _SCHEMA)
         # hashing a password a non-user sends takes as long as checking a real one (no user oracle)
         self._dummy_hash = self.hasher.hash(secrets.token_hex(8))
 

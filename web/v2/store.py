@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from web.sqlite_db import open_database
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_v2_jobs (
     id               TEXT PRIMARY KEY,
@@ -61,12 +63,7 @@ class V2Store:
         self._db: sqlite3.Connection | None = None
 
     def open(self) -> "V2Store":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(_SCHEMA)
-        self._db = db
+        self._db = open_database(self.path, _SCHEMA)
         return self
 
     def close(self) -> None:

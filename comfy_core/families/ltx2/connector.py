@@ -33,7 +33,7 @@ class _Block1D(nn.Module):
     def __init__(self, dim: int, heads: int, dim_head: int, gated: bool, ops: Any, factory: dict[str, Any]) -> None:
         super().__init__()
         self.attn1 = Attention(dim, None, heads, dim_head, gated, ops, factory)
-        self.ff = FeedForward(dim, True, ops, factory)
+        self.ff = FeedForward(dim, ops, factory)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, pe: Any) -> torch.Tensor:
         x = x + self.attn1(rms_norm(x), mask=mask, pe=pe)

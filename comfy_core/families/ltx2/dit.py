@@ -234,8 +234,8 @@ class BasicAVTransformerBlock(nn.Module):
         self.audio_attn2 = Attention(a_dim, a_context_dim, a_heads, ad_head, gated, ops, factory)
         self.audio_to_video_attn = Attention(v_dim, a_dim, a_heads, ad_head, gated, ops, factory)
         self.video_to_audio_attn = Attention(a_dim, v_dim, a_heads, ad_head, gated, ops, factory)
-        self.ff = FeedForward(v_dim, ff_bias, ops, factory)
-        self.audio_ff = FeedForward(a_dim, audio_ff_bias, ops, factory)
+        self.ff = FeedForward(v_dim, ops, factory, bias=ff_bias)
+        self.audio_ff = FeedForward(a_dim, ops, factory, bias=audio_ff_bias)
         rows = 9 if cross_attention_adaln else 6
         self.scale_shift_table = nn.Parameter(torch.empty(rows, v_dim, **factory))
         self.audio_scale_shift_table = nn.Parameter(torch.empty(rows, a_dim, **factory))
@@ -351,15 +351,15 @@ class LTXAVModel(nn.Module):
         self.audio_patchify_proj = ops.Linear(config.audio_in_channels, a_dim, **factory)
         self.keyframes_abs_pos_embedding = (nn.Parameter(torch.zeros(1, dim, **factory))
                                             if config.use_keyframes_abs_pos_embedding else None)
-        self.adaln_single = AdaLayerNormSingle(dim, rows, ops, factory)
-        self.audio_adaln_single = AdaLayerNormSingle(a_dim, rows, ops, factory)
+        self.adaln_single = AdaLayerNormSingle(dim, ops, factory, rows=rows)
+        self.audio_adaln_single = AdaLayerNormSingle(a_dim, ops, factory, rows=rows)
         with_prompt = config.cross_attention_adaln and config.use_prompt_adaln_single
-        self.prompt_adaln_single = AdaLayerNormSingle(dim, 2, ops, factory) if with_prompt else None
-        self.audio_prompt_adaln_single = AdaLayerNormSingle(a_dim, 2, ops, factory) if with_prompt else None
-        self.av_ca_video_scale_shift_adaln_single = AdaLayerNormSingle(dim, 4, ops, factory)
-        self.av_ca_a2v_gate_adaln_single = AdaLayerNormSingle(dim, 1, ops, factory)
-        self.av_ca_audio_scale_shift_adaln_single = AdaLayerNormSingle(a_dim, 4, ops, factory)
-        self.av_ca_v2a_gate_adaln_single = AdaLayerNormSingle(a_dim, 1, ops, factory)
+        self.prompt_adaln_single = AdaLayerNormSingle(dim, ops, factory, rows=2) if with_prompt else None
+        self.audio_prompt_adaln_single = AdaLayerNormSingle(a_dim, ops, factory, rows=2) if with_prompt else None
+        self.av_ca_video_scale_shift_adaln_single = AdaLayerNormSingle(dim, ops, factory, rows=4)
+        self.av_ca_a2v_gate_adaln_single = AdaLayerNormSingle(dim, ops, factory, rows=1)
+        self.av_ca_audio_scale_shift_adaln_single = AdaLayerNormSingle(a_dim, ops, factory, rows=4)
+        self.av_ca_v2a_gate_adaln_single = AdaLayerNormSingle(a_dim, ops, factory, rows=1)
         self.caption_projection = CaptionProjection(config.caption_channels, dim, ops, factory)
         self.audio_caption_projection = CaptionProjection(config.caption_channels, a_dim, ops, factory)
         self.video_embeddings_connector, self.audio_embeddings_connector = build_connectors(config, ops, factory)

@@ -1,67 +1,19 @@
 """The LTX-2 network's layers, shared by the DiT (`dit.py`) and the text connectors
-(`connector.py`): adaLN-single with a chosen number of rows, the caption projection, the
-tanh-GELU feed-forward and the attention with q/k RMS norms, separate query / key RoPE and
-optional per-head output gates (ComfyUI's `comfy/ldm/lightricks/model.py` names; written here).
+(`connector.py`): LTX-Video 0.9's adaLN-single (with a chosen number of rows), caption
+projection and tanh-GELU feed-forward (re-exported from `ltxv/dit.py`), and the attention with
+q/k RMS norms, separate query / key RoPE and optional per-head output gates (ComfyUI's `comfy/ldm/lightricks/model.py` names; written here).
 """
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.attention import calling
 from comfy_core.families.ltx2.rope import RopeTable, apply_rope
-from comfy_core.families.ltxv.dit import RMSNorm, TimestepEmbedder
-from comfy_core.models.unet_blocks import timestep_embedding
-
-TIME_CHANNELS = 256
-
-
-class AdaLayerNormSingle(nn.Module):
-    """PixArt-alpha's adaLN-single (Chen et al. 2023, arXiv 2310.00426, section 2.3) with
-    `rows` modulation rows: timesteps `[N]` -> (`[N, rows * dim]`, the embedding `[N, dim]`)."""
-
-    def __init__(self, dim: int, rows: int, ops: Any, factory: dict[str, Any]) -> None:
-        super().__init__()
-        self.emb = nn.Module()
-        self.emb.timestep_embedder = TimestepEmbedder(dim, ops, factory)
-        self.linear = ops.Linear(dim, rows * dim, **factory)
-
-    def forward(self, timestep: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        embedded = self.emb.timestep_embedder(timestep_embedding(timestep, TIME_CHANNELS).to(dtype))
-        return self.linear(F.silu(embedded)), embedded
-
-
-class CaptionProjection(nn.Module):
-    """Text states to the width: `linear_1`, tanh-GELU, `linear_2` (PixArt-alpha's)."""
-
-    def __init__(self, in_features: int, dim: int, ops: Any, factory: dict[str, Any]) -> None:
-        super().__init__()
-        self.linear_1 = ops.Linear(in_features, dim, **factory)
-        self.linear_2 = ops.Linear(dim, dim, **factory)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_2(F.gelu(self.linear_1(x), approximate="tanh"))
-
-
-class _Proj(nn.Module):
-    def __init__(self, dim_in: int, dim_out: int, bias: bool, ops: Any, factory: dict[str, Any]) -> None:
-        super().__init__()
-        self.proj = ops.Linear(dim_in, dim_out, bias=bias, **factory)
-
-
-class FeedForward(nn.Module):
-    """`net.0.proj` (dim -> 4 dim), tanh-GELU, `net.2` (4 dim -> dim), biases optional."""
-
-    def __init__(self, dim: int, bias: bool, ops: Any, factory: dict[str, Any]) -> None:
-        super().__init__()
-        self.net = nn.ModuleList([_Proj(dim, 4 * dim, bias, ops, factory), nn.Dropout(0.0),
-                                  ops.Linear(4 * dim, dim, bias=bias, **factory)])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net[2](F.gelu(self.net[0].proj(x), approximate="tanh"))
+from comfy_core.families.ltxv.dit import (AdaLayerNormSingle, CaptionProjection,  # noqa: F401 -- re-exported
+                                          FeedForward, RMSNorm)
 
 
 class Attention(nn.Module):

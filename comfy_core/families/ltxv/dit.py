@@ -211,13 +211,14 @@ class _Emb(nn.Module):
 
 
 class AdaLayerNormSingle(nn.Module):
-    """PixArt-alpha's adaLN-single (Chen et al. 2023, arXiv 2310.00426, section 2.3): timesteps
-    `[N]` (0..1000) -> (the 6 modulation rows `[N, 6 * dim]`, the embedding `[N, dim]`)."""
+    """PixArt-alpha's adaLN-single (Chen et al. 2023, arXiv 2310.00426, section 2.3) with `rows`
+    modulation rows (6 here; LTX-2 uses 9, 4, 2 and 1): timesteps `[N]` (0..1000) ->
+    (`[N, rows * dim]`, the embedding `[N, dim]`)."""
 
-    def __init__(self, dim: int, ops: Any, factory: dict[str, Any]) -> None:
+    def __init__(self, dim: int, ops: Any, factory: dict[str, Any], rows: int = 6) -> None:
         super().__init__()
         self.emb = _Emb(dim, ops, factory)
-        self.linear = ops.Linear(dim, 6 * dim, **factory)
+        self.linear = ops.Linear(dim, rows * dim, **factory)
 
     def forward(self, timestep: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         embedded = self.emb.timestep_embedder(timestep_embedding(timestep, TIME_CHANNELS).to(dtype))
@@ -237,17 +238,18 @@ class CaptionProjection(nn.Module):
 
 
 class _Proj(nn.Module):
-    def __init__(self, dim_in: int, dim_out: int, ops: Any, factory: dict[str, Any]) -> None:
+    def __init__(self, dim_in: int, dim_out: int, ops: Any, factory: dict[str, Any], bias: bool = True) -> None:
         super().__init__()
-        self.proj = ops.Linear(dim_in, dim_out, **factory)
+        self.proj = ops.Linear(dim_in, dim_out, bias=bias, **factory)
 
 
 class FeedForward(nn.Module):
-    """`net.0.proj` (dim -> 4 dim), tanh-GELU, `net.2` (4 dim -> dim)."""
+    """`net.0.proj` (dim -> 4 dim), tanh-GELU, `net.2` (4 dim -> dim); LTX-2 drops the biases of some."""
 
-    def __init__(self, dim: int, ops: Any, factory: dict[str, Any]) -> None:
+    def __init__(self, dim: int, ops: Any, factory: dict[str, Any], bias: bool = True) -> None:
         super().__init__()
-        self.net = nn.ModuleList([_Proj(dim, 4 * dim, ops, factory), nn.Dropout(0.0), ops.Linear(4 * dim, dim, **factory)])
+        self.net = nn.ModuleList([_Proj(dim, 4 * dim, ops, factory, bias), nn.Dropout(0.0),
+                                  ops.Linear(4 * dim, dim, bias=bias, **factory)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net[2](F.gelu(self.net[0].proj(x), approximate="tanh"))
