@@ -27,12 +27,13 @@ SD_TEMPLATES = (
     "sdxl_simple_example", "sdxl_refiner_prompt_example", "sdxl_revision_text_prompts",
     "sdxl_revision_zero_positive", "sdxlturbo_example",
 )
-# The ones the default run covers (each a few seconds to a minute on 2 cores); the others take
+# The ones the default run covers (each a few seconds to half a minute on 2 cores, one per path:
+# LoRA, img2img, outpainting, latent and model upscaling, two models, SDXL Turbo); the others take
+# from a minute (lora_multiple, embedding_example, hiresfix_esrgan_workflow: paths these cover) to
 # minutes each on the CPU (1-megapixel passes, full-resolution attention in the GLIGEN and
 # inpainting fixtures): `pytest tests/web/test_template_workflows.py --all-templates`.
 DEFAULT_TEMPLATES = (
-    "default", "image2image", "lora", "lora_multiple", "inpaint_model_outpainting", "embedding_example",
-    "hiresfix_latent_workflow", "esrgan_example", "hiresfix_esrgan_workflow",
+    "default", "image2image", "lora", "inpaint_model_outpainting", "hiresfix_latent_workflow", "esrgan_example",
     "latent_upscale_different_prompt_model", "sdxlturbo_example",
 )
 
