@@ -196,10 +196,7 @@ def _describe(python) -> str:
 
 
 def clear(venv: Path) -> None:
-    try:
-        (venv / STAMP_NAME).unlink()
-    except FileNotFoundError:
-        pass
+    (venv / STAMP_NAME).unlink(missing_ok=True)
 
 
 def write(root: Path, venv: Path, mode: str, torch: str, seen: dict) -> None:

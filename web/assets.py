@@ -33,8 +33,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
-import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +42,7 @@ from aiohttp import web
 
 from web.asset_files import AssetError, AssetRoots, check_tags, guess_mime, hash_file, now_text
 from web.confined_path import PathOutsideRoot, confined_path
-from web.sqlite_db import open_database
+from web.sqlite_db import SqliteDatabase
 
 SORT_FIELDS = ("name", "created_at", "updated_at", "size", "last_access_time")
 CURSOR_SORT_FIELDS = ("name", "created_at", "updated_at", "size")
@@ -171,32 +169,15 @@ def decode_cursor(text: str, sort: str, order: str) -> tuple[Any, str]:
     return value, payload["id"]
 
 
-class AssetCatalog:
+class AssetCatalog(SqliteDatabase):
     """The catalogue over one SQLite file. Methods are short transactions, thread-safe; the
     ones that read files (hashing) are meant for a worker thread."""
 
     def __init__(self, db_path: Path, roots: AssetRoots, *, hashing: bool = False) -> None:
-        self.db_path = Path(db_path)
+        super().__init__(db_path, _SCHEMA, "asset catalogue")
+        self.db_path = self.path
         self.roots = roots
         self.hashing = hashing
-        self._lock = threading.RLock()
-        self._db: sqlite3.Connection | None = None
-
-    def open(self) -> "AssetCatalog":
-        self._db = open_database(self.db_path, _SCHEMA)
-        return self
-
-    def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError(f"asset catalogue {self.db_path} is closed")
-        return self._db
 
     def _write(self):
         return _Transaction(self)

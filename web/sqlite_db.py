@@ -10,6 +10,7 @@ killed process), and a 5 s busy timeout for the moments two connections write at
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 BUSY_TIMEOUT_MS = 5000
@@ -30,3 +31,32 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+class SqliteDatabase:
+    """A module's own connection to the database: `open()` applies its schema, `db` is the open
+    connection (a `RuntimeError` naming `what` once closed), `close()` is safe to repeat; `_lock`
+    (re-entrant) serialises the module's use of the connection."""
+
+    def __init__(self, path: Path, schema: str, what: str) -> None:
+        self.path = Path(path)
+        self._schema = schema
+        self._what = what
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+
+    def open(self):  # -> the subclass
+        self._db = open_database(self.path, self._schema)
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError(f"{self._what} {self.path} is closed")
+        return self._db

@@ -14,13 +14,11 @@ Methods are short transactions behind one lock; safe from the loop and from work
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from web.sqlite_db import open_database
+from web.sqlite_db import SqliteDatabase
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_v2_jobs (
@@ -56,27 +54,9 @@ class V2Job:
     canceled_ms: int | None
 
 
-class V2Store:
+class V2Store(SqliteDatabase):
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-
-    def open(self) -> "V2Store":
-        self._db = open_database(self.path, _SCHEMA)
-        return self
-
-    def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError(f"the v2 store {self.path} is closed")
-        return self._db
+        super().__init__(path, _SCHEMA, "the v2 store")
 
     # -- jobs ---------------------------------------------------------------------------------
     def add_job(self, job_id: str, created_ms: int, *, idempotency_key: str | None, body_digest: str | None,
