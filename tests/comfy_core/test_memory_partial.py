@@ -254,7 +254,10 @@ def test_real_tiny_sd1_samples_the_same_streamed_with_a_lora_and_text_encoders_o
     expected = run(lora)
     memory, counter = _manager("novram")
     streamed = memory.track(lora.clone())
-    torch.testing.assert_close(run(streamed), expected, rtol=1e-5, atol=1e-5)
+    # The tiny random UNet's outputs reach ~200 at cfg 5; copied weights sit at other alignments, where
+    # oneDNN may pick another blocking (single-threaded it does) and round the last bits differently.
+    # The LoRA moves the output by ~200, so a tolerance of 5e-5 of the output's scale still tells.
+    torch.testing.assert_close(run(streamed), expected, rtol=1e-5, atol=5e-5 * float(expected.abs().max()))
     plan = memory.plan_for(streamed)
     assert plan is not None and len(plan.streamed) > 10 and counter.copies > 0
     assert streamed.lowvram_patch_counter() == 1
