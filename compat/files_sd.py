@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 
 class CLIPType(Enum):
-    """ComfyUI's `comfy.sd.CLIPType` members and values; only STABLE_DIFFUSION (CLIP-L, ViT-H or
-    bigG, and CLIP-L + bigG for SDXL) loads here, any other raises `UnsupportedClipTypeError`."""
+    """ComfyUI's `comfy.sd.CLIPType` members and values (today's, through YUE2). `load_clip` passes the
+    member's lower-cased name to comfy_core.split's loader as a CLIPLoader type: a type no family here
+    answers raises `UnsupportedClipTypeError` naming it."""
 
     STABLE_DIFFUSION = 1
     STABLE_CASCADE = 2
@@ -47,6 +48,23 @@ class CLIPType(Enum):
     OMNIGEN2 = 17
     QWEN_IMAGE = 18
     HUNYUAN_IMAGE = 19
+    HUNYUAN_VIDEO_15 = 20
+    OVIS = 21
+    KANDINSKY5 = 22
+    KANDINSKY5_IMAGE = 23
+    NEWBIE = 24
+    FLUX2 = 25
+    LONGCAT_IMAGE = 26
+    COGVIDEOX = 27
+    LENS = 28
+    PIXELDIT = 29
+    IDEOGRAM4 = 30
+    BOOGU = 31
+    KREA2 = 32
+    JOYIMAGE = 33
+    MAGE = 34
+    MINIMAX = 35
+    YUE2 = 36
 
 
 class LoaderOptionError(ValueError):
