@@ -79,7 +79,8 @@ def node(node_id: str, *, inputs: Iterable[InputSpec] = (), outputs: Iterable[Ou
          deprecated: bool = False, experimental: bool = False, python_module: str = "nodes",
          is_changed: Callable[..., Any] | None = None,
          validate_inputs: Callable[..., Any] | None = None,
-         check_lazy_status: Callable[..., Any] | None = None) -> Callable[[Callable], Callable]:
+         check_lazy_status: Callable[..., Any] | None = None,
+         search_aliases: Iterable[str] = (), essentials_category: str | None = None) -> Callable[[Callable], Callable]:
     """Declare `fn` as node type `node_id`. See the module docstring."""
     inputs, outputs = tuple(inputs), tuple(outputs)
 
@@ -104,6 +105,7 @@ def node(node_id: str, *, inputs: Iterable[InputSpec] = (), outputs: Iterable[Ou
             python_module=python_module, output_node=output_node, input_is_list=input_is_list,
             not_idempotent=not_idempotent, deprecated=deprecated, experimental=experimental,
             origin="native", source=fn,
+            search_aliases=tuple(search_aliases), essentials_category=essentials_category,
         )
         return fn
 

@@ -4,7 +4,7 @@ One way out for every node, however it was declared: `input`, `input_order`, `ou
 `output_is_list`, `output_name`, `name`, `display_name`, `description`, `python_module`,
 `category`, `output_node`, `is_input_list`, `has_intermediate_output`, `search_aliases` (today's
 ComfyUI adds the last three to every node), plus `output_tooltips` / `deprecated` / `experimental` /
-`api_node` only when they apply.
+`api_node` / `essentials_category` only when they apply.
 """
 from __future__ import annotations
 
@@ -66,5 +66,7 @@ def node_info(spec: NodeSpec, env: Any = None) -> dict:
     # reads them. A renderer's own values (a V3 schema, a pack's class attributes) win.
     info.setdefault("is_input_list", spec.input_is_list)
     info.setdefault("has_intermediate_output", False)
-    info.setdefault("search_aliases", [])
+    info.setdefault("search_aliases", list(spec.search_aliases))
+    if spec.essentials_category is not None:
+        info.setdefault("essentials_category", spec.essentials_category)
     return info

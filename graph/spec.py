@@ -135,6 +135,10 @@ class NodeSpec:
     # False for a node declared without a display name where ComfyUI then reports `null` in
     # /object_info (its V3 schema nodes); `display_name` still holds the node id for our logs.
     display_name_declared: bool = True
+    # The editor's search words and its "essentials" panel group (today's ComfyUI V1 class attributes
+    # SEARCH_ALIASES / ESSENTIALS_CATEGORY); rendered in /object_info, never read by the engine.
+    search_aliases: tuple[str, ...] = ()
+    essentials_category: str | None = None
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]

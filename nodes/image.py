@@ -100,8 +100,12 @@ def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
 
 # --- nodes ------------------------------------------------------------------------------------
 
+# Today's ComfyUI (nodes.py, after 0.3.64): SaveImage and PreviewImage pass their images on as an
+# IMAGE output named "images", so a graph may go on from a saved or previewed image.
 @node("SaveImage", category="image", display_name="Save Image", output_node=True,
-      description="Saves the images as PNG files in the output folder, with the workflow embedded.",
+      description="Saves the input images to your ComfyUI output directory.",
+      search_aliases=("save", "save image", "export image", "output image", "write image", "download"),
+      essentials_category="Basics", outputs=[Output("IMAGE", name="images")],
       inputs=[Input("images", "IMAGE", tooltip="The images to save."),
               String("filename_prefix", default="ComfyUI",
                      tooltip="The prefix for the file to save. This may include formatting information such as "
@@ -110,18 +114,22 @@ def rebatch(images: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
 def save_image(images: torch.Tensor, filename_prefix: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()
     with image_input_errors():
-        return write_image_batch(images, filename_prefix, SaveTarget(Path(env.output_dir)), prompt=prompt,
-                                 extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
+        saved = write_image_batch(images, filename_prefix, SaveTarget(Path(env.output_dir)), prompt=prompt,
+                                  extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
+    return {**saved, "result": (images,)}
 
 
 @node("PreviewImage", category="image", display_name="Preview Image", output_node=True,
-      description="Shows the images in the editor; they are written to the temp folder only.",
+      description="Preview the images without saving them to the ComfyUI output directory.",
+      search_aliases=("preview", "preview image", "show image", "view image", "display image", "image viewer"),
+      essentials_category="Basics", outputs=[Output("IMAGE", name="images")],
       inputs=[Input("images", "IMAGE"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
 def preview_image(images: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     env = current_env()
     with image_input_errors():
-        return write_image_batch(images, "ComfyUI", preview_target(env.temp_dir), prompt=prompt,
-                                 extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
+        shown = write_image_batch(images, "ComfyUI", preview_target(env.temp_dir), prompt=prompt,
+                                  extra_pnginfo=extra_pnginfo, metadata=metadata_enabled(env))
+    return {**shown, "result": (images,)}
 
 
 def image_exists(image: str) -> bool | str:

@@ -48,8 +48,10 @@ def test_save_image_writes_png_with_prompt_and_workflow_chunks(env: Environment)
     prompt = {"9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "x"}}}
     workflow = {"nodes": [{"id": 9, "type": "SaveImage"}], "links": []}
     with running_in(env):
-        out = image_nodes.save_image(_ramp(), "ComfyUI", prompt=prompt, extra_pnginfo={"workflow": workflow})
-    assert out == {"ui": {"images": [{"filename": "ComfyUI_00001_.png", "subfolder": "", "type": "output"}]}}
+        images = _ramp()
+        out = image_nodes.save_image(images, "ComfyUI", prompt=prompt, extra_pnginfo={"workflow": workflow})
+    assert out["ui"] == {"images": [{"filename": "ComfyUI_00001_.png", "subfolder": "", "type": "output"}]}
+    assert out["result"][0] is images  # today's SaveImage passes its images on
     with Image.open(env.output_dir / "ComfyUI_00001_.png") as img:
         assert img.format == "PNG" and img.size == (6, 4) and img.mode == "RGB"
         assert json.loads(img.text["prompt"]) == prompt
@@ -135,7 +137,9 @@ def test_rgba_images_are_saved_with_alpha(env: Environment) -> None:
 
 def test_preview_image_goes_to_temp_with_a_random_suffix(env: Environment) -> None:
     with running_in(env):
-        first = image_nodes.preview_image(_ramp())["ui"]["images"][0]
+        shown = image_nodes.preview_image(images := _ramp())
+        assert shown["result"][0] is images  # today's PreviewImage passes its images on too
+        first = shown["ui"]["images"][0]
         second = image_nodes.preview_image(_ramp())["ui"]["images"][0]
     assert first["type"] == "temp" and first["subfolder"] == ""
     assert first["filename"].startswith("ComfyUI_temp_") and first["filename"].endswith("_00001_.png")
@@ -290,7 +294,8 @@ def test_input_folder_listing_is_sorted_top_level_images_with_upload(env: Enviro
 
 def test_object_info_matches_comfyuis_declarations(env: Environment) -> None:
     save = node_info(spec_of(image_nodes.save_image), env)
-    assert save["output_node"] is True and save["output"] == []
+    assert save["output_node"] is True and (save["output"], save["output_name"]) == (["IMAGE"], ["images"])
+    assert save["essentials_category"] == "Basics" and "export image" in save["search_aliases"]
     assert save["input"]["hidden"] == {"prompt": "PROMPT", "extra_pnginfo": "EXTRA_PNGINFO"}
     assert save["input"]["required"]["filename_prefix"][1]["default"] == "ComfyUI"
     scale = node_info(spec_of(image_nodes.image_scale), env)

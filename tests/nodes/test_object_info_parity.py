@@ -53,6 +53,14 @@ PRESENT_NODES = ("PerpNegGuider", "CLIPVisionLoader", "CLIPVisionEncode", "Style
 
 
 RECORDED_2026 = frozenset(p.stem for p in (Path(__file__).resolve().parents[1] / "data" / "object_info_2026").glob("*.json"))
+# Nodes today's ComfyUI changed whose file is in no stored commit (so no full record can be written):
+# the fields named follow the evidence given, the rest still 0.3.64's declaration.
+CHANGED_WITHOUT_RECORD = {
+    # Today's templates link PreviewAny's output {"name": "STRING", "type": "STRING"}; ComfyUI's embedded
+    # node docs 0.5.15 title it "Preview as Text".
+    "PreviewAny": {"output": ["STRING"], "output_is_list": [False], "output_name": ["STRING"],
+                   "display_name": "Preview as Text"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +76,11 @@ def test_every_node_comfyui_also_has_is_declared_as_comfyui_declares_it(ours):
     # A node recorded from today's ComfyUI (tests/data/object_info_2026) follows that record
     # (tests/nodes/test_object_info_2026.py), not 0.3.64's declaration (ModelPatchLoader moved to
     # model/loaders with a display name, for one).
-    assert differences({k: v for k, v in ours.items() if k not in RECORDED_2026}, theirs) == {}
+    compared = {k: dict(v) for k, v in ours.items() if k not in RECORDED_2026}
+    for name, fields in CHANGED_WITHOUT_RECORD.items():
+        assert {k: compared[name][k] for k in fields} == fields
+        compared[name].update({k: theirs[name][k] for k in fields})
+    assert differences(compared, theirs) == {}
 
 
 @pytest.mark.parametrize("module", COMPLETE_MODULES)
