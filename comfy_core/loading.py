@@ -12,6 +12,10 @@ as `bulk.load_tensors` delivers them: tensors kept in their stored dtype are zer
 the file's copy-on-write memory map, cast ones are converted in one pass from the map into fresh
 memory, all read in parallel. So loading costs about one read of the file, and peak memory stays
 near one copy of the weights (`LoadOptions.mmap=False` copies every tensor into process memory).
+
+The diffusion model's stored form follows one rule for this loader and UNETLoader
+(`comfy_core.split.load_diffusion_model`): `QuantizedUnet`, `unet_storage`, `finish_unet` below
+(ComfyUI's quantised layers kept as stored with their scales, legacy scaled fp8, fp8 files kept fp8).
 """
 from __future__ import annotations
 
@@ -34,15 +38,19 @@ from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile, LazyState
 from comfy_core.families import Detection, Family, FamilyRegistry, default_registry
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.ltx_audio_vae import AudioVAEConfigError, is_ltx_audio_vae, load_ltx_audio_vae
-from comfy_core.models.storage_cast import FP8_DTYPES, cast_weights_at_run_time, is_scaled_fp8, keep_scaled_fp8
+from comfy_core.models.quant_linear import attach_quantized, detach_quantized_weights
+from comfy_core.models.storage_cast import (FP8_DTYPES, SCALED_FP8_MARKER, cast_weights_at_run_time, is_scaled_fp8,
+                                            keep_scaled_fp8, marker_optimizations, scaled_storage_dtype)
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.patching.audio_vae import AudioVaePatcher
 from comfy_core.patching.model import ModelPatcher
-from comfy_core.patching.vae import VaePatcher
+from comfy_core.patching.vae import STATE_DICT_KINDS, VaePatcher
 from comfy_core.patching.vae_build import vae_module_from, vae_view  # noqa: F401 -- vae_view: re-exported
 from comfy_core.text_encoders import CLIP, ClipTextConfig, build_clip, detect_text_encoders
+from comfy_core.text_encoders.decoder_llm import with_quantization_metadata
 from comfy_core.text_encoders.errors import TextEncoderError
 from comfy_core.text_encoders.towers import reads_as_stored
+from comfy_core.weights.quant_registry import QuantFormatError, QuantizedHeader, QuantizedLayer, quantized_layers
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +100,22 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
     started = time.perf_counter()
     policy = options.dtype_policy
     with CheckpointFile(path) as checkpoint:
-        detection = registry.detect(checkpoint.tensors, checkpoint.path, checkpoint.metadata)
+        # ComfyUI's quantised layers (`comfy_quant` / `_quantization_metadata`) are detected as their
+        # float original; the diffusion model's are then held as UNETLoader holds them.
+        quantized = QuantizedUnet.of(checkpoint)
+        detection = registry.detect(quantized.detection, checkpoint.path, checkpoint.metadata)
         family = detection.family
+        quantized = quantized.under(family.unet_prefix)
+        view = quantized.loading  # the file without the diffusion model's quantised tensors
         prediction = resolve_prediction(checkpoint, family, options.prediction)
-        # A diffusion model shipped in fp8 (Flux's "fp8" single files) stays fp8 and computes in
-        # the device's UNet dtype, as ComfyUI keeps a file's fp8 weight dtype.
-        shipped_fp8 = stored_fp8_dtype(checkpoint.tensors, family.unet_prefix) if policy.unet is None else None
-        if policy.unet is None:  # the device's default for this family and file, fixed for the whole load
-            chosen = shipped_fp8 or family_unet_dtype(policy, family, checkpoint.tensors)
-            options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=chosen))
-            policy = options.dtype_policy
+        # The diffusion model's storage and compute dtypes, by UNETLoader's rule (`unet_storage`).
+        storage = unet_storage(view, family, policy)
+        options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage.storage))
+        policy = options.dtype_policy
         # Everything that can be refused from the header is checked before any data is read.
         vae_config = _vae_config(checkpoint, family) if options.output_vae else None
         clip_configs = _clip_configs(checkpoint, family) if options.output_clip else None
-        requests = tensor_requests(checkpoint, family.unet_prefix, policy.dtype_for(UNET))
+        requests = tensor_requests(view, family.unet_prefix, policy.dtype_for(UNET))
         if vae_config is not None:
             requests.update(tensor_requests(checkpoint, family.vae_prefix, policy.dtype_for(VAE)))
         for config in clip_configs or ():
@@ -117,26 +127,17 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         with BulkRead(checkpoint, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             # The modules are built (on the meta device) while the workers read the file.
             unet = _build_unet(checkpoint, detection)
+            quantized.detach(unet, family.unet_prefix)
             build_vae = family.components.build_vae if family.components is not None else AutoencoderKL
             vae_module = build_on_meta(lambda: build_vae(vae_config)) if vae_config is not None else None
             clip = _load_clip(checkpoint, family, clip_configs, options, reading) if clip_configs else None
-            model = _load_model(checkpoint, family, unet, prediction, options, reading.result())
+            model = _load_model(view, family, unet, prediction, options, reading.result())
+            finish_unet(model, storage, quantized, family.unet_prefix)
             vae = _load_vae(checkpoint, family, vae_module, options, reading.result()) if vae_module else None
-    if shipped_fp8 is not None:
-        compute = DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(
-            UNET, supported=family.inference_dtypes)
-        if is_scaled_fp8(checkpoint.tensors, family.unet_prefix):
-            # ComfyUI's scaled_fp8_ops, as UNETLoader: the fp8 weights stay as stored with their
-            # scales applied per call; the layers it does not scale (norms, convolutions) are
-            # re-read from the file in the compute dtype.
-            keep_scaled_fp8(model.model.diffusion_model, checkpoint.tensors, checkpoint.read, family.unet_prefix,
-                            fp8_matrix_mult=None, other_dtype=compute)
-        cast_weights_at_run_time(model.model.diffusion_model)
-        model.model.manual_cast_dtype = compute
     log.info("loaded %s in %.2fs: %s, %s-prediction, unet %s, vae %s", checkpoint.path.name,
              time.perf_counter() - started, family.display_name, prediction,
              options.dtype_policy.dtype_for(UNET), options.dtype_policy.dtype_for(VAE))
-    warn_if_emulated_bf16(options.dtype_policy.dtype_for(UNET), options.device)
+    warn_if_emulated_bf16(storage.compute or storage.storage, options.device)
     return model, clip, vae
 
 
@@ -212,6 +213,158 @@ def resolve_prediction(checkpoint: CheckpointFile, family: Family, explicit: str
     return family.sampling.prediction
 
 
+# --- The diffusion model's stored form: one rule for CheckpointLoaderSimple and UNETLoader ---
+#
+# Today's ComfyUI reads both loaders' diffusion models the same way (comfy/sd.py
+# `load_state_dict_guess_config` and `load_diffusion_model_state_dict` both call comfy/utils.py
+# `convert_old_quants` under the diffusion model's prefix, then `model_config_from_unet` with its
+# `quant_config`, `unet_dtype` and `unet_manual_cast`): ComfyUI's quantised layers stay as stored
+# with their scales, a legacy scaled-fp8 file keeps its fp8 weights with theirs, a file shipped in
+# fp8 stays fp8 and computes in the device's dtype. `QuantizedUnet`, `unet_storage` and
+# `finish_unet` are that rule; `load_checkpoint` and `comfy_core.split.load_diffusion_model` call them.
+
+
+@dataclass(frozen=True)
+class QuantizedUnet:
+    """A file's ComfyUI-quantised layers (`comfy_quant` tensors or the `_quantization_metadata`
+    header, comfy_core/weights/quant_registry.py) and the views the loaders read it through:
+    `detection`, the header names as family detection sees them (each quantised weight at its
+    float shape, its scales hidden); `loading`, the file without the quantised layers' tensors
+    (they are attached as stored by `finish_unet`); `base`, the file itself. `layers` holds every
+    quantised layer of the file until `under(prefix)` keeps the diffusion model's: the text
+    encoders of an all-in-one file read their own quantised layers (comfy_core/text_encoders)."""
+
+    base: Any
+    layers: Mapping[str, QuantizedLayer]
+    detection: Mapping[str, Any]
+    loading: Any
+
+    @classmethod
+    def of(cls, view: Any) -> "QuantizedUnet":
+        layers = find_quantized_layers(view)
+        if not layers:
+            return cls(view, {}, view.tensors, view)
+        return cls(view, layers, QuantizedHeader.for_detection(view, layers).tensors,
+                   QuantizedHeader.for_loading(view, layers))
+
+    def under(self, prefix: str) -> "QuantizedUnet":
+        """Only the layers under `prefix` (the detected family's diffusion model)."""
+        layers = {name: layer for name, layer in self.layers.items() if name.startswith(prefix)}
+        if len(layers) == len(self.layers):
+            return self
+        loading = QuantizedHeader.for_loading(self.base, layers) if layers else self.base
+        return QuantizedUnet(self.base, layers, self.detection, loading)
+
+    def detach(self, unet: nn.Module, prefix: str) -> None:
+        """Before the UNet (on meta) is materialised: its quantised layers' weights leave its state dict."""
+        if self.layers:
+            _quantized_step(self.base.path, detach_quantized_weights, unet, self.layers, prefix)
+
+
+def find_quantized_layers(view: Any) -> dict[str, QuantizedLayer]:
+    """The quantised layers of a file or view, by its names (`comfy_core.weights.quant_registry`);
+    a malformed description is the file's `ShapeMismatchError`."""
+    stored_name = getattr(view, "stored_name", None)
+    ours = {stored_name(n): n for n in view.tensors} if stored_name is not None else None
+    try:
+        return quantized_layers(view.tensors, view.metadata, view.read,
+                                (lambda stored: ours.get(stored)) if ours is not None else (lambda stored: stored))
+    except QuantFormatError as exc:
+        raise ShapeMismatchError(view.path, str(exc)) from None
+
+
+def _quantized_step(path: Path, step: Any, *args: Any) -> Any:
+    """`step(*args)` with a malformed quantised layer reported as the file's `ShapeMismatchError`."""
+    try:
+        return step(*args)
+    except QuantFormatError as exc:
+        raise ShapeMismatchError(path, str(exc)) from None
+
+
+def compute_dtype(policy: DtypePolicy, storage: torch.dtype, family: Any = None) -> torch.dtype | None:
+    """The dtype a UNet stored in `storage` computes in, or None for its own (ComfyUI's
+    `unet_manual_cast`: fp8 storage computes in the device's default UNet dtype for the family)."""
+    if storage not in FP8_DTYPES:
+        return None
+    supported = getattr(family, "inference_dtypes", None)
+    return DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(UNET, supported=supported)
+
+
+@dataclass(frozen=True)
+class ScaledFp8Plan:
+    """How a scaled-fp8 file is held (ComfyUI's `scaled_fp8_ops` with `model_config.scaled_fp8`):
+    linear layers in the marker's fp8 dtype (`storage`, what the file is read in), the other
+    tensors in `other` (ComfyUI's unet_dtype: the `weight_dtype` asked, else the device's), all
+    computed in `compute`; `fp8_matrix_mult`: the marker's fp8 optimisations or fp8_e4m3fn_fast."""
+
+    storage: torch.dtype
+    other: torch.dtype
+    compute: torch.dtype
+    fp8_matrix_mult: bool
+
+
+def scaled_fp8_plan(view: Any, family: Any, policy: DtypePolicy, weight_dtype: torch.dtype | None,
+                    fp8_optimizations: bool) -> ScaledFp8Plan | None:
+    """The plan for a scaled-fp8 file (its `scaled_fp8` marker under the family's prefix), else None.
+    The scales stay separate: the fp8 weights are used as stored (zero-copy from the mapping)."""
+    if not is_scaled_fp8(view.tensors, family.unet_prefix):
+        return None
+    marker = view.read(family.unet_prefix + SCALED_FP8_MARKER)
+    storage = scaled_storage_dtype(marker)
+    default = compute_dtype(policy, storage, family)
+    other = weight_dtype or policy.unet or default
+    compute = default if other in FP8_DTYPES else other
+    return ScaledFp8Plan(storage, other, compute, fp8_optimizations or marker_optimizations(marker))
+
+
+@dataclass(frozen=True)
+class UnetStorage:
+    """The dtypes a file's diffusion model is read in (`storage`) and computed in (`compute`, None:
+    its storage dtype), its scaled-fp8 plan if any, and whether fp8 matrix products were asked."""
+
+    storage: torch.dtype
+    compute: torch.dtype | None
+    scaled: ScaledFp8Plan | None
+    fp8_optimizations: bool = False
+
+
+def unet_storage(view: Any, family: Family, policy: DtypePolicy, weight_dtype: torch.dtype | None = None,
+                 fp8_optimizations: bool = False) -> UnetStorage:
+    """The stored form of `view`'s diffusion model (`view`: the file without its quantised layers'
+    tensors, `QuantizedUnet.loading`). `weight_dtype` as asked (UNETLoader's), else the policy's;
+    with neither, a file shipped in fp8 stays fp8 (ComfyUI keeps a file's fp8 dtype), else the
+    family's dtype for the device. A scaled-fp8 file follows its marker (`scaled_fp8_plan`)."""
+    shipped = stored_fp8_dtype(view.tensors, family.unet_prefix) if policy.unet is None else None
+    storage = weight_dtype or shipped or family_unet_dtype(policy, family, view.tensors)
+    compute = compute_dtype(policy, storage, family)
+    scaled = scaled_fp8_plan(view, family, policy, weight_dtype, fp8_optimizations)
+    if scaled is not None:
+        storage, compute = scaled.storage, scaled.compute
+    return UnetStorage(storage, compute, scaled, fp8_optimizations)
+
+
+def finish_unet(model: ModelPatcher, storage: UnetStorage, quantized: QuantizedUnet, prefix: str) -> None:
+    """After the UNet's other tensors are loaded (from `quantized.loading`): the scaled-fp8 layers
+    take their scales (`keep_scaled_fp8`), the quantised layers their stored weights and scales
+    (`attach_quantized`), and an fp8-stored or quantised model computes in its compute dtype, each
+    layer casting its weights per call (`cast_weights_at_run_time`). The file must still be open."""
+    unet = model.model.diffusion_model
+    view = quantized.loading
+    if storage.scaled is not None:
+        keep_scaled_fp8(unet, view.tensors, view.read, prefix, fp8_matrix_mult=storage.scaled.fp8_matrix_mult,
+                        other_dtype=storage.scaled.other)
+    runs_in = storage.compute or storage.storage
+    if quantized.layers:
+        base = quantized.base
+        _quantized_step(base.path, attach_quantized, unet, quantized.layers, base.tensors, base.read_stored, prefix,
+                        runs_in)
+        if model.model.get_dtype() != runs_in:  # the output layer may be quantised
+            model.model.manual_cast_dtype = runs_in
+    if storage.compute is not None:
+        cast_weights_at_run_time(unet, fp8_matrix_mult=storage.fp8_optimizations)
+        model.model.manual_cast_dtype = storage.compute
+
+
 def _build_unet(checkpoint: CheckpointFile, detection: Detection) -> nn.Module:
     config = detection.unet_config
     if config is None:
@@ -235,6 +388,9 @@ def model_from_unet(checkpoint: CheckpointFile, family: Family, unet: nn.Module,
     zsnr = family.zsnr_marker is not None and family.zsnr_marker in checkpoint.tensors
     if family.components is not None:
         model = family.components.build_model(unet, family, prediction, zsnr)
+        attach = getattr(family.components, "attach", None)  # parts of the model outside the UNet's prefix
+        if attach is not None:
+            attach(model, lambda name: checkpoint.read(name, torch.float32), checkpoint.tensors.keys())
     else:
         sampling = family.sampling.model_sampling(prediction, zsnr)
         model = DiffusionModel(unet, sampling, family.latent_format, family=family)
@@ -265,6 +421,9 @@ def _load_vae(checkpoint: CheckpointFile, family: Family, vae: AutoencoderKL, op
     vae = materialize(vae, checkpoint, family.vae_prefix, options.dtype_policy.dtype_for(VAE), "VAE",
                       family.key_conversions, zero_copy=options.mmap, workers=options.io_workers, loaded=loaded)
     vae.eval()
+    wrap = getattr(family.components, "vae_patcher", None)  # a family's own VAE object (an audio VAE)
+    if wrap is not None:
+        return wrap(vae, options.device, "cpu")
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
 
 
@@ -294,6 +453,10 @@ def _load_clip(checkpoint: CheckpointFile, family: Family, configs: list[ClipTex
     # build_clip builds its encoders on meta before it reads a tensor: the first read waits for
     # `reading`; keys outside the requests (none today) would be read on access.
     state = LazyStateDict(checkpoint, dtype, pending=reading)
+    # Layers the `_quantization_metadata` header describes (by the file's names) are served as their
+    # `comfy_quant` tensors, as ComfyUI's `convert_old_quants` puts every described layer into the
+    # state dict the text encoders read (the diffusion model's are `QuantizedUnet`'s).
+    state = with_quantization_metadata(state, checkpoint.metadata)
     # ComfyUI's `tokenizer_data` (its loader hands the whole text-encoder state dict on): a tokenizer
     # the file carries, saved by ComfyUI's CLIP.get_sd under the text encoders' root
     # (`text_encoders.spiece_model`: Lumina 2's Gemma SentencePiece model; `text_encoders.tekken_model`:
@@ -312,14 +475,47 @@ def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions
     checkpoint's `first_stage_model.*`, or diffusers' `AutoencoderKL` names) -> `VaePatcher` over
     an `AutoencoderKL`. Raises `CheckpointError` subclasses naming the file.
 
-    An LTX-2 audio VAE file (ComfyUI's `comfy.sd.VAE` detects its vocoder) becomes an
-    `AudioVaePatcher` (comfy_core/patching/audio_vae.py), float32 as ComfyUI runs it."""
+    An LTX-2 audio VAE (a whole LTX-2 checkpoint or the audio VAE alone: ComfyUI's `comfy.sd.VAE`
+    detects its vocoder) becomes an `AudioVaePatcher` (comfy_core/patching/audio_vae.py), float32 as
+    ComfyUI runs it; a file of another registered kind (the audio VAEs) its own patcher."""
     options = options or LoadOptions()
     audio = _ltx_audio_vae(path, options)
     if audio is not None:
         return audio
+    registered = _registered_kind_vae(path, options)
+    if registered is not None:
+        return registered
     vae = vae_module_from(path, options.dtype_policy.dtype_for(VAE), mmap=options.mmap, workers=options.io_workers)
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
+
+
+def _registered_kind_vae(path: Any, options: LoadOptions) -> VaePatcher | None:
+    """A standalone VAE of a kind registered in `STATE_DICT_KINDS` (comfy_core/patching/vae.py: the
+    audio VAEs, Stable Audio's / ACE-Step 1.5's Oobleck, Stable Audio 3's, ACE-Step 1's music DCAE),
+    built from the file's tensors as ComfyUI's `comfy.sd.VAE(sd=...)` builds it (read in float32,
+    the kind chooses its dtype); None when no registered kind reads the file's names."""
+    if isinstance(path, Mapping):
+        names: Any = path.keys()
+        metadata: Mapping[str, str] = {}
+    else:
+        if not str(path).endswith(".safetensors"):
+            return None
+        try:
+            header = read_safetensors_header(Path(path))
+        except CheckpointError:  # unreadable here: the generic path reports it with its own error
+            return None
+        names, metadata = header.tensors.keys(), header.metadata or {}
+    if not any(reads(names) for reads, _kind in STATE_DICT_KINDS):
+        return None
+    if isinstance(path, Mapping):
+        state: Mapping[str, torch.Tensor] = path
+    else:
+        with CheckpointFile(path) as checkpoint:
+            state = {name: checkpoint.read(name, torch.float32) for name in names}
+    try:
+        return VaePatcher(sd=state, load_device=options.device, offload_device="cpu", metadata=metadata)
+    except (ValueError, TypeError, RuntimeError) as exc:  # config errors; load_state_dict's size mismatches
+        raise ShapeMismatchError(path if not isinstance(path, Mapping) else "<state dict>", str(exc)) from None
 
 
 def _ltx_audio_vae(path: Any, options: LoadOptions) -> VaePatcher | None:

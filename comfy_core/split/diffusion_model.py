@@ -40,22 +40,18 @@ import torch
 
 from comfy_core.checkpoint.bulk import BulkRead
 from comfy_core.checkpoint.diffusers_keys import DiffusersLayoutError, is_diffusers_unet, unet_names
-from comfy_core.checkpoint.dtype import UNET, DtypePolicy
+from comfy_core.checkpoint.dtype import UNET
 from comfy_core.checkpoint.errors import CorruptCheckpointError, MissingComponentError, ShapeMismatchError
 from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
-from comfy_core.loading import (LoadOptions, _build_unet, _load_model, family_unet_dtype, model_from_unet,
-                                resolve_prediction, stored_fp8_dtype, warn_if_emulated_bf16)
-from comfy_core.models.storage_cast import (FP8_DTYPES, SCALED_FP8_MARKER, cast_weights_at_run_time, is_scaled_fp8,
-                                            keep_scaled_fp8, marker_optimizations, scaled_storage_dtype)
+from comfy_core.loading import (LoadOptions, QuantizedUnet, _build_unet, _load_model, finish_unet, model_from_unet,
+                                resolve_prediction, unet_storage, warn_if_emulated_bf16)
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 from comfy_core.weights.gguf import GGUFError
 from comfy_core.weights.quant_gguf import gguf_diffusion_state
-from comfy_core.models.quant_linear import attach_quantized, detach_quantized_weights
-from comfy_core.weights.quant_registry import QuantFormatError, QuantizedHeader, QuantizedLayer, quantized_layers
 
 log = logging.getLogger(__name__)
 
@@ -112,44 +108,6 @@ def diffusion_model_view(checkpoint: CheckpointFile, registry: FamilyRegistry) -
     return RenamedCheckpoint(checkpoint, diffusion_model_names(checkpoint))
 
 
-def compute_dtype(policy: DtypePolicy, storage: torch.dtype, family: Any = None) -> torch.dtype | None:
-    """The dtype a UNet stored in `storage` computes in, or None for its own (ComfyUI's
-    `unet_manual_cast` for the dtypes UNETLoader offers: fp8 storage computes in the device's
-    default UNet dtype for the family)."""
-    if storage not in FP8_DTYPES:
-        return None
-    supported = getattr(family, "inference_dtypes", None)
-    return DtypePolicy(device=policy.device, device_facts=policy.device_facts).dtype_for(UNET, supported=supported)
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaledFp8Plan:
-    """How a scaled-fp8 file is held (ComfyUI's `scaled_fp8_ops` with `model_config.scaled_fp8`):
-    linear layers in the marker's fp8 dtype (`storage`, what the file is read in), the other
-    tensors in `other` (ComfyUI's unet_dtype: the `weight_dtype` asked, else the device's), all
-    computed in `compute`; `fp8_matrix_mult`: the marker's fp8 optimisations or fp8_e4m3fn_fast."""
-
-    storage: torch.dtype
-    other: torch.dtype
-    compute: torch.dtype
-    fp8_matrix_mult: bool
-
-
-def scaled_fp8_plan(view: Any, family: Any, policy: DtypePolicy, weight_dtype: torch.dtype | None,
-                    fp8_optimizations: bool) -> ScaledFp8Plan | None:
-    """The plan for a scaled-fp8 file (its `scaled_fp8` marker under the family's prefix), else None.
-    The scales stay separate: the fp8 weights are used as stored (zero-copy from the mapping)."""
-    marker_key = family.unet_prefix + SCALED_FP8_MARKER
-    if not is_scaled_fp8(view.tensors, family.unet_prefix):
-        return None
-    marker = view.read(marker_key)
-    storage = scaled_storage_dtype(marker)
-    default = compute_dtype(policy, storage, family)
-    other = weight_dtype or policy.unet or default
-    compute = default if other in FP8_DTYPES else other
-    return ScaledFp8Plan(storage, other, compute, fp8_optimizations or marker_optimizations(marker))
-
-
 def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None, *,
                          weight_dtype: torch.dtype | None = None, fp8_optimizations: bool = False,
                          registry: FamilyRegistry | None = None, operations: Any = None) -> ModelPatcher:
@@ -170,59 +128,27 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     policy = options.dtype_policy
     with _open_file(path) as file:
         view = diffusion_model_view(file, registry)
-        # ComfyUI's quantised layers (`comfy_quant` / `_quantization_metadata`): detected and
-        # loaded as the float original, the layers then take their stored weights and scales.
-        quantized = find_quantized_layers(view)
-        loaded_view = view
-        if quantized:
-            view = QuantizedHeader.for_loading(loaded_view, quantized)
-        # No weight_dtype asked: a file shipped in fp8 stays fp8 (ComfyUI keeps the file's dtype).
-        detection = registry.detect_diffusion_model(
-            QuantizedHeader.for_detection(loaded_view, quantized).tensors if quantized else view.tensors, file.path,
-            file.metadata)
+        # ComfyUI's quantised layers and scaled fp8, as a checkpoint's diffusion model
+        # (comfy_core/loading.py `QuantizedUnet`, `unet_storage`, `finish_unet`).
+        quantized = QuantizedUnet.of(view)
+        detection = registry.detect_diffusion_model(quantized.detection, file.path, file.metadata)
         family = detection.family
-        shipped = stored_fp8_dtype(view.tensors, UNET_PREFIX) if policy.unet is None else None
-        storage = weight_dtype or shipped or family_unet_dtype(policy, family, view.tensors)
-        cast = compute_dtype(policy, storage, family)
-        scaled = scaled_fp8_plan(view, family, policy, weight_dtype, fp8_optimizations)
-        if scaled is not None:
-            storage, cast = scaled.storage, scaled.compute
-        load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage))
+        view = quantized.loading
+        storage = unet_storage(view, family, policy, weight_dtype, fp8_optimizations)
+        load_options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage.storage))
         prediction = resolve_prediction(view, family, options.prediction)
-        requests: Mapping[str, torch.dtype] = tensor_requests(view, family.unet_prefix, storage)
+        requests: Mapping[str, torch.dtype] = tensor_requests(view, family.unet_prefix, storage.storage)
         with BulkRead(view, requests, zero_copy=options.mmap, workers=options.io_workers) as reading:
             unet = _build_unet(view, detection)
-            if quantized:
-                _quantized_step(file.path, detach_quantized_weights, unet, quantized, family.unet_prefix)
+            quantized.detach(unet, family.unet_prefix)
             model = _load_model(view, family, unet, prediction, load_options, reading.result())
-            if scaled is not None:
-                keep_scaled_fp8(model.model.diffusion_model, view.tensors, view.read, family.unet_prefix,
-                                fp8_matrix_mult=scaled.fp8_matrix_mult, other_dtype=scaled.other)
-            if quantized:
-                _quantized_step(file.path, attach_quantized, model.model.diffusion_model, quantized,
-                                loaded_view.tensors, loaded_view.read_stored, family.unet_prefix,
-                                cast or storage)
-                if model.model.get_dtype() != (cast or storage):  # the output layer may be quantised
-                    model.model.manual_cast_dtype = cast or storage
-    if cast is not None:
-        cast_weights_at_run_time(model.model.diffusion_model, fp8_matrix_mult=fp8_optimizations)
-        model.model.manual_cast_dtype = cast
+            finish_unet(model, storage, quantized, family.unet_prefix)
+    cast = storage.compute
     log.info("loaded diffusion model %s in %.2fs: %s, %s-prediction, weights %s%s", file.path.name,
-             time.perf_counter() - started, family.display_name, prediction, storage,
+             time.perf_counter() - started, family.display_name, prediction, storage.storage,
              f", computed in {cast}" if cast is not None else "")
-    warn_if_emulated_bf16(cast or storage, options.device)
+    warn_if_emulated_bf16(cast or storage.storage, options.device)
     return model
-
-
-def find_quantized_layers(view: Any) -> dict[str, QuantizedLayer]:
-    """The quantised layers of a diffusion-model view, by its names (`comfy_core.weights.quant_registry`)."""
-    stored_name = getattr(view, "stored_name", None)
-    ours = {stored_name(n): n for n in view.tensors} if stored_name is not None else None
-    try:
-        return quantized_layers(view.tensors, view.metadata, view.read,
-                                (lambda stored: ours.get(stored)) if ours is not None else (lambda stored: stored))
-    except QuantFormatError as exc:
-        raise ShapeMismatchError(view.path, str(exc)) from None
 
 
 def _open_file(path: str | Path | Mapping[str, torch.Tensor]) -> CheckpointFile:
@@ -235,14 +161,6 @@ def _open_file(path: str | Path | Mapping[str, torch.Tensor]) -> CheckpointFile:
             raise CorruptCheckpointError(Path(path), str(exc)) from None
         return CheckpointFile(tensors, metadata=metadata, name=str(path))
     return CheckpointFile(path)
-
-
-def _quantized_step(path: Path, step: Any, *args: Any) -> Any:
-    """`step(*args)` with a malformed quantised layer reported as the file's `ShapeMismatchError`."""
-    try:
-        return step(*args)
-    except QuantFormatError as exc:
-        raise ShapeMismatchError(path, str(exc)) from None
 
 
 def _load_with_operations(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions,
