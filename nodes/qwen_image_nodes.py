@@ -19,9 +19,13 @@
 - QwenImage21Cache: a MODEL clone carrying the prefix key/value cache's device and precision in
   `transformer_options["qwen_image21_cache"]`.
 
+TextEncodeQwenImage21's images go through the CLIP's vision tower: Qwen3-VL-8B's for Qwen-Image 2.1
+(CLIPLoader type "qwen_image" given a Qwen3-VL file, comfy_core/families/qwen_image21/clip.py), whose
+tokenizer takes `keep_vision` and whose encoder gives `image_slots` when the vision tokens are dropped.
+
 Differences from ComfyUI, by house rule (bad input is an error, never silently ignored): an image
-given with a CLIP whose text encoder cannot read images (anything but Qwen2.5-VL) is a node error
-naming `clip` (ComfyUI's other tokenizers drop the images).
+given with a CLIP whose text encoder cannot read images (anything but Qwen2.5-VL and Qwen3-VL) is a
+node error naming `clip` (ComfyUI's other tokenizers drop the images).
 """
 from __future__ import annotations
 

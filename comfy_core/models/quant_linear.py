@@ -8,7 +8,8 @@ ComfyUI saves. Each call turns the weight into the input's dtype for that call o
 maths, then cast), so only one layer's weight exists in float at a time; ConvRot int8 layers
 rotate the input instead of the weight (`x @ W^T = (x @ H) @ W_rot^T`, comfy_core/weights/quant_int8.py).
 `int8_matmul` (off by default) runs int8 layers as comfy-kitchen's W8A8 product (the input
-rounded to int8 per row, `torch._int_mm`), ComfyUI's path on a GPU with int8 tensor cores.
+rounded to int8 per row, `torch._int_mm`), ComfyUI's path on a GPU with int8 tensor cores, and
+int4 `asym_w4a8_int8` layers as its W4A8 product (comfy_core/weights/quant_w4a8.py).
 
 Patching (ComfyUI's `convert_weight` / `set_weight`, comfy_core/patching/weight_access.py): the
 patcher's float32 copy of the stored weight is dequantised to the true weight, the patch maths
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comfy_core.weights import quant_int8
+from comfy_core.weights import quant_int8, quant_w4a8
 from comfy_core.weights.quant_registry import INPUT_SCALES, QuantFormatError, QuantizedLayer, int8_group
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ class QuantizedLinear(nn.Linear):
         return weight.dtype in self.quant_layer.format.storage and tuple(weight.shape) == self._stored_shape
 
     def _scales(self) -> dict[str, torch.Tensor]:
-        return {s: getattr(self, s) for s in self.quant_layer.format.scales}
+        fmt = self.quant_layer.format
+        optional = {s: getattr(self, s) for s in fmt.optional if getattr(self, s, None) is not None}
+        return {**{s: getattr(self, s) for s in fmt.scales}, **optional}
 
     def dequantize_weight(self, stored: torch.Tensor | None = None) -> torch.Tensor:
         """The float32 `[out, in]` true weight of the stored form (`stored`: another copy of it)."""
@@ -79,6 +82,15 @@ class QuantizedLinear(nn.Linear):
                 # Rotate the input, not the weight (the same product): [tokens, in] @ H per group.
                 w = quant_int8.dequantize_int8(q, scale)
                 return F.linear(quant_int8.rotate(x.to(torch.float32), group).to(x.dtype), w.to(x.dtype), bias)
+        if self.quant_layer.format.name == quant_w4a8.FORMAT:
+            s, conf, q = self._scales(), self.quant_layer.conf, self.weight.to(x.device)
+            parts = (s["weight_s_rel"], s["weight_s_channel"], s.get("weight_codebook"), s.get("weight_correction"))
+            if self.int8_matmul and x.dim() >= 2:
+                return quant_w4a8.w4a8_linear(x, q, *parts, bias, conf)
+            # Rotate the input, not the weight (as for ConvRot int8): [tokens, in] @ H per group.
+            w_rot = quant_w4a8.dequantize_rotated(q, *parts, conf, (self.out_features, self.in_features))
+            x_rot = quant_int8.rotate(x.to(torch.float32), quant_w4a8.groups_of(conf)[1]).to(x.dtype)
+            return F.linear(x_rot, w_rot.to(x.dtype), bias)
         weight = self.dequantize_weight(self.weight.to(x.device))
         return F.linear(x, weight.to(x.dtype), bias)
 
@@ -146,7 +158,7 @@ def attach_quantized(module: nn.Module, layers: Mapping[str, QuantizedLayer], na
         linear.compute_dtype = compute_dtype
         linear.weight = nn.Parameter(weight.to(device), requires_grad=False)
         sizes = fmt.scale_sizes(linear.out_features, linear.in_features)
-        for name in (*fmt.scales, *INPUT_SCALES):
+        for name in (*fmt.scales, *fmt.optional, *INPUT_SCALES):
             key = f"{layer.name}.{name}"
             if key not in names:
                 continue
@@ -157,6 +169,9 @@ def attach_quantized(module: nn.Module, layers: Mapping[str, QuantizedLayer], na
                                        f"values, a {linear.out_features}x{linear.in_features} layer has "
                                        f"{' or '.join(map(str, sizes[name]))}")
             linear.register_buffer(name, value.to(device))
+        if fmt.check is not None:  # scale shapes that follow the layer's description
+            fmt.check(linear.out_features, linear.in_features, layer.conf,
+                      {n: b for n, b in linear.named_buffers(recurse=False)})
         linear.register_buffer("comfy_quant", layer.quant_conf_bytes())
         counts[fmt.name] = counts.get(fmt.name, 0) + 1
     log.info("quantised layers kept as stored: %s", counts)

@@ -27,8 +27,8 @@ from torch import nn
 
 from comfy_core.models.vae import VAEConfigError
 from comfy_core.models.wan_vae22 import wan22_downsamples, wan22_upsamples
-from comfy_core.models.wan_vae_blocks import (CausalConv3d, FrameCache, Resample, ResidualBlock, head, middle,
-                                              patchify, run, unpatchify)
+from comfy_core.models.wan_vae_blocks import (CausalConv3d, FrameCache, Resample, ResidualBlock, conv3x3, head,
+                                              middle, patchify, run, unpatchify)
 from comfy_core.models.wan_vae_config import WanVAEConfig
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,11 @@ def wan21_downsamples(config: WanVAEConfig) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i, (cin, cout) in enumerate(zip(dims[:-1], dims[1:])):
         for _ in range(config.num_res_blocks):
-            layers.append(ResidualBlock(cin, cout))
+            layers.append(ResidualBlock(cin, cout, config.temporal_kernel))
             cin = cout
         if i < len(config.dim_mult) - 1:
-            layers.append(Resample(cout, "downsample3d" if config.temporal_downsample[i] else "downsample2d"))
+            layers.append(Resample(cout, "downsample3d" if config.temporal_downsample[i] else "downsample2d",
+                                   frames=config.temporal_kernel))
     return nn.Sequential(*layers)
 
 
@@ -58,10 +59,11 @@ def wan21_upsamples(config: WanVAEConfig) -> nn.Sequential:
         if i > 0:
             cin //= 2
         for _ in range(config.num_res_blocks + 1):
-            layers.append(ResidualBlock(cin, cout))
+            layers.append(ResidualBlock(cin, cout, config.temporal_kernel))
             cin = cout
         if i < len(mult) - 1:
-            layers.append(Resample(cout, "upsample3d" if temporal_up[i] else "upsample2d", out_channels=cout // 2))
+            layers.append(Resample(cout, "upsample3d" if temporal_up[i] else "upsample2d", out_channels=cout // 2,
+                                   frames=config.temporal_kernel))
     return nn.Sequential(*layers)
 
 
@@ -70,11 +72,12 @@ class Encoder3d(nn.Module):
 
     def __init__(self, config: WanVAEConfig, downsamples: nn.Sequential) -> None:
         super().__init__()
-        self.conv1 = CausalConv3d(config.image_channels, config.dim, 3, padding=1)
+        frames = config.temporal_kernel
+        self.conv1 = conv3x3(config.image_channels, config.dim, frames)
         self.downsamples = downsamples
         width = config.dim * config.dim_mult[-1]
-        self.middle = middle(width)
-        self.head = head(width, 2 * config.z_dim)
+        self.middle = middle(width, frames)
+        self.head = head(width, 2 * config.z_dim, frames)
 
     def forward(self, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
         x = self.conv1(x, cache)
@@ -90,10 +93,11 @@ class Decoder3d(nn.Module):
     def __init__(self, config: WanVAEConfig, upsamples: nn.Sequential) -> None:
         super().__init__()
         width = config.decoder_dim * config.dim_mult[-1]
-        self.conv1 = CausalConv3d(config.z_dim, width, 3, padding=1)
-        self.middle = middle(width)
+        frames = config.temporal_kernel
+        self.conv1 = conv3x3(config.z_dim, width, frames)
+        self.middle = middle(width, frames)
         self.upsamples = upsamples
-        self.head = head(config.decoder_dim * config.dim_mult[0], config.image_channels)
+        self.head = head(config.decoder_dim * config.dim_mult[0], config.image_channels, frames)
 
     def forward(self, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
         x = self.conv1(x, cache)

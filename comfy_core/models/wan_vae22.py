@@ -75,15 +75,15 @@ class DownResidualBlock(nn.Module):
 
     takes_cache = True
 
-    def __init__(self, cin: int, cout: int, blocks: int, temporal: bool, down: bool) -> None:
+    def __init__(self, cin: int, cout: int, blocks: int, temporal: bool, down: bool, frames: int = 3) -> None:
         super().__init__()
         self.avg_shortcut = AvgDown3D(cin, cout, 2 if temporal else 1, 2 if down else 1)
         layers: list[nn.Module] = []
         for _ in range(blocks):
-            layers.append(ResidualBlock(cin, cout))
+            layers.append(ResidualBlock(cin, cout, frames))
             cin = cout
         if down:
-            layers.append(Resample(cout, "downsample3d" if temporal else "downsample2d"))
+            layers.append(Resample(cout, "downsample3d" if temporal else "downsample2d", frames=frames))
         self.downsamples = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
@@ -99,16 +99,16 @@ class UpResidualBlock(nn.Module):
 
     takes_cache = True
 
-    def __init__(self, cin: int, cout: int, blocks: int, temporal: bool, up: bool) -> None:
+    def __init__(self, cin: int, cout: int, blocks: int, temporal: bool, up: bool, frames: int = 3) -> None:
         super().__init__()
         self.avg_shortcut = DupUp3D(cin, cout, 2 if temporal else 1, 2) if up else None
         layers: list[nn.Module] = []
         width = cin
         for _ in range(blocks):
-            layers.append(ResidualBlock(width, cout))
+            layers.append(ResidualBlock(width, cout, frames))
             width = cout
         if up:
-            layers.append(Resample(cout, "upsample3d" if temporal else "upsample2d", out_channels=cout))
+            layers.append(Resample(cout, "upsample3d" if temporal else "upsample2d", out_channels=cout, frames=frames))
         self.upsamples = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
@@ -126,7 +126,7 @@ def wan22_downsamples(config: WanVAEConfig) -> nn.Sequential:
     last = len(config.dim_mult) - 1
     return nn.Sequential(*(
         DownResidualBlock(cin, cout, config.num_res_blocks, temporal=i < last and config.temporal_downsample[i],
-                          down=i < last)
+                          down=i < last, frames=config.temporal_kernel)
         for i, (cin, cout) in enumerate(zip(dims[:-1], dims[1:]))))
 
 
@@ -137,5 +137,6 @@ def wan22_upsamples(config: WanVAEConfig) -> nn.Sequential:
     temporal_up = tuple(reversed(config.temporal_downsample))
     last = len(mult) - 1
     return nn.Sequential(*(
-        UpResidualBlock(cin, cout, config.num_res_blocks + 1, temporal=i < last and temporal_up[i], up=i < last)
+        UpResidualBlock(cin, cout, config.num_res_blocks + 1, temporal=i < last and temporal_up[i], up=i < last,
+                        frames=config.temporal_kernel)
         for i, (cin, cout) in enumerate(zip(dims[:-1], dims[1:]))))

@@ -97,6 +97,12 @@ def _batch_as_frames(x: torch.Tensor, batch: int) -> torch.Tensor:
     return x.reshape(batch, bt // batch, c, h, w).transpose(1, 2)
 
 
+def conv3x3(cin: int, cout: int, frames: int = 3) -> CausalConv3d:
+    """The 3x3 spatial convolution over `frames` causal frames (3 in Wan; 1 in the one-frame image
+    VAE of Qwen-Image 2.1, ComfyUI's `temporal_kernel`)."""
+    return CausalConv3d(cin, cout, (frames, 3, 3), padding=(frames // 2, 1, 1))
+
+
 def run(layer: nn.Module, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
     """Apply a layer, handing the cache to the causal ones (the rest are per-frame)."""
     if getattr(layer, "takes_cache", False):
@@ -111,13 +117,13 @@ class ResidualBlock(nn.Module):
 
     takes_cache = True
 
-    def __init__(self, cin: int, cout: int) -> None:
+    def __init__(self, cin: int, cout: int, frames: int = 3) -> None:
         super().__init__()
         # The SiLUs act in place on the norms' fresh outputs (one full-size activation fewer).
         self.residual = nn.Sequential(
-            RMSNorm(cin), nn.SiLU(inplace=True), CausalConv3d(cin, cout, 3, padding=1),
+            RMSNorm(cin), nn.SiLU(inplace=True), conv3x3(cin, cout, frames),
             RMSNorm(cout), nn.SiLU(inplace=True), nn.Identity(),  # dropout: inactive at inference
-            CausalConv3d(cout, cout, 3, padding=1))
+            conv3x3(cout, cout, frames))
         self.shortcut = CausalConv3d(cin, cout, 1) if cin != cout else nn.Identity()
 
     def forward(self, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
@@ -161,7 +167,7 @@ class Resample(nn.Module):
 
     MODES = ("upsample2d", "upsample3d", "downsample2d", "downsample3d")
 
-    def __init__(self, channels: int, mode: str, out_channels: int | None = None) -> None:
+    def __init__(self, channels: int, mode: str, out_channels: int | None = None, frames: int = 3) -> None:
         super().__init__()
         if mode not in self.MODES:
             raise ValueError(f"Resample mode must be one of {self.MODES}, got {mode!r}")
@@ -170,11 +176,11 @@ class Resample(nn.Module):
             # Index 1 is the convolution, as in the original (index 0 is the parameterless upsample).
             self.resample = nn.Sequential(_Nearest2x(), nn.Conv2d(channels, out_channels or channels, 3, padding=1))
             if mode == "upsample3d":
-                self.time_conv = CausalConv3d(channels, channels * 2, (3, 1, 1), padding=(1, 0, 0))
+                self.time_conv = CausalConv3d(channels, channels * 2, (frames, 1, 1), padding=(frames // 2, 0, 0))
         else:
             self.resample = nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(channels, channels, 3, stride=2))
             if mode == "downsample3d":
-                self.time_conv = CausalConv3d(channels, channels, (3, 1, 1), stride=(2, 1, 1))
+                self.time_conv = CausalConv3d(channels, channels, (frames, 1, 1), stride=(2, 1, 1))
 
     def forward(self, x: torch.Tensor, cache: FrameCache) -> torch.Tensor:
         b = x.shape[0]
@@ -200,14 +206,15 @@ class _Nearest2x(nn.Module):
         return F.interpolate(wide, scale_factor=2.0, mode="nearest-exact").to(x.dtype)
 
 
-def middle(channels: int) -> nn.Sequential:
+def middle(channels: int, frames: int = 3) -> nn.Sequential:
     """The middle of encoder and decoder: residual block, attention, residual block."""
-    return nn.Sequential(ResidualBlock(channels, channels), AttentionBlock(channels), ResidualBlock(channels, channels))
+    return nn.Sequential(ResidualBlock(channels, channels, frames), AttentionBlock(channels),
+                         ResidualBlock(channels, channels, frames))
 
 
-def head(channels: int, out_channels: int) -> nn.Sequential:
+def head(channels: int, out_channels: int, frames: int = 3) -> nn.Sequential:
     """RMSNorm, SiLU, 3x3x3 causal conv to the output channels (`head.0`, `head.2`)."""
-    return nn.Sequential(RMSNorm(channels), nn.SiLU(inplace=True), CausalConv3d(channels, out_channels, 3, padding=1))
+    return nn.Sequential(RMSNorm(channels), nn.SiLU(inplace=True), conv3x3(channels, out_channels, frames))
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:

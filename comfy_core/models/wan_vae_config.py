@@ -43,12 +43,16 @@ class WanVAEConfig:
     residual: bool = False
     # Pixel channels: 3 (RGB) or 4 (RGBA: Qwen-Image-Layered's VAE encodes and decodes alpha).
     rgb_channels: int = 3
+    # Frames each 3x3 convolution spans (ComfyUI's `temporal_kernel`): 3, or 1 in Qwen-Image 2.1's
+    # image VAE (the Wan 2.2 layout with `[out, in, 1, 3, 3]` kernels, images only).
+    temporal_kernel: int = 3
 
     def __post_init__(self) -> None:
         if len(self.temporal_downsample) != len(self.dim_mult) - 1:
             raise VAEConfigError(f"Wan VAE: {len(self.dim_mult)} levels need {len(self.dim_mult) - 1} "
                                  f"temporal_downsample flags, got {len(self.temporal_downsample)}")
-        if self.patch_size < 1 or self.num_res_blocks < 1 or min(self.dim_mult) < 1 or self.rgb_channels not in (3, 4):
+        if (self.patch_size < 1 or self.num_res_blocks < 1 or min(self.dim_mult) < 1 or self.rgb_channels not in (3, 4)
+                or self.temporal_kernel not in (1, 3)):
             raise VAEConfigError(f"Wan VAE: invalid configuration {self}")
 
     @property
@@ -75,6 +79,9 @@ class WanVAEConfig:
         shape(WAN_MARKER)
         conv1 = shape("encoder.conv1.weight")
         dim, in_channels = conv1[0], conv1[1]
+        if len(conv1) != 5:
+            raise VAEConfigError(f"Wan VAE: encoder.conv1 must be a 3-D convolution, got shape {conv1}")
+        temporal_kernel = conv1[2]
         for rgb in (3, 4):  # RGB first: 12 is Wan 2.2's 3 x 2 x 2, never RGBA
             patch = math.isqrt(in_channels // rgb)
             if patch and rgb * patch * patch == in_channels:
@@ -97,7 +104,7 @@ class WanVAEConfig:
             raise VAEConfigError(f"Wan VAE: decoder.conv1 has {decoder_in} channels, not a multiple of {dim_mult[-1]}")
         return cls(dim=dim, decoder_dim=decoder_in // dim_mult[-1], z_dim=z_dim, dim_mult=dim_mult,
                    num_res_blocks=counts.pop(), temporal_downsample=tuple(t for _, t in levels[:-1]),
-                   patch_size=patch, residual=residual, rgb_channels=rgb)
+                   patch_size=patch, residual=residual, rgb_channels=rgb, temporal_kernel=temporal_kernel)
 
 
 WAN21_VAE = WanVAEConfig()

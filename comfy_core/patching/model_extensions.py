@@ -137,7 +137,9 @@ class ModelPatcherExtensions:
     # --- run lifecycle ---
 
     def pre_run(self) -> None:
-        """Start of a sampling run: ON_PRE_RUN callbacks (`callback(patcher)`)."""
+        """Start of a sampling run: the network's run state (`begin_sampling_run()`, where it keeps
+        some: ComfyUI's `current_patcher` setter), then ON_PRE_RUN callbacks (`callback(patcher)`)."""
+        _network_run_hook(self, "begin_sampling_run")
         for callback in self.get_all_callbacks(CallbacksMP.ON_PRE_RUN):
             callback(self)
 
@@ -149,5 +151,15 @@ class ModelPatcherExtensions:
     def cleanup(self) -> None:
         """End of a sampling run: eject injections, then ON_CLEANUP callbacks (`callback(patcher)`)."""
         self.eject_model()
+        _network_run_hook(self, "end_sampling_run")
         for callback in self.get_all_callbacks(CallbacksMP.ON_CLEANUP):
             callback(self)
+
+
+def _network_run_hook(patcher: Any, name: str) -> None:
+    """Call the diffusion network's `name()` when it has one (a network that keeps state for one
+    sampling run, such as a prefix key/value cache, starts and drops it here)."""
+    network = getattr(getattr(patcher, "model", None), "diffusion_model", None)
+    hook = getattr(network, name, None)
+    if callable(hook):
+        hook()

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 PAD_EOS = 49407
 PAD_ZERO = 0
-CLIP_SKIP_KINDS = ("clip", "qwen3", "qwen25vl", "gemma2")  # tower kinds whose layer CLIPSetLastLayer chooses
+CLIP_SKIP_KINDS = ("clip", "qwen3", "qwen25vl", "qwen3vl", "gemma2")  # tower kinds whose layer CLIPSetLastLayer chooses
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class EncoderOptions:
     projected_pooled: bool = True
     # Where the tower sits in the family's single-file checkpoints (most specific first).
     prefixes: tuple[str, ...] = ()
-    kind: str = "clip"  # "clip" | "t5" | "umt5" | "qwen3" | "qwen25vl" | "llama" | "gemma2": which tower type (comfy_core/text_encoders/towers.py)
+    kind: str = "clip"  # "clip" | "t5" | "umt5" | "qwen3" | "qwen25vl" | "qwen3vl" | "llama" | "gemma2": which tower type (comfy_core/text_encoders/towers.py)
     # AUTOMATIC1111's use of this encoder (comfy_core/prompt/encode.py): its layer (None: the
     # CLIP's clip skip, SD1), whether that hidden state goes through the final norm, and whose
     # tokenizer rules ("transformers" for CLIP-L, "open_clip" for the OpenCLIP towers).

@@ -20,3 +20,8 @@ class TextEncoderKeyError(TextEncoderError):
 
 class TokenizeError(TextEncoderError):
     """Tokens handed to an encoder are malformed (wrong chunk length, unknown encoder key, bad embedding)."""
+
+
+class Qwen35DetectionError(TextEncoderDetectionError, ValueError):
+    """A Qwen3.5 tower's tensors (language model or vision tower) are incomplete or inconsistent
+    (names the key at fault). Here, not in qwen35.py, so its vision module need not import the tower."""

@@ -29,7 +29,9 @@ drawn token (of the first row) joins it. Generation stops after `max_length` tok
 token, which is returned with the rest (the tokenizer's `decode` drops it as a special token).
 
 The model side is any object with `new_cache`, `prompt_embeds`, `embed_ids`, `decode_step` and
-`logits` (`comfy_core/text_encoders/qwen3.py: Qwen3TextEncoder` is one).
+`logits` (`comfy_core/text_encoders/qwen3.py: Qwen3TextEncoder` is one). Its cache is a `KVCache`,
+or for a hybrid decoder (`qwen35.py`: Gated DeltaNet layers between attention layers) a
+`HybridCache`, which holds a recurrent state for each linear-attention layer instead of keys and values.
 """
 from __future__ import annotations
 
@@ -186,6 +188,25 @@ class KVCache:
 
     def advance(self, steps: int) -> None:
         self.length += steps
+
+
+class HybridCache(KVCache):
+    """The cache of a hybrid decoder (Qwen3.5: linear-attention layers between full-attention
+    ones): keys and values for the full-attention layers only (`update` takes the model's layer
+    index), and for each linear-attention layer a fixed-size recurrent state instead (its causal
+    convolution's last inputs `conv[layer]` and its state matrices `recurrent[layer]`, None until
+    the first step writes them), which does not grow with the positions."""
+
+    def __init__(self, full_layers: Sequence[int], linear_layers: Sequence[int], batch: int, capacity: int,
+                 kv_heads: int, head_dim: int, device: torch.device | str) -> None:
+        super().__init__(len(full_layers), batch, capacity, kv_heads, head_dim, device)
+        self._slot = {layer: index for index, layer in enumerate(full_layers)}
+        self.conv: dict[int, torch.Tensor | None] = {layer: None for layer in linear_layers}
+        self.recurrent: dict[int, torch.Tensor | None] = {layer: None for layer in linear_layers}
+        self.rope_offset = 0  # rotary position minus cache position (M-RoPE prompts with images run behind)
+
+    def update(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().update(self._slot[layer], key, value)
 
 
 # --- the loop ----------------------------------------------------------------------------------------

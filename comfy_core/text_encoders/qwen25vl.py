@@ -252,31 +252,8 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
         return hidden, None
 
     def _spliced(self, row: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, torch.Tensor]]]:
-        """One token row with image entries -> (input embeddings [1, T, W] float32 with each image's
-        vision-tower tokens at its entry's place, the token mask [1, T], (start, count, grid) per
-        image): ComfyUI's `process_tokens` with `preprocess_embed`."""
-        plain = [token for token in row if not isinstance(token, dict)]
-        ids, overrides = chunks_to_ids([plain], self.width)
-        x = self.embed_ids(ids)  # [1, T, W]
-        if overrides:
-            x = _apply_overrides(x, overrides)
-        mask = token_mask([plain], self.special_tokens["pad"])  # [1, T]
-        images: list[tuple[int, int, torch.Tensor]] = []
-        added = 0
-        for index, entry in enumerate(row):
-            if not isinstance(entry, dict):
-                continue
-            if entry.get("type") != "image":
-                raise Qwen25VLInputError(f"qwen2.5-vl: a prompt entry of type {entry.get('type')!r}; this "
-                                         "encoder takes images only")
-            tokens_of_image, grid = self.encode_image(entry.get("data"))  # [N, W]
-            start = index + added  # ComfyUI's: the entry's place, shifted by the tokens added so far
-            count = tokens_of_image.shape[0]
-            x = torch.cat([x[:, :start], tokens_of_image[None].to(x.device), x[:, start:]], dim=1)
-            mask = torch.cat([mask[:, :start], torch.ones(1, count, dtype=mask.dtype), mask[:, start:]], dim=1)
-            images.append((start, count, grid))
-            added += count - 1
-        return x, mask, images
+        """`splice_images` with this tower (its images' tokens from `encode_image`)."""
+        return splice_images(self, row, "qwen2.5-vl")
 
     # --- generation (ComfyUI's `Qwen25_7BVLIModel.generate` with `BaseGenerate`; see generate.py) ---
 
@@ -384,6 +361,41 @@ class Qwen25VLTextEncoder(Qwen3TextEncoder):
         """One Qwen2 decoder block (see the module doc): biased q/k/v, no q/k norm; with a cache,
         this step's keys and values join block `layer`'s entries."""
         return prenorm_block(block, x, cos, sin, bias, self.config, cache=cache, layer=layer)
+
+
+def splice_images(tower: Any, row: Sequence[Any], name: str, extras: list | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, torch.Tensor]]]:
+    """One token row with image entries -> (input embeddings [1, T, W] float32 with each image's
+    vision-tower tokens at its entry's place, the token mask [1, T], (start, count, grid) per
+    image): ComfyUI's `process_tokens` with `preprocess_embed`, for the Qwen VL towers (`tower`:
+    `width`, `special_tokens`, `embed_ids`, and `encode_image(IMAGE)` -> (tokens [N, W], grid[,
+    extra]); each image's extra, when there is one, is appended to `extras`, Qwen3-VL's DeepStack
+    features). `name` names the tower in errors."""
+    plain = [token for token in row if not isinstance(token, dict)]
+    ids, overrides = chunks_to_ids([plain], tower.width)
+    x = tower.embed_ids(ids)  # [1, T, W]
+    if overrides:
+        x = apply_overrides(x, overrides, name)
+    mask = token_mask([plain], tower.special_tokens["pad"])  # [1, T]
+    images: list[tuple[int, int, torch.Tensor]] = []
+    added = 0
+    for index, entry in enumerate(row):
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("type") != "image":
+            raise Qwen25VLInputError(f"{name}: a prompt entry of type {entry.get('type')!r}; this "
+                                     "encoder takes images only")
+        encoded = tower.encode_image(entry.get("data"))
+        tokens_of_image, grid = encoded[0], encoded[1]  # [N, W], [1, 3]
+        if extras is not None and len(encoded) > 2:
+            extras.append(encoded[2])
+        start = index + added  # ComfyUI's: the entry's place, shifted by the tokens added so far
+        count = tokens_of_image.shape[0]
+        x = torch.cat([x[:, :start], tokens_of_image[None].to(x.device), x[:, start:]], dim=1)
+        mask = torch.cat([mask[:, :start], torch.ones(1, count, dtype=mask.dtype), mask[:, start:]], dim=1)
+        images.append((start, count, grid))
+        added += count - 1
+    return x, mask, images
 
 
 def _apply_overrides(embeds: torch.Tensor, overrides: Sequence[EmbeddingOverride]) -> torch.Tensor:

@@ -173,9 +173,12 @@ def resized_size(height: int, width: int, factor: int, min_pixels: int = MIN_PIX
     return h_bar, w_bar
 
 
-def preprocess_image(image: torch.Tensor, config: Qwen25VisionConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def preprocess_image(image: torch.Tensor, config: Any, mean: tuple[float, float, float] = CLIP_MEAN,
+                     std: tuple[float, float, float] = CLIP_STD) -> tuple[torch.Tensor, torch.Tensor]:
     """IMAGE [B, H, W, C] (0..1; the first image is used, as ComfyUI) -> (patches [N, C*frames*p*p]
-    float32, grid [1, 3] long: frames / patch rows / patch columns). See the module doc."""
+    float32, grid [1, 3] long: frames / patch rows / patch columns). See the module doc. `config`:
+    a vision config with `patch_size`, `spatial_merge_size`, `temporal_patch_size` (Qwen2.5-VL's, or
+    Qwen3-VL's, which normalises with `mean` = `std` = 0.5: ComfyUI's `process_qwen2vl_images`)."""
     if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.shape[-1] < 3:
         shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
         raise Qwen25VLInputError(f"qwen2.5-vl: an image must be an IMAGE tensor [batch, height, width, 3+], got {shape}")
@@ -184,9 +187,8 @@ def preprocess_image(image: torch.Tensor, config: Qwen25VisionConfig) -> tuple[t
     height, width = pixels.shape[1:]
     h_bar, w_bar = resized_size(height, width, patch * merge)
     pixels = F.interpolate(pixels[None], size=(h_bar, w_bar), mode="bilinear", align_corners=False)[0]
-    mean = torch.tensor(CLIP_MEAN, dtype=torch.float32, device=pixels.device)[:, None, None]
-    std = torch.tensor(CLIP_STD, dtype=torch.float32, device=pixels.device)[:, None, None]
-    pixels = (pixels - mean) / std
+    pixels = (pixels - torch.tensor(mean, dtype=torch.float32, device=pixels.device)[:, None, None]) \
+        / torch.tensor(std, dtype=torch.float32, device=pixels.device)[:, None, None]
     grid_h, grid_w = h_bar // patch, w_bar // patch
     video = pixels[None].expand(frames, -1, -1, -1)  # [frames, 3, H, W]: the image twice
     blocks = video.reshape(frames, 3, grid_h // merge, merge, patch, grid_w // merge, merge, patch)

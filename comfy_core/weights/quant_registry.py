@@ -14,8 +14,9 @@ Each format keeps `<layer>.weight` in its storage dtype plus scale tensors next 
 (`weight_scale`, NVFP4's `weight_scale_2`, and the optional `input_scale` / `pre_quant_scale`).
 The formats read here, one module per family: `float8_e4m3fn`, `float8_e5m2`, `mxfp8`
 (comfy_core/weights/quant_fp8.py), `nvfp4` (quant_fp4.py), `int8_tensorwise` with or without
-ConvRot (quant_int8.py). ComfyUI's int4 formats (`convrot_w4a4`, `asym_w4a8_int8`, `awq_w4a16`)
-are recognised and refused by name (`QuantFormatError`).
+ConvRot (quant_int8.py), the int4 `asym_w4a8_int8` (quant_w4a8.py: `weight_s_rel`,
+`weight_s_channel` and the optional `weight_codebook` / `weight_correction`). ComfyUI's other int4
+formats (`convrot_w4a4`, `awq_w4a16`) are recognised and refused by name (`QuantFormatError`).
 
 `QuantizedHeader` presents such a file to the loaders: for detection, each quantised weight
 under its true (padded) shape and the file's float dtype with the scales hidden, so a quantised
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from comfy_core.weights import quant_fp4, quant_fp8, quant_gguf, quant_int8
+from comfy_core.weights import quant_fp4, quant_fp8, quant_gguf, quant_int8, quant_w4a8
 from comfy_core.weights.quant_blocks import padded_scale_shape
 
 COMFY_QUANT = "comfy_quant"
@@ -52,6 +53,7 @@ class QuantFormat:
     """One of ComfyUI's `QUANT_ALGOS` entries, as this runtime reads it.
 
     `storage`: the weight's stored dtype(s); `scales`: the tensors next to the weight it needs;
+    `optional`: those it reads when present (passed to `dequantize` with the others);
     `padded(out, in)`: the weight's storage rows and columns (columns in values: `pack` values per
     stored element); `dequantize(weight, scales, conf, (out, in))` -> float32 `[out, in]`;
     `quantize(w, conf)` -> `{suffix: tensor}` as ComfyUI's quantiser writes it (tests, benchmarks).
@@ -70,6 +72,10 @@ class QuantFormat:
     # -> stored shape, and `(stored, conf)` -> values shape.
     storage_of: Callable[[int, int, Mapping[str, Any]], tuple[int, int]] | None = None
     values_of: Callable[[tuple[int, ...], Mapping[str, Any]], tuple[int, ...]] | None = None
+    optional: tuple[str, ...] = ()
+    # Formats whose scale shapes depend on the layer's description: `(out, in, conf, {scale: tensor})`
+    # raises `QuantFormatError` when a layer's tensors do not fit it (checked when a layer is attached).
+    check: Callable[[int, int, Mapping[str, Any], Mapping[str, torch.Tensor]], None] | None = None
 
     def stored_shape(self, out_features: int, in_features: int, conf: Mapping[str, Any] | None = None
                      ) -> tuple[int, int]:
@@ -146,6 +152,22 @@ def _int8_quantize(w: torch.Tensor, conf: Mapping[str, Any]) -> dict[str, torch.
     return {"weight": q, "weight_scale": scale}
 
 
+def _w4a8_dequantize(q: torch.Tensor, scales: Mapping[str, torch.Tensor], conf: Mapping[str, Any],
+                     shape: tuple[int, int]) -> torch.Tensor:
+    try:
+        return quant_w4a8.dequantize_w4a8(q, scales["weight_s_rel"], scales["weight_s_channel"],
+                                          scales.get("weight_codebook"), scales.get("weight_correction"), conf, shape)
+    except quant_w4a8.W4A8Error as exc:
+        raise QuantFormatError(str(exc)) from None
+
+
+def _w4a8_check(out_f: int, in_f: int, conf: Mapping[str, Any], scales: Mapping[str, torch.Tensor]) -> None:
+    try:
+        quant_w4a8.check_scales(out_f, in_f, conf, scales)
+    except quant_w4a8.W4A8Error as exc:
+        raise QuantFormatError(str(exc)) from None
+
+
 def _gguf_dequantize(q: torch.Tensor, _scales: Mapping[str, torch.Tensor], conf: Mapping[str, Any],
                      shape: tuple[int, int]) -> torch.Tensor:
     return quant_gguf.dequantize_blocks(q, conf, shape)
@@ -166,6 +188,11 @@ FORMATS: Mapping[str, QuantFormat] = {f.name: f for f in (
                 scale_sizes=_block_scale_sizes(quant_fp4.NV_BLOCK, quant_fp4.padded_nv_shape, True)),
     QuantFormat("int8_tensorwise", (torch.int8,), ("weight_scale",), _int8_dequantize, _int8_quantize,
                 scale_sizes=lambda out_f, in_f: {"weight_scale": (1, out_f)}),
+    # int4 codes against int8 activations (comfy_core/weights/quant_w4a8.py); the scale shapes follow
+    # the layer's group size, so `check` (not `scale_sizes`) fits them to the layer.
+    QuantFormat(quant_w4a8.FORMAT, (torch.int8,), ("weight_s_rel", "weight_s_channel"), _w4a8_dequantize,
+                quant_w4a8.quantize_w4a8, pack=2, scale_sizes=lambda out_f, in_f: {},
+                optional=("weight_codebook", "weight_correction"), check=_w4a8_check),
     # Not one of ComfyUI's formats: GGUF diffusion models read natively (comfy_core/weights/quant_gguf.py).
     QuantFormat(quant_gguf.FORMAT, (torch.uint8,), (), _gguf_dequantize, _gguf_quantize,
                 scale_sizes=lambda out_f, in_f: {}, storage_of=quant_gguf.stored_shape,
@@ -178,7 +205,7 @@ _STORED_DTYPES = {"I8": torch.int8, "U8": torch.uint8, "F8_E4M3": torch.float8_e
                   "float8_e5m2": torch.float8_e5m2}
 
 # ComfyUI formats this runtime recognises but does not read (int4 weights, ComfyUI 0.28+).
-UNSUPPORTED = ("convrot_w4a4", "asym_w4a8_int8", "awq_w4a16")
+UNSUPPORTED = ("convrot_w4a4", "awq_w4a16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +221,7 @@ class QuantizedLayer:
         """The file's tensors of this layer that the format owns (the weight, its scales, the
         description), of those `present`."""
         present = set(present)
-        owned = ("weight", *self.format.scales, *INPUT_SCALES, COMFY_QUANT)
+        owned = ("weight", *self.format.scales, *self.format.optional, *INPUT_SCALES, COMFY_QUANT)
         return [f"{self.name}.{s}" for s in owned if f"{self.name}.{s}" in present]
 
     def quant_conf_bytes(self) -> torch.Tensor:
@@ -220,6 +247,11 @@ def parse_conf(raw: Any, where: str) -> dict[str, Any]:
         raise QuantFormatError(f"{where}: unknown quantisation format {name!r}; known: {sorted(FORMATS)}")
     if name == "int8_tensorwise" and int8_group(conf):
         quant_int8.check_group(int8_group(conf))
+    if name == quant_w4a8.FORMAT:
+        try:
+            quant_w4a8.groups_of(conf)
+        except quant_w4a8.W4A8Error as exc:
+            raise QuantFormatError(f"{where}: {exc}") from None
     if name == quant_gguf.FORMAT:
         try:
             quant_gguf.ggml_type(conf)
@@ -320,7 +352,7 @@ class QuantizedHeader:
         if layer is None:
             return self.base.read(name, dtype)
         out_f, in_f = self.tensors[name].shape
-        value = dequantize_stored(layer, self.base.read_stored, (out_f, in_f))
+        value = dequantize_stored(layer, self.base.read_stored, (out_f, in_f), self.base.tensors)
         return value.to(dtype or torch.float32)
 
     def __getattr__(self, attr: str) -> Any:  # path, metadata, read_stored, stored_view, file_bytes, ...
@@ -334,7 +366,19 @@ class QuantizedHeader:
 
 
 def dequantize_stored(layer: QuantizedLayer, read: Callable[[str], torch.Tensor],
-                      shape: tuple[int, int]) -> torch.Tensor:
-    """The float32 `[out, in]` weight of `layer`, its tensors read by `read(name)`."""
+                      shape: tuple[int, int], present: Iterable[str] | None = None) -> torch.Tensor:
+    """The float32 `[out, in]` weight of `layer`, its tensors read by `read(name)`; the format's
+    optional tensors are read where `present` (the file's names) holds them, or, without
+    `present`, where `read` does not raise `KeyError`."""
     scales = {s: read(f"{layer.name}.{s}") for s in layer.format.scales}
+    for s in layer.format.optional:
+        name = f"{layer.name}.{s}"
+        if present is not None:
+            if name in present:
+                scales[s] = read(name)
+            continue
+        try:
+            scales[s] = read(name)
+        except KeyError:
+            pass
     return layer.format.dequantize(read(f"{layer.name}.weight"), scales, layer.conf, shape)
