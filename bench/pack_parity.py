@@ -39,6 +39,13 @@ Qwen's and Gemma's from ComfyUI's folder / the file, Llama 3's from Meta's token
 
     python bench/pack_parity.py --packs-dir EMPTY_DIR --comfyui COMFYUI_DIR --comfy-python COMFY_PY \
         bench/pack_workflows/{qwen_image_t2i,qwen_image_edit,hidream_i1,lumina2}.json
+
+Stable Audio Open (bench/pack_workflows/stable_audio.json, core nodes): `tiny_sa_checkpoint` (the
+DiT 768 wide in ComfyUI's 24 heads of 32, so its RoPE table is ComfyUI's 32 channels; one block;
+the seconds embedders at ComfyUI's 256 internal features, as wide as the text; the tiny Oobleck
+VAE; float32) and `tiny_sa_t5_base` (tests/fixtures/stable_audio_files.py). Saved audio is
+compared too (`SaveAudio`'s FLAC, decoded): per output, the largest and mean difference in
+16-bit sample levels (ComfyUI 0.3.64's audio nodes need torchaudio in its Python).
 """
 from __future__ import annotations
 
@@ -85,6 +92,8 @@ sys.path.insert(0, str(REPO))
 
 def pack_file_kind(folder: str, name: str) -> str | None:
     """The tiny writer for a pack loader's file, or None for tests/fixtures/template_models.py's rules."""
+    if Path(name).name.startswith(SA_PREFIX):
+        return f"sa:{Path(name).stem[len(SA_PREFIX):]}"
     if Path(name).name.startswith(LLM_PREFIX):
         return f"llm:{folder}:{Path(name).stem[len(LLM_PREFIX):]}"
     if Path(name).name.startswith(DIT_PREFIX):
@@ -270,9 +279,37 @@ def _llm_writers() -> dict:
             "llm:diffusion_models:lumina2": dit_file(lumina2), "llm:text_encoders:gemma2": gemma2}
 
 
+# Stable Audio Open (bench/pack_workflows/stable_audio.json): `tiny_sa_<what>.safetensors`.
+SA_PREFIX = "tiny_sa_"
+
+
+def _stable_audio_writers() -> dict:
+    import torch
+    from safetensors.torch import save_file
+
+    def checkpoint(path):
+        from comfy_core.families.stable_audio.dit import StableAudioDiTConfig
+        from tests.fixtures import stable_audio_files as sa
+
+        dit = StableAudioDiTConfig(io_channels=64, embed_dim=768, depth=1, cond_token_dim=sa.T5_WIDTH,
+                                   global_cond_dim=2 * sa.T5_WIDTH, rotary_dim=32)
+        state = {sa.PREFIX + k: v for k, v in sa.tiny_dit_state_dict(seed=20, config=dit).items()}
+        state.update({sa.VAE_PREFIX + k: v for k, v in sa.tiny_vae_state_dict(seed=21).items()})
+        for seed, part in ((22, "seconds_start"), (23, "seconds_total")):
+            state.update(sa.seconds_state_dict(f"conditioner.conditioners.{part}.", seed, half=128))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.to(torch.float32).contiguous() for k, v in state.items()}, str(path))
+
+    def t5_base(path):
+        from tests.fixtures.stable_audio_files import write_t5_base
+        write_t5_base(path, seed=24)
+
+    return {"sa:checkpoint": checkpoint, "sa:t5_base": t5_base}
+
+
 PACK_WRITERS = {"gguf_sd1": write_gguf_sd1, "clip_l_sd1": write_clip_l_sd1,
                 "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224,
-                **_dit_writers(), **_llm_writers()}
+                **_dit_writers(), **_llm_writers(), **_stable_audio_writers()}
 
 
 def _free_port() -> int:
@@ -342,6 +379,22 @@ class Server:
                 query = urllib.parse.urlencode({k: image.get(k, "") for k in ("filename", "subfolder", "type")})
                 pixels = Image.open(io.BytesIO(self.get(f"/view?{query}"))).convert("RGB")
                 out.setdefault(node_id, []).append(np.asarray(pixels, dtype=np.int16))
+        return out
+
+    def audios(self, entry: dict) -> dict[str, list[np.ndarray]]:
+        """The saved audio of each output node, decoded to 16-bit sample levels `[channels, samples]`."""
+        from comfy_core.video.audio_files import read_audio
+
+        out: dict[str, list[np.ndarray]] = {}
+        for node_id, output in entry.get("outputs", {}).items():
+            for audio in output.get("audio", []):
+                query = urllib.parse.urlencode({k: audio.get(k, "") for k in ("filename", "subfolder", "type")})
+                with tempfile.NamedTemporaryFile(suffix=Path(audio["filename"]).suffix) as file:
+                    file.write(self.get(f"/view?{query}"))
+                    file.flush()
+                    waveform, rate = read_audio(file.name)
+                levels = np.round(waveform.numpy().astype(np.float64) * 32768).astype(np.int64)
+                out.setdefault(node_id, []).append((levels, rate))
         return out
 
     def stop(self) -> None:
@@ -418,7 +471,28 @@ def main(argv: list[str] | None = None) -> int:
 def compare_with(servers: list[Server], ours: dict, theirs: dict) -> list[str]:
     if "error" in ours or "error" in theirs:
         return [f"ours: {ours.get('error', 'ok')} | ComfyUI: {theirs.get('error', 'ok')}"]
-    return compare_images(servers[0].images(ours), servers[1].images(theirs))
+    lines = compare_images(servers[0].images(ours), servers[1].images(theirs))
+    sounds = compare_audio(servers[0].audios(ours), servers[1].audios(theirs))
+    return sounds if lines == ["no images"] and sounds else lines + sounds
+
+
+def compare_audio(a: dict, b: dict) -> list[str]:
+    """Per output node and clip (ours `a`, ComfyUI's `b`, each `(levels [C, S], rate)`): shape, rate,
+    the largest and mean difference in 16-bit sample levels."""
+    lines = []
+    for node_id in sorted(set(a) | set(b)):
+        x, y = a.get(node_id, []), b.get(node_id, [])
+        if len(x) != len(y):
+            lines.append(f"node {node_id}: {len(x)} clips here, {len(y)} on ComfyUI")
+            continue
+        for i, ((p, rate_p), (q, rate_q)) in enumerate(zip(x, y)):
+            if p.shape != q.shape or rate_p != rate_q:
+                lines.append(f"node {node_id}[{i}]: {p.shape} at {rate_p} Hz here, {q.shape} at {rate_q} Hz on ComfyUI")
+            else:
+                d = np.abs(p - q)
+                lines.append(f"node {node_id}[{i}] audio {p.shape[0]}ch {p.shape[1]} samples {rate_p} Hz: "
+                             f"max {d.max()} mean {d.mean():.3f} (16-bit levels)")
+    return lines
 
 
 def compare_images(a: dict[str, list[np.ndarray]], b: dict[str, list[np.ndarray]]) -> list[str]:

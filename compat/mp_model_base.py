@@ -145,24 +145,43 @@ Flux = _kind("Flux")
 Chroma = _kind("Chroma", Flux)
 ChromaRadiance = _kind("ChromaRadiance", Chroma)
 Flux2 = _kind("Flux2", Flux)  # ComfyUI's Flux2 is a Flux subclass too
+Flux3 = _kind("Flux3")  # FLUX 3 Image: its ComfyUI class is not readable here; not assumed a Flux
 # ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
 WAN21 = _kind("WAN21")
 WAN21_Vace = _kind("WAN21_Vace", WAN21)
 WAN21_Camera = _kind("WAN21_Camera", WAN21)
 WAN22 = _kind("WAN22", WAN21)
+WAN22_S2V = _kind("WAN22_S2V", WAN21)
+WAN21_HuMo = _kind("WAN21_HuMo", WAN21)
+StableAudio1 = _kind("StableAudio1")
+ACEStep = _kind("ACEStep")  # ComfyUI's ACE-Step 1 model class
+ACEStep15 = _kind("ACEStep15")  # ComfyUI's ACE-Step 1.5 model class (a BaseModel, not ACEStep's subclass)
 
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
 _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
-                "StableAudio1", "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "LTXAV",
-                "HunyuanVideo", "CosmosVideo", "Lumina2", "HiDream", "ACEStep", "Omnigen2", "QwenImage",
+                "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "LTXAV",
+                "HunyuanVideo", "CosmosVideo", "Lumina2", "HiDream", "Omnigen2", "QwenImage",
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
 globals().update({name: _kind(name) for name in _OTHER_KINDS})
+QwenImage21 = _kind("QwenImage21", _KINDS["QwenImage"])  # ComfyUI's QwenImage21 is a QwenImage subclass
+HunyuanVideo15 = _kind("HunyuanVideo15", _KINDS["HunyuanVideo"])  # ComfyUI: a HunyuanVideo subclass
+HunyuanVideo15_SR_Distilled = _kind("HunyuanVideo15_SR_Distilled", HunyuanVideo15)
+Kandinsky5 = _kind("Kandinsky5")
+Kandinsky5Image = _kind("Kandinsky5Image", Kandinsky5)  # ComfyUI: a Kandinsky5 subclass
 
 
 def _class_of_family() -> dict[str, type]:
+    """A family naming a class not declared above gets a plain BaseModel kind of that name (and the
+    module attribute packs import), so registering a family never breaks this module's import."""
     from comfy_core.families import default_registry
 
-    return {family.name: _KINDS[family.comfy_model_class] for family in default_registry()}
+    classes = {}
+    for family in default_registry():
+        name = family.comfy_model_class
+        if name not in _KINDS:
+            globals()[name] = _kind(name)
+        classes[family.name] = _KINDS[name]
+    return classes
 
 
 # Our built-in family -> ComfyUI's model class for it (the class each `supported_models` config's

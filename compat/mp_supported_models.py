@@ -1,5 +1,5 @@
 """ComfyUI 0.3.64's `comfy.supported_models` config classes of model kinds this engine does not
-load (HunyuanDiT, GenmoMochi, WAN22_S2V, ...), for node packs that name them.
+load (HunyuanDiT, GenmoMochi, WAN22_Animate, ...), for node packs that name them.
 
 Packs walk an `isinstance` chain over these classes to tell a model's kind (Easy-Use's
 `get_sd_version` tests SD3, then HunyuanDiT, then Flux, then GenmoMochi): every name must exist
@@ -26,14 +26,23 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.chroma.supported_models:{name}" for name in ("Chroma", "ChromaRadiance")},
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
-                    "WAN22_T2V")},
+                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo")},
     **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
+    "QwenImage21": "comfy_core.families.qwen_image21.supported_models:QwenImage21",
     "HiDream": "comfy_core.families.hidream.supported_models:HiDream",
     "Flux2": "comfy_core.families.flux2.supported_models:Flux2ModelConfig",
+    "Flux3": "comfy_core.families.flux3.supported_models:Flux3ModelConfig",
     "LTXV": "comfy_core.families.ltxv.supported_models:LTXV",
     "LTXAV": "comfy_core.families.ltx2.supported_models:LTXAV",
     "Omnigen2": "comfy_core.families.omnigen2.supported_models:Omnigen2",
+    "StableAudio": "comfy_core.families.stable_audio.supported_models:StableAudio",
+    "StableAudio3": "comfy_core.families.stable_audio.supported_models:StableAudio3",
+    "ACEStep15": "comfy_core.families.ace_step15.supported_models:ACEStep15",
+    "ACEStep": "comfy_core.families.ace_step.supported_models:ACEStep",
+    **{name: f"comfy_core.families.hunyuan_video15.supported_models:{name}"
+       for name in ("HunyuanVideo15", "HunyuanVideo15_SR_Distilled")},
+    **{name: f"comfy_core.families.kandinsky5.supported_models:{name}" for name in ("Kandinsky5", "Kandinsky5Image")},
 }
 
 
@@ -54,14 +63,14 @@ _PARENTS: dict[str, str] = {
     "SD21UnclipL": "SD20", "SD_X4Upscaler": "SD20", "LotusD": "SD20", "SV3D_u": "SVD_img2vid",
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
-          "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "StableAudio", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
+          "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
           "GenmoMochi", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2",
-          "Hunyuan3Dv2", "ACEStep")
+          "Hunyuan3Dv2")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",
              "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
-             "CosmosI2VPredict2": "CosmosT2IPredict2", "WAN22_S2V": "WAN21_T2V", "WAN21_HuMo": "WAN21_T2V",
+             "CosmosI2VPredict2": "CosmosT2IPredict2",
              "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2"}
 
 

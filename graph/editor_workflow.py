@@ -52,7 +52,8 @@ from typing import Any, Iterable, Iterator, Mapping
 MODE_NEVER = 2
 MODE_BYPASS = 4
 VIRTUAL_TYPES = frozenset({"Reroute", "PrimitiveNode", "Note", "MarkdownNote"})
-WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+# BOUNDING_BOXES: the editor's box canvas (CreateBoundingBoxes' editor_state), a widget that keeps a socket
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "BOUNDING_BOXES"})
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload", "animated_image_upload")
 SEED_NAMES = ("seed", "noise_seed")
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
@@ -106,11 +107,15 @@ def widget_slots(node_def: Mapping[str, Any], prefix: str = "") -> list[WidgetSl
                                         default=options.get("default")))
                 continue
             is_combo = isinstance(kind, list) or kind == "COMBO"
+            if isinstance(kind, str) and "," in kind and "default" in options:
+                kind = kind.split(",", 1)[0]  # a V3 MultiType declared with a widget ("FLOAT,INT" frame_rate)
             if not (is_combo or kind in WIDGET_TYPES) or options.get("forceInput"):
                 continue
             slots.append(WidgetSlot(full, default=_widget_default(kind, options)))
             control = options.get("control_after_generate")
-            if kind == "INT" and (control if control is not None else name in SEED_NAMES):
+            # A seed inside a dynamic combo's option gets no implicit control widget (the editor
+            # saves TextGenerate's sampling seed without one).
+            if kind == "INT" and (control if control is not None else (name in SEED_NAMES and not prefix)):
                 slots.append(WidgetSlot(None))
             elif is_combo and control:
                 slots.append(WidgetSlot(None))

@@ -10,6 +10,9 @@ SaveAudio (FLAC), SaveAudioMP3, SaveAudioOpus, PreviewAudio. AUDIO is ComfyUI's 
   `extra_pnginfo` key as JSON tags unless `--disable-metadata`, and return
   `{"ui": {"audio": [{filename, subfolder, type}]}}`, which the editor plays.
 - PreviewAudio writes FLAC into the temp folder, `ComfyUI_temp_<5 random letters>`.
+- SaveAudioAdvanced (today's ComfyUI, "Save Audio (Advanced)"): one node for the three formats, a
+  `format` DynamicCombo (flac; mp3 with quality V0 / 128k / 320k; opus with quality 64k .. 320k),
+  the files as the save nodes above, and the AUDIO passed on as its output.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.native import Combo, Hidden, Input, Output, String, node
+from graph import v3_schema as v3
 from nodes._media_files import input_files_of, media_errors, validate_file
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
@@ -121,3 +125,30 @@ def save_audio_opus(audio: dict, filename_prefix: str = "ComfyUI", quality: str 
 def preview_audio(audio: dict, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     suffix = "".join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
     return write_audio_files(audio, f"ComfyUI_temp_{suffix}", "temp", "flac", None, prompt, extra_pnginfo)
+
+
+SAVE_FORMATS = (v3.ComboOption("flac", ()),
+                v3.ComboOption("mp3", (v3.Combo("quality", MP3_QUALITIES, default="V0"),)),
+                v3.ComboOption("opus", (v3.Combo("quality", OPUS_QUALITIES, default="128k"),)))
+
+
+@v3.v3_node("SaveAudioAdvanced", display_name="Save Audio (Advanced)", category="audio", python_module=MODULE,
+            description="Saves the input audio to your ComfyUI output directory.", output_node=True,
+            search_aliases=["save audio", "export audio", "output audio", "write audio", "flac", "mp3", "opus"],
+            inputs=[v3.Socket("audio", "AUDIO", tooltip="The audio to save."),
+                    v3.String("filename_prefix", default="audio/ComfyUI",
+                              tooltip="The prefix for the file to save. May include formatting tokens such as "
+                                      "%date:yyyy-MM-dd%."),
+                    v3.DynamicCombo("format", SAVE_FORMATS, tooltip="The file format in which to save the audio.")],
+            outputs=[v3.Output("AUDIO", "audio")])
+def save_audio_advanced(audio: dict, filename_prefix: str, format: dict, prompt: Any = None,  # noqa: A002
+                        extra_pnginfo: Any = None) -> dict:
+    """Each batch item as a file of the chosen format (ComfyUI's `AudioSaveHelper`); the AUDIO out."""
+    if not isinstance(format, dict) or format.get("format") not in ("flac", "mp3", "opus"):
+        raise NodeInputError("format", "one of flac, mp3, opus", describe(format))
+    file_format, quality = format["format"], format.get("quality")
+    choices = {"mp3": MP3_QUALITIES, "opus": OPUS_QUALITIES}.get(file_format, [])
+    if file_format != "flac" and quality not in choices:
+        raise NodeInputError("format.quality", f"one of {choices}", repr(quality))
+    saved = write_audio_files(audio, filename_prefix, "output", file_format, quality, prompt, extra_pnginfo)
+    return {"ui": saved["ui"], "result": (audio,)}

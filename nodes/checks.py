@@ -30,7 +30,7 @@ def image_batch(images: Any, input_name: str = "images") -> "torch.Tensor":
 
 
 _MASK_SHAPES = {2: "[H, W]", 3: "[B, H, W]", 4: "[B, 1, H, W]"}
-_LATENT_SHAPES = {4: "[B, C, h, w]", 5: "[B, C, t, h, w]"}
+_LATENT_SHAPES = {3: "[B, C, t] (audio)", 4: "[B, C, h, w]", 5: "[B, C, t, h, w]"}
 
 
 def _shapes(names: dict[int, str], ndims: "tuple[int, ...]") -> str:
@@ -44,6 +44,16 @@ def mask_batch(mask: Any, input_name: str = "mask", *, ndims: "tuple[int, ...]" 
     if not _is_tensor(mask) or mask.ndim not in ndims or 0 in mask.shape:
         raise NodeInputError(input_name, f"a MASK tensor {_shapes(_MASK_SHAPES, ndims)}", describe(mask))
     return mask.reshape(-1, mask.shape[-2], mask.shape[-1])
+
+
+def sampled_latent_ndims(model: Any) -> "tuple[int, ...]":
+    """The latent ranks a sampler takes for `model`: `[B, C, t]` for an audio model (a latent
+    format with one latent dimension, Stable Audio), else image / video latents."""
+    try:
+        latent_format = model.get_model_object("latent_format")
+    except (AttributeError, KeyError, TypeError):  # a pack's model object without one: image / video ranks
+        return (4, 5)
+    return (3,) if getattr(latent_format, "latent_dimensions", 2) == 1 else (4, 5)
 
 
 def latent(value: Any, input_name: str = "samples", *, ndims: "tuple[int, ...]" = (4, 5),

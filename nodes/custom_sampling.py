@@ -78,7 +78,7 @@ def sampler_custom(model: Any, add_noise: bool, noise_seed: int, cfg: float, pos
     from comfy_core.sampling.guider import fit_latent_input
 
     checks.model(model)
-    checks.latent(latent_image, "latent_image", nested=True)
+    checks.latent(latent_image, "latent_image", ndims=checks.sampled_latent_ndims(model), nested=True)
     latent_image = fit_latent_input(model, latent_image)
     samples = latent_image["samples"]
     _require(sampler, "sample", "sampler", "a SAMPLER")
@@ -102,8 +102,8 @@ def sampler_custom_advanced(noise: Any, guider: Any, sampler: Any, sigmas: Any,
     _require(noise, "generate_noise", "noise", "a NOISE (an object with generate_noise)")
     _require(guider, "sample", "guider", "a GUIDER")
     _require(sampler, "sample", "sampler", "a SAMPLER")
-    checks.latent(latent_image, "latent_image", nested=True)
     model = guider.model_patcher
+    checks.latent(latent_image, "latent_image", ndims=checks.sampled_latent_ndims(model), nested=True)
     if hasattr(model, "get_model_object"):  # a pack's guider may hold something else
         from comfy_core.sampling.guider import fit_latent_input
 

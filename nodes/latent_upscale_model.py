@@ -4,7 +4,7 @@ declares them; written here, the work in comfy_core/upscale/latent_models.py.
 
 - LatentUpscaleModelLoader: a file of the `latent_upscale_models` folder -> LATENT_UPSCALE_MODEL,
   its kind told by its tensor names (LTX's latent upsamplers, every variant; HunyuanVideo 1.5's
-  are recognised and refused by name), its configuration by names, shapes and the `config`
+  1080p upsampler and 720p SR model), its configuration by names, shapes and the `config`
   metadata, in the VAE dtype the device favours among bf16 and fp32 (as ComfyUI).
 - LTXVLatentUpsampler: the video latent un-normalised with the VAE's per-channel statistics,
   upscaled, normalised again; other keys of the LATENT kept, its `noise_mask` dropped (the new
@@ -53,7 +53,7 @@ def latent_upscale_model_loader(model_name: str) -> tuple[Any]:
     try:
         model = load_latent_upscale_model(path, dtype=_vae_dtype())
     except LatentUpscaleModelError as exc:
-        raise NodeInputError("model_name", "a latent upscale model (an LTX latent upsampler)", str(exc)) from None
+        raise NodeInputError("model_name", "a latent upscale model (LTX's or HunyuanVideo 1.5's)", str(exc)) from None
     if env.memory is not None:
         env.memory.track(model)  # runs on the compute device, offloaded like any model
     return (model,)

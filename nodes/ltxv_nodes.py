@@ -423,8 +423,16 @@ def ltxv_add_latent_guide(positive: list, negative: list, vae: Any, latent: dict
 
 def token_shift(latent: dict | None, max_shift: float, base_shift: float) -> float:
     """mu linear in the latent's token count (4096 without a latent): `base_shift` at 1024 tokens,
-    `max_shift` at 4096."""
-    tokens = 4096 if latent is None else math.prod(checks.latent(latent, "latent").shape[2:])
+    `max_shift` at 4096. A nested [video, audio] latent counts its video part (ComfyUI's
+    NestedTensor.shape is its first tensor's)."""
+    if latent is None:
+        tokens = 4096
+    else:
+        from comfy_core.latent.nested import is_nested
+
+        samples = latent.get("samples") if isinstance(latent, dict) else None
+        shape = samples.shape if is_nested(samples) else checks.latent(latent, "latent").shape
+        tokens = math.prod(shape[2:])
     slope = (max_shift - base_shift) / (4096 - 1024)
     return tokens * slope + base_shift - slope * 1024
 

@@ -79,7 +79,21 @@ def _apply_lora(model: Any, clip: Any, lora_name: str, strength_model: float,
     new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip,
                                                        lora_name, source)
     log.info("LoRA %s patched %d model and %d clip weights", lora_name, report.model_keys, report.clip_keys)
+    metadata = _lora_metadata(Path(path))
+    if metadata and new_model is not None and new_model is not model:
+        # ComfyUI's LoRA loaders attach the file's metadata (GetICLoRAParameters reads it).
+        new_model.attachments["lora_metadata"] = metadata
     return new_model, new_clip
+
+
+def _lora_metadata(path: Path) -> dict[str, str]:
+    """A `.safetensors` LoRA's header metadata (other files have none)."""
+    if path.suffix.lower() != ".safetensors":
+        return {}
+    from comfy_core.checkpoint.reader import CheckpointFile
+
+    with CheckpointFile(path) as file:
+        return dict(file.metadata or {})
 
 
 @node("LoraLoader", category="loaders", display_name="Load LoRA",

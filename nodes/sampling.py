@@ -84,7 +84,7 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
 
     from comfy_core.sampling.guider import fit_latent_input
 
-    checks.latent(latent, "latent_image", ndims=(4, 5), nested=True)
+    checks.latent(latent, "latent_image", ndims=checks.sampled_latent_ndims(model), nested=True)
     latent = fit_latent_input(model, latent)
     samples = latent["samples"]
     noise_source = EmptyNoise() if disable_noise else RandomNoise(seed)

@@ -15,8 +15,8 @@ error, never silently ignored): an image, video or audio given to an encoder tha
 is a node error (ComfyUI's Qwen3 tokenizer drops them); a CLIP whose encoder cannot generate (CLIP-L, T5) is a node error naming the input.
 `mtp` (speculative decoding with a multi-token-prediction head) has no effect: none of our encoders
 has MTP weights, and ComfyUI documents it as having no effect then.
-The LTX-2 prompt variant (`TextGenerateLTX2Prompt`) is not here: it needs the Gemma 3 / 4
-encoders and tokenizers, which this engine does not have yet.
+The LTX-2 prompt variant (`TextGenerateLTX2Prompt`) is nodes/text_generate_ltx2.py (Gemma 3, which
+LTX-2's text encoder loader gives, generates).
 """
 from __future__ import annotations
 
@@ -86,30 +86,33 @@ def _check_encoder(clip: Any, **media: Any) -> None:
                                  describe(value))
 
 
+# TextGenerate's inputs and outputs (TextGenerateLTX2Prompt, nodes/text_generate_ltx2.py, has the same).
+TEXT_GENERATE_INPUTS = [
+    Socket("clip", "CLIP"),
+    String("prompt", default="", multiline=True, dynamicPrompts=True),
+    Socket("image", "IMAGE", optional=True),
+    Socket("video", "IMAGE", optional=True,
+           tooltip="Video frames as image batch. Assumed to be 24 FPS; subsampled to 1 FPS internally."),
+    Socket("audio", "AUDIO", optional=True),
+    Int("max_length", default=512, min=1, max=32768),
+    DynamicCombo("sampling_mode", (SAMPLING_ON, SAMPLING_OFF), display_name="Sampling Mode"),
+    Boolean("thinking", default=False, optional=True,
+            tooltip="Operate in thinking mode if the model supports it."),
+    Boolean("use_default_template", default=True, optional=True, advanced=True,
+            tooltip="Use the built in system prompt/template if the model has one."),
+    Combo("mtp", MTP_CHOICES, default="auto", optional=True,
+          tooltip="Speculative decoding with the checkpoint's multi-token-prediction head. No effect without "
+                  "MTP weights. auto adapts the draft depth; 2-5 pins it. Sampled output stays correctly "
+                  "distributed but differs from non-MTP output for the same seed."),
+    String("system_prompt", optional=True, forceInput=True,
+           tooltip="Replaces the system prompt in the model's chat template. Ignored when the default "
+                   "template is not used."),
+]
+TEXT_GENERATE_OUTPUTS = [Output("STRING", "generated_text"), Output("STRING", "thinking")]
+
+
 @v3_node("TextGenerate", display_name="Generate Text", category="text", python_module=MODULE,
-         search_aliases=["LLM", "gemma"],
-         inputs=[
-             Socket("clip", "CLIP"),
-             String("prompt", default="", multiline=True, dynamicPrompts=True),
-             Socket("image", "IMAGE", optional=True),
-             Socket("video", "IMAGE", optional=True,
-                    tooltip="Video frames as image batch. Assumed to be 24 FPS; subsampled to 1 FPS internally."),
-             Socket("audio", "AUDIO", optional=True),
-             Int("max_length", default=512, min=1, max=32768),
-             DynamicCombo("sampling_mode", (SAMPLING_ON, SAMPLING_OFF), display_name="Sampling Mode"),
-             Boolean("thinking", default=False, optional=True,
-                     tooltip="Operate in thinking mode if the model supports it."),
-             Boolean("use_default_template", default=True, optional=True, advanced=True,
-                     tooltip="Use the built in system prompt/template if the model has one."),
-             Combo("mtp", MTP_CHOICES, default="auto", optional=True,
-                   tooltip="Speculative decoding with the checkpoint's multi-token-prediction head. No effect without "
-                           "MTP weights. auto adapts the draft depth; 2-5 pins it. Sampled output stays correctly "
-                           "distributed but differs from non-MTP output for the same seed."),
-             String("system_prompt", optional=True, forceInput=True,
-                    tooltip="Replaces the system prompt in the model's chat template. Ignored when the default "
-                            "template is not used."),
-         ],
-         outputs=[Output("STRING", "generated_text"), Output("STRING", "thinking")])
+         search_aliases=["LLM", "gemma"], inputs=TEXT_GENERATE_INPUTS, outputs=TEXT_GENERATE_OUTPUTS)
 def text_generate(clip: Any, prompt: str, max_length: int, sampling_mode: dict, image: Any = None,
                   thinking: bool = False, use_default_template: bool = True, video: Any = None, audio: Any = None,
                   mtp: str = "auto", system_prompt: str = "") -> tuple[str, str]:

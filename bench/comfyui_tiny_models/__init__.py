@@ -131,7 +131,8 @@ def _towers(state_dicts):
                 found["t5"].append({
                     "d_model": sd[p + "shared.weight"].shape[1], "num_heads": heads,
                     "d_kv": sd[p + "encoder.block.0.layer.0.SelfAttention.q.weight"].shape[0] // heads,
-                    "d_ff": sd[p + "encoder.block.0.layer.1.DenseReluDense.wi_0.weight"].shape[0],
+                    "d_ff": sd.get(p + "encoder.block.0.layer.1.DenseReluDense.wi_0.weight",  # T5 v1.1
+                                   sd.get(p + "encoder.block.0.layer.1.DenseReluDense.wi.weight")).shape[0],
                     "num_layers": _count(keys, p + "encoder.block."),
                     "vocab_size": sd[p + "shared.weight"].shape[0]})
     return found
@@ -516,3 +517,72 @@ if "argsort" not in inspect.getsource(_vision_forward):
         return merged[torch.argsort(window_index.to(merged.device)), :]
 
     comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer.forward = _raster_order_forward
+
+
+# --- Stable Audio Open (tests/fixtures/stable_audio_files.py's tiny widths) ---------------------
+# ComfyUI detects only `audio_model` "dit1.0" and builds the DiT at its release widths (1536 x 24,
+# 768-wide text), the seconds embedders 768 wide and the Oobleck VAE at 128 channels: each is
+# given the widths of the weights being loaded (the DiT's heads stay ComfyUI's 24).
+import comfy.ldm.audio.autoencoder
+import comfy.ldm.audio.embedders
+
+_detect_before_audio = comfy.model_detection.detect_unet_config
+
+
+def _audio_detect_unet_config(state_dict, key_prefix, *args, **kwargs):
+    config = _detect_before_audio(state_dict, key_prefix, *args, **kwargs)
+    if (config or {}).get("audio_model") == "dit1.0":
+        p = key_prefix
+        cond = state_dict[f"{p}to_cond_embed.0.weight"]
+        config.update(io_channels=state_dict[f"{p}postprocess_conv.weight"].shape[0],
+                      embed_dim=state_dict[f"{p}transformer.project_in.weight"].shape[0],
+                      depth=_count(list(state_dict.keys()), f"{p}transformer.layers."),
+                      cond_token_dim=cond.shape[1], project_cond_tokens=cond.shape[0] != cond.shape[1],
+                      global_cond_dim=state_dict[f"{p}to_global_embed.0.weight"].shape[1])
+    return config
+
+
+comfy.model_detection.detect_unet_config = _audio_detect_unet_config
+_seconds_width = []
+_number_init = comfy.ldm.audio.embedders.NumberConditioner.__init__
+
+
+def _tiny_number_init(self, output_dim, *args, **kwargs):
+    _number_init(self, _seconds_width[-1] if _seconds_width else output_dim, *args, **kwargs)
+
+
+comfy.ldm.audio.embedders.NumberConditioner.__init__ = _tiny_number_init
+_stable_audio_get_model = comfy.supported_models.StableAudio.get_model
+
+
+def _tiny_stable_audio_get_model(self, state_dict, prefix="", device=None):
+    width = state_dict.get("conditioner.conditioners.seconds_start.embedder.embedding.1.weight")
+    _seconds_width.append(768 if width is None else width.shape[0])
+    try:
+        return _stable_audio_get_model(self, state_dict, prefix, device)
+    finally:
+        _seconds_width.pop()
+
+
+comfy.supported_models.StableAudio.get_model = _tiny_stable_audio_get_model
+
+
+def _tiny_oobleck(*args, **kwargs):
+    """ComfyUI's AudioOobleckVAE() at the widths of the VAE being built (`_vae_loading`)."""
+    sd = _vae_loading[-1] if _vae_loading else {}
+    first = sd.get("encoder.layers.0.weight_v", sd.get("encoder.layers.0.parametrizations.weight.original1"))
+    if first is None:
+        return comfy.ldm.audio.autoencoder.AudioOobleckVAE(*args, **kwargs)
+    channels, blocks, mults, strides = first.shape[0], 1, [], []
+    while any(k.startswith(f"encoder.layers.{blocks}.layers.4.") for k in sd):
+        weight = sd.get(f"encoder.layers.{blocks}.layers.4.weight_v",
+                        sd.get(f"encoder.layers.{blocks}.layers.4.parametrizations.weight.original1"))
+        mults.append(weight.shape[0] // channels)
+        strides.append(weight.shape[2] // 2)
+        blocks += 1
+    latent = sd.get("decoder.layers.0.weight_v", sd.get("decoder.layers.0.parametrizations.weight.original1")).shape[1]
+    return comfy.ldm.audio.autoencoder.AudioOobleckVAE(channels=channels, c_mults=mults, strides=strides,
+                                                       latent_dim=latent)
+
+
+comfy.sd.AudioOobleckVAE = _tiny_oobleck

@@ -23,13 +23,24 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.sdxl import inpaint as sdxl_inpaint, ip2p as sdxl_ip2p, refiner as sdxl_refiner
     from comfy_core.families.wan import (wan21, wan21_camera, wan21_fun_control, wan21_i2v, wan21_vace, wan22,
                                          wan22_camera, wan22_i2v)
+    from comfy_core.families.wan import wan22_s2v, wan21_humo
     from comfy_core.families import hidream, qwen_image
+    from comfy_core.families import qwen_image21
     from comfy_core.families import flux2
     from comfy_core.families.flux2 import klein as flux2_klein
+    from comfy_core.families import flux3
     from comfy_core.families import ltxv
     from comfy_core.families import ltx2
     from comfy_core.families import omnigen2
     from comfy_core.families import ovis_image
+    from comfy_core.families import ace_step
+    from comfy_core.families import ace_step15
+    from comfy_core.families import stable_audio
+    from comfy_core.families.stable_audio import sa3 as stable_audio3
+    from comfy_core.families import hunyuan_video15
+    from comfy_core.families.hunyuan_video15 import sr as hunyuan_video15_sr
+    from comfy_core.families import kandinsky5
+    from comfy_core.families.kandinsky5 import image as kandinsky5_image
 
     return FamilyRegistry([
         sd1.definition(),
@@ -56,15 +67,23 @@ def default_registry() -> FamilyRegistry:
         wan22.definition(),
         wan22_i2v.definition(),
         wan22_camera.definition(),
+        wan22_s2v.definition(),
+        wan21_humo.definition(),
         zimage.definition(),
         lumina2.definition(),
         qwen_image.definition(),
+        qwen_image21.definition(),
         flux2.definition(), flux2_klein.definition(),
+        flux3.definition(),
         hidream.definition(),
         ltxv.definition(),
         ltx2.definition(),
         omnigen2.definition(),
         ovis_image.definition(),
+        ace_step.definition(), ace_step15.definition(),
+        stable_audio.definition(), stable_audio3.definition(),
+        hunyuan_video15.definition(), hunyuan_video15_sr.definition(),
+        kandinsky5.definition(), kandinsky5_image.definition(),
     ])
 
 

@@ -24,6 +24,9 @@ from comfy_core.patching.patcher import ATTENTION_BACKEND, ATTENTION_OPTIONS, Pa
 from comfy_core.patching.state import PatchStats
 from comfy_core.patching.vae import VaePatcher
 from comfy_core.patching.audio_vae import AudioVaePatcher  # after vae: registers its state-dict kind there
+from comfy_core.patching.oobleck_vae import OobleckVaePatcher  # noqa: F401 -- after audio_vae: registers its kind
+from comfy_core.patching.sa3_vae import SA3VaePatcher  # noqa: F401 -- after audio_vae: registers its kind
+from comfy_core.patching.music_dcae_vae import MusicDCAEVaePatcher  # noqa: F401 -- after audio_vae: registers its kind
 from comfy_core.weights.entries import Offset, PatchEntry, WeightAdapter, calculate_weight
 
 __all__ = [

@@ -10,7 +10,9 @@ builds the video autoencoder, as ComfyUI's `comfy/sd.py: VAE` does. A Wan VAE (2
 `decoder.middle.0.residual.0.gamma`, ComfyUI's marker, or diffusers' `AutoencoderKLWan` names,
 converted) builds `comfy_core.models.wan_vae.WanVAE` with the architecture read from the weights; an
 LTX-Video VAE (ComfyUI's marker `decoder.up_blocks.0.res_blocks.0.conv1.conv.weight`) builds
-`comfy_core.models.ltxv_vae.LTXVVAE`, its block layout read from the weights.
+`comfy_core.models.ltxv_vae.LTXVVAE`, its block layout read from the weights. HunyuanVideo 1.0's
+causal VAE (its released names with `decoder.mid_block.attentions.0.to_q`, or ComfyUI's LDM names)
+builds `comfy_core.models.hunyuan_video_vae.HunyuanVideoVAE`.
 The module is built on the meta device and given its tensors by assignment (no second copy).
 """
 from __future__ import annotations
@@ -29,10 +31,14 @@ from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.models.flux2_vae import MARKER as FLUX2_MARKER, Flux2AutoencoderKL
+from comfy_core.models.hunyuan_video15_vae import (HunyuanVideo15VAE, HunyuanVideo15VAEConfig,
+                                                 is_hunyuan_video15_vae)
+from comfy_core.models import hunyuan_video_vae
 from comfy_core.models.ltxv_vae import MARKER as LTXV_MARKER, LTXVVAE, LTXVVAEConfig
 from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
+from comfy_core.models.wan_image_vae import WanImageVAE, is_image_config
 from comfy_core.models.wan_vae import WanVAE
 from comfy_core.models.wan_vae_config import WAN_MARKER, WanVAEConfig
 from comfy_core.models.wan_vae_keys import WanKeyError, is_diffusers_wan_vae, wan_vae_names
@@ -87,8 +93,32 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
                 config = WanVAEConfig.detect_from_weights(checkpoint.tensors, prefix)
             except VAEConfigError as exc:
                 raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
-            vae = materialize(build_on_meta(lambda: WanVAE(config)), checkpoint, prefix, dtype, "VAE",
+            # One-frame kernels: the image VAE in the Wan 2.2 layout (Qwen-Image 2.1's), 4-D latents.
+            build = WanImageVAE if is_image_config(config) else WanVAE
+            vae = materialize(build_on_meta(lambda: build(config)), checkpoint, prefix, dtype, "VAE",
                               zero_copy=mmap, workers=workers)
+            vae.eval()
+            return vae
+        hv15 = [p for p in VAE_PREFIXES if is_hunyuan_video15_vae(file.tensors, p)]
+        if hv15:  # HunyuanVideo 1.5's causal video VAE (16x, 4x, 32 channels)
+            try:
+                config = HunyuanVideo15VAEConfig.detect_from_weights(file.tensors, hv15[0])
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: HunyuanVideo15VAE(config)), file, hv15[0], dtype, "VAE",
+                              zero_copy=mmap, workers=workers)
+            vae.eval()
+            return vae
+        hunyuan = hunyuan_video_vae.vae_view(file)
+        if hunyuan is not None:  # HunyuanVideo 1.0's causal video VAE (Kandinsky 5's)
+            checkpoint, prefix = hunyuan
+            try:
+                config = hunyuan_video_vae.HunyuanVideoVAEConfig.detect_from_weights(checkpoint.tensors, prefix)
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(checkpoint.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: hunyuan_video_vae.HunyuanVideoVAE(config)), checkpoint, prefix,
+                              dtype, "VAE", (hunyuan_video_vae.ATTENTION_CONV_TO_LINEAR,), zero_copy=mmap,
+                              workers=workers)
             vae.eval()
             return vae
         ltxv = [p for p in VAE_PREFIXES if f"{p}{LTXV_MARKER}" in file.tensors]

@@ -77,17 +77,24 @@ def prepare_mask(noise_mask: torch.Tensor, shape: torch.Size, device: torch.devi
     return repeat_to_batch_size(mask, shape[0]).to(device)
 
 
+def _per_channel(latent_format: Any) -> bool:
+    """Whether a format normalises its own way: the 3-D (video) formats, and image formats with
+    per-channel statistics (`latents_mean`, ComfyUI's attribute: Qwen-Image 2.1's)."""
+    return (getattr(latent_format, "latent_dimensions", 2) == 3
+            or getattr(latent_format, "latents_mean", None) is not None)
+
+
 def process_latent_in(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
     """VAE latent -> model space: `(latent - shift) * scale`; formats normalised per channel
     (Wan's mean / std) by their own `process_in`."""
-    if getattr(latent_format, "latent_dimensions", 2) == 3 and hasattr(latent_format, "process_in"):
+    if _per_channel(latent_format) and hasattr(latent_format, "process_in"):
         return latent_format.process_in(latent)
     return (latent - getattr(latent_format, "shift_factor", 0.0)) * latent_format.scale_factor
 
 
 def process_latent_out(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
     """Model space -> VAE latent: `latent / scale + shift` (per-channel formats: their `process_out`)."""
-    if getattr(latent_format, "latent_dimensions", 2) == 3 and hasattr(latent_format, "process_out"):
+    if _per_channel(latent_format) and hasattr(latent_format, "process_out"):
         return latent_format.process_out(latent)
     return latent / latent_format.scale_factor + getattr(latent_format, "shift_factor", 0.0)
 
@@ -116,10 +123,12 @@ def fit_latent_input(model: Any, latent: Mapping[str, Any]) -> dict:
 
 
 def check_latent(dm: Any, latent: torch.Tensor) -> None:
-    """A 4-D latent (5-D `[B, C, T, h, w]` for video models) with the model's channel count."""
-    dims = 5 if getattr(dm.latent_format, "latent_dimensions", 2) == 3 else 4
+    """A 4-D latent (5-D `[B, C, T, h, w]` for video models, 3-D `[B, C, T]` for audio models) with
+    the model's channel count."""
+    dims = getattr(dm.latent_format, "latent_dimensions", 2) + 2
     if latent.ndim != dims:
-        expected = "[batch, channels, frames, height, width]" if dims == 5 else "[batch, channels, height, width]"
+        expected = {5: "[batch, channels, frames, height, width]", 3: "[batch, channels, frames]"}.get(
+            dims, "[batch, channels, height, width]")
         raise SamplingError(f"sampling: latent must be {expected}, got {tuple(latent.shape)}")
     channels = getattr(dm.latent_format, "channels", None) or getattr(dm.latent_format, "latent_channels", None)
     if channels is not None and latent.shape[1] != channels:

@@ -23,7 +23,7 @@ from comfy_core.text_encoders.errors import TextEncoderError
 CLIP_LOADER_TYPES: tuple[str, ...] = (
     "stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos", "lumina2",
     "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image", "flux2", "ovis", "longcat_image",
-    "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2", "joyimage", "mage", "minimax")
+    "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2", "joyimage", "mage", "minimax", "flux3")
 DUAL_CLIP_LOADER_TYPES: tuple[str, ...] = ("sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image",
                                            "hunyuan_video_15", "kandinsky5", "kandinsky5_image", "ltxv", "newbie",
                                            "ace")
@@ -32,19 +32,17 @@ TRIPLE_CLIP_LOADER_TYPES: tuple[str, ...] = ("sd3",)  # TripleCLIPLoader has no 
 # type -> what ComfyUI builds for it (its loaders' recipes), for the error message.
 NEEDS: dict[str, str] = {
     "stable_cascade": "the Stable Cascade family (its CLIP-G text encoder and Stage B/C models)",
-    "stable_audio": "the Stable Audio family (a T5-base text encoder)",
     "mochi": "the Mochi video family (a T5-XXL text encoder)",
     "pixart": "the PixArt family (a T5-XXL text encoder)",
     "cosmos": "the Cosmos family (the old T5-XXL text encoder)",
-    "ace": "the ACE-Step audio family (a T5-base text encoder)",
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
     "hunyuan_video": "the HunyuanVideo family (CLIP-L with a Llama text encoder)",
     # types today's ComfyUI added since 0.3.64, for families not built here yet
     **{name: f"the {family} family and its text encoders" for name, family in (
         ("longcat_image", "LongCat-Image"), ("cogvideox", "CogVideoX"), ("lens", "Lens"),
         ("pixeldit", "PixelDiT"), ("ideogram4", "Ideogram 4"), ("boogu", "Boogu"), ("krea2", "Krea 2"),
-        ("joyimage", "JoyImage"), ("mage", "Mage"), ("minimax", "MiniMax"), ("hunyuan_video_15", "HunyuanVideo 1.5"),
-        ("kandinsky5", "Kandinsky 5"), ("kandinsky5_image", "Kandinsky 5 image"), ("newbie", "NewBie"))},
+        ("joyimage", "JoyImage"), ("mage", "Mage"), ("minimax", "MiniMax"),
+        ("newbie", "NewBie"))},
 }
 
 

@@ -23,6 +23,10 @@ Z-Image (CLIPLoader type "lumina2"), kept in the file's dtype as ComfyUI keeps i
 Qwen2.5-VL files (biased `model.layers.N.self_attn.k_proj`, no q_norm, with `visual.*`: ComfyUI's
 `qwen_2.5_vl_7b*.safetensors`) are a Qwen2.5-VL tower (`comfy_core.text_encoders.qwen25vl`), slot
 `qwen25_7b` for Qwen-Image (CLIPLoader type "qwen_image"), kept in the file's dtype too.
+Qwen3-VL files (`model.visual.deepstack_merger_list.0.norm.weight`, transformers' layout: ComfyUI's
+`qwen3vl_{4b,8b}*.safetensors`) are a Qwen3-VL tower (`comfy_core.text_encoders.qwen3vl`), slot
+`qwen3vl_4b` / `qwen3vl_8b`, for Qwen-Image 2.1 (type "qwen_image") and Flux 3 (type "flux3"), their
+int8 / ConvRot layers kept int8.
 Gemma 2 files (`model.layers.N.post_feedforward_layernorm.weight`, no q_norm: ComfyUI's
 `gemma_2_2b_fp16.safetensors`) are a Gemma 2 tower (`comfy_core.text_encoders.gemma`), slot
 `gemma2_2b` for Lumina 2 (CLIPLoader type "lumina2", which a Qwen3-4B file under the same type
@@ -31,6 +35,11 @@ Mistral Small 3 files (the Llama layout, told apart from Llama 3.1 by their `tek
 5120 width or 131072-token table: ComfyUI's `mistral_3_small_flux2_*.safetensors`) are a Mistral
 tower (`comfy_core.text_encoders.mistral`), slot `mistral3_24b` for Flux.2 dev (CLIPLoader type
 "flux2"), its tokenizer the file's own `tekken_model` (`tekken_tokenizer.py`).
+Qwen3.5 files (`model.language_model.layers.N.linear_attn.A_log`: Comfy-Org's `qwen3.5_*.safetensors`)
+are a Qwen3.5 tower (`comfy_core.text_encoders.qwen35`); one such file gives ComfyUI's Qwen3.5
+encoder whatever the type (as ComfyUI's loader does), its vocabulary read from `qwen35_tokenizer/`
+beside the file (`qwen35_tokenizer.py`: not shipped here), its quantisation descriptions read
+before its shapes, so an int4 file is refused by its format's name.
 GGUF files of these LLM towers (llama.cpp's names and quantisations, what ComfyUI-GGUF's
 CLIPLoaderGGUF reads) open through `comfy_core.text_encoders.gguf_files` under the same names, their
 quantised weights kept quantised; a `_quantization_metadata` header entry (today's ComfyUI's
@@ -52,7 +61,7 @@ from comfy_core.checkpoint.errors import ShapeMismatchError
 from comfy_core.checkpoint.materialize import stored_requests, tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
 from comfy_core.loading import LoadOptions
-from comfy_core.split.clip_types import ClipFilesError, sets_for_type
+from comfy_core.split.clip_types import ClipFilesError, UnsupportedClipTypeError, sets_for_type
 from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, TextEncoderSet, make_tokenizer
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.text_encoders.decoder_llm import with_quantization_metadata
@@ -63,8 +72,12 @@ from comfy_core.text_encoders.llama import LlamaConfig
 from comfy_core.text_encoders.mistral import MistralConfig
 from comfy_core.text_encoders.tekken_tokenizer import TEKKEN_KEY, MissingTekkenError
 from comfy_core.text_encoders.qwen3 import Qwen3Config
+from comfy_core.text_encoders.qwen3vl import Qwen3VLConfig
 from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
+from comfy_core.text_encoders import qwen35, qwen35_load, qwen35_tokenizer
+from comfy_core.text_encoders.qwen35 import SLOT_NAMES as QWEN35_NAMES, Qwen35Config
 from comfy_core.text_encoders.t5_config import T5Config
+from comfy_core.text_encoders.t5gemma import T5GemmaConfig
 from comfy_core.text_encoders.towers import build_tower, reads_as_stored
 from comfy_core.text_encoders.umt5_keys import RenamedMapping, is_wan_layout
 from comfy_core.text_encoders.umt5_tokenizer import SPIECE_KEY, MissingTokenizerError
@@ -78,7 +91,10 @@ H_LAYER = 22
 SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bigG", "t5xxl": "T5-XXL",
               "umt5xxl": "umT5-XXL", "qwen3_06b": "Qwen3-0.6B", "qwen3_2b": "Qwen3-2B", "qwen3_4b": "Qwen3-4B",
               "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B",
-              "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "gemma2_2b": "Gemma-2-2B"}
+              "qwen3vl_4b": "Qwen3-VL-4B", "qwen3vl_8b": "Qwen3-VL-8B",
+              "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "gemma2_2b": "Gemma-2-2B",
+              "t5gemma": "T5Gemma",
+              **QWEN35_NAMES}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
 _OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),
                    ("model.layers.0.self_attn.k_proj.weight", "a decoder-only language model (Llama, Qwen, Gemma)"))
@@ -119,7 +135,16 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
     a `ClipTextConfig`, or a `T5Config` (slot `t5xxl`, or `umt5xxl` for umT5) for a T5 encoder file."""
     tensors = _named(checkpoint.tensors)
     try:
+        qwen35_config = qwen35_load.detect_in_file(checkpoint, tensors)
+        if qwen35_config is not None:
+            return qwen35_config
+        t5gemma = T5GemmaConfig.detect_from_weights(tensors)  # Stable Audio 3's (model.encoder. / encoder.)
+        if t5gemma is not None:
+            return t5gemma
         t5 = T5Config.detect_from_weights(tensors, "")
+        qwen3vl = Qwen3VLConfig.detect_from_weights(tensors, "") if t5 is None else None  # before Qwen3 (its LM)
+        if qwen3vl is not None:
+            return qwen3vl
         qwen3 = Qwen3Config.detect_from_weights(tensors, "") if t5 is None else None
         qwen25 = Qwen25VLConfig.detect_from_weights(tensors, "") if t5 is None and qwen3 is None else None
         llama = (MistralConfig.detect_from_weights(tensors, "") or LlamaConfig.detect_from_weights(tensors, "")) \
@@ -151,7 +176,7 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         what = next((kind for key, kind in _OTHER_ENCODERS if key in tensors), None)
         raise ClipFilesError(f"{checkpoint.path}: " + (
             f"holds {what}, which this engine cannot load (only CLIP text encoders: CLIP-L, OpenCLIP-H, "
-            "OpenCLIP-bigG, T5 encoders, Qwen3, Qwen2.5-VL, Llama 3 and Gemma 2)" if what else
+            "OpenCLIP-bigG, T5 encoders, Qwen3, Qwen2.5-VL, Qwen3-VL, Llama 3 and Gemma 2)" if what else
             "not a CLIP text encoder (no 'text_model.final_layer_norm.weight' nor OpenCLIP's 'ln_final.weight')"))
     slot = slot_for_depth(config.layers)
     config = dataclasses.replace(config, slot=slot, activation="quick_gelu" if slot == "clip_l" else "gelu")
@@ -159,6 +184,17 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         _width, projection = (int(d) for d in tensors["text_projection"].shape)
         config = dataclasses.replace(config, has_projection=True, projection_dim=projection)
     return config
+
+
+def _is_qwen35(path: Any) -> bool:
+    """Whether `path` is a readable safetensors file holding a Qwen3.5 model (False on any failure)."""
+    if not isinstance(path, (str, Path)) or is_gguf(path):
+        return False
+    try:
+        with CheckpointFile(path) as checkpoint:
+            return qwen35.holds_qwen35(checkpoint.tensors)
+    except Exception:  # an unreadable file: the type's own refusal stands
+        return False
 
 
 def _named(tensors: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -180,7 +216,13 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
     tokenizer of their own (`{"spiece_model": bytes or uint8 tensor}` for Wan-AI's umT5 `.pth`,
     e.g. google/umt5-xxl's `spiece.model`); a file's own tokenizer takes precedence.
     """
-    candidates = sets_for_type(clip_type, (registry or default_registry()).encoder_sets())
+    try:
+        candidates = sets_for_type(clip_type, (registry or default_registry()).encoder_sets())
+        unsupported = None
+    except UnsupportedClipTypeError as exc:  # unless the file is a Qwen3.5 (any type, below)
+        if len(paths) != 1 or not _is_qwen35(paths[0]):
+            raise
+        candidates, unsupported = [], exc
     options = options or LoadOptions()
     if not paths:
         raise ClipFilesError("no text-encoder file given")
@@ -189,6 +231,11 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
         # GGUF encoders (llama.cpp's quantisations, ComfyUI-GGUF's CLIPLoaderGGUF files) open as our names.
         files = [stack.enter_context(GGUFTextEncoderFile(p) if is_gguf(p) else CheckpointFile(p)) for p in paths]
         configs = [text_encoder_config(f) for f in files]
+        if len(configs) == 1 and isinstance(configs[0], Qwen35Config):
+            # ComfyUI builds its Qwen3.5 encoder for one Qwen3.5 file whatever the type.
+            candidates = [qwen35_tokenizer.encoder_set(configs[0].slot)]
+        elif unsupported is not None:
+            raise unsupported
         slots = [c.slot for c in configs]
         spec = next((c for c in candidates if {o.slot for o in c.encoders} == set(slots)), None) \
             or next((c for c in candidates if c.fits(slots)), None)
@@ -203,6 +250,10 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
         given = dict(tokenizer_data or {})
         tokenizer_data = dict(given)
         for checkpoint, config in zip(files, configs):
+            if isinstance(config, Qwen35Config) and qwen35.TOKENIZER_KEY not in given:
+                # Qwen3.5's vocabulary is not shipped: `qwen35_tokenizer/` beside the file (qwen35.py).
+                tokenizer_data[qwen35.TOKENIZER_KEY] = qwen35_tokenizer.find_tokenizer(checkpoint.path)
+        for checkpoint, config in zip(files, configs):
             if isinstance(config, T5Config) and config.relative_attention_per_block:
                 if SPIECE_KEY in checkpoint.tensors:
                     tokenizer_data[SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)
@@ -213,7 +264,7 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                     tokenizer_data[TEKKEN_KEY] = checkpoint.read(TEKKEN_KEY, None)
                 elif TEKKEN_KEY not in given:
                     raise MissingTekkenError(str(checkpoint.path))
-            if isinstance(config, GemmaConfig):
+            if isinstance(config, (GemmaConfig, T5GemmaConfig)):
                 if SPIECE_KEY in checkpoint.tensors:
                     tokenizer_data[SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)
                 elif SPIECE_KEY not in given:

@@ -20,7 +20,9 @@ Gemma 2 tower's sandwich block, `gemma.py`) with what Gemma 3 changes:
 
 `hidden_states(ids, mask)` returns what LTX-2's feature extractor reads: the input embeddings,
 then every block's output, the last one through the final norm (transformers'
-`output_hidden_states`; `num_layers + 1` states).
+`output_hidden_states`; `num_layers + 1` states). The tower also generates text (ComfyUI's
+TextGenerate on LTX-2's text encoder): a key / value cache per block, logits from the tied token
+table, stopping at ComfyUI's stop tokens (`<eos>`, `<end_of_turn>`).
 """
 from __future__ import annotations
 
@@ -37,7 +39,6 @@ from comfy_core.text_encoders.decoder_llm import (apply_rotary, convert_weights,
 from comfy_core.text_encoders.encoder import resolve_layer
 from comfy_core.text_encoders.gemma import (MARKER, QK_NORM, GemmaConfig, GemmaDetectionError, GemmaKeyError,
                                             GemmaOptions, GemmaTextEncoder)
-from comfy_core.text_encoders.generate import GenerationError
 from comfy_core.text_encoders.qwen3 import Qwen3Transformer
 from comfy_core.text_encoders.errors import TokenizeError
 
@@ -124,9 +125,19 @@ def attention_biases(mask: torch.Tensor | None, length: int, window: int,
     return out
 
 
+STOP_TOKENS = (1, 106)  # ComfyUI's Gemma3_12B_Config.stop_tokens: <eos>, <end_of_turn>
+
+
 class Gemma3TextEncoder(GemmaTextEncoder):
     """One Gemma 3 tower (see the module doc); token handling, masks and options are the Gemma 2
-    tower's, the block, masks and RoPE tables Gemma 3's."""
+    tower's, the block, masks and RoPE tables Gemma 3's.
+
+    It generates (TextGenerate, TextGenerateLTX2Prompt): `decode_step` runs new positions with a
+    key / value cache, each block type with its own RoPE table and mask (a sliding block sees the
+    keys less than `sliding_window` positions back), the logits from the tied token table."""
+
+    can_generate = True
+    stop_tokens = STOP_TOKENS
 
     def __init__(self, config: Gemma3Config, transformer: Qwen3Transformer) -> None:
         super().__init__(config, transformer)  # type: ignore[arg-type]
@@ -170,16 +181,40 @@ class Gemma3TextEncoder(GemmaTextEncoder):
         states[-1] = compute_in_float32(model.norm, x).float()
         return states
 
+    def decode_step(self, embeds: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Run embeds [B, T, W] at positions `cache.length ..` through every block (their keys and
+        values join the cache) -> the last position's final normed state [B, W] float32."""
+        config: Any = self.config
+        start, length = cache.length, embeds.shape[1]
+        total, device = start + length, embeds.device
+        ropes = {FULL: rope_tables(total, config.head_dim, config.rope_theta, config.rope_scale, device),
+                 SLIDING: rope_tables(total, config.head_dim, config.rope_local_theta, 1.0, device)}
+        ropes = {kind: (cos[start:], sin[start:]) for kind, (cos, sin) in ropes.items()}  # the new positions' rows
+        low = torch.finfo(torch.float32).min / 4
+        query = torch.arange(start, total, device=device)[:, None]
+        key = torch.arange(total, device=device)[None, :]
+        causal = key > query
+        biases = {FULL: torch.zeros((length, total), device=device).masked_fill(causal, low)[None, None],
+                  SLIDING: torch.zeros((length, total), device=device).masked_fill(
+                      causal | (key <= query - config.sliding_window), low)[None, None]}
+        x = embeds.float()
+        for index, block in enumerate(self.transformer.model.layers):
+            kind = config.layer_type(index)
+            x = self._block(block, x, *ropes[kind], biases[kind], cache, index)
+        cache.advance(length)
+        return compute_in_float32(self.transformer.model.norm, x[:, -1]).float()
+
     def _block(self, block: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                bias: torch.Tensor, cache: Any = None, layer: int = 0) -> torch.Tensor:
-        """One Gemma 3 decoder block (see the module doc)."""
-        if cache is not None:
-            raise GenerationError("gemma3: the Gemma 3 encoder does not generate text here")
+        """One Gemma 3 decoder block (see the module doc); with a cache, this step's keys and
+        values join block `layer`'s entries and the queries attend over all of them."""
         config: Any = self.config
         attn = block.self_attn
         q, k, v = project_qkv(attn, compute_in_float32(block.input_layernorm, x), config)
         q, k = compute_in_float32(attn.q_norm, q), compute_in_float32(attn.k_norm, k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [B, T, H|KV, d]
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # [B, S, KV, d]: every position so far
         q = q * (config.head_dim ** 0.5 / config.query_pre_attn_scalar ** 0.5)  # the backend scales by 1/sqrt(d)
         out = grouped_attention(q, k, v, config.num_heads, bias)
         x = x + compute_in_float32(block.post_attention_layernorm, compute_in_float32(attn.o_proj, out))

@@ -64,6 +64,9 @@ QWEN3_4B_SLOT = "qwen3_4b"
 # ComfyUI's names of the Qwen3 towers by width (`comfy/sd.py: detect_te_model`); any other width
 # (a reduced test model) is named as the 4B, the encoder Z-Image uses.
 SLOTS_BY_WIDTH = {1024: "qwen3_06b", 2048: "qwen3_2b", 2560: QWEN3_4B_SLOT, 4096: "qwen3_8b"}
+# Qwen3-Embedding-0.6B's table (ACE-Step 1.5's text encoder, `qwen_0.6b_ace15`): a reduced-width
+# tower with exactly these rows is named as the 0.6B, so it and ACE-Step's LM can load together.
+EMBEDDING_06B_VOCAB = 151_669
 LOGIT_ROWS = 16384  # LM-head rows cast to float32 at a time when generating
 
 
@@ -121,7 +124,7 @@ class Qwen3Config(DecoderShape):
         config = cls(prefix=prefix, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
                      num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
                      dtype=str(getattr(tensors[model + "norm.weight"], "dtype", "F32")),
-                     slot=SLOTS_BY_WIDTH.get(hidden, QWEN3_4B_SLOT))
+                     slot=SLOTS_BY_WIDTH.get(hidden, "qwen3_06b" if vocab == EMBEDDING_06B_VOCAB else QWEN3_4B_SLOT))
         check_block_shapes(tensors, model, config, Qwen3DetectionError, "Qwen3")
         if model + "layers.0.self_attn.q_proj.bias" in tensors:
             raise Qwen3DetectionError(f"{attn}q_proj.bias: Qwen3 projections have no bias (a Qwen2-style model?)")

@@ -9,7 +9,9 @@ An `EncoderOptions.kind` names one: "clip" (CLIP / OpenCLIP text transformers: `
 Qwen vocabulary; kept in the file's dtype, as ComfyUI keeps its LLM encoders) or "qwen25vl"
 (Qwen2.5-VL language models with their vision tower, Qwen-Image's Qwen2.5-VL-7B:
 `qwen25vl.Qwen25VLConfig`, `qwen25vl.Qwen25VLTextEncoder`, the same Qwen tokenizer; kept in the
-file's dtype too). The LLM towers also read ComfyUI's scaled-fp8 / float8 files (fp8 weights kept,
+file's dtype too) or "qwen3vl" (Qwen3-VL with its vision tower and DeepStack, Qwen-Image 2.1's and
+Flux 3's: `qwen3vl.Qwen3VLConfig`, `qwen3vl.Qwen3VLTextEncoder`, the Qwen tokenizer; int8 / ConvRot
+layers kept int8). The LLM towers also read ComfyUI's scaled-fp8 / float8 files (fp8 weights kept,
 computed with their scales: `decoder_llm.convert_weights`) and, through `gguf_files`, llama.cpp's
 GGUF quantisations (weights kept quantised: `weights.gguf.GGUFLinear`). The factory and the
 split-file loader go through these functions, so an encoder set mixing CLIP and T5 towers (SD3,
@@ -30,16 +32,29 @@ KIND_T5 = "t5"
 KIND_UMT5 = "umt5"
 KIND_QWEN3 = "qwen3"
 KIND_QWEN25VL = "qwen25vl"
+KIND_QWEN3VL = "qwen3vl"  # Qwen3-VL with its vision tower (Qwen-Image 2.1, Flux 3): qwen3vl.py, the Qwen tokenizer
 KIND_LLAMA = "llama"  # Llama 3 decoders used as encoders (HiDream's Llama 3.1 8B): llama.py, llama_tokenizer.py
 KIND_MISTRAL = "mistral"  # Mistral Small 3 (Flux.2 dev's encoder): mistral.py, tekken_tokenizer.py
 KIND_GEMMA2 = "gemma2"  # Gemma 2 decoders used as encoders (Lumina 2's Gemma 2 2B): gemma.py, gemma_tokenizer.py
+KIND_QWEN35 = "qwen35"  # Qwen3.5 (hybrid Gated DeltaNet / attention): qwen35.py, its vocabulary from the user
+KIND_BYT5 = "byt5"  # ByT5 (a T5 encoder on UTF-8 bytes; HunyuanVideo 1.5's glyph encoder): byt5_tokenizer.py
+KIND_T5GEMMA = "t5gemma"  # T5Gemma encoders (Stable Audio 3's t5gemma-b-b-ul2): t5gemma.py, t5gemma_clip.py
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
-    if options.kind in (KIND_QWEN3, KIND_QWEN25VL, KIND_LLAMA, KIND_GEMMA2, KIND_MISTRAL):
-        if options.kind == KIND_QWEN3:
+    if options.kind == KIND_QWEN35:
+        import dataclasses
+
+        from comfy_core.text_encoders.qwen35 import Qwen35Config
+
+        found = Qwen35Config.detect_from_weights(tensors, prefix)
+        return found if found is None or found.slot == options.slot else dataclasses.replace(found, slot=options.slot)
+    if options.kind in (KIND_QWEN3, KIND_QWEN25VL, KIND_QWEN3VL, KIND_LLAMA, KIND_GEMMA2, KIND_MISTRAL):
+        if options.kind == KIND_QWEN3VL:
+            from comfy_core.text_encoders.qwen3vl import Qwen3VLConfig as LLMConfig
+        elif options.kind == KIND_QWEN3:
             from comfy_core.text_encoders.qwen3 import Qwen3Config as LLMConfig
         elif options.kind == KIND_LLAMA:
             from comfy_core.text_encoders.llama import LlamaConfig as LLMConfig
@@ -56,6 +71,13 @@ def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOption
 
             config = dataclasses.replace(config, slot=options.slot)
         return config
+    if options.kind == KIND_T5GEMMA:
+        import dataclasses
+
+        from comfy_core.text_encoders.t5gemma import T5GemmaConfig
+
+        found = T5GemmaConfig.detect_from_weights(tensors, prefix)
+        return None if found is None else dataclasses.replace(found, slot=options.slot)
     if options.kind in (KIND_T5, KIND_UMT5):
         config = T5Config.detect_from_weights(tensors, prefix)
         if config is not None and config.relative_attention_per_block != (options.kind == KIND_UMT5):
@@ -79,8 +101,9 @@ def reads_as_stored(config: Any) -> bool:
     from comfy_core.text_encoders.llama import LlamaConfig
     from comfy_core.text_encoders.qwen3 import Qwen3Config
     from comfy_core.text_encoders.qwen25vl import Qwen25VLConfig
+    from comfy_core.text_encoders.qwen35 import Qwen35Config
 
-    return isinstance(config, (Qwen3Config, Qwen25VLConfig, LlamaConfig, GemmaConfig)) \
+    return isinstance(config, (Qwen3Config, Qwen25VLConfig, LlamaConfig, GemmaConfig, Qwen35Config)) \
         or isinstance(config, T5Config) and (config.fp8 or config.scaled_fp8)
 
 
@@ -94,8 +117,22 @@ def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torc
 
     from comfy_core.text_encoders.llama import LlamaConfig, build_llama_encoder
 
+    from comfy_core.text_encoders.qwen3vl import Qwen3VLConfig, build_qwen3vl_encoder
+    from comfy_core.text_encoders.t5gemma import T5GemmaConfig
+
+    if isinstance(config, T5GemmaConfig):
+        from comfy_core.text_encoders.t5gemma_clip import build_t5gemma_clip
+
+        return build_t5gemma_clip(config, state_dict, dtype)
+    if isinstance(config, Qwen3VLConfig):  # before Qwen3: a Qwen3VLConfig is a Qwen3Config
+        return build_qwen3vl_encoder(config, state_dict, None)
     if isinstance(config, Qwen3Config):
         return build_qwen3_encoder(config, state_dict, None)
+    from comfy_core.text_encoders.qwen35 import Qwen35Config
+    from comfy_core.text_encoders.qwen35_load import build_qwen35_encoder
+
+    if isinstance(config, Qwen35Config):
+        return build_qwen35_encoder(config, state_dict, None)
     from comfy_core.text_encoders.mistral import MistralConfig, build_mistral_encoder
 
     if isinstance(config, MistralConfig):  # before Llama: a MistralConfig is a LlamaConfig
@@ -127,7 +164,11 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
     """The tokenizer of one tower of a set (see `comfy_core.text_encoders.factory.make_tokenizer`).
     `tokenizer_data`: ComfyUI's, what a tower's file carries for its tokenizer (umT5's
     `spiece_model`); a umT5 tower without it is a `MissingTokenizerError`."""
-    if options.kind in (KIND_QWEN3, KIND_QWEN25VL):
+    if options.kind == KIND_QWEN35:
+        from comfy_core.text_encoders.qwen35_tokenizer import qwen35_tokenizer
+
+        return qwen35_tokenizer(options, config, tokenizer_data)
+    if options.kind in (KIND_QWEN3, KIND_QWEN25VL, KIND_QWEN3VL):
         from comfy_core.text_encoders.qwen_tokenizer import QwenTokenizer
 
         return QwenTokenizer(options.token_key, config.width, min_length=options.min_length,
@@ -148,11 +189,21 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
         return gemma_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
                                pad_token=options.pad_token, embedding_key=options.token_key,
                                source=f"the {options.slot} text encoder")
+    if options.kind == KIND_T5GEMMA:
+        from comfy_core.text_encoders.t5gemma_clip import t5gemma_tokenizer
+
+        return t5gemma_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
+                                 pad_token=options.pad_token, embedding_key=options.token_key,
+                                 source=f"the {options.slot} text encoder")
     if options.kind == KIND_UMT5:
         from comfy_core.text_encoders.umt5_tokenizer import umt5_tokenizer
 
         return umt5_tokenizer(tokenizer_data, min_length=options.min_length, embedding_width=config.width,
                               source=f"the {options.slot} text encoder")
+    if options.kind == KIND_BYT5:
+        from comfy_core.text_encoders.byt5_tokenizer import ByT5Tokenizer
+
+        return ByT5Tokenizer(min_length=options.min_length, embedding_width=config.width)
     if options.kind == KIND_T5:
         from comfy_core.text_encoders.t5_tokenizer import T5XXLTokenizer
 

@@ -7,8 +7,8 @@ wire object that carries one.
 
 | kind | marker tensor | network |
 |---|---|---|
-| `hunyuanvideo15_sr_720p` | `blocks.0.block.0.conv.weight` | HunyuanVideo 1.5's 720p super-resolution model (not built here: refused, named) |
-| `hunyuanvideo15_upsampler_1080p` | `up.0.block.0.conv1.conv.weight` | HunyuanVideo 1.5's 1080p latent upsampler (not built here: refused, named) |
+| `hunyuanvideo15_sr_720p` | `blocks.0.block.0.conv.weight` | HunyuanVideo 1.5's 720p super-resolution model (comfy_core.upscale.hv15_latent_upsampler.py) |
+| `hunyuanvideo15_upsampler_1080p` | `up.0.block.0.conv1.conv.weight` | HunyuanVideo 1.5's 1080p latent upsampler (comfy_core.upscale.hv15_latent_upsampler.py) |
 | `ltx` | `post_upsample_res_blocks.0.conv2.bias` | LTX's latent upsampler (`ltx_latent_upsampler.py`: every LTX-Video 0.9 / LTX-2 / 2.3 / 2.5 variant) |
 
 A new kind is one more `LatentUpscaleKind` entry of `KINDS` (its marker and its builder, a function
@@ -60,11 +60,25 @@ def _build_ltx(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str],
     return build_ltx(config, tensors, dtype), config
 
 
+def _build_hv15_sr_720p(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str],
+                        dtype: torch.dtype) -> tuple[nn.Module, Any]:
+    from comfy_core.upscale.hv15_latent_upsampler import build_sr_720p
+
+    return build_sr_720p(tensors, metadata, dtype)
+
+
+def _build_hv15_upsampler_1080p(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str],
+                                dtype: torch.dtype) -> tuple[nn.Module, Any]:
+    from comfy_core.upscale.hv15_latent_upsampler import build_upsampler_1080p
+
+    return build_upsampler_1080p(tensors, metadata, dtype)
+
+
 KINDS: tuple[LatentUpscaleKind, ...] = (
     LatentUpscaleKind("hunyuanvideo15_sr_720p", "HunyuanVideo 1.5 720p super-resolution model",
-                      "blocks.0.block.0.conv.weight", None),
+                      "blocks.0.block.0.conv.weight", _build_hv15_sr_720p),
     LatentUpscaleKind("hunyuanvideo15_upsampler_1080p", "HunyuanVideo 1.5 1080p latent upsampler",
-                      "up.0.block.0.conv1.conv.weight", None),
+                      "up.0.block.0.conv1.conv.weight", _build_hv15_upsampler_1080p),
     LatentUpscaleKind("ltx", "LTX latent upsampler", LTX_MARKER, _build_ltx),
 )
 

@@ -84,12 +84,13 @@ def test_weights_that_do_not_fit_are_refused_with_typed_errors():
     refused({"decoder.conv_in.weight": torch.zeros(1)}, "not a latent upscale model; expected one of: HunyuanVideo")
 
 
-def test_the_registry_names_hunyuanvideo_15_files_it_does_not_build():
+def test_the_registry_names_the_hunyuanvideo_15_files():
     assert [kind.name for kind in KINDS] == ["hunyuanvideo15_sr_720p", "hunyuanvideo15_upsampler_1080p", "ltx"]
     assert kind_of(["up.0.block.0.conv1.conv.weight", "conv_in.conv.weight"]).name == "hunyuanvideo15_upsampler_1080p"
     assert kind_of(["blocks.0.block.0.conv.weight"]).name == "hunyuanvideo15_sr_720p"
     assert kind_of(["something"]) is None
-    with pytest.raises(LatentUpscaleModelError, match="HunyuanVideo 1.5 1080p latent upsampler; this engine does not"):
+    # built by comfy_core.upscale.hv15_latent_upsampler.py (tests/comfy_core/test_hunyuan_video15_upscale.py)
+    with pytest.raises(LatentUpscaleModelError, match="HunyuanVideo 1.5 1080p latent upsampler: 'conv_in.conv.weight'"):
         model_from_state_dict({"up.0.block.0.conv1.conv.weight": torch.zeros(1)}, name="hv15_1080p.safetensors")
 
 

@@ -25,7 +25,8 @@ diffusers = pytest.importorskip("diffusers")
 
 FAMILY_OF = {"t2v": "wan21_t2v", "i2v": "wan21_i2v", "flf2v": "wan21_i2v", "fun_control": "wan21_fun_control",
              "fun_inpaint": "wan21_i2v", "a14b_i2v": "wan22_i2v", "ti2v": "wan22_ti2v", "fun_control_22": "wan22_i2v",
-             "vace": "wan21_vace", "camera": "wan21_camera", "camera_22": "wan22_camera"}
+             "vace": "wan21_vace", "camera": "wan21_camera", "camera_22": "wan22_camera",
+             "s2v": "wan22_s2v", "humo": "wan21_humo", "humo_small": "wan21_humo"}
 TOLERANCE = 1e-4  # float32, other operation order than diffusers'
 
 
@@ -152,9 +153,9 @@ def test_malformed_files_are_refused_naming_the_key():
     odd = dict(state, **{"head.modulation": torch.zeros(1, 2, 200)})
     with pytest.raises(WanConfigError, match="128-channel heads"):
         WanConfig.detect_from_weights(odd)
-    s2v = dict(state, **{"casual_audio_encoder.encoder.final_linear.weight": torch.zeros(1)})
-    with pytest.raises(WanConfigError, match="S2V"):
-        WanConfig.detect_from_weights(s2v)
+    animate = dict(state, **{"face_adapter.fuser_blocks.0.k_norm.weight": torch.zeros(1)})
+    with pytest.raises(WanConfigError, match="Animate"):
+        WanConfig.detect_from_weights(animate)
     # an i2v-style model (image embedding) with an input width no Wan family takes
     odd_i2v = tiny_wan_state_dict("i2v", in_dim=20)
     with pytest.raises(UnknownFamilyError):

@@ -173,7 +173,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     'comfy.latent_formats': (
         ('latent formats of families not implemented (Stable Cascade, Mochi, LTXV, Hunyuan, Cosmos, audio, '
          "...); SD15's constructor parameter name"),
-        ('ACEAudio', 'ChromaRadiance', 'Cosmos1CV8x8x8', 'Hunyuan3Dv2', 'Hunyuan3Dv2_1', 'Hunyuan3Dv2mini',
+        ('ChromaRadiance', 'Cosmos1CV8x8x8', 'Hunyuan3Dv2', 'Hunyuan3Dv2_1', 'Hunyuan3Dv2mini',
          'HunyuanImage21', 'HunyuanImage21Refiner', 'HunyuanVideo', 'Mochi', 'SC_B', 'SC_Prior',
          'SD15.__init__', 'SDXL_Playground_2_5', 'SD_X4', 'StableAudio1',)),
     'comfy.weight_adapter*': (
@@ -185,15 +185,15 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('key conversions of LoRA formats not supported yet (BFL control LoRA, Wan Fun, USO)'),
         ('convert_lora_bfl_control', 'convert_lora_wan_fun', 'convert_uso_lora',)),
     'comfy.model_base': (
-        ('model classes of families not implemented (Hunyuan, Cosmos, Wan HuMo/Animate/S2V, ...), their '
+        ('model classes of families not implemented (Hunyuan, Cosmos, Wan HuMo/Animate, ...), their '
          'conditioning helpers (`sdxl_pooled`, `unclip_adm`) and BaseModel members not mapped yet'),
         ('BaseModel.apply_model', 'BaseModel.load_model_weights', 'BaseModel.process_timestep',
          'BaseModel.set_inpaint', 'BaseModel.state_dict_for_saving', 'CLIPEmbeddingNoiseAugmentation',
-         'ChromaRadiance', 'CosmosPredict2', 'Hunyuan3Dv2_1', 'HunyuanImage21', 'HunyuanImage21Refiner',
+         'CosmosPredict2', 'Hunyuan3Dv2_1', 'HunyuanImage21', 'HunyuanImage21Refiner',
          'HunyuanVideo.scale_latent_inpaint', 'HunyuanVideoI2V', 'HunyuanVideoSkyreelsI2V',
          'ImageConcatWithNoiseAugmentation', 'LTXV.process_timestep', 'Lotus',
-         'StableAudio1.state_dict_for_saving', 'StageB', 'StageC', 'Timestep', 'WAN21_HuMo',
-         'WAN22.process_timestep', 'WAN22_Animate', 'WAN22_S2V', 'sdxl_pooled', 'unclip_adm',)),
+         'StableAudio1.state_dict_for_saving', 'StageB', 'StageC', 'Timestep',
+         'WAN22.process_timestep', 'WAN22_Animate', 'sdxl_pooled', 'unclip_adm',)),
     'comfy.model_detection': (
         ('not yet: `calculate_transformer_depth`, `model_config_from_diffusers_unet`'),
         ('calculate_transformer_depth', 'model_config_from_diffusers_unet',)),

@@ -63,7 +63,7 @@ def test_the_loader_lists_the_folder_and_loads_by_kind(env):
 def test_the_loader_refuses_with_node_errors(env):
     with pytest.raises(NodeInputError, match="model_name"):
         _load(env, "missing.safetensors")
-    with pytest.raises(NodeInputError, match="HunyuanVideo 1.5 1080p latent upsampler; this engine does not build"):
+    with pytest.raises(NodeInputError, match="HunyuanVideo 1.5 1080p latent upsampler: 'conv_in.conv.weight' is missing"):
         _load(env, "hunyuanvideo15_latent_upsampler_1080p.safetensors")
 
 

@@ -47,6 +47,26 @@ NEWEST = coverage_tool.newest_templates(os.environ.get("COMFY_ENGINE_NEWEST_TEMP
 pytestmark = pytest.mark.skipif(NEWEST is None, reason="the newest comfyui-workflow-templates-json package is not "
                                 "here: run bench/template_coverage.py once (it fetches the wheel)")
 
+# Wall time of each LTX-2 run made small on the shared 2-core machine (load 6-8), through this module's
+# `_run` (`pytest --all-templates -k "test_template_runs and ltx2"`: 12 passed, 52 s in all): the first
+# run of a process also pays ~10-20 s of imports, the later ones reuse them.
+LTX_TIMES = {
+    "video_ltx2_t2v": "4-31 s", "video_ltx2_t2v_distilled": "2-4 s", "video_ltx2_i2v": "3-24 s",
+    "video_ltx2_i2v_distilled": "2-7 s", "video_ltx2_canny_to_video": "2-8 s", "video_ltx2_3_t2v": "6-16 s",
+    "video_ltx2_3_i2v": "1-6 s", "video_ltx2_3_ia2v": "4-21 s", "video_ltx2_3_flf2v": "1-24 s",
+    "video_ltx2_3_id_lora": "1-9 s", "template_ltx2_3_style_transition": "2-12 s",
+    "template_ltx2_3_ic_lora_ingredients": "4-23 s"}
+# FLUX 3 Klein (comfy_core/families/flux3, tests/fixtures/template_models_flux3.py), made small (64 px, TextGenerate at
+# SMALL_TOKENS): its DiT (int8 ConvRot, base and flow map), Qwen3-VL 4B (type flux3), the Flux.2 VAE, and as saved the
+# prompt through the Qwen3.5 9B upsampler (ComfySwitchNode picks TextGenerate; the edit templates give it the input
+# image), whose release is ComfyUI's int4 asym_w4a8_int8 (comfy_core/weights/quant_w4a8.py), PreviewAny's STRING and
+# SaveImage's IMAGE outputs. Wall time of a run through `_run` on the shared 2-core machine (load ~6), files included.
+FLUX3_TIMES = {
+    "image_flux3_klein_t2i": "53 s: the base DiT, 50 steps cfg 3.5; the upsampler's 24 tokens encoded by Qwen3-VL",
+    "image_flux3_klein_distilled_t2i": "31-33 s: the distilled flow map, 16 steps",
+    "image_flux3_klein_image_edit": "69 s: the base DiT with the reference image; the upsampler reads the image too",
+    "image_flux3_klein_distilled_image_edit": "85 s (the first run of a process: imports, the Qwen3-VL file)",
+}
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
@@ -54,6 +74,20 @@ RUNNING = {
              "kept as stored, the input rotated by the regular Hadamard (comfy_core/weights/quant_int8.py)"
        for name in ("image_qwen_image_edit_2511_int8", "image_z_image_int8", "image_z_image_turbo_int8")},
     "basic_datatype_conversion": "1 s: ComfyMathExpression, ComfyNumberConvert, PreviewAny (no model)",
+    # These feed the prompt through PreviewAny, whose STRING output (today's ComfyUI's PreviewAny passes its
+    # text on) nodes/preview_any.py lacks: validation skips TextEncodeQwenImage21 ("tuple index out of
+    # range" on the link to output 0) and nothing is written until it has it. Timed with those links
+    # rerouted to PreviewAny's source; the rest of each graph is as saved.
+    "image_qwen_image_2_1_t2i": "141 s at 1024x1024 (25 steps; the VAE decode is 19 s of it), once PreviewAny "
+                                "has its output: TextEncodeQwenImage21 without references, QwenImage21Cache",
+    "image_qwen_image_2_1_turbo_t2i": "108 s at 1024x1024 (the turbo sampler settings), once PreviewAny has its output",
+    "image_qwen_image_2_1_image_edit": "6 s, once PreviewAny has its output: TextEncodeQwenImage21 with a reference image and a "
+                                       "VAE (reference latents spliced at their image_slots), ImageCompare",
+    "image_qwen_image_2_1_turbo_image_edit": "7 s, once PreviewAny has its output: the turbo settings of the edit",
+    "image_qwen_image_2_1_background_removal": (
+        "21 s: Qwen-Image 2.1 (comfy_core/families/qwen_image21: single-stream DiT with the prefix K/V cache, "
+        "the one-frame RGBA VAE, int8 ConvRot DiT), Qwen3-VL 8B through CLIPLoader type \"qwen_image\", "
+        "TextEncodeQwenImage21 with a reference image and a VAE, QwenImage21Cache"),
     "image_omnigen2_t2i": "53 s: OmniGen2 (comfy_core/families/omnigen2) with Qwen2.5-VL-3B (CLIPLoader type "
                           "omnigen2), DualCFGGuider",
     "image_omnigen2_image_edit": "120 s: OmniGen2's reference-image stream (ReferenceLatent on both conditionings)",
@@ -103,6 +137,8 @@ RUNNING = {
     "video_wan2_2_14B_fun_control": "73 s small: Wan22FunControlToVideo",
     "video_wan2_2_14B_fun_inpaint": "36 s small: A14B Fun inpaint",
     "video_wan2_2_14B_i2v": "123 s small: subgraphs, A14B i2v experts",
+    "video_wan2_2_14B_s2v": "14 s small: S2V, wav2vec2 AudioEncoderLoader / AudioEncoderEncode, WanSoundImageToVideo",
+    "video_humo": "6 s small: Wan HuMo 17B fp8, Whisper large-v3 AudioEncoderLoader / Encode, WanHuMoImageToVideo",
     "video_wan2_2_14B_t2v": "67 s small: subgraphs, A14B t2v experts, lightx2v LoRAs",
     "video_wan2_2_5B_fun_control": "66 s small: Wan 2.2 Fun 5B control",
     "video_wan2_2_5B_fun_inpaint": "78 s small: Wan 2.2 Fun 5B inpaint",
@@ -173,15 +209,88 @@ RUNNING = {
     "image_netayume_lumina_t2i": "107-189 s: subgraphs (nested), a Lumina 2 all-in-one checkpoint (NextDiT, Gemma 2 "
                                  "with its SentencePiece model, Flux VAE), ModelSamplingAuraFlow, res_multistep",
     "hidream_e1_1": "62-173 s small: HiDream-E1.1, CFGNorm, ImageScaleToTotalPixels, UNETLoader fp8_e4m3fn_fast",
+    "llm_qwen3_5_text_gen": "TextGenerate with Qwen3.5 4B by CLIPLoader type stable_diffusion (any type gives "
+                            "ComfyUI's Qwen3.5 encoder), an image through its vision tower, sampled, PreviewAny",
     "llm_qwen3_text_gen": "TextGenerate with Qwen3-4B by CLIPLoader type ltxv (Z-Image's encoder set, as ComfyUI "
                           "builds it), PreviewAny",
     "ltxv_text_to_video": "small: LTX-Video 0.9 all-in-one checkpoint, T5-XXL by CLIPLoader type ltxv, "
                           "LTXVScheduler 30 steps, SamplerCustom, CreateVideo / SaveVideo",
     "ltxv_image_to_video": "small: LTX-Video 0.9.5 checkpoint, LTXVImgToVideo (noise mask keeps the first latent "
                            "frame), LTXVScheduler, SamplerCustom",
+    # LTX-2 / 2.3 (tests/fixtures/template_models_ltx2.py): made small (64 px, 9 frames, 1 s of audio); each
+    # saved video is decoded back (`_check_ltx_video`). Times: LTX_TIMES.
+    **{name: f"{LTX_TIMES[name]} small: {what}" for name, what in {
+        "video_ltx2_t2v": "subgraph, LTX-2 19B dev fp8 all-in-one checkpoint (DiT, video VAE, audio VAE and "
+                          "HiFi-GAN vocoder inside), Gemma 3 12B fp4_mixed (NVFP4 layers) by LTXAVTextEncoderLoader, "
+                          "LTXVEmptyLatentAudio / LTXVConcatAVLatent, LTXVScheduler on the nested latent, the "
+                          "distilled and camera LoRAs, LatentUpscaleModelLoader + LTXVLatentUpsampler",
+        "video_ltx2_t2v_distilled": "the distilled bf16 checkpoint, ManualSigmas, the x2 upsampler",
+        "video_ltx2_i2v": "LTXVImgToVideoInplace at both passes, LTXVPreprocess, the x2 upsampler",
+        "video_ltx2_i2v_distilled": "distilled image to video with the camera LoRA",
+        "video_ltx2_canny_to_video": "Canny IC-LoRA guide (LTXVAddGuide on a LoadVideo's Canny frames), LTXVCropGuides",
+        "video_ltx2_3_t2v": "subgraph, LTX-2.3 22B dev fp8 (9-row gated DiT, no caption projection, BigVGAN vocoder "
+                            "with bandwidth extension), the per-stream text projection (DualLinearProjection), "
+                            "TextGenerateLTX2Prompt behind a ComfySwitchNode (not taken), the Gemma abliterated "
+                            "LoRA, the distilled LoRA, the x2 upsampler",
+        "video_ltx2_3_i2v": "LTX-2.3 image to video, LTXVImgToVideoInplace, the x2 upsampler",
+        "video_ltx2_3_ia2v": "image and audio to video: LoadAudio, TrimAudioDuration, LTXVAudioVAEEncode, the audio "
+                             "latent kept by its noise mask",
+        "video_ltx2_3_flf2v": "first and last frame (two LTXVAddGuide, LTXVCropGuides), CFGGuider, ManualSigmas",
+        "video_ltx2_3_id_lora": "ID-LoRA: LTXVReferenceAudio (reference tokens at negative times, identity "
+                                "guidance pass), the x2 upsampler",
+        "template_ltx2_3_style_transition": "distilled fp8, a style-transition LoRA",
+        "template_ltx2_3_ic_lora_ingredients": "IC-LoRA: GetICLoRAParameters (the LoRA's metadata) into "
+                                               "LTXVAddGuide, RepeatImageBatch, ResizeAndPadImage, KSampler"}.items()},
+    # ACE-Step 1.5 (tests/fixtures/template_models_ace.py): 120 s songs at 48 kHz as saved (the LM writes 600
+    # codes, the VAE decodes 5.76 M samples a channel), each song decoded back (`_check_ace_audio`); load ~7
+    "audio_ace_step_1_5_checkpoint": "35-70 s: ACE-Step 1.5 all-in-one checkpoint (DiT, Qwen3 0.6B + LM, 48 kHz "
+                                     "Oobleck VAE), TextEncodeAceStepAudio1.5 (600 LM codes, CFG 2), "
+                                     "EmptyAceStep1.5LatentAudio, ModelSamplingAuraFlow, 8 steps, SaveAudioAdvanced",
+    "audio_ace_step_1_5_split": "64-73 s: split files (UNETLoader, DualCLIPLoader type ace with the 1.7B LM, "
+                                "VAELoader's Oobleck VAE), SaveAudioAdvanced mp3",
+    "audio_ace_step_1_5_split_4b": "65-115 s: split files with the 4B LM, SaveAudioMP3",
+    "audio_ace_step1_5_xl_turbo": "44-54 s: an XL turbo DiT (its encoder narrower than the DiT), the 4B LM",
+    "audio_ace_step1_5_xl_base": "71-128 s: XL base, 50 steps, CFG 6 (ConditioningZeroOut: the null embedding)",
+    "audio_ace_step1_5_xl_sft": "51-102 s: XL SFT, 50 steps, CFG 7, SaveAudioAdvanced flac",
+    # Kandinsky 5 (comfy_core/families/kandinsky5, tests/fixtures/template_models_kandinsky.py)
+    "image_kandinsky5_t2i": "60-62 s: Kandinsky 5 Lite t2i (UNETLoader), Qwen2.5-VL 7B fp8 + CLIP-L by DualCLIPLoader "
+                            "type kandinsky5_image, Flux VAE, ModelSamplingSD3 3, 50 steps cfg 3.5",
+    "video_kandinsky5_t2v": "7-20 s small: Kandinsky 5 Lite t2v, DualCLIPLoader type kandinsky5, HunyuanVideo 1.0 VAE, "
+                            "Kandinsky5ImageToVideo without a start image, ModelSamplingSD3 5, 50 steps",
+    "video_kandinsky5_i2v": "7-24 s small: Kandinsky 5 Lite i2v: Kandinsky5ImageToVideo's start latent (time_dim_replace, "
+                            "concat_mask), ReplaceVideoLatentFrames, NormalizeVideoLatentStart (made small: 2 start "
+                            "frames, so one of the 3 latent frames is left as the reference)",
+    "audio_stable_audio_example": "~50 s: Stable Audio Open 1.0 checkpoint (DiT, seconds embedders, Oobleck VAE), "
+                                  "T5-base by CLIPLoader type stable_audio, 47.6 s of audio, 50 steps "
+                                  "dpmpp_3m_sde_gpu, VAEDecodeAudio, SaveAudioAdvanced",
+    # Stable Audio 3 (comfy_core/families/stable_audio/sa3.py, tests/fixtures/stable_audio3_files.py): the
+    # subgraph's Qwen3.5 2B (CLIPLoader type stable_diffusion) is TextGenerate's prompt writer (use_reprompt on),
+    # T5Gemma by CLIPLoader type stable_audio encodes the written prompt; EmptyLatentAudio(150 s)'s zeros widened
+    # to 256 channels; wall time through `_run` on the shared 2-core machine.
+    "audio_stable_audio_3_medium": "74-83 s: SA3 Medium single file (shared-AdaLN DiT, seconds_total + padding "
+                                   "embedding, SAME VAE), 8 steps lcm cfg 1, VAEDecodeAudio, SaveAudioAdvanced mp3",
+    "audio_stable_audio_3_medium_base": "88-128 s: SA3 Medium base, 50 steps lcm cfg 7, otherwise as above",
+    # HunyuanVideo 1.5 and Capybara (comfy_core/families/hunyuan_video15, tests/fixtures/template_models_hv15.py):
+    # wall time through `_run` (file writing included; the higher figure when the run is the process's first,
+    # which pays ~10 s of imports), two runs on the shared 2-core machine; the
+    # video ones made small. As shipped the 1080p super-resolution group is bypassed; with it enabled
+    # (the SR DiT, LatentUpscaleModelLoader's 1080p upsampler, HunyuanVideo15LatentUpscaleWithModel,
+    # HunyuanVideo15SuperResolution) both 720p templates run too (~1-2 s more).
+    "video_hunyuan_video_1.5_720p_t2v": "2-11 s: t2v DiT (UNETLoader), Qwen2.5-VL 7B fp8 + ByT5 by DualCLIPLoader type "
+                                        "hunyuan_video_15, EmptyHunyuanVideo15Latent, EasyCache, ModelSamplingSD3 7, "
+                                        "20 steps cfg 6, the causal 16x VAE (VAEDecode), CreateVideo, SaveVideo",
+    "video_hunyuan_video_1.5_720p_i2v": "3-10 s: i2v DiT, HunyuanVideo15ImageToVideo (start-image latent + mask), "
+                                        "SigLIP CLIPVisionEncode as clip_vision_output",
+    "Image_capybara_v0_1_text_to_image": "17-22 s: Capybara v0.1 (the HunyuanVideo 1.5 network) one frame at 1280 px, "
+                                         "20 steps cfg 6",
+    "Image_capybara_v0_1_image_edit": "16-21 s: Capybara edit: HunyuanVideo15ImageToVideo with the resized input image, "
+                                      "CLIPVisionEncode, one frame at 768 x 1024",
+    "video_capybara_v0_1_image_to_video": "2-3 s: Capybara i2v (ResizeAndPadImage, PrimitiveInt sizes)",
+    "video_capybara_v0_1_video_edit": "2-3 s: Capybara video edit (LoadVideo, GetVideoComponents, ImageFromBatch)",
+    **FLUX3_TIMES,
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
-TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen")
+TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen")
 # The default run: no-model templates, a subgraph one, a split-files Wan one, a Z-Image one.
 DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_compositing",
                      "flux_fill_inpaint_example", "text_to_video_wan", "image_z_image_turbo")
@@ -193,7 +302,9 @@ _FAMILIES_NOT_HERE = {
     "Lotus-D (an SD 2-derived depth UNet, `lotus-depth-d-v1-1`; LotusConditioning exists, the UNet "
     "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
         "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
-        "image_qwen_image_instantx_controlnet"),
+        "image_qwen_image_instantx_controlnet", "video_ltx2_depth_to_video"),
+    "LTX-2.5 (a Gemma 4 12B text encoder with its projection, int8 ConvRot DiT; its nodes exist: "
+    "LTXVDualCFGGuider, TextGenerateLTX2Prompt)": ("video_ltx2_5_t2v", "video_ltx2_5_i2v", "video_ltx2_5_flf2v"),
     "Krea 2 (Qwen3-VL 4B text encoder, CLIPLoader type krea2)": (
         "image_krea2_turbo_t2i", "image_krea2_turbo_t2i_int8", "image_krea2_turbo_int8_image_style_reference"),
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
@@ -202,12 +313,10 @@ _FAMILIES_NOT_HERE = {
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Gemma 4 E4B": ("llm_gemma4_text_gen",),
-    "TextGenerate's Qwen3.5 4B": ("llm_qwen3_5_text_gen",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
     "HunyuanVideo (LLaVA-Llama-3 text encoder)": ("hunyuan_video_text_to_video",),
     "Anima (Qwen3-0.6B text encoder, Qwen-Image VAE)": ("image_anima_base_v1", "image_anima_preview"),
     "Boogu Image (Qwen3-VL 8B text encoder)": ("image_boogu_image_0_1_turbo_t2i",),
-    "Kandinsky 5 (Qwen2.5-VL 7B + CLIP-L)": ("image_kandinsky5_t2i",),
     "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
     "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
@@ -219,10 +328,10 @@ OUT_OF_SCOPE = {name: f"model family not written here: {family}"
 # a file with no tiny writer fails in provide_files, whose KeyError names every such file).
 # Qwen-Image (its DiT, the Qwen2.5-VL 7B encoder, the Wan 2.1 VAE) runs; these stop short of it.
 NOT_RUNNING: dict[str, tuple[str, str]] = {
-    **{name: ("LTX-2.3: no tiny template files for LTX-2 yet (LTXAVTextEncoderLoader's Gemma 3 file is not "
-              "written), and LTX-2.3's DualLinearProjection text projection is refused with a typed error",
-              "'gemma_3_12B_it_fp4_mixed.safetensors' not in []")
-       for name in ("template_ltx2_3_style_transition", "video_ltx2_3_flf2v")},
+    "video_ltx2_i2v_lora": (
+        "broken as shipped: its subgraph's VIDEO output lists link 265, which is not among the subgraph's links "
+        "(the CreateVideo inside has no outgoing link), so the prompt's SaveVideo has no video, as ComfyUI "
+        "would send it", "Required input is missing: video"),
     "image_qwen_Image_2512_controlnet": (
         "its ResizeImageMaskNode was saved before 'scale total pixels' gained `multiple`: the positional "
         "widgets_values put 'area' (scale_method) into resize_type.multiple and validation refuses it (the Fun "
@@ -231,13 +340,18 @@ NOT_RUNNING: dict[str, tuple[str, str]] = {
     "video_wan2.1_alpha_t2v_14B": (
         "Wan-Alpha's RGB / alpha VAE pair is not a VAE written here (its files are written as SD1 VAEs, "
         "which refuse the Wan video latent); the rest of the graph runs", "expected an image latent"),
-    # Qwen-Image 2.1: TextEncodeQwenImage21 and QwenImage21Cache exist (nodes/qwen_image_nodes.py), its
-    # network does not (tests/fixtures/template_models_qwen21.py claims its files, with no writer).
-    **{name: ("Qwen-Image 2.1's DiT (prefix-cached, 64-channel latent), Qwen3-VL 8B encoder and VAE are not "
-              "written here: no tiny files", "'unet_qwen_image21'")
-       for name in ("image_qwen_image_2_1_background_removal", "image_qwen_image_2_1_image_edit",
-                    "image_qwen_image_2_1_t2i", "image_qwen_image_2_1_turbo_image_edit",
-                    "image_qwen_image_2_1_turbo_t2i")},
+    # ACE-Step 1 (comfy_core/families/ace_step/): every lyric line needs ACE-Step's lyric BPE vocabulary
+    # (ace_lyrics_tokenizer/vocab.json, Apache-2.0), which no installed package ships: TextEncodeAceStepAudio
+    # refuses the templates' lyrics by name (comfy_core/families/ace_step/clip.py). With the lyrics blanked by
+    # hand the rest of each graph runs on the tiny checkpoint (2 cores): t2a_song 77 s (120 s of 44.1 kHz stereo,
+    # 50 steps), t2a_instrumentals 22 s (30 s, 50 steps), m2m_editing 1.2 s (the ~1 s input, denoise 0.3).
+    "audio_ace_step_1_t2a_instrumentals": (
+        "its lyrics ('[instrumental]', ...) need ACE-Step's lyric vocabulary, not available here",
+        "LyricVocabularyUnavailable"),
+    "audio_ace_step_1_t2a_song": (
+        "its lyrics need ACE-Step's lyric vocabulary, not available here", "LyricVocabularyUnavailable"),
+    "audio_ace_step_1_m2m_editing": (
+        "its lyrics need ACE-Step's lyric vocabulary, not available here", "LyricVocabularyUnavailable"),
 }
 
 
@@ -255,9 +369,11 @@ def object_info() -> dict:
 
 
 def _made_small(name: str) -> bool:
-    """Video templates, SDXL, HiDream and pixel-space ones (minutes each at 1024 px on two cores), and
-    text generation (a tiny random LLM never says stop: 2048 tokens are minutes)."""
-    return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_"))
+    """Video templates (LTX-2's too), SDXL, HiDream and pixel-space ones (minutes each at 1024 px on two cores), and
+    text generation (a tiny random LLM never says stop: 2048 tokens are minutes; FLUX 3's upsampler asks for 3584,
+    and Qwen3-VL then encodes them: over 5 minutes as saved)."""
+    return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_",
+                                                 "ltx", "flux3_klein"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
@@ -270,7 +386,7 @@ def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
         for other_id, node in prompt.items():
             for name, value in node.get("inputs", {}).items():
                 if isinstance(value, list) and len(value) == 2 and str(value[0]) == current:
-                    names.add(name)
+                    names.add(name.rsplit(".", 1)[-1])  # a dynamic input's own name ("resize_type.width")
                     if node["class_type"] == "ComfyMathExpression" and other_id not in seen:
                         pending.append(other_id)
     return names
@@ -281,8 +397,9 @@ SMALL_TOKENS = 24  # TextGenerate's max_length in made-small runs
 
 def shrink_2026(prompt: dict) -> dict:
     """test_template_workflows_wan.py's `shrink`, ImageScaleToTotalPixels at its least (0.01 MP),
-    and primitives that reach a width / height (64) or a length through math nodes (a count of
-    seconds becomes 1, a frame count 9)."""
+    ResizeAndPadImage's target and ResizeImageMaskNode's sizes at most 64 px, and primitives that reach a width / height (64) or a
+    length or RepeatImageBatch amount through math nodes (a count of seconds becomes 1, a frame
+    count or frame rate 9)."""
     from tests.web.test_template_workflows_wan import SMALL_LENGTH, SMALL_SIDE, _fed_inputs, shrink
 
     prompt = shrink(prompt)
@@ -290,10 +407,23 @@ def shrink_2026(prompt: dict) -> dict:
         megapixels = node["inputs"].get("megapixels")
         if node["class_type"] == "ImageScaleToTotalPixels" and isinstance(megapixels, (int, float)):
             node["inputs"]["megapixels"] = min(megapixels, 0.01)
-        if node["class_type"] == "TextGenerate" and isinstance(node["inputs"].get("max_length"), int):
+        if node["class_type"] in ("TextGenerate", "TextGenerateLTX2Prompt") and isinstance(
+                node["inputs"].get("max_length"), int):
             node["inputs"]["max_length"] = min(node["inputs"]["max_length"], SMALL_TOKENS)
+        sides = {"ResizeAndPadImage": ("target_width", "target_height"),  # LTX-2.3 IC-LoRA's reference sheet
+                 "ResizeImageMaskNode": ("resize_type.width", "resize_type.height", "resize_type.longer_size")}
+        for name in sides.get(node["class_type"], ()):  # LTX-2's input image sizes
+            if isinstance(node["inputs"].get(name), int):
+                node["inputs"][name] = min(node["inputs"][name], SMALL_SIDE)
+        start = node["inputs"].get("start_frame_count")  # Kandinsky 5 i2v: a reference frame must follow
+        if node["class_type"] == "NormalizeVideoLatentStart" and isinstance(start, int):
+            node["inputs"]["start_frame_count"] = min(start, (SMALL_LENGTH - 1) // 4)
     for node_id, node in prompt.items():
         value = node.get("inputs", {}).get("value")
+        if node["class_type"] == "PrimitiveFloat" and isinstance(value, (int, float)):  # seconds (LTX-2.3 ia2v)
+            if _reached_inputs(prompt, node_id) & {"length", "amount"}:
+                node["inputs"]["value"] = min(value, 1.0)
+            continue
         if node["class_type"] != "PrimitiveInt" or not isinstance(value, int):
             continue
         if _fed_inputs(prompt, node_id) & {"width", "height", "length"}:  # `shrink` did it
@@ -301,7 +431,7 @@ def shrink_2026(prompt: dict) -> dict:
         reached = _reached_inputs(prompt, node_id)
         if reached & {"width", "height"}:
             node["inputs"]["value"] = min(value, SMALL_SIDE)
-        elif "length" in reached:
+        elif reached & {"length", "amount"}:  # a frame count, or RepeatImageBatch's (seconds x fps)
             node["inputs"]["value"] = min(value, 1 if value <= 10 else SMALL_LENGTH)
     return prompt
 
@@ -322,12 +452,61 @@ async def _run(name: str, base_dir: Path, object_info: dict) -> tuple[int, str, 
     return code, out.getvalue(), err.getvalue()
 
 
+def _check_ace_audio(written: list[str]) -> None:
+    """An ACE-Step 1.5 template's song decoded back: 120 s of 48 kHz stereo (the 25 Hz latent of
+    EmptyAceStep1.5LatentAudio through the 1920x Oobleck VAE)."""
+    import av
+
+    (path,) = written
+    with av.open(path) as container:
+        stream = container.streams.audio[0]
+        assert (stream.rate, stream.channels) == (48000, 2)
+        assert abs(float(container.duration) / 1e6 - 120.0) < 0.1
+
+
+def _check_sa3_audio(written: list[str]) -> None:
+    """A Stable Audio 3 template's clip decoded back: 44.1 kHz stereo, EmptyLatentAudio(150 s)'s 3230
+    frames at the SAME VAE's 4096 samples each (within 0.1 s: the mp3 encoder's padding)."""
+    import av
+
+    (path,) = written
+    with av.open(path) as container:
+        stream = container.streams.audio[0]
+        assert (stream.rate, stream.channels) == (44100, 2)
+        assert abs(float(container.duration) / 1e6 - 3230 * 4096 / 44100) < 0.1
+
+
+def _check_ltx_video(path: Path) -> None:
+    """An LTX-2 template's saved video decoded back: 8k + 1 frames whose sides are multiples of 32,
+    and an audio track as long as the frames at the file's frame rate (within 0.1 s: the audio
+    latent's 40 ms frames)."""
+    import av
+
+    with av.open(str(path)) as container:
+        video = container.streams.video[0]
+        rate, width, height = video.average_rate, video.codec_context.width, video.codec_context.height
+        frames = sum(1 for _ in container.decode(video))
+    with av.open(str(path)) as container:
+        assert container.streams.audio, f"{path.name}: no audio track"
+        audio = container.streams.audio[0]
+        seconds = sum(frame.samples for frame in container.decode(audio)) / audio.codec_context.sample_rate
+    assert (frames - 1) % 8 == 0 and width % 32 == 0 and height % 32 == 0, (frames, width, height)
+    assert abs(seconds - frames / float(rate)) <= 0.1, (seconds, frames, rate)
+
+
 async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> None:
     code, out, err = await _run(name, tmp_path, object_info)
     assert code == 0, err[-3000:]
     written = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("wrote ")]
     assert all(Path(p).is_file() for p in written)
     assert written or name in TEXT_ONLY, out[-2000:]
+    if name in LTX_TIMES:
+        for path in written:
+            _check_ltx_video(Path(path))
+    if name.startswith("audio_ace_step"):
+        _check_ace_audio(written)
+    if name.startswith("audio_stable_audio_3"):
+        _check_sa3_audio(written)
 
 
 async def test_template_fails_for_the_listed_reason(failing: str, tmp_path: Path, object_info: dict) -> None:
@@ -384,6 +563,32 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "hidream_i1_fast_fp8.safetensors", "unet_hidream_fp8"),
     ("diffusion_models", "ovis_image_bf16.safetensors", "unet_ovis_image"),
     ("text_encoders", "ovis_2.5.safetensors", "ovis25_qwen3"),
+    ("checkpoints", "ltx-2-19b-dev-fp8.safetensors", "ltx2_checkpoint"),
+    ("checkpoints", "ltx-2.3-22b-distilled-fp8.safetensors", "ltx23_checkpoint"),
+    ("text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors", "gemma3_12b_fp4_mixed"),
+    ("text_encoders", "gemma_3_12B_it.safetensors", "gemma3_12b"),
+    ("loras", "gemma-3-12b-it-abliterated_lora_rank64_bf16.safetensors", "lora_gemma3_12b"),
+    ("loras", "ltx-2.3-22b-ic-lora-ingredients-0.9.safetensors", "lora_ltx2_ic"),
+    ("loras", "ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors", "lora_ltx2"),
+    ("loras", "ltx2.3-transition.safetensors", "lora_ltx2"),
+    ("latent_upscale_models", "ltx-2.3-spatial-upscaler-x2-1.1.safetensors", "ltx2_latent_upsampler"),
+    ("diffusion_models", "flux3-image-klein-base-int8-convrot.safetensors", "unet_flux3_base_int8"),
+    ("diffusion_models", "flux3-image-klein-bf16.safetensors", "unet_flux3"),
+    ("text_encoders", "qwen3vl_4b_int8_convrot.safetensors", "qwen3vl_4b_int8"),
+    ("text_encoders", "qwen3.5_9b_flux3_prompt_upsampler_w4a8.safetensors", "qwen35_9b_flux3_upsampler"),
+    ("text_encoders", "qwen3.5_4b_bf16.safetensors", "qwen35"),
+    ("text_encoders", "qwen3.5_2b_bf16.safetensors", "qwen35"),
+    ("checkpoints", "stable-audio-open-1.0.safetensors", "ckpt_stable_audio"),
+    ("text_encoders", "t5-base.safetensors", "t5_base"),
+    ("checkpoints", "stable_audio_3_medium.safetensors", "ckpt_stable_audio3"),
+    ("checkpoints", "stable_audio_3_medium_base.safetensors", "ckpt_stable_audio3"),
+    ("text_encoders", "t5gemma_b_b_ul2.safetensors", "t5gemma"),
+    ("checkpoints", "ace_step_1.5_turbo_aio.safetensors", "ace15_checkpoint"),
+    ("diffusion_models", "acestep_v1.5_xl_turbo_bf16.safetensors", "unet_ace15"),
+    ("text_encoders", "qwen_0.6b_ace15.safetensors", "ace15_qwen3_06b"),
+    ("text_encoders", "qwen_1.7b_ace15.safetensors", "ace15_lm"),
+    ("text_encoders", "qwen_4b_ace15.safetensors", "ace15_lm"),
+    ("vae", "ace_1.5_vae.safetensors", "vae_ace15"),
 ])
 def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind

@@ -53,12 +53,15 @@ WAN_TEMPLATES = (
     "video_wan_vace_inpainting",       # VACE inpainting of a loaded video
     "video_wan_vace_outpainting",      # VACE outpainting, ImagePadForOutpaint
     "video_wan_ati",                   # WanTrackToVideo
+    "video_wan2_2_14B_s2v",            # S2V: wav2vec2 AudioEncoderLoader / Encode, WanSoundImageToVideo (+ Extend)
+    "video_humo",                      # HuMo 17B fp8: Whisper large-v3 AudioEncoderLoader / Encode, WanHuMoImageToVideo
 )
+# Wan-family templates without "wan" in their names.
+OTHER_WAN_NAMES = ("video_humo",)
 DEFAULT_TEMPLATES = ("text_to_video_wan", "video_wan2_2_14B_i2v", "video_wan2_2_5B_ti2v", "video_wan_vace_14B_v2v")
 
 # Template -> why it does not run here (not run).
 NOT_RUNNING = {
-    "video_wan2_2_14B_s2v": "WanSoundImageToVideo and the audio encoder (wav2vec2) are not written here",
     "video_wan2_2_14B_animate": "Wan Animate and the pose / SAM2 custom nodes it uses are not here",
     "video_wan2.1_alpha_t2v_14B": "Wan-Alpha's RGB / alpha VAE pair is not written here",
     "video_wan2.1_fun_camera_v1.1_14B": "the same graph as the 1.3B camera template (covered there)",
@@ -73,8 +76,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="module")
-def comfy_object_info() -> dict:
-    return json.loads(OBJECT_INFO.read_text())
+def comfy_object_info(tmp_path_factory) -> dict:
+    """ComfyUI 0.3.64's recorded definitions, which the templates' widgets are read against; the
+    nodes that record lacks (the audio encoders and LoadAudio S2V uses) from ours."""
+    from graph.registry import Registry
+    from nodes import register_builtin_nodes
+    from nodes.environment import Environment
+
+    registry = Registry()
+    register_builtin_nodes(registry)
+    ours = json.loads(json.dumps(registry.object_info(Environment.rooted_at(tmp_path_factory.mktemp("defs")))))
+    return {**ours, **json.loads(OBJECT_INFO.read_text())}
 
 
 def _fed_inputs(prompt: dict, node_id: str) -> set[str]:
@@ -136,7 +148,7 @@ async def test_template_runs(name: str, tmp_path: Path, comfy_object_info: dict,
 
 def test_every_wan_template_is_listed() -> None:
     names = {p.stem for p in TEMPLATES.glob("*.json")
-             if "wan" in p.stem.lower() and not p.stem.startswith("api_")}
+             if ("wan" in p.stem.lower() or p.stem in OTHER_WAN_NAMES) and not p.stem.startswith("api_")}
     assert names == set(WAN_TEMPLATES) | set(NOT_RUNNING)
 
 
@@ -151,6 +163,10 @@ def test_every_wan_template_is_listed() -> None:
     ("text_encoders", "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "umt5_scaled"),
     ("vae", "wan2.2_vae.safetensors", "vae_wan22"),
     ("loras", "wan2.2_t2v_lightx2v_4steps_lora_v1.1_high_noise.safetensors", "lora_wan"),
+    ("diffusion_models", "wan2.2_s2v_14B_fp8_scaled.safetensors", "unet_wan_s2v_scaled"),
+    ("audio_encoders", "wav2vec2_large_english_fp16.safetensors", "audio_encoder_wav2vec2_large"),
+    ("diffusion_models", "humo_17B_fp8_e4m3fn.safetensors", "unet_humo_17b_fp8"),
+    ("audio_encoders", "whisper_large_v3_fp16.safetensors", "audio_encoder_whisper"),
 ])
 def test_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind

@@ -9,9 +9,9 @@ norm, timestep embedder) from `families/ltxv/dit.py`.
 Modules: `dit.py` (`LTXAVConfig`, `LTXAVModel`), `layers.py`, `latent.py` (positions, audio patchify,
 ComfyUI's latent packing), `conditions.py`, `rope.py` (interleaved / split RoPE, float64
 grid, middle positions), `connector.py` (`Embeddings1DConnector`), `text.py` (the Gemma feature
-projection), `keys.py` (diffusers' names), `encoders.py` (the text path: Gemma 3 + projection +
-connectors, LTXAVTextEncoderLoader), `latent_format.py` (ComfyUI's `LTXAV`),
-`supported_models.py` (ComfyUI's `supported_models.LTXAV`).
+projection, and LTX-2.3's per-stream one), `keys.py` (diffusers' names), `encoders.py` (the text
+path: Gemma 3 + projection + connectors, LTXAVTextEncoderLoader), `latent_format.py` (ComfyUI's
+`LTXAV`), `supported_models.py` (ComfyUI's `supported_models.LTXAV`).
 
 The family (ComfyUI's `supported_models.LTXAV` / `model_base.LTXAV`): detected by
 `audio_adaln_single` under `model.diffusion_model.` (LTX-Video 0.9 forbids `audio_patchify_proj.`),
@@ -74,7 +74,7 @@ def _from_diffusers(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def ltxav_architecture() -> Architecture:
     return Architecture(name="ltxav", markers=(MARKER,), detect=_detect, facts=_facts, build=_build,
-                        errors=_errors(), context_width=lambda config: 2 * config.caption_channels,
+                        errors=_errors(), context_width=lambda config: config.context_width,
                         is_diffusers=_is_diffusers, from_diffusers=_from_diffusers,
                         comfy_config=lambda config: config.comfy_unet_config(),
                         detect_with_metadata=_detect)

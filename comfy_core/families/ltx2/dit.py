@@ -36,6 +36,9 @@ Behaviour:
   `use_middle_indices_grid` (middle of the span, else the start). The cross-modal attention uses
   a time-only RoPE of width `audio_cross_attention_dim` at the middle of the spans, over
   `max(max_pos[0], audio_max_pos[0])`.
+- `ref_audio` (ID-LoRA, LTXVReferenceAudio's conditioning): reference audio tokens prepended to
+  the audio stream at timestep 0 and at negative times (ending one latent frame before t = 0);
+  their outputs are dropped.
 - `keyframes_abs_pos_embedding` (when the file has it) is added to the video tokens whose latent
   frame stands for one pixel frame (time start 0) after the input projection.
 - The context is the text encoder's output after the connectors (`connector.py`, run by
@@ -56,7 +59,8 @@ import torch
 from torch import nn
 
 from comfy_core.families.ltx2.connector import build_connectors
-from comfy_core.families.ltx2.latent import (AUDIO_BINS, AUDIO_CHANNELS, LTXAVInputError, audio_positions,
+from comfy_core.families.ltx2.latent import (AUDIO_BINS, AUDIO_CHANNELS, AUDIO_DOWNSAMPLE, AUDIO_HOP, AUDIO_RATE,
+                                             LTXAVInputError, audio_positions,
                                              pack_latents, patchify_audio, unpack_latents, unpatchify_audio,
                                              video_positions)
 from comfy_core.families.ltx2.layers import AdaLayerNormSingle, Attention, CaptionProjection, FeedForward
@@ -100,6 +104,7 @@ class LTXAVConfig:
     audio_ff_bias: bool = True
     use_prompt_adaln_single: bool = True
     use_keyframes_abs_pos_embedding: bool = False
+    caption_proj_before_connector: bool = False
     rope_type: str = "interleaved"
     frequencies_precision: str = "float32"
     connector: dict[str, Any] = field(default_factory=dict)  # Embeddings1DConnector options (connector.py)
@@ -122,6 +127,13 @@ class LTXAVConfig:
     @property
     def audio_inner_dim(self) -> int:
         return self.audio_num_attention_heads * self.audio_attention_head_dim
+
+    @property
+    def context_width(self) -> int:
+        """The width of the context the blocks get (the connectors' output, both streams)."""
+        if self.caption_proj_before_connector:
+            return self.cross_attention_dim + self.audio_cross_attention_dim
+        return 2 * self.caption_channels
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "",
@@ -149,6 +161,9 @@ class LTXAVConfig:
         caption = 3840
         if prefix + "caption_projection.linear_1.weight" in names:
             caption = shape("caption_projection.linear_1.weight")[1]
+        # LTX-2.3: no caption projection in the network (ComfyUI's caption_proj_before_connector
+        # with an identity projection); the text encoder's projection gives each stream its width.
+        before_connector = prefix + "caption_projection.linear_1.weight" not in names
         options: dict[str, Any] = {}
         if metadata and "config" in metadata:
             try:
@@ -167,7 +182,11 @@ class LTXAVConfig:
             ff_bias=prefix + "transformer_blocks.0.ff.net.0.proj.bias" in names,
             audio_ff_bias=prefix + "transformer_blocks.0.audio_ff.net.0.proj.bias" in names,
             use_prompt_adaln_single=prefix + "prompt_adaln_single.linear.weight" in names or rows == 6,
-            use_keyframes_abs_pos_embedding=prefix + "keyframes_abs_pos_embedding" in names)
+            use_keyframes_abs_pos_embedding=prefix + "keyframes_abs_pos_embedding" in names,
+            caption_proj_before_connector=before_connector)
+        if options.get("caption_projection_first_linear"):
+            raise LTXAVConfigError("LTX-2: caption_projection_first_linear (a one-linear caption projection "
+                                   "before the connectors) is not built here")
         extra = {k: v for k, v in extra.items() if k not in found}
         return cls(**{**found, **extra}, connector={**connector, **_connector_shapes(tensors, prefix, connector)})
 
@@ -325,12 +344,13 @@ class LTXAVModel(nn.Module):
         super().__init__()
         known = {f.name for f in fields(LTXAVConfig)}
         connector = {k: v for k, v in kwargs.items() if k.startswith(("connector_", "audio_connector_"))}
-        ignored = {"image_model", "caption_proj_before_connector", "caption_projection_first_linear", "attn_precision"}
+        ignored = {"image_model", "caption_projection_first_linear", "attn_precision"}
         unknown = sorted(k for k in kwargs if k not in known and k not in connector and k not in ignored)
         if unknown:
             raise LTXAVConfigError(f"LTX-2: unknown LTXAVModel options {unknown}")
-        if kwargs.get("caption_proj_before_connector", False):
-            raise LTXAVConfigError("LTX-2: caption_proj_before_connector (the 20B text path) is not built here")
+        if kwargs.get("caption_projection_first_linear", False):
+            raise LTXAVConfigError("LTX-2: caption_projection_first_linear (a one-linear caption projection "
+                                   "before the connectors) is not built here")
         config = LTXAVConfig(**{k: v for k, v in kwargs.items() if k in known and k != "connector"},
                              connector={**kwargs.get("connector", {}), **connector})
         self.config = config
@@ -360,8 +380,11 @@ class LTXAVModel(nn.Module):
         self.av_ca_a2v_gate_adaln_single = AdaLayerNormSingle(dim, ops, factory, rows=1)
         self.av_ca_audio_scale_shift_adaln_single = AdaLayerNormSingle(a_dim, ops, factory, rows=4)
         self.av_ca_v2a_gate_adaln_single = AdaLayerNormSingle(a_dim, ops, factory, rows=1)
-        self.caption_projection = CaptionProjection(config.caption_channels, dim, ops, factory)
-        self.audio_caption_projection = CaptionProjection(config.caption_channels, a_dim, ops, factory)
+        if config.caption_proj_before_connector:  # LTX-2.3: identity (no weights), as ComfyUI builds it
+            self.caption_projection = self.audio_caption_projection = None
+        else:
+            self.caption_projection = CaptionProjection(config.caption_channels, dim, ops, factory)
+            self.audio_caption_projection = CaptionProjection(config.caption_channels, a_dim, ops, factory)
         self.video_embeddings_connector, self.audio_embeddings_connector = build_connectors(config, ops, factory)
         self.transformer_blocks = nn.ModuleList([
             BasicAVTransformerBlock(dim, a_dim, config.num_attention_heads, config.audio_num_attention_heads,
@@ -384,14 +407,24 @@ class LTXAVModel(nn.Module):
     # --- text ---
 
     def preprocess_text_embeds(self, context: torch.Tensor, unprocessed: bool = False) -> torch.Tensor:
-        """The text encoder's states `[B, M, caption]` -> the connectors' `[B, M', 2 * caption]`
-        (video half, audio half); states already that wide pass unless `unprocessed`."""
-        if not unprocessed and context.shape[-1] == 2 * self.caption_channels:
+        """The text encoder's states -> the connectors' `[B, M', video + audio width]`.
+
+        States `[B, M, caption]` go to both connectors; LTX-2.3's `[B, M, cross + audio cross]`
+        (one projection per stream) are split at `cross_attention_dim` first. States already as
+        wide as the connectors' output (`2 * caption`, or `cross + audio cross`) pass unless
+        `unprocessed` (ComfyUI's `LTXAVModel.preprocess_text_embeds`)."""
+        split = self.cross_attention_dim + self.audio_cross_attention_dim
+        if not unprocessed and context.shape[-1] in (split, 2 * self.caption_channels):
             return context
-        if context.shape[-1] != self.caption_channels:
-            raise LTXAVInputError(f"LTX-2: text states are {context.shape[-1]} wide, expected {self.caption_channels}")
-        video = self.video_embeddings_connector(context)[0]
-        audio = self.audio_embeddings_connector(context)[0]
+        if context.shape[-1] == split:
+            video_in, audio_in = context.split([self.cross_attention_dim, self.audio_cross_attention_dim], dim=-1)
+        elif context.shape[-1] == self.caption_channels:
+            video_in = audio_in = context
+        else:
+            raise LTXAVInputError(f"LTX-2: text states are {context.shape[-1]} wide, expected {self.caption_channels} "
+                                  f"or {split}")
+        video = self.video_embeddings_connector(video_in)[0]
+        audio = self.audio_embeddings_connector(audio_in)[0]
         return torch.cat((video, audio), dim=-1)
 
     # --- forward ---
@@ -406,7 +439,8 @@ class LTXAVModel(nn.Module):
         shapes = kwargs.get("latent_shapes")
         if shapes is not None and isinstance(x, torch.Tensor):  # a sampler's packed [video, audio]
             out = self.forward(unpack_latents(x, shapes), timestep, context, attention_mask, frame_rate,
-                               transformer_options, keyframe_idxs, denoise_mask, audio_denoise_mask)
+                               transformer_options, keyframe_idxs, denoise_mask, audio_denoise_mask,
+                               ref_audio=kwargs.get("ref_audio"))
             return pack_latents(out if isinstance(out, list) else [out])[0]
         vx, ax = self._split(x)
         b, c, f, h, w = vx.shape
@@ -419,13 +453,18 @@ class LTXAVModel(nn.Module):
         if keyframe_idxs is not None and keyframe_idxs.shape[2] > 0:
             guides = self._place_keyframes(v_pos, keyframe_idxs, denoise_mask)
         a_pos = audio_positions(ax.shape[2], b, vx.device)
+        a_in = patchify_audio(ax)  # [B, T_a, 128]
+        ref = kwargs.get("ref_audio")
+        ref_len = 0
+        if ref is not None and ax.numel() > 0:  # ID-LoRA: the reference audio's tokens go first
+            a_in, a_pos, a_t, ref_len = self._with_reference_audio(ref, a_in, a_pos, a_t, b)
         v_tokens = self.patchify_proj(vx.flatten(2).transpose(1, 2))
         if self.keyframes_abs_pos_embedding is not None:
             marker = v_pos[:, 0, :, 0] == 0
             if guides:
                 marker[:, -guides:] = False
             v_tokens = v_tokens + marker.unsqueeze(-1).to(v_tokens.dtype) * self.keyframes_abs_pos_embedding.to(v_tokens)
-        a_tokens = self.audio_patchify_proj(patchify_audio(ax))
+        a_tokens = self.audio_patchify_proj(a_in)
         times = self._timesteps(v_t, a_t, b, h * w, dtype)
         v_context, a_context = self._context(context, b)
         if attention_mask is not None and not torch.is_floating_point(attention_mask):
@@ -437,8 +476,8 @@ class LTXAVModel(nn.Module):
         video = video.transpose(1, 2).reshape(b, c, f, h, w)
         if ax.numel() == 0:
             return video
-        audio = self._head(ax_out, times["a_embedded"], self.audio_scale_shift_table, self.audio_norm_out,
-                           self.audio_proj_out)
+        audio = self._head(ax_out[:, ref_len:], times["a_embedded"][:, ref_len:], self.audio_scale_shift_table,
+                           self.audio_norm_out, self.audio_proj_out)
         return [video, unpatchify_audio(audio, self.num_audio_channels, self.audio_frequency_bins)]
 
     def _split(self, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -483,6 +522,26 @@ class LTXAVModel(nn.Module):
         v_pos[:, :, -count:] = spans
         return count
 
+    def _with_reference_audio(self, ref: Any, a_in: torch.Tensor, a_pos: torch.Tensor, a_t: torch.Tensor,
+                              batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """ID-LoRA's in-context reference (ComfyUI's `ref_audio` conditioning, LTXVReferenceAudio):
+        its tokens `[B or 1, R, 128]` prepended to the audio tokens at timestep 0, at the positions of
+        R latent frames shifted so the reference ends one latent frame (`hop * 4 / rate` s) before
+        t = 0 (the target keeps its own); the network drops their outputs."""
+        tokens = ref.get("tokens") if isinstance(ref, dict) else None
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 3 or tokens.shape[-1] != a_in.shape[-1]:
+            raise LTXAVInputError(f"LTX-2: ref_audio must be {{'tokens': [B, R, {a_in.shape[-1]}]}}, got "
+                                  f"{type(ref).__name__}")
+        tokens = tokens.to(device=a_in.device, dtype=a_in.dtype)
+        if tokens.shape[0] < batch:
+            tokens = tokens.expand(batch, -1, -1)
+        count = tokens.shape[1]
+        ref_pos = audio_positions(count, batch, a_in.device)
+        ref_pos = ref_pos - (ref_pos[0, 0, -1, 1] + AUDIO_HOP * AUDIO_DOWNSAMPLE / AUDIO_RATE)
+        target = a_t.expand(batch, a_in.shape[1]) if a_t.shape[1] == 1 else a_t
+        a_t = torch.cat([torch.zeros(batch, count, dtype=target.dtype, device=target.device), target], dim=1)
+        return torch.cat([tokens, a_in], dim=1), torch.cat([ref_pos.to(a_pos), a_pos], dim=2), a_t, count
+
     def _timesteps(self, v_t: torch.Tensor, a_t: torch.Tensor, batch: int, per_frame: int,
                    dtype: torch.dtype) -> dict[str, Any]:
         """Every modulation input (see the module doc), the video ones per frame when they can be."""
@@ -521,6 +580,14 @@ class LTXAVModel(nn.Module):
         return out
 
     def _context(self, context: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.caption_projection is None:  # LTX-2.3: the connectors' output is each stream's context
+            width = self.cross_attention_dim + self.audio_cross_attention_dim
+            if context.shape[-1] != width:
+                raise LTXAVInputError(f"LTX-2: the context is {context.shape[-1]} wide, expected the connectors' "
+                                      f"{width} (video {self.cross_attention_dim}, audio "
+                                      f"{self.audio_cross_attention_dim})")
+            v_context, a_context = context.split([self.cross_attention_dim, self.audio_cross_attention_dim], dim=-1)
+            return v_context, a_context
         if context.shape[-1] != 2 * self.caption_channels:
             raise LTXAVInputError(f"LTX-2: the context is {context.shape[-1]} wide, expected the connectors' "
                                   f"{2 * self.caption_channels} (video half, audio half)")

@@ -23,9 +23,12 @@ LTXAVTextEncoderLoader (`LTXAVTEModel`, `LTXAVGemmaTokenizer`, `Gemma3_12BTokeni
 The leading pads are not run through the tower: they are masked keys that no later token attends,
 and Gemma's positions enter only through RoPE, which is relative, so the kept tokens' states do not
 depend on them (tests/comfy_core/test_ltx2_family_text.py checks the equality); it saves running
-1024 - N rows. Not built: LTX-2.3's per-modality projection (`text_embedding_projection.
-video_aggregate_embed` / `audio_aggregate_embed`, ComfyUI's `DualLinearProjection`) and the image
-inputs of Gemma 3 (`<image_soft_token>`): both are refused with a typed error. ComfyUI's tokenizer
+1024 - N rows. LTX-2.3 checkpoints carry one projection per stream instead
+(`text_embedding_projection.video_aggregate_embed` / `audio_aggregate_embed`, ComfyUI's
+`DualLinearProjection`, `text.DualTextEmbeddingProjection`: per-token RMS features): the
+conditioning is then `[1, N, video width + audio width]` with `unprocessed_ltxav_embeds`, and the
+DiT splits it before its connectors. Not built: the image inputs of Gemma 3
+(`<image_soft_token>`), refused with a typed error. ComfyUI's tokenizer
 also maps the text `<end_of_turn>` to id 106 (and `<image_soft_token>` to 262144); here such text
 is left to the SentencePiece model, which matters only for prompts that spell the chat markers.
 """
@@ -114,6 +117,10 @@ class LTXAVGemmaTokenizer(FamilyTokenizer):
         """The SentencePiece model, so a saved CLIP keeps its tokenizer (ComfyUI's Gemma3_Tokenizer)."""
         return getattr(self, GEMMA3_SLOT).state_dict()
 
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Generated ids -> text (ComfyUI's `SD1Tokenizer.decode`: the Gemma 3 tokenizer's)."""
+        return getattr(self, GEMMA3_SLOT).decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
 
 # --- the encoder ---
 
@@ -183,8 +190,7 @@ def _projection(checkpoint: Any, width: int, layers: int) -> torch.nn.Module:
 
     names = checkpoint.tensors
     if DUAL_PROJECTION_KEY in names:
-        raise LTXAVTextEncoderError(f"{checkpoint.path}: LTX-2.3's per-modality text projection "
-                                    "(text_embedding_projection.video/audio_aggregate_embed) is not supported yet")
+        return _dual_projection(checkpoint, width, layers)
     key = next((k for k in PROJECTION_KEYS if k in names), None)
     if key is None:
         raise LTXAVTextEncoderError(f"{checkpoint.path}: no LTX-2 text projection ({PROJECTION_KEYS[0]!r}); "
@@ -195,6 +201,26 @@ def _projection(checkpoint: Any, width: int, layers: int) -> torch.nn.Module:
                                     f"{layers} hidden states) needs [{width}, {width * layers}]")
     weight = checkpoint.read(key, torch.float32)
     return TextEmbeddingProjection.from_weights({PROJECTION_PREFIX + "aggregate_embed.weight": weight}, width=width)
+
+
+def _dual_projection(checkpoint: Any, width: int, layers: int) -> torch.nn.Module:
+    """LTX-2.3's per-stream projection (`text.DualTextEmbeddingProjection`), float32."""
+    from comfy_core.families.ltx2.text import PROJECTION_PREFIX, DualTextEmbeddingProjection
+
+    keys = [f"{PROJECTION_PREFIX}{side}_aggregate_embed.{part}" for side in ("video", "audio")
+            for part in ("weight", "bias")]
+    missing = [key for key in keys if key not in checkpoint.tensors]
+    if missing:
+        raise LTXAVTextEncoderError(f"{checkpoint.path}: LTX-2.3's text projection lacks {missing}")
+    for key in keys[0::2]:
+        shape = tuple(checkpoint.tensors[key].shape)
+        if len(shape) != 2 or shape[1] != width * layers:
+            raise LTXAVTextEncoderError(f"{checkpoint.path}: {key} is {list(shape)}; the Gemma 3 tower ({width} "
+                                        f"wide, {layers} hidden states) needs [*, {width * layers}]")
+    try:
+        return DualTextEmbeddingProjection.from_weights({k: checkpoint.read(k, torch.float32) for k in keys}, width)
+    except (KeyError, ValueError) as exc:
+        raise LTXAVTextEncoderError(f"{checkpoint.path}: {exc}") from None
 
 
 def _compat_connectors(checkpoint: Any, width: int) -> tuple[torch.nn.Module, torch.nn.Module] | None:
@@ -224,11 +250,26 @@ def _compat_connectors(checkpoint: Any, width: int) -> tuple[torch.nn.Module, to
     return video, audio
 
 
+def _dequantizing_view(gemma_file: Any) -> Any:
+    """The Gemma file as the tower's loader reads it: ComfyUI's quantised releases
+    (`gemma_3_12B_it_fp4_mixed`: NVFP4 layers described by `comfy_quant` tensors or the
+    `_quantization_metadata` header, `comfy_core/weights/quant_registry.py`) show each quantised
+    weight dequantised to float, their scales hidden; a float file is returned as it is."""
+    from comfy_core.weights.quant_registry import QuantFormatError, QuantizedHeader, quantized_layers
+
+    try:
+        layers = quantized_layers(gemma_file.tensors, gemma_file.metadata, gemma_file.read)
+    except QuantFormatError as exc:
+        raise LTXAVTextEncoderError(f"{gemma_file.path}: {exc}") from None
+    return QuantizedHeader.for_detection(gemma_file, layers) if layers else gemma_file
+
+
 def load_ltxav_text_encoder(text_encoder: str | Path, checkpoint: str | Path, dtype: torch.dtype | None = None,
                             load_device: str | None = None, offload_device: str = "cpu") -> Any:
     """LTXAVTextEncoderLoader: a Gemma 3 file and an LTX-2 checkpoint -> CLIP (see the module doc).
 
     `dtype`: the tower's storage dtype (None: float32); the projection and connectors are float32.
+    A quantised Gemma file (ComfyUI's `fp4_mixed` NVFP4 release) is dequantised as it is read.
     Raises `LTXAVTextEncoderError` (`MissingGemma3TokenizerError` for a file without its tokenizer)
     and the checkpoint reader's errors, naming the file.
     """
@@ -237,7 +278,8 @@ def load_ltxav_text_encoder(text_encoder: str | Path, checkpoint: str | Path, dt
     from comfy_core.text_encoders.gemma import GemmaDetectionError, GemmaKeyError
     from comfy_core.text_encoders.gemma3 import Gemma3Config, build_gemma3_encoder
 
-    with CheckpointFile(text_encoder) as gemma_file, CheckpointFile(checkpoint) as ltx_file:
+    with CheckpointFile(text_encoder) as gemma_stored, CheckpointFile(checkpoint) as ltx_file:
+        gemma_file = _dequantizing_view(gemma_stored)
         try:
             config = Gemma3Config.detect_from_weights(gemma_file.tensors, "")
         except GemmaDetectionError as exc:

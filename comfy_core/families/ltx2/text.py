@@ -11,6 +11,7 @@ features are `[B, T, D * L]` with channel d of layer l at `d * L + l`.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -66,3 +67,67 @@ class TextEmbeddingProjection(nn.Module):
         features = masked_layer_norm(states, mask)
         weight = self.aggregate_embed.weight
         return self.aggregate_embed(features.to(weight.dtype)).to(features.dtype)
+
+
+# --- LTX-2.3: per-token RMS features, one projection per stream ---
+
+def per_token_rms_features(states: Sequence[torch.Tensor] | torch.Tensor, mask: torch.Tensor,
+                           eps: float = FEATURE_EPS) -> torch.Tensor:
+    """LTX-2.3's feature normalization: hidden states (L tensors `[B, T, D]`, or `[B, T, D, L]`) and
+    the token mask `[B, T]` -> `[B, T, D * L]`, each token of each layer divided by its RMS over the
+    D channels, `x / sqrt(mean_d(x^2) + eps)`, channel d of layer l at `d * L + l`, padded tokens 0.
+
+    After Lightricks' LTX-2 (`ltx_core/text_encoders/gemma`, the V2 feature extractor's per-token
+    RMS norm) as ComfyUI's `DualLinearProjection` runs it; written here."""
+    stacked = torch.stack(list(states), dim=-1) if not isinstance(states, torch.Tensor) else states
+    if stacked.ndim != 4 or mask.shape != stacked.shape[:2]:
+        raise ValueError(f"LTX-2.3 text features: states {tuple(stacked.shape)} and mask {tuple(mask.shape)} do not fit")
+    variance = stacked.float().pow(2).mean(dim=2, keepdim=True)  # [B, T, 1, L]
+    normed = (stacked.float() * torch.rsqrt(variance + eps)).flatten(2)  # [B, T, D * L]
+    return normed.masked_fill(mask[:, :, None] == 0, 0.0).to(stacked.dtype)
+
+
+class DualTextEmbeddingProjection(nn.Module):
+    """LTX-2.3's `text_embedding_projection` (ComfyUI's `DualLinearProjection`): the per-token RMS
+    features `f` `[B, T, D * L]` projected once per stream, each after a rescale by the square root
+    of its output width over the Gemma width D:
+    `video = video_aggregate_embed(f * sqrt(Wv / D))`, `audio = audio_aggregate_embed(f * sqrt(Wa / D))`
+    (both linears with bias); the output is `[B, T, Wv + Wa]`, video first (the DiT splits it at its
+    `cross_attention_dim` before its connectors)."""
+
+    def __init__(self, width: int, layers: int, video_width: int, audio_width: int, dtype: Any = None,
+                 device: Any = None) -> None:
+        super().__init__()
+        self.width, self.layers = width, layers
+        self.video_aggregate_embed = nn.Linear(width * layers, video_width, bias=True, dtype=dtype, device=device)
+        self.audio_aggregate_embed = nn.Linear(width * layers, audio_width, bias=True, dtype=dtype, device=device)
+
+    @classmethod
+    def from_weights(cls, tensors: Any, width: int, prefix: str = PROJECTION_PREFIX) -> "DualTextEmbeddingProjection":
+        """Sized from `prefix + "video_aggregate_embed.weight"` `[Wv, D * L]` and the audio one `[Wa, D * L]`."""
+        names = [prefix + f"{side}_aggregate_embed.{part}" for side in ("video", "audio") for part in ("weight", "bias")]
+        missing = [name for name in names if name not in tensors]
+        if missing:
+            raise KeyError(f"LTX-2.3: the text projection lacks {missing}")
+        video_width, flat = tuple(tensors[names[0]].shape)
+        audio_width, audio_flat = tuple(tensors[names[2]].shape)
+        if flat != audio_flat or flat % width:
+            raise ValueError(f"LTX-2.3: text projections of {flat} / {audio_flat} inputs are not [*, D * layers] "
+                             f"for a {width}-wide Gemma")
+        if tuple(tensors[names[1]].shape) != (video_width,) or tuple(tensors[names[3]].shape) != (audio_width,):
+            raise ValueError("LTX-2.3: a text projection's bias does not match its weight")
+        module = cls(width, flat // width, video_width, audio_width, device="meta")
+        state = {name[len(prefix):]: tensors[name] for name in names}
+        module.load_state_dict(state, assign=True)
+        return module
+
+    def forward(self, states: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        if len(states) != self.layers:
+            raise ValueError(f"LTX-2.3: {len(states)} hidden states for a projection of {self.layers} layers")
+        features = per_token_rms_features(states, mask)
+        dtype = self.video_aggregate_embed.weight.dtype
+        outs = []
+        for linear in (self.video_aggregate_embed, self.audio_aggregate_embed):
+            scale = math.sqrt(linear.out_features / self.width)
+            outs.append(linear((features * scale).to(dtype)))
+        return torch.cat(outs, dim=-1).to(features.dtype)

@@ -16,6 +16,14 @@
   `vace_mask` (64 channels) -> `vace_context` `[B, n, 96, T, H, W]`, zeros / ones when absent;
   `vace_strength` (one float per hint set, default 1.0).
 - Camera: `camera_conditions` as given.
+- Wan 2.2 S2V (`WAN22_S2V.extra_conds`): `audio_embed` as given; the last of `reference_latents`
+  whole (all its frames) in model space -> `reference_latent`; `reference_motion` and
+  `control_video` in model space.
+- Wan HuMo (`WAN21_HuMo.extra_conds`): `audio_embed` as given. The 17B model (20 extra input
+  channels) takes 4 zero mask channels and, per frame, a fixed 16-channel latent (ComfyUI's
+  constants: first frame, second frame, the rest), and the last of `reference_latents` in model
+  space behind 16 zero and 4 one channels -> `reference_latent`; the 1.7B model (no extra
+  channels) that reference in model space as it is.
 - Wan 2.2 TI2V: the denoise mask (`denoise_mask`), which the network turns into per-frame
   timesteps (the clean first frame gets timestep 0).
 """
@@ -32,7 +40,15 @@ from comfy_core.models.model_conditions import ConditioningError, ModelCondition
 MASK_CHANNELS = 4  # Wan's i2v mask: the 4 frames a latent frame stands for
 VACE_FRAME_CHANNELS = 32
 VACE_MASK_CHANNELS = 64
-KINDS = ("wan21", "vace", "camera", "wan22")
+KINDS = ("wan21", "vace", "camera", "wan22", "s2v", "humo")
+# HuMo 17B's extra input channels after the 4 mask channels: ComfyUI's fixed latent values for
+# its first latent frame, its second, and every later one (WAN21_HuMo.extra_conds)
+HUMO_FILL_FIRST = (0.8660, -0.4326, -0.0017, -0.4884, -0.5283, 0.9207, -0.9896, 0.4433, -0.5543, -0.0113, 0.5753,
+                   -0.6000, -0.8346, -0.3497, -0.1926, -0.6938)
+HUMO_FILL_SECOND = (1.0869, -1.2370, 0.0206, -0.4357, -0.6411, 2.0307, -1.5972, 1.2659, -0.8595, -0.4654, 0.9638,
+                    -1.6330, -1.4310, -0.1098, -0.3856, -1.4583)
+HUMO_FILL_REST = (0.8642, -1.8583, 0.1577, 0.1350, -0.3641, 2.5863, -1.9670, 1.6065, -1.0475, -0.8678, 1.1734,
+                  -1.8138, -1.5933, -0.7721, -0.3289, -1.3745)
 
 
 def upscale_frames(x: torch.Tensor, width: int, height: int) -> torch.Tensor:
@@ -90,6 +106,8 @@ class WanConditions(ModelConditions):
         extra = model.diffusion_model.patch_embedding.weight.shape[1] - noise.shape[1]
         if extra == 0:
             return None
+        if self.kind == "humo":
+            return self._humo_concat(noise, extra)
         image = kwargs.get("concat_latent_image")
         if image is None:
             image = torch.zeros((noise.shape[0], extra, *noise.shape[2:]), dtype=noise.dtype, device=noise.device)
@@ -125,6 +143,19 @@ class WanConditions(ModelConditions):
         else:
             out = torch.cat((mask, image), dim=1)
         return self._checked(out, extra)
+
+    @staticmethod
+    def _humo_concat(noise: torch.Tensor, extra: int) -> torch.Tensor:
+        fill = len(HUMO_FILL_REST)
+        if extra != MASK_CHANNELS + fill:
+            raise ConditioningError(f"Wan HuMo: the model takes {extra} extra input channels, expected "
+                                    f"{MASK_CHANNELS + fill} (mask + latent)")
+        out = torch.zeros((noise.shape[0], extra, *noise.shape[2:]), dtype=noise.dtype, device=noise.device)
+        for frames, values in ((slice(None), HUMO_FILL_REST), (slice(0, 1), HUMO_FILL_FIRST),
+                               (slice(1, 2), HUMO_FILL_SECOND)):
+            out[:, MASK_CHANNELS:, frames] = torch.tensor(values, dtype=noise.dtype,
+                                                          device=noise.device).view(1, fill, 1, 1, 1)
+        return out
 
     @staticmethod
     def _checked(out: torch.Tensor, extra: int) -> torch.Tensor:
@@ -163,6 +194,43 @@ class WanConditions(ModelConditions):
         elif self.kind == "wan22":
             if kwargs.get("denoise_mask") is not None:
                 out["denoise_mask"] = kwargs["denoise_mask"]
+        elif self.kind == "s2v":
+            out.update(self._s2v(model, kwargs))
+        elif self.kind == "humo":
+            out.update(self._humo(model, kwargs))
+        return out
+
+    @staticmethod
+    def _s2v(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if kwargs.get("audio_embed") is not None:
+            out["audio_embed"] = kwargs["audio_embed"]
+        references = kwargs.get("reference_latents")
+        if references is not None:
+            out["reference_latent"] = model.process_latent_in(references[-1])
+        for key in ("reference_motion", "control_video"):
+            if kwargs.get(key) is not None:
+                out[key] = model.process_latent_in(kwargs[key])
+        return out
+
+    @staticmethod
+    def _humo(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if kwargs.get("audio_embed") is not None:
+            out["audio_embed"] = kwargs["audio_embed"]
+        references = kwargs.get("reference_latents")
+        if references is None:
+            return out
+        reference = model.process_latent_in(references[-1])
+        extra = model.diffusion_model.patch_embedding.weight.shape[1] - reference.shape[1]
+        if extra:  # 17B: [zeros (latent width), ones (mask), reference]
+            shape = list(reference.shape)
+            shape[1] += extra
+            full = torch.zeros(shape, dtype=reference.dtype, device=reference.device)
+            full[:, extra:] = reference
+            full[:, extra - MASK_CHANNELS:extra] = 1.0
+            reference = full
+        out["reference_latent"] = reference
         return out
 
     def _vace(self, model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

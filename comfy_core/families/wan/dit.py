@@ -28,6 +28,8 @@ its `VaceWanModel` / `CameraWanModel`; written here:
 - `reference_latent` `[B, C, H, W]` through `ref_conv` (Wan 2.2 Fun): tokens prepended, one
   more RoPE frame, cut off before unpatchifying.
 - `clip_fea` `[B, 257 or 514, 1280]` (i2v / flf2v), `time_dim_concat` (frames appended along T).
+- HuMo (`WanHuMoModel`, comfy_core/families/wan/humo.py): `audio_embed` `[B, F, 8, 5, C]`,
+  `reference_latent` `[B, in_dim, Tr, H, W]` appended after the video tokens.
 
 The cross-attention text width (`text_dim`, umT5-XXL's 4096) and the CLIP width are read from
 the weights, so tiny test files may use small encoders.
@@ -35,7 +37,7 @@ the weights, so tiny test files may use small encoders.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace as dataclasses_replace
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -46,15 +48,17 @@ from comfy_core.families.flux.blocks import EmbedND
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
                                             WanCamAdapter, sinusoidal_embedding_1d)
+from comfy_core.families.wan.s2v import add_s2v_modules, s2v_fields, s2v_forward_orig
+from comfy_core.families.wan.humo import HUMO_FIELDS, HUMO_MARKER, humo_blocks, humo_fields, humo_projection, humo_forward_orig
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 from comfy_core.wrappers import run_split_blocks
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
-MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2")
-# Wan variants whose extra modules are not built here (speech-to-video, HuMo, Animate).
-UNSUPPORTED_MARKERS = {"casual_audio_encoder.encoder.final_linear.weight": "Wan 2.2 S2V",
-                       "audio_proj.audio_proj_glob_1.layer.bias": "Wan HuMo",
-                       "face_adapter.fuser_blocks.0.k_norm.weight": "Wan 2.2 Animate"}
+MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo")
+# Wan variants whose extra modules are not built here (Animate).
+S2V_MARKER = "casual_audio_encoder.encoder.final_linear.weight"  # ComfyUI's model_detection marker
+S2V_FIELDS = ("audio_dim", "num_audio_token", "audio_layers", "enable_adain", "cond_dim")
+UNSUPPORTED_MARKERS = {"face_adapter.fuser_blocks.0.k_norm.weight": "Wan 2.2 Animate"}
 
 
 class WanConfigError(ValueError):
@@ -87,6 +91,18 @@ class WanConfig:
     vace_layers: int | None = None
     vace_in_dim: int | None = None
     in_dim_control_adapter: int = 24
+    # Wan 2.2 S2V (comfy_core/families/wan/s2v.py): ComfyUI's constructor defaults
+    audio_dim: int = 1024
+    num_audio_token: int = 4
+    audio_layers: int = 25
+    enable_adain: bool = True
+    cond_dim: int = 16
+    # Wan HuMo (comfy_core/families/wan/humo.py): audio tokens per frame (ComfyUI's `audio_token_num`),
+    # the Whisper width, the projection's hidden width and the audio width ComfyUI fixes
+    audio_token_num: int = 16
+    humo_audio_channels: int = 1280
+    humo_audio_hidden: int = 512
+    humo_audio_dim: int = 1536
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
@@ -132,6 +148,8 @@ class WanConfig:
         """ComfyUI's `unet_config` (model_detection's dict: `image_model` "wan2.1" and the arguments)."""
         config = {"image_model": "wan2.1", **self.params()}
         config.pop("image_dim")
+        for key in S2V_FIELDS + HUMO_FIELDS:  # ComfyUI's S2V / HuMo configs name none of them (defaults)
+            config.pop(key)
         for key in ("flf_pos_embed_token_number", "in_dim_ref_conv", "vace_layers", "vace_in_dim"):
             if config[key] is None:
                 config.pop(key)
@@ -190,6 +208,10 @@ class WanConfig:
             fields["vace_layers"] = count_numbered(tensors, prefix, "vace_blocks")
             for i in range(fields["vace_layers"]):
                 check_block(shape, f"vace_blocks.{i}.", dim, ffn_dim, prefix, False)
+        elif _has(tensors, prefix, S2V_MARKER):
+            fields.update(s2v_fields(tensors, prefix, shape, dim, WanConfigError))
+        elif _has(tensors, prefix, HUMO_MARKER):
+            fields.update(humo_fields(tensors, prefix, shape, dim, num_layers, WanConfigError))
         elif _has(tensors, prefix, "control_adapter.conv.weight"):
             fields["model_type"] = "camera" if image else "camera_2.2"
             adapter_in = shape("control_adapter.conv.weight")[1]
@@ -288,9 +310,7 @@ class WanModel(nn.Module):
                                             ops.Linear(dim, dim, **factory))
         self.time_projection = nn.Sequential(nn.SiLU(), ops.Linear(dim, dim * 6, **factory))
         cross = "i2v_cross_attn" if config.has_image_embedding else "t2v_cross_attn"
-        self.blocks = nn.ModuleList(
-            WanAttentionBlock(cross, dim, ffn_dim, num_heads, self.window_size, qk_norm, cross_attn_norm, eps,
-                              operations=ops, **factory) for _ in range(num_layers))
+        self.blocks = self.make_blocks(cross, ops, factory)
         self.head = Head(dim, out_dim, self.patch_size, eps, operations=ops, **factory)
         d = config.head_dim
         self.rope_embedder = EmbedND(dim=d, theta=10000.0, axes_dim=[d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)])
@@ -313,11 +333,18 @@ class WanModel(nn.Module):
             self.control_adapter = WanCamAdapter(in_dim_control_adapter, dim, kernel_size=self.patch_size[1:],
                                                  stride=self.patch_size[1:], operations=ops, **factory)
 
+    def make_blocks(self, cross: str, ops: Any, factory: dict[str, Any]) -> nn.ModuleList:
+        """The main blocks (HuMo's carry an audio cross-attention)."""
+        return nn.ModuleList(
+            WanAttentionBlock(cross, self.dim, self.ffn_dim, self.num_heads, self.window_size, self.qk_norm,
+                              self.cross_attn_norm, self.eps, operations=ops, **factory) for _ in range(self.num_layers))
+
     @classmethod
     def from_config(cls, config: WanConfig, **kwargs: Any) -> "WanModel":
         """The module class of the config's model type, built with `config.params()` and kwargs
         (dtype, device, operations)."""
-        classes = {"vace": VaceWanModel, "camera": CameraWanModel, "camera_2.2": CameraWanModel}
+        classes = {"vace": VaceWanModel, "camera": CameraWanModel, "camera_2.2": CameraWanModel, "s2v": WanS2VModel,
+                   "humo": WanHuMoModel}
         kind = classes.get(config.model_type, cls)
         return kind(**kwargs, **config.params())
 
@@ -344,7 +371,6 @@ class WanModel(nn.Module):
                      **kwargs: Any) -> torch.Tensor:
         """Patched latent in, latent out: x `[B, in_dim, T, H, W]` (padded), t `[B]` or `[B, T]`,
         context `[B, Nt, text_dim]`, clip_fea `[B, n, image_dim]`, freqs `[1, L, 1, D/2, 2, 2]`."""
-        options = dict(transformer_options or {})
         x = _conv_in(self.patch_embedding, x)  # [B, C, T', H', W']
         x = self.add_control(x, kwargs)
         grid_sizes = x.shape[2:]
@@ -365,6 +391,27 @@ class WanModel(nn.Module):
 
         hints = self.hint_tokens(kwargs, x.dtype)
         x_orig = x
+
+        def after_block(i: int, x: torch.Tensor, options: dict[str, Any]) -> torch.Tensor:
+            return self.add_hints(i, x, x_orig, hints, kwargs, e0, freqs, context, context_img_len, options)
+
+        x = self.run_blocks(x, e0, freqs, context, context_img_len, transformer_options,
+                            after_block if hints is not None else None)
+
+        x = self.head(x, e)  # [B, L, p*out]
+        if full_ref is not None:
+            x = x[:, full_ref.shape[1]:]
+        return self.unpatchify(x, grid_sizes)
+
+    def run_blocks(self, x: torch.Tensor, e0: torch.Tensor, freqs: torch.Tensor, context: torch.Tensor,
+                   context_img_len: int | None, transformer_options: Mapping[str, Any] | None,
+                   after_block: Any = None, block_kwargs: Mapping[str, Any] | None = None) -> torch.Tensor:
+        """The blocks in order on the tokens `x` `[B, L, C]`, each through its `patches_replace`
+        entry if any, then `after_block(i, x, options)` (VACE hints, S2V's audio injection); the
+        first block and the rest split for the first-block hook (comfy_core/wrappers.py).
+        `block_kwargs` go to every block call (HuMo's `audio`)."""
+        extra = dict(block_kwargs or {})
+        options = dict(transformer_options or {})
         blocks_replace = (options.get("patches_replace", {}) or {}).get("dit", {}) or {}
         options["total_blocks"] = len(self.blocks)
         options["block_type"] = "double"
@@ -378,7 +425,7 @@ class WanModel(nn.Module):
                     def original(args: dict, block: nn.Module = block) -> dict:
                         return {"img": block(args["img"], context=args["txt"], e=args["vec"], freqs=args["pe"],
                                              context_img_len=context_img_len,
-                                             transformer_options=args.get("transformer_options"))}
+                                             transformer_options=args.get("transformer_options"), **extra)}
 
                     out = blocks_replace[("double_block", i)](
                         {"img": x, "txt": context, "vec": e0, "pe": freqs, "transformer_options": options},
@@ -386,20 +433,14 @@ class WanModel(nn.Module):
                     x = out["img"]
                 else:
                     x = block(x, e=e0, freqs=freqs, context=context, context_img_len=context_img_len,
-                              transformer_options=options)
-                if hints is not None:
-                    x = self.add_hints(i, x, x_orig, hints, kwargs, e0, freqs, context, context_img_len, options)
+                              transformer_options=options, **extra)
+                if after_block is not None:
+                    x = after_block(i, x, options)
             return {"img": x}
 
-        # the first block, then the rest: the first-block hook point (comfy_core/wrappers.py)
         first = range(min(1, len(self.blocks)))
-        x = run_split_blocks(options, lambda streams: run(streams, first),
-                             lambda streams: run(streams, range(len(first), len(self.blocks))), {"img": x})["img"]
-
-        x = self.head(x, e)  # [B, L, p*out]
-        if full_ref is not None:
-            x = x[:, full_ref.shape[1]:]
-        return self.unpatchify(x, grid_sizes)
+        return run_split_blocks(options, lambda streams: run(streams, first),
+                                lambda streams: run(streams, range(len(first), len(self.blocks))), {"img": x})["img"]
 
     # Variant hooks: the base model has no camera adapter and no VACE hints.
     def add_control(self, x: torch.Tensor, kwargs: Mapping[str, Any]) -> torch.Tensor:
@@ -514,3 +555,53 @@ class CameraWanModel(WanModel):
         if camera is None:
             return x
         return x + self.control_adapter(camera.to(x.dtype)).to(x.dtype)
+
+
+class WanS2VModel(WanModel):
+    """Wan 2.2 S2V: the text-to-video DiT with audio injection, reference / motion tokens and a
+    control-video encoder (comfy_core/families/wan/s2v.py); ComfyUI's `WanModel_S2V`."""
+
+    def __init__(self, model_type: str = "s2v", audio_dim: int = 1024, num_audio_token: int = 4,
+                 audio_layers: int = 25, enable_adain: bool = True, cond_dim: int = 16, **kwargs: Any) -> None:
+        super().__init__(model_type="s2v", **kwargs)
+        import dataclasses
+
+        self.config = dataclasses.replace(self.config, audio_dim=audio_dim, num_audio_token=num_audio_token,
+                                          audio_layers=audio_layers, enable_adain=enable_adain, cond_dim=cond_dim)
+        add_s2v_modules(self, audio_dim, audio_layers, num_audio_token, enable_adain, cond_dim,
+                        kwargs.get("operations"), {"dtype": kwargs.get("dtype"), "device": kwargs.get("device")})
+
+    def forward_orig(self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor,
+                     clip_fea: torch.Tensor | None = None, freqs: torch.Tensor | None = None,
+                     transformer_options: Mapping[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
+        """x `[B, 16, T, H, W]` (padded); kwargs `audio_embed` `[B, L, D_a, 4T]`, `reference_latent`
+        `[B, 16, Tr, H, W]`, `reference_motion` `[B, 16, Tm, H, W]`, `control_video` `[B, 16, T, H, W]`."""
+        return s2v_forward_orig(self, x, t, context, freqs, transformer_options, _conv_in, self.run_blocks, **kwargs)
+
+
+class WanHuMoModel(WanModel):
+    """Wan HuMo: the text-to-video DiT with audio cross-attention in every block, the audio
+    projection and appended reference-image tokens (comfy_core/families/wan/humo.py); ComfyUI's
+    `HumoWanModel`."""
+
+    def __init__(self, model_type: str = "humo", audio_token_num: int = 16, humo_audio_channels: int = 1280,
+                 humo_audio_hidden: int = 512, humo_audio_dim: int = 1536, **kwargs: Any) -> None:
+        import dataclasses
+
+        humo = {"audio_token_num": audio_token_num, "humo_audio_channels": humo_audio_channels,
+                "humo_audio_hidden": humo_audio_hidden, "humo_audio_dim": humo_audio_dim}
+        object.__setattr__(self, "_humo", humo)  # read by make_blocks during the base constructor
+        super().__init__(model_type="humo", **kwargs)
+        self.config = dataclasses.replace(self.config, **humo)
+        ops = operations_or_default(kwargs.get("operations"))
+        self.audio_proj = humo_projection(self.config, ops, {"dtype": kwargs.get("dtype"), "device": kwargs.get("device")})
+
+    def make_blocks(self, cross: str, ops: Any, factory: dict[str, Any]) -> nn.ModuleList:
+        return humo_blocks(dataclasses_replace(self.config, **self._humo), ops, factory)
+
+    def forward_orig(self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor,
+                     clip_fea: torch.Tensor | None = None, freqs: torch.Tensor | None = None,
+                     transformer_options: Mapping[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
+        """x `[B, in_dim, T, H, W]` (padded); kwargs `audio_embed` `[B, F, 8, 5, C]`,
+        `reference_latent` `[B, in_dim, Tr, Hr, Wr]`."""
+        return humo_forward_orig(self, x, t, context, freqs, transformer_options, _conv_in, **kwargs)

@@ -57,3 +57,15 @@ class WAN22_T2V(WAN21_T2V):
 
     unet_config = {"image_model": "wan2.1", "model_type": "t2v", "out_dim": 48}
     latent_format = Wan22
+
+
+class WAN22_S2V(WAN21_T2V):
+    """Wan 2.2 S2V (speech-to-video, 14B)."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "s2v"}
+
+
+class WAN21_HuMo(WAN21_T2V):
+    """Wan HuMo (1.7B and 17B): text, reference image and audio to video."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "humo"}

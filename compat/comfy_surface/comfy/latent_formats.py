@@ -10,4 +10,5 @@ facade(__name__, {"LatentFormat": "comfy_core.models.latent_formats:LatentFormat
                   "Flux": "comfy_core.families.flux.latent_format:FluxLatentFormat",
                   **{name: f"comfy_core.families.wan.latent_format:{name}" for name in ("Wan21", "Wan22")},
                   "LTXV": "comfy_core.families.ltxv.latent_format:LTXV",
-                  "LTXAV": "comfy_core.families.ltx2.latent_format:LTXAV"})
+                  "LTXAV": "comfy_core.families.ltx2.latent_format:LTXAV",
+                  "ACEAudio": "comfy_core.families.ace_step.latent_format:ACEAudio"})
