@@ -60,8 +60,12 @@ async def test_progress_bytes_grow_linearly_with_the_chain(server):
     _, frames100, bytes100 = await run_chain(server, "lin", add_chain(100))
     _, frames1000, bytes1000 = await run_chain(server, "lin", add_chain(1000))
     count = lambda frames: sum(f["type"] == "progress_state" for f in frames)  # noqa: E731
-    assert count(frames100) == count(frames1000) == 2  # ComfyUI: 200 and 2000
-    assert bytes1000 < 11 * bytes100  # ComfyUI: ~100 times
+    # The first map and the final one (ComfyUI: 200 and 2000); the first may be replaced by the final
+    # one while still queued for a busy socket (web/hub.py's outbox), so one map is possible too.
+    assert count(frames100) in (1, 2) and count(frames1000) in (1, 2)
+    final = lambda frames: len(json.dumps([f for f in frames if f["type"] == "progress_state"][-1]))  # noqa: E731
+    assert final(frames1000) < 11 * final(frames100)  # the final map grows with the chain, linearly
+    assert bytes1000 < 2 * final(frames1000) + 1000  # and little else is sent (ComfyUI: ~100 times bytes100)
 
 
 async def test_the_held_map_goes_out_before_execution_error(server):
