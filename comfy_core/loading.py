@@ -479,34 +479,34 @@ def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions
     detects its vocoder) becomes an `AudioVaePatcher` (comfy_core/patching/audio_vae.py), float32 as
     ComfyUI runs it; a file of another registered kind (the audio VAEs) its own patcher."""
     options = options or LoadOptions()
-    audio = _ltx_audio_vae(path, options)
-    if audio is not None:
-        return audio
-    registered = _registered_kind_vae(path, options)
-    if registered is not None:
-        return registered
+    names, metadata = _vae_names(path)  # the header once, for both tests below
+    if names is not None and not isinstance(path, Mapping) and is_ltx_audio_vae(names):
+        return _ltx_audio_vae(path, options)
+    if names is not None and any(reads(names) for reads, _kind in STATE_DICT_KINDS):
+        return _registered_kind_vae(path, names, metadata, options)
     vae = vae_module_from(path, options.dtype_policy.dtype_for(VAE), mmap=options.mmap, workers=options.io_workers)
     return VaePatcher(vae, load_device=options.device, offload_device="cpu")
 
 
-def _registered_kind_vae(path: Any, options: LoadOptions) -> VaePatcher | None:
+def _vae_names(path: Any) -> tuple[Any, Mapping[str, str]]:
+    """The tensor names (and metadata) of a state dict or a `.safetensors` file's header; (None, {})
+    for another file or an unreadable one (the generic path reports it with its own error)."""
+    if isinstance(path, Mapping):
+        return path.keys(), {}
+    if not str(path).endswith(".safetensors"):
+        return None, {}
+    try:
+        header = read_safetensors_header(Path(path))
+    except CheckpointError:
+        return None, {}
+    return header.tensors.keys(), header.metadata or {}
+
+
+def _registered_kind_vae(path: Any, names: Any, metadata: Mapping[str, str], options: LoadOptions) -> VaePatcher:
     """A standalone VAE of a kind registered in `STATE_DICT_KINDS` (comfy_core/patching/vae.py: the
     audio VAEs, Stable Audio's / ACE-Step 1.5's Oobleck, Stable Audio 3's, ACE-Step 1's music DCAE),
-    built from the file's tensors as ComfyUI's `comfy.sd.VAE(sd=...)` builds it (read in float32,
-    the kind chooses its dtype); None when no registered kind reads the file's names."""
-    if isinstance(path, Mapping):
-        names: Any = path.keys()
-        metadata: Mapping[str, str] = {}
-    else:
-        if not str(path).endswith(".safetensors"):
-            return None
-        try:
-            header = read_safetensors_header(Path(path))
-        except CheckpointError:  # unreadable here: the generic path reports it with its own error
-            return None
-        names, metadata = header.tensors.keys(), header.metadata or {}
-    if not any(reads(names) for reads, _kind in STATE_DICT_KINDS):
-        return None
+    built from the file's tensors (`names`) as ComfyUI's `comfy.sd.VAE(sd=...)` builds it (read in
+    float32, the kind chooses its dtype)."""
     if isinstance(path, Mapping):
         state: Mapping[str, torch.Tensor] = path
     else:
@@ -518,16 +518,9 @@ def _registered_kind_vae(path: Any, options: LoadOptions) -> VaePatcher | None:
         raise ShapeMismatchError(path if not isinstance(path, Mapping) else "<state dict>", str(exc)) from None
 
 
-def _ltx_audio_vae(path: Any, options: LoadOptions) -> VaePatcher | None:
-    """The LTX audio VAE of a `.safetensors` file whose names say it holds one, else None."""
-    if isinstance(path, Mapping) or not str(path).endswith(".safetensors"):
-        return None
-    try:
-        names = read_safetensors_header(Path(path)).tensors.keys()
-    except CheckpointError:  # unreadable here: the generic path reports it with its own error
-        return None
-    if not is_ltx_audio_vae(names):
-        return None
+def _ltx_audio_vae(path: Any, options: LoadOptions) -> VaePatcher:
+    """The LTX audio VAE of a `.safetensors` file whose names say it holds one (a whole LTX-2
+    checkpoint or the audio VAE alone: only its audio tensors are read)."""
     try:
         model = load_ltx_audio_vae(path)
     except AudioVAEConfigError as exc:
