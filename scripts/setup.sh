@@ -76,5 +76,9 @@ if [ "$DEV" = 1 ]; then
 else
     "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements.txt
 fi
+# The engine's own bytecode, compiled once here: where PYTHONDONTWRITEBYTECODE is set, Python would
+# otherwise compile every module from source at every start (the lazily imported ones inside the
+# first prompt). Stale files are simply recompiled in memory; pip already did this for packages.
+.venv/bin/python -m compileall -q -j 0 comfy_core nodes graph web compat main.py >/dev/null || true
 # The stamp: the next run skips all of the above while nothing it depends on changed.
 .venv/bin/python -I scripts/setup_stamp.py write "${MODE_FLAG[@]}" --torch "$TORCH_TAG $TORCH_SPEC" || true

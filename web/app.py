@@ -177,20 +177,30 @@ async def _on_startup(app: web.Application) -> None:
 
 
 def start_warm_up(app: web.Application) -> asyncio.Task:
-    """Load torch and the nodes' runtime in a worker thread (web.warmup.warm_up), then start the
-    queue worker; the event loop keeps serving meanwhile. Cancelled on shutdown."""
+    """Load torch and the nodes' runtime in a worker thread (web.warmup.warm_up); the event loop
+    keeps serving meanwhile. The queue worker starts once torch is imported; the rest of the
+    runtime loads while no prompt runs or waits. Cancelled on shutdown."""
     from web.warmup import warm_up
 
     state = app[STATE_KEY]
+    loop = asyncio.get_running_loop()
+
+    def start_worker() -> None:  # on the event loop; never once shutdown has cancelled the warm-up
+        shutting_down = any(t.cancelling() or t.cancelled() for t in app[_WARM_UP_TASK])
+        if state.worker is not None and not state.worker.started and not shutting_down:
+            state.worker.start()
+
+    def busy() -> bool:  # read from the warm-up thread: two plain reads
+        return state.queue.remaining > 0
 
     async def run() -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(warm_up, state.env, deterministic=state.config.deterministic))
+            await loop.run_in_executor(None, functools.partial(
+                warm_up, state.env, deterministic=state.config.deterministic,
+                runtime_ready=lambda: loop.call_soon_threadsafe(start_worker), busy=busy))
         except Exception:  # noqa: BLE001 -- nodes then load what they need when they run
             log.exception("loading the runtime in the background failed")
-        if state.worker is not None:
-            state.worker.start()
+        start_worker()
 
     task = asyncio.get_running_loop().create_task(run(), name="warm-up")
     app[_WARM_UP_TASK].append(task)

@@ -10,8 +10,12 @@ Two pieces here finish the job:
   real manager, so only the host's own reference goes through this object.
 - `warm_up(env)` imports torch and every module the built-in nodes import lazily, then builds the
   memory manager; the server runs it in a worker thread after it starts listening
-  (`web.app.start_server(..., warm_up=True)`), so the event loop keeps serving meanwhile and the
-  first prompt does not pay the whole import.
+  (`web.app.start_server(..., warm_up=True)`), so the event loop keeps serving meanwhile.
+  Only torch gates the queue (`runtime_ready`): a prompt needs it whatever it runs, while of the
+  rest (150+ modules, most for families a given prompt never touches) it imports what it uses
+  itself. The CLIP tokenizer, which nearly every first prompt needs, is built next, beside that
+  prompt's checkpoint read; the rest is then imported only while no prompt runs or waits
+  (`busy`), so the warm-up never competes with a prompt for the CPU or the interpreter.
 """
 from __future__ import annotations
 
@@ -121,29 +125,66 @@ def use_deterministic_algorithms() -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bool = False) -> float:
-    """Import torch and `modules` (default: every lazy import of the built-in nodes and of
-    comfy_core.image), then build `env.memory` if it is deferred; returns the seconds it took.
+def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bool = False,
+            runtime_ready: Callable[[], None] | None = None, busy: Callable[[], bool] | None = None,
+            idle_poll_s: float = 0.1) -> float:
+    """Import torch, call `runtime_ready()` (the queue may start), build the shared CLIP tokenizer,
+    then import `modules` (default: every lazy import of the built-in nodes and of
+    comfy_core.image) and build `env.memory` if it is deferred; returns the seconds it took. Each
+    module, and the final collection, waits while `busy()` says a prompt runs or waits (checked
+    every `idle_poll_s`).
     A module that fails to import is logged and skipped: the node that needs it reports the
     error when it runs.
     `deterministic`: switch torch to deterministic algorithms once it is imported."""
     started = time.perf_counter()
+
+    def when_idle() -> None:
+        while busy is not None and busy():
+            time.sleep(idle_poll_s)
+
+    _import_quietly("torch")
+    if deterministic and loaded_module("torch") is not None:
+        use_deterministic_algorithms()
+    log.info("torch loaded in the background in %.2f s; prompts can run", time.perf_counter() - started)
+    if runtime_ready is not None:
+        runtime_ready()
+    # Not waiting for idle: nearly every first prompt loads a checkpoint with a CLIP, which needs this
+    # tokenizer (and transformers, ~0.5 s to import); built here it overlaps that prompt's checkpoint
+    # read rather than following it.
+    _build_shared_tokenizer()
     if modules is None:  # the nodes' own, and those of the image helpers they call (comfy_core.image)
         modules = [*lazy_imports("nodes"), *lazy_imports("comfy_core.image")]
-    for name in ["torch", *modules]:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 -- an optional package; its node fails with the real error
-            log.debug("warm-up: cannot import %s", name, exc_info=True)
-        if name == "torch" and deterministic and loaded_module("torch") is not None:
-            use_deterministic_algorithms()
+    for name in modules:
+        when_idle()
+        _import_quietly(name)
     memory = getattr(env, "memory", None)
     if isinstance(memory, DeferredMemoryManager):
         memory.resolve()
     # Everything imported so far lives as long as the server: move it out of the collector's
-    # reach, so full collections during prompts do not walk torch's hundreds of thousands of objects.
+    # reach, so full collections during prompts do not walk torch's hundreds of thousands of
+    # objects (when idle: a running prompt's objects must stay collectable).
+    when_idle()
     gc.collect()
     gc.freeze()
     seconds = time.perf_counter() - started
     log.info("runtime loaded in the background in %.2f s", seconds)
     return seconds
+
+
+def _import_quietly(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 -- an optional package; its node fails with the real error
+        log.debug("warm-up: cannot import %s", name, exc_info=True)
+
+
+def _build_shared_tokenizer() -> None:
+    """The CLIP BPE tokenizer every SD1 / SDXL / SD3 / Flux CLIP shares (deriving its vocabulary
+    and building the tokenizer is ~1 s, paid once per process): built here rather than by the first
+    checkpoint load that needs it."""
+    try:
+        from comfy_core.text_encoders.tokenizer import ClipTokenizer
+
+        ClipTokenizer.shared_default()
+    except Exception:  # noqa: BLE001 -- the loader that needs it reports the real error
+        log.debug("warm-up: cannot build the CLIP tokenizer", exc_info=True)

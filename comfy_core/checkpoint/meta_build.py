@@ -33,6 +33,14 @@ _FILL_FUNCTIONS = frozenset(getattr(torch, name) for name in ("fill_", "zero_", 
 _NN_INIT = frozenset(getattr(nn.init, name) for name in dir(nn.init)
                      if name.endswith("_") and not name.startswith("_") and callable(getattr(nn.init, name)))
 _SKIPPED = _INIT_FILLS | _FILL_FUNCTIONS | _NN_INIT
+# Factories whose point is their values (position ids, frequency tables, windows, literals): no
+# checkpoint replaces them, they are small, and on the meta device torch computes their shapes
+# with its symbolic-shape machinery, whose first use imports sympy (~1 s, paid by the first load
+# of every process). They stay on the device asked for (the CPU by default).
+_VALUE_FACTORIES = frozenset(getattr(torch, name) for name in (
+    "arange", "range", "linspace", "logspace", "eye", "tensor", "as_tensor", "asarray", "scalar_tensor",
+    "tril_indices", "triu_indices", "bartlett_window", "blackman_window", "hamming_window", "hann_window",
+    "kaiser_window") if hasattr(torch, name))
 
 
 class _MetaBuildMode(TorchFunctionMode):
@@ -40,7 +48,7 @@ class _MetaBuildMode(TorchFunctionMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._constructors = _device_constructors()
+        self._constructors = _device_constructors() - _VALUE_FACTORIES
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -7,7 +7,7 @@ whitespace collapsed, lower case, CLIP's pre-tokenisation regex, byte-level BPE.
 """
 from __future__ import annotations
 
-from functools import cache
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -84,6 +84,16 @@ class ClipTokenizer:
         return self._inverse
 
 
-@cache
+_SHARED_LOCK = threading.Lock()
+_shared: ClipTokenizer | None = None
+
+
 def _shared_default() -> ClipTokenizer:
-    return ClipTokenizer.from_file()
+    # Built once even when two threads ask first at the same time (the server's warm-up thread
+    # and a prompt's loader): the second waits for the first's tokenizer.
+    global _shared
+    if _shared is None:
+        with _SHARED_LOCK:
+            if _shared is None:
+                _shared = ClipTokenizer.from_file()
+    return _shared

@@ -48,3 +48,27 @@ def test_a_built_module_loads_a_state_dict_by_assignment_and_computes():
     built.load_state_dict(source.state_dict(), assign=True)
     x = torch.randn(2, 8)
     assert torch.equal(built.linear(x), source.linear(x))
+
+
+class _WithValueBuffers(nn.Module):
+    """Position ids and a frequency table, as text encoders and DiTs build them in their constructors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(10, 4)
+        self.register_buffer("position_ids", torch.arange(10).expand((1, -1)), persistent=False)
+        self.register_buffer("freqs", torch.linspace(0.0, 1.0, 5), persistent=False)
+        self.scale = nn.Parameter(torch.ones(4))
+
+
+def test_value_factories_keep_their_values_on_the_cpu_while_weights_go_to_meta():
+    # Building arange / linspace on meta gains nothing (no checkpoint replaces them) and makes torch
+    # import its symbolic-shape machinery (sympy) on the first load of every process.
+    built = build_on_meta(_WithValueBuffers)
+    assert built.embedding.weight.is_meta and built.scale.is_meta
+    assert not built.position_ids.is_meta and not built.freqs.is_meta
+    assert torch.equal(built.position_ids, torch.arange(10).expand((1, -1)))
+    assert torch.equal(built.freqs, torch.linspace(0.0, 1.0, 5))
+    with meta_build():
+        asked = torch.arange(3, device="meta")  # an explicit device is still obeyed
+    assert asked.is_meta

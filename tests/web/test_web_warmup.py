@@ -139,3 +139,49 @@ async def test_queue_worker_starts_only_after_the_background_warm_up(tmp_path, m
     finally:
         gate.set()
         await runner.cleanup()
+
+
+def test_warm_up_opens_the_queue_after_torch_and_imports_the_rest_only_while_idle(monkeypatch):
+    events: list[str] = []
+    busy_answers = iter([True, True, False, False, True, False, False, False])
+
+    def busy() -> bool:
+        answer = next(busy_answers, False)
+        events.append(f"busy={answer}")
+        return answer
+    monkeypatch.setattr(warmup, "_import_quietly", lambda name: events.append(name))
+    monkeypatch.setattr(warmup, "_build_shared_tokenizer", lambda: events.append("tokenizer"))
+    warm_up(SimpleNamespace(memory=None), modules=["a", "b"], runtime_ready=lambda: events.append("ready"),
+            busy=busy, idle_poll_s=0)
+    # torch first, then the queue may start and the CLIP tokenizer is built (a first prompt needs it);
+    # every later piece waits for a False from busy()
+    assert events == ["torch", "ready", "tokenizer", "busy=True", "busy=True", "busy=False", "a", "busy=False",
+                      "b", "busy=True", "busy=False"]
+
+
+async def test_a_prompt_runs_while_the_warm_up_still_imports_the_rest(tmp_path, monkeypatch):
+    from tests.web.web_harness import chain
+    from tests.web.web_test_nodes import make_test_registry
+
+    gate, imported = threading.Event(), []
+
+    def gated_import(name: str) -> None:
+        if name != "torch":  # torch is imported; the rest of the runtime stalls until the gate opens
+            gate.wait(30)
+        imported.append(name)
+    monkeypatch.setattr(warmup, "_import_quietly", gated_import)
+    state = build_state(ServerConfig(base_dir=tmp_path, port=0, custom_node_dirs=()), registry=make_test_registry())
+    runner, urls = await start_server(state, frontend=False, warm_up=True)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{urls[0]}/prompt", json={"prompt": chain(1), "prompt_id": EARLY}) as resp:
+                assert resp.status == 200
+            while True:  # bounded by the test timeout
+                async with session.get(f"{urls[0]}/history/{EARLY}") as resp:
+                    if await resp.json():
+                        break
+                await asyncio.sleep(0.02)
+            assert imported == ["torch"] and not gate.is_set()  # finished with the rest still waiting
+    finally:
+        gate.set()
+        await runner.cleanup()
