@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_core.families.ace_step.clip import LyricVocabularyUnavailable
 from nodes.ace_step_nodes import empty_ace_step_latent_audio, text_encode_ace_step
 from nodes.errors import NodeInputError
 from tests.fixtures.ace1_files import TEXT_DIM, write_ace1_checkpoint
@@ -33,8 +32,12 @@ def test_text_encode_sets_lyrics_and_strength_then_samples_and_decodes(loaded):
     states, options = cond[0]
     assert states.shape[0] == 1 and states.shape[2] == TEXT_DIM
     assert options["lyrics_strength"] == 0.6 and options["conditioning_lyrics"].tolist() == [[261, 2, 2]]
-    with pytest.raises(LyricVocabularyUnavailable, match="vocab.json"):
-        text_encode_ace_step(clip, "pop", "la la la", 1.0)
+    (sung,) = text_encode_ace_step(clip, "pop", "la la la", 1.0)  # [en] la [SPACE] la [SPACE] la, line end
+    assert sung[0][1]["conditioning_lyrics"].tolist() == [[261, 259, 494, 2, 494, 2, 494, 2]]
+    weighted = clip.tokenize("pop", lyrics="(la)")["lyrics"]  # ComfyUI's weights reach the lyric tokens
+    assert weighted == [[(261, 1.0), (259, pytest.approx(1.1)), (494, pytest.approx(1.1)), (2, pytest.approx(1.1))]]
+    assert [t for t, _ in clip.tokenize("pop", lyrics="(la)", disable_weights=True)["lyrics"][0]] == [261, 259, 5,
+                                                                                                       494, 6, 2]
     with pytest.raises(NodeInputError):
         text_encode_ace_step(object(), "pop", "", 1.0)
 

@@ -18,8 +18,8 @@ As ComfyUI has it (`supported_models.ACEStep`, `model_base.ACEStep`, `model_dete
   its patcher `comfy_core/patching/music_dcae_vae.py`), UMT5-base under `text_encoders.umt5base.`;
 - bf16 / fp32, memory factor 0.5.
 
-The text set: `clip.py` (UMT5-base and the lyric tokens; the lyric BPE vocabulary is not available
-here, so only blank lyrics tokenize: `LyricVocabularyUnavailable` otherwise).
+The text set: `clip.py` (UMT5-base and the lyric tokens: ComfyUI's lyric tokenizer over ACE-Step's
+BPE vocabulary, `comfy_core/text_encoders/ace_lyrics.py`).
 """
 from __future__ import annotations
 

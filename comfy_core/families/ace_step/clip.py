@@ -6,12 +6,10 @@ model (`spiece_model`) with an end token, minimum length 1, no pooled output; an
 which the set hands on as `conditioning_lyrics` `[1, L]` (token ids: the DiT embeds them itself).
 Loaded from the all-in-one checkpoint's `text_encoders.umt5base.transformer.`.
 
-Lyric tokenization (ComfyUI's `VoiceBpeTokenizer` call): start token 261, then per line of the
-lyrics a blank line gives token 2, another line its BPE tokens (after ACE-Step's multilingual
-text cleaners, a `[lang]` prefix and spaces as `[SPACE]`) followed by 2. The BPE vocabulary
-(ACE-Step's `ace_lyrics_tokenizer/vocab.json`, Apache-2.0) is not in any package this project
-installs, so lyrics with any non-blank line raise `LyricVocabularyUnavailable` naming it; blank
-lyrics tokenize exactly (`[261, 2]` for an empty string).
+The lyric tokens are ComfyUI's `LyricsTokenizer` chunk (`comfy_core/text_encoders/ace_lyrics.py`:
+`[START]` 261, then per line its language tag and BPE tokens after ACE-Step's text cleaners, or
+nothing for a blank line, each line closed by 2), over ACE-Step's lyric vocabulary (shipped in
+`comfy_core/text_encoders/data/ace_lyrics/`, Apache-2.0).
 """
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ from typing import Any, Mapping
 
 import torch
 
+from comfy_core.text_encoders.ace_lyrics import shared_lyrics_tokenizer
 from comfy_core.text_encoders.encoder_set import PAD_ZERO, EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.errors import TokenizeError
 from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
@@ -27,31 +26,11 @@ from comfy_core.text_encoders.t5_config import UMT5_SLOT
 TOKEN_KEY = "umt5base"  # ComfyUI's tokens key and the set's child name
 LYRICS_KEY = "lyrics"
 UMT5_BASE_WIDTH = 768
-LYRIC_START, LYRIC_LINE_END = 261, 2
-VOCABULARY = "ace_lyrics_tokenizer/vocab.json"
-
-
-class LyricVocabularyUnavailable(TokenizeError):
-    """ACE-Step's lyric BPE vocabulary is not available here (see the module doc)."""
-
-
-def lyric_tokens(lyrics: str) -> list[int]:
-    """ComfyUI's lyric token ids for `lyrics` (module doc); a `LyricVocabularyUnavailable` for a
-    non-blank line."""
-    ids = [LYRIC_START]
-    for number, line in enumerate(lyrics.split("\n"), start=1):
-        if line.strip():
-            raise LyricVocabularyUnavailable(
-                f"ACE-Step lyrics: line {number} ({line.strip()[:40]!r}) needs ACE-Step's lyric BPE vocabulary "
-                f"({VOCABULARY}, Apache-2.0, from the ace-step package), which is not installed here; only blank "
-                "lyrics (instrumentals) tokenize")
-        ids.append(LYRIC_LINE_END)
-    return ids
 
 
 class AceT5Tokenizer(FamilyTokenizer):
     """ComfyUI's `comfy.text_encoders.ace.AceT5Tokenizer`: `umt5base` tokens of the tags and
-    `lyrics` tokens of `lyrics=` (weight 1 each, one chunk)."""
+    `lyrics` tokens of `lyrics=` (one chunk; see `ace_lyrics.AceLyricsTokenizer`)."""
 
     clip_name, clip = TOKEN_KEY, f"clip_{TOKEN_KEY}"
 
@@ -59,10 +38,16 @@ class AceT5Tokenizer(FamilyTokenizer):
     def umt5base(self) -> Any:
         return getattr(self, UMT5_SLOT)
 
+    @property
+    def voicebpe(self) -> Any:
+        """ComfyUI's `AceT5Tokenizer.voicebpe`: the lyric tokenizer (`tokenize_with_weights`)."""
+        return shared_lyrics_tokenizer()
+
     def tokenize_with_weights(self, text: str, return_word_ids: bool = False, **kwargs: Any) -> dict[str, Any]:
         out = {TOKEN_KEY: getattr(self, UMT5_SLOT).tokenize_with_weights(text, return_word_ids)}
-        ids = lyric_tokens(kwargs.get("lyrics", ""))
-        out[LYRICS_KEY] = [[(i, 1.0, 0) if return_word_ids else (i, 1.0) for i in ids]]
+        lyric_options = {k: v for k, v in kwargs.items() if k in ("disable_weights", "tokenizer_options")}
+        out[LYRICS_KEY] = self.voicebpe.tokenize_with_weights(kwargs.get("lyrics", ""), return_word_ids,
+                                                              **lyric_options)
         return out
 
     def state_dict(self) -> dict:
@@ -101,4 +86,4 @@ ACE_TEXT_ENCODERS = EncoderSetSpec(
                            nominal_width=UMT5_BASE_WIDTH, min_length=1),),
     UMT5_SLOT, set_class=AceT5Model, tokenizer_class=AceT5Tokenizer, clip_types=())
 
-__all__ = ["ACE_TEXT_ENCODERS", "AceT5Model", "AceT5Tokenizer", "LyricVocabularyUnavailable", "lyric_tokens"]
+__all__ = ["ACE_TEXT_ENCODERS", "AceT5Model", "AceT5Tokenizer"]
