@@ -51,8 +51,10 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.ldm.audio.*": _FAMILY.format("Stable Audio"),
     "comfy.text_encoders.sa_t5": _FAMILY.format("Stable Audio"),
     "comfy.ldm.mmaudio*": _FAMILY.format("MMAudio"),
-    "comfy.audio_encoders.*": _FAMILY.format("audio encoders: wav2vec2, Whisper"),
-    "comfy_extras.nodes_audio_encoder": _FAMILY.format("audio encoders: wav2vec2, Whisper"),
+    "comfy.audio_encoders.wav2vec2": ("network internals: the audio encoders are comfy_core/audio_encoders' networks, "
+                                      "reached through comfy.audio_encoders.audio_encoders"),
+    "comfy.audio_encoders.whisper": ("network internals: the audio encoders are comfy_core/audio_encoders' networks, "
+                                     "reached through comfy.audio_encoders.audio_encoders"),
     "comfy.ldm.aura.*": _FAMILY.format("AuraFlow"),
     "comfy.text_encoders.aura_t5": _FAMILY.format("AuraFlow"),
     "comfy.ldm.cascade.*": _FAMILY.format("Stable Cascade"),
@@ -127,6 +129,10 @@ LEFT_OUT_MODULES: dict[str, str] = {
 # modules packs use most are listed name by name, so a regression there is never hidden; model
 # internals are listed by module.
 LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    'comfy.audio_encoders.audio_encoders': (
+        ("the networks' classes it imports (ComfyUI's constructors take dtype / device / operations): "
+         "`AudioEncoderModel` builds comfy_core/audio_encoders' networks from ComfyUI's config dict"),
+        ('Wav2Vec2Model', 'WhisperLargeV3',)),
     'comfy.cli_args': (
         ('argparse internals (the parser, its option groups, `EnumAction`, `is_valid_directory`): the flags '
          'are parsed by web/flags.py; packs read `args`, which exists'),
