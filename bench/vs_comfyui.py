@@ -1,6 +1,7 @@
 """Side by side with ComfyUI on the same machine: the figures of issue 17, ours and theirs, in one run.
 
     .venv/bin/python bench/vs_comfyui.py [--figures start,first_step,load,step] [--runs 3] [--keep DIR]
+                                         [--neighbour off|on|both]
     COMFYUI_DIR=~/ComfyUI COMFYUI_PYTHON=~/ComfyUI/venv/bin/python .venv/bin/python bench/vs_comfyui.py
 
 Writes a random SD1.5-shaped fp16 checkpoint (real key names and shapes, 2.13 GB; see
@@ -16,6 +17,11 @@ process, alternating ours / ComfyUI so that a drift of the machine hits both ali
 - `step`: one KSampler step at 512x512, batch 1, cfg 7, euler (the median interval between step
   callbacks of a 3-step sample), fp32.
 
+Every figure is measured idle and again with a CPU-bound neighbour (one process spinning on one
+core throughout; `--neighbour off|on|both`). The step row adds the roofline: the step's FLOPs
+(counted once on the meta device) over its time, against this machine's fp32 matmul peak at the
+same thread count. Both checkouts' bytecode is compiled first (as on an installed machine).
+
 ComfyUI runs with `--cpu --use-pytorch-cross-attention` (its fastest CPU attention; its default
 on a CPU is the slower sub-quadratic one), overridable with `--comfyui-flags`. Without the two
 environment variables only our figures are printed. Each figure: the median of `--runs`, with
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -133,12 +140,28 @@ def _child(impl: str, checkpoint: Path, figure: str, comfy: tuple[str, str] | No
     return json.loads(lines[-1])
 
 
+@contextlib.contextmanager
+def _neighbour(on: bool):
+    """A CPU-bound neighbour: one process spinning on one core while the block runs (the issue's
+    condition "with a CPU-bound neighbour": the machine shared with one busy job)."""
+    if not on:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def _compile_bytecode(python: str, folder: Path) -> None:
     """Both sides run as an installed server runs after its first start: with its modules'
     bytecode cached. Python writes it on first import, except where PYTHONDONTWRITEBYTECODE is set
     (as on the machine these figures come from), where every start would compile every module
     from source again, and our lazily imported modules would count that inside the prompt."""
-    subprocess.run([python, "-m", "compileall", "-q", "-j", "0", str(folder)], cwd=folder,
+    # -I: the folder's own modules (ours has graph/types.py) must not shadow the standard library's
+    subprocess.run([python, "-I", "-m", "compileall", "-q", "-j", "0", str(folder)],
                    stdout=subprocess.DEVNULL, check=False)
 
 
@@ -156,6 +179,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="write the checkpoint here (or reuse it) and keep it")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for load/step")
     parser.add_argument("--comfyui-flags", default=DEFAULT_COMFY_FLAGS)
+    parser.add_argument("--neighbour", choices=("off", "on", "both"), default="both",
+                        help="measure idle, with a CPU-bound neighbour, or both (default)")
     args = parser.parse_args()
     figures = [f for f in args.figures.split(",") if f]
     unknown = sorted(set(figures) - set(FIGURES))
@@ -180,28 +205,41 @@ def main() -> None:
             _compile_bytecode(comfy_python, Path(comfy_dir))
         print(f"checkpoint {checkpoint} ({checkpoint.stat().st_size / 1e9:.2f} GB), {args.runs} runs each, "
               f"{args.threads} threads; ComfyUI: {comfy_dir + ' ' + args.comfyui_flags if comfy else 'not given'}")
-        results: dict[str, dict[str, list[float]]] = {impl: {f: [] for f in figures} for impl in impls}
-        for run in range(args.runs):
-            for impl in impls if run % 2 == 0 else impls[::-1]:
-                if "start" in figures or "first_step" in figures:
-                    served = asyncio.run(_serve_and_prompt(impl, checkpoint, comfy, flags))
-                    for figure in ("start", "first_step"):
-                        if figure in figures:
-                            results[impl][figure].append(served[figure])
-                for figure in ("load", "step"):
-                    if figure in figures:
-                        results[impl][figure].append(_child(impl, checkpoint, figure, comfy, flags,
-                                                            args.threads)["seconds"])
+        conditions = {"off": ["idle"], "on": ["neighbour"], "both": ["idle", "neighbour"]}[args.neighbour]
         names = {"start": "start to first /object_info", "first_step": "cold POST /prompt to first step",
                  "load": "checkpoint load (library, CPU default)", "step": "one KSampler step 512², cfg 7, fp32"}
-        for figure in figures:
-            ours = statistics.median(results["ours"][figure])
-            line = f"{names[figure]:42s} ours {ours:7.2f} s"
-            if comfy:
-                theirs = statistics.median(results["comfyui"][figure])
-                line += f"   ComfyUI {theirs:7.2f} s   ratio {ours / theirs:5.2f}x"
-            runs = "; ".join(f"{impl} " + ", ".join(f"{v:.2f}" for v in results[impl][figure]) for impl in impls)
-            print(f"{line}   ({runs})")
+        roof = _child("ours", checkpoint, "roofline", comfy, flags, args.threads) if "step" in figures else None
+        for condition in conditions:
+            results: dict[str, dict[str, list[float]]] = {impl: {f: [] for f in figures} for impl in impls}
+            with _neighbour(condition == "neighbour"):
+                for run in range(args.runs):
+                    for impl in impls if run % 2 == 0 else impls[::-1]:
+                        if "start" in figures or "first_step" in figures:
+                            served = asyncio.run(_serve_and_prompt(impl, checkpoint, comfy, flags))
+                            for figure in ("start", "first_step"):
+                                if figure in figures:
+                                    results[impl][figure].append(served[figure])
+                        for figure in ("load", "step"):
+                            if figure in figures:
+                                results[impl][figure].append(_child(impl, checkpoint, figure, comfy, flags,
+                                                                    args.threads)["seconds"])
+            print(f"-- {condition}" + (" (a CPU-bound process spinning on one core throughout)"
+                                       if condition == "neighbour" else ""))
+            for figure in figures:
+                ours = statistics.median(results["ours"][figure])
+                line = f"{names[figure]:42s} ours {ours:7.2f} s"
+                if comfy:
+                    theirs = statistics.median(results["comfyui"][figure])
+                    line += f"   ComfyUI {theirs:7.2f} s   ratio {ours / theirs:5.2f}x"
+                runs = "; ".join(f"{impl} " + ", ".join(f"{v:.2f}" for v in results[impl][figure]) for impl in impls)
+                print(f"{line}   ({runs})")
+                if figure == "step" and roof is not None:
+                    shares = ", ".join(
+                        f"{impl} {roof['step_flops'] / statistics.median(results[impl]['step']) / 1e9:.1f} GFLOP/s = "
+                        f"{roof['step_flops'] / statistics.median(results[impl]['step']) / roof['peak_flops']:.0%}"
+                        for impl in impls)
+                    print(f"{'  roofline':42s} {roof['step_flops'] / 1e12:.2f} TFLOP per step; fp32 matmul peak "
+                          f"{roof['peak_flops'] / 1e9:.1f} GFLOP/s at {args.threads} threads (idle); {shares} of it")
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)

@@ -58,8 +58,37 @@ def _api(impl: str, comfyui: str | None, flags: list[str]):
     return load, comfy.sample.sample, torch
 
 
+def roofline(threads: int) -> dict:
+    """This machine's fp32 matmul peak at `threads` (a 2048^3 torch.mm for ~5 s, wall clock, as the
+    step figure is) and the FLOPs of one step (an SD1.5-layout UNet forward at 512x512, batch 2 for
+    the cfg pair; convolutions and matmuls, counted by torch's FlopCounterMode): the step's
+    achieved GFLOP/s over that peak is its roofline fraction."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from comfy_core.models.unet import UNetConfig, UNetModel
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.mm(a, b)
+    started, n = time.perf_counter(), 0
+    while time.perf_counter() - started < 5.0:
+        torch.mm(a, b)
+        n += 1
+    peak = 2 * 2048 ** 3 * n / (time.perf_counter() - started)
+    with torch.device("meta"):
+        net = UNetModel(UNetConfig())
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        net(torch.randn(2, 4, 64, 64, device="meta"), torch.tensor([500.0, 500.0], device="meta"),
+            torch.randn(2, 77, 768, device="meta"))
+    return {"peak_flops": peak, "step_flops": counter.get_total_flops()}
+
+
 def measure(impl: str, checkpoint: Path, figure: str, steps: int, threads: int, comfyui: str | None,
             flags: list[str]) -> dict:
+    if figure == "roofline":
+        return roofline(threads)
     load, sample, torch = _api(impl, comfyui, flags)
     torch.set_num_threads(threads)
     cpu, started = _cpu_s(), time.perf_counter()
@@ -103,7 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("impl", choices=("ours", "comfyui"))
     parser.add_argument("checkpoint", type=Path)
-    parser.add_argument("figure", choices=("load", "step"))
+    parser.add_argument("figure", choices=("load", "step", "roofline"))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--comfyui", default=None)

@@ -104,11 +104,23 @@ def positional_binder(node_id: str, method_name: str,
 DEFAULT_FUNCTION = "execute"
 
 
-def _builtin_function(node_id: str) -> Callable | None:
+@functools.lru_cache(maxsize=None)
+def _builtin_index() -> tuple[dict[str, Callable], dict[str, dict[str, Callable]]]:
+    """The built-in node functions by node id (the first of an id) and by python_module (then
+    by node id, the last of an id), listed once: each `nodes.KSampler`-style read and each
+    `comfy_extras.nodes_*` module packs import used to list every node module again (some 200
+    listings with 36 popular packs, issue 33)."""
+    by_id: dict[str, Callable] = {}
+    by_module: dict[str, dict[str, Callable]] = {}
     for fn in builtin_node_functions():
-        if fn.__node_spec__.node_id == node_id:
-            return fn
-    return None
+        spec = fn.__node_spec__
+        by_id.setdefault(spec.node_id, fn)
+        by_module.setdefault(spec.python_module, {})[spec.node_id] = fn
+    return by_id, by_module
+
+
+def _builtin_function(node_id: str) -> Callable | None:
+    return _builtin_index()[0].get(node_id)
 
 
 @functools.lru_cache(maxsize=None)
@@ -311,8 +323,7 @@ def schema_of(spec: NodeSpec) -> Any:
 def module_node_classes(module: str) -> dict[str, type]:
     """The facades of the built-in nodes ComfyUI keeps in `module` (their spec's python_module,
     e.g. "comfy_extras.nodes_mask"), by node id: what `comfy_extras.nodes_mask.GrowMask` is here."""
-    return {fn.__node_spec__.node_id: _facade_for_function(fn) for fn in builtin_node_functions()
-            if fn.__node_spec__.python_module == module}
+    return {node_id: _facade_for_function(fn) for node_id, fn in _builtin_index()[1].get(module, {}).items()}
 
 
 def comfy_class_names(classes: dict[str, type]) -> dict[str, type]:

@@ -14,6 +14,16 @@ fails with "module functions cannot set METH_CLASS or METH_STATIC") and our own 
 alive whose name is missing from `sys.modules`, that was not already out of `sys.modules` before
 the import, and whose file is not under one of the pack folders, is put back under its name.
 What the pack dropped of its own files stays dropped, as in ComfyUI.
+
+Finding them costs little: the modules that were in `sys.modules` are one dict copy taken before
+the import, and the ones made during it are found among the objects made during it only, by
+freezing the collector's objects for the import's duration (`gc.freeze()`: `gc.get_objects()`
+then lists only what was made since; `gc.unfreeze()` afterwards hands the rest back to the
+collector as it was). Scanning every object of the process before and after each pack, as the
+first version did, took 0.2-0.5 s per pack once torch was loaded: most of the start-up time with
+tens of packs (issue 33, bench/pack_startup.py). Where that cannot be used (another import is
+being watched at the same time, e.g. one abandoned past its time limit, or the process froze
+objects itself) the import is watched with whole-heap scans as before.
 """
 from __future__ import annotations
 
@@ -21,6 +31,7 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Iterator
@@ -63,20 +74,39 @@ def _pack_folders(pack_roots: Iterable[str | os.PathLike]) -> list[str]:
     return folders
 
 
+_watching = threading.Lock()  # held while an import is watched with frozen objects
+
+
 @contextlib.contextmanager
 def keep_shared_modules(pack_roots: Iterable[str | os.PathLike]) -> Iterator[None]:
     """Around one pack import: restore the modules it dropped that are not under `pack_roots`."""
     roots = _pack_folders(pack_roots)
-    # held (not only their ids) for the import's duration, so no id is reused by a new module
-    already_detached = _detached_modules()
-    skip = {id(m) for m in already_detached}
+    before = dict(sys.modules)  # held for the import's duration: these come back if dropped
+    frozen = gc.get_freeze_count() == 0 and _watching.acquire(blocking=False)
+    if frozen:
+        gc.freeze()  # gc.get_objects() lists only objects made from here on
+        skip: set[int] = set()
+    else:
+        # held (not only their ids) for the import's duration, so no id is reused by a new module
+        already_detached = _detached_modules()
+        skip = {id(m) for m in already_detached}
     try:
         yield
     finally:
-        for module in _detached_modules():
+        try:
+            made = _detached_modules()  # with frozen objects: only those made during the import
+        finally:
+            if frozen:
+                gc.unfreeze()
+                _watching.release()
+        dropped = [m for name, m in before.items() if name not in sys.modules
+                   and issubclass(type(m), ModuleType) and getattr(m, "__name__", None) == name]
+        seen: set[int] = set()
+        for module in [*made, *dropped]:
             name = module.__name__
-            if id(module) in skip or name in sys.modules or not _imported_as(module):
+            if id(module) in skip or id(module) in seen or name in sys.modules or not _imported_as(module):
                 continue
+            seen.add(id(module))
             places = [getattr(module, "__file__", None), *list(getattr(module, "__path__", None) or [])]
             if any(_under(place, roots) for place in places):
                 continue  # the pack's own module, which it meant to drop
