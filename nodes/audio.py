@@ -10,6 +10,8 @@ SaveAudio (FLAC), SaveAudioMP3, SaveAudioOpus, PreviewAudio. AUDIO is ComfyUI's 
   `extra_pnginfo` key as JSON tags unless `--disable-metadata`, and return
   `{"ui": {"audio": [{filename, subfolder, type}]}}`, which the editor plays.
 - PreviewAudio writes FLAC into the temp folder, `ComfyUI_temp_<5 random letters>`.
+- Today's ComfyUI: SaveAudio / SaveAudioMP3 / SaveAudioOpus / PreviewAudio pass their AUDIO on as an
+  output `audio` (V3 nodes; the three single-format ones deprecated, "(DEPRECATED)" in their names).
 - SaveAudioAdvanced (today's ComfyUI, "Save Audio (Advanced)"): one node for the three formats, a
   `format` DynamicCombo (flac; mp3 with quality V0 / 128k / 320k; opus with quality 64k .. 320k),
   the files as the save nodes above, and the AUDIO passed on as its output.
@@ -21,7 +23,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from graph.native import Combo, Hidden, Input, Output, String, node
+from graph.native import Combo, Output, node
 from graph import v3_schema as v3
 from nodes._media_files import input_files_of, media_errors, validate_file
 from nodes.environment import current_env
@@ -96,35 +98,52 @@ def load_audio(audio: str) -> tuple[dict]:
     return ({"waveform": waveform.unsqueeze(0), "sample_rate": sample_rate},)
 
 
-_SAVE_INPUTS = [Input("audio", "AUDIO"), String("filename_prefix", default="audio/ComfyUI")]
-_HIDDEN = [Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")]
+# Today's ComfyUI (comfy_extras/nodes_audio.py, V3): the four save / preview nodes pass their AUDIO
+# on as an output "audio" (a graph may go on from saved audio); the three single-format save nodes
+# are deprecated in favour of SaveAudioAdvanced.
+_PREFIX = v3.String("filename_prefix", default="audio/ComfyUI")
+_AUDIO_OUT = [v3.Output("AUDIO", "audio")]
 
 
-@node("SaveAudio", category="audio", display_name="Save Audio (FLAC)", output_node=True, python_module=MODULE,
-      inputs=[*_SAVE_INPUTS, *_HIDDEN])
+def _passed_on(audio: Any, saved: dict) -> dict:
+    return {"ui": saved["ui"], "result": (audio,)}
+
+
+@v3.v3_node("SaveAudio", display_name="Save Audio (FLAC) (DEPRECATED)", category="audio", python_module=MODULE,
+            search_aliases=["export flac"], essentials_category="Audio", deprecated=True, output_node=True,
+            inputs=[v3.Socket("audio", "AUDIO"), _PREFIX], outputs=_AUDIO_OUT)
 def save_audio(audio: dict, filename_prefix: str = "ComfyUI", prompt: Any = None, extra_pnginfo: Any = None) -> dict:
-    return write_audio_files(audio, filename_prefix, "output", "flac", None, prompt, extra_pnginfo)
+    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", "flac", None, prompt, extra_pnginfo))
 
 
-@node("SaveAudioMP3", category="audio", display_name="Save Audio (MP3)", output_node=True, python_module=MODULE,
-      inputs=[*_SAVE_INPUTS, Combo("quality", MP3_QUALITIES, default="V0"), *_HIDDEN])
+@v3.v3_node("SaveAudioMP3", display_name="Save Audio (MP3) (DEPRECATED)", category="audio", python_module=MODULE,
+            search_aliases=["export mp3"], essentials_category="Audio", deprecated=True, output_node=True,
+            inputs=[v3.Socket("audio", "AUDIO"), _PREFIX, v3.Combo("quality", MP3_QUALITIES, default="V0")],
+            outputs=_AUDIO_OUT)
 def save_audio_mp3(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k", prompt: Any = None,
                    extra_pnginfo: Any = None) -> dict:
-    return write_audio_files(audio, filename_prefix, "output", "mp3", quality, prompt, extra_pnginfo)
+    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", "mp3", quality, prompt,
+                                               extra_pnginfo))
 
 
-@node("SaveAudioOpus", category="audio", display_name="Save Audio (Opus)", output_node=True, python_module=MODULE,
-      inputs=[*_SAVE_INPUTS, Combo("quality", OPUS_QUALITIES, default="128k"), *_HIDDEN])
+@v3.v3_node("SaveAudioOpus", display_name="Save Audio (Opus) (DEPRECATED)", category="audio", python_module=MODULE,
+            search_aliases=["export opus"], deprecated=True, output_node=True,
+            inputs=[v3.Socket("audio", "AUDIO"), _PREFIX, v3.Combo("quality", OPUS_QUALITIES, default="128k")],
+            outputs=_AUDIO_OUT)
 def save_audio_opus(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k", prompt: Any = None,
                     extra_pnginfo: Any = None) -> dict:
-    return write_audio_files(audio, filename_prefix, "output", "opus", quality, prompt, extra_pnginfo)
+    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", "opus", quality, prompt,
+                                               extra_pnginfo))
 
 
-@node("PreviewAudio", category="audio", display_name="Preview Audio", output_node=True, python_module=MODULE,
-      inputs=[Input("audio", "AUDIO"), *_HIDDEN])
+@v3.v3_node("PreviewAudio", display_name="Preview Audio", category="audio", python_module=MODULE,
+            description="Preview the audio without saving it to the ComfyUI output directory.",
+            search_aliases=["preview", "preview audio", "play audio"], output_node=True,
+            inputs=[v3.Socket("audio", "AUDIO")], outputs=_AUDIO_OUT)
 def preview_audio(audio: dict, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     suffix = "".join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
-    return write_audio_files(audio, f"ComfyUI_temp_{suffix}", "temp", "flac", None, prompt, extra_pnginfo)
+    return _passed_on(audio, write_audio_files(audio, f"ComfyUI_temp_{suffix}", "temp", "flac", None, prompt,
+                                               extra_pnginfo))
 
 
 SAVE_FORMATS = (v3.ComboOption("flac", ()),

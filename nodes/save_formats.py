@@ -12,6 +12,9 @@ unless the host runs with `--disable-metadata` (the environment's `disable_metad
 - APNG: private `comf` chunks after the image data, `<key>\\0<json>` in Latin-1;
 - SVG: a `<metadata>` element with a CDATA block of indented JSON after each `<svg ...>` tag
   (ComfyUI writes it even under --disable-metadata; it is honoured here).
+
+Today's ComfyUI's SaveAnimatedWEBP / SaveAnimatedPNG / SaveSVGNode (V3) also pass their input on (an
+IMAGE output, an SVG one).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graph.native import Boolean, Combo, Float, Hidden, Input, Int, String, node
+from graph import v3_schema as v3
 import nodes.checks as checks
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
@@ -136,12 +139,14 @@ def _location(images: torch.Tensor, filename_prefix: Any) -> tuple[Path, str, in
                              int(images.shape[1]))
 
 
-@node("SaveAnimatedWEBP", category="image/animation", output_node=True, python_module=MODULE,
-      inputs=[Input("images", "IMAGE"), String("filename_prefix", default="ComfyUI"),
-              Float("fps", default=6.0, min=0.01, max=1000.0, step=0.01),
-              Boolean("lossless", default=True), Int("quality", default=80, min=0, max=100),
-              Combo("method", list(WEBP_METHODS)),
-              Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
+# Today's ComfyUI (comfy_extras/nodes_images.py, V3): both animated savers sit in "image", are named
+# "Save Animated WEBP / PNG" and pass their images on as an IMAGE output "images".
+@v3.v3_node("SaveAnimatedWEBP", display_name="Save Animated WEBP", category="image", output_node=True,
+            python_module=MODULE, outputs=[v3.Output("IMAGE", "images")],
+            inputs=[v3.Socket("images", "IMAGE"), v3.String("filename_prefix", default="ComfyUI"),
+                    v3.Float("fps", default=6.0, min=0.01, max=1000.0, step=0.01),
+                    v3.Boolean("lossless", default=True), v3.Int("quality", default=80, min=0, max=100),
+                    v3.Combo("method", list(WEBP_METHODS))])
 def save_animated_webp(images: torch.Tensor, filename_prefix: str, fps: float, lossless: bool, quality: int,
                        method: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """The batch as one animated WEBP, a frame per image at `fps`; one image is a still WEBP
@@ -158,14 +163,14 @@ def save_animated_webp(images: torch.Tensor, filename_prefix: str, fps: float, l
     frames[0].save(folder / name, save_all=True, duration=duration, append_images=frames[1:], exif=exif,
                    lossless=bool(lossless), quality=quality, method=effort)
     return {"ui": {"images": [{"filename": name, "subfolder": subfolder, "type": "output"}],
-                   "animated": (len(frames) != 1,)}}
+                   "animated": (len(frames) != 1,)}, "result": (images,)}
 
 
-@node("SaveAnimatedPNG", category="image/animation", output_node=True, python_module=MODULE,
-      inputs=[Input("images", "IMAGE"), String("filename_prefix", default="ComfyUI"),
-              Float("fps", default=6.0, min=0.01, max=1000.0, step=0.01),
-              Int("compress_level", default=4, min=0, max=9),
-              Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
+@v3.v3_node("SaveAnimatedPNG", display_name="Save Animated PNG", category="image", output_node=True,
+            python_module=MODULE, outputs=[v3.Output("IMAGE", "images")],
+            inputs=[v3.Socket("images", "IMAGE"), v3.String("filename_prefix", default="ComfyUI"),
+                    v3.Float("fps", default=6.0, min=0.01, max=1000.0, step=0.01),
+                    v3.Int("compress_level", default=4, min=0, max=9, advanced=True)])
 def save_animated_png(images: torch.Tensor, filename_prefix: str, fps: float, compress_level: int,
                       prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """The batch as one animated PNG (APNG), a frame per image at `fps`, zlib level compress_level."""
@@ -179,7 +184,8 @@ def save_animated_png(images: torch.Tensor, filename_prefix: str, fps: float, co
     name = f"{filename}_{counter:05}_.png"
     frames[0].save(folder / name, pnginfo=info, compress_level=compress_level, save_all=True, duration=duration,
                    append_images=frames[1:])
-    return {"ui": {"images": [{"filename": name, "subfolder": subfolder, "type": "output"}], "animated": (True,)}}
+    return {"ui": {"images": [{"filename": name, "subfolder": subfolder, "type": "output"}], "animated": (True,)},
+            "result": (images,)}
 
 
 def _svg_text(document: Any, index: int) -> str:
@@ -191,13 +197,15 @@ def _svg_text(document: Any, index: int) -> str:
     return bytes(raw).decode("utf-8")
 
 
-@node("SaveSVGNode", category="image/save", output_node=True, python_module=MODULE,
-      description="Save SVG files on disk.",
-      inputs=[Input("svg", "SVG"),
-              String("filename_prefix", default="svg/ComfyUI",
-                     tooltip="The prefix for the file to save. This may include formatting information such as "
-                             "%date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes."),
-              Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
+# Today's SaveSVGNode (V3): "Save SVG" in "image", passing its SVG on as an output "svg".
+@v3.v3_node("SaveSVGNode", display_name="Save SVG", category="image", output_node=True, python_module=MODULE,
+            description="Save SVG files on disk.", search_aliases=["export vector", "save vector graphics"],
+            outputs=[v3.Output("SVG", "svg")],
+            inputs=[v3.Socket("svg", "SVG"),
+                    v3.String("filename_prefix", default="svg/ComfyUI",
+                              tooltip="The prefix for the file to save. This may include formatting information "
+                                      "such as %date:yyyy-MM-dd% or %Empty Latent Image.width% to include values "
+                                      "from nodes.")])
 def save_svg(svg: SVG, filename_prefix: str = "svg/ComfyUI", prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """Each document of `svg` as `<prefix>_<counter>_.svg` (`%batch_num%` in the prefix becomes
     its index), with the prompt and workflow in a `<metadata>` element."""
@@ -221,4 +229,4 @@ def save_svg(svg: SVG, filename_prefix: str = "svg/ComfyUI", prompt: Any = None,
         (folder / name).write_bytes(text.encode("utf-8"))
         results.append({"filename": name, "subfolder": subfolder, "type": "output"})
         counter += 1
-    return {"ui": {"images": results}}
+    return {"ui": {"images": results}, "result": (svg,)}

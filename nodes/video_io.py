@@ -11,6 +11,7 @@ comfy_core.video (PyAV).
 - Metadata: SaveVideo writes the workflow (each `extra_pnginfo` key) and `prompt` as JSON tags,
   SaveWEBM `prompt` then the extra keys, as ComfyUI; `--disable-metadata` drops them for both
   (ComfyUI's SaveWEBM ignores the flag; honoured here).
+- Today's ComfyUI: SaveVideo passes its VIDEO on (output `video`), SaveWEBM its images (`images`).
 - LoadVideo's validation decodes the first frame, so a corrupt or non-video file refuses the
   prompt (a 400 naming the file) instead of failing later in a downstream node; change detection
   is the file's mtime, as ComfyUI.
@@ -88,8 +89,13 @@ def load_video(file: str) -> tuple[Any]:
     return (VideoFromFile(str(annotated_path(current_env(), file, input_name="file"))),)
 
 
+# Today's ComfyUI passes the video on (an output "video", "The input video, unchanged."): templates go on
+# from it (Wan-Animate-2's "Video Stitch" subgraph). Its 2026 inputs (a `format` DynamicCombo of
+# auto / mp4 / mkv / webm, each with a `codec` DynamicCombo and an h264 / av1 re-encode `crf`) are
+# not built here yet: this keeps 0.3.64's format / codec combos.
 @node("SaveVideo", category=CATEGORY, display_name="Save Video", output_node=True, python_module=MODULE,
       description="Saves the input images to your ComfyUI output directory.",
+      outputs=[Output("VIDEO", "video", tooltip="The input video, unchanged.")],
       inputs=[Input("video", "VIDEO", tooltip="The video to save."),
               Input("filename_prefix", "STRING", default="video/ComfyUI", multiline=False, tooltip=PREFIX_TIP),
               Combo("format", CONTAINERS, default="auto", tooltip="The format to save the video as."),
@@ -116,7 +122,7 @@ def save_video(video: Any, filename_prefix: str, format: str, codec: str,  # noq
     name = f"{filename}_{counter:05}_.{extension}"
     with media_errors("video"):
         video.save_to(str(folder / name), format=format, codec=codec, metadata=metadata)
-    return _saved(name, subfolder)
+    return {**_saved(name, subfolder), "result": (video,)}
 
 
 @node("CreateVideo", category=CATEGORY, display_name="Create Video", python_module=MODULE,
@@ -150,7 +156,9 @@ def get_video_components(video: Any) -> tuple[Any, Any, float]:
     return components.images, components.audio, float(components.frame_rate)
 
 
+# Today's SaveWEBM passes its images on (an IMAGE output "images").
 @node("SaveWEBM", category=CATEGORY, display_name=None, experimental=True, output_node=True, python_module=MODULE,
+      outputs=[Output("IMAGE", "images")],
       inputs=[Input("images", "IMAGE"), Input("filename_prefix", "STRING", default="ComfyUI", multiline=False),
               Combo("codec", WEBM_CODECS),
               Float("fps", default=24.0, min=0.01, max=1000.0, step=0.01),
@@ -179,7 +187,7 @@ def save_webm(images: torch.Tensor, filename_prefix: str, codec: str, fps: float
     name = f"{filename}_{counter:05}_.webm"
     with media_errors("images"):
         write_webm(str(folder / name), images, codec, fps, crf, metadata)
-    return _saved(name, subfolder)
+    return {**_saved(name, subfolder), "result": (images,)}
 
 
 __all__ = ["load_video", "save_video", "create_video", "get_video_components", "save_webm"]

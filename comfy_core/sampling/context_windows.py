@@ -18,6 +18,19 @@ Where this differs from 0.3.64, in each case where 0.3.64 fails or ignores the f
 - the step (for the uniform schedules' shifts) is the last sample sigma at or above the current
   one, so samplers that evaluate between steps (DPM++ 2S, Heun-type midpoints) keep working;
 - the timestep is sliced by the window only when the windows run along dim 0 (the batch).
+
+Today's ComfyUI adds (read in a copy of its comfy/context_windows.py; its nodes in
+nodes/context_windows.py), each built here:
+- `causal_window_fix` (default on): a window not starting at frame 0 runs with the frame before it
+  prepended (x, per-frame conds, the dim-0 timestep), and that frame's output is dropped before fusing;
+- `latent_retain_index_list` / `cond_retain_index_list` ("0,2"): sub-position i of every window's x /
+  model conds holds frame i of the whole latent (an I2V start frame kept in every window);
+- `split_conds_to_windows`: a conditioning of several entries (ConditioningCombine) gives each window
+  one entry, the region `int(center_ratio * n)` of its centre `(first + last) / (2 * frames)`;
+- `freenoise` (FreeNoise, Qiu et al. 2023, as AnimateDiff-Evolved applies it): before sampling, each
+  window's frames past the previous window's end are a seeded permutation of the `length - overlap`
+  frames starting where the previous window started (a `sampler_sample` wrapper).
+Not built: ComfyUI's multimodal windows (packed audio-video latents) and LTX guide-frame injection.
 """
 from __future__ import annotations
 
@@ -73,18 +86,45 @@ def _index(dim: int, index: Any) -> tuple:
 
 
 class IndexListContextWindow(ContextWindowABC):
-    """A window as the list of frame positions it holds along `dim`."""
+    """A window as the list of frame positions it holds along `dim`, of a latent of `total_frames`.
+    `causal_anchor_index` (set by a handler with `causal_window_fix`) is a frame prepended to every
+    slice this window takes."""
 
-    def __init__(self, index_list: list[int], dim: int = 0) -> None:
+    def __init__(self, index_list: list[int], dim: int = 0, total_frames: int = 0, context_overlap: int = 0) -> None:
         self.index_list = index_list
         self.context_length = len(index_list)
+        self.context_overlap = context_overlap
         self.dim = dim
+        self.total_frames = total_frames
+        # where the window's centre lies in the video, 0..1 (split_conds_to_windows picks a region by it)
+        self.center_ratio = ((min(index_list) + max(index_list)) / (2 * total_frames)
+                             if total_frames > 0 and index_list else None)
+        self.causal_anchor_index: int | None = None
 
-    def get_tensor(self, full: torch.Tensor, device: Any = None, dim: int | None = None) -> torch.Tensor:
+    def get_tensor(self, full: torch.Tensor, device: Any = None, dim: int | None = None,
+                   retain_index_list: Any = ()) -> torch.Tensor:
+        """This window's frames of `full` along `dim` (the anchor frame first if one is set); with
+        `retain_index_list`, sub-position i holds frame i of `full` instead."""
         dim = self.dim if dim is None else dim
         if dim == 0 and full.shape[0] == 1:  # one row shared by every frame (one prompt for the batch)
             return full
-        return full[_index(dim, self.index_list)].to(device)
+        indices = list(self.index_list)
+        if self.causal_anchor_index is not None and self.causal_anchor_index >= 0:
+            indices = [self.causal_anchor_index] + indices
+        window = full[_index(dim, indices)]  # advanced indexing: a copy, `full` is never written
+        if retain_index_list:
+            for i in retain_index_list:
+                if not 0 <= i < min(len(indices), full.shape[dim]):
+                    raise ContextWindowError(f"retain index {i} lies outside a window of {len(indices)} frames "
+                                             f"of a latent of {full.shape[dim]}")
+            window[_index(dim, list(retain_index_list))] = full[_index(dim, list(retain_index_list))]
+        return window.to(device)
+
+    def get_region_index(self, num_regions: int) -> int:
+        """The region (of `num_regions` equal parts of the video) holding this window's centre."""
+        if self.center_ratio is None:
+            raise ContextWindowError("a window built without total_frames has no region")
+        return min(max(int(self.center_ratio * num_regions), 0), num_regions - 1)
 
     def add_window(self, full: torch.Tensor, to_add: torch.Tensor, dim: int | None = None) -> torch.Tensor:
         dim = self.dim if dim is None else dim
@@ -125,7 +165,9 @@ class IndexListContextHandler(ContextHandlerABC):
     """Windows from `context_schedule`, fused by `fuse_method`, along `dim` of the latent."""
 
     def __init__(self, context_schedule: ContextSchedule, fuse_method: ContextFuseMethod, context_length: int = 1,
-                 context_overlap: int = 0, context_stride: int = 1, closed_loop: bool = False, dim: int = 0) -> None:
+                 context_overlap: int = 0, context_stride: int = 1, closed_loop: bool = False, dim: int = 0,
+                 freenoise: bool = False, cond_retain_index_list: Any = "", split_conds_to_windows: bool = False,
+                 latent_retain_index_list: Any = "", causal_window_fix: bool = True) -> None:
         for name, value, least in (("context_length", context_length, 1), ("context_overlap", context_overlap, 0),
                                    ("context_stride", context_stride, 1), ("dim", dim, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -143,6 +185,15 @@ class IndexListContextHandler(ContextHandlerABC):
         self.dim = dim
         self._step = 0
         self.callbacks: dict = {}
+        for name, value in (("freenoise", freenoise), ("split_conds_to_windows", split_conds_to_windows),
+                            ("causal_window_fix", causal_window_fix)):
+            if not isinstance(value, bool):
+                raise ContextWindowError(f"{name} must be a bool, got {value!r}")
+        self.freenoise = freenoise
+        self.split_conds_to_windows = split_conds_to_windows
+        self.causal_window_fix = causal_window_fix
+        self.cond_retain_index_list = parse_index_list(cond_retain_index_list, "cond_retain_index_list")
+        self.latent_retain_index_list = parse_index_list(latent_retain_index_list, "latent_retain_index_list")
 
     def should_use_context(self, model: Any, conds: list, x_in: torch.Tensor, timestep: torch.Tensor,
                            model_options: dict) -> bool:
@@ -168,14 +219,16 @@ class IndexListContextHandler(ContextHandlerABC):
 
     def _resize_model_cond(self, value: Any, x_in: torch.Tensor, window: IndexListContextWindow, device: Any) -> Any:
         """One model input for a window: tensors (and lists of them) that carry the frame axis
-        sliced; ComfyUI-style CONDRegular objects (a `.cond` tensor) likewise."""
+        sliced; ComfyUI-style CONDRegular objects (a `.cond` tensor) likewise. Both keep
+        `cond_retain_index_list` (ComfyUI's model conds are all CONDRegular objects; ours are tensors)."""
+        retain = self.cond_retain_index_list
         if self._has_frame_axis(value, x_in):
-            return window.get_tensor(value, device)
+            return window.get_tensor(value, device, retain_index_list=retain)
         if isinstance(value, list):
             return [self._resize_model_cond(v, x_in, window, device) for v in value]
         cond = getattr(value, "cond", None)
         if self._has_frame_axis(cond, x_in) and callable(getattr(value, "_copy_with", None)):
-            return value._copy_with(window.get_tensor(cond, device))
+            return value._copy_with(window.get_tensor(cond, device, retain_index_list=retain))
         return value
 
     def get_resized_cond(self, cond_in: list[dict] | None, x_in: torch.Tensor, window: IndexListContextWindow,
@@ -185,6 +238,8 @@ class IndexListContextHandler(ContextHandlerABC):
         SVD's `num_video_frames` becomes the window's length."""
         if cond_in is None:
             return None
+        if self.split_conds_to_windows and len(cond_in) > 1:  # one combined conditioning per region
+            cond_in = [cond_in[window.get_region_index(len(cond_in))]]
         resized = []
         for entry in cond_in:
             out = dict(entry)
@@ -224,7 +279,8 @@ class IndexListContextHandler(ContextHandlerABC):
     def get_context_windows(self, model: Any, x_in: torch.Tensor, model_options: dict) -> list[IndexListContextWindow]:
         full_length = x_in.size(self.dim)
         lists = self.context_schedule.func(full_length, self, model_options)
-        return [IndexListContextWindow(w, dim=self.dim) for w in lists]
+        return [IndexListContextWindow(w, dim=self.dim, total_frames=full_length, context_overlap=self.context_overlap)
+                for w in lists]
 
     def execute(self, calc_cond_batch: Callable, model: Any, conds: list, x_in: torch.Tensor,
                 timestep: torch.Tensor, model_options: dict) -> list[torch.Tensor]:
@@ -265,14 +321,20 @@ class IndexListContextHandler(ContextHandlerABC):
         """Run the model on each window: its slice of x, of the timestep (dim 0) and of the conds."""
         results = []
         for window_idx, window in enumerated_context_windows:
+            # causal_window_fix: the frame before the window rides along (x, conds, dim-0 timestep) and its
+            # output is dropped below; set before the callbacks, which may read it
+            anchor = window.index_list[0] - 1 if self.causal_window_fix else -1
+            window.causal_anchor_index = anchor if 0 <= anchor < x_in.size(self.dim) else None
             for callback in get_all_callbacks(IndexListCallbacks.EVALUATE_CONTEXT_WINDOWS, self.callbacks):
                 callback(self, model, x_in, conds, timestep, model_options, window_idx, window, model_options,
                          device, first_device)
             model_options["transformer_options"][CONTEXT_WINDOW_OPTION] = window
-            sub_x = window.get_tensor(x_in, device)
+            sub_x = window.get_tensor(x_in, device, retain_index_list=self.latent_retain_index_list)
             sub_timestep = window.get_tensor(timestep, device, dim=0) if self.dim == 0 else timestep.to(device)
             sub_conds = [self.get_resized_cond(cond, x_in, window, device) for cond in conds]
             sub_conds_out = calc_cond_batch(model, sub_conds, sub_x, sub_timestep, model_options)
+            if window.causal_anchor_index is not None:
+                sub_conds_out = [o.narrow(self.dim, 1, o.shape[self.dim] - 1) for o in sub_conds_out]
             if device is not None:
                 sub_conds_out = [o.to(x_in.device) for o in sub_conds_out]
             results.append(ContextResults(window_idx, sub_conds_out, sub_conds, window))
@@ -334,19 +396,83 @@ def create_prepare_sampling_wrapper(model: Any) -> None:
                                _prepare_sampling_wrapper)
 
 
+def parse_index_list(value: Any, name: str) -> list[int]:
+    """ComfyUI's retain lists: "0, 2" (or, from a pack, a list of ints); "" or [] for none."""
+    if isinstance(value, str):
+        parts = [part.strip() for part in value.split(",")] if value.strip() else []
+        if not all(part.isdigit() for part in parts):
+            raise ContextWindowError(f"{name} must be comma-separated frame indices >= 0 like '0,2', got {value!r}")
+        return [int(part) for part in parts]
+    if isinstance(value, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                for i in value):
+        return list(value)
+    raise ContextWindowError(f"{name} must be comma-separated frame indices >= 0 like '0,2', got {value!r}")
+
+
+def apply_freenoise(noise: torch.Tensor, dim: int, context_length: int, context_overlap: int,
+                    seed: int) -> torch.Tensor:
+    """FreeNoise's noise rescheduling (Qiu et al., "FreeNoise", 2023; the loop of AnimateDiff-Evolved's
+    sample_settings.py that ComfyUI uses): walking windows of `context_length` by `length - overlap`,
+    the frames after each window (up to one step) become a permutation, drawn from a CPU generator
+    seeded with `seed`, of the as many frames starting where that window starts; in order, so a later
+    step may copy frames an earlier one placed (an overlap longer than the window, which only the batched
+    schedule allows, walks nowhere: unchanged). A new tensor; `noise` is not changed."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ContextWindowError(f"freenoise needs the sampling seed (an int), got {seed!r}")
+    out = noise.clone()
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    frames, step = out.shape[dim], context_length - context_overlap
+    if step == 0:  # the windows would not advance (ComfyUI: range() with step 0 raises)
+        raise ContextWindowError(f"freenoise: context_overlap ({context_overlap}) must differ from "
+                                 f"context_length ({context_length})")
+    for start in range(0, frames - context_length, step):
+        place = start + context_length
+        count = min(step, frames - place)
+        if count <= 0:
+            break
+        source = torch.randperm(count, generator=generator, device="cpu") + start
+        out[_index(dim, slice(place, place + count))] = out[_index(dim, source.to(out.device))]
+    return out
+
+
+def _sampler_sample_wrapper(executor: Any, guider: Any, sigmas: Any, extra_args: dict, callback: Any, noise: Any,
+                            *args: Any, **kwargs: Any) -> Any:
+    """SAMPLER_SAMPLE wrapper: the initial noise rescheduled by FreeNoise when the handler asks for it."""
+    handler = extra_args.get("model_options", {}).get("context_handler")
+    if handler is None:
+        raise ContextWindowError("context windows: the sampler_sample wrapper found no context_handler")
+    if handler.freenoise:
+        noise = apply_freenoise(noise, handler.dim, handler.context_length, handler.context_overlap,
+                                extra_args.get("seed"))
+    return executor(guider, sigmas, extra_args, callback, noise, *args, **kwargs)
+
+
+def create_sampler_sample_wrapper(model: Any) -> None:
+    """Add the FreeNoise wrapper above to a MODEL patcher (the nodes do, with `freenoise` on)."""
+    model.add_wrapper_with_key(WrappersMP.SAMPLER_SAMPLE, "ContextWindows_sampler_sample", _sampler_sample_wrapper)
+
+
 def context_handler(context_schedule: str, fuse_method: str, context_length: int, context_overlap: int,
-                    context_stride: int = 1, closed_loop: bool = False, dim: int = 0) -> IndexListContextHandler:
-    """A handler from the nodes' names and numbers."""
+                    context_stride: int = 1, closed_loop: bool = False, dim: int = 0, *, freenoise: bool = False,
+                    cond_retain_index_list: Any = "", split_conds_to_windows: bool = False,
+                    latent_retain_index_list: Any = "", causal_window_fix: bool = True) -> IndexListContextHandler:
+    """A handler from the nodes' names and numbers (today's ComfyUI's defaults)."""
     return IndexListContextHandler(get_matching_context_schedule(context_schedule),
                                    get_matching_fuse_method(fuse_method), context_length=context_length,
                                    context_overlap=context_overlap, context_stride=context_stride,
-                                   closed_loop=closed_loop, dim=dim)
+                                   closed_loop=closed_loop, dim=dim, freenoise=freenoise,
+                                   cond_retain_index_list=cond_retain_index_list,
+                                   split_conds_to_windows=split_conds_to_windows,
+                                   latent_retain_index_list=latent_retain_index_list,
+                                   causal_window_fix=causal_window_fix)
 
 
 def apply_context_windows(model_patcher: Any, handler: IndexListContextHandler) -> Any:
     """A clone of the MODEL patcher with `handler` in its model options (and the memory-planning
-    wrapper); the input patcher is unchanged."""
+    wrapper, and FreeNoise's when the handler uses it); the input patcher is unchanged."""
     patched = model_patcher.clone()
     patched.model_options["context_handler"] = handler
     create_prepare_sampling_wrapper(patched)
+    if handler.freenoise:
+        create_sampler_sample_wrapper(patched)
     return patched

@@ -1,7 +1,8 @@
 """The converter (graph/editor_workflow.py) against its oracle: ComfyUI's own editor, served by
 our server in Debian's Chromium, loads the same saved workflow and builds its prompt
 (`app.graphToPrompt()`, what Run sends); both prompts must be equal (titles aside). Subgraphs,
-nested ones, promoted widgets, bypass inside, renumbered inner ids and two official templates; and
+nested ones, promoted widgets, bypass inside, renumbered inner ids, two official templates, saves
+older than today's schemas (tests/graph/test_editor_workflow_saved_2026.py); and
 the 2026 nodes' dynamic inputs, built in the editor itself and saved by it (nested dynamic combos
 of SaveImageAdvanced, ResizeImageMaskNode's options, growing inputs)."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.graph.test_editor_workflow_saved_2026 as cases_saved_2026
 import tests.graph.test_editor_workflow_subgraphs as cases
 from graph.editor_workflow import editor_to_prompt
 
@@ -75,6 +77,7 @@ def _workflows() -> dict[str, dict]:
         "renumbered": renumbered,
         "nested proxy widget": cases._nested_proxy_workflow(),
     }
+    hand.update(cases_saved_2026.older_saves())
     workflows = {name: _editor_shape(workflow) for name, workflow in hand.items()}
     for path in sorted(TEMPLATES.glob("*.json")):
         workflows[path.stem] = json.loads(path.read_text())

@@ -210,7 +210,8 @@ def test_a_model_sees_only_windows_of_the_given_length_with_their_conds_sliced()
     conds = _video_conds(11)
     full_concat = conds[0][0]["model_conds"]["c_concat"]
     opts = _options()
-    opts["context_handler"] = context_handler("standard_static", "pyramid", 4, 1, dim=2)
+    # without today's causal fix frame (tests/nodes/test_context_windows_2026.py has it)
+    opts["context_handler"] = context_handler("standard_static", "pyramid", 4, 1, dim=2, causal_window_fix=False)
     model = PerFrameModel(2)
     calc_cond_batch(model, conds, x, SIGMAS[:1], opts)
     expected = [[0, 1, 2, 3], [3, 4, 5, 6], [6, 7, 8, 9], [7, 8, 9, 10]]
@@ -229,7 +230,7 @@ def test_batch_as_frames_slices_the_timestep_per_frame_conds_and_masks():
     mask = torch.rand(8, 2, 2)
     conds = [[{"model_conds": {"c_crossattn": frame_ctx, "num_video_frames": 8}, "mask": mask}]]
     opts = {"transformer_options": {"sample_sigmas": torch.tensor([3.0, 0.0])},
-            "context_handler": context_handler("batched", "flat", 3, 0, dim=0)}
+            "context_handler": context_handler("batched", "flat", 3, 0, dim=0, causal_window_fix=False)}
     model = PerFrameModel(0)
     calc_cond_batch(model, conds, x, sigma, opts)
     assert [c["x"][0] for c in model.calls] == [3, 3, 2]

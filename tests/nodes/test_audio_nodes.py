@@ -55,8 +55,8 @@ def test_save_audio_writes_one_flac_per_batch_item(env):
     audio = tone(batch=2)
     with running_in(env):
         ui = save_audio(audio, "audio/take_%batch_num%", prompt=PROMPT, extra_pnginfo=EXTRA)
-    assert ui == {"ui": {"audio": [{"filename": "take_0_00001_.flac", "subfolder": "audio", "type": "output"},
-                                   {"filename": "take_1_00002_.flac", "subfolder": "audio", "type": "output"}]}}
+    assert ui["ui"] == {"audio": [{"filename": "take_0_00001_.flac", "subfolder": "audio", "type": "output"},
+                                  {"filename": "take_1_00002_.flac", "subfolder": "audio", "type": "output"}]}
     for index, record in enumerate(ui["ui"]["audio"]):
         samples, rate, tags = read(env.output_dir / "audio" / record["filename"])
         assert rate == 22050 and samples.shape == audio["waveform"][index].shape

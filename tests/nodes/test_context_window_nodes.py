@@ -90,15 +90,19 @@ def capture_latent(samples, key):
     return {}
 
 
-def test_the_nodes_are_declared_as_comfyui_declares_them(tmp_path):
+def test_todays_nodes_keep_0364s_inputs_first_so_old_workflows_map_onto_them(tmp_path):
+    # Today's declarations are held to their records (tests/nodes/test_object_info_2026.py); 0.3.64's
+    # widgets are the leading ones of today's, in order, so a 0.3.64 save's positional widgets_values still
+    # land on the same inputs (tests/nodes/test_context_windows_2026.py loads one).
     registry = Registry()
     register_builtin_nodes(registry)
     ours = registry.object_info(Environment.rooted_at(tmp_path))
     theirs = {k: v for k, v in comfyui_object_info().items() if v["python_module"] == cw.MODULE}
     assert set(theirs) == {"ContextWindowsManual", "WanContextWindowsManual"}
-    assert differences({k: ours[k] for k in theirs}, theirs) == {}
     for k in theirs:
-        assert ours[k]["experimental"] is True and ours[k]["description"] == theirs[k]["description"]
+        old, new = theirs[k]["input_order"]["required"], ours[k]["input_order"]["required"]
+        assert new[:len(old)] == old and len(new) > len(old)
+        assert ours[k]["experimental"] is True
 
 
 def test_the_combo_lists_are_the_runtimes_names():
@@ -122,7 +126,7 @@ def test_manual_returns_a_clone_with_the_handler_and_leaves_the_input_alone():
 
 
 @pytest.mark.parametrize("frames, overlap, latent_frames, latent_overlap",
-                         [(81, 30, 21, 8), (1, 0, 1, 0), (85, 1, 22, 1), (17, 4, 5, 1)])
+                         [(81, 30, 21, 7), (1, 0, 1, 0), (85, 1, 22, 0), (17, 4, 5, 1)])  # overlap: n // 4 today
 def test_wan_converts_video_frames_to_latent_frames_on_dim_2(frames, overlap, latent_frames, latent_overlap):
     (patched,) = cw.wan_context_windows_manual(MODEL, frames, overlap, "standard_static", 1, False, "pyramid")
     h = patched.model_options["context_handler"]
@@ -131,7 +135,7 @@ def test_wan_converts_video_frames_to_latent_frames_on_dim_2(frames, overlap, la
 
 def test_an_overlap_as_long_as_the_window_is_refused_except_for_batched():
     with pytest.raises(NodeInputError, match="context_overlap"):
-        cw.wan_context_windows_manual(MODEL, 5, 5, "standard_static", 1, False, "pyramid")  # 2 and 2 latent frames
+        cw.wan_context_windows_manual(MODEL, 5, 8, "standard_static", 1, False, "pyramid")  # 2 and 2 latent frames
     with pytest.raises(NodeInputError, match="context_overlap"):
         cw.context_windows_manual(MODEL, 4, 6, "looped_uniform", 1, False, "flat", 0)
     cw.context_windows_manual(MODEL, 4, 6, "batched", 1, False, "flat", 0)
@@ -181,7 +185,9 @@ async def test_ksampler_with_windows_on_batch_as_frames_through_the_executor(tmp
         "l": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 32, "batch_size": 10}},
         "w": {"class_type": "ContextWindowsManual", "inputs": {
             "model": ["m", 0], "context_length": 4, "context_overlap": 1, "context_schedule": "standard_static",
-            "context_stride": 1, "closed_loop": False, "fuse_method": "pyramid", "dim": 0}},
+            "context_stride": 1, "closed_loop": False, "fuse_method": "pyramid", "dim": 0, "freenoise": False,
+            "cond_retain_index_list": "", "split_conds_to_windows": False, "latent_retain_index_list": "",
+            "causal_window_fix": True}},
         "s1": _sampler(["w", 0], ["l", 0], "windowed"),
         "s2": _sampler(["m", 0], ["l", 0], "plain"),
         "o1": {"class_type": "TestCaptureLatent", "inputs": {"samples": ["s1", 0], "key": "windowed"}},
@@ -194,8 +200,9 @@ async def test_ksampler_with_windows_on_batch_as_frames_through_the_executor(tmp
     assert windowed.shape == (10, 4, 4, 8)
     torch.testing.assert_close(windowed, plain, atol=1e-5, rtol=1e-5)
     batches = [shape[0] for shape, window in MODEL.model.calls if window is not None]
-    # 4 steps x 3 windows ([0..3], [3..6], [6..9]), cond and uncond in one batch of 2 x 4 frames
-    assert batches == [8] * 12
+    # 4 steps x 3 windows ([0..3], [3..6], [6..9]), cond and uncond in one batch of 2 x 4 frames, the two
+    # later windows with the causal fix frame before them (2 x 5)
+    assert batches == [8, 10, 10] * 4
     assert sum(1 for _, window in MODEL.model.calls if window is None) == 4  # the plain run: one call a step
 
 
@@ -206,7 +213,8 @@ async def test_ksampler_with_wan_windows_on_a_5d_latent_through_the_executor(tmp
         "l": {"class_type": "TestVideoLatent", "inputs": {}},
         "w": {"class_type": "WanContextWindowsManual", "inputs": {
             "model": ["m", 0], "context_length": 13, "context_overlap": 5, "context_schedule": "standard_static",
-            "context_stride": 1, "closed_loop": False, "fuse_method": "overlap-linear"}},
+            "context_stride": 1, "closed_loop": False, "fuse_method": "overlap-linear", "freenoise": False,
+            "retain_first_frame": False, "split_conds_to_windows": False}},
         "s1": _sampler(["w", 0], ["l", 0], "windowed"),
         "s2": _sampler(["m", 0], ["l", 0], "plain"),
         "o1": {"class_type": "TestCaptureLatent", "inputs": {"samples": ["s1", 0], "key": "windowed"}},
@@ -218,10 +226,10 @@ async def test_ksampler_with_wan_windows_on_a_5d_latent_through_the_executor(tmp
     windowed, plain = CAPTURED.pop("windowed"), CAPTURED.pop("plain")
     assert windowed.shape == (1, 4, 9, 2, 3)
     torch.testing.assert_close(windowed, plain, atol=1e-5, rtol=1e-5)
-    # 13 frames -> 4 latent frames, overlap 5 -> 2: windows [0..3], [2..5], [4..7], [5..8]
-    seen = [window.index_list for shape, window in VIDEO_MODEL.model.calls if window is not None]
-    assert seen[:4] == [[0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [5, 6, 7, 8]]
-    assert all(shape[2] == 4 for shape, window in VIDEO_MODEL.model.calls if window is not None)
+    # 13 frames -> 4 latent frames, overlap 5 -> 1: windows [0..3], [3..6], [5..8], the later two run with the
+    # frame before them (5 frames)
+    seen = [(window.index_list, shape[2]) for shape, window in VIDEO_MODEL.model.calls if window is not None]
+    assert seen[:3] == [([0, 1, 2, 3], 4), ([3, 4, 5, 6], 5), ([5, 6, 7, 8], 5)]
 
 
 def test_euler_with_windows_on_a_5d_latent_equals_euler_without():
@@ -246,7 +254,8 @@ def test_euler_with_windows_on_a_5d_latent_equals_euler_without():
     (patched,) = cw.wan_context_windows_manual(MODEL, 17, 5, "standard_uniform", 1, False, "relative")
     dm.calls.clear()
     windowed = run({**patched.model_options, "transformer_options": {"sample_sigmas": sigmas}})
-    assert dm.calls and all(shape[2] == 5 for shape, _ in dm.calls)  # 17 frames -> 5 latent frames
+    # 17 frames -> 5 latent frames, 6 with the causal fix frame of a window not at frame 0
+    assert dm.calls and all(shape[2] == (5 if window.index_list[0] == 0 else 6) for shape, window in dm.calls)
     torch.testing.assert_close(windowed, plain, atol=1e-5, rtol=1e-5)
 
 
@@ -290,7 +299,6 @@ def test_a_tiny_wan_i2v_samples_in_windows_with_its_concat_conditioning_cut_per_
     out = sample(windowed)
     assert out.shape == plain.shape and torch.isfinite(out).all()
     assert (out - plain).abs().max() > 1e-3
-    # 9 frames -> 3 latent frames, overlap 5 -> 2: windows [0, 1, 2], [1, 2, 3], [2, 3, 4] every step,
-    # each with a [1, 20, 3, h, w] concat (4 mask channels + 16 image latent channels)
-    assert [w for w, _ in concat_frames] == [[0, 1, 2], [1, 2, 3], [2, 3, 4]] * 2
-    assert {shape for _, shape in concat_frames} == {(1, 20, 3, 4, 6)}
+    # 9 frames -> 3 latent frames, overlap 5 -> 1: windows [0, 1, 2], [2, 3, 4] every step, with a
+    # [1, 20, 3, h, w] concat (4 mask channels + 16 image latent channels), 4 frames with the causal fix frame
+    assert concat_frames == [([0, 1, 2], (1, 20, 3, 4, 6)), ([2, 3, 4], (1, 20, 4, 4, 6))] * 2

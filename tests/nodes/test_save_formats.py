@@ -65,8 +65,8 @@ def test_webp_holds_every_frame_losslessly_at_the_frame_rate(env):
     images = _frames()
     with running_in(env):
         out = save_animated_webp(images, "anim/clip", 6.5, True, 80, "default", prompt=PROMPT, extra_pnginfo=EXTRA)
-    assert out == {"ui": {"images": [{"filename": "clip_00001_.webp", "subfolder": "anim", "type": "output"}],
-                          "animated": (True,)}}
+    assert out["ui"] == {"images": [{"filename": "clip_00001_.webp", "subfolder": "anim", "type": "output"}],
+                         "animated": (True,)}
     with Image.open(env.output_dir / "anim" / "clip_00001_.webp") as img:
         assert img.n_frames == 3
         for index, frame in enumerate(ImageSequence.Iterator(img)):
@@ -119,8 +119,8 @@ def test_apng_frames_timing_and_comf_chunks_after_the_image_data(env):
     images = _frames()
     with running_in(env):
         out = save_animated_png(images, "p", 4.0, 5, prompt=PROMPT, extra_pnginfo=EXTRA)
-    assert out == {"ui": {"images": [{"filename": "p_00001_.png", "subfolder": "", "type": "output"}],
-                          "animated": (True,)}}
+    assert out["ui"] == {"images": [{"filename": "p_00001_.png", "subfolder": "", "type": "output"}],
+                         "animated": (True,)}
     path = env.output_dir / "p_00001_.png"
     with Image.open(path) as img:
         assert img.n_frames == 3
@@ -157,8 +157,8 @@ def _svg() -> SVG:
 def test_svg_files_get_the_metadata_after_the_svg_tag(env):
     with running_in(env):
         out = save_svg(_svg(), "svg/s_%batch_num%", prompt=PROMPT, extra_pnginfo=EXTRA)
-    assert out == {"ui": {"images": [{"filename": "s_0_00001_.svg", "subfolder": "svg", "type": "output"},
-                                     {"filename": "s_1_00002_.svg", "subfolder": "svg", "type": "output"}]}}
+    assert out["ui"] == {"images": [{"filename": "s_0_00001_.svg", "subfolder": "svg", "type": "output"},
+                                    {"filename": "s_1_00002_.svg", "subfolder": "svg", "type": "output"}]}
     text = (env.output_dir / "svg" / "s_0_00001_.svg").read_text(encoding="utf-8")
     head, rest = text.split("\n", 1)
     assert head == '<svg width="1">'

@@ -11,7 +11,8 @@ facade(__name__, {
     **{name: f"{_HANDLER}:{name}" for name in (
         "ContextWindowABC", "ContextHandlerABC", "IndexListContextWindow", "IndexListCallbacks",
         "IndexListContextHandler", "ContextResults", "match_weights_to_dim", "get_shape_for_dim",
-        "create_prepare_sampling_wrapper", "_prepare_sampling_wrapper", "does_window_roll_over")},
+        "create_prepare_sampling_wrapper", "_prepare_sampling_wrapper", "does_window_roll_over",
+        "create_sampler_sample_wrapper", "_sampler_sample_wrapper", "apply_freenoise")},
     **{name: f"{_SCHEDULES}:{name}" for name in (
         "ContextSchedule", "ContextFuseMethod", "ContextSchedules", "ContextFuseMethods", "CONTEXT_MAPPING",
         "FUSE_MAPPING", "create_windows_uniform_looped", "create_windows_uniform_standard",
