@@ -479,6 +479,7 @@ def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions
     detects its vocoder) becomes an `AudioVaePatcher` (comfy_core/patching/audio_vae.py), float32 as
     ComfyUI runs it; a file of another registered kind (the audio VAEs) its own patcher."""
     options = options or LoadOptions()
+    default_registry()  # imports the family packages, whose own VAE kinds register in STATE_DICT_KINDS
     names, metadata = _vae_names(path)  # the header once, for both tests below
     if names is not None and not isinstance(path, Mapping) and is_ltx_audio_vae(names):
         return _ltx_audio_vae(path, options)
@@ -511,7 +512,9 @@ def _registered_kind_vae(path: Any, names: Any, metadata: Mapping[str, str], opt
         state: Mapping[str, torch.Tensor] = path
     else:
         with CheckpointFile(path) as checkpoint:
-            state = {name: checkpoint.read(name, torch.float32) for name in names}
+            # floats in float32; integer tensors (int8 weights, `comfy_quant` bytes) as stored
+            state = {name: checkpoint.read(name, torch.float32 if checkpoint.read_stored(name).is_floating_point()
+                                           else None) for name in names}
     try:
         return VaePatcher(sd=state, load_device=options.device, offload_device="cpu", metadata=metadata)
     except (ValueError, TypeError, RuntimeError) as exc:  # config errors; load_state_dict's size mismatches

@@ -153,6 +153,7 @@ WAN21_Camera = _kind("WAN21_Camera", WAN21)
 WAN22 = _kind("WAN22", WAN21)
 WAN22_S2V = _kind("WAN22_S2V", WAN21)
 WAN21_HuMo = _kind("WAN21_HuMo", WAN21)
+WAN_Animate2 = _kind("WAN_Animate2", WAN21)
 StableAudio1 = _kind("StableAudio1")
 ACEStep = _kind("ACEStep")  # ComfyUI's ACE-Step 1 model class
 ACEStep15 = _kind("ACEStep15")  # ComfyUI's ACE-Step 1.5 model class (a BaseModel, not ACEStep's subclass)

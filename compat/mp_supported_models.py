@@ -26,7 +26,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.chroma.supported_models:{name}" for name in ("Chroma", "ChromaRadiance")},
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
-                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo")},
+                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo", "WAN_Animate2")},
     **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
     "QwenImage21": "comfy_core.families.qwen_image21.supported_models:QwenImage21",
@@ -43,6 +43,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.hunyuan_video15.supported_models:{name}"
        for name in ("HunyuanVideo15", "HunyuanVideo15_SR_Distilled")},
     **{name: f"comfy_core.families.kandinsky5.supported_models:{name}" for name in ("Kandinsky5", "Kandinsky5Image")},
+    "MiniMaxH3": "comfy_core.families.minimax_h3.supported_models:MiniMaxH3",
 }
 
 

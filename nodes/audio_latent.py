@@ -68,6 +68,8 @@ def decode_audio(vae: Any, samples: Any, tile: int | None = None, overlap: int |
 
     vae = _audio_vae(vae)
     latent = samples.get("samples") if isinstance(samples, dict) else None
+    if getattr(latent, "is_nested", False):  # a nested [video, audio] latent (MiniMax H3's): its audio part
+        latent = latent.unbind()[-1]
     if not isinstance(latent, torch.Tensor) or latent.ndim not in (3, 4):
         raise NodeInputError("samples", "an audio LATENT ({'samples': [B, C, T] or [B, C, T, F]})", describe(samples))
     try:

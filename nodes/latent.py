@@ -56,7 +56,9 @@ def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[di
               Input("vae", "VAE", tooltip="The VAE model used for decoding the latent.")],
       outputs=[Output("IMAGE", tooltip="The decoded image.")])
 def vae_decode(samples: dict, vae: Any) -> tuple[torch.Tensor]:
-    latent = checks.latent(samples, ndims=(4, 5))
+    latent = checks.latent(samples, ndims=(4, 5), nested=True)
+    if getattr(latent, "is_nested", False):  # ComfyUI decodes a nested [video, audio] latent's first part
+        latent = checks.latent({"samples": latent.unbind()[0]}, ndims=(4, 5))
     _check_latent_fits(latent, vae)
     images = vae.decode(latent)  # [B, H, W, 3]; a video VAE: [B, T, H, W, 3]
     if images.ndim == 5:  # ComfyUI combines the videos' frames into one IMAGE batch

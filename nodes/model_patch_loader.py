@@ -4,7 +4,8 @@ model patch files from the `model_patches` folder, and USO's style reference on 
 ModelPatchLoader reads a file and tells its kind from its key names (comfy_core/model_patches/
 patch_files.py); the USO style projector, Qwen-Image's DiffSynth ControlNet and the Z-Image Fun
 ControlNet (applied by QwenImageDiffsynthControlnet / ZImageFunControlnet,
-nodes/diffsynth_controlnet.py) are built, the other kinds ComfyUI knows (Wan Uni3C, ...) are
+nodes/diffsynth_controlnet.py) and Wan's MultiTalk / InfiniteTalk audio patch (applied by
+WanInfiniteTalkToVideo, nodes/wan_audio_nodes.py) are built, the other kinds ComfyUI knows (Wan Uni3C, ...) are
 refused with an error naming the kind.
 USOStyleReference stacks three layers of a SigLIP CLIP_VISION_OUTPUT and returns a clone of the
 MODEL whose Flux transformer prepends the projected style tokens to the text stream
@@ -49,7 +50,7 @@ def model_patch_loader(name: str) -> tuple[Any]:
         patch = load_model_patch(path, load_device=device, offload_device="cpu", mmap=env.mmap)
     except (ModelPatchError, CheckpointError) as exc:
         raise NodeInputError("name", "a model patch file this engine builds (a USO style projector, a "
-                               "Qwen-Image DiffSynth or a Z-Image Fun ControlNet)",
+                               "Qwen-Image DiffSynth or a Z-Image Fun ControlNet, Wan's MultiTalk)",
                              str(exc)) from None
     if env.memory is not None:
         env.memory.track(patch)

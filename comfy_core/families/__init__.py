@@ -24,6 +24,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.wan import (wan21, wan21_camera, wan21_fun_control, wan21_i2v, wan21_vace, wan22,
                                          wan22_camera, wan22_i2v)
     from comfy_core.families.wan import wan22_s2v, wan21_humo
+    from comfy_core.families.wan import wan_animate2
     from comfy_core.families import hidream, qwen_image
     from comfy_core.families import qwen_image21
     from comfy_core.families import flux2
@@ -41,6 +42,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.hunyuan_video15 import sr as hunyuan_video15_sr
     from comfy_core.families import kandinsky5
     from comfy_core.families.kandinsky5 import image as kandinsky5_image
+    from comfy_core.families import minimax_h3
 
     return FamilyRegistry([
         sd1.definition(),
@@ -69,6 +71,7 @@ def default_registry() -> FamilyRegistry:
         wan22_camera.definition(),
         wan22_s2v.definition(),
         wan21_humo.definition(),
+        wan_animate2.definition(),
         zimage.definition(),
         lumina2.definition(),
         qwen_image.definition(),
@@ -84,6 +87,7 @@ def default_registry() -> FamilyRegistry:
         stable_audio.definition(), stable_audio3.definition(),
         hunyuan_video15.definition(), hunyuan_video15_sr.definition(),
         kandinsky5.definition(), kandinsky5_image.definition(),
+        minimax_h3.definition(),
     ])
 
 

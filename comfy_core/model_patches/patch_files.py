@@ -11,12 +11,13 @@ diffusion model. Which patch a file holds is told from its key names, in ComfyUI
                                                       MiniMax H3 Fun ControlNet
     controlnet_patch_embedding.weight                 Wan Uni3C ControlNet
     *duration_head.attention_pooler.query_tokens      LTX duration head
-    audio_proj.proj1.weight                           Wan MultiTalk
+    audio_proj.proj1.weight                           Wan MultiTalk / InfiniteTalk    <- built here
     [model.]control_model.input_hint_block.0.weight   SUPIR (SDXL)
 
-The USO projector (uso.py), the Qwen-Image DiffSynth ControlNet (diffsynth.py) and the Z-Image
-Fun ControlNet (zimage_fun.py, its diffusers attention names fused as ComfyUI converts them) are
-built;
+The USO projector (uso.py), the Qwen-Image DiffSynth ControlNet (diffsynth.py), the Z-Image
+Fun ControlNet (zimage_fun.py, its diffusers attention names fused as ComfyUI converts them) and
+Wan's MultiTalk / InfiniteTalk audio patch (families/wan/multitalk.py, applied by multitalk.py)
+are built;
 every other kind is refused with
 `UnsupportedModelPatchError` naming it, and a file of none of them with `UnknownModelPatchError`
 (ComfyUI fails there with an unbound local). The loaded patch is a `Patcher` over the network,
@@ -34,6 +35,8 @@ import torch
 from comfy_core.checkpoint.errors import CheckpointError
 from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile
+from comfy_core.families.wan.multitalk import (MULTITALK_MARKER, MultiTalkConfig, MultiTalkError,
+                                               MultiTalkPatchNetwork)
 from comfy_core.model_patches.diffsynth import (DIFFSYNTH_MARKER, DiffSynthControlNetConfig,
                                                 QwenImageBlockWiseControlNet)
 from comfy_core.model_patches.errors import ModelPatchError
@@ -46,6 +49,7 @@ from comfy_core.patching.patcher import Patcher
 USO = "uso_style_projector"
 DIFFSYNTH = "qwen_image_diffsynth_controlnet"
 ZIMAGE_FUN = "z_image_fun_controlnet"
+MULTITALK = "wan_multitalk"
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,7 @@ PATCH_KINDS: tuple[PatchKind, ...] = (
               lambda names: "attention_pooler.query_tokens" in names
               or any(k.endswith("duration_head.attention_pooler.query_tokens") for k in names),
               _NO_FAMILY.format("LTX-Video")),
-    PatchKind("wan_multitalk", "Wan MultiTalk audio patch", "Wan", _has("audio_proj.proj1.weight"),
-              _NO_NODE.format("Wan")),
+    PatchKind(MULTITALK, "Wan MultiTalk audio patch", "Wan", _has(MULTITALK_MARKER)),
     PatchKind("supir", "SUPIR", "SDXL",
               lambda names: ("model.control_model.input_hint_block.0.weight" in names
                              or "control_model.input_hint_block.0.weight" in names),
@@ -139,11 +142,23 @@ def _diffsynth(tensors: Mapping[str, Any], prefix: str) -> Callable[[], torch.nn
     return lambda: QwenImageBlockWiseControlNet(config)
 
 
+def _multitalk(tensors: Mapping[str, Any], prefix: str) -> Callable[[], torch.nn.Module]:
+    try:
+        config = MultiTalkConfig.detect_from_weights(tensors, prefix)
+    except MultiTalkError as exc:
+        raise ModelPatchError(str(exc)) from None
+    return lambda: MultiTalkPatchNetwork(config)
+
+
 # The kinds built here: (key prefix, config reader returning the network's constructor).
 _BUILDERS: dict[str, tuple[str, Callable[[Mapping[str, Any], str], Callable[[], torch.nn.Module]]]] = {
     USO: (USO_PREFIX, _uso),
     DIFFSYNTH: ("", _diffsynth),
+    MULTITALK: ("", _multitalk),
 }
+# Kinds ComfyUI builds with `manual_cast` layers: stored in the file's dtype, each weight cast to
+# its input's dtype as its layer runs (the MultiTalk patch's fp16 weights in a bf16 Wan run).
+_CAST_AT_RUN_TIME = {MULTITALK}
 
 
 def _load_zimage_fun(checkpoint: CheckpointFile, dtype: torch.dtype) -> torch.nn.Module:
@@ -194,6 +209,8 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
                 module = materialize(build_on_meta(make), checkpoint, prefix, dtype, kind.title, zero_copy=mmap)
             except CheckpointError as exc:
                 raise ModelPatchError(str(exc)) from None
+            if kind.name in _CAST_AT_RUN_TIME:
+                cast_weights_at_run_time(module)
     module.eval()
     module.requires_grad_(False)
     if offload_device is not None:
@@ -201,5 +218,5 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
     return Patcher(module, load_device=load_device, offload_device=offload_device)
 
 
-__all__ = ["DIFFSYNTH", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError", "UnsupportedModelPatchError",
-           "detect_model_patch", "load_model_patch"]
+__all__ = ["DIFFSYNTH", "MULTITALK", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError",
+           "UnsupportedModelPatchError", "detect_model_patch", "load_model_patch"]

@@ -303,8 +303,13 @@ class CFGGuider:
         wrappers) on the patched model `self.inner_model`; model space in, VAE space out.
         `latent_shapes` (a packed nested latent) reaches the model's conditions."""
         dm = self.inner_model
+        # A packed run's parts may enter model space at their own scale (MiniMax H3 carries its audio
+        # at shift_video / shift_audio: ComfyUI's `MiniMaxH3.process_latent_in`); None: unscaled.
+        part_scales = _packed_part_scales(dm, latent_shapes)
         if latent_image is not None and torch.count_nonzero(latent_image) > 0:  # an empty latent is left at 0
             latent_image = process_latent_in(dm.latent_format, latent_image)
+            if part_scales is not None:
+                latent_image = _scale_packed(latent_image, latent_shapes, part_scales)
         self.conds = prepare_conds(self.conds, noise, dm.model_sampling, getattr(dm, "encode_adm", None),
                                    concat_cond=getattr(dm, "concat_cond", None), latent_image=latent_image,
                                    denoise_mask=denoise_mask, seed=seed,
@@ -319,7 +324,22 @@ class CFGGuider:
         extra_args = {"model_options": model_options, "seed": seed}
         samples = run_wrapped(WrappersMP.SAMPLER_SAMPLE, model_options, sampler.sample, self, sigmas, extra_args,
                               callback, noise, latent_image, denoise_mask, disable_pbar, class_obj=sampler)
-        return process_latent_out(dm.latent_format, samples.to(torch.float32))
+        samples = samples.to(torch.float32)
+        if part_scales is not None:
+            samples = _scale_packed(samples, latent_shapes, [1.0 / s for s in part_scales])
+        return process_latent_out(dm.latent_format, samples)
+
+
+def _packed_part_scales(dm: Any, latent_shapes: list | None) -> list[float] | None:
+    """The model-space factors of a packed run's parts, from the model's conditions (None: none)."""
+    own = getattr(getattr(dm, "conditions", None), "packed_part_scales", None)
+    return None if latent_shapes is None or own is None else own(dm, latent_shapes)
+
+
+def _scale_packed(packed: torch.Tensor, latent_shapes: list, scales: list[float]) -> torch.Tensor:
+    """`packed` `[B, 1, N]` with each part multiplied by its factor."""
+    parts = unpack_latents(packed, latent_shapes)
+    return pack_latents([part * scale for part, scale in zip(parts, scales)])[0]
 
 
 def _pack_run(latent_image: Any, noise: Any, denoise_mask: Any, callback: ProgressCallback | None) -> tuple:

@@ -130,6 +130,19 @@ class _OldProjection(Mapping[str, torch.Tensor]):
         return len(self._state)
 
 
+def _true_shapes(checkpoint: CheckpointFile, tensors: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Qwen3-VL file's header with its quantised weights at their true shapes (NVFP4 packs two
+    values a byte: MiniMax H3's `*_nvfp4_awq`), as qwen35_load's detection reads its own."""
+    from comfy_core.text_encoders.qwen3vl import is_qwen3vl
+    from comfy_core.weights.quant_registry import QuantizedHeader, quantized_layers
+
+    if not is_qwen3vl(tensors, "") or not any(name.endswith(".comfy_quant") for name in tensors):
+        return tensors
+    layers = quantized_layers(tensors, getattr(checkpoint, "metadata", None) or {},
+                              lambda name: checkpoint.read(name, None))
+    return QuantizedHeader.for_detection(checkpoint, layers).tensors if layers else tensors
+
+
 def text_encoder_config(checkpoint: CheckpointFile) -> Any:
     """The tower one text-encoder file holds (names and shapes only; see the module docstring):
     a `ClipTextConfig`, or a `T5Config` (slot `t5xxl`, or `umt5xxl` for umT5) for a T5 encoder file."""
@@ -142,7 +155,8 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         if t5gemma is not None:
             return t5gemma
         t5 = T5Config.detect_from_weights(tensors, "")
-        qwen3vl = Qwen3VLConfig.detect_from_weights(tensors, "") if t5 is None else None  # before Qwen3 (its LM)
+        qwen3vl = Qwen3VLConfig.detect_from_weights(_true_shapes(checkpoint, tensors), "") \
+            if t5 is None else None  # before Qwen3 (its LM)
         if qwen3vl is not None:
             return qwen3vl
         qwen3 = Qwen3Config.detect_from_weights(tensors, "") if t5 is None else None

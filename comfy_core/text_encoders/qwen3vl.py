@@ -11,7 +11,8 @@ holds `model.visual.deepstack_merger_list.0.norm.weight` (ComfyUI's rule: DeepSt
 alone); it is the 4B when the vision merger projects to 2560, else the 8B (slots `qwen3vl_4b`,
 `qwen3vl_8b`). Weights as stored: float, per-layer float8 (`comfy_quant` + `weight_scale`, kept fp8
 and computed with the scale) or int8 with or without ConvRot (`int8_tensorwise`, ComfyUI's
-`*_int8_convrot` releases: kept int8, `comfy_core/models/quant_linear.py`), in the language model and
+`*_int8_convrot` releases: kept int8, `comfy_core/models/quant_linear.py`) or NVFP4 with or without
+ModelOpt's AWQ `pre_quant_scale` (MiniMax H3's `*_nvfp4_awq`: kept packed, the input scaled first), in the language model and
 the vision tower alike; the LM head (`lm_head.*`) is not read: the encoder never uses it and
 TextGenerate is not offered with this tower. Every layer computes in float32.
 
@@ -276,6 +277,17 @@ class Qwen3VLTextEncoder(Qwen3TextEncoder):
 
 # --- loading ---
 
+# Formats kept as stored (`QuantizedLinear`): int8 (ConvRot or not) and NVFP4, with ModelOpt's AWQ
+# `pre_quant_scale` where the file has it (MiniMax H3's `*_nvfp4_awq` Qwen3-VL-32B).
+STORED_FORMATS = ("int8_tensorwise", "nvfp4")
+
+
+def _stored_scales(layer: Any) -> tuple[str, ...]:
+    if layer.format.name == "int8_tensorwise":
+        return ()  # its weight_scale is handled below; its input_scale is not read
+    return (*layer.format.scales, *layer.format.optional, "pre_quant_scale")
+
+
 def _split(names: Qwen3VLNames, config: Qwen3VLConfig) -> tuple[dict, dict, dict, dict]:
     """The file's tensors (ComfyUI's names) -> (plain weights by name, int8 layers {layer: its
     `QuantizedLayer`}, their tensors by name, float8 weight scales {weight name: scale}). Unknown keys
@@ -295,11 +307,11 @@ def _split(names: Qwen3VLNames, config: Qwen3VLConfig) -> tuple[dict, dict, dict
     scales: dict[str, torch.Tensor] = {}
     layers = {}
     for layer, conf in confs.items():
-        if conf["format"] == "int8_tensorwise":
-            layers[layer] = QuantizedLayer(layer, FORMATS["int8_tensorwise"], conf)
+        if conf["format"] in STORED_FORMATS:
+            layers[layer] = QuantizedLayer(layer, FORMATS[conf["format"]], conf)
         elif conf["format"] not in FLOAT8_FORMATS:
             raise Qwen3VLKeyError(f"Qwen3-VL layer {where(layer + QUANT_CONF_SUFFIX)!r}: quantisation format "
-                                  f"{conf['format']!r} is not read for text encoders (float8 and int8 only)")
+                                  f"{conf['format']!r} is not read for text encoders (float8, int8 and nvfp4 only)")
         for suffix in ("weight", "weight_scale"):
             if f"{layer}.{suffix}" not in names:
                 raise Qwen3VLKeyError(f"Qwen3-VL layer {config.prefix + layer!r} ({conf['format']}): its {suffix} is "
@@ -307,6 +319,9 @@ def _split(names: Qwen3VLNames, config: Qwen3VLConfig) -> tuple[dict, dict, dict
     for name in names:
         layer, _, suffix = name.rpartition(".")
         if name.startswith("lm_head.") or name in _IGNORED or name.endswith(QUANT_CONF_SUFFIX):
+            continue
+        if layer in layers and suffix in _stored_scales(layers[layer]):
+            int8[name] = names[name]  # a scale the stored layer computes with (NVFP4's, AWQ's pre-scale)
             continue
         if layer in confs and suffix in ("weight_scale", "input_scale"):
             if suffix == "weight_scale" and layer in layers:

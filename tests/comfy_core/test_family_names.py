@@ -64,7 +64,8 @@ ALLOWED_IMPORTS: dict[tuple[str, str], str] = {
     # they belong in their families' packages once a family can declare its patch kinds.
     (f"model_patches/{name}.py", family): "a model patch kind built for one family"
     for name, family in (("diffsynth", "qwen_image"), ("diffsynth", "sd3"), ("diffsynth", "wan"),
-                         ("zimage_fun", "flux"), ("zimage_fun", "zimage"))
+                         ("zimage_fun", "flux"), ("zimage_fun", "zimage"),
+                         ("multitalk", "wan"), ("patch_files", "wan"))  # InfiniteTalk's MultiTalk patch
 }
 
 

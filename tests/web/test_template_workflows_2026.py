@@ -67,6 +67,12 @@ FLUX3_TIMES = {
     "image_flux3_klein_image_edit": "69 s: the base DiT with the reference image; the upsampler reads the image too",
     "image_flux3_klein_distilled_image_edit": "85 s (the first run of a process: imports, the Qwen3-VL file)",
 }
+# MiniMax H3, made small: wall time of a run through `_run` on the shared 2-core machine (load ~8), files included.
+MINIMAX_TIMES = {
+    "video_minimax_h3_t2v": "4-10 s", "video_minimax_h3_i2v": "6-10 s", "video_minimax_h3_i2v_continuation": "5-8 s",
+    "video_minimax_h3_r2v": "3-8 s", "video_minimax_h3_multiframe_reference": "8-15 s",
+    "video_fastvideo_fasth3_t2v": "3-7 s", "video_fastvideo_fasth3_i2v": "2-4 s",
+    "video_fasth3_ominiref_r2v": "6-14 s (the first of a process: the text-encoder file)"}
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
@@ -139,11 +145,27 @@ RUNNING = {
     "video_wan2_2_14B_i2v": "123 s small: subgraphs, A14B i2v experts",
     "video_wan2_2_14B_s2v": "14 s small: S2V, wav2vec2 AudioEncoderLoader / AudioEncoderEncode, WanSoundImageToVideo",
     "video_humo": "6 s small: Wan HuMo 17B fp8, Whisper large-v3 AudioEncoderLoader / Encode, WanHuMoImageToVideo",
+    # Wan-Animate-2 (comfy_core/families/wan/animate2.py, tests/fixtures/template_models_wan_animate.py): its int8
+    # ConvRot i2v-shaped DiT told apart by the file's metadata, the pose branch, WanAnimate2Cache (int8 ConvRot
+    # activations). Made small the pose video's 12 frames are one 13-frame clip, under ContextWindowsManual's 21
+    # latent frames (no windows); the stitched side-by-side output ("Video Stitch") runs too, on SaveVideo's
+    # VIDEO output (today's SaveVideo passes its video on).
+    "video_wan_animate2": "15-25 s small (a process's first run: imports included): subgraphs, StartLoop / "
+                          "EndLoop (one pass), lightx2v LoRA, WanAnimate2ToVideo, WanAnimate2Cache, SamplerCustom "
+                          "(6 steps), RebatchImages by the drive video's frame count",
+    "video_wan_animate2_distilled": "3-5 s small (22 s as a process's first run): the distilled Animate 2 DiT, "
+                                    "10 steps, BatchImagesNode",
+    "video_wan2_1_infinitetalk": "25 s small (50 s as a lone pytest run, imports included): subgraphs, Wan 2.1 I2V "
+                                 "14B (Kijai's scaled fp8) with a lightx2v LoRA, ModelPatchLoader (MultiTalk), wav2vec2 "
+                                 "chinese-base, WanInfiniteTalkToVideo two speakers (Painter masks, AudioConcat), "
+                                 "extended once from previous_frames",
     "video_wan2_2_14B_t2v": "67 s small: subgraphs, A14B t2v experts, lightx2v LoRAs",
     "video_wan2_2_5B_fun_control": "66 s small: Wan 2.2 Fun 5B control",
     "video_wan2_2_5B_fun_inpaint": "78 s small: Wan 2.2 Fun 5B inpaint",
     "video_wan2_2_5B_ti2v": "57 s small: TI2V-5B, Wan 2.2 VAE",
     "video_wan_ati": "64 s small: WanTrackToVideo",
+    "video_wanmove_480p": "22 s small: Wan-Move (Kijai's fp8-scaled Wan 2.1 I2V fine-tune, loaded as Wan 2.1 I2V): "
+                          "GenerateTracks (Bezier), WanMoveConcatTrack, WanMoveTrackToVideo",
     "video_wan_vace_14B_ref2v": "20 s small: VACE reference image",
     "video_wan_vace_14B_t2v": "14 s small: VACE t2v",
     "video_wan_vace_14B_v2v": "11-74 s small: VACE control video from LoadVideo",
@@ -241,6 +263,25 @@ RUNNING = {
         "template_ltx2_3_style_transition": "distilled fp8, a style-transition LoRA",
         "template_ltx2_3_ic_lora_ingredients": "IC-LoRA: GetICLoRAParameters (the LoRA's metadata) into "
                                                "LTXVAddGuide, RepeatImageBatch, ResizeAndPadImage, KSampler"}.items()},
+    # MiniMax H3 (comfy_core/families/minimax_h3, tests/fixtures/template_models_minimax_h3.py): made small (0.1 MP
+    # canvases, 1 s: 39 frames, guides a second in); the nested [video, audio] latent sampled packed, the tiny DiT
+    # int8 ConvRot, Qwen3-VL by CLIPLoader type minimax from its NVFP4-AWQ file, the video and audio VAEs; each saved
+    # video decoded back (`_check_minimax_video`). Times: MINIMAX_TIMES.
+    **{name: f"{MINIMAX_TIMES[name]} small: {what}" for name, what in {
+        "video_minimax_h3_t2v": "subgraph, MiniMaxH3ImageToVideo without frames, res_multistep 20 steps, the turbo "
+                                "LoRA behind a ComfySwitchNode (not taken), VAEDecode / VAEDecodeAudio on the nested "
+                                "latent, CreateVideo / SaveVideo",
+        "video_minimax_h3_i2v": "MiniMaxH3ImageToVideo's first frame (a <Picture 1> vision block and a keyframe), "
+                                "ImageScaleToTotalPixels, GetImageSize",
+        "video_minimax_h3_i2v_continuation": "the i2v graph from another subgraph entry",
+        "video_minimax_h3_r2v": "MiniMaxH3ReferenceToVideo with two reference images (reference blocks ahead of "
+                                "the targets), the ref2va DiT",
+        "video_minimax_h3_multiframe_reference": "three MiniMaxH3AddGuide keyframes chained after the references",
+        "video_fastvideo_fasth3_t2v": "FastH3 (8-head PDD output bank, VSA gates), MiniMaxH3SigmaShift 10 / 3, "
+                                      "BlockSparseAttention vsa (dense here, as ComfyUI off CUDA), 8 steps; "
+                                      "ModelAttentionBackend's comfy kitchen attention (GPU-only) run as PyTorch's",
+        "video_fastvideo_fasth3_i2v": "FastH3 image to video",
+        "video_fasth3_ominiref_r2v": "FastH3 OmniRef: references, SigmaShift 12 / 3, euler 8 steps"}.items()},
     # ACE-Step 1.5 (tests/fixtures/template_models_ace.py): 120 s songs at 48 kHz as saved (the LM writes 600
     # codes, the VAE decodes 5.76 M samples a channel), each song decoded back (`_check_ace_audio`); load ~7
     "audio_ace_step_1_5_checkpoint": "35-70 s: ACE-Step 1.5 all-in-one checkpoint (DiT, Qwen3 0.6B + LM, 48 kHz "
@@ -252,6 +293,16 @@ RUNNING = {
     "audio_ace_step1_5_xl_turbo": "44-54 s: an XL turbo DiT (its encoder narrower than the DiT), the 4B LM",
     "audio_ace_step1_5_xl_base": "71-128 s: XL base, 50 steps, CFG 6 (ConditioningZeroOut: the null embedding)",
     "audio_ace_step1_5_xl_sft": "51-102 s: XL SFT, 50 steps, CFG 7, SaveAudioAdvanced flac",
+    # ACE-Step 1 (comfy_core/families/ace_step/, tests/fixtures/template_models_ace1.py): the tiny all-in-one
+    # checkpoint, the lyrics through ACE-Step's lyric tokenizer (comfy_core/text_encoders/ace_lyrics.py); 44.1 kHz
+    # stereo decoded back (`_check_ace1_audio`)
+    "audio_ace_step_1_t2a_song": ("191 s (load ~12): TextEncodeAceStepAudio with the song's lyrics (161 lyric "
+                                  "tokens), EmptyAceStepLatentAudio 120 s, 50 steps cfg 5, LatentApplyOperationCFG "
+                                  "(Reinhard tonemap), SaveAudioAdvanced flac"),
+    "audio_ace_step_1_t2a_instrumentals": ("41 s (load ~12): structure-tag lyrics ('[instrumental]', ...), 30 s, "
+                                           "SaveAudioMP3"),
+    "audio_ace_step_1_m2m_editing": ("37 s (load ~12, the process's first run: imports included): LoadAudio, "
+                                     "VAEEncodeAudio, denoise 0.3 over the song's lyrics"),
     # Kandinsky 5 (comfy_core/families/kandinsky5, tests/fixtures/template_models_kandinsky.py)
     "image_kandinsky5_t2i": "60-62 s: Kandinsky 5 Lite t2i (UNETLoader), Qwen2.5-VL 7B fp8 + CLIP-L by DualCLIPLoader "
                             "type kandinsky5_image, Flux VAE, ModelSamplingSD3 3, 50 steps cfg 3.5",
@@ -298,7 +349,9 @@ DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_com
 # Covered templates (all nodes exist) of model families this engine does not have (other issues):
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
-    "MiniMax H3 (a Qwen3-VL 32B NVFP4-AWQ text encoder and its own DiT)": ("image_minimax_h3_t2i",),
+    "MiniMax H3's text to image (its video templates run: EmptyLatentImage's plain latent becomes an AV latent "
+    "through ComfyUI's MiniMaxH3AV latent format, `fix_empty_latent`, whose source was not readable here)": (
+        "image_minimax_h3_t2i",),
     "Lotus-D (an SD 2-derived depth UNet, `lotus-depth-d-v1-1`; LotusConditioning exists, the UNet "
     "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
         "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
@@ -333,25 +386,16 @@ NOT_RUNNING: dict[str, tuple[str, str]] = {
         "(the CreateVideo inside has no outgoing link), so the prompt's SaveVideo has no video, as ComfyUI "
         "would send it", "Required input is missing: video"),
     "image_qwen_Image_2512_controlnet": (
-        "its ResizeImageMaskNode was saved before 'scale total pixels' gained `multiple`: the positional "
-        "widgets_values put 'area' (scale_method) into resize_type.multiple and validation refuses it (the Fun "
-        "union ControlNet itself runs: 658 s at 1.6 MP with the value set by hand)", "resize_type.multiple, area"),
+        "broken as shipped: its ResizeImageMaskNode was saved (frontend 0.12.3) before 'scale total pixels' "
+        "gained `multiple`; today's editor (frontend 1.58.1, loaded in Chromium: tests/browser/"
+        "test_editor_workflow_oracle.py) restores widgets_values by position after the option's widgets, so it "
+        "too sends 'area' (scale_method) as resize_type.multiple, and ComfyUI's validation (int('area')) refuses "
+        "it, as ours does (the Fun union ControlNet itself runs: 658 s at 1.6 MP with the value set by hand)",
+        "resize_type.multiple, area"),
     # Families and model patches added in this session, with no tiny template files yet.
     "video_wan2.1_alpha_t2v_14B": (
         "Wan-Alpha's RGB / alpha VAE pair is not a VAE written here (its files are written as SD1 VAEs, "
         "which refuse the Wan video latent); the rest of the graph runs", "expected an image latent"),
-    # ACE-Step 1 (comfy_core/families/ace_step/): every lyric line needs ACE-Step's lyric BPE vocabulary
-    # (ace_lyrics_tokenizer/vocab.json, Apache-2.0), which no installed package ships: TextEncodeAceStepAudio
-    # refuses the templates' lyrics by name (comfy_core/families/ace_step/clip.py). With the lyrics blanked by
-    # hand the rest of each graph runs on the tiny checkpoint (2 cores): t2a_song 77 s (120 s of 44.1 kHz stereo,
-    # 50 steps), t2a_instrumentals 22 s (30 s, 50 steps), m2m_editing 1.2 s (the ~1 s input, denoise 0.3).
-    "audio_ace_step_1_t2a_instrumentals": (
-        "its lyrics ('[instrumental]', ...) need ACE-Step's lyric vocabulary, not available here",
-        "LyricVocabularyUnavailable"),
-    "audio_ace_step_1_t2a_song": (
-        "its lyrics need ACE-Step's lyric vocabulary, not available here", "LyricVocabularyUnavailable"),
-    "audio_ace_step_1_m2m_editing": (
-        "its lyrics need ACE-Step's lyric vocabulary, not available here", "LyricVocabularyUnavailable"),
 }
 
 
@@ -396,17 +440,28 @@ SMALL_TOKENS = 24  # TextGenerate's max_length in made-small runs
 
 
 def shrink_2026(prompt: dict) -> dict:
-    """test_template_workflows_wan.py's `shrink`, ImageScaleToTotalPixels at its least (0.01 MP),
+    """test_template_workflows_wan.py's `shrink`, ImageScaleToTotalPixels at its least (0.01 MP; MiniMax H3's
+    prompts: the test picture doubled, and ResolutionSelector at 0.1 MP, guide seconds at most 1, comfy kitchen
+    attention as PyTorch's),
     ResizeAndPadImage's target and ResizeImageMaskNode's sizes at most 64 px, and primitives that reach a width / height (64) or a
     length or RepeatImageBatch amount through math nodes (a count of seconds becomes 1, a frame
     count or frame rate 9)."""
     from tests.web.test_template_workflows_wan import SMALL_LENGTH, SMALL_SIDE, _fed_inputs, shrink
 
     prompt = shrink(prompt)
+    minimax = any(node["class_type"].startswith("MiniMaxH3") for node in prompt.values())
     for node in prompt.values():  # an input image scaled to a megapixel count (HiDream-E1.1): the least
         megapixels = node["inputs"].get("megapixels")
         if node["class_type"] == "ImageScaleToTotalPixels" and isinstance(megapixels, (int, float)):
-            node["inputs"]["megapixels"] = min(megapixels, 0.01)
+            # MiniMax H3's frames need sides of multiples of 32 (ComfyUI's `resolution_steps` 32, which the
+            # node here lacks): the 96 x 64 test picture doubled
+            node["inputs"]["megapixels"] = 192 * 128 / 1024 ** 2 if minimax else min(megapixels, 0.01)
+        if node["class_type"] == "ResolutionSelector" and isinstance(megapixels, (int, float)) and minimax:
+            node["inputs"]["megapixels"] = min(megapixels, 0.1)  # its least (MiniMax H3's canvases)
+        if (minimax and node["class_type"] == "ModelAttentionBackend"
+                and node["inputs"].get("attention") == "comfy kitchen attention"):
+            # comfy-kitchen's INT8 kernel is GPU-only: ComfyUI falls back to PyTorch attention without it
+            node["inputs"]["attention"] = "pytorch attention"
         if node["class_type"] in ("TextGenerate", "TextGenerateLTX2Prompt") and isinstance(
                 node["inputs"].get("max_length"), int):
             node["inputs"]["max_length"] = min(node["inputs"]["max_length"], SMALL_TOKENS)
@@ -421,7 +476,8 @@ def shrink_2026(prompt: dict) -> dict:
     for node_id, node in prompt.items():
         value = node.get("inputs", {}).get("value")
         if node["class_type"] == "PrimitiveFloat" and isinstance(value, (int, float)):  # seconds (LTX-2.3 ia2v)
-            if _reached_inputs(prompt, node_id) & {"length", "amount"}:
+            seconds = {"length", "amount", "frame_idx"} if minimax else {"length", "amount"}
+            if _reached_inputs(prompt, node_id) & seconds:  # MiniMax H3's guides: a second in, inside the clip
                 node["inputs"]["value"] = min(value, 1.0)
             continue
         if node["class_type"] != "PrimitiveInt" or not isinstance(value, int):
@@ -464,6 +520,25 @@ def _check_ace_audio(written: list[str]) -> None:
         assert abs(float(container.duration) / 1e6 - 120.0) < 0.1
 
 
+# ACE-Step 1 templates: EmptyAceStepLatentAudio's seconds (None: m2m_editing's length is its input's).
+ACE1_SECONDS = {"audio_ace_step_1_t2a_song": 120.0, "audio_ace_step_1_t2a_instrumentals": 30.0,
+                "audio_ace_step_1_m2m_editing": None}
+
+
+def _check_ace1_audio(written: list[str], seconds: float | None) -> None:
+    """An ACE-Step 1 template's song decoded back: 44.1 kHz stereo, `int(seconds * 44100 / 4096)`
+    latent frames of 4096 samples each (within 0.1 s: the encoder's padding)."""
+    import av
+
+    (path,) = written
+    with av.open(path) as container:
+        stream = container.streams.audio[0]
+        assert (stream.rate, stream.channels) == (44100, 2)
+        duration = float(container.duration) / 1e6
+    expected = int(seconds * 44100 / 4096) * 4096 / 44100 if seconds is not None else None
+    assert duration > 0 and (expected is None or abs(duration - expected) < 0.1), (duration, expected)
+
+
 def _check_sa3_audio(written: list[str]) -> None:
     """A Stable Audio 3 template's clip decoded back: 44.1 kHz stereo, EmptyLatentAudio(150 s)'s 3230
     frames at the SAME VAE's 4096 samples each (within 0.1 s: the mp3 encoder's padding)."""
@@ -494,6 +569,25 @@ def _check_ltx_video(path: Path) -> None:
     assert abs(seconds - frames / float(rate)) <= 0.1, (seconds, frames, rate)
 
 
+def _check_minimax_video(path: Path) -> None:
+    """A MiniMax H3 template's saved video decoded back: 17k + 5 frames at 24 fps whose sides are multiples of
+    32, and a stereo track as long as the frames (within 0.1 s: the 40 Hz latent's rounding, the encoder's padding)."""
+    import av
+
+    with av.open(str(path)) as container:
+        video = container.streams.video[0]
+        rate, width, height = video.average_rate, video.codec_context.width, video.codec_context.height
+        frames = sum(1 for _ in container.decode(video))
+    with av.open(str(path)) as container:
+        assert container.streams.audio, f"{path.name}: no audio track"
+        audio = container.streams.audio[0]
+        channels = audio.codec_context.channels
+        seconds = sum(frame.samples for frame in container.decode(audio)) / audio.codec_context.sample_rate
+    assert frames % 17 == 5 and float(rate) == 24, (frames, rate)
+    assert width % 32 == 0 and height % 32 == 0, (width, height)
+    assert channels == 2 and abs(seconds - frames / 24) <= 0.1, (channels, seconds, frames)
+
+
 async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> None:
     code, out, err = await _run(name, tmp_path, object_info)
     assert code == 0, err[-3000:]
@@ -503,7 +597,12 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
     if name in LTX_TIMES:
         for path in written:
             _check_ltx_video(Path(path))
-    if name.startswith("audio_ace_step"):
+    if name in MINIMAX_TIMES:
+        for path in written:
+            _check_minimax_video(Path(path))
+    if name in ACE1_SECONDS:
+        _check_ace1_audio(written, ACE1_SECONDS[name])
+    elif name.startswith("audio_ace_step"):
         _check_ace_audio(written)
     if name.startswith("audio_stable_audio_3"):
         _check_sa3_audio(written)
@@ -531,6 +630,8 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "z_image_int8_convrot.safetensors", "unet_zimage_int8_convrot"),
     ("diffusion_models", "qwen_image_edit_2511_int8_convrot.safetensors", "unet_qwen_image_int8_convrot"),
     ("diffusion_models", "krea2_int8_convrot.safetensors", "unet_int8_convrot"),  # no writer
+    ("diffusion_models", "wan_animate_2_int8_convrot.safetensors", "unet_wan_animate2_int8_convrot"),
+    ("vae", "Wan2_1_VAE_bf16.safetensors", "vae_wan21"),
     ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),
     ("text_encoders", "qwen_3_4b_fp8_mixed.safetensors", "qwen3_4b_fp8"),
     ("loras", "pixel_art_style_z_image_turbo.safetensors", "lora_zimage"),
@@ -589,6 +690,7 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("text_encoders", "qwen_1.7b_ace15.safetensors", "ace15_lm"),
     ("text_encoders", "qwen_4b_ace15.safetensors", "ace15_lm"),
     ("vae", "ace_1.5_vae.safetensors", "vae_ace15"),
+    ("diffusion_models", "Wan21-WanMove_fp8_scaled_e4m3fn_KJ.safetensors", "unet_wan_i2v_scaled"),  # Wan-Move: Wan 2.1 I2V
 ])
 def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind

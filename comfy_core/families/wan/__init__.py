@@ -28,6 +28,14 @@ def _detect(tensors: Mapping[str, Any], prefix: str) -> Any:
     return WanConfig.detect_from_weights(tensors, prefix)
 
 
+def _detect_with_metadata(tensors: Mapping[str, Any], prefix: str, metadata: Mapping[str, str]) -> Any:
+    """ComfyUI merges a file's `config` metadata into the detected config: Wan-Animate-2's i2v-shaped
+    weights are told apart by it alone (`wan/animate2.py`)."""
+    from comfy_core.families.wan.animate2 import with_metadata
+
+    return with_metadata(_detect(tensors, prefix), metadata)
+
+
 def _facts(config: Any) -> dict[str, Any]:
     import dataclasses
 
@@ -40,7 +48,12 @@ def _facts(config: Any) -> dict[str, Any]:
 def _build(config: Any, operations: Any = None) -> Any:
     from comfy_core.families.wan.dit import WanModel
 
-    return WanModel.from_config(config) if operations is None else WanModel.from_config(config, operations=operations)
+    network = WanModel
+    if config.model_type == "animate2":  # Wan-Animate-2's forward (wan/animate2.py) on i2v weights
+        from comfy_core.families.wan.animate2 import WanAnimate2Model
+
+        network = WanAnimate2Model
+    return network.from_config(config) if operations is None else network.from_config(config, operations=operations)
 
 
 def _errors() -> tuple[type[Exception], ...]:
@@ -64,7 +77,8 @@ def _from_diffusers(state: Mapping[str, Any]) -> dict[str, Any]:
 def wan_architecture() -> Architecture:
     return Architecture(name="wan", markers=(MARKER,), detect=_detect, facts=_facts, build=_build, errors=_errors(),
                         context_width=lambda config: config.text_dim, is_diffusers=_is_diffusers,
-                        from_diffusers=_from_diffusers, comfy_config=lambda config: config.comfy_unet_config())
+                        from_diffusers=_from_diffusers, comfy_config=lambda config: config.comfy_unet_config(),
+                        detect_with_metadata=_detect_with_metadata)
 
 
 def text_encoders() -> Any:

@@ -100,6 +100,9 @@ class WanSelfAttention(nn.Module):
         k = apply_rope1(self.norm_k(self.k(x)).view(b, s, n, d), freqs)
         out = attention(q.view(b, s, n * d), k.view(b, s, n * d), self.v(x).view(b, s, n * d), n,
                         transformer_options)
+        # ComfyUI's Wan attn1_patch: {"x": attention output, "q", "k": [B, L, H, D], ...} -> x (MultiTalk)
+        for patch in ((transformer_options or {}).get("patches") or {}).get("attn1_patch", ()):
+            out = patch({"x": out, "q": q, "k": k, "transformer_options": transformer_options})
         return self.o(out)
 
 
@@ -197,6 +200,9 @@ class WanAttentionBlock(nn.Module):
         del y
         x = x + self.cross_attn(self.norm3(x), context, context_img_len=context_img_len,
                                 transformer_options=transformer_options)
+        # ComfyUI's Wan attn2_patch: {"x", "transformer_options"} -> x, after the cross-attention (MultiTalk)
+        for patch in ((transformer_options or {}).get("patches") or {}).get("attn2_patch", ()):
+            x = patch({"x": x, "transformer_options": transformer_options})
         y = self.ffn(torch.addcmul(repeat_e(e[3], x), self.norm2(x), 1 + repeat_e(e[4], x)))
         return torch.addcmul(x, y, repeat_e(e[5], x))
 

@@ -54,7 +54,7 @@ from comfy_core.models.weight_shapes import count_numbered as count_entries, sha
 from comfy_core.wrappers import run_split_blocks
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
-MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo")
+MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2")
 # Wan variants whose extra modules are not built here (Animate).
 S2V_MARKER = "casual_audio_encoder.encoder.final_linear.weight"  # ComfyUI's model_detection marker
 S2V_FIELDS = ("audio_dim", "num_audio_token", "audio_layers", "enable_adain", "cond_dim")
@@ -123,7 +123,7 @@ class WanConfig:
     @property
     def has_image_embedding(self) -> bool:
         """i2v / flf2v / Wan 2.1 camera: CLIP-vision tokens through `img_emb` (ComfyUI's 'i2v' cross attention)."""
-        return self.model_type in ("i2v", "camera")
+        return self.model_type in ("i2v", "camera", "animate2")  # Animate 2: i2v weights (animate2.py)
 
     @property
     def variant(self) -> str:
@@ -345,6 +345,9 @@ class WanModel(nn.Module):
         (dtype, device, operations)."""
         classes = {"vace": VaceWanModel, "camera": CameraWanModel, "camera_2.2": CameraWanModel, "s2v": WanS2VModel,
                    "humo": WanHuMoModel}
+        if config.model_type == "animate2" and cls is WanModel:  # its module imports this one
+            raise WanConfigError("Wan: an Animate 2 network is built by "
+                                 "comfy_core.families.wan.animate2.WanAnimate2Model.from_config")
         kind = classes.get(config.model_type, cls)
         return kind(**kwargs, **config.params())
 
@@ -395,6 +398,8 @@ class WanModel(nn.Module):
         def after_block(i: int, x: torch.Tensor, options: dict[str, Any]) -> torch.Tensor:
             return self.add_hints(i, x, x_orig, hints, kwargs, e0, freqs, context, context_img_len, options)
 
+        # the latent grid for block patches (ComfyUI's transformer_options["grid_sizes"]: MultiTalk)
+        transformer_options = {**(transformer_options or {}), "grid_sizes": tuple(grid_sizes)}
         x = self.run_blocks(x, e0, freqs, context, context_img_len, transformer_options,
                             after_block if hints is not None else None)
 

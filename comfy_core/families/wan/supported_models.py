@@ -69,3 +69,10 @@ class WAN21_HuMo(WAN21_T2V):
     """Wan HuMo (1.7B and 17B): text, reference image and audio to video."""
 
     unet_config = {"image_model": "wan2.1", "model_type": "humo"}
+
+
+class WAN_Animate2(WAN21_T2V):
+    """Wan-Animate-2 (i2v-shaped weights, `model_type` "animate2" from the file's metadata): shift 5."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "animate2"}
+    sampling_settings = {"shift": 5.0}
