@@ -58,6 +58,15 @@ class _Models:
             self._made[family] = files
         return self._made[family]
 
+    def loaded(self, family: str) -> tuple:
+        """`(model, clip, vae, cond, pooled)`: the checkpoint loaded on copied weights and the
+        test prompt encoded, once per family (the tests only read them)."""
+        files = self(family)
+        if "loaded" not in files:
+            model, clip, vae = load_checkpoint(files["checkpoint"], COPIED)
+            files["loaded"] = (model, clip, vae, *_encode(clip))
+        return files["loaded"]
+
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> _Models:
@@ -99,7 +108,7 @@ def _denoised(model, context, y=None, seed: int = 0):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_split_files_give_the_checkpoints_model_clip_and_vae(made, family):
     files = made(family)
-    model, clip, vae = load_checkpoint(files["checkpoint"], COPIED)
+    model, clip, vae, cond, pooled = made.loaded(family)
     split_model = load_diffusion_model(files["unet"], COPIED)
     split_clip = load_text_encoders([files[slot] for slot in _slots(family)], _clip_type(family))
     split_vae = load_vae(files["vae"])
@@ -108,7 +117,6 @@ def test_split_files_give_the_checkpoints_model_clip_and_vae(made, family):
     assert split_model.model.model_sampling.prediction == model.model.model_sampling.prediction
     _same_state(model.model, split_model.model)
     _same_state(vae.model, split_vae.model)
-    cond, pooled = _encode(clip)
     split_cond, split_pooled = _encode(split_clip)
     assert torch.equal(cond, split_cond) and torch.equal(pooled, split_pooled)
     assert clip.cond_stage_model.spec.name == split_clip.cond_stage_model.spec.name
@@ -185,8 +193,7 @@ def test_fp8_storage_holds_fp8_weights_and_computes_as_a_manual_cast(made, famil
     with torch.no_grad():
         for name, param in reference.model.diffusion_model.named_parameters():
             param.copy_(file_weights[name].to(dtype).to(torch.float32))
-    model, clip, _ = load_checkpoint(files["checkpoint"], COPIED, output_vae=False)
-    cond, pooled = _encode(clip)
+    model, _, _, cond, pooled = made.loaded(family)
     y = model.model.encode_adm(pooled_output=pooled, width=64, height=64)
     out = _denoised(stored, cond, y)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()

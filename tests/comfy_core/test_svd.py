@@ -42,6 +42,18 @@ def loaded(svd_path):
     return load_checkpoint(svd_path, output_clip=False)
 
 
+@pytest.fixture(scope="module")
+def ours(state) -> VideoUNetModel:
+    """Our video UNet on the tiny weights, built once: every test here only calls it."""
+    return _ours_unet(state)
+
+
+@pytest.fixture(scope="module")
+def theirs(state):
+    """diffusers' UNetSpatioTemporalConditionModel on the same weights, built once."""
+    return diffusers_unet(state)
+
+
 def _ours_unet(state) -> VideoUNetModel:
     config = dataclasses.replace(UNetConfig.detect_from_weights(state), num_heads=-1, num_head_channels=64)
     unet = VideoUNetModel(config)
@@ -93,9 +105,7 @@ def test_loading_builds_the_video_modules_and_edm_v_sampling(loaded):
 
 
 @pytest.mark.parametrize("videos", [1, 2])
-def test_video_unet_matches_diffusers(state, videos):
-    ours = _ours_unet(state)
-    theirs = diffusers_unet(state)
+def test_video_unet_matches_diffusers(ours, theirs, videos):
     g = torch.Generator().manual_seed(1)
     frames = 3
     x = torch.randn(videos, frames, 8, 8, 8, generator=g)
@@ -111,9 +121,9 @@ def test_video_unet_matches_diffusers(state, videos):
     torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)
 
 
-def test_frames_interact_only_within_a_video(state):
+def test_frames_interact_only_within_a_video(ours):
     """Two videos in one batch give what each gives alone; changing one frame changes the others."""
-    unet = _ours_unet(state)
+    unet = ours
     g = torch.Generator().manual_seed(2)
     x = torch.randn(6, 8, 8, 8, generator=g)
     context = torch.randn(6, 1, UNET.context_dim, generator=g)

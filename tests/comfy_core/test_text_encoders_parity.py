@@ -323,17 +323,14 @@ def test_open_clip_image_tower_keys_are_skipped_and_logged(open_clip_sd, caplog)
     assert not any("visual" in name for name, _ in encoder.named_parameters())
 
 
-def test_building_a_text_encoder_imports_no_transformers_modeling_code(tmp_path):
+def test_building_a_text_encoder_imports_no_transformers_modeling_code(tiny_sd1_ckpt):
     """The CLIP tower is ours (clip_text_model.py): loading a checkpoint's text encoder must not
     import transformers' modeling modules (~2.5 s on a small CPU), which would fall on the first
     prompt of a fresh server. Checked in a fresh interpreter, where nothing imported them yet."""
     import subprocess
     import sys
 
-    from tests.fixtures.checkpoints import write_tiny_checkpoint
-
-    path = tmp_path / "tiny.safetensors"
-    write_tiny_checkpoint(path)
+    path = tiny_sd1_ckpt  # the session's tiny SD1 checkpoint, written once for every test
     code = ("import sys; from comfy_core import load_checkpoint; "
             f"m, clip, v = load_checkpoint({str(path)!r}, output_vae=False); "
             "clip.encode_from_tokens(clip.tokenize('a cat')); "

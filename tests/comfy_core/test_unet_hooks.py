@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from comfy_core.models.unet import UNetConfig, UNetModel, apply_control
@@ -14,7 +15,9 @@ from tests.fixtures.checkpoints import tiny_state_dict
 PREFIX = "model.diffusion_model."
 
 
-def _unet() -> UNetModel:
+@pytest.fixture(scope="module")
+def unet() -> UNetModel:
+    """The tiny SD1 UNet, built once: the tests only call it (hooks come in transformer_options)."""
     state = tiny_state_dict("sd1", seed=5)
     config = dataclasses.replace(UNetConfig.detect_from_weights(state, PREFIX), num_heads=8, num_head_channels=-1)
     with torch.device("meta"):
@@ -29,8 +32,7 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.randn(1, 4, 8, 8, generator=gen), torch.tensor([500.0]), torch.randn(1, 3, 64, generator=gen)
 
 
-def test_options_name_each_transformer_as_comfyui_does() -> None:
-    unet = _unet()
+def test_options_name_each_transformer_as_comfyui_does(unet: UNetModel) -> None:
     x, t, ctx = _inputs()
     seen: list[tuple] = []
 
@@ -50,8 +52,7 @@ def test_options_name_each_transformer_as_comfyui_does() -> None:
     assert ("middle", 0) in [s[0] for s in seen]
 
 
-def test_emb_patch_sees_the_time_embedding_and_can_change_it() -> None:
-    unet = _unet()
+def test_emb_patch_sees_the_time_embedding_and_can_change_it(unet: UNetModel) -> None:
     x, t, ctx = _inputs()
     widths: list[int] = []
 
@@ -68,8 +69,7 @@ def test_emb_patch_sees_the_time_embedding_and_can_change_it() -> None:
     assert not torch.allclose(patched, plain, atol=1e-4)
 
 
-def test_forward_timestep_embed_patch_replaces_matching_layers() -> None:
-    unet = _unet()
+def test_forward_timestep_embed_patch_replaces_matching_layers(unet: UNetModel) -> None:
     x, t, ctx = _inputs()
     calls: list[tuple] = []
 
@@ -86,8 +86,7 @@ def test_forward_timestep_embed_patch_replaces_matching_layers() -> None:
     torch.testing.assert_close(patched, plain)
 
 
-def test_control_residuals_are_added_from_the_end_of_each_list() -> None:
-    unet = _unet()
+def test_control_residuals_are_added_from_the_end_of_each_list(unet: UNetModel) -> None:
     x, t, ctx = _inputs()
     with torch.no_grad():
         plain = unet(x, t, ctx)
