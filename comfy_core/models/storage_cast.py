@@ -49,6 +49,13 @@ class CastLinear(nn.Linear):
         return F.linear(x, _cast(self.weight, x), _cast(self.bias, x))
 
 
+class CastConv1d(nn.Conv1d):
+    """Audio encoders inside diffusion models (Wan 2.2 S2V's causal audio encoder)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(x, _cast(self.weight, x), _cast(self.bias, x))
+
+
 class CastConv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, _cast(self.weight, x), _cast(self.bias, x))
@@ -123,13 +130,14 @@ class Fp8Linear(CastLinear):
         return super().forward(x)
 
 
-_CAST_CLASSES: dict[type, type] = {nn.Linear: CastLinear, nn.Conv2d: CastConv2d, nn.Conv3d: CastConv3d,
+_CAST_CLASSES: dict[type, type] = {nn.Linear: CastLinear, nn.Conv1d: CastConv1d, nn.Conv2d: CastConv2d,
+                                   nn.Conv3d: CastConv3d,
                                    nn.GroupNorm: CastGroupNorm,
                                    nn.LayerNorm: CastLayerNorm}
 
 
 def cast_weights_at_run_time(module: nn.Module, *, fp8_matrix_mult: bool = False) -> int:
-    """Make every Linear, Conv2d, Conv3d, GroupNorm and LayerNorm of `module` cast its weights to its
+    """Make every Linear, Conv1d/2d/3d, GroupNorm and LayerNorm of `module` cast its weights to its
     input's dtype when it runs (linear layers as `Fp8Linear` when `fp8_matrix_mult`); returns how
     many layers changed. Layers of other classes are left as they are."""
     classes = dict(_CAST_CLASSES)
