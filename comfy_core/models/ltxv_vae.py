@@ -15,14 +15,18 @@ written here, with its behaviour:
   0.9.0 / 0.9.1 / 0.9.5+ configs (`res_x`, `res_x_y`, `compress_all`, `compress_*_res`) and any
   widths, so tiny test files load. A plain strided convolution compresses all three axes (the
   stride is not in the weights; ComfyUI's configs use `compress_all` only); a space-to-depth
-  downsampler's stride follows from its channel counts, a decoder upsampler is 2x2x2 and
-  residual when it halves the channels (ComfyUI's 0.9.1+ configs; 0.9.0's keep them).
+  downsampler's stride follows from its channel counts, and so does a decoder upsampler's
+  (2x2x2, 1x2x2 or 2x1x1), residual when it narrows the channels (ComfyUI's 0.9.1+ configs;
+  0.9.0's keep them). What the weights cannot tell comes from the file's `config` metadata when
+  it has a `vae` section, as ComfyUI reads it (`LTXVVAEConfig.with_file_config`): LTX-2 / 2.3's
+  decoder has plain upsamplers that narrow, space-only and time-only ones, zero padding.
 - Spatial padding: zeros in the encoder, reflect in the decoder (ComfyUI's defaults).
 - `decode_raw(z, timestep=0.05, noise_scale=0.025)`: ComfyUI's `VideoVAE.decode`; the noise
   (latent and injected) comes from torch's global generator, as ComfyUI's.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -38,6 +42,8 @@ from comfy_core.models.vae import VAEConfigError
 MARKER = "decoder.up_blocks.0.res_blocks.0.conv1.conv.weight"  # ComfyUI's test for an LTXV VAE
 STATISTICS = ("std-of-means", "mean-of-means", "mean-of-stds", "mean-of-stds_over_std-of-means", "channel")
 DECODE_TIMESTEP, DECODE_NOISE_SCALE = 0.05, 0.025  # ComfyUI's VideoVAE.decode defaults
+# A depth-to-space upsampler's convolution widens by its stride's volume over its output width.
+_UPSAMPLER_KIND = {8: "compress_all", 4: "compress_space", 2: "compress_time"}
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,11 @@ class LTXVVAEConfig:
     encoder_blocks: tuple[tuple[str, int], ...] = ()  # (kind, layers or output width)
     latent_log_var: str = "uniform"
     decoder_width: int = 512
-    # (kind, layers / output width, inject_noise) in the decoder's order (ComfyUI's reversed list)
+    # In the decoder's order (ComfyUI's list reversed): ("res_x", layers, inject_noise),
+    # ("res_x_y", output width, inject_noise), or an upsampler ("compress_all" | "compress_space" |
+    # "compress_time", output width, residual).
     decoder_blocks: tuple[tuple[str, int, bool], ...] = ()
+    causal_decoder: bool = False
     timestep_conditioning: bool = False
     norm_layer: str = "pixel_norm"
     encoder_padding: str = "zeros"
@@ -133,15 +142,16 @@ class LTXVVAEConfig:
             elif "conv1.conv.weight" in names:
                 channels = shape(base + "conv1.conv.weight")[0]
                 decoder_blocks.append(("res_x_y", channels, "per_channel_scale1" in names))
-            elif "conv.conv.weight" in names:
+            elif "conv.conv.weight" in names:  # depth-to-space: its stride from its channel counts
                 conv_out = shape(base + "conv.conv.weight")[0]
-                if conv_out * 2 == 8 * channels:
-                    decoder_blocks.append(("compress_all_residual", channels // 2, False))
-                    channels //= 2
-                elif conv_out == 8 * channels:
-                    decoder_blocks.append(("compress_all", channels, False))
-                else:
-                    raise VAEConfigError(f"LTX-Video VAE: {base}conv gives {conv_out} channels from {channels}")
+                following = cls._next_width(shape, up, i + 1, "decoder", "up_blocks")
+                kind = _UPSAMPLER_KIND.get(conv_out // following) if conv_out % following == 0 else None
+                if kind is None or channels % following:
+                    raise VAEConfigError(f"LTX-Video VAE: {base}conv gives {conv_out} channels from {channels}, "
+                                         f"then {following}: not a depth-to-space upsampler")
+                # Residual when it narrows (0.9.1+); the weights cannot tell, the file's config can.
+                decoder_blocks.append((kind, following, following < channels))
+                channels = following
             else:
                 raise VAEConfigError(f"LTX-Video VAE: unknown decoder block {base} ({sorted(names)[:3]})")
         norm = "group_norm" if prefix + "decoder.up_blocks.0.res_blocks.0.norm1.weight" in tensors else "pixel_norm"
@@ -152,11 +162,44 @@ class LTXVVAEConfig:
         values.update(overrides)
         return cls(**values)
 
+    def with_file_config(self, config: Mapping[str, Any]) -> "LTXVVAEConfig":
+        """This layout with what the weights cannot say taken from the file's own description
+        (ComfyUI's `VideoVAE` config: the `vae` section of a checkpoint's `config` metadata, as
+        LTX-2's files carry): which upsamplers are residual, the noise injection, the padding
+        and a causal decoder. LTX-2's decoder has plain (not residual) upsamplers that narrow
+        the width and space-only / time-only ones, which the 0.9.x convention reads wrongly.
+        Raises `VAEConfigError` when the description does not match the weights."""
+        described = config.get("decoder_blocks", config.get("blocks"))
+        if not isinstance(described, (list, tuple)):
+            raise VAEConfigError("LTX-Video VAE: the file's config has no decoder_blocks list")
+        blocks = []
+        detected = list(self.decoder_blocks)
+        if len(described) != len(detected):
+            raise VAEConfigError(f"LTX-Video VAE: the file's config lists {len(described)} decoder blocks, "
+                                 f"the weights hold {len(detected)}")
+        for (kind, value, flag), entry in zip(detected, reversed(described)):
+            if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], str)):
+                raise VAEConfigError(f"LTX-Video VAE: malformed decoder block {entry!r} in the file's config")
+            name, params = entry[0], entry[1] if isinstance(entry[1], dict) else {}
+            if name != kind:
+                raise VAEConfigError(f"LTX-Video VAE: the file's config has {name!r} where the weights hold a "
+                                     f"{kind!r} block")
+            # Upsamplers take `residual` from the description; noise injection shows in the weights.
+            blocks.append((kind, value, bool(params.get("residual", False)) if kind in _UPSAMPLER_KIND.values()
+                           else flag))
+        padding = config.get("spatial_padding_mode")
+        if padding is not None and padding not in ("zeros", "reflect", "replicate", "circular"):
+            raise VAEConfigError(f"LTX-Video VAE: unknown spatial_padding_mode {padding!r} in the file's config")
+        return dataclasses.replace(
+            self, decoder_blocks=tuple(blocks), causal_decoder=bool(config.get("causal_decoder", False)),
+            encoder_padding=padding or self.encoder_padding, decoder_padding=padding or self.decoder_padding)
+
     @staticmethod
-    def _next_width(shape: Any, blocks: dict[int, set[str]], start: int, side: str) -> int:
-        """The input width of the block after a downsampler (its output width)."""
+    def _next_width(shape: Any, blocks: dict[int, set[str]], start: int, side: str,
+                    group: str = "down_blocks") -> int:
+        """The input width of the block after a down- or upsampler (that sampler's output width)."""
         for j in range(start, len(blocks)):
-            names, base = blocks[j], f"{side}.down_blocks.{j}."
+            names, base = blocks[j], f"{side}.{group}.{j}."
             for key in ("res_blocks.0.conv1.conv.weight", "conv1.conv.weight", "conv.conv.weight", "conv.weight"):
                 if key in names:
                     return shape(base + key)[1]
@@ -385,7 +428,8 @@ def unpatchify(x: torch.Tensor, patch: int) -> torch.Tensor:
     return x.permute(0, 1, 4, 5, 3, 6, 2).reshape(b, c // (patch * patch), t, h * patch, w * patch)
 
 
-_STRIDES = {"compress_all_res": (2, 2, 2), "compress_space_res": (1, 2, 2), "compress_time_res": (2, 1, 1)}
+_STRIDES = {"compress_all_res": (2, 2, 2), "compress_space_res": (1, 2, 2), "compress_time_res": (2, 1, 1),
+            "compress_all": (2, 2, 2), "compress_space": (1, 2, 2), "compress_time": (2, 1, 1)}
 
 
 class Encoder(nn.Module):
@@ -429,6 +473,7 @@ class Decoder(nn.Module):
         super().__init__()
         pad, norm, cond = config.decoder_padding, config.norm_layer, config.timestep_conditioning
         self.patch_size, self.timestep_conditioning = config.patch_size, cond
+        self.causal = config.causal_decoder
         channels = config.decoder_width
         self.conv_in = CausalConv3d(config.latent_channels, channels, spatial_padding_mode=pad)
         blocks: list[nn.Module] = []
@@ -438,10 +483,8 @@ class Decoder(nn.Module):
             elif kind == "res_x_y":
                 blocks.append(ResnetBlock3D(channels, value, norm, pad, noise))
                 channels = value
-            else:
-                residual = kind == "compress_all_residual"
-                reduction = channels // value if residual else 1
-                blocks.append(DepthToSpaceUpsample(channels, (2, 2, 2), residual, reduction, pad))
+            else:  # an upsampler: (kind, output width, residual)
+                blocks.append(DepthToSpaceUpsample(channels, _STRIDES[kind], noise, channels // value, pad))
                 channels = value
         self.up_blocks = nn.ModuleList(blocks)
         self.conv_norm_out = _ChannelNorm(norm, channels)
@@ -453,8 +496,8 @@ class Decoder(nn.Module):
 
     def forward(self, z: torch.Tensor, timestep: torch.Tensor | None = None) -> torch.Tensor:
         """`[B, latent, T', h, w]` (unnormalised) -> `[B, 3, 8 (T' - 1) + 1, 32 h, 32 w]`; the
-        decoder is not causal (both ends of the time axis replicated)."""
-        x = self.conv_in(z, causal=False)
+        decoder is not causal unless its file says so (both ends of the time axis replicated)."""
+        x = self.conv_in(z, causal=self.causal)
         scaled = None
         if self.timestep_conditioning:
             if timestep is None:
@@ -462,16 +505,16 @@ class Decoder(nn.Module):
             scaled = timestep.to(x) * self.timestep_scale_multiplier.to(x)
         for block in self.up_blocks:
             if isinstance(block, MidBlock3D):
-                x = block(x, causal=False, timestep=scaled)
+                x = block(x, causal=self.causal, timestep=scaled)
             else:
-                x = block(x, causal=False)
+                x = block(x, causal=self.causal)
         x = self.conv_norm_out(x)
         if self.timestep_conditioning:
             embedded = self.last_time_embedder(scaled.flatten(), x.dtype).view(x.shape[0], 2, -1, 1, 1, 1)
             rows = self.last_scale_shift_table[None, ..., None, None, None].to(x) + embedded
             shift, scale = rows.unbind(dim=1)
             x = x * (1 + scale) + shift
-        return unpatchify(self.conv_out(F.silu(x), causal=False), self.patch_size)
+        return unpatchify(self.conv_out(F.silu(x), causal=self.causal), self.patch_size)
 
 
 class PerChannelStatistics(nn.Module):

@@ -17,8 +17,9 @@ The module is built on the meta device and given its tensors by assignment (no s
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -75,6 +76,19 @@ def wan_vae_view(checkpoint: CheckpointFile) -> tuple[CheckpointFile | RenamedCh
     return None
 
 
+def _file_vae_config(metadata: Mapping[str, str]) -> Mapping[str, Any] | None:
+    """The `vae` section of a file's `config` metadata (LTX-2's checkpoints and VAE files), as
+    ComfyUI reads it; None when there is none. Unreadable JSON is a malformed file."""
+    text = metadata.get("config")
+    if not text:
+        return None
+    try:
+        section = json.loads(text).get("vae")
+    except (ValueError, AttributeError) as exc:
+        raise VAEConfigError(f"the file's 'config' metadata is not a JSON object ({exc})") from None
+    return section if isinstance(section, dict) else None
+
+
 def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torch.dtype = torch.float32, *,
                     mmap: bool = True, workers: int = DEFAULT_WORKERS,
                     metadata: Mapping[str, str] | None = None) -> AutoencoderKL | WanVAE:
@@ -125,6 +139,9 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
         if ltxv:  # LTX-Video's causal video VAE (ComfyUI's marker)
             try:
                 config = LTXVVAEConfig.detect_from_weights(file.tensors, ltxv[0])
+                described = _file_vae_config(file.metadata)
+                if described is not None:
+                    config = config.with_file_config(described)
             except VAEConfigError as exc:
                 raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
             vae = materialize(build_on_meta(lambda: LTXVVAE(config)), file, ltxv[0], dtype, "VAE",

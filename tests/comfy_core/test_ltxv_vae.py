@@ -124,3 +124,83 @@ def test_malformed_layout_is_refused():
     state.pop("encoder.conv_out.conv.weight")
     with pytest.raises(VAEConfigError, match="conv_out"):
         LTXVVAEConfig.detect_from_weights(state)
+
+
+# --- LTX-2 / 2.3: the layout the weights cannot tell, from the file's own `config` metadata ---
+
+def _ltx2_reference_decoder(state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """diffusers' LTX-2 video decoder at the tiny LTX-2.3 layout (tests/fixtures/ltxv_files.py's
+    LTX2_VAE_FILE_CONFIG: space-only, time-only and two 2x2x2 plain upsamplers, zero padding),
+    our weights renamed to its modules (no values changed)."""
+    from diffusers.models.autoencoders.autoencoder_kl_ltx2 import LTX2VideoDecoder3d
+
+    decoder = LTX2VideoDecoder3d(
+        in_channels=128, block_out_channels=(16, 32, 32, 64), layers_per_block=(1, 1, 1, 1, 1),
+        # upsample_type in the decoder's order (diffusers reverses the other lists, not this one)
+        spatio_temporal_scaling=True, upsample_type=("spatiotemporal", "spatiotemporal", "temporal", "spatial"),
+        upsample_residual=False, upsample_factor=(2, 2, 1, 2), inject_noise=False, spatial_padding_mode="zeros")
+    renamed = {}
+    for name, value in state.items():
+        if not name.startswith("decoder."):
+            continue
+        parts = name.removeprefix("decoder.").replace(".res_blocks.", ".resnets.").split(".")
+        if parts[0] == "up_blocks":  # ours: res, up, res, up, ...; theirs: mid_block, then (upsampler, resnets)
+            index = int(parts[1])
+            if index == 0:
+                parts[:2] = ["mid_block"]
+            elif index % 2:
+                parts[:2] = ["up_blocks", str((index - 1) // 2), "upsamplers", "0"]
+            else:
+                parts[:2] = ["up_blocks", str(index // 2 - 1)]
+        renamed[".".join(parts)] = value
+    decoder.load_state_dict(renamed, strict=True)
+    return decoder.eval()
+
+
+def test_ltx2_layout_comes_from_the_files_config(tmp_path):
+    """LTX-2.3's decoder: plain upsamplers that narrow and space-only / time-only ones, which the
+    0.9.x reading of the weights alone takes for residual ones; its file says so."""
+    from tests.fixtures.ltxv_files import LTX2_VAE_FILE_CONFIG
+
+    bare = load_vae(write_tiny_ltxv_vae(tmp_path / "bare.safetensors", "ltx2"))
+    described = load_vae(write_tiny_ltxv_vae(tmp_path / "ltx2_vae.safetensors", "ltx2",
+                                             file_config=LTX2_VAE_FILE_CONFIG))
+    kinds = [(kind, residual) for kind, _, residual in described.first_stage_model.config.decoder_blocks
+             if kind.startswith("compress")]
+    assert kinds == [("compress_all", False), ("compress_all", False), ("compress_time", False),
+                     ("compress_space", False)]
+    assert described.first_stage_model.config == tiny_vae_config("ltx2")
+    assert [residual for kind, _, residual in bare.first_stage_model.config.decoder_blocks
+            if kind.startswith("compress")] == [True, False, True, True]
+    assert described.downscale_index_formula == (8, 32, 32)
+
+
+def test_ltx2_decode_matches_diffusers(tmp_path):
+    from tests.fixtures.ltxv_files import LTX2_VAE_FILE_CONFIG
+
+    state = tiny_ltxv_vae_state_dict("ltx2")
+    vae = load_vae(write_tiny_ltxv_vae(tmp_path / "ltx2_vae.safetensors", "ltx2", file_config=LTX2_VAE_FILE_CONFIG))
+    reference = _ltx2_reference_decoder(state)
+    z = torch.randn(1, 128, 3, 2, 3, generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        got = vae.first_stage_model.decoder(z)
+        want = reference(z, causal=False)
+    assert got.shape == (1, 3, 17, 64, 96)
+    assert torch.allclose(got, want, atol=TOLERANCE, rtol=0), (got - want).abs().max()
+    pixels = vae.decode(vae.encode(torch.rand(9, 64, 64, 3, generator=torch.Generator().manual_seed(12))))
+    assert pixels.shape == (1, 9, 64, 64, 3)
+
+
+def test_ltx2_file_config_that_contradicts_the_weights_is_refused(tmp_path):
+    from comfy_core.checkpoint.errors import ShapeMismatchError
+    from tests.fixtures.ltxv_files import LTX2_VAE_FILE_CONFIG
+
+    swapped = dict(LTX2_VAE_FILE_CONFIG)
+    blocks = list(swapped["decoder_blocks"])
+    blocks[1], blocks[3] = blocks[3], blocks[1]  # time-only where the weights hold a space-only stage
+    swapped["decoder_blocks"] = blocks
+    with pytest.raises(ShapeMismatchError, match="'compress_space' where the weights hold a 'compress_time'"):
+        load_vae(write_tiny_ltxv_vae(tmp_path / "swapped.safetensors", "ltx2", file_config=swapped))
+    short = dict(LTX2_VAE_FILE_CONFIG, decoder_blocks=LTX2_VAE_FILE_CONFIG["decoder_blocks"][:-1])
+    with pytest.raises(ShapeMismatchError, match="8 decoder blocks.*9"):
+        load_vae(write_tiny_ltxv_vae(tmp_path / "short.safetensors", "ltx2", file_config=short))
