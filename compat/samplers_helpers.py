@@ -106,11 +106,14 @@ def prepare_sampling(model: Any, noise_shape: Any, conds: Any, model_options: di
 
 # -- comfy.sample ----------------------------------------------------------------------------------
 
-def fix_empty_latent_channels(model: Any, latent_image: torch.Tensor) -> torch.Tensor:
-    """An all-zero latent widened to the model's latent channels (ComfyUI's function); others as they are."""
+def fix_empty_latent_channels(model: Any, latent_image: torch.Tensor, downscale_ratio_spacial: Any = None,
+                              downscale_ratio_temporal: Any = None) -> Any:
+    """An all-zero latent made to the model's format: its channels, and its size when the ratio it
+    was made at is given (ComfyUI's function, today's signature); others as they are."""
     from comfy_core.sampling.guider import fit_empty_latent
 
-    return fit_empty_latent(model.get_model_object("latent_format"), latent_image)
+    return fit_empty_latent(model.get_model_object("latent_format"), latent_image, downscale_ratio_spacial,
+                            downscale_ratio_temporal)
 
 
 def sample_prepare_sampling(model: Any, noise_shape: Any, positive: Any, negative: Any, noise_mask: Any) -> tuple:

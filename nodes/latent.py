@@ -47,7 +47,8 @@ def empty_latent_image(width: int, height: int, batch_size: int = 1) -> tuple[di
     import torch
 
     latent = torch.zeros([batch_size, 4, height // 8, width // 8])
-    return ({"samples": latent},)
+    # Today's ComfyUI says the ratio it was made at: samplers resize it for a 1/16 model (Flux.2).
+    return ({"samples": latent, "downscale_ratio_spacial": 8},)
 
 
 @node("VAEDecode", category="latent", display_name="VAE Decode",

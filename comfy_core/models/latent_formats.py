@@ -39,6 +39,22 @@ class LatentFormat:
     def latent_dimensions(self) -> int:
         return 2
 
+    @property
+    def spacial_downscale_ratio(self) -> int:
+        """Pixels per latent cell along height and width (ComfyUI's attribute, spelled as there):
+        what an empty latent made at another ratio is resized by before sampling."""
+        return 8
+
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        """Pixel frames (audio samples) per latent frame, as `spacial_downscale_ratio`."""
+        return 1
+
+    def fix_empty_latent(self, latent: torch.Tensor) -> object:
+        """An all-zero latent already widened and resized to this format -> what the model samples
+        (ComfyUI's hook: the latent itself; a joint audio-video format builds its nested latent)."""
+        return latent
+
     def process_in(self, latent: torch.Tensor) -> torch.Tensor:
         """Raw first-stage latent -> the diffusion model's space."""
         return (latent - self.shift_factor) * self.scale_factor

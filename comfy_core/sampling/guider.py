@@ -99,26 +99,49 @@ def process_latent_out(latent_format: Any, latent: torch.Tensor) -> torch.Tensor
     return latent / latent_format.scale_factor + getattr(latent_format, "shift_factor", 0.0)
 
 
-def fit_empty_latent(latent_format: Any, latent: torch.Tensor) -> torch.Tensor:
-    """ComfyUI's `comfy.sample.fix_empty_latent_channels`: an all-zero latent of another channel
-    count (EmptyLatentImage's 4 channels for a 16-channel model) widened to the model's channels,
-    and a 4-D latent given a frame axis `[B, C, 1, h, w]` for a model with 3-D latents (Qwen-Image's
-    Wan VAE). A latent with content keeps its channels; `check_latent` then refuses a mismatch.
-    A nested latent is left as it is (ComfyUI's function returns it unchanged)."""
+def fit_empty_latent(latent_format: Any, latent: torch.Tensor, downscale_ratio_spacial: float | None = None,
+                     downscale_ratio_temporal: float | None = None) -> Any:
+    """ComfyUI's `comfy.sample.fix_empty_latent_channels`: an all-zero latent made for another
+    format (EmptyLatentImage's 4 channels at 1/8 of the pixels) becomes the model's: widened to
+    its channels; when the latent says at what ratio it was made (`downscale_ratio_spacial` /
+    `_temporal` keys of the LATENT dict), resized to the model's ratio (a 1/8 latent for a 1/16
+    model halves, nearest-exact as ComfyUI, which for zeros is only the new shape); a 4-D latent
+    given a frame axis `[B, C, 1, h, w]` for a model with 3-D latents; then the format's own
+    `fix_empty_latent` (MiniMax H3 builds its nested audio-video latent there). A latent with
+    content keeps its channels and size (`check_latent` then refuses a mismatch); a nested latent
+    is left as it is."""
     if is_nested(latent):
         return latent
-    channels = getattr(latent_format, "latent_channels", None) or getattr(latent_format, "channels", None)
-    if channels is not None and latent.ndim >= 2 and latent.shape[1] != channels and torch.count_nonzero(latent) == 0:
-        latent = repeat_to_batch_size(latent.movedim(1, 0), channels).movedim(0, 1)  # [B, channels, ...]
+    empty = torch.count_nonzero(latent) == 0
+    if empty and latent.ndim >= 2:
+        channels = getattr(latent_format, "latent_channels", None) or getattr(latent_format, "channels", None)
+        shape = list(latent.shape)
+        if channels is not None:
+            shape[1] = channels
+        model_spacial = getattr(latent_format, "spacial_downscale_ratio", 8)
+        if downscale_ratio_spacial is not None and downscale_ratio_spacial != model_spacial and latent.ndim >= 4:
+            ratio = downscale_ratio_spacial / model_spacial
+            shape[-1], shape[-2] = round(shape[-1] * ratio), round(shape[-2] * ratio)
+        if shape != list(latent.shape):
+            latent = latent.new_zeros(shape)
     if getattr(latent_format, "latent_dimensions", 2) == 3 and latent.ndim == 4:
         latent = latent.unsqueeze(2)  # [B, C, 1, h, w]
+    if empty and downscale_ratio_temporal is not None and latent.ndim >= 3:  # frames (audio: samples) on dim 2
+        model_temporal = getattr(latent_format, "temporal_downscale_ratio", 1)
+        if downscale_ratio_temporal != model_temporal:
+            frames = max(1, round(latent.shape[2] * downscale_ratio_temporal / model_temporal))
+            latent = latent.new_zeros((*latent.shape[:2], frames, *latent.shape[3:]))
+    if empty and hasattr(latent_format, "fix_empty_latent"):
+        latent = latent_format.fix_empty_latent(latent)
     return latent
 
 
 def fit_latent_input(model: Any, latent: Mapping[str, Any]) -> dict:
-    """A LATENT dict whose `samples` fit `model` (`fit_empty_latent`), as ComfyUI's samplers take it
-    before generating noise for it; the input dict is not changed."""
-    samples = fit_empty_latent(model.get_model_object("latent_format"), latent["samples"])
+    """A LATENT dict whose `samples` fit `model` (`fit_empty_latent`, with the dict's own
+    `downscale_ratio_spacial` / `downscale_ratio_temporal`), as ComfyUI's samplers take it before
+    generating noise for it; the input dict is not changed."""
+    samples = fit_empty_latent(model.get_model_object("latent_format"), latent["samples"],
+                               latent.get("downscale_ratio_spacial"), latent.get("downscale_ratio_temporal"))
     return latent if samples is latent["samples"] else {**latent, "samples": samples}
 
 

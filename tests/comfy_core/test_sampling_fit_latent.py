@@ -43,3 +43,56 @@ def test_the_latent_dict_is_copied_not_changed():
     assert latent["samples"].shape == (1, 4, 8, 8)
     same = {"samples": torch.zeros(1, 16, 1, 8, 8)}
     assert fit_latent_input(model, same) is same
+
+
+# --- today's ratios: a latent made at another ratio is resized to the model's ---
+
+def test_an_empty_latent_made_at_1_8_is_halved_for_a_1_16_model():
+    from comfy_core.families.flux2.latent_format import Flux2LatentFormat
+
+    made = torch.zeros(2, 4, 16, 24)  # EmptyLatentImage at 192 x 128 px
+    fitted = fit_empty_latent(Flux2LatentFormat(), made, downscale_ratio_spacial=8)
+    assert fitted.shape == (2, 128, 8, 12) and not fitted.any()
+    # without the ratio (0.3.64's LATENT) only the channels change, as before
+    assert fit_empty_latent(Flux2LatentFormat(), made).shape == (2, 128, 16, 24)
+    odd = fit_empty_latent(Flux2LatentFormat(), torch.zeros(1, 4, 13, 7), downscale_ratio_spacial=8)
+    assert odd.shape == (1, 128, 6, 4)  # rounded (half to even), as ComfyUI's round()
+
+
+def test_ratios_reach_the_sampler_from_the_latent_dict_and_content_is_never_resized():
+    from comfy_core.families.flux2.latent_format import Flux2LatentFormat
+
+    model = SimpleNamespace(get_model_object=lambda name: {"latent_format": Flux2LatentFormat()}[name])
+    fitted = fit_latent_input(model, {"samples": torch.zeros(1, 4, 16, 16), "downscale_ratio_spacial": 8})
+    assert fitted["samples"].shape == (1, 128, 8, 8)
+    content = torch.ones(1, 128, 16, 16)
+    assert fit_empty_latent(Flux2LatentFormat(), content, downscale_ratio_spacial=8) is content
+
+
+def test_a_temporal_ratio_changes_the_frame_count_of_an_empty_video_latent():
+    from comfy_core.families.wan.latent_format import wan21_latent_format
+
+    wan = wan21_latent_format()  # 4 pixel frames a latent frame
+    fitted = fit_empty_latent(wan, torch.zeros(1, 16, 6, 8, 8), downscale_ratio_temporal=8)
+    assert fitted.shape == (1, 16, 12, 8, 8)
+    assert fit_empty_latent(wan, torch.zeros(1, 16, 6, 8, 8), downscale_ratio_temporal=4).shape == (1, 16, 6, 8, 8)
+
+
+def test_the_formats_own_fix_builds_minimax_h3s_nested_latent_from_an_empty_image_latent():
+    from comfy_core.families.minimax_h3.latent_format import MiniMaxH3AV
+
+    fitted = fit_empty_latent(MiniMaxH3AV(), torch.zeros(1, 4, 16, 24), downscale_ratio_spacial=8)
+    video, audio = fitted.unbind()
+    assert video.shape == (1, 24, 1, 8, 12) and audio.shape == (1, 32, 2, 2) and not video.any()
+
+
+def test_empty_latent_image_says_its_ratio_and_packs_see_todays_signature():
+    import inspect
+
+    from compat.samplers_helpers import fix_empty_latent_channels
+    from nodes.latent import empty_latent_image
+
+    latent = empty_latent_image(192, 128, 1)[0]
+    assert latent["downscale_ratio_spacial"] == 8 and latent["samples"].shape == (1, 4, 16, 24)
+    assert list(inspect.signature(fix_empty_latent_channels).parameters) == [
+        "model", "latent_image", "downscale_ratio_spacial", "downscale_ratio_temporal"]

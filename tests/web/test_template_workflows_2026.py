@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from graph.editor_workflow import editor_to_prompt
 from tests.fixtures.template_models import provide_files
@@ -72,7 +73,8 @@ MINIMAX_TIMES = {
     "video_minimax_h3_t2v": "4-10 s", "video_minimax_h3_i2v": "6-10 s", "video_minimax_h3_i2v_continuation": "5-8 s",
     "video_minimax_h3_r2v": "3-8 s", "video_minimax_h3_multiframe_reference": "8-15 s",
     "video_fastvideo_fasth3_t2v": "3-7 s", "video_fastvideo_fasth3_i2v": "2-4 s",
-    "video_fasth3_ominiref_r2v": "6-14 s (the first of a process: the text-encoder file)"}
+    "video_fasth3_ominiref_r2v": "6-14 s (the first of a process: the text-encoder file)",
+    "image_minimax_h3_t2i": "7 s"}
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
@@ -281,7 +283,10 @@ RUNNING = {
                                       "BlockSparseAttention vsa (dense here, as ComfyUI off CUDA), 8 steps; "
                                       "ModelAttentionBackend's comfy kitchen attention (GPU-only) run as PyTorch's",
         "video_fastvideo_fasth3_i2v": "FastH3 image to video",
-        "video_fasth3_ominiref_r2v": "FastH3 OmniRef: references, SigmaShift 12 / 3, euler 8 steps"}.items()},
+        "video_fasth3_ominiref_r2v": "FastH3 OmniRef: references, SigmaShift 12 / 3, euler 8 steps",
+        "image_minimax_h3_t2i": "EmptyLatentImage's plain latent (downscale_ratio_spacial 8) made the model's by the "
+                                "sampler: 32 channels at 1/16, a frame axis, then MiniMaxH3AV's fix_empty_latent "
+                                "(the nested latent with its silent audio); one frame decoded"}.items()},
     # ACE-Step 1.5 (tests/fixtures/template_models_ace.py): 120 s songs at 48 kHz as saved (the LM writes 600
     # codes, the VAE decodes 5.76 M samples a channel), each song decoded back (`_check_ace_audio`); load ~7
     "audio_ace_step_1_5_checkpoint": "35-70 s: ACE-Step 1.5 all-in-one checkpoint (DiT, Qwen3 0.6B + LM, 48 kHz "
@@ -338,6 +343,11 @@ RUNNING = {
                                       "CLIPVisionEncode, one frame at 768 x 1024",
     "video_capybara_v0_1_image_to_video": "2-3 s: Capybara i2v (ResizeAndPadImage, PrimitiveInt sizes)",
     "video_capybara_v0_1_video_edit": "2-3 s: Capybara video edit (LoadVideo, GetVideoComponents, ImageFromBatch)",
+    # HunyuanVideo 1.0 (comfy_core/families/hunyuan_video, tests/fixtures/template_models_hunyuan_video.py).
+    "hunyuan_video_text_to_video": "TIMES: t2v DiT (UNETLoader), CLIP-L + LLaVA-Llama-3 fp8 by DualCLIPLoader type "
+                                   "hunyuan_video, EmptyHunyuanLatentVideo, FluxGuidance 6, ModelSamplingSD3 7, "
+                                   "BasicGuider, 20 steps, VAEDecodeTiled (HunyuanVideo's causal VAE), CreateVideo, "
+                                   "SaveVideo",
     **FLUX3_TIMES,
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
@@ -349,9 +359,6 @@ DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_com
 # Covered templates (all nodes exist) of model families this engine does not have (other issues):
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
-    "MiniMax H3's text to image (its video templates run: EmptyLatentImage's plain latent becomes an AV latent "
-    "through ComfyUI's MiniMaxH3AV latent format, `fix_empty_latent`, whose source was not readable here)": (
-        "image_minimax_h3_t2i",),
     "Lotus-D (an SD 2-derived depth UNet, `lotus-depth-d-v1-1`; LotusConditioning exists, the UNet "
     "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
         "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
@@ -367,7 +374,6 @@ _FAMILIES_NOT_HERE = {
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Gemma 4 E4B": ("llm_gemma4_text_gen",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
-    "HunyuanVideo (LLaVA-Llama-3 text encoder)": ("hunyuan_video_text_to_video",),
     "Anima (Qwen3-0.6B text encoder, Qwen-Image VAE)": ("image_anima_base_v1", "image_anima_preview"),
     "Boogu Image (Qwen3-VL 8B text encoder)": ("image_boogu_image_0_1_turbo_t2i",),
     "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
@@ -417,7 +423,7 @@ def _made_small(name: str) -> bool:
     text generation (a tiny random LLM never says stop: 2048 tokens are minutes; FLUX 3's upsampler asks for 3584,
     and Qwen3-VL then encodes them: over 5 minutes as saved)."""
     return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_",
-                                                 "ltx", "flux3_klein"))
+                                                 "ltx", "flux3_klein", "minimax"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
@@ -458,7 +464,7 @@ def shrink_2026(prompt: dict) -> dict:
             node["inputs"]["megapixels"] = 192 * 128 / 1024 ** 2 if minimax else min(megapixels, 0.01)
         if node["class_type"] == "ResolutionSelector" and isinstance(megapixels, (int, float)) and minimax:
             node["inputs"]["megapixels"] = min(megapixels, 0.1)  # its least (MiniMax H3's canvases)
-        if (minimax and node["class_type"] == "ModelAttentionBackend"
+        if (node["class_type"] == "ModelAttentionBackend"
                 and node["inputs"].get("attention") == "comfy kitchen attention"):
             # comfy-kitchen's INT8 kernel is GPU-only: ComfyUI falls back to PyTorch attention without it
             node["inputs"]["attention"] = "pytorch attention"
@@ -599,7 +605,10 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
             _check_ltx_video(Path(path))
     if name in MINIMAX_TIMES:
         for path in written:
-            _check_minimax_video(Path(path))
+            if Path(path).suffix == ".png":  # the text-to-image template: the nested latent's first frame
+                assert Image.open(path).size[0] % 16 == 0, path
+            else:
+                _check_minimax_video(Path(path))
     if name in ACE1_SECONDS:
         _check_ace1_audio(written, ACE1_SECONDS[name])
     elif name.startswith("audio_ace_step"):

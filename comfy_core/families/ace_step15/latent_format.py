@@ -23,6 +23,10 @@ class ACEAudio15(LatentFormat):
     def latent_dimensions(self) -> int:
         return 1
 
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        return 1764  # ComfyUI's figure (44.1 kHz / 25), which packs read
+
 
 def ace15_latent_format() -> ACEAudio15:
     return ACEAudio15()

@@ -19,3 +19,7 @@ class ChromaRadianceLatentFormat(LatentFormat):
     scale_factor: float = 1.0
     shift_factor: float = 0.0
     latent_rgb_factors: tuple[tuple[float, float, float], ...] = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+
+    @property
+    def spacial_downscale_ratio(self) -> int:
+        return 1  # the latent is the image

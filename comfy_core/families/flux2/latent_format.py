@@ -51,6 +51,10 @@ class Flux2LatentFormat(LatentFormat):
     latent_rgb_factors_bias: tuple[float, float, float] | None = (-0.0329, -0.0718, -0.0851)
     taesd_decoder_name: str | None = "taef2_decoder"
 
+    @property
+    def spacial_downscale_ratio(self) -> int:
+        return 16  # ComfyUI's: the VAE's 8x and the 2x2 patches
+
     def latent_rgb_factors_reshape(self, latent: torch.Tensor) -> torch.Tensor:
         """ComfyUI's hook for previews: `[B, 128, h, w]` unpacked to `[B, 32, 2h, 2w]` for the factors."""
         return unpatchify(latent)

@@ -25,3 +25,7 @@ class HunyuanVideo15(LatentFormat):
     def latent_dimensions(self) -> int:
         return 3
 
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        return 4
+

@@ -70,6 +70,14 @@ class LTXV(LatentFormat):
     def latent_dimensions(self) -> int:
         return 3
 
+    @property
+    def spacial_downscale_ratio(self) -> int:
+        return 32
+
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        return 8
+
     def latent_to_rgb(self, latent: torch.Tensor) -> torch.Tensor:
         """Cheap preview of every frame: `[B, C, T, h, w]` -> RGB `[B, T, h, w, 3]` in 0..1 (a 4-D
         latent gives `[B, h, w, 3]`)."""

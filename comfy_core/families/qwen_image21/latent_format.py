@@ -67,6 +67,10 @@ class QwenImage21LatentFormat(LatentFormat):
     mean: tuple[float, ...] = _MEAN
     std: tuple[float, ...] = _STD
 
+    @property
+    def spacial_downscale_ratio(self) -> int:
+        return 16
+
     # ComfyUI's tensors [1, 64, 1, 1], which node packs read.
     @property
     def latents_mean(self) -> torch.Tensor:

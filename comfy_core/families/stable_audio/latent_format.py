@@ -18,6 +18,10 @@ class StableAudio1(LatentFormat):
     def latent_dimensions(self) -> int:
         return 1
 
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        return 2048  # samples per latent frame
+
 
 @dataclass(frozen=True)
 class StableAudio3(LatentFormat):
@@ -28,3 +32,7 @@ class StableAudio3(LatentFormat):
     @property
     def latent_dimensions(self) -> int:
         return 1
+
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        return 4096  # samples per latent frame

@@ -42,6 +42,10 @@ class Wan21(LatentFormat):
     def latent_dimensions(self) -> int:
         return 3
 
+    @property
+    def temporal_downscale_ratio(self) -> int:
+        return 4
+
     # ComfyUI's tensors [1, C, 1, 1, 1], which node packs read.
     @property
     def latents_mean(self) -> torch.Tensor:
@@ -122,6 +126,10 @@ class Wan22(Wan21):
     latent_rgb_factors_bias: tuple[float, float, float] | None = (0.0317, -0.0878, -0.1388)
     mean: tuple[float, ...] = _WAN22_MEAN
     std: tuple[float, ...] = _WAN22_STD
+
+    @property
+    def spacial_downscale_ratio(self) -> int:
+        return 16
 
 
 def wan21_latent_format() -> LatentFormat:
