@@ -73,7 +73,9 @@ def empty_sd3_latent_image(width: int, height: int, batch_size: int = 1) -> tupl
     width = checks.integer(width, "width", 16, MAX_RESOLUTION)
     height = checks.integer(height, "height", 16, MAX_RESOLUTION)
     batch_size = checks.integer(batch_size, "batch_size", 1, 4096)
-    return ({"samples": torch.zeros([batch_size, LATENT_CHANNELS, height // 8, width // 8])},)
+    # the ratio it was made at, as today's ComfyUI: a sampler resizes it for a 1/16 model
+    return ({"samples": torch.zeros([batch_size, LATENT_CHANNELS, height // 8, width // 8]),
+             "downscale_ratio_spacial": 8},)
 
 
 @node("SkipLayerGuidanceSD3", display_name=None, category="advanced/guidance", python_module=MODULE,

@@ -20,4 +20,5 @@ def empty_hunyuan_latent_video(width: int, height: int, length: int, batch_size:
     from comfy_core.latent.video import empty_video_latent
 
     width, height, length, batch_size = wan.video_size(width, height, length, batch_size)
-    return ({"samples": empty_video_latent(batch_size, LATENT_CHANNELS, length, height, width, DOWNSCALE)},)
+    return ({"samples": empty_video_latent(batch_size, LATENT_CHANNELS, length, height, width, DOWNSCALE),
+             "downscale_ratio_spacial": DOWNSCALE},)  # today's ComfyUI: resized for a 1/16 model (Wan 2.2 5B)

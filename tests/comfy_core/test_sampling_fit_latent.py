@@ -96,3 +96,15 @@ def test_empty_latent_image_says_its_ratio_and_packs_see_todays_signature():
     assert latent["downscale_ratio_spacial"] == 8 and latent["samples"].shape == (1, 4, 16, 24)
     assert list(inspect.signature(fix_empty_latent_channels).parameters) == [
         "model", "latent_image", "downscale_ratio_spacial", "downscale_ratio_temporal"]
+
+
+def test_empty_video_and_sd3_latents_say_their_ratio_and_fit_a_1_16_video_model():
+    from comfy_core.families.wan.latent_format import wan22_latent_format
+    from nodes.sd3_nodes import empty_sd3_latent_image
+    from nodes.video_latents import empty_hunyuan_latent_video
+
+    video = empty_hunyuan_latent_video(256, 128, 9, 1)[0]  # [1, 16, 3, 16, 32] at 1/8
+    assert video["downscale_ratio_spacial"] == 8
+    fitted = fit_empty_latent(wan22_latent_format(), video["samples"], video["downscale_ratio_spacial"])
+    assert fitted.shape == (1, 48, 3, 8, 16)  # Wan 2.2 5B: 48 channels at 1/16
+    assert empty_sd3_latent_image(256, 128, 1)[0]["downscale_ratio_spacial"] == 8
