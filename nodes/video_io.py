@@ -1,13 +1,17 @@
-"""The video nodes of ComfyUI's comfy_extras/nodes_video.py (0.3.64): LoadVideo, SaveVideo,
+"""The video nodes of ComfyUI's comfy_extras/nodes_video.py (0.3.64; SaveVideo 2026): LoadVideo, SaveVideo,
 CreateVideo, GetVideoComponents, SaveWEBM. Thin: the VIDEO values and the encoding live in
 comfy_core.video (PyAV).
 
 - VIDEO is a `comfy_core.video.VideoInput`: LoadVideo gives a lazy `VideoFromFile` (nothing is
   decoded until frames are asked for), CreateVideo a `VideoFromComponents`.
-- SaveVideo writes `<prefix>_00001_.mp4` in the output folder (ComfyUI's counter; `%width%` /
-  `%height%` are the video's) and returns ComfyUI's `ui.PreviewVideo` record,
+- SaveVideo is today's (2026, V3 schema): a `format` dynamic combo (auto / mp4 / mkv / webm), each
+  option with its `codec` dynamic combo (auto / h264 / av1; WebM auto / av1), each codec with an
+  `encoding` mode (auto, or re-encode at a `crf`); `auto` is WebM for AV1 and MP4 otherwise. A
+  hidden top-level `codec` takes 0.3.64's flat prompts (`format: "mp4", codec: "h264"`), which
+  still run. It writes `<prefix>_00001_.<ext>` in the output folder (ComfyUI's counter;
+  `%width%` / `%height%` are the video's) and returns ComfyUI's `ui.PreviewVideo` record,
   `{"images": [{filename, subfolder, type}], "animated": (True,)}`, which the editor previews.
-  A file video in its own container and codec is copied stream by stream, not re-encoded.
+  A file video whose streams fit the choice (and no crf asked) is copied stream by stream.
 - Metadata: SaveVideo writes the workflow (each `extra_pnginfo` key) and `prompt` as JSON tags,
   SaveWEBM `prompt` then the extra keys, as ComfyUI; `--disable-metadata` drops them for both
   (ComfyUI's SaveWEBM ignores the flag; honoured here).
@@ -18,10 +22,13 @@ comfy_core.video (PyAV).
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graph import v3_schema as v3
 from graph.native import Combo, Float, Hidden, Input, Output, node
 from nodes.checks import choice, image_batch  # not `from nodes import checks`: see _media_files
 from nodes._media_files import input_files_of, media_errors, modification_time, validate_file
@@ -37,8 +44,8 @@ if TYPE_CHECKING:
 
 MODULE = "comfy_extras.nodes_video"
 CATEGORY = "image/video"
-CONTAINERS = ["auto", "mp4"]  # comfy_core.video.VideoContainer.as_input()
-CODECS = ["auto", "h264"]  # comfy_core.video.VideoCodec.as_input()
+CONTAINERS = ["auto", "mp4", "mkv", "webm"]  # comfy_core.video.VideoContainer.as_input()
+CODECS = ["auto", "h264", "av1"]  # comfy_core.video.VideoCodec.as_input()
 WEBM_CODECS = ["vp9", "av1"]
 PREFIX_TIP = ("The prefix for the file to save. This may include formatting information such as "
               "%date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes.")
@@ -89,27 +96,145 @@ def load_video(file: str) -> tuple[Any]:
     return (VideoFromFile(str(annotated_path(current_env(), file, input_name="file"))),)
 
 
+# -- SaveVideo, as today's ComfyUI declares it (V3 schema, comfy_extras/nodes_video.py, 2026) ------------------
+
+CRF_TIP = "Lower values produce higher quality and larger files."
+CODEC_TIP = ("The output video codec. Auto preserves a compatible source stream. H.264 and AV1 re-encoding support "
+             "SDR, HDR (HLG), and HDR PQ.")
+FORMAT_TIP = ("The output container. Auto uses MP4 for Auto/H.264 and WebM for AV1. MP4, MKV, and WebM select a "
+              "specific container.")
+# Each codec's label in its tooltip and its re-encode crf (default, max), as ComfyUI's.
+_ENCODINGS = {"h264": ("H.264", 23.0, 51.0), "av1": ("AV1", 30.0, 63.0)}
+
+
+@dataclass(frozen=True)
+class PresentOnlyCombo(v3.DynamicCombo):
+    """SaveVideo's `codec` and `encoding` dynamic combos, with what ComfyUI does for them that
+    graph/v3_schema.py's `DynamicCombo` does not:
+
+    * absent from the prompt, the combo has no value (None), as ComfyUI expands only the dynamic
+      inputs a prompt has: 0.3.64's prompts (`format: "mp4", codec: "h264"`) have no
+      `format.codec`, and the hidden top-level `codec` is absent from today's;
+    * `hidden` renders as ComfyUI's `extra_dict={"hidden": True}` (the top-level `codec` that
+      only old prompts fill);
+    * a number that options share with different ranges (crf: 0..51 for H.264, 0..63 for AV1)
+      is validated against their union, the chosen codec's own range checked when the node runs.
+    """
+
+    hidden: bool = False
+
+    def render(self, env: Any = None) -> tuple[str, list]:
+        section, (kind, options) = super().render(env)
+        if self.hidden:
+            options = {**options, "hidden": True}
+        return section, [kind, options]
+
+    def flat(self) -> list:
+        ranges: dict[str, tuple[float, float]] = {}
+        for spec in (s for option in self.options for s in _flat_inputs(option.inputs)):
+            low, high = spec.options.get("min"), spec.options.get("max")
+            if spec.type in ("INT", "FLOAT") and low is not None and high is not None:
+                known = ranges.get(spec.name, (low, high))
+                ranges[spec.name] = (min(known[0], low), max(known[1], high))
+        specs = super().flat()
+        for i, spec in enumerate(specs):
+            widened = ranges.get(spec.name[len(self.name) + 1:])
+            if widened is not None:
+                specs[i] = dataclasses.replace(spec, options={**spec.options, "min": widened[0], "max": widened[1]})
+        return specs
+
+    def nest(self, flat: dict[str, Any], listed: bool = False) -> dict[str, Any] | None:
+        if self.name not in flat:
+            for name in [n for n in flat if n.startswith(f"{self.name}.")]:
+                del flat[name]  # sub-inputs of an absent combo mean nothing
+            return None
+        return super().nest(flat, listed)
+
+
+def _flat_inputs(inputs: Any) -> list:
+    """An option's inputs as the names its combo's `flat` gives them (`encoding.crf`)."""
+    return [s for spec in inputs for s in (spec.flat() if isinstance(spec, v3.DynamicCombo) else [spec])]
+
+
+def _codec_input(codecs: tuple[str, ...], *, optional: bool = False, hidden: bool = False) -> PresentOnlyCombo:
+    options = []
+    for codec in codecs:
+        if codec not in _ENCODINGS:
+            options.append(v3.ComboOption(codec))
+            continue
+        label, default, high = _ENCODINGS[codec]
+        encoding = PresentOnlyCombo("encoding", display_name="encoding mode", optional=True, tooltip=(
+            f"Automatic preserves compatible {label} streams. Re-encode applies custom encoding options."), options=(
+            v3.ComboOption("auto"),
+            v3.ComboOption("re-encode", (v3.Float("crf", default=default, min=0.0, max=high, step=1.0,
+                                                  tooltip=CRF_TIP),))))
+        options.append(v3.ComboOption(codec, (encoding,)))
+    return PresentOnlyCombo("codec", tuple(options), tooltip=CODEC_TIP, optional=optional, hidden=hidden)
+
+
+ALL_CODECS = ("auto", "h264", "av1")
+WEBM_CODECS_2026 = ("auto", "av1")  # comfy_core.video.encode.resolve_output: WebM takes AV1 only
+SAVE_FORMAT = v3.DynamicCombo("format", tooltip=FORMAT_TIP, options=tuple(
+    v3.ComboOption(container, (_codec_input(WEBM_CODECS_2026 if container == "webm" else ALL_CODECS),))
+    for container in CONTAINERS))
+
+
+def _choice(value: Any, key: str, name: str) -> dict:
+    """A dynamic combo's value: its dict, or a bare choice as 0.3.64's prompts and callers give it."""
+    if isinstance(value, str):
+        return {key: value}
+    if not isinstance(value, dict) or not isinstance(value.get(key), str):
+        raise NodeInputError(name, f"a {key} choice (a string, or {{{key!r}: choice, ...}})", describe(value))
+    return value
+
+
+def save_options(format: Any, codec: Any) -> tuple[str, str, float | None]:  # noqa: A002
+    """(container, codec, crf) from SaveVideo's inputs, as today's ComfyUI reads them: the codec
+    chosen inside `format`, else the top-level `codec` (0.3.64's prompts), else auto; an `auto`
+    container is WebM for AV1 and MP4 otherwise; crf only when `re-encode` is chosen."""
+    format = _choice(format, "format", "format")
+    container = format["format"]
+    if container not in CONTAINERS:
+        raise NodeInputError("format", f"one of {CONTAINERS}", repr(container))
+    where = "format.codec" if format.get("codec") else "codec"
+    codec = _choice(format.get("codec") or codec or "auto", "codec", where)
+    name = codec["codec"]
+    allowed = list(WEBM_CODECS_2026 if container == "webm" else ALL_CODECS)
+    if name not in allowed:
+        raise NodeInputError(where, f"one of {allowed} when format is {container!r}", repr(name))
+    if container == "auto":
+        container = "webm" if name == "av1" else "mp4"
+    crf = None
+    encoding = codec.get("encoding")
+    if encoding is not None and name in _ENCODINGS:
+        encoding = _choice(encoding, "encoding", f"{where}.encoding")
+        if encoding["encoding"] not in ("auto", "re-encode"):
+            raise NodeInputError(f"{where}.encoding", "one of ['auto', 're-encode']", repr(encoding["encoding"]))
+        if encoding["encoding"] == "re-encode":
+            crf, high = encoding.get("crf"), _ENCODINGS[name][2]
+            if isinstance(crf, bool) or not isinstance(crf, (int, float)) or not 0 <= crf <= high:
+                raise NodeInputError(f"{where}.encoding.crf", f"a FLOAT in 0..{high:g} for {name}", repr(crf))
+    return container, name, crf
+
+
 # Today's ComfyUI passes the video on (an output "video", "The input video, unchanged."): templates go on
-# from it (Wan-Animate-2's "Video Stitch" subgraph). Its 2026 inputs (a `format` DynamicCombo of
-# auto / mp4 / mkv / webm, each with a `codec` DynamicCombo and an h264 / av1 re-encode `crf`) are
-# not built here yet: this keeps 0.3.64's format / codec combos.
-@node("SaveVideo", category=CATEGORY, display_name="Save Video", output_node=True, python_module=MODULE,
-      description="Saves the input images to your ComfyUI output directory.",
-      outputs=[Output("VIDEO", "video", tooltip="The input video, unchanged.")],
-      inputs=[Input("video", "VIDEO", tooltip="The video to save."),
-              Input("filename_prefix", "STRING", default="video/ComfyUI", multiline=False, tooltip=PREFIX_TIP),
-              Combo("format", CONTAINERS, default="auto", tooltip="The format to save the video as."),
-              Combo("codec", CODECS, default="auto", tooltip="The codec to use for the video."),
-              Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
-def save_video(video: Any, filename_prefix: str, format: str, codec: str,  # noqa: A002
+# from it (Wan-Animate-2's "Video Stitch" subgraph).
+@v3.v3_node("SaveVideo", display_name="Save Video", category="video", python_module=MODULE, output_node=True,
+            description="Saves the input videos to your ComfyUI output directory.",
+            search_aliases=["export video"], essentials_category="Basics",
+            inputs=[v3.Socket("video", "VIDEO", tooltip="The video to save."),
+                    v3.String("filename_prefix", default="video/ComfyUI", tooltip=PREFIX_TIP),
+                    SAVE_FORMAT,
+                    _codec_input(ALL_CODECS, optional=True, hidden=True)],
+            outputs=[v3.Output("VIDEO", "video", tooltip="The input video, unchanged.")])
+def save_video(video: Any, filename_prefix: str, format: Any, codec: Any = None,  # noqa: A002
                prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+    """The video as `<prefix>_<counter>_.<ext>` in the container and codec chosen (a file video
+    is copied stream by stream when it can be, as ComfyUI), re-encoded at `crf` when asked."""
     from comfy_core.video import VideoCodec, VideoContainer
 
+    container, codec_name, crf = save_options(format, codec)
     video = _video(video)
-    with media_errors("format"):
-        extension = VideoContainer.get_extension(format)
-    with media_errors("codec"):
-        VideoCodec.parse(codec)
     with media_errors("video"):
         width, height = video.get_dimensions()
     folder, filename, counter, subfolder = _location(filename_prefix, width, height)
@@ -119,9 +244,12 @@ def save_video(video: Any, filename_prefix: str, format: str, codec: str,  # noq
         if prompt is not None:
             values["prompt"] = prompt
         metadata = values or None
-    name = f"{filename}_{counter:05}_.{extension}"
+    name = f"{filename}_{counter:05}_.{container}"
+    options = {"format": VideoContainer(container), "codec": VideoCodec(codec_name), "metadata": metadata}
+    if crf is not None:  # only then: a pack's VIDEO class may predate the argument
+        options["crf"] = crf
     with media_errors("video"):
-        video.save_to(str(folder / name), format=format, codec=codec, metadata=metadata)
+        video.save_to(str(folder / name), **options)
     return {**_saved(name, subfolder), "result": (video,)}
 
 

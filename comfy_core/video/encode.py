@@ -1,18 +1,24 @@
-"""Writing videos with PyAV, as ComfyUI 0.3.64 does: `VideoFromComponents.save_to` (MP4, H.264
-in yuv420p, AAC audio; comfy_api/latest/_input_impl/video_types.py) and SaveWEBM (VP9 or AV1;
-comfy_extras/nodes_video.py).
+"""Writing videos with PyAV, as ComfyUI does: `VideoFromComponents.save_to` (comfy_api/latest/
+_input_impl/video_types.py, 2026: H.264 or AV1 in MP4, MKV or WebM, an optional constant-quality
+`crf`) and SaveWEBM (VP9 or AV1; comfy_extras/nodes_video.py).
 
+- Container and codec: `auto` container is the file name's (`.mkv`, `.webm`), else MP4; `auto`
+  codec is AV1 in WebM, else H.264; WebM takes AV1 only (ComfyUI's `video_output_config`).
+  Encoders: H.264 (libx264) and SVT-AV1, 8-bit yuv420p; `crf` goes to the encoder as is (AV1's crf 0 is
+  SVT's lossless mode), refused outside the codec's range (H.264 0..51, AV1 0..63).
 - Frames become uint8 by `clamp(255 x)` and truncation, as ComfyUI; an alpha channel is dropped.
 - The frame rate is rounded to 1/1000 (`Fraction(round(fps * 1000), 1000)`), as ComfyUI.
 - Metadata: each value JSON-encoded into the container's tags (MP4 with
-  `movflags=use_metadata_tags`, so any key survives), so `prompt` / `workflow` read back as
-  ComfyUI writes them.
-- Audio in an MP4 is cut to the frames' length (`ceil(rate / fps * frames)` samples) and
-  encoded as AAC from one packed float frame, mono or stereo as given (ComfyUI's stream defaults
-  to stereo); the first item of the batch is the track.
+  `movflags=use_metadata_tags`, plus `faststart` for a file, so any key survives), so `prompt` /
+  `workflow` read back as ComfyUI writes them (Matroska upper-cases the keys).
+- Audio is cut to the frames' length (`ceil(rate / fps * frames)` samples) and encoded from one
+  packed float frame, mono or stereo as given (ComfyUI's stream defaults to stereo); the first
+  item of the batch is the track. AAC in MP4 and MKV at its own rate, Opus at 48 kHz in WebM.
 - H.264 and AV1 in 4:2:0 need even sides: ComfyUI hands odd sizes to the encoder, which fails
   with FFmpeg's opaque "Generic error in an external library"; here the same refusal is a
   `VideoEncodingError` that says which side is odd (nothing is cropped behind the user's back).
+  Every refusal comes before the file is created.
+- Not here yet: ComfyUI's 10-bit and HDR (BT.2020 HLG / PQ) encoding and its colour tags.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from comfy_core.video.audio_frames import LAYOUTS, check_audio, packed_frame
 from comfy_core.video.errors import UnknownChoiceError, VideoEncodingError
+from comfy_core.video.types import VideoCodec, VideoContainer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,7 +37,12 @@ if TYPE_CHECKING:
 
 # SaveWEBM's codec choices and the FFmpeg encoders behind them (ComfyUI's codec_map).
 WEBM_ENCODERS = {"vp9": "libvpx-vp9", "av1": "libsvtav1"}
-MP4_OPTIONS = {"movflags": "use_metadata_tags"}
+# SaveVideo's codecs and containers: FFmpeg's encoder and muxer names (ComfyUI's VIDEO_ENCODERS,
+# VIDEO_CONTAINER_FORMATS) and the crf range of each encoder (SaveVideo's re-encode inputs).
+VIDEO_ENCODERS = {VideoCodec.H264: "h264", VideoCodec.AV1: "libsvtav1"}
+MUXERS = {VideoContainer.MP4: "mp4", VideoContainer.MKV: "matroska", VideoContainer.WEBM: "webm"}
+CRF_RANGES = {VideoCodec.H264: (0, 51), VideoCodec.AV1: (0, 63)}
+WEBM_AUDIO_RATE = 48000
 
 
 def frame_rate_of(fps: Any) -> Fraction:
@@ -69,30 +81,100 @@ def write_metadata(container: Any, metadata: dict | None, *, encode_strings: boo
         container.metadata[str(key)] = value if isinstance(value, str) and not encode_strings else json.dumps(value)
 
 
-def write_mp4(dest: Any, images: Any, frame_rate: Any, audio: Any = None, metadata: dict | None = None) -> None:
-    """`images` at `frame_rate` as H.264 (yuv420p) in MP4, with `audio` as AAC, into `dest`
-    (a path, or a binary stream)."""
+def is_path(dest: Any) -> bool:
+    return isinstance(dest, (str, bytes)) or hasattr(dest, "__fspath__")
+
+
+def resolve_output(dest: Any, format: Any, codec: Any) -> tuple[VideoContainer, VideoCodec]:  # noqa: A002
+    """The container and codec a file gets: `auto` container from `dest`'s extension (`.mkv`,
+    `.webm`) else MP4, `auto` codec AV1 in WebM else H.264; WebM with H.264 is refused."""
+    import os
+
+    format, codec = VideoContainer.parse(format), VideoCodec.parse(codec)
+    if format == VideoContainer.AUTO:
+        extension = os.path.splitext(os.fsdecode(os.fspath(dest)))[1].lower() if is_path(dest) else ""
+        format = {".mkv": VideoContainer.MKV, ".webm": VideoContainer.WEBM}.get(extension, VideoContainer.MP4)
+    if codec == VideoCodec.AUTO:
+        codec = VideoCodec.AV1 if format == VideoContainer.WEBM else VideoCodec.H264
+    if format == VideoContainer.WEBM and codec != VideoCodec.AV1:
+        raise UnknownChoiceError("video codec for a WebM file", codec.value,
+                                 [VideoCodec.AUTO.value, VideoCodec.AV1.value])
+    return format, codec
+
+
+def check_crf(crf: Any, codec: VideoCodec) -> float | None:
+    """`crf` as a number in the codec's range (None: the encoder's default quality)."""
+    if crf is None:
+        return None
+    low, high = CRF_RANGES[codec]
+    if isinstance(crf, bool) or not isinstance(crf, (int, float)) or not low <= crf <= high:
+        raise VideoEncodingError(f"crf for {codec.value} must be a number in {low}..{high}, received {crf!r}")
+    return crf
+
+
+def encoder_options(codec: VideoCodec, crf: float | None) -> dict[str, str]:
+    """The encoder's options for a constant quality `crf` (ComfyUI's `video_encoder_options`)."""
+    if crf is None:
+        return {}
+    if codec == VideoCodec.AV1 and crf == 0:
+        return {"svtav1-params": "lossless=1"}
+    return {"crf": str(crf)}
+
+
+def muxer_options(dest: Any, muxer: str) -> dict[str, str]:
+    """MP4 / MOV keep any metadata key; a file also gets its index up front (ComfyUI's faststart,
+    which reopens the file by name, so not for a stream)."""
+    if muxer not in ("mp4", "mov"):
+        return {}
+    return {"movflags": "use_metadata_tags+faststart" if is_path(dest) else "use_metadata_tags"}
+
+
+def _audio_track(audio: Any, rate: Fraction, count: int, container: VideoContainer) -> tuple[Any, int] | None:
+    """The first item's waveform `[C, S]` cut to the frames' length, at the rate its encoder gets."""
+    if audio is None:
+        return None
+    from comfy_core.video.audio_resample import resample
+
+    waveform, sample_rate = check_audio(audio)
+    if waveform.shape[1] not in LAYOUTS:  # refused before any file is created
+        raise VideoEncodingError(f"audio must have 1 (mono) or 2 (stereo) channels, received {waveform.shape[1]}")
+    track = waveform[:1, :, :math.ceil(sample_rate / rate * count)]
+    if container == VideoContainer.WEBM and sample_rate != WEBM_AUDIO_RATE:  # Opus takes 48 kHz
+        track, sample_rate = resample(track, sample_rate, WEBM_AUDIO_RATE), WEBM_AUDIO_RATE
+    return track[0], sample_rate
+
+
+def write_video(dest: Any, images: Any, frame_rate: Any, audio: Any = None, metadata: dict | None = None, *,
+                format: Any = VideoContainer.AUTO, codec: Any = VideoCodec.AUTO,  # noqa: A002
+                crf: float | None = None, source_tags: dict | None = None, encode_strings: bool = True) -> None:
+    """`images` at `frame_rate` in the container and codec asked for (`resolve_output`), with
+    `audio`, into `dest` (a path, or a binary stream). `source_tags` (a decoded file's tags) are
+    written first, as they are; `metadata` over them, JSON-encoded (strings too unless
+    `encode_strings` is false)."""
     import av
 
+    container, codec = resolve_output(dest, format, codec)
+    crf = check_crf(crf, codec)
     pixels = frames_uint8(images)
     count, height, width = pixels.shape[:3]
-    check_even_sides(width, height, "H.264")
+    check_even_sides(width, height, "H.264" if codec == VideoCodec.H264 else "AV1")
     rate = frame_rate_of(frame_rate)
-    track = None
-    if audio is not None:
-        waveform, sample_rate = check_audio(audio)
-        if waveform.shape[1] not in LAYOUTS:  # refused before any file is created
-            raise VideoEncodingError(f"audio must have 1 (mono) or 2 (stereo) channels, received "
-                                     f"{waveform.shape[1]}")
-        track = (waveform[0, :, :math.ceil(sample_rate / rate * count)], sample_rate)
-    kwargs = {} if isinstance(dest, (str, bytes)) or hasattr(dest, "__fspath__") else {"format": "mp4"}
-    with av.open(dest, mode="w", options=dict(MP4_OPTIONS), **kwargs) as output:
-        write_metadata(output, metadata)
-        stream = output.add_stream("h264", rate=rate)
+    track = _audio_track(audio, rate, count, container)
+    muxer = MUXERS[container]
+    with av.open(dest, mode="w", format=muxer, options=muxer_options(dest, muxer)) as output:
+        for key, value in (source_tags or {}).items():
+            if metadata is None or key not in metadata:
+                output.metadata[key] = value
+        write_metadata(output, metadata, encode_strings=encode_strings)
+        stream = output.add_stream(VIDEO_ENCODERS[codec], rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = encoder_options(codec, crf)
         # The track's own layout: ComfyUI leaves PyAV's default (stereo), which turns mono into two channels.
-        audio_stream = (output.add_stream("aac", rate=track[1], layout=LAYOUTS.get(int(track[0].shape[0]), "stereo"))
-                        if track is not None else None)
+        audio_stream = None
+        if track is not None:
+            encoder = "libopus" if container == VideoContainer.WEBM else "aac"
+            layout = LAYOUTS.get(int(track[0].shape[0]), "stereo")
+            audio_stream = output.add_stream(encoder, rate=track[1], layout=layout)
         for frame in pixels:
             picture = av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format="yuv420p")
             output.mux(stream.encode(picture))
@@ -100,6 +182,12 @@ def write_mp4(dest: Any, images: Any, frame_rate: Any, audio: Any = None, metada
         if audio_stream is not None:
             output.mux(audio_stream.encode(packed_frame(*track)))
             output.mux(audio_stream.encode(None))
+
+
+def write_mp4(dest: Any, images: Any, frame_rate: Any, audio: Any = None, metadata: dict | None = None) -> None:
+    """`images` at `frame_rate` as H.264 (yuv420p) in MP4, with `audio` as AAC, into `dest`
+    (a path, or a binary stream): 0.3.64's only VIDEO file."""
+    write_video(dest, images, frame_rate, audio, metadata, format=VideoContainer.MP4, codec=VideoCodec.H264)
 
 
 def write_webm(dest: Any, images: Any, codec: str, fps: Any, crf: float, metadata: dict | None = None) -> None:

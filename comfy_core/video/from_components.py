@@ -1,11 +1,12 @@
-"""ComfyUI's `VideoFromComponents` (comfy_api/latest/_input_impl/video_types.py, 0.3.64): a
-VIDEO held as frames, frame rate and optional audio (what CreateVideo makes); saving it encodes
-an MP4 (encode.write_mp4), the only container and codec ComfyUI offers for it."""
+"""ComfyUI's `VideoFromComponents` (comfy_api/latest/_input_impl/video_types.py): a VIDEO held as
+frames, frame rate and optional audio (what CreateVideo makes); saving it encodes the frames in
+the container and codec asked for (encode.write_video: H.264 or AV1 in MP4, MKV or WebM, with an
+optional constant-quality `crf`)."""
 from __future__ import annotations
 
 from typing import IO, Any
 
-from comfy_core.video.encode import write_mp4
+from comfy_core.video.encode import write_video
 from comfy_core.video.types import VideoCodec, VideoComponents, VideoContainer, VideoInput
 
 
@@ -21,8 +22,7 @@ class VideoFromComponents(VideoInput):
                                frame_rate=self.__components.frame_rate)
 
     def save_to(self, path: str | IO[bytes], format: Any = VideoContainer.AUTO,  # noqa: A002
-                codec: Any = VideoCodec.AUTO, metadata: dict | None = None) -> None:
-        VideoContainer.parse(format)  # auto and mp4 both mean MP4; anything else is refused
-        VideoCodec.parse(codec)  # likewise auto and h264
+                codec: Any = VideoCodec.AUTO, metadata: dict | None = None, crf: float | None = None) -> None:
         components = self.__components
-        write_mp4(path, components.images, components.frame_rate, components.audio, metadata)
+        write_video(path, components.images, components.frame_rate, components.audio, metadata,
+                    format=format, codec=codec, crf=crf)

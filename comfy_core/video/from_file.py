@@ -2,9 +2,11 @@
 is a file (a path or a BytesIO), read lazily: LoadVideo makes one without decoding anything;
 size, duration and format come from the headers, frames only when `get_components` is asked.
 
-Saving it with `auto` (or the file's own container and codec) copies the streams packet by
-packet into the new file with the new metadata (remux.copy_streams); asking for another
-container or codec decodes the frames and encodes them as `VideoFromComponents` does.
+Saving it copies the streams packet by packet into the new file with the new metadata
+(remux.copy_streams) when they can stay as they are, as ComfyUI: the container is `auto` or the
+file's own, the codec `auto` or the file's own, no `crf` is asked for, and a WebM gets only
+WebM's codecs. Otherwise the frames are decoded and encoded as `VideoFromComponents` does, the
+file's tags kept under the new metadata.
 Unreadable files raise `UnreadableVideoError` naming the file (decode.opened_video).
 """
 from __future__ import annotations
@@ -13,8 +15,8 @@ import io
 from typing import IO, Any
 
 from comfy_core.video import decode
-from comfy_core.video.from_components import VideoFromComponents
-from comfy_core.video.remux import copy_streams
+from comfy_core.video.encode import MUXERS, check_crf, resolve_output, write_video
+from comfy_core.video.remux import copy_streams, stream_codec, webm_compatible
 from comfy_core.video.types import VideoCodec, VideoComponents, VideoContainer, VideoInput
 
 
@@ -46,15 +48,19 @@ class VideoFromFile(VideoInput):
             return decode.read_components(container, self.__file)
 
     def save_to(self, path: str | IO[bytes], format: Any = VideoContainer.AUTO,  # noqa: A002
-                codec: Any = VideoCodec.AUTO, metadata: dict | None = None) -> None:
+                codec: Any = VideoCodec.AUTO, metadata: dict | None = None, crf: float | None = None) -> None:
         format, codec = VideoContainer.parse(format), VideoCodec.parse(codec)
+        output_container, output_codec = resolve_output(path, format, codec)  # refuses WebM + H.264 up front
+        check_crf(crf, output_codec)
         with decode.opened_video(self.__file) as container:
             container_format = container.format.name
-            video = container.streams.video[0].codec_context.name if container.streams.video else None
-            same_container = format == VideoContainer.AUTO or format.value in container_format.split(",")
+            video = stream_codec(container.streams.video[0]) if container.streams.video else None
+            same_container = format == VideoContainer.AUTO or MUXERS[format] in container_format.split(",")
             same_codec = codec == VideoCodec.AUTO or video is None or codec.value == video
-            if same_container and same_codec:
+            webm_ok = output_container != VideoContainer.WEBM or webm_compatible(container)
+            if same_container and same_codec and webm_ok and crf is None:
                 copy_streams(container, path, container_format, format, metadata)
                 return
             components = decode.read_components(container, self.__file)
-        VideoFromComponents(components).save_to(path, format=format, codec=codec, metadata=metadata)
+        write_video(path, components.images, components.frame_rate, components.audio, metadata, format=format,
+                    codec=codec, crf=crf, source_tags=components.metadata, encode_strings=False)

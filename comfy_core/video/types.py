@@ -1,11 +1,11 @@
 """ComfyUI's VIDEO value and its parts (comfy_api/latest/_util/video_types.py and
-_input/video_types.py, 0.3.64): the container and codec choices, `VideoComponents` and the
-abstract `VideoInput` every VIDEO value is.
+_input/video_types.py): the container and codec choices, `VideoComponents` and the abstract
+`VideoInput` every VIDEO value is.
 
-The choices are ComfyUI's own (SaveVideo offers `auto`/`mp4` and `auto`/`h264`; WEBM has its own
-node), so workflows and `/object_info` match; a value outside them is an `UnknownChoiceError`
-that lists them. IMAGE frames are float `[T, H, W, C]` in 0..1; AUDIO is ComfyUI's dict
-`{"waveform": [B, C, S] float, "sample_rate": int}`.
+The choices are today's ComfyUI's (2026: containers auto / mp4 / mkv / webm, codecs auto / h264
+/ av1; 0.3.64 had auto / mp4 and auto / h264, still valid), so workflows and `/object_info`
+match; a value outside them is an `UnknownChoiceError` that lists them. IMAGE frames are float
+`[T, H, W, C]` in 0..1; AUDIO is ComfyUI's dict `{"waveform": [B, C, S] float, "sample_rate": int}`.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from comfy_core.video.errors import UnknownChoiceError
 class VideoCodec(str, Enum):
     AUTO = "auto"
     H264 = "h264"
+    AV1 = "av1"
 
     @classmethod
     def as_input(cls) -> list[str]:
@@ -37,6 +38,8 @@ class VideoCodec(str, Enum):
 class VideoContainer(str, Enum):
     AUTO = "auto"
     MP4 = "mp4"
+    MKV = "mkv"
+    WEBM = "webm"
 
     @classmethod
     def as_input(cls) -> list[str]:
@@ -47,7 +50,7 @@ class VideoContainer(str, Enum):
     def get_extension(cls, value: Any) -> str:
         """The file extension of a container: "mp4" for mp4 and for auto, as ComfyUI."""
         value = cls.parse(value)
-        return "mp4" if value in (cls.MP4, cls.AUTO) else ""
+        return "mp4" if value == cls.AUTO else value.value
 
     @classmethod
     def parse(cls, value: Any) -> "VideoContainer":
@@ -82,8 +85,9 @@ class VideoInput(ABC):
 
     @abstractmethod
     def save_to(self, path: str | IO[bytes], format: Any = VideoContainer.AUTO,  # noqa: A002
-                codec: Any = VideoCodec.AUTO, metadata: dict | None = None) -> None:
-        """Write the video to `path` (a file name or a binary stream)."""
+                codec: Any = VideoCodec.AUTO, metadata: dict | None = None, crf: float | None = None) -> None:
+        """Write the video to `path` (a file name or a binary stream); `crf` re-encodes at that
+        constant quality (H.264 0..51, AV1 0..63)."""
 
     def get_stream_source(self) -> str | io.BytesIO:
         """Something `av.open` reads: the video written to memory unless a subclass holds a file."""

@@ -164,14 +164,17 @@ def test_an_audio_only_file_is_no_video(tmp_path):
 
 def test_unknown_containers_and_codecs_list_the_choices(tmp_path):
     video = VideoFromComponents(VideoComponents(images=gradient_frames(2), frame_rate=Fraction(1)))
-    with pytest.raises(UnknownChoiceError, match=r"\['auto', 'mp4'\]"):
-        video.save_to(tmp_path / "x.mkv", format="mkv")
-    with pytest.raises(UnknownChoiceError, match=r"\['auto', 'h264'\]"):
+    with pytest.raises(UnknownChoiceError, match=r"\['auto', 'mp4', 'mkv', 'webm'\]"):
+        video.save_to(tmp_path / "x.avi", format="avi")
+    with pytest.raises(UnknownChoiceError, match=r"\['auto', 'h264', 'av1'\]"):
         video.save_to(tmp_path / "x.mp4", codec="hevc")
+    with pytest.raises(UnknownChoiceError, match=r"WebM file 'h264': the choices are \['auto', 'av1'\]"):
+        video.save_to(tmp_path / "x.webm", format="webm", codec="h264")
     with pytest.raises(UnknownChoiceError, match=r"\['vp9', 'av1'\]"):
         write_webm(str(tmp_path / "x.webm"), gradient_frames(2), "theora", 1.0, 30.0)
-    assert VideoContainer.get_extension(VideoContainer.AUTO) == "mp4" and VideoCodec.as_input() == ["auto", "h264"]
-    assert not (tmp_path / "x.mp4").exists()
+    assert VideoContainer.get_extension(VideoContainer.AUTO) == "mp4" and VideoCodec.as_input() == ["auto", "h264", "av1"]
+    assert VideoContainer.get_extension("mkv") == "mkv" and VideoContainer.get_extension(VideoContainer.WEBM) == "webm"
+    assert not (tmp_path / "x.mp4").exists() and not (tmp_path / "x.webm").exists()
 
 
 def test_odd_sides_for_h264_are_refused_with_the_sizes(tmp_path):

@@ -59,7 +59,8 @@ def test_folder_types_saved_results_and_preview_video(session):
 def test_video_types_and_components(session):
     from comfy_api.latest import InputImpl, Types
 
-    assert Types.VideoContainer.as_input() == ["auto", "mp4"] and Types.VideoCodec.as_input() == ["auto", "h264"]
+    assert Types.VideoContainer.as_input() == ["auto", "mp4", "mkv", "webm"]  # today's (2026) choices
+    assert Types.VideoCodec.as_input() == ["auto", "h264", "av1"]
     assert Types.VideoContainer.get_extension("auto") == "mp4"
     frames = torch.rand(6, 4, 5, 3)
     video = InputImpl.VideoFromComponents(Types.VideoComponents(images=frames, frame_rate=Fraction(3)))

@@ -60,11 +60,9 @@ CHANGED_WITHOUT_RECORD = {
     # node docs 0.5.15 title it "Preview as Text".
     "PreviewAny": {"output": ["STRING"], "output_is_list": [False], "output_name": ["STRING"],
                    "display_name": "Preview as Text"},
-    # Read at Comfy-Org/ComfyUI@9889d18aba63ac0fd812200b6d27475ef7dd6a00 comfy_extras/nodes_video.py: both pass
-    # their input on. Only the outputs are built so far (SaveVideo's 2026 `format` / `codec` DynamicCombos,
-    # SaveWEBM's V3 names and RGBA alpha are not), so no full record yet.
-    "SaveVideo": {"output": ["VIDEO"], "output_is_list": [False], "output_name": ["video"],
-                  "output_tooltips": ["The input video, unchanged."]},
+    # Read at Comfy-Org/ComfyUI@9889d18aba63ac0fd812200b6d27475ef7dd6a00 comfy_extras/nodes_video.py: SaveWEBM
+    # passes its images on. Only the output is built so far (its V3 names and RGBA alpha are not), so no full
+    # record yet. (SaveVideo has its 2026 record.)
     "SaveWEBM": {"output": ["IMAGE"], "output_is_list": [False], "output_name": ["images"]},
 }
 
