@@ -46,6 +46,13 @@ the seconds embedders at ComfyUI's 256 internal features, as wide as the text; t
 VAE; float32) and `tiny_sa_t5_base` (tests/fixtures/stable_audio_files.py). Saved audio is
 compared too (`SaveAudio`'s FLAC, decoded): per output, the largest and mean difference in
 16-bit sample levels (ComfyUI 0.3.64's audio nodes need torchaudio in its Python).
+
+LTX-Video 0.9 (bench/pack_workflows/ltxv_t2v.json, core nodes): `tiny_ltxv_checkpoint` (the tiny
+DiT of tests/fixtures/ltxv_files.py over the 64-wide T5, and a 0.9.0-style causal video VAE at
+ComfyUI's base width 128, its layout in the file's `config` metadata; float32),
+`tiny_ltxv_checkpoint_causal` (the same with `causal_temporal_positioning` in the metadata, as
+0.9.5+'s files) and `tiny_ltxv_t5xxl` (the tiny T5-XXL, bfloat16); see `_ltxv_writers`. Each
+saved frame is compared.
 """
 from __future__ import annotations
 
@@ -92,6 +99,8 @@ sys.path.insert(0, str(REPO))
 
 def pack_file_kind(folder: str, name: str) -> str | None:
     """The tiny writer for a pack loader's file, or None for tests/fixtures/template_models.py's rules."""
+    if Path(name).name.startswith(LTXV_PREFIX):
+        return f"ltxv:{Path(name).stem[len(LTXV_PREFIX):]}"
     if Path(name).name.startswith(SA_PREFIX):
         return f"sa:{Path(name).stem[len(SA_PREFIX):]}"
     if Path(name).name.startswith(LLM_PREFIX):
@@ -307,9 +316,85 @@ def _stable_audio_writers() -> dict:
     return {"sa:checkpoint": checkpoint, "sa:t5_base": t5_base}
 
 
+# LTX-Video 0.9 (bench/pack_workflows/ltxv_t2v.json): `tiny_ltxv_<what>.safetensors`. ComfyUI
+# 0.3.64 reads the DiT's depth and widths from the weights (32 heads) and the rest from the file's
+# `config` metadata `transformer` section (caption_channels: 4096 otherwise); it builds the VAE
+# from the metadata's `vae` section at its fixed base width 128 (no section: a released layout
+# guessed from the decoder's widths). So the VAE is a shallow 0.9.0-style layout at 128 channels
+# (one layer per res block, three plain 2x2x2 stages after 4x4 patches: 32x / 8x) without
+# timestep conditioning, so its decode mixes no noise into the latent.
+LTXV_PREFIX = "tiny_ltxv_"
+LTXV_VAE_BLOCKS = [["res_x", {"num_layers": 1}], ["compress_all", {}], ["res_x", {"num_layers": 1}],
+                   ["compress_all", {}], ["res_x", {"num_layers": 1}], ["compress_all", {}],
+                   ["res_x", {"num_layers": 1}]]
+LTXV_VAE_FILE_CONFIG = {"_class_name": "CausalVideoAutoencoder", "dims": 3, "in_channels": 3, "out_channels": 3,
+                        "latent_channels": 128, "encoder_blocks": LTXV_VAE_BLOCKS, "decoder_blocks": LTXV_VAE_BLOCKS,
+                        "scaling_factor": 1.0, "norm_layer": "pixel_norm", "patch_size": 4,
+                        "latent_log_var": "uniform", "use_quant_conv": False, "causal_decoder": False,
+                        "timestep_conditioning": False}
+
+
+def _ltxv_vae_state(seed: int) -> dict:
+    """Random weights of the layout above in ComfyUI's names (from this engine's module on the
+    meta device): convolutions scaled by fan-in, latent statistics near N(0, 1)."""
+    import torch
+
+    from comfy_core.models.ltxv_vae import LTXVVAE, LTXVVAEConfig
+
+    encoder = tuple(("res_x", 1) if name == "res_x" else ("compress_all", 128) for name, _ in LTXV_VAE_BLOCKS)
+    decoder = tuple(("res_x", 1, False) if name == "res_x" else ("compress_all", 128, False)
+                    for name, _ in LTXV_VAE_BLOCKS)
+    with torch.device("meta"):
+        module = LTXVVAE(LTXVVAEConfig(encoder_width=128, encoder_blocks=encoder, decoder_width=128,
+                                       decoder_blocks=decoder))
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, tensor in module.state_dict().items():
+        shape = tuple(tensor.shape)
+        values = torch.randn(shape, generator=g)
+        if "per_channel_statistics" in name:
+            values = 0.5 + torch.rand(shape, generator=g) if "std" in name else 0.1 * values
+        elif len(shape) >= 2:
+            values = values / torch.tensor(shape[1:]).prod().item() ** 0.5
+        else:
+            values = 0.05 * values
+        state[name] = values.contiguous()
+    return state
+
+
+def _ltxv_writers() -> dict:
+    import json
+
+    import torch
+
+    from tests.fixtures import dit_checkpoints as dit
+
+    def checkpoint(transformer: dict):
+        def write(path):
+            from safetensors.torch import save_file
+
+            from tests.fixtures.ltxv_files import PREFIX, tiny_ltxv_state_dict
+
+            state = tiny_ltxv_state_dict(prefix=PREFIX, seed=30, caption=dit.T5_WIDTH)
+            state.update({"vae." + k: v for k, v in _ltxv_vae_state(31).items()})
+            config = {"transformer": {"caption_channels": dit.T5_WIDTH, **transformer}, "vae": LTXV_VAE_FILE_CONFIG}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.to(torch.float32).contiguous() for k, v in state.items()}, str(path),
+                      metadata={"format": "pt", "config": json.dumps(config)})
+        return write
+
+    def t5(path):  # the tiny T5-XXL stored in bfloat16 (see _llm_writers)
+        dit.save({k: v.to(torch.bfloat16) for k, v in dit.t5_tower("", 32).items()}, path)
+
+    return {"ltxv:checkpoint": checkpoint({}),
+            # as LTX-Video 0.9.5+'s files: RoPE time positions of the causal VAE's first frame
+            "ltxv:checkpoint_causal": checkpoint({"causal_temporal_positioning": True}),
+            "ltxv:t5xxl": t5}
+
+
 PACK_WRITERS = {"gguf_sd1": write_gguf_sd1, "clip_l_sd1": write_clip_l_sd1,
                 "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224,
-                **_dit_writers(), **_llm_writers(), **_stable_audio_writers()}
+                **_dit_writers(), **_llm_writers(), **_stable_audio_writers(), **_ltxv_writers()}
 
 
 def _free_port() -> int:

@@ -586,3 +586,40 @@ def _tiny_oobleck(*args, **kwargs):
 
 
 comfy.sd.AudioOobleckVAE = _tiny_oobleck
+
+
+# --- LTX-Video 0.9 (bench/pack_parity.py's tiny_ltxv_ files) ------------------------------------
+# A lone text-encoder file is T5-XXL to ComfyUI 0.3.64 only if it has a 24th block
+# (`encoder.block.23...wi_1`, 4096 wide); the tiny gated T5 v1.1 encoder (2 blocks) would be taken
+# for T5-base, which CLIPLoader routes to Stable Audio's tower whatever its type (no token mask,
+# no LTX-Video tokenizer). So while CLIPLoader loads with type `ltxv`, a gated T5 encoder
+# shallower than 24 blocks is T5-XXL (other types and loaders as before). The DiT and the VAE
+# need nothing: the DiT's widths come from its weights and its caption width from the file's
+# `config` metadata, the VAE's layout from that metadata's `vae` section.
+_ltxv_text_loads = []  # per text-encoder load in progress: whether its type is `ltxv`
+_load_te_before_ltxv = comfy.sd.load_text_encoder_state_dicts
+
+
+@functools.wraps(_load_te_before_ltxv)
+def _ltxv_load_text_encoder_state_dicts(*args, **kwargs):
+    _ltxv_text_loads.append(kwargs.get("clip_type", args[2] if len(args) > 2 else None) == comfy.sd.CLIPType.LTXV)
+    try:
+        return _load_te_before_ltxv(*args, **kwargs)
+    finally:
+        _ltxv_text_loads.pop()
+
+
+comfy.sd.load_text_encoder_state_dicts = _ltxv_load_text_encoder_state_dicts
+_detect_te_before_ltxv = comfy.sd.detect_te_model
+
+
+def _tiny_t5xxl_detect_te_model(sd):
+    found = _detect_te_before_ltxv(sd)
+    if (_ltxv_text_loads and _ltxv_text_loads[-1] and found == comfy.sd.TEModel.T5_BASE
+            and "encoder.block.0.layer.1.DenseReluDense.wi_1.weight" in sd
+            and "encoder.block.23.layer.0.SelfAttention.q.weight" not in sd):
+        return comfy.sd.TEModel.T5_XXL
+    return found
+
+
+comfy.sd.detect_te_model = _tiny_t5xxl_detect_te_model

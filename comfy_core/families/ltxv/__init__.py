@@ -25,10 +25,10 @@ MARKER = "adaln_single.emb.timestep_embedder.linear_1.bias"
 LTXV_SHIFT = 2.37  # ComfyUI's LTXV sampling_settings
 
 
-def _detect(tensors: Mapping[str, Any], prefix: str) -> Any:
+def _detect(tensors: Mapping[str, Any], prefix: str, metadata: Mapping[str, str] | None = None) -> Any:
     from comfy_core.families.ltxv.dit import LTXVConfig
 
-    return LTXVConfig.detect_from_weights(tensors, prefix)
+    return LTXVConfig.detect_from_weights(tensors, prefix, metadata)
 
 
 def _facts(config: Any) -> dict[str, Any]:
@@ -66,7 +66,8 @@ def _from_diffusers(state: Mapping[str, Any]) -> dict[str, Any]:
 def ltxv_architecture() -> Architecture:
     return Architecture(name="ltxv", markers=(MARKER,), detect=_detect, facts=_facts, build=_build, errors=_errors(),
                         context_width=lambda config: config.caption_channels, is_diffusers=_is_diffusers,
-                        from_diffusers=_from_diffusers, comfy_config=lambda config: config.comfy_unet_config())
+                        from_diffusers=_from_diffusers, comfy_config=lambda config: config.comfy_unet_config(),
+                        detect_with_metadata=_detect)
 
 
 class LTXVComponents:

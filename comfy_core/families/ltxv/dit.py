@@ -40,9 +40,16 @@ denoise_mask, **kwargs)`); written here, with its behaviour:
 
 Heads are not visible in the weights (q/k norms span every head): ComfyUI's 32, the released
 widths' layout (2B: 32 x 64; 13B: 32 x 128).
+
+A file's `config` metadata `transformer` section (LTX-Video 0.9.5+'s files carry one) completes
+the config as ComfyUI's model_detection merges it: the RoPE switches (`causal_temporal_positioning`,
+`positional_embedding_theta` / `_max_pos`, `vae_scale_factors`) and a head layout; widths it
+states must be the weights' (ComfyUI would build them and fail to load); other entries are kept
+for `comfy_unet_config` only (ComfyUI's LTXVModel ignores them).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -61,6 +68,14 @@ MAX_POS = (20, 2048, 2048)
 # ComfyUI's LTXVModel keyword arguments beyond 0.9's, at the values 0.9 has (a pack may pass the
 # whole unet_config); any other value, or any other option, is another LTX network.
 _ZERO_NINE_OPTIONS = {"image_model": "ltxv", "use_middle_indices_grid": False, "timestep_scale_multiplier": 1000.0}
+# Entries of 0.9.x files' `transformer` metadata (Lightricks' Transformer3DModel config) that name
+# what 0.9's network always is: in unet_config as ComfyUI has them, ignored by its LTXVModel.
+_ZERO_NINE_FILE_KEYS = frozenset({
+    "_class_name", "_diffusers_version", "_name_or_path", "activation_fn", "attention_bias", "attention_type",
+    "double_self_attention", "dropout", "norm_elementwise_affine", "norm_eps", "norm_num_groups",
+    "num_embeds_ada_norm", "num_vector_embeds", "only_cross_attention", "out_channels", "project_to_2d_pos",
+    "upcast_attention", "use_linear_projection", "qk_norm", "standardization_norm", "positional_embedding_type",
+    "cross_attention_norm", "sample_size", "patch_size"})
 VAE_SCALE_FACTORS = (8, 32, 32)
 
 
@@ -86,6 +101,8 @@ class LTXVConfig:
     positional_embedding_max_pos: tuple[int, int, int] = MAX_POS
     causal_temporal_positioning: bool = False
     vae_scale_factors: tuple[int, int, int] = VAE_SCALE_FACTORS
+    # The file's metadata `transformer` entries, (name, JSON text) pairs: ComfyUI's unet_config has them.
+    file_options: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "positional_embedding_max_pos", tuple(self.positional_embedding_max_pos))
@@ -100,32 +117,63 @@ class LTXVConfig:
         return self.num_attention_heads * self.attention_head_dim
 
     @classmethod
-    def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "LTXVConfig":
-        """Widths and depth from names and shapes (ComfyUI's model_detection: 32 heads)."""
+    def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "",
+                            metadata: Mapping[str, str] | None = None) -> "LTXVConfig":
+        """Widths and depth from names and shapes (ComfyUI's model_detection: 32 heads), then the
+        file's `config` metadata `transformer` entries (see the module's docstring)."""
         shape = shape_reader(tensors, prefix, LTXVConfigError, "LTX-Video")
         if prefix + "audio_adaln_single.linear.weight" in tensors:  # ComfyUI's model_detection tests "ltxav" first
             raise LTXVConfigError("LTX-Video: an audio stream (audio_adaln_single): LTX-2's network, "
                                   "not LTX-Video 0.9's")
+        options = _file_transformer_options(metadata)
         inner, in_channels = shape("patchify_proj.weight")
         depth = count_numbered(tensors, prefix, "transformer_blocks", LTXVConfigError, "LTX-Video")
         if depth == 0:
             raise LTXVConfigError(f"LTX-Video: no {prefix}transformer_blocks.N found")
         k_out, k_in = shape("transformer_blocks.0.attn2.to_k.weight")
-        if k_out != inner or inner % NUM_HEADS:
-            raise LTXVConfigError(f"LTX-Video: width {inner} (attn2.to_k {k_out}) is not 32 heads wide")
+        heads = options.get("num_attention_heads", NUM_HEADS)
+        head_dim = options.get("attention_head_dim", inner // NUM_HEADS)
+        if k_out != inner or not (isinstance(heads, int) and isinstance(head_dim, int)) or heads * head_dim != inner:
+            raise LTXVConfigError(f"LTX-Video: width {inner} (attn2.to_k {k_out}) is not {heads} heads of "
+                                  f"{head_dim}" + (" (the file's config)" if options else ""))
         caption = shape("caption_projection.linear_1.weight")[1]
         if shape("proj_out.weight") != (in_channels, inner):
             raise LTXVConfigError(f"LTX-Video: proj_out is {shape('proj_out.weight')}, expected {(in_channels, inner)}")
         if shape("adaln_single.linear.weight")[0] != 6 * inner:
             raise LTXVConfigError("LTX-Video: adaln_single.linear is not 6 x the width (an LTX-2 network?)")
-        return cls(in_channels=in_channels, cross_attention_dim=k_in, attention_head_dim=inner // NUM_HEADS,
-                   caption_channels=caption, num_layers=depth)
+        found = dict(in_channels=in_channels, cross_attention_dim=k_in, attention_head_dim=head_dim,
+                     num_attention_heads=heads, caption_channels=caption, num_layers=depth)
+        for key in ("in_channels", "cross_attention_dim", "caption_channels", "num_layers"):
+            if key in options and options[key] != found[key]:
+                raise LTXVConfigError(f"LTX-Video: the file's config has {key} {options[key]!r}, its weights "
+                                      f"{found[key]}")
+        switches = {k: options[k] for k in ("positional_embedding_theta", "positional_embedding_max_pos",
+                                             "causal_temporal_positioning", "vae_scale_factors") if k in options}
+        try:
+            return cls(**found, **switches,
+                       file_options=tuple((k, json.dumps(v)) for k, v in sorted(options.items())))
+        except (TypeError, ValueError) as error:
+            raise LTXVConfigError(f"LTX-Video: the file's config cannot be used: {error}") from error
 
     def comfy_unet_config(self) -> dict[str, Any]:
-        """ComfyUI's `unet_config` (model_detection's dict for "ltxv")."""
-        return {"image_model": "ltxv", "num_layers": self.num_layers, "attention_head_dim": self.attention_head_dim,
+        """ComfyUI's `unet_config` (model_detection's dict for "ltxv", the file's metadata merged)."""
+        return {**{k: json.loads(v) for k, v in self.file_options},
+                "image_model": "ltxv", "num_layers": self.num_layers, "attention_head_dim": self.attention_head_dim,
                 "cross_attention_dim": self.cross_attention_dim, "in_channels": self.in_channels,
                 "caption_channels": self.caption_channels}
+
+
+def _file_transformer_options(metadata: Mapping[str, str] | None) -> dict[str, Any]:
+    """The `transformer` section of a file's `config` metadata ({} when there is none)."""
+    if not metadata or "config" not in metadata:
+        return {}
+    try:
+        options = json.loads(metadata["config"]).get("transformer", {})
+    except (ValueError, AttributeError) as error:
+        raise LTXVConfigError(f"LTX-Video: the file's config metadata is not JSON: {error}") from error
+    if not isinstance(options, dict):
+        raise LTXVConfigError("LTX-Video: the file's config metadata has a transformer entry that is not a mapping")
+    return options
 
 
 # --- positions ---
@@ -329,7 +377,7 @@ class LTXVModel(nn.Module):
                  operations: Any = None, **kwargs: Any) -> None:
         super().__init__()
         unknown = {k: v for k, v in kwargs.items()
-                   if _ZERO_NINE_OPTIONS.get(k, False) != v and v is not None}
+                   if k not in _ZERO_NINE_FILE_KEYS and _ZERO_NINE_OPTIONS.get(k, False) != v and v is not None}
         if unknown:  # LTX-2's switches (cross_attention_adaln, apply_gated_attention, ...) build another network
             raise LTXVConfigError(f"LTX-Video 0.9: options of another LTX network are not built here: {sorted(unknown)}")
         ops = operations_or_default(operations)
@@ -359,13 +407,15 @@ class LTXVModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: LTXVConfig, operations: Any = None, **factory: Any) -> "LTXVModel":
-        return cls(in_channels=config.in_channels, cross_attention_dim=config.cross_attention_dim,
-                   attention_head_dim=config.attention_head_dim, num_attention_heads=config.num_attention_heads,
-                   caption_channels=config.caption_channels, num_layers=config.num_layers,
-                   positional_embedding_theta=config.positional_embedding_theta,
-                   positional_embedding_max_pos=config.positional_embedding_max_pos,
-                   causal_temporal_positioning=config.causal_temporal_positioning,
-                   vae_scale_factors=config.vae_scale_factors, operations=operations, **factory)
+        model = cls(in_channels=config.in_channels, cross_attention_dim=config.cross_attention_dim,
+                    attention_head_dim=config.attention_head_dim, num_attention_heads=config.num_attention_heads,
+                    caption_channels=config.caption_channels, num_layers=config.num_layers,
+                    positional_embedding_theta=config.positional_embedding_theta,
+                    positional_embedding_max_pos=config.positional_embedding_max_pos,
+                    causal_temporal_positioning=config.causal_temporal_positioning,
+                    vae_scale_factors=config.vae_scale_factors, operations=operations, **factory)
+        model.config = config  # with the file's metadata entries (ComfyUI's unet_config has them)
+        return model
 
     def lora_key_map(self, names: list[str]) -> dict[str, Any]:
         """LoRA layer names -> this network's parameters (`comfy_core.lora.dit_keymap`; the
