@@ -154,6 +154,7 @@ WAN22 = _kind("WAN22", WAN21)
 WAN22_S2V = _kind("WAN22_S2V", WAN21)
 WAN21_HuMo = _kind("WAN21_HuMo", WAN21)
 WAN_Animate2 = _kind("WAN_Animate2", WAN21)
+WAN22_WanDancer = _kind("WAN22_WanDancer", WAN21)
 StableAudio1 = _kind("StableAudio1")
 ACEStep = _kind("ACEStep")  # ComfyUI's ACE-Step 1 model class
 ACEStep15 = _kind("ACEStep15")  # ComfyUI's ACE-Step 1.5 model class (a BaseModel, not ACEStep's subclass)
@@ -161,11 +162,14 @@ ACEStep15 = _kind("ACEStep15")  # ComfyUI's ACE-Step 1.5 model class (a BaseMode
 # ComfyUI's other model kinds: names packs import or check; no model of ours is one of them.
 _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "AuraFlow",
                 "HunyuanDiT", "PixArt", "FluxInpaint", "GenmoMochi", "LTXV", "LTXAV",
-                "HunyuanVideo", "CosmosVideo", "Lumina2", "HiDream", "Omnigen2", "QwenImage",
+                "CosmosVideo", "Lumina2", "HiDream", "Omnigen2", "QwenImage",
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
 globals().update({name: _kind(name) for name in _OTHER_KINDS})
 QwenImage21 = _kind("QwenImage21", _KINDS["QwenImage"])  # ComfyUI's QwenImage21 is a QwenImage subclass
-HunyuanVideo15 = _kind("HunyuanVideo15", _KINDS["HunyuanVideo"])  # ComfyUI: a HunyuanVideo subclass
+HunyuanVideo = _kind("HunyuanVideo")
+HunyuanVideoI2V = _kind("HunyuanVideoI2V", HunyuanVideo)  # ComfyUI: HunyuanVideo subclasses
+HunyuanVideoSkyreelsI2V = _kind("HunyuanVideoSkyreelsI2V", HunyuanVideo)
+HunyuanVideo15 = _kind("HunyuanVideo15", HunyuanVideo)  # ComfyUI: a HunyuanVideo subclass
 HunyuanVideo15_SR_Distilled = _kind("HunyuanVideo15_SR_Distilled", HunyuanVideo15)
 Kandinsky5 = _kind("Kandinsky5")
 Kandinsky5Image = _kind("Kandinsky5Image", Kandinsky5)  # ComfyUI: a Kandinsky5 subclass

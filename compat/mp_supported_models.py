@@ -27,6 +27,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
                     "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo", "WAN_Animate2")},
+    "WAN22_WanDancer": "comfy_core.families.wan.dancer_family:WAN22_WanDancer",
     **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
     "QwenImage21": "comfy_core.families.qwen_image21.supported_models:QwenImage21",
@@ -40,6 +41,8 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "StableAudio3": "comfy_core.families.stable_audio.supported_models:StableAudio3",
     "ACEStep15": "comfy_core.families.ace_step15.supported_models:ACEStep15",
     "ACEStep": "comfy_core.families.ace_step.supported_models:ACEStep",
+    **{name: f"comfy_core.families.hunyuan_video.supported_models:{name}"
+       for name in ("HunyuanVideo", "HunyuanVideoI2V", "HunyuanVideoSkyreelsI2V")},
     **{name: f"comfy_core.families.hunyuan_video15.supported_models:{name}"
        for name in ("HunyuanVideo15", "HunyuanVideo15_SR_Distilled")},
     **{name: f"comfy_core.families.kandinsky5.supported_models:{name}" for name in ("Kandinsky5", "Kandinsky5Image")},
@@ -65,12 +68,11 @@ _PARENTS: dict[str, str] = {
 }
 _KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
-          "GenmoMochi", "HunyuanVideo", "CosmosT2V", "CosmosT2IPredict2",
+          "GenmoMochi", "CosmosT2V", "CosmosT2IPredict2",
           "Hunyuan3Dv2")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
-             "HunyuanDiT1": "HunyuanDiT", "HunyuanVideoI2V": "HunyuanVideo", "HunyuanVideoSkyreelsI2V": "HunyuanVideo",
-             "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
+             "HunyuanDiT1": "HunyuanDiT", "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
              "CosmosI2VPredict2": "CosmosT2IPredict2",
              "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2"}
 

@@ -25,6 +25,7 @@ def default_registry() -> FamilyRegistry:
                                          wan22_camera, wan22_i2v)
     from comfy_core.families.wan import wan22_s2v, wan21_humo
     from comfy_core.families.wan import wan_animate2
+    from comfy_core.families.wan import dancer_family as wan_dancer
     from comfy_core.families import hidream, qwen_image
     from comfy_core.families import qwen_image21
     from comfy_core.families import flux2
@@ -38,6 +39,8 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import ace_step15
     from comfy_core.families import stable_audio
     from comfy_core.families.stable_audio import sa3 as stable_audio3
+    from comfy_core.families import hunyuan_video
+    from comfy_core.families.hunyuan_video import i2v as hunyuan_video_i2v, skyreels as hunyuan_video_skyreels
     from comfy_core.families import hunyuan_video15
     from comfy_core.families.hunyuan_video15 import sr as hunyuan_video15_sr
     from comfy_core.families import kandinsky5
@@ -72,6 +75,7 @@ def default_registry() -> FamilyRegistry:
         wan22_s2v.definition(),
         wan21_humo.definition(),
         wan_animate2.definition(),
+        wan_dancer.definition(),
         zimage.definition(),
         lumina2.definition(),
         qwen_image.definition(),
@@ -85,6 +89,7 @@ def default_registry() -> FamilyRegistry:
         ovis_image.definition(),
         ace_step.definition(), ace_step15.definition(),
         stable_audio.definition(), stable_audio3.definition(),
+        hunyuan_video.definition(), hunyuan_video_i2v.definition(), hunyuan_video_skyreels.definition(),
         hunyuan_video15.definition(), hunyuan_video15_sr.definition(),
         kandinsky5.definition(), kandinsky5_image.definition(),
         minimax_h3.definition(),

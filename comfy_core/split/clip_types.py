@@ -36,12 +36,11 @@ NEEDS: dict[str, str] = {
     "pixart": "the PixArt family (a T5-XXL text encoder)",
     "cosmos": "the Cosmos family (the old T5-XXL text encoder)",
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
-    "hunyuan_video": "the HunyuanVideo family (CLIP-L with a Llama text encoder)",
     # types today's ComfyUI added since 0.3.64, for families not built here yet
     **{name: f"the {family} family and its text encoders" for name, family in (
         ("longcat_image", "LongCat-Image"), ("cogvideox", "CogVideoX"), ("lens", "Lens"),
         ("pixeldit", "PixelDiT"), ("ideogram4", "Ideogram 4"), ("boogu", "Boogu"), ("krea2", "Krea 2"),
-        ("joyimage", "JoyImage"), ("mage", "Mage"), ("minimax", "MiniMax"),
+        ("joyimage", "JoyImage"), ("mage", "Mage"),
         ("newbie", "NewBie"))},
 }
 

@@ -30,7 +30,8 @@ ALLOWED_LITERALS: dict[tuple[str, str], str] = {
     # family answers is its `EncoderSetSpec.clip_types`.
     **{("split/clip_types.py", name): "ComfyUI's loader types"
        for name in ("sd3", "sdxl", "flux", "chroma", "wan", "lumina2", "qwen_image", "hidream", "flux2", "ltxv",
-                    "omnigen2", "flux3", "stable_audio", "kandinsky5", "kandinsky5_image", "ace")},
+                    "omnigen2", "flux3", "stable_audio", "kandinsky5", "kandinsky5_image", "ace",
+                    "hunyuan_video")},
     # The ADM names a caller may pass to `DiffusionModel(adm="sdxl")` (tests/comfy_core/
     # test_unet_parity.py does): resolved in models/ (layer 4 in docs/dev/layers.md, below the
     # families), so the conditioning classes they name cannot move into the family packages until

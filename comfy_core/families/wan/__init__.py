@@ -53,6 +53,10 @@ def _build(config: Any, operations: Any = None) -> Any:
         from comfy_core.families.wan.animate2 import WanAnimate2Model
 
         network = WanAnimate2Model
+    elif config.model_type == "wandancer":  # Wan Dancer's music modules (wan/dancer.py) on i2v weights
+        from comfy_core.families.wan.dancer import WanDancerModel
+
+        network = WanDancerModel
     return network.from_config(config) if operations is None else network.from_config(config, operations=operations)
 
 

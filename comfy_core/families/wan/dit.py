@@ -49,12 +49,13 @@ from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
                                             WanCamAdapter, sinusoidal_embedding_1d)
 from comfy_core.families.wan.s2v import add_s2v_modules, s2v_fields, s2v_forward_orig
+from comfy_core.families.wan.dancer_config import DANCER_FIELDS, MARKER as DANCER_MARKER, dancer_fields
 from comfy_core.families.wan.humo import HUMO_FIELDS, HUMO_MARKER, humo_blocks, humo_fields, humo_projection, humo_forward_orig
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 from comfy_core.wrappers import run_split_blocks
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
-MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2")
+MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2", "wandancer")
 # Wan variants whose extra modules are not built here (Animate).
 S2V_MARKER = "casual_audio_encoder.encoder.final_linear.weight"  # ComfyUI's model_detection marker
 S2V_FIELDS = ("audio_dim", "num_audio_token", "audio_layers", "enable_adain", "cond_dim")
@@ -103,6 +104,13 @@ class WanConfig:
     humo_audio_channels: int = 1280
     humo_audio_hidden: int = 512
     humo_audio_dim: int = 1536
+    # Wan Dancer (comfy_core/families/wan/dancer.py): the music features' width, the music encoder's
+    # width, FFN and depth, and whether its q/k/v are stored fused (`in_proj_weight`)
+    music_feature_dim: int = 35
+    music_dim: int = 256
+    music_ffn_dim: int = 1024
+    music_layers: int = 2
+    music_fused_qkv: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
@@ -123,7 +131,7 @@ class WanConfig:
     @property
     def has_image_embedding(self) -> bool:
         """i2v / flf2v / Wan 2.1 camera: CLIP-vision tokens through `img_emb` (ComfyUI's 'i2v' cross attention)."""
-        return self.model_type in ("i2v", "camera", "animate2")  # Animate 2: i2v weights (animate2.py)
+        return self.model_type in ("i2v", "camera", "animate2", "wandancer")  # Animate 2, Dancer: i2v weights
 
     @property
     def variant(self) -> str:
@@ -148,7 +156,7 @@ class WanConfig:
         """ComfyUI's `unet_config` (model_detection's dict: `image_model` "wan2.1" and the arguments)."""
         config = {"image_model": "wan2.1", **self.params()}
         config.pop("image_dim")
-        for key in S2V_FIELDS + HUMO_FIELDS:  # ComfyUI's S2V / HuMo configs name none of them (defaults)
+        for key in S2V_FIELDS + HUMO_FIELDS + DANCER_FIELDS:  # ComfyUI's configs name none of them (defaults)
             config.pop(key)
         for key in ("flf_pos_embed_token_number", "in_dim_ref_conv", "vace_layers", "vace_in_dim"):
             if config[key] is None:
@@ -212,6 +220,8 @@ class WanConfig:
             fields.update(s2v_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, HUMO_MARKER):
             fields.update(humo_fields(tensors, prefix, shape, dim, num_layers, WanConfigError))
+        elif _has(tensors, prefix, DANCER_MARKER) and image:
+            fields.update(dancer_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, "control_adapter.conv.weight"):
             fields["model_type"] = "camera" if image else "camera_2.2"
             adapter_in = shape("control_adapter.conv.weight")[1]
@@ -348,6 +358,9 @@ class WanModel(nn.Module):
         if config.model_type == "animate2" and cls is WanModel:  # its module imports this one
             raise WanConfigError("Wan: an Animate 2 network is built by "
                                  "comfy_core.families.wan.animate2.WanAnimate2Model.from_config")
+        if config.model_type == "wandancer" and cls is WanModel:  # its module imports this one
+            raise WanConfigError("Wan: a Dancer network is built by "
+                                 "comfy_core.families.wan.dancer.WanDancerModel.from_config")
         kind = classes.get(config.model_type, cls)
         return kind(**kwargs, **config.params())
 
