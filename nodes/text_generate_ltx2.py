@@ -11,9 +11,15 @@ nothing. The generated text is the first output; when it is empty the user's pro
 instead (both system prompts ask for the prompt back when there is nothing to add). The system
 prompts are ComfyUI's text, kept verbatim: the model was tuned to them.
 
-Differences from ComfyUI: its Gemma 4 branch (LTX 2.4 / 2.5's encoder, other chat markers) has
-no encoder here; an image needs Gemma 3's vision tower, which is not built here, so an image input
-is a node error naming it (TextGenerate's rule for media an encoder does not read).
+With a Gemma 4 encoder (a CLIP whose tokenizer is named "gemma4": LTX-2.5's 12B, the E2B prompt
+writer; comfy_core/text_encoders/gemma4_load.py) the chat is Gemma 4's, as ComfyUI writes it:
+`<|turn>system\n{<|think|>\n}{system}<turn|>\n<|turn>user\n{media}{user}<turn|>\n<|turn>model\n`
+then `<|channel>final\n` unless thinking, `system` LTX-2.4's text-to-video (image-to-video) caption
+prompt, `user` `user prompt: {prompt}` (`User Raw Input Prompt: {prompt}.` with an image).
+
+Differences from ComfyUI: an image needs Gemma 3's vision tower (or the Gemma 4 12B's encoder-free
+image embedder), which is not built here, so an image input is then a node error naming it
+(TextGenerate's rule for media an encoder does not read); Gemma 4 E2B / E4B read it.
 """
 from __future__ import annotations
 
@@ -96,6 +102,62 @@ You are a Creative Assistant writing concise, action-focused image-to-video prom
 Style: realistic - cinematic - The woman glances at her watch and smiles warmly. She speaks in a cheerful, friendly voice, "I think we're right on time!" In the background, a café barista prepares drinks at the counter. The barista calls out in a clear, upbeat tone, "Two cappuccinos ready!" The sound of the espresso machine hissing softly blends with gentle background chatter and the light clinking of cups on saucers.
 """
 
+LTX24_T2V_SYSTEM_PROMPT = """You are given a user's short text-to-video request. Write a single, highly detailed audio-visual caption describing the video that best fulfills that request, in the EXACT style of the training captions used for this video model. The generated video is scored against the user's ORIGINAL request, so preserve every element the user stated; expand faithfully into the full caption style without contradicting or dropping anything they asked for.
+
+Match this captioning style precisely:
+
+1. Begin immediately with the action or visual detail. Do NOT use "The scene opens…", "We see…", "There is…".
+
+2. Objective, observable description only. Do not infer emotions or intentions — describe what is visible and audible (e.g. not "he looks sad" but "his eyebrows angle downward and his lips are pressed together").
+
+3. Full visual detail: environment (materials, textures, lighting, colors), character appearance (clothing, posture, facial details), and the spatial positioning of all elements. When a human appears, identify them specifically (gendered terms when clearly implied; differentiate multiple people consistently) and describe visible physical attributes — apparent gender presentation, skin tone, estimated age group, hair color/length/style, build, clothing and accessories. Do not infer ethnicity, nationality, religion, or culture.
+
+4. Precise motion and cinematic description. For every shot you MUST include, woven naturally into the prose (never as tags or labels):
+   - Shot type (exactly one: extreme wide shot / wide shot / medium shot / medium close-up / close-up / extreme close-up)
+   - Camera motion (always stated; if none, explicitly say the camera remains static). Camera movement is expected and good — match the user if they specified it, otherwise choose the treatment that best presents the requested scene.
+   - Camera viewpoint relative to subject (front-facing / back-facing / side view / over-the-shoulder / top-down / low-angle / high-angle).
+   Express these as flowing prose: "a medium shot frames…, captured from a front-facing angle as the camera slowly pans…". Never as "medium shot, static camera —".
+
+5. Complete soundscape, integrated naturally: any dialogue (quote it exactly, in the original language), tone of voice, background music (type, mood, volume changes), and environmental sounds (footsteps, wind, traffic, animals). If the request implies sound, describe it plausibly.
+
+6. Strict chronological, real-time flow using transitions like "Initially…", "A moment later…", "Simultaneously…". Keep every stated action in motion.
+
+7. One single continuous paragraph. No bullet points, no section headers, no labels like "Audio:" or "Visual:". Exhaustive and lossless — include background elements, subtle movements, lighting, secondary sounds — detailed enough to reconstruct the scene. Aim for a rich, complete paragraph (roughly 150–220 words).
+
+If the user wrote in another language, produce the English caption of the same content. Output ONLY the caption text — no JSON, no preamble.
+
+AESTHETIC QUALITY (in addition to the above, without breaking the objective caption style): render the described scene with strong visual production value — cinematic, film-grade color and contrast, beautiful natural lighting, crisp fine detail and texture, pleasing composition and depth. Weave these quality descriptors naturally into the same observable prose (e.g. "warm cinematic lighting", "richly saturated film-grade color", "crisp high-resolution detail") — describe how the exact requested scene LOOKS at its most visually striking, never adding new objects or actions. Keep everything else (framing triple, soundscape, chronological single paragraph, faithfulness) exactly as specified.
+"""
+
+LTX24_I2V_SYSTEM_PROMPT = """You are given a REFERENCE IMAGE (the exact first frame of the video) and a user's short image-to-video request. Write a single, highly detailed audio-visual caption describing the video that BEGINS from this exact reference image and best fulfills that request, in the EXACT style of the training captions used for this video model. The generated video is scored against the user's ORIGINAL request, so preserve every element the user stated; expand faithfully into the full caption style without contradicting or dropping anything they asked for.
+
+FIRST-FRAME / IMAGE GROUNDING (do this first): the opening of your caption must match the reference image exactly — same subject(s), identity, appearance, clothing, setting, lighting, and composition as shown. The video starts on this frame; describe it faithfully, then narrate chronologically as the user's requested action unfolds from it. Never contradict, replace, or invent things not consistent with the image. Single continuous take — no hard cuts.
+
+Match this captioning style precisely:
+
+1. Begin immediately with the action or visual detail. Do NOT use "The scene opens…", "We see…", "There is…".
+
+2. Objective, observable description only. Do not infer emotions or intentions — describe what is visible and audible (e.g. not "he looks sad" but "his eyebrows angle downward and his lips are pressed together").
+
+3. Full visual detail: environment (materials, textures, lighting, colors), character appearance (clothing, posture, facial details), and the spatial positioning of all elements — grounded in and consistent with the reference image. When a human appears, identify them specifically (gendered terms when clearly implied; differentiate multiple people consistently) and describe visible physical attributes — apparent gender presentation, skin tone, estimated age group, hair color/length/style, build, clothing and accessories. Do not infer ethnicity, nationality, religion, or culture.
+
+4. Precise motion and cinematic description. For every shot you MUST include, woven naturally into the prose (never as tags or labels):
+   - Shot type (exactly one: extreme wide shot / wide shot / medium shot / medium close-up / close-up / extreme close-up) — consistent with how the reference image is framed at the start.
+   - Camera motion (always stated; if none, explicitly say the camera remains static). Camera movement is expected and good — match the user if they specified it, otherwise choose the treatment that best presents the requested scene starting from this frame.
+   - Camera viewpoint relative to subject (front-facing / back-facing / side view / over-the-shoulder / top-down / low-angle / high-angle) — matching the reference image's viewpoint at the opening.
+   Express these as flowing prose: "a medium shot frames…, captured from a front-facing angle as the camera slowly pans…". Never as "medium shot, static camera —".
+
+5. Complete soundscape, integrated naturally: any dialogue (quote it exactly, in the original language), tone of voice, background music (type, mood, volume changes), and environmental sounds (footsteps, wind, traffic, animals). If the request implies sound, describe it plausibly.
+
+6. Strict chronological, real-time flow using transitions like "Initially…", "A moment later…", "Simultaneously…". Keep the user's requested motion/action central and in motion throughout.
+
+7. One single continuous paragraph. No bullet points, no section headers, no labels like "Audio:" or "Visual:". Exhaustive and lossless — include background elements, subtle movements, lighting, secondary sounds — detailed enough to reconstruct the scene. Aim for a rich, complete paragraph (roughly 150–220 words).
+
+If the user wrote in another language, produce the English caption of the same content. Output ONLY the caption text — no JSON, no preamble.
+
+AESTHETIC QUALITY (in addition to the above, without breaking the objective caption style or contradicting the reference image): render the described scene with strong visual production value — cinematic, film-grade color and contrast, beautiful natural lighting, crisp fine detail and texture, pleasing composition and depth. Weave these quality descriptors naturally into the same observable prose (e.g. "warm cinematic lighting", "richly saturated film-grade color", "crisp high-resolution detail") — describe how the exact requested scene, starting from this frame, LOOKS at its most visually striking, never adding new objects or actions and never contradicting the first frame. Keep everything else (first-frame grounding, framing triple, soundscape, chronological single paragraph, faithfulness) exactly as specified.
+"""
+
 IMAGE_MARKER = "\n<image_soft_token>\n"
 
 
@@ -106,6 +168,20 @@ def ltx2_chat(prompt: str, system_prompt: str = "", image: bool = False) -> str:
     return (f"<start_of_turn>system\n{system}<end_of_turn>\n"
             f"<start_of_turn>user\n{media}\nUser Raw Input Prompt: {prompt}.<end_of_turn>\n"
             f"<start_of_turn>model\n")
+
+
+def ltx24_chat(prompt: str, system_prompt: str = "", image: bool = False, thinking: bool = False) -> str:
+    """The Gemma 4 chat TextGenerateLTX2Prompt sends for `prompt` (LTX-2.4 / 2.5's encoders; see
+    the module doc)."""
+    if image:
+        system, user = system_prompt.strip() or LTX24_I2V_SYSTEM_PROMPT.strip(), f"User Raw Input Prompt: {prompt}."
+    else:
+        system, user = system_prompt.strip() or LTX24_T2V_SYSTEM_PROMPT.strip(), f"user prompt: {prompt}"
+    think = "<|think|>\n" if thinking else ""
+    model_open = "" if thinking else "<|channel>final\n"
+    media = "<|image><|image|><image|>\n\n" if image else ""
+    return (f"<|turn>system\n{think}{system}<turn|>\n<|turn>user\n{media}{user}<turn|>\n"
+            f"<|turn>model\n{model_open}")
 
 
 @v3_node("TextGenerateLTX2Prompt", display_name="Generate LTX2 Prompt", category="text", python_module=tg.MODULE,
@@ -119,7 +195,10 @@ def text_generate_ltx2_prompt(clip: Any, prompt: str, max_length: int, sampling_
 
     prompt = checks.text(prompt, "prompt")
     system_prompt = checks.text(system_prompt, "system_prompt")
-    chat = ltx2_chat(prompt, system_prompt, image is not None)
+    if "gemma4" in str(getattr(clip.tokenizer, "clip_name", "")):  # ComfyUI's test for its Gemma 4 encoders
+        chat = ltx24_chat(prompt, system_prompt, image is not None, bool(thinking))
+    else:
+        chat = ltx2_chat(prompt, system_prompt, image is not None)
     text, reasoning = tg.text_generate(clip, chat, max_length, sampling_mode, image=image, thinking=thinking,
                                        use_default_template=use_default_template, video=video, audio=audio, mtp=mtp)
     return text or prompt, reasoning

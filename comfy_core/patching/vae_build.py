@@ -35,6 +35,8 @@ from comfy_core.models.flux2_vae import MARKER as FLUX2_MARKER, Flux2Autoencoder
 from comfy_core.models.hunyuan_video15_vae import (HunyuanVideo15VAE, HunyuanVideo15VAEConfig,
                                                  is_hunyuan_video15_vae)
 from comfy_core.models import hunyuan_video_vae
+from comfy_core.models.ltx_diffusion_vae import MARKER as LTX_DIFFUSION_MARKER, LTXDiffusionVAE
+from comfy_core.models.ltx_diffusion_vae import encoder_config as ltx_encoder_config
 from comfy_core.models.ltxv_vae import MARKER as LTXV_MARKER, LTXVVAE, LTXVVAEConfig
 from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
@@ -133,6 +135,17 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
             vae = materialize(build_on_meta(lambda: hunyuan_video_vae.HunyuanVideoVAE(config)), checkpoint, prefix,
                               dtype, "VAE", (hunyuan_video_vae.ATTENTION_CONV_TO_LINEAR,), zero_copy=mmap,
                               workers=workers)
+            vae.eval()
+            return vae
+        diffusion = [p for p in VAE_PREFIXES if f"{p}{LTX_DIFFUSION_MARKER}" in file.tensors]
+        if diffusion:  # LTX-2.4 / 2.5's video VAE with the diffusion decoder (ComfyUI's marker)
+            try:
+                described = _file_vae_config(file.metadata)
+                config = ltx_encoder_config(file.tensors, diffusion[0], described)
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: LTXDiffusionVAE(config, described)), file, diffusion[0], dtype,
+                              "VAE", zero_copy=mmap, workers=workers)
             vae.eval()
             return vae
         ltxv = [p for p in VAE_PREFIXES if f"{p}{LTXV_MARKER}" in file.tensors]

@@ -40,6 +40,10 @@ are a Qwen3.5 tower (`comfy_core.text_encoders.qwen35`); one such file gives Com
 encoder whatever the type (as ComfyUI's loader does), its vocabulary read from `qwen35_tokenizer/`
 beside the file (`qwen35_tokenizer.py`: not shipped here), its quantisation descriptions read
 before its shapes, so an int4 file is refused by its format's name.
+Gemma 4 files (`model.layers.0.layer_scalar`: Comfy-Org's `gemma4_*`) are a Gemma 4 tower
+(`comfy_core.text_encoders.gemma4_load`, its tokenizer the file's own `tokenizer_json`) whatever
+the type, as ComfyUI's loader builds them; a file an encoder set loads whole (`EncoderSetSpec.
+whole_files`: LTX-2.5's Gemma 4 12B with LTX's text projection) is its family's, any type too.
 GGUF files of these LLM towers (llama.cpp's names and quantisations, what ComfyUI-GGUF's
 CLIPLoaderGGUF reads) open through `comfy_core.text_encoders.gguf_files` under the same names, their
 quantised weights kept quantised; a `_quantization_metadata` header entry (today's ComfyUI's
@@ -211,6 +215,33 @@ def _is_qwen35(path: Any) -> bool:
         return False
 
 
+def _is_gemma4(path: Any) -> bool:
+    """Whether `path` is a readable safetensors file holding a Gemma 4 text model (False on any failure)."""
+    from comfy_core.text_encoders.gemma4_load import holds_gemma4
+
+    if not isinstance(path, (str, Path)) or is_gguf(path):
+        return False
+    try:
+        with CheckpointFile(path) as checkpoint:
+            return holds_gemma4(checkpoint.tensors)
+    except Exception:  # an unreadable file: the generic path reports it
+        return False
+
+
+def _whole_file_loader(path: Any, sets: Sequence[Any]) -> Any:
+    """The loader of the first encoder set that loads this file whole (`EncoderSetSpec.whole_files`),
+    None when none does or the file is not a readable safetensors file."""
+    matchers = [pair for spec in sets for pair in getattr(spec, "whole_files", ())]
+    if not matchers or not isinstance(path, (str, Path)) or is_gguf(path):
+        return None
+    try:
+        with CheckpointFile(path) as checkpoint:
+            tensors = checkpoint.tensors
+    except Exception:  # an unreadable file: the generic path reports it
+        return None
+    return next((load for match, load in matchers if match(tensors)), None)
+
+
 def _named(tensors: Mapping[str, Any]) -> Mapping[str, Any]:
     """A file's tensors (or header) under ComfyUI's names: Wan's own umT5 layout renamed."""
     return RenamedMapping(tensors) if is_wan_layout(tensors) else tensors
@@ -230,6 +261,18 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
     tokenizer of their own (`{"spiece_model": bytes or uint8 tensor}` for Wan-AI's umT5 `.pth`,
     e.g. google/umt5-xxl's `spiece.model`); a file's own tokenizer takes precedence.
     """
+    if len(paths) == 1:  # a file a family loads whole (LTX-2.5's Gemma 4 with its projection), any type
+        whole = _whole_file_loader(paths[0], (registry or default_registry()).encoder_sets())
+        if whole is not None:
+            load_options = options or LoadOptions()
+            return whole(paths[0], load_options.dtype_policy.dtype_for(TEXT), load_device or load_options.device,
+                         offload_device)
+    if len(paths) == 1 and _is_gemma4(paths[0]):  # ComfyUI builds its Gemma 4 encoders whatever the type
+        from comfy_core.text_encoders.gemma4_load import load_gemma4_clip
+
+        load_options = options or LoadOptions()
+        return load_gemma4_clip(paths[0], load_options.dtype_policy.dtype_for(TEXT),
+                                load_device or load_options.device, offload_device)
     try:
         candidates = sets_for_type(clip_type, (registry or default_registry()).encoder_sets())
         unsupported = None

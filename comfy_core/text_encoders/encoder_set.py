@@ -120,6 +120,10 @@ class EncoderSetSpec:
     # Whether the set may be loaded with only some of its encoders (SD3: any of CLIP-L, CLIP-G,
     # T5-XXL, as ComfyUI's SD3ClipModel; the absent ones count as zeros).
     partial: bool = False
+    # Text-encoder files the family loads whole, whatever the loader's type (LTX-2.5's Gemma 4 with
+    # its projection): (match(tensors: names -> shapes) -> bool, load(path, dtype, load_device,
+    # offload_device) -> CLIP) pairs, tried by CLIPLoader's path before the towers are matched.
+    whole_files: tuple[tuple[Any, Any], ...] = ()
 
     def fits(self, slots: Sequence[str]) -> bool:
         """Whether towers in `slots` form this set."""

@@ -57,6 +57,8 @@ LTX_TIMES = {
     "video_ltx2_3_i2v": "1-6 s", "video_ltx2_3_ia2v": "4-21 s", "video_ltx2_3_flf2v": "1-24 s",
     "video_ltx2_3_id_lora": "1-9 s", "template_ltx2_3_style_transition": "2-12 s",
     "template_ltx2_3_ic_lora_ingredients": "4-23 s"}
+# LTX-2.5 made small, as LTX_TIMES (through `_run`, shared 2-core machine; the first run of a process pays the imports).
+LTX25_TIMES = {"video_ltx2_5_t2v": "8-14 s", "video_ltx2_5_i2v": "3-8 s", "video_ltx2_5_flf2v": "1-4 s"}
 # FLUX 3 Klein (comfy_core/families/flux3, tests/fixtures/template_models_flux3.py), made small (64 px, TextGenerate at
 # SMALL_TOKENS): its DiT (int8 ConvRot, base and flow map), Qwen3-VL 4B (type flux3), the Flux.2 VAE, and as saved the
 # prompt through the Qwen3.5 9B upsampler (ComfySwitchNode picks TextGenerate; the edit templates give it the input
@@ -157,6 +159,11 @@ RUNNING = {
                           "(6 steps), RebatchImages by the drive video's frame count",
     "video_wan_animate2_distilled": "3-5 s small (22 s as a process's first run): the distilled Animate 2 DiT, "
                                     "10 steps, BatchImagesNode",
+    # Wan Dancer (comfy_core/families/wan/dancer.py, tests/fixtures/template_models_wan_dancer.py): the global DiT
+    # at the song's keyframe rate, LatentCutToBatch / VAEDecode to keyframes, WanDancerPadKeyframesList's two
+    # segments (list outputs: the local DiT runs once per segment with its keyframe mask and audio slice).
+    "video_wan_dancer": "15 s small: subgraphs, two scaled-fp8 Dancer DiTs with lightx2v LoRAs, WanDancerEncodeAudio, "
+                        "WanDancerVideo, WanDancerPadKeyframesList, SkipLayerGuidanceDiTSimple, SamplerCustom",
     "video_wan2_1_infinitetalk": "25 s small (50 s as a lone pytest run, imports included): subgraphs, Wan 2.1 I2V "
                                  "14B (Kijai's scaled fp8) with a lightx2v LoRA, ModelPatchLoader (MultiTalk), wav2vec2 "
                                  "chinese-base, WanInfiniteTalkToVideo two speakers (Painter masks, AudioConcat), "
@@ -235,6 +242,10 @@ RUNNING = {
     "hidream_e1_1": "62-173 s small: HiDream-E1.1, CFGNorm, ImageScaleToTotalPixels, UNETLoader fp8_e4m3fn_fast",
     "llm_qwen3_5_text_gen": "TextGenerate with Qwen3.5 4B by CLIPLoader type stable_diffusion (any type gives "
                             "ComfyUI's Qwen3.5 encoder), an image through its vision tower, sampled, PreviewAny",
+    "llm_gemma4_text_gen": "6 s small: TextGenerate with Gemma 4 E4B fp8 scaled by CLIPLoader type stable_diffusion "
+                           "(its tokenizer.json from the file), LoadImage through its vision encoder and LoadAudio "
+                           "through its audio conformer (log-mel features, 16 kHz Kaiser resampling), sampled, "
+                           "PreviewAny (tests/fixtures/template_models_ltx25.py's tiny E4B)",
     "llm_qwen3_text_gen": "TextGenerate with Qwen3-4B by CLIPLoader type ltxv (Z-Image's encoder set, as ComfyUI "
                           "builds it), PreviewAny",
     "ltxv_text_to_video": "small: LTX-Video 0.9 all-in-one checkpoint, T5-XXL by CLIPLoader type ltxv, "
@@ -265,6 +276,18 @@ RUNNING = {
         "template_ltx2_3_style_transition": "distilled fp8, a style-transition LoRA",
         "template_ltx2_3_ic_lora_ingredients": "IC-LoRA: GetICLoRAParameters (the LoRA's metadata) into "
                                                "LTXVAddGuide, RepeatImageBatch, ResizeAndPadImage, KSampler"}.items()},
+    # LTX-2.5 (tests/fixtures/template_models_ltx25.py): split files, made small as LTX-2's; each saved video is
+    # decoded back (`_check_ltx_video`). Times: LTX25_TIMES.
+    **{name: f"{LTX25_TIMES[name]} small: {what}" for name, what in {
+        "video_ltx2_5_t2v": "subgraph, the 22B distilled DiT by UNETLoader (int8 ConvRot), Gemma 4 12B with LTX's "
+                            "projection by CLIPLoader type ltxv (int8 ConvRot, its own tokenizer.json), the diffusion-"
+                            "decoder video VAE (neighbourhood attention, VAEDecodeTiled) and the audio VAE by VAELoader, "
+                            "LTXVDualCFGGuider, euler_ancestral, the x2 spatial upsampler; TextGenerateLTX2Prompt "
+                            "(Gemma 4 E2B) behind a ComfySwitchNode (not taken)",
+        "video_ltx2_5_i2v": "image to video: LTXVPreprocess, LTXVImgToVideoInplace through the diffusion VAE's "
+                            "encoder, the x2 upsampler",
+        "video_ltx2_5_flf2v": "first and last frame: two LTXVAddGuide, LTXVCropGuides, SamplerEulerAncestral, "
+                              "one pass (no upsampler)"}.items()},
     # MiniMax H3 (comfy_core/families/minimax_h3, tests/fixtures/template_models_minimax_h3.py): made small (0.1 MP
     # canvases, 1 s: 39 frames, guides a second in); the nested [video, audio] latent sampled packed, the tiny DiT
     # int8 ConvRot, Qwen3-VL by CLIPLoader type minimax from its NVFP4-AWQ file, the video and audio VAEs; each saved
@@ -343,15 +366,16 @@ RUNNING = {
                                       "CLIPVisionEncode, one frame at 768 x 1024",
     "video_capybara_v0_1_image_to_video": "2-3 s: Capybara i2v (ResizeAndPadImage, PrimitiveInt sizes)",
     "video_capybara_v0_1_video_edit": "2-3 s: Capybara video edit (LoadVideo, GetVideoComponents, ImageFromBatch)",
-    # HunyuanVideo 1.0 (comfy_core/families/hunyuan_video, tests/fixtures/template_models_hunyuan_video.py).
-    "hunyuan_video_text_to_video": "TIMES: t2v DiT (UNETLoader), CLIP-L + LLaVA-Llama-3 fp8 by DualCLIPLoader type "
-                                   "hunyuan_video, EmptyHunyuanLatentVideo, FluxGuidance 6, ModelSamplingSD3 7, "
-                                   "BasicGuider, 20 steps, VAEDecodeTiled (HunyuanVideo's causal VAE), CreateVideo, "
-                                   "SaveVideo",
+    # HunyuanVideo 1.0 (comfy_core/families/hunyuan_video, tests/fixtures/template_models_hunyuan_video.py): wall
+    # time through `_run` on the shared 2-core machine (load ~3.4), three runs, files included.
+    "hunyuan_video_text_to_video": "6-8 s (the process's only run: imports included), made small: t2v DiT "
+                                   "(UNETLoader), CLIP-L + LLaVA-Llama-3 fp8 by DualCLIPLoader type hunyuan_video, "
+                                   "EmptyHunyuanLatentVideo, FluxGuidance 6, ModelSamplingSD3 7, BasicGuider, 20 "
+                                   "steps, VAEDecodeTiled (HunyuanVideo's causal VAE), CreateVideo, SaveVideo",
     **FLUX3_TIMES,
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
-TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen")
+TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
 # The default run: no-model templates, a subgraph one, a split-files Wan one, a Z-Image one.
 DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_compositing",
                      "flux_fill_inpaint_example", "text_to_video_wan", "image_z_image_turbo")
@@ -363,8 +387,6 @@ _FAMILIES_NOT_HERE = {
     "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
         "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
         "image_qwen_image_instantx_controlnet", "video_ltx2_depth_to_video"),
-    "LTX-2.5 (a Gemma 4 12B text encoder with its projection, int8 ConvRot DiT; its nodes exist: "
-    "LTXVDualCFGGuider, TextGenerateLTX2Prompt)": ("video_ltx2_5_t2v", "video_ltx2_5_i2v", "video_ltx2_5_flf2v"),
     "Krea 2 (Qwen3-VL 4B text encoder, CLIPLoader type krea2)": (
         "image_krea2_turbo_t2i", "image_krea2_turbo_t2i_int8", "image_krea2_turbo_int8_image_style_reference"),
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
@@ -372,7 +394,6 @@ _FAMILIES_NOT_HERE = {
     "ERNIE-Image (Ministral 3 3B text encoder)": ("image_ernie_image", "image_ernie_image_turbo"),
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
-    "TextGenerate's Gemma 4 E4B": ("llm_gemma4_text_gen",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
     "Anima (Qwen3-0.6B text encoder, Qwen-Image VAE)": ("image_anima_base_v1", "image_anima_preview"),
     "Boogu Image (Qwen3-VL 8B text encoder)": ("image_boogu_image_0_1_turbo_t2i",),
@@ -476,6 +497,12 @@ def shrink_2026(prompt: dict) -> dict:
         for name in sides.get(node["class_type"], ()):  # LTX-2's input image sizes
             if isinstance(node["inputs"].get(name), int):
                 node["inputs"][name] = min(node["inputs"][name], SMALL_SIDE)
+        if node["class_type"] == "WanDancerEncodeAudio" and isinstance(node["inputs"].get("video_frames"), int):
+            node["inputs"]["video_frames"] = SMALL_LENGTH  # Wan Dancer's global pass: the frames made small
+        if node["class_type"] == "WanDancerPadKeyframesList":
+            # the test's second of audio holds two whole 9-frame (0.3 s) segments with their music; the
+            # template asks for as many as its duration choice (6)
+            node["inputs"]["num_segments"] = 2
         start = node["inputs"].get("start_frame_count")  # Kandinsky 5 i2v: a reference frame must follow
         if node["class_type"] == "NormalizeVideoLatentStart" and isinstance(start, int):
             node["inputs"]["start_frame_count"] = min(start, (SMALL_LENGTH - 1) // 4)
@@ -600,7 +627,7 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
     written = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("wrote ")]
     assert all(Path(p).is_file() for p in written)
     assert written or name in TEXT_ONLY, out[-2000:]
-    if name in LTX_TIMES:
+    if name in LTX_TIMES or name in LTX25_TIMES:
         for path in written:
             _check_ltx_video(Path(path))
     if name in MINIMAX_TIMES:
@@ -640,6 +667,7 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "qwen_image_edit_2511_int8_convrot.safetensors", "unet_qwen_image_int8_convrot"),
     ("diffusion_models", "krea2_int8_convrot.safetensors", "unet_int8_convrot"),  # no writer
     ("diffusion_models", "wan_animate_2_int8_convrot.safetensors", "unet_wan_animate2_int8_convrot"),
+    ("diffusion_models", "wan2.2_dancer_14b_global_fp8_scaled.safetensors", "unet_wan_dancer_scaled"),
     ("vae", "Wan2_1_VAE_bf16.safetensors", "vae_wan21"),
     ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),
     ("text_encoders", "qwen_3_4b_fp8_mixed.safetensors", "qwen3_4b_fp8"),
@@ -700,6 +728,10 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("text_encoders", "qwen_4b_ace15.safetensors", "ace15_lm"),
     ("vae", "ace_1.5_vae.safetensors", "vae_ace15"),
     ("diffusion_models", "Wan21-WanMove_fp8_scaled_e4m3fn_KJ.safetensors", "unet_wan_i2v_scaled"),  # Wan-Move: Wan 2.1 I2V
+    ("diffusion_models", "hunyuan_video_t2v_720p_bf16.safetensors", "unet_hunyuan_video"),  # HunyuanVideo 1.0
+    ("diffusion_models", "hunyuan_video_image_to_video_720p_bf16.safetensors", "unet_hunyuan_video_i2v"),
+    ("text_encoders", "llava_llama3_fp8_scaled.safetensors", "llava_llama3_fp8_scaled"),
+    ("vae", "hunyuan_video_vae_bf16.safetensors", "vae_hunyuan_video"),
 ])
 def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind

@@ -10,8 +10,15 @@ Modules: `dit.py` (`LTXAVConfig`, `LTXAVModel`), `layers.py`, `latent.py` (posit
 ComfyUI's latent packing), `conditions.py`, `rope.py` (interleaved / split RoPE, float64
 grid, middle positions), `connector.py` (`Embeddings1DConnector`), `text.py` (the Gemma feature
 projection, and LTX-2.3's per-stream one), `keys.py` (diffusers' names), `encoders.py` (the text
-path: Gemma 3 + projection + connectors, LTXAVTextEncoderLoader), `latent_format.py` (ComfyUI's
-`LTXAV`), `supported_models.py` (ComfyUI's `supported_models.LTXAV`).
+path: Gemma 3 + projection + connectors, LTXAVTextEncoderLoader), `gemma4_text.py` (LTX-2.5's one-file
+text encoder: Gemma 4 12B + its per-stream projection, loaded whole by CLIPLoader through the encoder
+set's `whole_files`), `latent_format.py` (ComfyUI's `LTXAV`), `supported_models.py` (ComfyUI's
+`supported_models.LTXAV`).
+
+LTX-2.5 (split files: UNETLoader's DiT, VAELoader's video and audio VAEs, CLIPLoader's Gemma 4) runs
+on the same network (its DiT is LTX-2.3's layout with the keyframe position table); its video VAE
+`ltx-2.5-video-vae` has a diffusion decoder (`comfy_core/models/ltx_diffusion_vae.py`, built by the
+VAE loader from ComfyUI's marker `decoder.conv_in_x_t.weight`).
 
 The family (ComfyUI's `supported_models.LTXAV` / `model_base.LTXAV`): detected by
 `audio_adaln_single` under `model.diffusion_model.` (LTX-Video 0.9 forbids `audio_patchify_proj.`),
@@ -88,9 +95,15 @@ class LTXAVComponents(LTXVComponents):
 
 
 def text_encoders() -> Any:
-    from comfy_core.families.ltx2.encoders import LTXAV_TEXT_ENCODERS
+    """LTX-2's encoder set (Gemma 3 + the checkpoint's projection, LTXAVTextEncoderLoader's), which
+    also loads LTX-2.5's one-file text encoder (Gemma 4 12B + its projection) whole, for CLIPLoader."""
+    import dataclasses
 
-    return LTXAV_TEXT_ENCODERS
+    from comfy_core.families.ltx2.encoders import LTXAV_TEXT_ENCODERS
+    from comfy_core.families.ltx2.gemma4_text import holds_ltx25_text_encoder, load_ltx25_text_encoder
+
+    return dataclasses.replace(LTXAV_TEXT_ENCODERS,
+                               whole_files=((holds_ltx25_text_encoder, load_ltx25_text_encoder),))
 
 
 def definition() -> Family:

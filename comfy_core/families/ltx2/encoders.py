@@ -140,6 +140,7 @@ class LTXAVTEModel(TextEncoderSet):
     `video_embeddings_connector` / `audio_embeddings_connector` (see the module doc)."""
 
     compat_mode = False
+    slot = GEMMA3_SLOT  # the tower's slot and token key (LTX-2.5's Gemma 4: "gemma4", gemma4_text.py)
 
     def attach(self, projection: torch.nn.Module, connectors: tuple[torch.nn.Module, torch.nn.Module] | None) -> None:
         self.text_embedding_projection = projection
@@ -150,18 +151,19 @@ class LTXAVTEModel(TextEncoderSet):
     def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
                              projected_pooled: bool = True) -> tuple:
         """tokens {"gemma3_12b": [chunk]} -> (cond [1, T, W], None, extra); see the module doc."""
-        if GEMMA3_SLOT not in tokens:
-            raise TokenizeError(f"tokens for LTX-2's text encoder lack key {GEMMA3_SLOT!r}; got keys {sorted(tokens)}")
-        chunks = tokens[GEMMA3_SLOT]
+        slot = self.slot
+        if slot not in tokens:
+            raise TokenizeError(f"tokens for LTX-2's text encoder lack key {slot!r}; got keys {sorted(tokens)}")
+        chunks = tokens[slot]
         if len(chunks) != 1:
             raise TokenizeError(f"LTX-2's text encoder takes one token chunk, got {len(chunks)}")
         ids = [pair[0] for pair in chunks[0]]
         if any(not isinstance(t, int) for t in ids):
-            raise TokenizeError("gemma3_12b: embeddings in the prompt are not supported by LTX-2's text encoder")
+            raise TokenizeError(f"{slot}: embeddings in the prompt are not supported by LTX-2's text encoder")
         start = leading_pads(ids)
         if start == len(ids):
-            raise TokenizeError("gemma3_12b: the prompt has no tokens (only padding)")
-        tower = self.encoder(GEMMA3_SLOT)
+            raise TokenizeError(f"{slot}: the prompt has no tokens (only padding)")
+        tower = self.encoder(slot)
         device = tower.transformer.model.embed_tokens.weight.device
         kept = torch.tensor([ids[start:]], dtype=torch.long, device=device)  # [1, N]
         mask = torch.ones_like(kept)
