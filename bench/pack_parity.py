@@ -53,6 +53,12 @@ ComfyUI's base width 128, its layout in the file's `config` metadata; float32),
 `tiny_ltxv_checkpoint_causal` (the same with `causal_temporal_positioning` in the metadata, as
 0.9.5+'s files) and `tiny_ltxv_t5xxl` (the tiny T5-XXL, bfloat16); see `_ltxv_writers`. Each
 saved frame is compared.
+
+HunyuanVideo 1.0 (bench/pack_workflows/hunyuan_video_t2v.json, core nodes): `tiny_hv_t2v` (the DiT
+256 wide in ComfyUI's heads of 128, float32), `tiny_hv_clip_l` (fp16), `tiny_hv_llava_llama3` (the
+tiny Llama 3, 4 blocks, LLaVA's token table, bf16) and `tiny_hv_vae` (the causal video VAE at the
+ComfyUI side's tiny autoencoder widths 32, 64, 64, 64, float32); see `_hv_writers`. ComfyUI's
+Python needs `llama-models` and `tiktoken` for Llama 3's tokenizer (bench/comfyui_tiny_models).
 """
 from __future__ import annotations
 
@@ -99,6 +105,8 @@ sys.path.insert(0, str(REPO))
 
 def pack_file_kind(folder: str, name: str) -> str | None:
     """The tiny writer for a pack loader's file, or None for tests/fixtures/template_models.py's rules."""
+    if Path(name).name.startswith(HV_PREFIX):
+        return f"hv:{Path(name).stem[len(HV_PREFIX):]}"
     if Path(name).name.startswith(LTXV_PREFIX):
         return f"ltxv:{Path(name).stem[len(LTXV_PREFIX):]}"
     if Path(name).name.startswith(SA_PREFIX):
@@ -392,9 +400,108 @@ def _ltxv_writers() -> dict:
             "ltxv:t5xxl": t5}
 
 
+# HunyuanVideo 1.0 (bench/pack_workflows/hunyuan_video_t2v.json): `tiny_hv_<what>.safetensors`.
+# ComfyUI 0.3.64 reads the DiT's depths, patch, channels and text width from the weights but fixes
+# its heads at 128 channels (num_heads = hidden // 128), the RoPE axes at 16 / 56 / 56 and the
+# pooled-text width at CLIP-L's 768 (bench/comfyui_tiny_models takes that one from the weights).
+# So the DiT is 256 wide in 2 heads of 128, over the tiny Llama's 32-wide states and the tiny
+# CLIP-L's 32-wide pooled vector. It builds the VAE as its LDM AutoencoderKL with 3-D convolutions,
+# at the tiny autoencoder's widths there (32 x [1, 2, 2, 2], one block per level: 32, 64, 64, 64).
+# The DiT and the VAE are float32; CLIP-L is stored fp16, the Llama bf16 (see _llm_writers).
+HV_PREFIX = "tiny_hv_"
+HV_DIT = dict(hidden_size=256, num_heads=2, depth=2, depth_single_blocks=2, refiner_depth=2, mlp_ratio=4.0,
+              patch_size=(1, 2, 2))
+HV_VAE_WIDTHS = (32, 64, 64, 64)
+
+
+def _hv_dit_state(seed: int) -> dict:
+    """Random DiT weights in Tencent's names, scaled as tests/fixtures/template_models_hunyuan_video.py's
+    (norms near 1, biases ~0.05, weights by fan-in)."""
+    import torch
+
+    from comfy_core.families.hunyuan_video.dit import HunyuanVideoConfig, HunyuanVideoTransformer
+    from tests.fixtures import dit_checkpoints as dit
+    from tests.fixtures.template_models_hunyuan_video import TEXT_WIDTH
+
+    config = HunyuanVideoConfig(in_channels=16, out_channels=16, context_in_dim=TEXT_WIDTH, vec_in_dim=dit.CLIP_WIDTH,
+                                guidance_embed=True, **HV_DIT)
+    with torch.device("meta"):
+        module = HunyuanVideoTransformer(config)
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, tensor in module.state_dict().items():
+        noise = torch.randn(tuple(tensor.shape), generator=g)
+        if name.endswith(("norm.weight", "_norm.weight", "norm1.weight", "norm2.weight")):
+            value = 1.0 + 0.1 * noise
+        elif name.endswith("bias"):
+            value = 0.05 * noise
+        else:
+            value = noise / max(tensor[0].numel() if tensor.ndim > 1 else 1, 1) ** 0.5
+        state[name] = value.contiguous()
+    return state
+
+
+def _hv_vae_state(seed: int) -> dict:
+    """Random VAE weights in the released (diffusers) names, which ComfyUI converts to its LDM
+    names: convolutions scaled by fan-in, norms near 1."""
+    import torch
+
+    from comfy_core.models.hunyuan_video_vae import HunyuanVideoVAE, HunyuanVideoVAEConfig
+
+    with torch.device("meta"):
+        module = HunyuanVideoVAE(HunyuanVideoVAEConfig(block_out_channels=HV_VAE_WIDTHS, layers_per_block=1))
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, tensor in module.state_dict().items():
+        shape = tuple(tensor.shape)
+        noise = torch.randn(shape, generator=g)
+        if "norm" in name and name.endswith("weight"):
+            value = 1.0 + 0.1 * noise
+        elif len(shape) >= 2:
+            value = noise / torch.tensor(shape[1:]).prod().item() ** 0.5
+        else:
+            value = 0.05 * noise
+        state[name] = value.contiguous()
+    return state
+
+
+def _hv_writers() -> dict:
+    import torch
+
+    from tests.fixtures import dit_checkpoints as dit
+
+    def float32(state_fn):
+        return lambda path: dit.save({k: v.to(torch.float32) for k, v in state_fn().items()}, path)
+
+    def llava_llama3(path):  # the tiny Llama 3 with LLaVA's 128,320-token table, bf16; 4 blocks:
+        # ComfyUI asserts |layer| < depth for the hidden layer it reads (-3)
+        from tests.fixtures.llama_files import tiny_llama_state_dict, write_llama_file
+        from tests.fixtures.template_models_hunyuan_video import LLAVA_VOCAB
+
+        write_llama_file(path, tiny_llama_state_dict(seed=41, num_hidden_layers=4, vocab_size=LLAVA_VOCAB),
+                         dtype=torch.bfloat16)
+
+    def clip_l(path):  # 2 layers: ComfyUI's HunyuanVideo set routes a file with layer 1 to CLIP-L
+        dit.save({k: v.to(torch.float16) if v.is_floating_point() else v
+                  for k, v in dit.under(dit.clip_tower("te.", 2, 42, projection=True), "te.").items()}, path)
+
+    def llava_llama3_fp8_scaled(path):  # the same Llama in ComfyUI's scaled-fp8 layout (the template's file)
+        from tests.fixtures.llama_files import tiny_llama_state_dict
+        from tests.fixtures.template_models import write_scaled_fp8
+        from tests.fixtures.template_models_hunyuan_video import LLAVA_VOCAB
+
+        state = tiny_llama_state_dict(seed=41, num_hidden_layers=4, vocab_size=LLAVA_VOCAB)
+        write_scaled_fp8({k: v.to(torch.bfloat16) for k, v in state.items()}, path)
+
+    return {"hv:t2v": float32(lambda: _hv_dit_state(40)), "hv:llava_llama3": llava_llama3,
+            "hv:llava_llama3_fp8_scaled": llava_llama3_fp8_scaled, "hv:clip_l": clip_l,
+            "hv:vae": float32(lambda: _hv_vae_state(43))}
+
+
 PACK_WRITERS = {"gguf_sd1": write_gguf_sd1, "clip_l_sd1": write_clip_l_sd1,
                 "ipadapter_sd15": write_ipadapter_sd15, "clip_vision_224": write_clip_vision_224,
-                **_dit_writers(), **_llm_writers(), **_stable_audio_writers(), **_ltxv_writers()}
+                **_dit_writers(), **_llm_writers(), **_stable_audio_writers(), **_ltxv_writers(),
+                **_hv_writers()}
 
 
 def _free_port() -> int:

@@ -623,3 +623,25 @@ def _tiny_t5xxl_detect_te_model(sd):
 
 
 comfy.sd.detect_te_model = _tiny_t5xxl_detect_te_model
+
+
+# --- HunyuanVideo 1.0 (bench/pack_parity.py's tiny_hv_ files) -----------------------------------
+# ComfyUI 0.3.64's model_detection sets HunyuanVideo's pooled-text width (`vec_in_dim`) to CLIP-L's
+# 768 whenever `vector_in` is there; the tiny CLIP-L's pooled vector is 32 wide, so the width is
+# read from `vector_in.in_layer` instead. Nothing else: the tiny DiT keeps ComfyUI's 128-channel
+# heads (num_heads = hidden // 128, RoPE axes 16 / 56 / 56), its text width is read from the
+# weights, the Llama and CLIP-L towers get their widths above, and the VAE (ComfyUI's LDM
+# AutoencoderKL with 3-D convolutions) is built by the tiny autoencoder above at 32 x [1, 2, 2, 2],
+# one block per level, the widths of the tiny file.
+_detect_before_hv = comfy.model_detection.detect_unet_config
+
+
+def _hv_detect_unet_config(state_dict, key_prefix, *args, **kwargs):
+    config = _detect_before_hv(state_dict, key_prefix, *args, **kwargs)
+    vector = f"{key_prefix}vector_in.in_layer.weight"
+    if (config or {}).get("image_model") == "hunyuan_video" and vector in state_dict:
+        config["vec_in_dim"] = state_dict[vector].shape[1]
+    return config
+
+
+comfy.model_detection.detect_unet_config = _hv_detect_unet_config
