@@ -113,7 +113,9 @@ def test_clip_text_encode_stacks_comfyuis_layers(clip, state, tmp_path):
     assert extra["attention_mask"].shape == (1, len(ids)) and extra["attention_mask"].all()
     with torch.no_grad():
         hidden = reference_model(state)(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
-    torch.testing.assert_close(cond, torch.cat([hidden[10], hidden[20], hidden[30]], dim=-1), atol=1e-5, rtol=1e-5)
+    # 30 float32 blocks deep: the last layer's states move by ~1e-5 with the CPU's matmul kernels
+    # (1.1e-5 on an Intel Xeon, under 1e-5 on AMD EPYC), so 5e-5 absolute.
+    torch.testing.assert_close(cond, torch.cat([hidden[10], hidden[20], hidden[30]], dim=-1), atol=5e-5, rtol=1e-5)
 
 
 def test_a_mistral_file_without_tekken_is_refused(state, tmp_path):
