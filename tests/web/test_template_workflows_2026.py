@@ -164,6 +164,10 @@ RUNNING = {
     # segments (list outputs: the local DiT runs once per segment with its keyframe mask and audio slice).
     "video_wan_dancer": "15 s small: subgraphs, two scaled-fp8 Dancer DiTs with lightx2v LoRAs, WanDancerEncodeAudio, "
                         "WanDancerVideo, WanDancerPadKeyframesList, SkipLayerGuidanceDiTSimple, SamplerCustom",
+    # Causal Forcing (comfy_core/sampling/ar_video.py, comfy_core/families/wan/causal.py,
+    # tests/fixtures/template_models_causal_forcing.py): the Wan 2.1 T2V generator sampled block by block.
+    "video_causal_forcing_i2v": "subgraph, ARVideoI2V (start image into the KV cache), SamplerARVideo framewise "
+                                "(4 steps, CFGGuider cfg 1), SamplerCustomAdvanced, CreateVideo, SaveVideo",
     "video_wan2_1_infinitetalk": "25 s small (50 s as a lone pytest run, imports included): subgraphs, Wan 2.1 I2V "
                                  "14B (Kijai's scaled fp8) with a lightx2v LoRA, ModelPatchLoader (MultiTalk), wav2vec2 "
                                  "chinese-base, WanInfiniteTalkToVideo two speakers (Painter masks, AudioConcat), "
@@ -668,6 +672,7 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "krea2_int8_convrot.safetensors", "unet_int8_convrot"),  # no writer
     ("diffusion_models", "wan_animate_2_int8_convrot.safetensors", "unet_wan_animate2_int8_convrot"),
     ("diffusion_models", "wan2.2_dancer_14b_global_fp8_scaled.safetensors", "unet_wan_dancer_scaled"),
+    ("diffusion_models", "causal_forcing-framewise.safetensors", "unet_wan_causal_forcing"),
     ("vae", "Wan2_1_VAE_bf16.safetensors", "vae_wan21"),
     ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),
     ("text_encoders", "qwen_3_4b_fp8_mixed.safetensors", "qwen3_4b_fp8"),

@@ -26,6 +26,7 @@ from torch import nn
 
 from comfy_core.attention.rope import apply_rope1
 from comfy_core.attention import calling
+from comfy_core.families.wan.causal import cached_keys
 from comfy_core.models.unet_blocks import operations_or_default
 
 CLIP_VISION_WIDTH = 1280  # ViT-H/14's width: the penultimate states `img_emb` projects
@@ -98,8 +99,9 @@ class WanSelfAttention(nn.Module):
         # q first, k after: each one's intermediates are freed before the next (Wan's VRAM order)
         q = apply_rope1(self.norm_q(self.q(x)).view(b, s, n, d), freqs)  # [B, L, H, D]
         k = apply_rope1(self.norm_k(self.k(x)).view(b, s, n, d), freqs)
-        out = attention(q.view(b, s, n * d), k.view(b, s, n * d), self.v(x).view(b, s, n * d), n,
-                        transformer_options)
+        # autoregressive video: the cached keys/values of the frames already made come first
+        keys, values = cached_keys(transformer_options, k.view(b, s, n * d), self.v(x).view(b, s, n * d))
+        out = attention(q.view(b, s, n * d), keys, values, n, transformer_options)
         # ComfyUI's Wan attn1_patch: {"x": attention output, "q", "k": [B, L, H, D], ...} -> x (MultiTalk)
         for patch in ((transformer_options or {}).get("patches") or {}).get("attn1_patch", ()):
             out = patch({"x": out, "q": q, "k": k, "transformer_options": transformer_options})

@@ -48,6 +48,7 @@ from comfy_core.families.flux.blocks import EmbedND
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
                                             WanCamAdapter, sinusoidal_embedding_1d)
+from comfy_core.families.wan.causal import frame_offset
 from comfy_core.families.wan.s2v import add_s2v_modules, s2v_fields, s2v_forward_orig
 from comfy_core.families.wan.dancer_config import DANCER_FIELDS, MARKER as DANCER_MARKER, dancer_fields
 from comfy_core.families.wan.humo import HUMO_FIELDS, HUMO_MARKER, humo_blocks, humo_fields, humo_projection, humo_forward_orig
@@ -528,7 +529,8 @@ class WanModel(nn.Module):
             t_len = x.shape[2]
         if self.ref_conv is not None and kwargs.get("reference_latent") is not None:
             t_len += 1
-        freqs = self.rope_encode(t_len, h, w, device=x.device, dtype=x.dtype)
+        # autoregressive video (comfy_core/families/wan/causal.py): absolute frame positions
+        freqs = self.rope_encode(t_len, h, w, t_start=frame_offset(transformer_options), device=x.device, dtype=x.dtype)
         return self.forward_orig(x, timestep, context, clip_fea=clip_fea, freqs=freqs,
                                  transformer_options=transformer_options, **kwargs)[:, :, :t, :h, :w]
 

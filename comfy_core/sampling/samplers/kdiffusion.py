@@ -18,6 +18,7 @@ from tqdm.auto import tqdm, trange  # noqa: F401
 
 from comfy_core.sampling.noise import BatchedBrownianTree, BrownianTreeNoiseSampler  # noqa: F401
 from comfy_core.sampling.noise import default_noise_sampler  # noqa: F401  (home: comfy_core.sampling.noise)
+from comfy_core.sampling.ar_video import sample_ar_video  # noqa: F401  (SamplerARVideo's ksampler("ar_video"))
 from comfy_core.sampling.samplers.ancestral import (sample_ddpm, sample_dpm_2_ancestral,  # noqa: F401
                                                     sample_dpmpp_2s_ancestral, sample_euler_ancestral, sample_lcm)
 from comfy_core.sampling.samplers.ancestral_rf import (sample_dpm_2_ancestral_RF,  # noqa: F401
