@@ -514,7 +514,9 @@ def shrink_2026(prompt: dict) -> dict:
         value = node.get("inputs", {}).get("value")
         if node["class_type"] == "PrimitiveFloat" and isinstance(value, (int, float)):  # seconds (LTX-2.3 ia2v)
             seconds = {"length", "amount", "frame_idx"} if minimax else {"length", "amount"}
-            if _reached_inputs(prompt, node_id) & seconds:  # MiniMax H3's guides: a second in, inside the clip
+            # MiniMax H3's guides: a second in, inside the clip. A float over 10 beside the seconds is a frame
+            # rate (Wan 2.2 14B's `floor(fps * seconds) + 1`): kept, so the count stays 4k + 1 (17).
+            if _reached_inputs(prompt, node_id) & seconds and value <= 10:
                 node["inputs"]["value"] = min(value, 1.0)
             continue
         if node["class_type"] != "PrimitiveInt" or not isinstance(value, int):
