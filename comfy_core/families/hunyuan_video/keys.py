@@ -9,12 +9,13 @@ marker and carry `cond_type_embed` (not converted here).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import torch
 
-# LoRA names: the same generic spellings over the same state-dict paths as HunyuanVideo 1.5.
-from comfy_core.families.hunyuan_video15.keys import lora_key_map  # noqa: F401
+# HunyuanVideo 1.5's projection fusing and LoRA names (the same spellings over the same state-dict paths).
+from comfy_core.families.hunyuan_video15.keys import fuse_projections, lora_key_map  # noqa: F401
 
 DIFFUSERS_MARKER = "context_embedder.token_refiner.refiner_blocks.0.norm1.weight"
 DIFFUSERS_SINGLE = "single_transformer_blocks.0.proj_out.weight"
@@ -22,6 +23,10 @@ DIFFUSERS_SINGLE = "single_transformer_blocks.0.proj_out.weight"
 
 class HunyuanVideoKeyError(ValueError):
     """A diffusers HunyuanVideo state dict that cannot be converted (a projection missing)."""
+
+
+# diffusers' separate projections fused as HunyuanVideo 1.5's converter does, with this family's error.
+_fuse = functools.partial(fuse_projections, error=HunyuanVideoKeyError)
 
 
 _RENAMES = (
@@ -60,19 +65,6 @@ _SINGLE = (
 def is_diffusers_hunyuan_video(names: Any) -> bool:
     names = set(names)
     return DIFFUSERS_MARKER in names and "cond_type_embed.weight" not in names
-
-
-def _fuse(state: Mapping[str, Any], head: str, parts: tuple[str, ...], target: str,
-          out: dict[str, Any], used: set[str]) -> None:
-    for suffix in ("weight", "bias"):
-        keys = [f"{head}{part}.{suffix}" for part in parts]
-        present = [key in state for key in keys]
-        if not any(present):
-            continue
-        if not all(present):
-            raise HunyuanVideoKeyError(f"HunyuanVideo (diffusers): {keys} are not all present")
-        out[f"{target}{suffix}"] = torch.cat([state[key] for key in keys], dim=0)
-        used.update(keys)
 
 
 def convert_diffusers_state_dict(state: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ diffusers splits the fused q/k/v projections (`attn.to_q/k/v`, `add_q/k/v_proj`,
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -61,15 +61,19 @@ def is_diffusers_hunyuan_video15(names: Any) -> bool:
     return DIFFUSERS_MARKER in set(names)
 
 
-def _fuse(state: Mapping[str, Any], head: str, parts: tuple[str, str, str], target: str,
-          out: dict[str, Any], used: set[str]) -> None:
+def fuse_projections(state: Mapping[str, Any], head: str, parts: tuple[str, ...], target: str,
+                     out: dict[str, Any], used: set[str],
+                     error: Callable[[str], Exception] = HunyuanVideo15KeyError) -> None:
+    """diffusers' separate projections `head + part` concatenated (rows) into the files' fused
+    `target` (weight and bias each when present); all or none of a set must be there. HunyuanVideo
+    1.0's converter uses it too, with its own error class."""
     for suffix in ("weight", "bias"):
         keys = [f"{head}{part}.{suffix}" for part in parts]
         present = [key in state for key in keys]
         if not any(present):
             continue
         if not all(present):
-            raise HunyuanVideo15KeyError(f"HunyuanVideo 1.5 (diffusers): {keys} are not all present")
+            raise error(f"diffusers layout: {keys} are not all present")
         out[f"{target}{suffix}"] = torch.cat([state[key] for key in keys], dim=0)
         used.update(keys)
 
@@ -81,13 +85,13 @@ def convert_diffusers_state_dict(state: Mapping[str, Any]) -> dict[str, Any]:
     for name in state:
         if name.startswith("transformer_blocks."):
             index = name.split(".")[1]
-            _fuse(state, f"transformer_blocks.{index}.attn.to_", ("q", "k", "v"),
+            fuse_projections(state, f"transformer_blocks.{index}.attn.to_", ("q", "k", "v"),
                   f"double_blocks.{index}.img_attn_qkv.", out, used)
-            _fuse(state, f"transformer_blocks.{index}.attn.add_", ("q_proj", "k_proj", "v_proj"),
+            fuse_projections(state, f"transformer_blocks.{index}.attn.add_", ("q_proj", "k_proj", "v_proj"),
                   f"double_blocks.{index}.txt_attn_qkv.", out, used)
         elif name.startswith("context_embedder.token_refiner.refiner_blocks."):
             index = name.split(".")[3]
-            _fuse(state, f"context_embedder.token_refiner.refiner_blocks.{index}.attn.to_", ("q", "k", "v"),
+            fuse_projections(state, f"context_embedder.token_refiner.refiner_blocks.{index}.attn.to_", ("q", "k", "v"),
                   f"txt_in.individual_token_refiner.blocks.{index}.self_attn_qkv.", out, used)
     for name, tensor in state.items():
         if name in used:
