@@ -29,23 +29,48 @@ def test_a_qualifying_convolution_runs_packed_with_the_plain_result():
     with torch.inference_mode():
         plain = conv(x)
         with PrepackedConvMode(cache):
+            first = conv(x)
+            assert len(cache) == 0 and cache.packed_bytes() == 0  # the first call runs plain
             packed = conv(x)
             again = conv(x)
     assert len(cache) == 1 and cache.packed_bytes() == conv.weight.numel() * 4
+    assert torch.equal(first, plain)
     torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
     assert torch.equal(packed, again)
+
+
+def test_a_weight_called_once_is_never_packed_and_a_new_input_shape_starts_over():
+    """Packing pays for itself only over several calls: one call (a one-step sampler) runs plain,
+    and a weight called with a new layout is packed on that layout's second call."""
+    conv, x = _conv()
+    wider = torch.randn(2, *x.shape[1:])
+    with torch.inference_mode():
+        plain_wider = conv(wider)  # outside the mode: a call inside it counts
+    cache = PrepackCache(memory_margin=0)
+    with torch.inference_mode(), PrepackedConvMode(cache):
+        conv(x)
+        assert len(cache) == 0
+        conv(x)
+        assert len(cache) == 1
+        assert torch.equal(conv(wider), plain_wider)
+        assert len(cache) == 0  # the old layout's copy is dropped, the new one not packed yet
+        torch.testing.assert_close(conv(wider), plain_wider, rtol=1e-4, atol=1e-4)
+        assert len(cache) == 1
 
 
 def test_a_weight_written_in_place_is_repacked_and_a_freed_weight_leaves_the_cache():
     conv, x = _conv()
     cache = PrepackCache(memory_margin=0)
     with torch.inference_mode(), PrepackedConvMode(cache):
+        conv(x)
         before = conv(x)
+    assert len(cache) == 1
     with torch.no_grad():
         conv.weight.mul_(-2.0)  # what a patcher's in-place LoRA merge does to the tensor
     with torch.inference_mode():
         plain = conv(x)
         with PrepackedConvMode(cache):
+            conv(x)
             after = conv(x)
     torch.testing.assert_close(after, plain, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(after, before)
@@ -67,6 +92,7 @@ def test_large_images_small_weights_no_headroom_and_training_take_the_plain_path
     starved = PrepackCache(memory_margin=1 << 62)  # no machine has this much left over
     conv2, x2 = _conv()
     with torch.inference_mode(), PrepackedConvMode(starved):
+        conv2(x2)
         conv2(x2)
     assert len(starved) == 0
     with PrepackedConvMode(cache):  # grad mode with a trainable weight: autograd needs the plain op
@@ -91,8 +117,11 @@ def test_a_diffusion_model_forward_on_the_cpu_packs_and_matches_the_plain_forwar
         plain = base.apply_model(x, sigma, c_crossattn=context)
         assert len(base._conv_prepack_cache) == 0
         base.cpu_conv_prepack = True
+        first = base.apply_model(x, sigma, c_crossattn=context)
+        assert len(base._conv_prepack_cache) == 0  # a model's first forward runs plain
         packed = base.apply_model(x, sigma, c_crossattn=context)
     assert len(base._conv_prepack_cache) > 0
+    assert torch.equal(first, plain)
     torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
 
 
@@ -103,6 +132,7 @@ def test_a_copied_model_starts_with_an_empty_cache():
     conv, x = _conv()
     cache = PrepackCache(memory_margin=0)
     with torch.inference_mode(), PrepackedConvMode(cache):
+        conv(x)
         conv(x)
     assert len(cache) == 1
     for copied in (copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
@@ -139,6 +169,7 @@ def test_weights_patched_and_restored_in_place_never_leave_a_stale_packing(monke
     def run(patcher, pack):
         with torch.inference_mode(), patcher.applied() as model:
             model.cpu_conv_prepack = pack
+            model.apply_model(x, sigma, c_crossattn=context)  # the first forward runs plain
             out = model.apply_model(x, sigma, c_crossattn=context)
             assert (len(base._conv_prepack_cache) > 0) == pack
             return out
