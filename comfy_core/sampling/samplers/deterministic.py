@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from scipy import integrate
 
 from comfy_core.sampling.samplers.common import Denoiser, StepCallback, churn, half_log_snr, to_d
 
@@ -128,6 +127,10 @@ def linear_multistep_coeff(order: int, t: Any, i: int, j: int) -> float:
             if j != k:
                 prod *= (tau - t[i - k]) / (t[i - j] - t[i - k])
         return prod
+
+    # scipy on first use, not at import: its import (scipy.special, .linalg, ...) is ~0.3 s of a
+    # cold prompt's first step that only the LMS samplers need.
+    from scipy import integrate
 
     return integrate.quad(basis, t[i], t[i + 1], epsrel=1e-4)[0]
 
