@@ -36,8 +36,15 @@ def _api(impl: str, comfyui: str | None, flags: list[str]):
         from comfy_core import load_checkpoint
         from comfy_core.sampling.ksampler import sample
 
-        import comfy_core.text_encoders  # noqa: F401  (import cost is not load cost)
+        # Import cost is not load cost: before the clock, the modules ComfyUI's `import comfy.sd`
+        # brings in too (its model definitions, comfy.supported_models; the CLIP tokenizer class,
+        # comfy/sd1_clip.py's `from transformers import CLIPTokenizer`; the CLIP text model).
+        import comfy_core.text_encoders  # noqa: F401
         import transformers.models.clip.modeling_clip  # noqa: F401
+        from transformers import CLIPTokenizer  # noqa: F401
+        from comfy_core.families import default_registry
+
+        default_registry()  # imports the family packages (lazily imported by the loader)
         return load_checkpoint, sample, torch
     if not comfyui:
         raise SystemExit("comfyui: --comfyui DIR is required")
