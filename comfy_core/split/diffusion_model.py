@@ -48,6 +48,7 @@ from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.loading import (LoadOptions, QuantizedUnet, _build_unet, _load_model, finish_unet, model_from_unet,
                                 resolve_prediction, unet_storage, warn_if_emulated_bf16)
+from comfy_core.models.rtdetr import is_rtdetr_file, load_detection_model
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 from comfy_core.weights.gguf import GGUFError
@@ -119,6 +120,10 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     (comfy_core/split/custom_operations.py). Raises `CheckpointError` subclasses naming the file
     (`UnknownFamilyError` for a UNet of no known family).
     """
+    if operations is None and is_rtdetr_file(path):  # ComfyUI's UNETLoader also loads its RT-DETR detectors
+        options = options or LoadOptions()
+        detector = load_detection_model(path, options.dtype_policy, weight_dtype)
+        return ModelPatcher(detector, load_device=options.device, offload_device="cpu")
     if operations is not None:
         return _load_with_operations(path, options or LoadOptions(), weight_dtype, registry or default_registry(),
                                      operations)
