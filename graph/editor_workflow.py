@@ -101,7 +101,8 @@ def widget_slots(node_def: Mapping[str, Any], prefix: str = "") -> list[WidgetSl
                 default = options.get("default", next(iter(choices), None))
                 slots.append(WidgetSlot(full, default=default, dynamic=choices))
                 continue
-            if options.get("socketless") and isinstance(kind, str):  # a widget without a socket
+            # a widget without a socket (`forceInput` makes it a socket after all: V3's BoundingBox inputs)
+            if options.get("socketless") and not options.get("forceInput") and isinstance(kind, str):
                 display_only = kind in DISPLAY_WIDGETS
                 slots.append(WidgetSlot(None if display_only else full, optional=display_only,
                                         default=options.get("default")))

@@ -46,6 +46,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import kandinsky5
     from comfy_core.families.kandinsky5 import image as kandinsky5_image
     from comfy_core.families import minimax_h3
+    from comfy_core.families import sdpose
 
     return FamilyRegistry([
         sd1.definition(),
@@ -93,6 +94,7 @@ def default_registry() -> FamilyRegistry:
         hunyuan_video15.definition(), hunyuan_video15_sr.definition(),
         kandinsky5.definition(), kandinsky5_image.definition(),
         minimax_h3.definition(),
+        sdpose.definition(),
     ])
 
 

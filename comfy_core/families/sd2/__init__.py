@@ -48,6 +48,8 @@ def definition() -> Family:
         display_name="Stable Diffusion 2.x",
         signature=Signature(
             required_prefixes=("model.diffusion_model.input_blocks.0.0.", "cond_stage_model.model."),
+            # SDPose's UNet carries a heatmap head (comfy_core/families/sdpose).
+            forbidden_prefixes=("model.diffusion_model.heatmap_head.",),
             unet=(("use_linear_in_transformer", True), ("has_adm", False), ("in_channels", 4)),
         ),
         latent_format=sd15_latent_format(),
