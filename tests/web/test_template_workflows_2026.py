@@ -56,7 +56,7 @@ LTX_TIMES = {
     "video_ltx2_i2v_distilled": "2-7 s", "video_ltx2_canny_to_video": "2-8 s", "video_ltx2_3_t2v": "6-16 s",
     "video_ltx2_3_i2v": "1-6 s", "video_ltx2_3_ia2v": "4-21 s", "video_ltx2_3_flf2v": "1-24 s",
     "video_ltx2_3_id_lora": "1-9 s", "template_ltx2_3_style_transition": "2-12 s",
-    "template_ltx2_3_ic_lora_ingredients": "4-23 s"}
+    "template_ltx2_3_ic_lora_ingredients": "4-23 s", "video_ltx2_3_ic_lora": "29-50 s"}
 # LTX-2.5 made small, as LTX_TIMES (through `_run`, shared 2-core machine; the first run of a process pays the imports).
 LTX25_TIMES = {"video_ltx2_5_t2v": "8-14 s", "video_ltx2_5_i2v": "3-8 s", "video_ltx2_5_flf2v": "1-4 s"}
 # FLUX 3 Klein (comfy_core/families/flux3, tests/fixtures/template_models_flux3.py), made small (64 px, TextGenerate at
@@ -70,6 +70,9 @@ FLUX3_TIMES = {
     "image_flux3_klein_image_edit": "69 s: the base DiT with the reference image; the upsampler reads the image too",
     "image_flux3_klein_distilled_image_edit": "85 s (the first run of a process: imports, the Qwen3-VL file)",
 }
+# SDPose: wall time of a run through `_run` on the shared 2-core machine, files included.
+SDPOSE_TIMES = {"utility_sdpose_ood_image_to_pose": "6-8 s (the process's first run: imports included)",
+                "utility_sdpose_ood_video_to_pose_map": "36-67 s"}
 # MiniMax H3, made small: wall time of a run through `_run` on the shared 2-core machine (load ~8), files included.
 MINIMAX_TIMES = {
     "video_minimax_h3_t2v": "4-10 s", "video_minimax_h3_i2v": "6-10 s", "video_minimax_h3_i2v_continuation": "5-8 s",
@@ -77,6 +80,9 @@ MINIMAX_TIMES = {
     "video_fastvideo_fasth3_t2v": "3-7 s", "video_fastvideo_fasth3_i2v": "2-4 s",
     "video_fasth3_ominiref_r2v": "6-14 s (the first of a process: the text-encoder file)",
     "image_minimax_h3_t2i": "7 s"}
+# MoGe templates, as saved: wall time of a run through `_run` on the shared 2-core machine, files included.
+MOGE_TIMES = {"utility_moge_depth_estimation": "1-2 s", "utility_moge3_geometry_estimation": "42-53 s", "3d_moge_perspective_to_mesh": "2-5 s",
+              "3d_moge_panorama_to_mesh": "14-21 s"}
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
@@ -279,7 +285,10 @@ RUNNING = {
                                 "guidance pass), the x2 upsampler",
         "template_ltx2_3_style_transition": "distilled fp8, a style-transition LoRA",
         "template_ltx2_3_ic_lora_ingredients": "IC-LoRA: GetICLoRAParameters (the LoRA's metadata) into "
-                                               "LTXVAddGuide, RepeatImageBatch, ResizeAndPadImage, KSampler"}.items()},
+                                               "LTXVAddGuide, RepeatImageBatch, ResizeAndPadImage, KSampler",
+        "video_ltx2_3_ic_lora": "IC-LoRA guided by MoGe: LoadMoGeModel (tiny MoGe-2), MoGeInference on the "
+                                "LoadVideo frames, MoGeRender depth / depth_colored / mask as the guide "
+                                "(tests/fixtures/template_models_moge.py)"}.items()},
     # LTX-2.5 (tests/fixtures/template_models_ltx25.py): split files, made small as LTX-2's; each saved video is
     # decoded back (`_check_ltx_video`). Times: LTX25_TIMES.
     **{name: f"{LTX25_TIMES[name]} small: {what}" for name, what in {
@@ -377,6 +386,36 @@ RUNNING = {
                                    "EmptyHunyuanLatentVideo, FluxGuidance 6, ModelSamplingSD3 7, BasicGuider, 20 "
                                    "steps, VAEDecodeTiled (HunyuanVideo's causal VAE), CreateVideo, SaveVideo",
     **FLUX3_TIMES,
+    # MoGe (comfy_core/models/moge*.py, nodes/moge_nodes.py, tests/fixtures/template_models_moge.py): the tiny MoGe-2
+    # (normal head) in geometry_estimation/, as saved (the LoadImage pictures are small). Times: MOGE_TIMES.
+    **{name: f"{MOGE_TIMES[name]}: {what}" for name, what in {
+        "utility_moge_depth_estimation": "subgraph: LoadMoGeModel, MoGeInference (resolution 2), MoGeRender depth / "
+                                         "depth_colored / mask, ImageToMask, GetImageSize + ComfyMathExpression + "
+                                         "ComfySwitchNode around ResizeImageMaskNode",
+        "utility_moge3_geometry_estimation": "subgraph: MoGe-3 (moge_3_vitg: the SwiGLU DINOv2, the sparse 3-D "
+                                             "refiner, 3 passes at resolution 9), MoGeRender mask",
+        "3d_moge_perspective_to_mesh": "subgraph: MoGeInference (resolution 9), MoGePointMapToMesh (textured), "
+                                       "MoGeRender normal_opengl / normal_directx, ImageScaleToMaxDimension behind "
+                                       "the switches, SaveGLB (each GLB read back: `_check_glb`)",
+        "3d_moge_panorama_to_mesh": "subgraph: MoGePanoramaInference (12 views of 512 px at resolution 5, merged "
+                                    "on the 1024-wide grid by lsmr at 256 / 512 / 1024), MoGePointMapToMesh, "
+                                    "SaveGLB (read back: `_check_glb`)"}.items()},
+    # SDPose (comfy_core/families/sdpose, nodes/sdpose_nodes.py, tests/fixtures/template_models_sdpose.py): the tiny
+    # SDPose checkpoint (SD 2 UNet + heatmap head + VAE, no text encoder) by CheckpointLoaderSimple; every image
+    # stretched to the 768x1024 model input, one euler step with Lotus's null prompt. Times: SDPOSE_TIMES.
+    **{name: f"{SDPOSE_TIMES[name]}: {what}" for name, what in {
+        "utility_sdpose_ood_image_to_pose": "subgraph, ResizeImageMaskNode (longer side 1024), SDPoseKeypointExtractor "
+                                            "(full-image mode, the 64-channel feature through the heatmap head, UDP + "
+                                            "DARK decoding), SDPoseDrawKeypoints (body, hands, face, feet, head)",
+        "utility_sdpose_ood_video_to_pose_map": "made small: LoadVideo, GetVideoComponents, the frames in one batch "
+                                                "through the extractor, SDPoseDrawKeypoints, CreateVideo with the "
+                                                "audio, SaveVideo"}.items()},
+    # RT-DETRv4 (comfy_core/models/rtdetr.py, nodes/detection_nodes.py, tests/fixtures/template_models_rtdetr.py):
+    # UNETLoader's tiny detector (its score head favours "person") ahead of SDPose's per-person crops.
+    "utility_sdpose_multi_person": "8 s: subgraph: UNETLoader's RT-DETRv4, RTDETR_detect (person, threshold 0.5, one "
+                                   "box) feeding SDPoseKeypointExtractor's crops, DrawBBoxes",
+    "utility_sdpose_multi_person_video": "89 s, made small: the frames through RTDETR_detect (two boxes each), "
+                                         "SDPoseKeypointExtractor per box, DrawBBoxes, CreateVideo, SaveVideo",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -608,6 +647,23 @@ def _check_ltx_video(path: Path) -> None:
     assert abs(seconds - frames / float(rate)) <= 0.1, (seconds, frames, rate)
 
 
+def _check_sdpose(written: list[str]) -> None:
+    """An SDPose template's pose map: drawn (the tiny head's peaks pass the 0.5 threshold) on a canvas of the
+    resized input's size (the picture's longer side 1024 as saved; the video's frames made small: 64)."""
+    import av
+    import numpy as np
+
+    (path,) = written
+    if Path(path).suffix == ".png":
+        frames = [np.asarray(Image.open(path).convert("RGB"))]
+        assert max(frames[0].shape[:2]) == 1024, frames[0].shape
+    else:
+        with av.open(path) as container:
+            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+        assert frames and max(frames[0].shape[:2]) == 64, len(frames)
+    assert all(frame.any() for frame in frames)
+
+
 def _check_minimax_video(path: Path) -> None:
     """A MiniMax H3 template's saved video decoded back: 17k + 5 frames at 24 fps whose sides are multiples of
     32, and a stereo track as long as the frames (within 0.1 s: the 40 Hz latent's rounding, the encoder's padding)."""
@@ -625,6 +681,30 @@ def _check_minimax_video(path: Path) -> None:
     assert frames % 17 == 5 and float(rate) == 24, (frames, rate)
     assert width % 32 == 0 and height % 32 == 0, (width, height)
     assert channels == 2 and abs(seconds - frames / 24) <= 0.1, (channels, seconds, frames)
+
+
+def _check_glb(path: Path) -> None:
+    """A MoGe template's GLB read back by its container layout (glTF 2.0 binary: header, JSON chunk, BIN
+    chunk): a triangle mesh whose indices stay below its vertex count, with a PNG base-colour texture."""
+    import struct
+
+    data = path.read_bytes()
+    magic, version, length = struct.unpack_from("<4sII", data, 0)
+    assert (magic, version, length) == (b"glTF", 2, len(data)), (magic, version, length)
+    json_length, json_type = struct.unpack_from("<II", data, 12)
+    gltf = json.loads(data[20:20 + json_length])
+    bin_length, bin_type = struct.unpack_from("<II", data, 20 + json_length)
+    assert (json_type, bin_type) == (0x4E4F534A, 0x004E4942)
+    blob = data[28 + json_length:28 + json_length + bin_length]
+    primitive = gltf["meshes"][0]["primitives"][0]
+    positions = gltf["accessors"][primitive["attributes"]["POSITION"]]
+    indices = gltf["accessors"][primitive["indices"]]
+    view = gltf["bufferViews"][indices["bufferView"]]
+    faces = struct.unpack_from(f"<{indices['count']}I", blob, view["byteOffset"])
+    assert positions["count"] > 0 and indices["count"] % 3 == 0 and max(faces) < positions["count"]
+    image = gltf["images"][0]
+    png = gltf["bufferViews"][image["bufferView"]]
+    assert blob[png["byteOffset"]:png["byteOffset"] + 8] == b"\x89PNG\r\n\x1a\n"
 
 
 async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> None:
@@ -648,6 +728,12 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
         _check_ace_audio(written)
     if name.startswith("audio_stable_audio_3"):
         _check_sa3_audio(written)
+    if name.startswith("3d_moge"):
+        glbs = [Path(p) for p in written if Path(p).suffix == ".glb"]
+        assert len(glbs) == 1, written
+        _check_glb(glbs[0])
+    if name in SDPOSE_TIMES:
+        _check_sdpose(written)
 
 
 async def test_template_fails_for_the_listed_reason(failing: str, tmp_path: Path, object_info: dict) -> None:
