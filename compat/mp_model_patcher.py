@@ -130,6 +130,15 @@ class ComfyModelPatcherMethods:
     def set_model_post_input_patch(self, patch: Callable) -> None:
         self.set_model_patch(patch, "post_input")
 
+    def set_model_rope_options(self, scale_x: float, shift_x: float, scale_y: float, shift_y: float,
+                               scale_t: float, shift_t: float, **kwargs: Any) -> None:
+        """ScaleROPE's option: `transformer_options["rope_options"]` (comfy_core/attention/rope.py)."""
+        from comfy_core.attention.rope import with_rope_options
+
+        self.model_options["transformer_options"] = with_rope_options(
+            self.model_options.get("transformer_options"), scale_x=scale_x, shift_x=shift_x, scale_y=scale_y,
+            shift_y=shift_y, scale_t=scale_t, shift_t=shift_t)
+
     def set_model_attn1_replace(self, patch: Callable, block_name: str, number: int,
                                 transformer_index: int | None = None) -> None:
         self.set_model_patch_replace(patch, "attn1", block_name, number, transformer_index)

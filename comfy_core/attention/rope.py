@@ -7,8 +7,15 @@ them treats the last axis of a `[..., L, D]` query/key as `D/2` consecutive pair
 multiplies each pair by its matrix: `(cos*x0 - sin*x1, sin*x0 + cos*x1)`. `freqs` broadcasts
 against the tensor's leading axes (ComfyUI passes `[B, 1, L, D/2, 2, 2]` for `[B, H, L, D]`
 tensors, or `[B, L, 1, D/2, 2, 2]` for Wan's `[B, L, H, D]`).
+
+ScaleROPE's positions (today's ComfyUI, comfy_extras/nodes_rope.py) live here too: the node puts
+`scale_x/y/t`, `shift_x/y/t` under `transformer_options["rope_options"]` (`with_rope_options`), and a
+network building its position ids reads them through `rope_axis_positions` (ComfyUI's rule, the same
+for each axis of Wan's and Flux's ids).
 """
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 import torch
 
@@ -53,3 +60,35 @@ def apply_rope1(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
 def apply_rope(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Queries and keys rotated by the same frequencies (ComfyUI's `apply_rope(xq, xk, freqs_cis)`)."""
     return apply_rope1(xq, freqs), apply_rope1(xk, freqs)
+
+
+# -- ScaleROPE's position scaling ----------------------------------------------------------------
+
+ROPE_OPTIONS = "rope_options"  # transformer_options key (ComfyUI's `set_model_rope_options`)
+ROPE_AXES = ("x", "y", "t")  # column, row, frame: `scale_<axis>` / `shift_<axis>`
+
+
+def with_rope_options(transformer_options: Mapping[str, Any] | None, **values: float) -> dict[str, Any]:
+    """A new `transformer_options` whose `rope_options` are the old ones updated with `values`
+    (`scale_x`, `shift_x`, `scale_y`, ...; as ComfyUI's `ModelPatcher.set_model_rope_options`, which
+    keeps other keys a pack put there). Neither given mapping is changed."""
+    options = dict(transformer_options or {})
+    options[ROPE_OPTIONS] = {**(options.get(ROPE_OPTIONS) or {}), **values}
+    return options
+
+
+def rope_axis_positions(length: int, axis: str, rope_options: Mapping[str, Any] | None, *, start: float = 0.0,
+                        steps: int | None = None, device: Any = None, dtype: Any = None) -> torch.Tensor:
+    """Positions `[steps]` of one axis of a token grid: `steps` (default `length`) values evenly from
+    `start` to `start + length - 1` (ComfyUI's `torch.linspace(start, start + (len - 1), steps)` of its
+    Wan / Flux position ids). ScaleROPE's `rope_options` stretch the span about its first position,
+    `length - 1 -> (length - 1) * scale_<axis>`, and move it by `shift_<axis>`: with `steps == length`
+    token `i` sits at `start + shift + i * scale`. Without options (None) the span is unchanged."""
+    if axis not in ROPE_AXES:
+        raise ValueError(f"RoPE axis must be one of {ROPE_AXES}, got {axis!r}")
+    span = float(length) if rope_options is not None else length
+    if rope_options is not None:
+        span = (span - 1.0) * float(rope_options.get(f"scale_{axis}", 1.0)) + 1.0
+        start = start + float(rope_options.get(f"shift_{axis}", 0.0))
+    return torch.linspace(start, start + (span - 1), steps=length if steps is None else steps, device=device,
+                          dtype=dtype)

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.attention.rope import ROPE_OPTIONS, rope_axis_positions
 from comfy_core.families.flux.blocks import (DoubleStreamBlock, EmbedND, LastLayer, MLPEmbedder, SingleStreamBlock,
                                              timestep_embedding)
 from comfy_core.models.comfyui_names import comfyui_name
@@ -341,23 +342,23 @@ def run_stream_blocks(double_blocks: Sequence[nn.Module], single_blocks: Sequenc
                             {"img": img, "txt": txt})["img"]
 
 
-def image_tokens(x: torch.Tensor, p: int, index: int = 0, h_offset: int = 0,
-                 w_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def image_tokens(x: torch.Tensor, p: int, index: int = 0, h_offset: int = 0, w_offset: int = 0, *,
+                 rope_options: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`x` `[B, C, H, W]` padded and cut into `p x p` patches: tokens `[B, h*w, C*p*p]` (channel-major
     within a token) and their ids `[B, h*w, 3]` = `(index, row + h_offset, col + w_offset)`, the
-    offsets given in latent pixels (rounded to patches), in `x`'s dtype."""
+    offsets given in latent pixels (rounded to patches), in `x`'s dtype; ScaleROPE's `rope_options`
+    scale and shift rows and columns and shift the index (`shift_t`), as ComfyUI's `process_img`."""
     b, c, h, w = x.shape
     x = pad_to_patch_size(x, (p, p))
     rows, cols = x.shape[-2] // p, x.shape[-1] // p
     img = x.reshape(b, c, rows, p, cols, p).permute(0, 2, 4, 1, 3, 5).reshape(b, rows * cols, c * p * p)
     h_len, w_len = (h + p // 2) // p, (w + p // 2) // p
     h_offset, w_offset = (h_offset + p // 2) // p, (w_offset + p // 2) // p
+    axis = dict(rope_options=rope_options, device=x.device, dtype=x.dtype)
     ids = torch.zeros((h_len, w_len, 3), device=x.device, dtype=x.dtype)
-    ids[:, :, 0] = ids[:, :, 0] + index
-    ids[:, :, 1] = ids[:, :, 1] + torch.linspace(h_offset, h_len - 1 + h_offset, steps=h_len, device=x.device,
-                                                 dtype=x.dtype).unsqueeze(1)
-    ids[:, :, 2] = ids[:, :, 2] + torch.linspace(w_offset, w_len - 1 + w_offset, steps=w_len, device=x.device,
-                                                 dtype=x.dtype).unsqueeze(0)
+    ids[:, :, 0] = ids[:, :, 0] + rope_axis_positions(1, "t", start=index, **axis)
+    ids[:, :, 1] = ids[:, :, 1] + rope_axis_positions(h_len, "y", start=h_offset, **axis).unsqueeze(1)
+    ids[:, :, 2] = ids[:, :, 2] + rope_axis_positions(w_len, "x", start=w_offset, **axis).unsqueeze(0)
     return img, ids.reshape(1, h_len * w_len, 3).repeat(b, 1, 1)
 
 
@@ -451,10 +452,10 @@ class FluxTransformer(nn.Module):
 
     # -- latents <-> tokens -----------------------------------------------------------------------
 
-    def process_img(self, x: torch.Tensor, index: int = 0, h_offset: int = 0,
-                    w_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def process_img(self, x: torch.Tensor, index: int = 0, h_offset: int = 0, w_offset: int = 0, *,
+                    rope_options: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """`x` `[B, C, H, W]` as tokens and ids (`image_tokens` with this network's patch size)."""
-        return image_tokens(x, self.patch_size, index, h_offset, w_offset)
+        return image_tokens(x, self.patch_size, index, h_offset, w_offset, rope_options=rope_options)
 
     def reference_tokens(self, img: torch.Tensor, img_ids: torch.Tensor, ref_latents: Sequence[torch.Tensor],
                          method: str, h_len: int, w_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -499,7 +500,8 @@ class FluxTransformer(nn.Module):
         bs, _, h_orig, w_orig = x.shape
         p = self.patch_size
         h_len, w_len = (h_orig + p // 2) // p, (w_orig + p // 2) // p
-        img, img_ids = self.process_img(x)
+        # ScaleROPE's options move the image's positions, not the references' (ComfyUI's `_forward`)
+        img, img_ids = self.process_img(x, rope_options=(transformer_options or {}).get(ROPE_OPTIONS))
         img_tokens = img.shape[1]
         if ref_latents is not None:
             method = kwargs.get("ref_latents_method", (transformer_options or {}).get("ref_latents_method", "offset"))

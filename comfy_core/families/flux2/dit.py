@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comfy_core.attention.rope import rotate_pairs
+from comfy_core.attention.rope import ROPE_OPTIONS, rope_axis_positions, rotate_pairs
 from comfy_core.families.flux import math as flux_math
 from comfy_core.families.flux.blocks import EmbedND, ModulationOut, QKNorm, apply_mod, timestep_embedding
 from comfy_core.families.flux.dit import count_numbered, run_stream_blocks, tokens_to_image
@@ -370,14 +370,18 @@ class Flux2LastLayer(nn.Module):
 
 # -- the network --------------------------------------------------------------------------------------
 
-def flux2_image_tokens(x: torch.Tensor, index: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x` `[B, C, h, w]` (patch size 1) -> tokens `[B, h*w, C]` and ids `[B, h*w, 4]` = `(index, row, col, 0)`."""
+def flux2_image_tokens(x: torch.Tensor, index: float = 0.0, *,
+                       rope_options: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x` `[B, C, h, w]` (patch size 1) -> tokens `[B, h*w, C]` and ids `[B, h*w, 4]` = `(index, row, col, 0)`;
+    ScaleROPE's `rope_options` scale and shift rows and columns and shift the index (ComfyUI's Flux
+    `process_img`, which Flux.2 runs)."""
     b, c, h, w = x.shape
     tokens = x.reshape(b, c, h * w).transpose(1, 2)
+    axis = dict(rope_options=rope_options, device=x.device, dtype=torch.float32)
     ids = torch.zeros((h, w, 4), device=x.device, dtype=torch.float32)
-    ids[..., 0] = index
-    ids[..., 1] = torch.arange(h, device=x.device, dtype=torch.float32)[:, None]
-    ids[..., 2] = torch.arange(w, device=x.device, dtype=torch.float32)[None, :]
+    ids[..., 0] = rope_axis_positions(1, "t", start=index, **axis)
+    ids[..., 1] = rope_axis_positions(h, "y", **axis)[:, None]
+    ids[..., 2] = rope_axis_positions(w, "x", **axis)[None, :]
     return tokens, ids.reshape(1, h * w, 4).repeat(b, 1, 1)
 
 
@@ -482,7 +486,7 @@ class Flux2Transformer(nn.Module):
         (the k-th at time index 10 * k) -> `[B, out_channels, h, w]`. `y` is ignored (no pooled input)."""
         bs, _, h, w = x.shape
         options = dict(transformer_options or {})
-        img, img_ids = flux2_image_tokens(x)
+        img, img_ids = flux2_image_tokens(x, rope_options=options.get(ROPE_OPTIONS))  # not the references'
         img_tokens = img.shape[1]
         method = kwargs.get("ref_latents_method") or options.get("ref_latents_method") or self.default_ref_method
         if ref_latents and method not in FLUX2_REF_METHODS:  # another placement would be silently wrong

@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from comfy_core.attention.rope import ROPE_OPTIONS, rope_axis_positions
 from comfy_core.families.flux.dit import pad_to_patch_size
 from comfy_core.families.flux.blocks import EmbedND
 from comfy_core.models.unet_blocks import operations_or_default
@@ -475,18 +476,19 @@ class WanModel(nn.Module):
 
     def rope_encode(self, t: int, h: int, w: int, t_start: int = 0, steps_t: int | None = None,
                     steps_h: int | None = None, steps_w: int | None = None, device: Any = None,
-                    dtype: Any = None) -> torch.Tensor:
+                    dtype: Any = None, rope_options: Mapping[str, Any] | None = None) -> torch.Tensor:
         """3-D RoPE rotations for a `t x h x w` latent grid (in latent pixels, rounded to patches):
         positions (frame, row, column) on `[D - 4(D//6), 2(D//6), 2(D//6)]` channels of each head
-        -> `[1, L, 1, D/2, 2, 2]` (ComfyUI's `rope_encode`)."""
+        -> `[1, L, 1, D/2, 2, 2]` (ComfyUI's `rope_encode`); ScaleROPE's `rope_options` scale and
+        shift each axis (comfy_core/attention/rope.py `rope_axis_positions`)."""
         pt, ph, pw = self.patch_size
         t_len, h_len, w_len = (t + pt // 2) // pt, (h + ph // 2) // ph, (w + pw // 2) // pw
         steps_t, steps_h, steps_w = steps_t or t_len, steps_h or h_len, steps_w or w_len
         ids = torch.zeros((steps_t, steps_h, steps_w, 3), device=device, dtype=dtype)
-        ids[..., 0] += torch.linspace(t_start, t_start + t_len - 1, steps=steps_t, device=device,
-                                      dtype=dtype).reshape(-1, 1, 1)
-        ids[..., 1] += torch.linspace(0, h_len - 1, steps=steps_h, device=device, dtype=dtype).reshape(1, -1, 1)
-        ids[..., 2] += torch.linspace(0, w_len - 1, steps=steps_w, device=device, dtype=dtype).reshape(1, 1, -1)
+        axis = dict(rope_options=rope_options, device=device, dtype=dtype)
+        ids[..., 0] += rope_axis_positions(t_len, "t", start=t_start, steps=steps_t, **axis).reshape(-1, 1, 1)
+        ids[..., 1] += rope_axis_positions(h_len, "y", steps=steps_h, **axis).reshape(1, -1, 1)
+        ids[..., 2] += rope_axis_positions(w_len, "x", steps=steps_w, **axis).reshape(1, 1, -1)
         return self.rope_embedder(ids.reshape(1, -1, 3)).movedim(1, 2)
 
     def unpatchify(self, x: torch.Tensor, grid_sizes: Sequence[int]) -> torch.Tensor:
@@ -530,7 +532,8 @@ class WanModel(nn.Module):
         if self.ref_conv is not None and kwargs.get("reference_latent") is not None:
             t_len += 1
         # autoregressive video (comfy_core/families/wan/causal.py): absolute frame positions
-        freqs = self.rope_encode(t_len, h, w, t_start=frame_offset(transformer_options), device=x.device, dtype=x.dtype)
+        freqs = self.rope_encode(t_len, h, w, t_start=frame_offset(transformer_options), device=x.device, dtype=x.dtype,
+                                 rope_options=(transformer_options or {}).get(ROPE_OPTIONS))
         return self.forward_orig(x, timestep, context, clip_fea=clip_fea, freqs=freqs,
                                  transformer_options=transformer_options, **kwargs)[:, :, :t, :h, :w]
 
