@@ -16,6 +16,10 @@
   their soundtracks, and audio, in the presentation order images, videos, audio; the VAE-encoded
   blocks go to the DiT as `minimax_refs`.
 - MiniMaxH3SigmaShift: the video / audio flow shifts (the model sampling and the DiT's own map).
+- MiniMaxH3FunControlNetApply: the Fun ControlNet-Union MODEL_PATCH (ModelPatchLoader) as a
+  `dit` block replacement at its injection blocks (comfy_core/families/minimax_h3/fun_control.py):
+  the control video and / or the mask (1 = regenerate) with its source video, VAE-encoded on the
+  17k + 5 frame grid of the latent being sampled, active between start and end percent.
 - BlockSparseAttention: ComfyUI's kernels (Sol-Attn, SLA, VSA) are comfy-kitchen CUDA kernels;
   ComfyUI keeps any call they cannot take dense (not on CUDA, under `min_tokens`, outside the
   start / end window, `dense_blocks`). This engine has no such kernel, so every call is dense:
@@ -462,4 +466,61 @@ def block_sparse_attention(model: Any, selection: dict, start_percent: float, en
         "sigma_end": float(sampling.percent_to_sigma(end)), "min_tokens": min_tokens,
         "dense_blocks": sorted(parse_block_list(dense_blocks)), "extra_tokens": extra_tokens,
         "sink_conditioning": sink_conditioning, "verbose": bool(verbose)}}
+    return (patched,)
+
+
+@v3_node("MiniMaxH3FunControlNetApply", display_name="Apply MiniMax H3 Fun ControlNet", category="model/patch/minimax",
+         python_module=MODULE,
+         description="Apply a MiniMax H3 Fun ControlNet to a text-to-video model as a model patch.",
+         search_aliases=["minimax controlnet", "h3 controlnet", "video inpaint controlnet"],
+         inputs=[Socket("model", "MODEL"), Socket("model_patch", "MODEL_PATCH"), Socket("vae", "VAE"),
+                 Float("strength", default=1.0, min=0.0, max=10.0, step=0.01),
+                 Float("start_percent", default=0.0, min=0.0, max=1.0, step=0.001, advanced=True),
+                 Float("end_percent", default=1.0, min=0.0, max=1.0, step=0.001, advanced=True),
+                 Socket("control_video", "IMAGE", optional=True),
+                 Socket("mask", "MASK", optional=True, tooltip="1 marks the regions to regenerate."),
+                 Socket("source_video", "IMAGE", optional=True,
+                        tooltip="Video behind the mask; only read when a mask is given.")],
+         outputs=[Output("MODEL")])
+def minimax_h3_fun_controlnet_apply(model: Any, model_patch: Any, vae: Any, strength: float, start_percent: float,
+                                    end_percent: float, control_video: Any = None, mask: Any = None,
+                                    source_video: Any = None) -> tuple[Any]:
+    """A clone of the MiniMax H3 MODEL with the Fun ControlNet-Union's control stream beside its
+    injection blocks (comfy_core/families/minimax_h3/fun_control.py); the MODEL itself with
+    strength 0 or neither a control video nor a mask (as ComfyUI)."""
+    from comfy_core.families.minimax_h3.fun_control import MiniMaxH3FunControl, MiniMaxH3FunControlPatch
+
+    model = checks.model(model)
+    strength = checks.number(strength, "strength", 0.0, 10.0)
+    start = checks.number(start_percent, "start_percent", 0.0, 1.0)
+    end = checks.number(end_percent, "end_percent", 0.0, 1.0)
+    if strength == 0 or (control_video is None and mask is None):
+        return (model,)
+    network = getattr(model_patch, "model", None)
+    if not isinstance(network, MiniMaxH3FunControl) or not hasattr(model_patch, "applied"):
+        raise NodeInputError("model_patch", "a MiniMax H3 Fun ControlNet MODEL_PATCH (ModelPatchLoader)",
+                             describe(network if network is not None else model_patch))
+    vae = checks.vae(vae)
+    family = getattr(getattr(model.model, "family", None), "name", None)
+    dit = getattr(model.model, "diffusion_model", None)
+    width = getattr(getattr(dit, "config", None), "hidden_size", None)
+    depth = len(getattr(dit, "blocks", ()))
+    if family != "minimax_h3" or width != network.config.hidden_size or depth <= network.injection_layers[-1]:
+        raise NodeInputError("model", f"a MiniMax H3 model of width {network.config.hidden_size} with more than "
+                             f"{network.injection_layers[-1]} blocks (the ControlNet's)",
+                             f"a {family} model of width {width} and {depth} blocks")
+    control_video = None if control_video is None else checks.image_batch(control_video, "control_video")[..., :3]
+    if mask is not None:
+        mask = checks.mask_batch(mask, "mask")
+        source_video = None if source_video is None else checks.image_batch(source_video, "source_video")[..., :3]
+    else:
+        source_video = None
+    sampling = model.get_model_object("model_sampling")
+    patch = MiniMaxH3FunControlPatch(model_patch, vae, control_video, mask, source_video, strength,
+                                     float(sampling.percent_to_sigma(start)), float(sampling.percent_to_sigma(end)))
+    patched = model.clone()
+    replaced = patched.model_options.get("transformer_options", {}).get("patches_replace", {}).get("dit", {})
+    for layer in network.injection_layers:
+        patched.set_block_replace("dit", ("double_block", layer), patch.block_patch(layer, replaced.get(
+            ("double_block", layer))))
     return (patched,)

@@ -8,7 +8,7 @@ diffusion model. Which patch a file holds is told from its key names, in ComfyUI
     control_all_x_embedder.2-1.weight                 Z-Image Fun ControlNet          <- built here
     control_img_in.weight + control_blocks.0.img_mlp.out.weight   Qwen-Image 2.1 Fun ControlNet
     control_proj_in.weight + control_blocks.0.{adaln_proj.linear,after_proj,before_proj}.weight
-                                                      MiniMax H3 Fun ControlNet
+                                                      MiniMax H3 Fun ControlNet       <- built
     controlnet_patch_embedding.weight                 Wan Uni3C ControlNet
     *duration_head.attention_pooler.query_tokens      LTX duration head
     audio_proj.proj1.weight                           Wan MultiTalk / InfiniteTalk    <- built here
@@ -17,7 +17,8 @@ diffusion model. Which patch a file holds is told from its key names, in ComfyUI
 The USO projector (uso.py), the Qwen-Image DiffSynth ControlNet (diffsynth.py), the Z-Image
 Fun ControlNet (zimage_fun.py, its diffusers attention names fused as ComfyUI converts them) and
 Wan's MultiTalk / InfiniteTalk audio patch (families/wan/multitalk.py, applied by multitalk.py)
-are built;
+and MiniMax H3's Fun ControlNet-Union (families/minimax_h3/fun_control.py: network, loader with
+its int8 ConvRot layers kept as stored, and the DiT block patch) are built;
 every other kind is refused with
 `UnsupportedModelPatchError` naming it, and a file of none of them with `UnknownModelPatchError`
 (ComfyUI fails there with an unbound local). The loaded patch is a `Patcher` over the network,
@@ -35,6 +36,8 @@ import torch
 from comfy_core.checkpoint.errors import CheckpointError
 from comfy_core.checkpoint.materialize import build_on_meta, materialize
 from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile
+from comfy_core.families.minimax_h3.fun_control import MARKERS as MINIMAX_H3_FUN_MARKERS
+from comfy_core.families.minimax_h3.fun_control import MiniMaxH3FunControlError, load_fun_control
 from comfy_core.families.wan.multitalk import (MULTITALK_MARKER, MultiTalkConfig, MultiTalkError,
                                                MultiTalkPatchNetwork)
 from comfy_core.model_patches.diffsynth import (DIFFSYNTH_MARKER, DiffSynthControlNetConfig,
@@ -50,6 +53,7 @@ USO = "uso_style_projector"
 DIFFSYNTH = "qwen_image_diffsynth_controlnet"
 ZIMAGE_FUN = "z_image_fun_controlnet"
 MULTITALK = "wan_multitalk"
+MINIMAX_H3_FUN = "minimax_h3_fun_controlnet"
 
 
 @dataclass(frozen=True)
@@ -80,10 +84,7 @@ PATCH_KINDS: tuple[PatchKind, ...] = (
     PatchKind(ZIMAGE_FUN, "Z-Image Fun ControlNet", "Z-Image", _has(ZIMAGE_FUN_MARKER)),
     PatchKind("qwen_image_21_fun_controlnet", "Qwen-Image 2.1 Fun ControlNet", "Qwen-Image",
               _has("control_img_in.weight", "control_blocks.0.img_mlp.out.weight"), _NO_NODE.format("Qwen-Image")),
-    PatchKind("minimax_h3_fun_controlnet", "MiniMax H3 Fun ControlNet", "MiniMax H3",
-              _has("control_proj_in.weight", "control_blocks.0.adaln_proj.linear.weight",
-                   "control_blocks.0.after_proj.weight", "control_blocks.0.before_proj.weight"),
-              _NO_FAMILY.format("MiniMax H3")),
+    PatchKind(MINIMAX_H3_FUN, "MiniMax H3 Fun ControlNet", "MiniMax H3", _has(*MINIMAX_H3_FUN_MARKERS)),
     PatchKind("wan_uni3c_controlnet", "Wan Uni3C ControlNet", "Wan", _has("controlnet_patch_embedding.weight"),
               _NO_NODE.format("Wan")),
     PatchKind("ltx_duration_head", "LTX duration head", "LTX-Video",
@@ -198,6 +199,11 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
         dtype = _weight_dtype(checkpoint, "")
         if kind.name == ZIMAGE_FUN:  # renamed and fused tensors: read, converted, then assigned
             module = _load_zimage_fun(checkpoint, dtype)
+        elif kind.name == MINIMAX_H3_FUN:  # quantised layers kept as stored, float32 islands
+            try:
+                module = load_fun_control(checkpoint)
+            except (MiniMaxH3FunControlError, CheckpointError) as exc:
+                raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
         else:
             prefix, build = _BUILDERS[kind.name]
             try:
@@ -218,5 +224,5 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
     return Patcher(module, load_device=load_device, offload_device=offload_device)
 
 
-__all__ = ["DIFFSYNTH", "MULTITALK", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError",
+__all__ = ["DIFFSYNTH", "MINIMAX_H3_FUN", "MULTITALK", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError",
            "UnsupportedModelPatchError", "detect_model_patch", "load_model_patch"]

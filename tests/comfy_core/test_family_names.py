@@ -66,7 +66,8 @@ ALLOWED_IMPORTS: dict[tuple[str, str], str] = {
     (f"model_patches/{name}.py", family): "a model patch kind built for one family"
     for name, family in (("diffsynth", "qwen_image"), ("diffsynth", "sd3"), ("diffsynth", "wan"),
                          ("zimage_fun", "flux"), ("zimage_fun", "zimage"),
-                         ("multitalk", "wan"), ("patch_files", "wan"))  # InfiniteTalk's MultiTalk patch
+                         ("multitalk", "wan"), ("patch_files", "wan"),  # InfiniteTalk's MultiTalk patch
+                         ("patch_files", "minimax_h3"))  # MiniMax H3's Fun ControlNet-Union
 }
 
 

@@ -384,6 +384,8 @@ class MiniMaxH3Model(nn.Module):
         t_emb = self.time_embedding(torch.tensor(unique_t, dtype=torch.float32, device=device), dtype)
         angles = self.rope_angles(layout.position_ids, device)
         blocks_replace = options.get("patches_replace", {}).get("dit", {})
+        # what a block patch needs beyond ComfyUI's args: the unpadded latent's shape (the Fun ControlNet's hint)
+        video_shape = (video_x.shape[0], video_x.shape[1], orig_t, orig_h, orig_w)
         for i, block in enumerate(self.blocks):
             options["block_index"] = i
             if ("double_block", i) in blocks_replace:
@@ -394,7 +396,8 @@ class MiniMaxH3Model(nn.Module):
 
                 h = blocks_replace[("double_block", i)](
                     {"img": h, "t_emb": t_emb, "mod_segments": mod_segments, "rope_freqs": angles, "layout": layout,
-                     "transformer_options": options}, {"original_block": original})["img"]
+                     "transformer_options": options, "sigma": sigma_v, "video_shape": video_shape},
+                    {"original_block": original})["img"]
             else:
                 h = block(h, t_emb, mod_segments, angles, transformer_options=options)
 
