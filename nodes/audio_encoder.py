@@ -14,7 +14,7 @@ from typing import Any
 
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Output, Socket, v3_node
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 KIND = "audio_encoders"
@@ -35,9 +35,7 @@ def audio_encoder_loader(audio_encoder_name: str) -> tuple[Any]:
     from nodes.clip_vision import _text_dtype
 
     env = current_env()
-    path = env.folders.full_path(KIND, audio_encoder_name) if isinstance(audio_encoder_name, str) else None
-    if path is None:
-        raise NodeInputError("audio_encoder_name", f"a file in the {KIND} folders", repr(audio_encoder_name))
+    path = model_file(KIND, audio_encoder_name, "audio_encoder_name")
     try:
         encoder = load_audio_encoder(path, dtype=_text_dtype(),
                                      load_device=getattr(env.memory, "device", None), offload_device="cpu")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from graph.native import Combo, Float, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -34,12 +34,6 @@ def _files(kind: str) -> Callable[[Any], list[str]]:
         return (env if isinstance(env, Environment) else current_env()).folders.filenames(kind)
     return options
 
-
-def _path(kind: str, name: Any, input_name: str) -> Any:
-    path = current_env().folders.full_path(kind, name) if isinstance(name, str) else None
-    if path is None:
-        raise NodeInputError(input_name, f"a file in the {kind} folders", repr(name))
-    return path
 
 
 def _text_dtype() -> torch.dtype:
@@ -82,7 +76,7 @@ def load_clip(clip_name: str) -> tuple[Any]:
     from comfy_core.clip_vision.load import load_clip_vision
 
     env = current_env()
-    clip_vision = load_clip_vision(_path("clip_vision", clip_name, "clip_name"), _text_dtype(),
+    clip_vision = load_clip_vision(model_file("clip_vision", clip_name, "clip_name"), _text_dtype(),
                                    mmap=getattr(env, "mmap", True))
     if env.memory is not None:
         env.memory.track(clip_vision.patcher)
@@ -107,7 +101,7 @@ def load_style_model(style_model_name: str) -> tuple[Any]:
     """A T2I-Adapter style model or a Flux Redux file -> STYLE_MODEL."""
     from comfy_core.style_models.style_model import load_style_model as load
 
-    return (load(_path("style_models", style_model_name, "style_model_name"), mmap=getattr(current_env(), "mmap", True)),)
+    return (load(model_file("style_models", style_model_name, "style_model_name"), mmap=getattr(current_env(), "mmap", True)),)
 
 
 @node("StyleModelApply", category="conditioning/style_model", display_name="Apply Style Model",

@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Output, v3_node
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 MODULE = "comfy_extras.nodes_cond"
@@ -37,9 +37,7 @@ def conditioning_loader(conditioning_name: str) -> tuple[list]:
     if not isinstance(conditioning_name, str):
         raise NodeInputError("conditioning_name", f"a file name in the {EMBEDDINGS} folders",
                              describe(conditioning_name))
-    path = current_env().folders.full_path(EMBEDDINGS, conditioning_name)
-    if path is None:
-        raise NodeInputError("conditioning_name", f"a file in the {EMBEDDINGS} folders", repr(conditioning_name))
+    path = model_file(EMBEDDINGS, conditioning_name, "conditioning_name")
     try:
         return (load_conditioning_file(Path(path)),)
     except ConditioningFileError as exc:

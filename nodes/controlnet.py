@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from graph.native import Combo, Float, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -40,10 +40,7 @@ def _files(env: Any = None) -> list[str]:
 
 
 def _path(name: Any) -> Any:
-    path = current_env().folders.full_path("controlnet", name) if isinstance(name, str) else None
-    if path is None:
-        raise NodeInputError("control_net_name", "a file in the controlnet folders", repr(name))
-    return path
+    return model_file("controlnet", name, "control_net_name")
 
 
 def _load(name: Any, model: Any = None) -> Any:

@@ -22,7 +22,7 @@ from graph.context import current
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Boolean, Combo, ComboOption, DynamicCombo, Int, Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 from nodes.moge_nodes import turbo
 
@@ -66,9 +66,7 @@ def load_da3_model(model_name: str, weight_dtype: str = "default") -> tuple[Any]
     weight_dtype = checks.choice(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(weight_dtype, torch.float32)
     env = current_env()
-    path = env.folders.full_path(KIND, model_name) if isinstance(model_name, str) else None
-    if path is None:
-        raise NodeInputError("model_name", f"a file in the {KIND} folders", repr(model_name))
+    path = model_file(KIND, model_name, "model_name")
     memory = env.memory
     device = memory.device if memory is not None else torch.device("cpu")
     offload = memory.offload_device if memory is not None else torch.device("cpu")

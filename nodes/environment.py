@@ -59,3 +59,14 @@ def current_env() -> Environment:
     if isinstance(env, Environment):
         return env
     return Environment.rooted_at(Path.cwd())
+
+
+def model_file(kind: str, name: Any, input_name: str) -> str:
+    """The path of the model file `name` in the `kind` folders (checkpoints, loras, ...), for a
+    loader node's combo input `input_name`; a name that is not a file there is that input's error."""
+    from nodes.errors import NodeInputError
+
+    path = current_env().folders.full_path(kind, name) if isinstance(name, str) else None
+    if path is None:
+        raise NodeInputError(input_name, f"a file in the {kind} folders", repr(name))
+    return path

@@ -14,7 +14,8 @@ from typing import Any
 from graph.native import MAX_RESOLUTION, Combo, Input, Int, Output, String, node
 import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
-from nodes.loaders import _files, _path
+from nodes.loaders import _files
+from nodes.environment import model_file
 
 # torch is imported inside the functions that run: registering these nodes and rendering
 # /object_info must not import it (server start-up).
@@ -31,7 +32,7 @@ def gligen_loader(gligen_name: str) -> tuple[Any]:
     env = current_env()
     device = getattr(env.memory, "device", None)
     try:
-        gligen = load_gligen(_path("gligen", gligen_name, "gligen_name"), load_device=device, offload_device="cpu")
+        gligen = load_gligen(model_file("gligen", gligen_name, "gligen_name"), load_device=device, offload_device="cpu")
     except CheckpointError as exc:
         raise NodeInputError("gligen_name", "a GLIGEN model file", str(exc)) from None
     if env.memory is not None:

@@ -13,7 +13,8 @@ from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Output, Socket, String, v3_node
 import nodes.checks as checks
 from nodes.errors import NodeInputError
-from nodes.loaders import _files, _load_clip_files, _path
+from nodes.loaders import _files, _load_clip_files
+from nodes.environment import model_file
 
 MODULE = "comfy_extras.nodes_hidream"
 KEYS = (("clip_l", "l"), ("t5xxl", "t5xxl"), ("llama", "llama"))
@@ -30,7 +31,7 @@ def _prompt(name: str) -> InputSpec:
          outputs=[Output("CLIP")])
 def quadruple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str, clip_name4: str) -> tuple[Any]:
     names = (clip_name1, clip_name2, clip_name3, clip_name4)
-    paths = [_path("text_encoders", name, f"clip_name{i}") for i, name in enumerate(names, 1)]
+    paths = [model_file("text_encoders", name, f"clip_name{i}") for i, name in enumerate(names, 1)]
     return (_load_clip_files(paths, "hidream", "default"),)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
-from nodes.environment import current_env
+from nodes.environment import current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 # torch and comfy_core are imported inside the functions that run (start-up stays torch-free).
@@ -54,11 +54,6 @@ def _files(kind: str) -> Callable[[Any], list[str]]:
     return options
 
 
-def _full_path(kind: str, name: str, input_name: str) -> Path:
-    path = current_env().folders.full_path(kind, name)
-    if path is None:
-        raise NodeInputError(input_name, f"a file in the {kind} folders", repr(name))
-    return Path(path)
 
 
 _STRENGTH = dict(default=1.0, min=-20.0, max=20.0, step=0.01)
@@ -79,7 +74,7 @@ def _hook_lora(lora_name: str, strength_model: float, strength_clip: float, prev
         prev_hooks = HookGroup()
     if strength_model == 0 and strength_clip == 0:
         return (prev_hooks,)  # ComfyUI's shortcut: the previous hooks as they are
-    path = _full_path("loras", lora_name, "lora_name")
+    path = Path(model_file("loras", lora_name, "lora_name"))
     # The file's state names the LoRA's patches (stable signatures across re-reads), taken
     # before reading so a file rewritten meanwhile never gets the old name.
     stat = path.stat()
@@ -111,7 +106,7 @@ def _hook_model_as_lora(ckpt_name: str, strength_model: float, strength_clip: fl
     prev_hooks = hooks_group(prev_hooks, "prev_hooks")
     if prev_hooks is None:
         prev_hooks = HookGroup()
-    path = _full_path("checkpoints", ckpt_name, "ckpt_name")
+    path = Path(model_file("checkpoints", ckpt_name, "ckpt_name"))
     model, clip, _ = load_checkpoint(path, output_vae=False)
     weights_model = patch_weights_from_model(model.model_state_dict())
     weights_clip = patch_weights_from_model(clip.patcher.model_state_dict()) if clip is not None else None

@@ -19,7 +19,7 @@ from typing import Any
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 KIND = "latent_upscale_models"
@@ -47,9 +47,7 @@ def latent_upscale_model_loader(model_name: str) -> tuple[Any]:
     from comfy_core.upscale.latent_models import LatentUpscaleModelError, load_latent_upscale_model
 
     env = current_env()
-    path = env.folders.full_path(KIND, model_name) if isinstance(model_name, str) else None
-    if path is None:
-        raise NodeInputError("model_name", f"a file in the {KIND} folders", repr(model_name))
+    path = model_file(KIND, model_name, "model_name")
     try:
         model = load_latent_upscale_model(path, dtype=_vae_dtype())
     except LatentUpscaleModelError as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from graph.native import Combo, Output, node
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError
 
 
@@ -34,12 +34,6 @@ def _files(kind: str, extensions: tuple[str, ...] | None = None) -> Callable[[An
         return folders.filenames(kind, extensions) if extensions else folders.filenames(kind)
     return options
 
-
-def _path(kind: str, name: str, input_name: str) -> Path:
-    path = current_env().folders.full_path(kind, name)
-    if path is None:
-        raise NodeInputError(input_name, f"a file in the {kind} folders", repr(name))
-    return path
 
 
 def _torch_dtype(name: Any, what: str) -> Any:
@@ -134,7 +128,7 @@ def _track(*patchers: Any) -> None:
 def checkpoint_loader_simple(ckpt_name: str) -> tuple[Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
 
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "ckpt_name"), _options())
+    loaded = load_checkpoint(model_file("checkpoints", ckpt_name, "ckpt_name"), _options())
     _default_attention(loaded[0], loaded[2])
     _embedding_lookup(loaded[1])
     _track(*loaded)
@@ -151,8 +145,8 @@ def checkpoint_loader(config_name: str, ckpt_name: str) -> tuple[Any, Any, Any]:
     (`model.params.parameterization: "v"`)."""
     from comfy_core.loading import load_checkpoint
 
-    prediction = config_prediction(_path("configs", config_name, "config_name"))
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "ckpt_name"), _options(prediction=prediction))
+    prediction = config_prediction(model_file("configs", config_name, "config_name"))
+    loaded = load_checkpoint(model_file("checkpoints", ckpt_name, "ckpt_name"), _options(prediction=prediction))
     _default_attention(loaded[0], loaded[2])
     _embedding_lookup(loaded[1])
     _track(*loaded)
@@ -181,7 +175,7 @@ def checkpoint_loader_typed(ckpt_name: str, weight_dtype: str = "default",
                             prediction: str = "auto") -> tuple[Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
 
-    loaded = load_checkpoint(_path("checkpoints", ckpt_name, "ckpt_name"), _options(weight_dtype, prediction))
+    loaded = load_checkpoint(model_file("checkpoints", ckpt_name, "ckpt_name"), _options(weight_dtype, prediction))
     _default_attention(loaded[0], loaded[2])
     _embedding_lookup(loaded[1])
     _track(*loaded)
@@ -207,7 +201,7 @@ def vae_loader(vae_name: str) -> tuple[Any]:
 
         source: Any = {MARKER: torch.tensor(1.0)}
     else:
-        source = _path("vae", vae_name, "vae_name")
+        source = model_file("vae", vae_name, "vae_name")
     vae = load_vae(source, _options())
     _default_attention(vae=vae)
     _track(vae)
@@ -274,7 +268,7 @@ def unet_loader(unet_name: str, weight_dtype: str) -> tuple[Any]:
     from comfy_core.split import load_diffusion_model
 
     dtype, fast = _unet_dtype(weight_dtype)
-    model = load_diffusion_model(_path("diffusion_models", unet_name, "unet_name"), _options(),
+    model = load_diffusion_model(model_file("diffusion_models", unet_name, "unet_name"), _options(),
                                  weight_dtype=dtype, fp8_optimizations=fast)
     _default_attention(model)
     _track(model)
@@ -286,7 +280,7 @@ def unet_loader(unet_name: str, weight_dtype: str) -> tuple[Any]:
               Combo("device", CLIP_DEVICES, optional=True, advanced=True)],
       outputs=[Output("CLIP")])
 def clip_loader(clip_name: str, type: str = "stable_diffusion", device: str = "default") -> tuple[Any]:
-    return (_load_clip_files([_path("text_encoders", clip_name, "clip_name")], type, device),)
+    return (_load_clip_files([model_file("text_encoders", clip_name, "clip_name")], type, device),)
 
 
 @node("DualCLIPLoader", category="advanced/loaders", display_name="DualCLIPLoader",
@@ -295,7 +289,7 @@ def clip_loader(clip_name: str, type: str = "stable_diffusion", device: str = "d
               Combo("type", DUAL_CLIP_LOADER_TYPES), Combo("device", CLIP_DEVICES, optional=True, advanced=True)],
       outputs=[Output("CLIP")])
 def dual_clip_loader(clip_name1: str, clip_name2: str, type: str, device: str = "default") -> tuple[Any]:
-    paths = [_path("text_encoders", clip_name1, "clip_name1"), _path("text_encoders", clip_name2, "clip_name2")]
+    paths = [model_file("text_encoders", clip_name1, "clip_name1"), model_file("text_encoders", clip_name2, "clip_name2")]
     return (_load_clip_files(paths, type, device),)
 
 
@@ -306,7 +300,7 @@ def dual_clip_loader(clip_name1: str, clip_name2: str, type: str, device: str = 
       outputs=[Output("CLIP")])
 def triple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str) -> tuple[Any]:
     """SD3's three text encoders (CLIP-L, CLIP-G, T5-XXL in any order: told apart by their weights)."""
-    paths = [_path("text_encoders", name, f"clip_name{i}") for i, name in enumerate((clip_name1, clip_name2, clip_name3), 1)]
+    paths = [model_file("text_encoders", name, f"clip_name{i}") for i, name in enumerate((clip_name1, clip_name2, clip_name3), 1)]
     return (_load_clip_files(paths, "sd3", "default"),)
 
 

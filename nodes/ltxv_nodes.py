@@ -605,13 +605,14 @@ def _files_of(kind: str) -> Any:
 def ltxav_text_encoder_loader(text_encoder: str, ckpt_name: str, device: str = "default") -> tuple[Any]:
     """LTX-2's text encoder: the Gemma 3 file and the checkpoint's projection / connectors."""
     from comfy_core.families.ltx2.encoders import load_ltxav_text_encoder
-    from nodes.loaders import _embedding_lookup, _options, _path, _track
+    from nodes.loaders import _embedding_lookup, _options, _track
+    from nodes.environment import model_file
     from comfy_core.checkpoint.dtype import TEXT
 
     if device not in ("default", "cpu"):
         raise NodeInputError("device", "one of ['default', 'cpu']", repr(device))
-    gemma = _path("text_encoders", text_encoder, "text_encoder")
-    checkpoint = _path("checkpoints", ckpt_name, "ckpt_name")
+    gemma = model_file("text_encoders", text_encoder, "text_encoder")
+    checkpoint = model_file("checkpoints", ckpt_name, "ckpt_name")
     options = _options()
     clip = load_ltxav_text_encoder(gemma, checkpoint, options.dtype_policy.dtype_for(TEXT),
                                    load_device="cpu" if device == "cpu" else options.device)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from graph.native import Combo, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 # torch and comfy_core are imported inside the functions that run: registering these nodes and
@@ -42,9 +42,7 @@ def model_patch_loader(name: str) -> tuple[Any]:
     from comfy_core.model_patches.patch_files import load_model_patch
 
     env = current_env()
-    path = env.folders.full_path(MODEL_PATCHES, name) if isinstance(name, str) else None
-    if path is None:
-        raise NodeInputError("name", f"a file in the {MODEL_PATCHES} folders", repr(name))
+    path = model_file(MODEL_PATCHES, name, "name")
     device = getattr(env.memory, "device", None)
     try:
         patch = load_model_patch(path, load_device=device, offload_device="cpu", mmap=env.mmap)

@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 # torch and comfy_core are imported inside the functions that run: registering these nodes and
@@ -244,9 +244,7 @@ def hypernetwork_loader(model: Any, hypernetwork_name: str, strength: float) -> 
     strength = checks.number(strength, "strength")
     if not isinstance(hypernetwork_name, str):
         raise NodeInputError("hypernetwork_name", f"a file name in the {HYPERNETWORKS} folders", describe(hypernetwork_name))
-    path = current_env().folders.full_path(HYPERNETWORKS, hypernetwork_name)
-    if path is None:
-        raise NodeInputError("hypernetwork_name", f"a file in the {HYPERNETWORKS} folders", repr(hypernetwork_name))
+    path = model_file(HYPERNETWORKS, hypernetwork_name, "hypernetwork_name")
     # The file's state names the patch (cache keys), taken before reading.
     stat = Path(path).stat()
     source = (str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)

@@ -26,7 +26,7 @@ from graph.context import current
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Boolean, Combo, Float, Int, Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -86,9 +86,7 @@ def load_moge_model(model_name: str) -> tuple[Any]:
     from comfy_core.models.moge_infer import load_moge
 
     env = current_env()
-    path = env.folders.full_path(KIND, model_name) if isinstance(model_name, str) else None
-    if path is None:
-        raise NodeInputError("model_name", f"a file in the {KIND} folders", repr(model_name))
+    path = model_file(KIND, model_name, "model_name")
     memory = env.memory
     device = memory.device if memory is not None else torch.device("cpu")
     offload = memory.offload_device if memory is not None else torch.device("cpu")

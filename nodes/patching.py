@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from graph.native import Combo, Float, Input, Output, node
 import nodes.checks as checks
 from nodes._names import ATTENTION_BACKENDS, OPTIONAL_BACKENDS, missing_optional_backends
-from nodes.environment import current_env
+from nodes.environment import current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -65,9 +65,7 @@ def _apply_lora(model: Any, clip: Any, lora_name: str, strength_model: float,
     _patchable(clip, "clip")
     if strength_model == 0 and strength_clip == 0:
         return model, clip  # ComfyUI's shortcut: nothing to load
-    path = current_env().folders.full_path("loras", lora_name)
-    if path is None:
-        raise NodeInputError("lora_name", "a file in the loras folders", repr(lora_name))
+    path = model_file("loras", lora_name, "lora_name")
     # The file's state names the patches, so re-running this node on an unchanged file (say, after
     # strength_clip changed) gives a MODEL with the same cache signature and downstream nodes hit.
     # Taken before reading, so a file rewritten meanwhile never gets the old name.

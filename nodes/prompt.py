@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from graph.native import MAX_RESOLUTION, Boolean, Combo, Input, Int, Output, String, node
 import nodes.checks as checks
 from nodes._names import DEFAULT_EMPHASIS, EMBEDDINGS_KIND, EMPHASIS_MODES, embedding_files, scheduler_names
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError
 
 if TYPE_CHECKING:
@@ -156,8 +156,6 @@ def apply_embedding(clip: Any, embedding: str, token_name: str = "") -> tuple:
     from comfy_core.prompt.embedding import load_embedding
 
     clip = checks.clip(clip, encoders=True)
-    path = current_env().folders.full_path(EMBEDDINGS_KIND, embedding)
-    if path is None:
-        raise NodeInputError("embedding", "a file in the embeddings folders", repr(embedding))
+    path = model_file(EMBEDDINGS_KIND, embedding, "embedding")
     name = token_name.strip() or None
     return (with_embedding(clip, load_embedding(path, name=name)),)

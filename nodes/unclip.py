@@ -17,7 +17,8 @@ from typing import Any
 from graph.native import Combo, Float, Input, Output, node
 import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
-from nodes.loaders import _default_attention, _embedding_lookup, _files, _options, _path, _track
+from nodes.loaders import _default_attention, _embedding_lookup, _files, _options, _track
+from nodes.environment import model_file
 
 # torch is imported inside the functions that run: registering these nodes and rendering
 # /object_info must not import it (server start-up).
@@ -33,7 +34,7 @@ def unclip_checkpoint_loader(ckpt_name: str) -> tuple[Any, Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
     from nodes.clip_vision import _text_dtype
 
-    path = _path("checkpoints", ckpt_name, "ckpt_name")
+    path = model_file("checkpoints", ckpt_name, "ckpt_name")
     options = _options()
     model, clip, vae = load_checkpoint(path, options)
     _default_attention(model, vae)

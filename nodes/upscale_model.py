@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from graph.context import current
 from graph.native import Combo, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env
+from nodes.environment import Environment, current_env, model_file
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -41,9 +41,7 @@ def upscale_model_loader(model_name: str) -> tuple[Any]:
 
     if not isinstance(model_name, str):
         raise NodeInputError("model_name", f"a file name in the {KIND} folders", describe(model_name))
-    path = current_env().folders.full_path(KIND, model_name)
-    if path is None:
-        raise NodeInputError("model_name", f"a file in the {KIND} folders", repr(model_name))
+    path = model_file(KIND, model_name, "model_name")
     try:
         return (load_upscale_model(path),)
     except UpscaleModelError as exc:

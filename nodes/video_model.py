@@ -25,9 +25,9 @@ from typing import Any
 
 from graph.native import MAX_RESOLUTION, Combo, Float, Hidden, Input, Int, Output, String, node
 import nodes.checks as checks
-from nodes.environment import current_env
+from nodes.environment import current_env, model_file
 from nodes.errors import NodeInputError, describe, image_input_errors
-from nodes.loaders import _default_attention, _files, _options, _path, _track
+from nodes.loaders import _default_attention, _files, _options, _track
 
 # torch and comfy_core's models are imported inside the functions that run: registering these
 # nodes and rendering /object_info must not import torch (server start-up).
@@ -46,7 +46,7 @@ def image_only_checkpoint_loader(ckpt_name: str) -> tuple[Any, Any, Any]:
     from comfy_core.loading import load_checkpoint
     from nodes.clip_vision import _text_dtype
 
-    path = _path("checkpoints", ckpt_name, "ckpt_name")
+    path = model_file("checkpoints", ckpt_name, "ckpt_name")
     options = _options()
     model, _, vae = load_checkpoint(path, options, output_clip=False)
     _default_attention(model, vae)
