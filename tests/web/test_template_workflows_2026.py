@@ -79,10 +79,14 @@ MINIMAX_TIMES = {
     "video_minimax_h3_r2v": "3-8 s", "video_minimax_h3_multiframe_reference": "8-15 s",
     "video_fastvideo_fasth3_t2v": "3-7 s", "video_fastvideo_fasth3_i2v": "2-4 s",
     "video_fasth3_ominiref_r2v": "6-14 s (the first of a process: the text-encoder file)",
-    "image_minimax_h3_t2i": "7 s"}
+    "image_minimax_h3_t2i": "7 s",
+    "video_minimax_h3_fun_controlnet_union": "95-140 s (the SDPose pose video most of it)"}
 # MoGe templates, as saved: wall time of a run through `_run` on the shared 2-core machine, files included.
 MOGE_TIMES = {"utility_moge_depth_estimation": "1-2 s", "utility_moge3_geometry_estimation": "42-53 s", "3d_moge_perspective_to_mesh": "2-5 s",
               "3d_moge_panorama_to_mesh": "14-21 s"}
+# Depth Anything 3 templates, as saved: wall time of a run through `_run` on the shared 2-core machine, files included.
+DA3_TIMES = {"utility_depth_anything3_image_depth_estimation": "0.4-0.8 s",
+             "utility_depth_anything3_video_depth_estimation": "4-8 s"}
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
@@ -118,6 +122,9 @@ RUNNING = {
        for name in ("image-qwen_image_edit_2511_lora_inflation", "image_qwen_image_edit_2511",
                     "template_qwen_image_edit_2511_systms_action",
                     "templates-1_click_multiple_character_angles-v1.0")},
+    "template_qwen_multiangle.app": "33 s (the process's only run: imports included): subgraph, CameraAngle's "
+                                    "shot description (nodes/camera_angle.py) as the prompt of Qwen-Image-Edit "
+                                    "2511 int8 ConvRot with the Lightning and multiple-angles LoRAs",
     "basic_mask_operations_and_compositing": "4 s: mask nodes on a loaded image (no model)",
     "utility_image_stitch": "15 s: ImageStitch, ResizeImageMaskNode (no model)",
     "utility_interpolation_image_upscale": "7 s: ResizeImageMaskNode / image scaling (no model)",
@@ -322,7 +329,11 @@ RUNNING = {
         "video_fasth3_ominiref_r2v": "FastH3 OmniRef: references, SigmaShift 12 / 3, euler 8 steps",
         "image_minimax_h3_t2i": "EmptyLatentImage's plain latent (downscale_ratio_spacial 8) made the model's by the "
                                 "sampler: 32 channels at 1/16, a frame axis, then MiniMaxH3AV's fix_empty_latent "
-                                "(the nested latent with its silent audio); one frame decoded"}.items()},
+                                "(the nested latent with its silent audio); one frame decoded",
+        "video_minimax_h3_fun_controlnet_union": "SDPose's pose video (RT-DETR boxes, SDPoseDrawKeypoints) as "
+                                                 "MiniMaxH3FunControlNetApply's control video: the Fun ControlNet-"
+                                                 "Union by ModelPatchLoader (int8 ConvRot), its control stream "
+                                                 "beside the ref2va DiT's blocks 0 and 1"}.items()},
     # ACE-Step 1.5 (tests/fixtures/template_models_ace.py): 120 s songs at 48 kHz as saved (the LM writes 600
     # codes, the VAE decodes 5.76 M samples a channel), each song decoded back (`_check_ace_audio`); load ~7
     "audio_ace_step_1_5_checkpoint": "35-70 s: ACE-Step 1.5 all-in-one checkpoint (DiT, Qwen3 0.6B + LM, 48 kHz "
@@ -400,6 +411,15 @@ RUNNING = {
         "3d_moge_panorama_to_mesh": "subgraph: MoGePanoramaInference (12 views of 512 px at resolution 5, merged "
                                     "on the 1024-wide grid by lsmr at 256 / 512 / 1024), MoGePointMapToMesh, "
                                     "SaveGLB (read back: `_check_glb`)"}.items()},
+    # Depth Anything 3 (comfy_core/models/da3*.py, nodes/da3_nodes.py, tests/fixtures/template_models_da3.py): the
+    # tiny Mono model (DINOv2 + DPT head with the sky head) in geometry_estimation/. Times: DA3_TIMES.
+    **{name: f"{DA3_TIMES[name]}: {what}" for name, what in {
+        "utility_depth_anything3_image_depth_estimation": "subgraph: LoadDA3Model, DA3Inference (504, "
+                                                          "upper_bound_resize, mono), DA3Render depth v2_style, "
+                                                          "ImageCompare",
+        "utility_depth_anything3_video_depth_estimation": "subgraph: LoadVideo frames (Video Slice), DA3Inference "
+                                                          "(504, lower_bound_resize, mono) per frame, DA3Render "
+                                                          "depth v2_style, CreateVideo, SaveVideo"}.items()},
     # SDPose (comfy_core/families/sdpose, nodes/sdpose_nodes.py, tests/fixtures/template_models_sdpose.py): the tiny
     # SDPose checkpoint (SD 2 UNet + heatmap head + VAE, no text encoder) by CheckpointLoaderSimple; every image
     # stretched to the 768x1024 model input, one euler step with Lotus's null prompt. Times: SDPOSE_TIMES.
@@ -416,6 +436,17 @@ RUNNING = {
                                    "box) feeding SDPoseKeypointExtractor's crops, DrawBBoxes",
     "utility_sdpose_multi_person_video": "89 s, made small: the frames through RTDETR_detect (two boxes each), "
                                          "SDPoseKeypointExtractor per box, DrawBBoxes, CreateVideo, SaveVideo",
+    # Marigold V2 (nodes/marigold_nodes.py, tests/fixtures/template_models_marigold_chrono.py): subgraph: Qwen-Image-Edit
+    # 2509 int8 ConvRot + the modality LoRA, ConditioningLoader's precomputed conditioning, the modality VAE, one
+    # img_to_img_velocity step from sigma 0.5 without noise, MarigoldV2PostProcess, ImageCompare, SaveImageAdvanced.
+    **{name: f"{seconds}: MarigoldV2PostProcess {prediction}" for name, seconds, prediction in (
+        ("image_marigold_v2_depth_estimation", "0.2-1 s", "depth (channel mean, near white, per image)"),
+        ("image_marigold_v2_surface_normal_estimation", "0.4-0.7 s", "normals (unit vectors)"),
+        ("image_marigold_v2_albedo_estimation", "0.3-0.6 s", "albedo (linear to sRGB)"))},
+    # ChronoEdit (tests/fixtures/template_models_marigold_chrono.py): the Wan 2.1 I2V 14B network + its distill LoRA,
+    # ScaleROPE's scale_t 7 read by the Wan DiT's position ids (nodes/rope_nodes.py, comfy_core/attention/rope.py).
+    "image_chrono_edit_14B": "42-66 s as saved (20 steps, cfg 4): ScaleROPE (time positions x7), WanImageToVideo 720x720 5 frames, "
+                             "CLIPVisionEncode, KSampler, ImageFromBatch's last frame",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
