@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from graph.native import Combo, Float, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import current_env, model_file, model_files
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -28,11 +28,7 @@ CROP_METHODS = ["center", "none"]
 STRENGTH_TYPES = ["multiply", "attn_bias"]  # comfy_core.style_models.apply.STRENGTH_TYPES
 
 
-def _files(kind: str) -> Callable[[Any], list[str]]:
-    """A combo's live options: the files of one model-folder kind."""
-    def options(env: Any = None) -> list[str]:
-        return (env if isinstance(env, Environment) else current_env()).folders.filenames(kind)
-    return options
+_files = model_files  # the loader combos' live options
 
 
 

@@ -14,11 +14,11 @@ unchanged, as ComfyUI.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from graph.native import Combo, Float, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import current_env, model_file, model_files
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ UNION_TYPES = ["openpose", "depth", "hed/pidi/scribble/ted", "canny/lineart/anim
                "segment", "tile", "repaint"]
 
 
-def _files(env: Any = None) -> list[str]:
-    return (env if isinstance(env, Environment) else current_env()).folders.filenames("controlnet")
+_files = model_files("controlnet")  # the loader combos' live options
 
 
 def _path(name: Any) -> Any:

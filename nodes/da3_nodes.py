@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from graph.context import current
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Boolean, Combo, ComboOption, DynamicCombo, Int, Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import current_env, model_file, model_files, report_progress
 from nodes.errors import NodeInputError, describe
 from nodes.moge_nodes import turbo
 
@@ -40,16 +39,7 @@ NORMALIZATIONS = ["v2_style", "min_max", "raw"]
 RENDER_OUTPUTS = ["depth", "depth_colored", "sky_mask", "confidence"]
 
 
-def _model_files(env: Any = None) -> list[str]:
-    """The combo's live options: the files of the geometry_estimation folders."""
-    environment = env if isinstance(env, Environment) else current_env()
-    return environment.folders.filenames(KIND)
-
-
-def _progress(done: int, total: int) -> None:
-    ctx = current()
-    if ctx is not None:
-        ctx.progress(done, total)
+_model_files = model_files(KIND)  # the loader combo's live options
 
 
 @v3_node("LoadDA3Model", display_name="Load Depth Anything 3", category="model/loaders", python_module=MODULE,
@@ -133,7 +123,7 @@ def da3_inference(da3_model: Any, image: "torch.Tensor", resolution: int, resize
                                      "DualDPT head; the loaded model is a Mono / Metric one)", "multiview")
     if chosen != "mono":
         raise NodeInputError("mode", "mono or multiview", describe(chosen))
-    out = da3_model.infer(image, resolution, resize_method, on_image=_progress)
+    out = da3_model.infer(image, resolution, resize_method, on_image=report_progress)
     geometry: dict[str, Any] = {"depth": out["depth"].contiguous(), "image": image.cpu(), "mode": "mono"}
     for key in ("sky", "confidence"):
         if key in out:

@@ -70,3 +70,20 @@ def model_file(kind: str, name: Any, input_name: str) -> str:
     if path is None:
         raise NodeInputError(input_name, f"a file in the {kind} folders", repr(name))
     return path
+
+
+def model_files(kind: str, extensions: tuple[str, ...] | None = None):
+    """A loader combo's live options: `options(env=None)` lists the files of one model-folder kind
+    (model files, or those with `extensions`) in the given environment or the running node's."""
+    def options(env: Any = None) -> list[str]:
+        folders = (env if isinstance(env, Environment) else current_env()).folders
+        return folders.filenames(kind, extensions) if extensions else folders.filenames(kind)
+    return options
+
+
+def report_progress(done: int, total: int) -> None:
+    """The running node's progress bar (ComfyUI's `ProgressBar.update_absolute`); outside a
+    node run it does nothing."""
+    ctx = current()
+    if ctx is not None:
+        ctx.progress(done, total)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
-from nodes.environment import current_env, model_file
+from nodes.environment import model_file, model_files
 from nodes.errors import NodeInputError, describe
 
 # torch and comfy_core are imported inside the functions that run (start-up stays torch-free).
@@ -47,11 +47,7 @@ def _keyframes(value: Any, input_name: str) -> Any:
     return value
 
 
-def _files(kind: str) -> Callable[[Any], list[str]]:
-    def options(env: Any = None) -> list[str]:
-        folders = env.folders if env is not None and hasattr(env, "folders") else current_env().folders
-        return folders.filenames(kind)
-    return options
+_files = model_files  # the loader combos' live options
 
 
 

@@ -19,17 +19,14 @@ from typing import Any
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import current_env, model_file, model_files
 from nodes.errors import NodeInputError, describe
 
 KIND = "latent_upscale_models"
 LATENT_UPSCALE_MODEL = "LATENT_UPSCALE_MODEL"
 
 
-def _model_files(env: Any = None) -> list[str]:
-    """The combo's live options: the files of the latent_upscale_models folders."""
-    environment = env if isinstance(env, Environment) else current_env()
-    return environment.folders.filenames(KIND)
+_model_files = model_files(KIND)  # the loader combo's live options
 
 
 def _vae_dtype() -> Any:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from graph.native import Combo, Output, node
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import Environment, current_env, model_file, model_files
 from nodes.errors import NodeInputError
 
 
@@ -27,12 +27,7 @@ def _env(env: Any) -> Environment:
 CONFIG_EXTENSIONS = (".yaml",)
 
 
-def _files(kind: str, extensions: tuple[str, ...] | None = None) -> Callable[[Any], list[str]]:
-    """A combo's live options: the files of one model-folder kind (model files, or `extensions`)."""
-    def options(env: Any = None) -> list[str]:
-        folders = _env(env).folders
-        return folders.filenames(kind, extensions) if extensions else folders.filenames(kind)
-    return options
+_files = model_files  # the loader combos' live options (other node modules import this name)
 
 
 

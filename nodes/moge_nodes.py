@@ -22,11 +22,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from graph.context import current
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Boolean, Combo, Float, Int, Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import current_env, model_file, model_files, report_progress
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -48,16 +47,7 @@ TURBO = (
 )
 
 
-def _model_files(env: Any = None) -> list[str]:
-    """The combo's live options: the files of the geometry_estimation folders."""
-    environment = env if isinstance(env, Environment) else current_env()
-    return environment.folders.filenames(KIND)
-
-
-def _progress(done: int, total: int) -> None:
-    ctx = current()
-    if ctx is not None:
-        ctx.progress(done, total)
+_model_files = model_files(KIND)  # the loader combo's live options
 
 
 def _moge_model(value: Any) -> Any:
@@ -135,7 +125,7 @@ def moge_inference(moge_model: Any, image: "torch.Tensor", resolution_level: int
             chunks.append(model.infer(chunk, resolution_level=resolution_level, fov_x=None if fov <= 0 else fov,
                                       force_projection=bool(force_projection), apply_mask=bool(apply_mask),
                                       refine_steps=refine_steps))
-            _progress(min(start + batch_size, total), total)
+            report_progress(min(start + batch_size, total), total)
     geometry: dict[str, Any] = {"image": image.cpu()}
     for name in GEOMETRY_FIELDS:
         values = [c[name] for c in chunks if name in c]
@@ -227,7 +217,7 @@ def moge_render(moge_geometry: dict, output: str) -> tuple["torch.Tensor"]:
             # MoGe's camera is OpenCV's (z into the scene); a normal map's z points out of the surface.
             flip = n.new_tensor([1.0, -1.0 if output == "normal_opengl" else 1.0, -1.0])
             images.append((n * flip * 0.5 + 0.5).clamp(0.0, 1.0))
-        _progress(i + 1, total)
+        report_progress(i + 1, total)
     return (torch.cat(images, dim=0).contiguous().float().cpu(),)
 
 
@@ -360,17 +350,17 @@ def moge_panorama_inference(moge_model: Any, image: "torch.Tensor", resolution_l
             distances += list(out["points"].float().norm(dim=-1).cpu().numpy())
             masks += list(out["mask"].cpu().numpy())
             done += out["points"].shape[0]
-            _progress(done, total)
+            report_progress(done, total)
 
     def on_view() -> None:
         nonlocal done
         done += 1
-        _progress(done, total)
+        report_progress(done, total)
 
     def on_solve(w: int, h: int) -> None:
         nonlocal done
         done += weight[(w, h)]
-        _progress(done, total)
+        report_progress(done, total)
 
     merged, seen = pano.merge_panorama_depth(merge_w, merge_h, distances, masks, list(extrinsics), intrinsics,
                                              on_view=on_view, on_solve=on_solve)

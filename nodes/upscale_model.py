@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from graph.context import current
 from graph.native import Combo, Input, Output, node
 import nodes.checks as checks
-from nodes.environment import Environment, current_env, model_file
+from nodes.environment import current_env, model_file, model_files
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -25,10 +25,7 @@ MODULE = "comfy_extras.nodes_upscale_model"
 KIND = "upscale_models"
 
 
-def _model_files(env: Any = None) -> list[str]:
-    """The combo's live options: the files of the upscale_models folders."""
-    environment = env if isinstance(env, Environment) else current_env()
-    return environment.folders.filenames(KIND)
+_model_files = model_files(KIND)  # the loader combo's live options
 
 
 @node("UpscaleModelLoader", display_name="Load Upscale Model", category="loaders", python_module=MODULE,

@@ -19,13 +19,12 @@ do (written here from their behaviour):
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 
+from comfy_core.models.resident import ResidentModel
 from comfy_core.models.da3 import IMAGE_MEAN, IMAGE_STD, PATCH, DA3WeightsError, DepthAnything3, network_from_state_dict
 
 RESIZE_METHODS = ("upper_bound_resize", "lower_bound_resize")
@@ -69,18 +68,15 @@ def _resize_back(x: torch.Tensor, height: int, width: int) -> torch.Tensor:  # [
     return F.interpolate(x.float()[:, None], size=(height, width), mode="bilinear", align_corners=False)[:, 0].cpu()
 
 
-class DA3Model:
+class DA3Model(ResidentModel):
     """ComfyUI's DA3_MODEL: the network, the dtype it runs in, and where it runs (`load_device`;
     kept on `offload_device` between runs)."""
 
     def __init__(self, network: DepthAnything3, *, load_device: torch.device | str = "cpu",
                  offload_device: torch.device | str = "cpu") -> None:
-        self.model = network
+        super().__init__(network, load_device=load_device, offload_device=offload_device)
         self.config = network.config
         self.dtype = next(network.parameters()).dtype
-        self.load_device = torch.device(load_device)
-        self.offload_device = torch.device(offload_device)
-        self._depth = 0
 
     @property
     def has_sky(self) -> bool:
@@ -89,19 +85,6 @@ class DA3Model:
     @property
     def has_confidence(self) -> bool:
         return self.config.output_dim > 1
-
-    @contextmanager
-    def loaded(self) -> Iterator["DA3Model"]:
-        """The network on the load device for the block, back on the offload device after it."""
-        if self._depth == 0:
-            self.model.to(self.load_device)
-        self._depth += 1
-        try:
-            yield self
-        finally:
-            self._depth -= 1
-            if self._depth == 0 and self.offload_device != self.load_device:
-                self.model.to(self.offload_device)
 
     @torch.no_grad()
     def infer(self, image: torch.Tensor, resolution: int = 504, method: str = "upper_bound_resize",

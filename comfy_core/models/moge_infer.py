@@ -18,12 +18,12 @@ post-processing, as ComfyUI's `comfy/ldm/moge/model.py: MoGeModel.infer` does it
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
+from comfy_core.models.resident import ResidentModel
 from comfy_core.models.moge import MoGeV1, MoGeV2, MoGeWeightsError, network_from_state_dict
 from comfy_core.models.moge_geometry import depth_map_to_point_map, intrinsics_from_focal_center, recover_focal_shift
 
@@ -32,38 +32,21 @@ FALLBACK_FOV = 60.0
 TOKEN_RANGES = {"v1": (1200, 2500), "v2": (1200, 3600), "v3": (1200, 3600)}
 
 
-class MoGeModel:
+class MoGeModel(ResidentModel):
     """ComfyUI's MOGE_MODEL: the network, its version, and where it runs (`load_device`; kept on
     `offload_device` between runs)."""
 
     def __init__(self, network: MoGeV1 | MoGeV2, *, load_device: torch.device | str = "cpu",
                  offload_device: torch.device | str = "cpu") -> None:
-        self.model = network
+        super().__init__(network, load_device=load_device, offload_device=offload_device)
         self.version = network.config.version
-        self.load_device = torch.device(load_device)
-        self.offload_device = torch.device(offload_device)
         self.dtype = torch.float32
         self.mask_threshold = MASK_THRESHOLD
         self.num_tokens_range = TOKEN_RANGES[self.version]
-        self._depth = 0  # nesting of `loaded()`
 
     def num_tokens(self, resolution_level: int) -> int:
         lo, hi = self.num_tokens_range
         return int(lo + (resolution_level / 9) * (hi - lo))
-
-    @contextmanager
-    def loaded(self) -> Iterator["MoGeModel"]:
-        """The network on the load device for the block (several `infer` calls: one move), back on
-        the offload device after it, error or not."""
-        if self._depth == 0:
-            self.model.to(self.load_device)
-        self._depth += 1
-        try:
-            yield self
-        finally:
-            self._depth -= 1
-            if self._depth == 0 and self.offload_device != self.load_device:
-                self.model.to(self.offload_device)
 
     @torch.no_grad()
     def forward(self, image: torch.Tensor, num_tokens: int, refine_steps: int = 3) -> dict[str, torch.Tensor]:
