@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.models.dinov2 import PATCH, Dinov2Config, Dinov2Model
+from comfy_core.models.resident import load_exact
 
 IMAGE_MEAN = (0.485, 0.456, 0.406)
 IMAGE_STD = (0.229, 0.224, 0.225)
@@ -213,18 +214,5 @@ def network_from_state_dict(state: Mapping[str, torch.Tensor], name: str = "stat
         if isinstance(exc, DA3WeightsError):
             raise DA3WeightsError(f"{name}: {exc}") from None
         raise DA3WeightsError(f"{name}: not a Depth Anything 3 file ({type(exc).__name__}: {exc})") from None
-    network = DepthAnything3(config)
-    expected = network.state_dict()
-    optional = {"backbone.embeddings.mask_token"}
-    missing = sorted(set(expected) - set(tensors) - optional)
-    unused = sorted(set(tensors) - set(expected))
-    if missing or unused:
-        raise DA3WeightsError(f"{name}: Depth Anything 3 weights do not fit: missing {missing[:5]}, "
-                              f"unexpected {unused[:5]}")
-    for key, value in expected.items():
-        if key in tensors and tuple(tensors[key].shape) != tuple(value.shape):
-            raise DA3WeightsError(f"{name}: {key} has shape {list(tensors[key].shape)}, the model needs "
-                                  f"{list(value.shape)}")
-    loaded = {k: (tensors[k] if k in tensors else v).to(dtype) for k, v in expected.items()}
-    network.load_state_dict(loaded, strict=True)
-    return network.to(dtype).eval().requires_grad_(False)
+    return load_exact(DepthAnything3(config), tensors, what=f"{name}: Depth Anything 3", error=DA3WeightsError,
+                      optional={"backbone.embeddings.mask_token"}, dtype=dtype)

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.models.dinov2 import PATCH, Dinov2Config, Dinov2Model
+from comfy_core.models.resident import load_exact
 from comfy_core.models.moge_geometry import normalized_view_plane_uv
 from comfy_core.models.moge_refiner import RefinerConfig, Sparse3DUNet
 
@@ -438,18 +439,7 @@ def network_from_state_dict(state: Mapping[str, torch.Tensor], name: str = "stat
             raise MoGeWeightsError(f"{name}: {exc}") from None
         raise MoGeWeightsError(f"{name}: not a MoGe v1 / v2 / v3 file ({type(exc).__name__}: {exc})") from None
     network = build_network(config)
-    expected = network.state_dict()
-    optional = {k for k in expected if k.endswith(("image_mean", "image_std"))}
-    missing = sorted(set(expected) - set(tensors) - optional)
-    unused = sorted(set(tensors) - set(expected))
-    if missing or unused:
-        raise MoGeWeightsError(f"{name}: MoGe {config.version} weights do not fit: missing {missing[:5]}, "
-                               f"unexpected {unused[:5]}")
-    for key, value in expected.items():
-        if key in tensors and tuple(tensors[key].shape) != tuple(value.shape):
-            raise MoGeWeightsError(f"{name}: {key} has shape {list(tensors[key].shape)}, the model needs "
-                                   f"{list(value.shape)}")
-    loaded = {k: (tensors[k] if k in tensors else v).to(dtype) for k, v in expected.items()}
-    network.load_state_dict(loaded, strict=True)
-    return network.eval().requires_grad_(False)
+    optional = {k for k in network.state_dict() if k.endswith(("image_mean", "image_std"))}
+    return load_exact(network, tensors, what=f"{name}: MoGe {config.version}", error=MoGeWeightsError,
+                      optional=optional, dtype=dtype)
 

@@ -1,4 +1,4 @@
-"""Where an auxiliary (never sampled) model runs between and during its node calls.
+"""Auxiliary (never sampled) models: where they run between and during node calls, and their weights.
 
 MoGe, Depth Anything 3 and the like are not handed to the memory manager: a node moves the
 network to its load device for the length of a block of calls (`loaded()`, nestable: one move for
@@ -37,3 +37,27 @@ class ResidentModel:
             self._depth -= 1
             if self._depth == 0 and self.offload_device != self.load_device:
                 self.model.to(self.offload_device)
+
+
+def load_exact(network: nn.Module, tensors: dict[str, torch.Tensor], *, what: str, error: type[Exception],
+               optional: set[str] = frozenset(), dtype: torch.dtype | None = None) -> nn.Module:
+    """`network` with `tensors` as its weights, every one of its state's names and shapes matched
+    (`optional` names may be absent: the network's own value stays), cast to `dtype` if given;
+    in eval mode without gradients. A file that does not fit raises `error` naming up to five
+    missing and unexpected keys, or the first tensor of the wrong shape (`what`: the file and
+    model, for the message)."""
+    expected = network.state_dict()
+    missing = sorted(set(expected) - set(tensors) - set(optional))
+    unused = sorted(set(tensors) - set(expected))
+    if missing or unused:
+        raise error(f"{what} weights do not fit: missing {missing[:5]}, unexpected {unused[:5]}")
+    for key, value in expected.items():
+        if key in tensors and tuple(tensors[key].shape) != tuple(value.shape):
+            raise error(f"{what}: {key} has shape {list(tensors[key].shape)}, the model needs {list(value.shape)}")
+    loaded = {k: tensors[k] if k in tensors else v for k, v in expected.items()}
+    if dtype is not None:
+        loaded = {k: v.to(dtype) for k, v in loaded.items()}
+    network.load_state_dict(loaded, strict=True)
+    if dtype is not None:
+        network = network.to(dtype)
+    return network.eval().requires_grad_(False)
