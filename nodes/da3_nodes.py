@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Boolean, Combo, ComboOption, DynamicCombo, Int, Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import current_env, model_file, model_files, report_progress
+from nodes.environment import model_devices, model_file, model_files, report_progress
 from nodes.errors import NodeInputError, describe
 from nodes.moge_nodes import turbo
 
@@ -55,11 +55,8 @@ def load_da3_model(model_name: str, weight_dtype: str = "default") -> tuple[Any]
 
     weight_dtype = checks.choice(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(weight_dtype, torch.float32)
-    env = current_env()
     path = model_file(KIND, model_name, "model_name")
-    memory = env.memory
-    device = memory.device if memory is not None else torch.device("cpu")
-    offload = memory.offload_device if memory is not None else torch.device("cpu")
+    device, offload = model_devices()
     try:
         return (load_da3(path, dtype=dtype, load_device=device, offload_device=offload),)
     except DA3WeightsError as exc:

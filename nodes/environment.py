@@ -87,3 +87,14 @@ def report_progress(done: int, total: int) -> None:
     ctx = current()
     if ctx is not None:
         ctx.progress(done, total)
+
+
+def model_devices() -> tuple[Any, Any]:
+    """(load device, offload device) of the running node's memory manager, both the CPU without
+    one: where a model that is not handed to the manager (MoGe, Depth Anything 3) runs and waits."""
+    import torch
+
+    memory = current_env().memory
+    if memory is None:
+        return torch.device("cpu"), torch.device("cpu")
+    return memory.device, memory.offload_device

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from graph.spec import REQUIRED, InputSpec
 from graph.v3_schema import Boolean, Combo, Float, Int, Output, Socket, v3_node
 import nodes.checks as checks
-from nodes.environment import current_env, model_file, model_files, report_progress
+from nodes.environment import model_devices, model_file, model_files, report_progress
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -70,16 +70,11 @@ def _geometry(value: Any) -> dict:
          outputs=[Output(MOGE_MODEL)])
 def load_moge_model(model_name: str) -> tuple[Any]:
     """See the module docstring."""
-    import torch
-
     from comfy_core.models.moge import MoGeWeightsError
     from comfy_core.models.moge_infer import load_moge
 
-    env = current_env()
     path = model_file(KIND, model_name, "model_name")
-    memory = env.memory
-    device = memory.device if memory is not None else torch.device("cpu")
-    offload = memory.offload_device if memory is not None else torch.device("cpu")
+    device, offload = model_devices()
     try:
         return (load_moge(path, load_device=device, offload_device=offload),)
     except MoGeWeightsError as exc:

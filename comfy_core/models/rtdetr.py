@@ -29,7 +29,6 @@ original pixels), `scores` (sigmoid), the `num_queries` best (query, class) pair
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -48,20 +47,6 @@ MARKER = "encoder.pan_blocks.1.cv4.conv.weight"
 def is_rtdetr(names: Any, prefix: str = "") -> bool:
     """Whether a file's tensor names are an RT-DETRv4 detector's (ComfyUI's detection key)."""
     return prefix + MARKER in names
-
-
-def is_rtdetr_file(path: str | Path | Mapping[str, torch.Tensor]) -> bool:
-    """Whether a safetensors file (its header only) or a state dict is an RT-DETRv4 detector."""
-    if isinstance(path, Mapping):
-        return is_rtdetr(path)
-    if Path(path).suffix.lower() != ".safetensors" or not Path(path).is_file():
-        return False
-    from comfy_core.checkpoint.header import read_safetensors_header
-
-    try:
-        return is_rtdetr(read_safetensors_header(Path(path)).tensors)
-    except Exception:  # not a readable safetensors file: the diffusion-model loader reports it
-        return False
 
 
 # --- D-FINE decoder --------------------------------------------------------------------------------
@@ -367,18 +352,16 @@ def build_rtdetr(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype = to
     return network.to(dtype).eval().requires_grad_(False)
 
 
-def load_detection_model(path: str | Path | Mapping[str, torch.Tensor], policy: Any = None,
-                         weight_dtype: torch.dtype | None = None) -> DetectionModel:
-    """An RT-DETRv4 file -> `DetectionModel` (what ComfyUI's UNETLoader wraps in its MODEL patcher;
-    comfy_core/split/diffusion_model.py makes the patcher). Weights in float16 or float32 (ComfyUI's
-    `supported_inference_dtypes`): `weight_dtype` when it is one of them, else what the dtype policy
-    (`comfy_core.checkpoint.dtype.DtypePolicy`) picks for the device (float32 on a CPU)."""
+def load_detection_model(file: Any, policy: Any = None, weight_dtype: torch.dtype | None = None) -> DetectionModel:
+    """An open RT-DETRv4 `CheckpointFile` (`is_rtdetr(file)`) -> `DetectionModel` (what ComfyUI's
+    UNETLoader wraps in its MODEL patcher; comfy_core/split/diffusion_model.py makes the patcher).
+    Weights in float16 or float32 (ComfyUI's `supported_inference_dtypes`): `weight_dtype` when it
+    is one of them, else what the dtype policy (`comfy_core.checkpoint.dtype.DtypePolicy`) picks
+    for the device (float32 on a CPU)."""
     from comfy_core.checkpoint.dtype import UNET, DtypePolicy
-    from comfy_core.checkpoint.reader import CheckpointFile
 
     policy = policy or DtypePolicy()
-    with CheckpointFile(path) as file:
-        state = {name: file.read(name) for name in file.keys()}
+    state = {name: file.read(name) for name in file.keys()}
     stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
     dtype = weight_dtype if weight_dtype in (torch.float16, torch.float32) else \
         policy.dtype_for(UNET, [torch.float16, torch.float32], stored)

@@ -48,7 +48,7 @@ from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.loading import (LoadOptions, QuantizedUnet, _build_unet, _load_model, finish_unet, model_from_unet,
                                 resolve_prediction, unet_storage, warn_if_emulated_bf16)
-from comfy_core.models.rtdetr import is_rtdetr_file, load_detection_model
+from comfy_core.models.rtdetr import is_rtdetr, load_detection_model
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 from comfy_core.weights.gguf import GGUFError
@@ -120,10 +120,6 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     (comfy_core/split/custom_operations.py). Raises `CheckpointError` subclasses naming the file
     (`UnknownFamilyError` for a UNet of no known family).
     """
-    if operations is None and is_rtdetr_file(path):  # ComfyUI's UNETLoader also loads its RT-DETR detectors
-        options = options or LoadOptions()
-        detector = load_detection_model(path, options.dtype_policy, weight_dtype)
-        return ModelPatcher(detector, load_device=options.device, offload_device="cpu")
     if operations is not None:
         return _load_with_operations(path, options or LoadOptions(), weight_dtype, registry or default_registry(),
                                      operations)
@@ -132,6 +128,9 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     started = time.perf_counter()
     policy = options.dtype_policy
     with _open_file(path) as file:
+        if is_rtdetr(file):  # ComfyUI's UNETLoader also loads its RT-DETR detectors (not a family)
+            detector = load_detection_model(file, policy, weight_dtype)
+            return ModelPatcher(detector, load_device=options.device, offload_device="cpu")
         view = diffusion_model_view(file, registry)
         # ComfyUI's quantised layers and scaled fp8, as a checkpoint's diffusion model
         # (comfy_core/loading.py `QuantizedUnet`, `unet_storage`, `finish_unet`).

@@ -11,8 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.models.rtdetr import (MARKER, DetectionModel, MSDeformableAttention, RTDETRConfig, RTv4,
-                                      deformable_attention, distance_to_box, integral, is_rtdetr_file, make_anchors,
+                                      deformable_attention, distance_to_box, integral, is_rtdetr, make_anchors,
                                       weighting_function)
 from comfy_core.models.rtdetr_backbone import EncoderLayer, StemBlock, sincos_position
 from comfy_core.models.rtdetr_classes import COCO_CLASSES
@@ -80,7 +81,8 @@ def test_loaded_through_unet_loader(tmp_path):
 
     path = tmp_path / "rt_detr_v4-x-hgnet_fp16.safetensors"
     state = write_tiny_rtdetr(path, seed=3)
-    assert is_rtdetr_file(path) and not is_rtdetr_file(tmp_path / "missing.safetensors")
+    with CheckpointFile(path) as file:
+        assert is_rtdetr(file)
     model = load_diffusion_model(path)
     assert isinstance(model, ModelPatcher) and isinstance(model.model, DetectionModel)
     network = model.model.diffusion_model
