@@ -87,17 +87,19 @@ def weight_decompose(dora_scale: torch.Tensor, weight: torch.Tensor, lora_diff: 
 def pad_tensor_to_shape(tensor: torch.Tensor, new_shape: Sequence[int]) -> torch.Tensor:
     """`tensor` zero-padded at the end of each axis to `new_shape` (a new tensor); a smaller
     target on any axis is an error, as ComfyUI's."""
-    new_shape = tuple(int(n) for n in new_shape)
-    if len(new_shape) != tensor.dim() or any(n < s for n, s in zip(new_shape, tensor.shape)):
-        raise ValueError(f"pad_tensor_to_shape: cannot pad shape {tuple(tensor.shape)} to {new_shape}")
-    out = torch.zeros(new_shape, dtype=tensor.dtype, device=tensor.device)
-    out[tuple(slice(0, s) for s in tensor.shape)] = tensor
-    return out
+    from comfy_core.weights.adapters import pad_to_shape
+    from comfy_core.weights.errors import PatchDataError
+
+    try:
+        out = pad_to_shape(tensor, new_shape)
+    except PatchDataError as exc:
+        raise ValueError(f"pad_tensor_to_shape: {exc}") from None
+    return out.clone() if out is tensor else out
 
 
 def convert_lora(sd: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
     """ComfyUI's `comfy.lora_convert.convert_lora`: our parser reads the SD and most Flux/SD3
-    layouts as they are, so those come back unchanged; USO's Flux LoRAs come back renamed onto
-    BFL's names (`comfy_core.lora.dit_convert`); BFL's Flux control LoRAs, which widen the
-    model's input, are refused (`UnsupportedLoraLayout`, a NotImplementedError)."""
+    layouts as they are, so those come back unchanged; USO's Flux LoRAs and BFL's Flux control
+    LoRAs (which widen `img_in`: an `img_in.reshape_weight` record) come back in the names and
+    records ComfyUI's converter gives them (`comfy_core.lora.dit_convert`)."""
     return convert_dit_lora(sd)

@@ -7,7 +7,11 @@ comfy/lora_convert.py `convert_lora`, whose detection rules these follow; writte
   onto `linear1_qkv`, the q/k/v rows of `linear1`).
 - BFL's control LoRAs (FLUX.1 Canny/Depth dev LoRA: `img_in.lora_A.weight` with
   `single_blocks.0.norm.key_norm.scale`) widen `img_in` to take the control latent as extra
-  input channels, which needs a Flux built with those channels; refused with a typed error.
+  input channels: `img_in`'s LoRA gets a `reshape_weight` record (the widened shape, out x the
+  LoRA's inputs; the weight is zero-padded to it first), the LoRA biases become `diff_b` records
+  and the norm scales `set_weight` records, under `diffusion_model.`. Flux then reads its input
+  width from the patched `img_in` and takes InstructPixToPixConditioning's latent as the extra
+  channels (`FluxConditions.concat_cond`), as ComfyUI's Flux does.
 
 Anything else is returned unchanged.
 """
@@ -27,10 +31,6 @@ _USO_RENAMES = (
 )
 
 
-class UnsupportedLoraLayout(NotImplementedError):
-    """A LoRA layout this engine recognises but cannot apply (BFL's Flux control LoRAs)."""
-
-
 def is_uso_lora(tensors: Mapping[str, object]) -> bool:
     """ComfyUI's test: the last single block's and the last double block's processor LoRAs."""
     return ("single_blocks.37.processor.qkv_lora.up.weight" in tensors
@@ -39,6 +39,17 @@ def is_uso_lora(tensors: Mapping[str, object]) -> bool:
 
 def is_bfl_control_lora(tensors: Mapping[str, object]) -> bool:
     return "img_in.lora_A.weight" in tensors and "single_blocks.0.norm.key_norm.scale" in tensors
+
+
+def convert_bfl_control_lora(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A BFL control LoRA in the records the key map reads (see the module docstring)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        renamed = key.replace(".lora_B.bias", ".diff_b").replace("_norm.scale", "_norm.scale.set_weight")
+        out["diffusion_model." + renamed] = tensor
+    widened = (tensors["img_in.lora_B.weight"].shape[0], tensors["img_in.lora_A.weight"].shape[1])
+    out["diffusion_model.img_in.reshape_weight"] = torch.tensor(widened)
+    return out
 
 
 def convert_uso_lora(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -55,9 +66,7 @@ def convert_uso_lora(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
 def convert_dit_lora(tensors: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
     """`tensors` in a layout the key map reads (see the module docstring)."""
     if is_bfl_control_lora(tensors):
-        raise UnsupportedLoraLayout(
-            "a BFL Flux control LoRA (FLUX.1 Canny/Depth LoRA): it widens img_in for the control image's latent, "
-            "which needs a Flux model built with those input channels; not supported here")
+        return convert_bfl_control_lora(tensors)
     if is_uso_lora(tensors):
         return convert_uso_lora(tensors)
     return tensors

@@ -95,6 +95,10 @@ def misfit(record: Any, shape: tuple[int, ...]) -> str | None:
         except PatchDataError as exc:
             return str(exc)
         return None
+    if isinstance(record, LoraAdapter) and record.reshape is not None:
+        if len(record.reshape) != len(shape) or any(n < have for n, have in zip(record.reshape, shape)):
+            return f"cannot widen a weight of shape {shape} to {record.reshape}"
+        shape = record.reshape  # the delta fits the widened weight
     try:
         numel = delta_numel(record)
     except PatchDataError as exc:

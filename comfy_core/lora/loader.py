@@ -44,7 +44,7 @@ _SUFFIXES: tuple[tuple[str, str, str], ...] = (
     (".b1.weight", "glora", "b1"), (".b2.weight", "glora", "b2"),
     (".diff_b", "diff_b", "diff_b"), (".diff", "diff", "diff"), (".set_weight", "set", "set"),
     (".w_norm", "diff", "diff"), (".b_norm", "diff_b", "diff_b"),
-    (".alpha", "*", "alpha"), (".dora_scale", "*", "dora_scale"),
+    (".alpha", "*", "alpha"), (".dora_scale", "*", "dora_scale"), (".reshape_weight", "*", "reshape"),
 )
 # Old diffusers attention-processor names: `attn1.processor.to_q_lora.up.weight` -> `attn1.to_q.lora.up.weight`.
 _PROCESSOR = re.compile(r"\.processor\.(to_q|to_k|to_v|to_out)_lora\.(up|down)\.weight$")
@@ -131,8 +131,10 @@ def _records(layer: str, parts: dict[str, tuple[str, torch.Tensor]], target: Any
             # permutation of `up`, exactly: patch the whole weight the plain way, so the diffusers
             # spelling patches bit-for-bit as the BFL / SAI one does.
             up, weight_target = target[2](up), target[0]
+        reshape = get("reshape")
         records.append((weight_target, LoraAdapter(up, get("down"), alpha, get("mid"), get("dora_scale"), label,
-                                                   source)))
+                                                   source, None if reshape is None else
+                                                   tuple(int(n) for n in reshape.tolist()))))
     elif "loha" in kinds:
         missing = {"w1a", "w1b", "w2a", "w2b"} - set(parts)
         if missing:

@@ -49,6 +49,21 @@ def _fit(delta: torch.Tensor, weight: torch.Tensor, what: str) -> torch.Tensor:
     return delta.reshape(weight.shape)
 
 
+def pad_to_shape(weight: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """`weight` in the top-left corner of zeros of `shape` (ComfyUI's `pad_tensor_to_shape`: a
+    LoRA that widens its layer, as BFL's Flux control LoRAs widen `img_in`); `weight` itself when
+    it already has that shape. Raises `PatchDataError` when `shape` is smaller on some axis or has
+    another number of axes."""
+    shape = tuple(int(n) for n in shape)
+    if tuple(weight.shape) == shape:
+        return weight
+    if len(shape) != weight.dim() or any(n < have for n, have in zip(shape, weight.shape)):
+        raise PatchDataError(f"cannot widen a weight of shape {tuple(weight.shape)} to {shape}")
+    padded = weight.new_zeros(shape)
+    padded[tuple(slice(0, n) for n in weight.shape)] = weight
+    return padded
+
+
 def _scale(alpha: float | None, rank: int) -> float:
     return 1.0 if alpha is None else float(alpha) / rank
 
@@ -111,18 +126,24 @@ class LoraAdapter(_FileRecord):
     dora_scale: torch.Tensor | None = None
     name: str = ""
     source: Hashable | None = None
+    # The weight's shape after this LoRA (a `.reshape_weight` record: the weight zero-padded to it
+    # first, ComfyUI's LoRA `reshape`); None: the weight keeps its shape.
+    reshape: tuple[int, ...] | None = None
 
     @property
     def rank(self) -> int:
         return self.down.shape[0]
 
     def delta(self, weight: torch.Tensor) -> torch.Tensor:
-        """The scaled delta `(alpha/rank)·up@down` in `weight`'s shape, dtype and device."""
+        """The scaled delta `(alpha/rank)·up@down` in `weight`'s shape, dtype and device (after
+        any `reshape`)."""
         up, down = (t.to(weight.device, weight.dtype) for t in (self.up, self.down))
         mid = None if self.mid is None else self.mid.to(weight.device, weight.dtype)
         return _fit(lora_delta(up, down, mid), weight, f"LoRA {self.name!r}") * _scale(self.alpha, self.rank)
 
     def apply_to(self, weight: torch.Tensor, strength: float, function: Function) -> torch.Tensor:
+        if self.reshape is not None:
+            weight = pad_to_shape(weight, self.reshape)
         if self.dora_scale is None and self.mid is None and function is identity and weight.is_contiguous():
             # The common case without temporaries: weight += (strength·alpha/rank) up @ down, in place.
             up2 = self.up.flatten(start_dim=1).to(weight.device, weight.dtype)  # [out, r]

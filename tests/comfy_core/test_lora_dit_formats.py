@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from comfy_core.lora import load_lora_for_models, unet_key_map
-from comfy_core.lora.dit_convert import UnsupportedLoraLayout, convert_dit_lora, convert_uso_lora
+from comfy_core.lora.dit_convert import convert_dit_lora, convert_uso_lora
 from comfy_core.patching import Offset, PatchEntry, calculate_weight
 from tests.fixtures.dit_loras import (FLUX_DIFFUSERS, FLUX_HIDDEN, MMDIT_DIFFUSERS, MMDIT_WIDTH, flux_inputs,
                                       lora_in_spelling, mmdit_inputs, random_factors, run, tiny_flux_model,
@@ -285,11 +285,62 @@ def test_uso_lora_patches_the_attention_rows_of_linear1(flux):
     assert torch.equal(after[key][192:], before[key][192:])
 
 
-def test_bfl_control_loras_are_refused_with_a_typed_error(flux):
-    tensors = {"img_in.lora_A.weight": torch.zeros(2, 128), "img_in.lora_B.weight": torch.zeros(64, 2),
-               "single_blocks.0.norm.key_norm.scale": torch.ones(32)}
-    with pytest.raises(UnsupportedLoraLayout, match="control LoRA"):
-        load(flux, tensors)
+def _control_lora(gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """BFL's FLUX.1 Depth dev LoRA layout at the tiny Flux's sizes: `img_in` as a LoRA from twice
+    the inputs (the latent, then the control latent, x 4 patch), its bias as `lora_B.bias`, a
+    block LoRA, and a norm scale stored whole."""
+    return {"img_in.lora_A.weight": 0.1 * torch.randn(2, 128, generator=gen),
+            "img_in.lora_B.weight": 0.1 * torch.randn(FLUX_HIDDEN, 2, generator=gen),
+            "img_in.lora_B.bias": 0.1 * torch.randn(FLUX_HIDDEN, generator=gen),
+            "double_blocks.0.img_attn.proj.lora_A.weight": 0.1 * torch.randn(2, FLUX_HIDDEN, generator=gen),
+            "double_blocks.0.img_attn.proj.lora_B.weight": 0.1 * torch.randn(FLUX_HIDDEN, 2, generator=gen),
+            "single_blocks.0.norm.key_norm.scale": 1.0 + 0.1 * torch.randn(32, generator=gen)}
+
+
+def test_bfl_control_loras_widen_img_in_as_comfyui_does(flux):
+    """ComfyUI's `convert_lora_bfl_control` + LoRA `reshape`: img_in zero-padded to 128 inputs,
+    then the LoRA added; the LoRA bias added; the norm scale replaced."""
+    tensors = _control_lora(torch.Generator().manual_seed(5))
+    patched, report = load(flux, tensors, strength=1.0)
+    assert report.model_keys == 4 and not report.unmatched and not report.skipped
+    before, after = base(flux), weights(patched)
+    img_in = "diffusion_model.img_in"
+    delta = tensors["img_in.lora_B.weight"] @ tensors["img_in.lora_A.weight"]
+    assert after[img_in + ".weight"].shape == (FLUX_HIDDEN, 128)
+    torch.testing.assert_close(after[img_in + ".weight"][:, :64], before[img_in + ".weight"] + delta[:, :64],
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(after[img_in + ".weight"][:, 64:], delta[:, 64:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(after[img_in + ".bias"], before[img_in + ".bias"] + tensors["img_in.lora_B.bias"])
+    assert torch.equal(after["diffusion_model.single_blocks.0.norm.key_norm.scale"],
+                       tensors["single_blocks.0.norm.key_norm.scale"])
+    with flux.applied() as module:  # restored: the original shape again
+        assert module.diffusion_model.img_in.weight.shape == (FLUX_HIDDEN, 64)
+
+
+def test_a_control_lora_flux_runs_as_the_same_weights_built_as_a_control_model(flux):
+    """The patched Flux takes the control latent as extra channels (its input width read from the
+    widened img_in), and computes what a Flux built with those weights (a Canny / Depth dev model,
+    32 channels in) computes."""
+    from comfy_core.families.flux.dit import FluxConfig, FluxTransformer as Flux
+    from comfy_core.families.flux.latent_format import flux_latent_format
+    from comfy_core.models.diffusion import DiffusionModel
+    from comfy_core.models.model_conditions import FluxConditions
+    from comfy_core.models.model_sampling import FluxModelSampling
+    from comfy_core.patching import ModelPatcher
+
+    patched, _ = load(flux, _control_lora(torch.Generator().manual_seed(6)), strength=0.7)
+    state = {k[len("diffusion_model."):]: v for k, v in weights(patched).items() if k.startswith("diffusion_model.")}
+    control_model = Flux.from_config(FluxConfig.detect_from_weights(state))
+    control_model.load_state_dict(state, strict=True)
+    reference = ModelPatcher(DiffusionModel(control_model.eval(), FluxModelSampling(), flux_latent_format(),
+                                            adm=FluxConditions()))
+    assert control_model.config.in_channels == 32
+    inputs = flux_inputs(seed=2)
+    control = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(9))
+    got, expected = run(patched, {**inputs, "c_concat": control}), run(reference, {**inputs, "c_concat": control})
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    other = run(patched, {**inputs, "c_concat": torch.zeros_like(control)})
+    assert (other - got).abs().max() > 1e-3  # the control channels are read
 
 
 # --- ComfyUI's functions as packs call them ----------------------------------------------------

@@ -41,6 +41,7 @@ DIT_TEMPLATES = (
     "flux_kontext_dev_basic",                # 35 s: ReferenceLatent, FluxKontextImageScale, LoadImageOutput, fp8 T5
     "flux_canny_model_example",              # 1 s: Canny dev (32 channels in), at the input image's size
     "flux_fill_inpaint_example",             # 0.5 s: Fill dev (96 channels in), DifferentialDiffusion
+    "flux_depth_lora_example",               # Flux dev + BFL's depth LoRA (img_in widened to 128 inputs)
     "flux_fill_outpaint_example",            # 8 s: Fill dev, ImagePadForOutpaint
     "flux_redux_model_example",              # 16 s: SigLIP CLIPVisionEncode, Redux StyleModelApply, SamplerCustomAdvanced
     "sd3.5_simple_example",                  # 37 s: SD3.5 large single file, cfg 4, sgm_uniform
@@ -55,12 +56,7 @@ DIT_TEMPLATES = (
 DEFAULT_TEMPLATES = ("flux_schnell", "flux_kontext_dev_basic", "flux_fill_inpaint_example")
 
 # Template -> (why it does not run, a fragment of the error it fails with).
-NOT_RUNNING = {
-    "flux_depth_lora_example": (
-        "BFL's FLUX.1 Depth dev LoRA widens img_in (64 -> 128 inputs) for the depth latent; "
-        "comfy_core/lora/dit_convert.py refuses BFL control LoRAs (ComfyUI patches img_in's shape)",
-        "UnsupportedLoraLayout"),
-}
+NOT_RUNNING: dict[str, tuple[str, str]] = {}
 # Templates the index tags Flux that are not Flux.1 / SD3.5 models this engine runs (not run here).
 OUT_OF_SCOPE = {
     "api_bfl_flux_pro_t2i": "an API node (BFL's hosted Flux Pro)",
