@@ -16,7 +16,7 @@ from typing import Any
 # loaded model gets). Strings, so this module stays torch-free.
 OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.sd1.supported_models:{name}" for name in ("SD15", "SD15_instructpix2pix")},
-    **{name: f"comfy_core.families.sd2.supported_models:{name}" for name in ("SD20", "SD21UnclipH")},
+    **{name: f"comfy_core.families.sd2.supported_models:{name}" for name in ("SD20", "SD21UnclipH", "LotusD")},
     **{name: f"comfy_core.families.sdxl.supported_models:{name}"
        for name in ("SDXLRefiner", "SDXL", "SDXL_instructpix2pix")},
     "SVD_img2vid": "comfy_core.families.svd.supported_models:SVD_img2vid",
@@ -64,9 +64,9 @@ def our_config_class(name: str) -> type | None:
 # name -> ComfyUI's base class for it, when it is one of our families' classes (else BASE).
 _PARENTS: dict[str, str] = {
     "SSD1B": "SDXL", "Segmind_Vega": "SDXL", "KOALA_700M": "SDXL", "KOALA_1B": "SDXL",
-    "SD21UnclipL": "SD20", "SD_X4Upscaler": "SD20", "LotusD": "SD20", "SV3D_u": "SVD_img2vid",
+    "SD21UnclipL": "SD20", "SD_X4Upscaler": "SD20", "SV3D_u": "SVD_img2vid",
 }
-_KINDS = ("LotusD", "Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
+_KINDS = ("Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
           "GenmoMochi", "CosmosT2V", "CosmosT2IPredict2",
           "Hunyuan3Dv2")

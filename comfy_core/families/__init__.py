@@ -19,7 +19,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.chroma import radiance as chroma_radiance
     from comfy_core.families.flux import schnell as flux_schnell
     from comfy_core.families.sd1 import inpaint as sd1_inpaint, ip2p as sd1_ip2p
-    from comfy_core.families.sd2 import inpaint as sd2_inpaint, unclip as sd21_unclip
+    from comfy_core.families.sd2 import inpaint as sd2_inpaint, lotus as sd2_lotus, unclip as sd21_unclip
     from comfy_core.families.sdxl import inpaint as sdxl_inpaint, ip2p as sdxl_ip2p, refiner as sdxl_refiner
     from comfy_core.families.wan import (wan21, wan21_camera, wan21_fun_control, wan21_i2v, wan21_vace, wan22,
                                          wan22_camera, wan22_i2v)
@@ -59,6 +59,7 @@ def default_registry() -> FamilyRegistry:
         sdxl_inpaint.definition(),
         sdxl_ip2p.definition(),
         sd21_unclip.definition(),
+        sd2_lotus.lotus_d_definition(),
         svd.definition(),
         sd3.definition(),
         flux.definition(),

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from comfy_core.checkpoint.keys import KeyConversion
     from comfy_core.checkpoint.reader import CheckpointFile
 
-PREDICTIONS = ("eps", "v")
+# "img_to_img": ComfyUI's IMG_TO_IMG (Lotus-D): the input unscaled, the output the clean prediction.
+PREDICTIONS = ("eps", "v", "img_to_img")
 SCHEDULES = ("discrete", "flow", "flux")
 CONCAT_KINDS = ("none", "inpaint", "ip2p")
 
@@ -91,15 +92,18 @@ class SamplingPolicy:
                              f"schedule, got {self.prediction!r}")
 
     def model_sampling(self, prediction: str, zsnr: bool = False) -> Any:
-        """The model-sampling object of this policy (`prediction`: the resolved eps/v of a discrete table)."""
-        from comfy_core.models.model_sampling import FlowModelSampling, FluxModelSampling, ModelSampling
+        """The model-sampling object of this policy (`prediction`: the resolved eps/v/img_to_img of a
+        discrete table)."""
+        from comfy_core.models.model_sampling import (DiscreteModelSampling, FlowModelSampling, FluxModelSampling,
+                                                      ModelSampling)
 
         if self.schedule == "flow":
             return FlowModelSampling(shift=self.shift, multiplier=self.multiplier)
         if self.schedule == "flux":
             return FluxModelSampling(shift=self.shift)
-        return ModelSampling(prediction, linear_start=self.linear_start, linear_end=self.linear_end,
-                             timesteps=self.timesteps, zsnr=zsnr)
+        table = ModelSampling if prediction in ModelSampling.allowed_predictions else DiscreteModelSampling
+        return table(prediction, linear_start=self.linear_start, linear_end=self.linear_end,
+                     timesteps=self.timesteps, zsnr=zsnr)
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'BaseModel.set_inpaint', 'BaseModel.state_dict_for_saving', 'CLIPEmbeddingNoiseAugmentation',
          'CosmosPredict2', 'Hunyuan3Dv2_1', 'HunyuanImage21', 'HunyuanImage21Refiner',
          'HunyuanVideo.scale_latent_inpaint', 'HunyuanVideoI2V', 'HunyuanVideoSkyreelsI2V',
-         'ImageConcatWithNoiseAugmentation', 'LTXV.process_timestep', 'Lotus',
+         'ImageConcatWithNoiseAugmentation', 'LTXV.process_timestep',
          'StableAudio1.state_dict_for_saving', 'StageB', 'StageC', 'Timestep',
          'WAN22.process_timestep', 'WAN22_Animate', 'sdxl_pooled', 'unclip_adm',)),
     'comfy.model_detection': (

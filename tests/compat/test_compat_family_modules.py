@@ -125,3 +125,18 @@ def test_a_loaded_stable_audio_checkpoint_is_made_of_comfyuis_audio_classes(sess
     assert any(isinstance(m, comfy.ldm.audio.autoencoder.AudioOobleckVAE) for m in vae.first_stage_model.modules())
     assert isinstance(clip.cond_stage_model, comfy.text_encoders.sa_t5.SAT5Model)
     assert isinstance(clip.tokenizer, comfy.text_encoders.sa_t5.SAT5Tokenizer)
+
+
+def test_a_lotus_d_model_is_comfyuis_lotus(session, tmp_path):
+    import comfy.model_base
+    import comfy.supported_models
+
+    from comfy_core.split.diffusion_model import load_diffusion_model
+    from tests.fixtures.dit_checkpoints import save
+    from tests.fixtures.template_models_lotus import tiny_lotus_d_state_dict
+
+    model = load_diffusion_model(save(tiny_lotus_d_state_dict(), tmp_path / "lotus-depth-d.safetensors")).model
+    assert isinstance(model, comfy.model_base.Lotus)
+    assert not isinstance(model, comfy.model_base.SD21UNCLIP)
+    assert isinstance(model.model_config, comfy.supported_models.LotusD)
+    assert isinstance(model.model_config, comfy.supported_models.SD20)

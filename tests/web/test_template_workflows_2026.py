@@ -445,6 +445,15 @@ RUNNING = {
         ("image_marigold_v2_albedo_estimation", "0.3-0.6 s", "albedo (linear to sRGB)"))},
     # ChronoEdit (tests/fixtures/template_models_marigold_chrono.py): the Wan 2.1 I2V 14B network + its distill LoRA,
     # ScaleROPE's scale_t 7 read by the Wan DiT's position ids (nodes/rope_nodes.py, comfy_core/attention/rope.py).
+    # Lotus-D (tests/fixtures/template_models_lotus.py): the SD 2 UNet with the task label, one img-to-img step
+    # from sigma 999 on the encoded image (SetFirstSigma, DisableNoise), ImageInvert of the decoded depth; then
+    # the depth map feeds the Flux depth LoRA, the SD3.5 Large depth ControlNet, Qwen-Image's InstantX
+    # ControlNet or LTX-2's depth IC-LoRA.
+    "image_lotus_depth_v1_1": "Lotus-D depth estimate: LotusConditioning, SetFirstSigma 999, one euler step",
+    "flux_depth_lora_example": "Lotus-D depth, then Flux dev + the Flux depth LoRA",
+    "sd3.5_large_depth": "Lotus-D depth, then SD3.5 Large + its depth ControlNet",
+    "image_qwen_image_instantx_controlnet": "Lotus-D depth, then Qwen-Image + InstantX's ControlNet-Union",
+    "video_ltx2_depth_to_video": "Lotus-D depth per frame, then LTX-2 with the depth IC-LoRA",
     "image_chrono_edit_14B": "42-66 s as saved (20 steps, cfg 4): ScaleROPE (time positions x7), WanImageToVideo 720x720 5 frames, "
                              "CLIPVisionEncode, KSampler, ImageFromBatch's last frame",
 }
@@ -457,10 +466,6 @@ DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_com
 # Covered templates (all nodes exist) of model families this engine does not have (other issues):
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
-    "Lotus-D (an SD 2-derived depth UNet, `lotus-depth-d-v1-1`; LotusConditioning exists, the UNet "
-    "does not), also where its depth map feeds Flux, SD3.5 or Qwen-Image": (
-        "image_lotus_depth_v1_1", "flux_depth_lora_example", "sd3.5_large_depth",
-        "image_qwen_image_instantx_controlnet", "video_ltx2_depth_to_video"),
     "Krea 2 (Qwen3-VL 4B text encoder, CLIPLoader type krea2)": (
         "image_krea2_turbo_t2i", "image_krea2_turbo_t2i_int8", "image_krea2_turbo_int8_image_style_reference"),
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),

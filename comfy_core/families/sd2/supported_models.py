@@ -20,6 +20,12 @@ class SD20(BASE):
     memory_usage_factor = 1.0
 
 
+class LotusD(SD20):
+    unet_config = {"model_channels": 320, "use_linear_in_transformer": True, "use_temporal_attention": False,
+                   "adm_in_channels": 4, "in_channels": 4}
+    unet_extra_config = {"num_classes": "sequential"}
+
+
 class SD21UnclipH(SD20):
     unet_config = {"context_dim": 1024, "model_channels": 320, "use_linear_in_transformer": True,
                    "adm_in_channels": 2048, "use_temporal_attention": False}
