@@ -167,6 +167,21 @@ def apply_controlnet_sd3(positive: list, negative: list, control_net: Any, vae: 
                          _percent(end_percent, "end_percent"), vae=checks.vae(vae))
 
 
+@node("CLIPTextEncodeControlnet", display_name=None, category="_for_testing/conditioning",
+      python_module="comfy_extras.nodes_cond", experimental=True,
+      inputs=[Input("clip", "CLIP"), Input("conditioning", "CONDITIONING"),
+              Input("text", "STRING", multiline=True, dynamicPrompts=True)],
+      outputs=[Output("CONDITIONING")])
+def clip_text_encode_controlnet(clip: Any, conditioning: list, text: str) -> tuple[list]:
+    """Each entry with the text the ControlNets applied to it read instead of the prompt's:
+    `cross_attn_controlnet` and `pooled_output_controlnet` (the model keeps its own text)."""
+    clip = checks.clip(clip)
+    conditioning = checks.conditioning(conditioning, "conditioning")
+    cond, pooled = clip.encode_from_tokens(clip.tokenize(checks.text(text)), return_pooled=True)
+    return ([[entry[0], {**entry[1], "cross_attn_controlnet": cond, "pooled_output_controlnet": pooled}]
+             for entry in conditioning],)
+
+
 @node("SetUnionControlNetType", category=CATEGORY, display_name="SetUnionControlNetType", python_module=EXTRAS,
       inputs=[Input("control_net", "CONTROL_NET"), Combo("type", ["auto"] + UNION_TYPES)],
       outputs=[Output("CONTROL_NET")])

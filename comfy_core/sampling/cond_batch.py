@@ -155,6 +155,11 @@ def _concat_input(values: list[Any]) -> Any:
     return values[0]
 
 
+# Text contexts: batched by repeating each to the least common multiple of their token counts
+# (ComfyUI's CONDCrossAttn): the model's and the ControlNets' own (CLIPTextEncodeControlnet).
+CROSS_ATTN_KEYS = ("c_crossattn", "crossattn_controlnet")
+
+
 def _crossattn_can_concat(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape == b.shape:
         return True
@@ -175,7 +180,7 @@ def can_concat(a: CondRun, b: CondRun) -> bool:
         return False
     for k, va in a.conditioning.items():
         vb = b.conditioning[k]
-        if k == "c_crossattn":
+        if k in CROSS_ATTN_KEYS:
             if not _crossattn_can_concat(va, vb):
                 return False
         elif not _input_can_concat(va, vb):
@@ -188,7 +193,7 @@ def concat_conditioning(items: list[dict[str, torch.Tensor]]) -> dict[str, torch
     out: dict[str, torch.Tensor] = {}
     for k in items[0]:
         tensors = [it[k] for it in items]
-        if k == "c_crossattn":
+        if k in CROSS_ATTN_KEYS:
             length = 1
             for t in tensors:
                 length = math.lcm(length, t.shape[1])

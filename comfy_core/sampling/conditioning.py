@@ -131,7 +131,8 @@ def resolve_timestep_range(entry: dict, model_sampling: ModelSampling) -> dict:
 def encode_model_conds(entry: dict, latent: torch.Tensor, encode_adm: Callable[..., Any] | None,
                        prompt_type: str = "positive", concat_cond: Callable[..., Any] | None = None,
                        extra: dict[str, Any] | None = None, extra_inputs: Callable[..., Any] | None = None) -> dict:
-    """Fill `model_conds`: `c_crossattn` from the text tensor, `y` from the model's label
+    """Fill `model_conds`: `c_crossattn` from the text tensor (`crossattn_controlnet` from the
+    ControlNets' own text, when the entry has one), `y` from the model's label
     embedding, `c_concat` from its concatenated inputs, and the model's further inputs
     (`extra_inputs`: Flux's guidance and reference latents, ...).
 
@@ -143,6 +144,9 @@ def encode_model_conds(entry: dict, latent: torch.Tensor, encode_adm: Callable[.
     model_conds = dict(entry.get("model_conds", {}))
     if "cross_attn" in entry:
         model_conds["c_crossattn"] = entry["cross_attn"]
+    if entry.get("cross_attn_controlnet") is not None:
+        # the text the ControlNets get instead of the model's (CLIPTextEncodeControlnet), every model
+        model_conds["crossattn_controlnet"] = entry["cross_attn_controlnet"]
     params = dict(entry)
     params["device"] = latent.device
     params["noise"] = latent

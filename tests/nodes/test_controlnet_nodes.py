@@ -233,3 +233,33 @@ def test_canny_node_matches_kornia(tmp_path):
         assert torch.equal(out[..., 0], out[..., 2])
     with pytest.raises(NodeInputError, match="low_threshold"):
         canny(image, 0.9, 0.1)
+
+
+def test_clip_text_encode_controlnet_gives_the_controlnet_its_own_text(tmp_path, tiny_sd1_ckpt, sd1_with_prompts,
+                                                                       baseline):
+    """CLIPTextEncodeControlnet (0.3.64's nodes_cond): the ControlNet reads the given text instead of
+    the prompt (`cross_attn_controlnet`); the model keeps the prompt."""
+    from comfy_core.loading import load_checkpoint
+    from nodes.controlnet import clip_text_encode_controlnet
+
+    s = sd1_with_prompts
+    _, clip, _ = load_checkpoint(tiny_sd1_ckpt, output_vae=False)
+    cn = _cn(tmp_path)
+    image = torch.rand(1, 64, 64, 3, generator=torch.Generator().manual_seed(0))
+    pos, neg = apply_controlnet(s.positive, s.negative, cn, image, 1.0, 0.0, 1.0)
+    controlled = _sample(s.model, pos, neg)
+    (same,) = clip_text_encode_controlnet(clip, pos, "a red cube")  # the prompt's own text: no change
+    assert torch.equal(same[0][0], pos[0][0]) and "cross_attn_controlnet" not in pos[0][1]
+    assert same[0][1]["cross_attn_controlnet"].shape == pos[0][0].shape
+    scale = controlled.abs().max()  # the tiny model's latents run to a few hundred
+
+    def off(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a - b).abs().max() / scale)
+
+    # The positive now runs in its own batch (its conds differ from the negative's): float noise only
+    assert off(_sample(s.model, same, neg), controlled) < 1e-4
+    (other,) = clip_text_encode_controlnet(clip, pos, "a blue sphere on grass")
+    assert off(_sample(s.model, other, neg), controlled) > 1e-2
+    # without a ControlNet the text reaches nothing
+    (plain,) = clip_text_encode_controlnet(clip, s.positive, "a blue sphere on grass")
+    assert off(_sample(s.model, plain, s.negative), baseline) < 1e-4
