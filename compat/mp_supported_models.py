@@ -26,7 +26,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.chroma.supported_models:{name}" for name in ("Chroma", "ChromaRadiance")},
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
-                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo", "WAN_Animate2")},
+                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo", "WAN_Animate2", "WAN21_SCAIL", "WAN21_SCAIL2")},
     "WAN22_WanDancer": "comfy_core.families.wan.dancer_family:WAN22_WanDancer",
     **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",

@@ -796,6 +796,9 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "krea2_int8_convrot.safetensors", "unet_int8_convrot"),  # no writer
     ("diffusion_models", "wan_animate_2_int8_convrot.safetensors", "unet_wan_animate2_int8_convrot"),
     ("diffusion_models", "wan2.2_dancer_14b_global_fp8_scaled.safetensors", "unet_wan_dancer_scaled"),
+    ("diffusion_models", "wan2.1_14B_SCAIL_2_fp16.safetensors", "unet_wan_scail2_fp16"),
+    ("diffusion_models", "wan2.1_14B_SCAIL_2_int8_convrot.safetensors", "unet_wan_scail2_int8_convrot"),
+    ("loras", "wan2.1_SCAIL_2_DPO_lora_bf16.safetensors", "lora_wan"),
     ("diffusion_models", "causal_forcing-framewise.safetensors", "unet_wan_causal_forcing"),
     ("vae", "Wan2_1_VAE_bf16.safetensors", "vae_wan21"),
     ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),

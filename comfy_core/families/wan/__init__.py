@@ -57,6 +57,10 @@ def _build(config: Any, operations: Any = None) -> Any:
         from comfy_core.families.wan.dancer import WanDancerModel
 
         network = WanDancerModel
+    elif config.model_type in ("scail", "scail2"):  # SCAIL's pose / mask embeddings (wan/scail.py) on i2v weights
+        from comfy_core.families.wan.scail import WanSCAILModel
+
+        network = WanSCAILModel
     return network.from_config(config) if operations is None else network.from_config(config, operations=operations)
 
 

@@ -57,7 +57,7 @@ from comfy_core.models.weight_shapes import count_numbered as count_entries, sha
 from comfy_core.wrappers import run_split_blocks
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
-MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2", "wandancer")
+MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2", "wandancer", "scail", "scail2")
 # Wan variants whose extra modules are not built here (Animate).
 S2V_MARKER = "casual_audio_encoder.encoder.final_linear.weight"  # ComfyUI's model_detection marker
 S2V_FIELDS = ("audio_dim", "num_audio_token", "audio_layers", "enable_adain", "cond_dim")
@@ -113,6 +113,8 @@ class WanConfig:
     music_ffn_dim: int = 1024
     music_layers: int = 2
     music_fused_qkv: bool = False
+    # SCAIL-2 (comfy_core/families/wan/scail.py): the mask patch embedding's input channels
+    mask_in_dim: int = 28
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
@@ -133,7 +135,8 @@ class WanConfig:
     @property
     def has_image_embedding(self) -> bool:
         """i2v / flf2v / Wan 2.1 camera: CLIP-vision tokens through `img_emb` (ComfyUI's 'i2v' cross attention)."""
-        return self.model_type in ("i2v", "camera", "animate2", "wandancer")  # Animate 2, Dancer: i2v weights
+        # Animate 2, Dancer, SCAIL: i2v weights
+        return self.model_type in ("i2v", "camera", "animate2", "wandancer", "scail", "scail2")
 
     @property
     def variant(self) -> str:
@@ -158,7 +161,8 @@ class WanConfig:
         """ComfyUI's `unet_config` (model_detection's dict: `image_model` "wan2.1" and the arguments)."""
         config = {"image_model": "wan2.1", **self.params()}
         config.pop("image_dim")
-        for key in S2V_FIELDS + HUMO_FIELDS + DANCER_FIELDS:  # ComfyUI's configs name none of them (defaults)
+        # ComfyUI's configs name none of them (its constructors' defaults)
+        for key in S2V_FIELDS + HUMO_FIELDS + DANCER_FIELDS + ("mask_in_dim",):
             config.pop(key)
         for key in ("flf_pos_embed_token_number", "in_dim_ref_conv", "vace_layers", "vace_in_dim"):
             if config[key] is None:
@@ -222,6 +226,10 @@ class WanConfig:
             fields.update(s2v_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, HUMO_MARKER):
             fields.update(humo_fields(tensors, prefix, shape, dim, num_layers, WanConfigError))
+        elif _has(tensors, prefix, "patch_embedding_pose.weight"):  # SCAIL / SCAIL-2 (wan/scail.py)
+            from comfy_core.families.wan.scail import scail_fields
+
+            fields.update(scail_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, DANCER_MARKER) and image:
             fields.update(dancer_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, "control_adapter.conv.weight"):
@@ -363,6 +371,10 @@ class WanModel(nn.Module):
         if config.model_type == "wandancer" and cls is WanModel:  # its module imports this one
             raise WanConfigError("Wan: a Dancer network is built by "
                                  "comfy_core.families.wan.dancer.WanDancerModel.from_config")
+        if config.model_type in ("scail", "scail2") and cls is WanModel:  # its module imports this one
+            from comfy_core.families.wan.scail import WanSCAILModel
+
+            cls = WanSCAILModel
         kind = classes.get(config.model_type, cls)
         return kind(**kwargs, **config.params())
 

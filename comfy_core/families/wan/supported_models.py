@@ -76,3 +76,15 @@ class WAN_Animate2(WAN21_T2V):
 
     unet_config = {"image_model": "wan2.1", "model_type": "animate2"}
     sampling_settings = {"shift": 5.0}
+
+
+class WAN21_SCAIL(WAN21_T2V):
+    """SCAIL-Preview (Wan 2.1 14B i2v weights with a pose patch embedding): shift 8."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "scail"}
+
+
+class WAN21_SCAIL2(WAN21_T2V):
+    """SCAIL-2 (SCAIL plus the 28-channel identity-mask patch embedding): shift 8."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "scail2"}
