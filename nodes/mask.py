@@ -234,9 +234,12 @@ def threshold_mask(mask: torch.Tensor, value: float) -> tuple[torch.Tensor]:
 
 @node("MaskPreview", category="mask", python_module=MODULE, output_node=True,
       description=MASK_PREVIEW_DESCRIPTION,
-      inputs=[Input("mask", "MASK"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")])
+      inputs=[Input("mask", "MASK"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")],
+      outputs=[Output("MASK", "mask")])
 def mask_preview(mask: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
-    """Shows the mask in the editor as a grey image, written to the temp folder."""
+    """Shows the mask in the editor as a grey image, written to the temp folder, and passes the mask
+    on (today's ComfyUI returns `NodeOutput(mask, ui=PreviewMask(mask))`; its templates link the
+    output `{"name": "mask", "type": "MASK"}`, e.g. image_anima_lllite_image_inpainting)."""
     from comfy_core.image.png import preview_target, write_image_batch
     from nodes.image import metadata_enabled
 
@@ -244,5 +247,6 @@ def mask_preview(mask: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = No
     env = current_env()
     target = dataclasses.replace(preview_target(env.temp_dir), compress_level=MASK_PREVIEW_COMPRESS_LEVEL)
     with image_input_errors():
-        return write_image_batch(image, "ComfyUI", target, prompt=prompt, extra_pnginfo=extra_pnginfo,
-                                 metadata=metadata_enabled(env))
+        out = write_image_batch(image, "ComfyUI", target, prompt=prompt, extra_pnginfo=extra_pnginfo,
+                                metadata=metadata_enabled(env))
+    return {**out, "result": (mask,)}

@@ -48,6 +48,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.kandinsky5 import image as kandinsky5_image
     from comfy_core.families import minimax_h3
     from comfy_core.families import sdpose
+    from comfy_core.families import anima
 
     return FamilyRegistry([
         sd1.definition(),
@@ -98,6 +99,7 @@ def default_registry() -> FamilyRegistry:
         kandinsky5.definition(), kandinsky5_image.definition(),
         minimax_h3.definition(),
         sdpose.definition(),
+        anima.definition(),
     ])
 
 

@@ -2,7 +2,7 @@
 `comfy_extras/nodes_model_patch.py`): small networks that a model-patch node attaches to a
 diffusion model. Which patch a file holds is told from its key names, in ComfyUI's order:
 
-    lllite_conditioning1.conv1.weight                 Anima LLLite
+    lllite_conditioning1.conv1.weight                 Anima LLLite                    <- built
     controlnet_blocks.0.y_rms.weight                  Qwen-Image DiffSynth block-wise ControlNet  <- built
     feature_embedder.mid_layer_norm.bias              USO style projector (Flux)      <- built here
     control_all_x_embedder.2-1.weight                 Z-Image Fun ControlNet          <- built here
@@ -40,6 +40,7 @@ from comfy_core.families.minimax_h3.fun_control import MARKERS as MINIMAX_H3_FUN
 from comfy_core.families.minimax_h3.fun_control import MiniMaxH3FunControlError, load_fun_control
 from comfy_core.families.wan.multitalk import (MULTITALK_MARKER, MultiTalkConfig, MultiTalkError,
                                                MultiTalkPatchNetwork)
+from comfy_core.model_patches.anima_lllite import ANIMA_LLLITE_MARKER, load_anima_lllite
 from comfy_core.model_patches.diffsynth import (DIFFSYNTH_MARKER, DiffSynthControlNetConfig,
                                                 QwenImageBlockWiseControlNet)
 from comfy_core.model_patches.errors import ModelPatchError
@@ -54,6 +55,7 @@ DIFFSYNTH = "qwen_image_diffsynth_controlnet"
 ZIMAGE_FUN = "z_image_fun_controlnet"
 MULTITALK = "wan_multitalk"
 MINIMAX_H3_FUN = "minimax_h3_fun_controlnet"
+ANIMA_LLLITE = "anima_lllite"
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,7 @@ _NO_NODE = "the {} family is here but this patch's network and apply node are no
 
 # ComfyUI's detection order (a file is the first kind that matches).
 PATCH_KINDS: tuple[PatchKind, ...] = (
-    PatchKind("anima_lllite", "Anima LLLite", "Anima", _has("lllite_conditioning1.conv1.weight"),
-              _NO_FAMILY.format("Anima")),
+    PatchKind(ANIMA_LLLITE, "Anima LLLite", "Anima", _has(ANIMA_LLLITE_MARKER)),
     PatchKind(DIFFSYNTH, "Qwen-Image DiffSynth ControlNet", "Qwen-Image", _has(DIFFSYNTH_MARKER)),
     PatchKind(USO, "USO style projector", "Flux", _has(USO_MARKER)),
     PatchKind(ZIMAGE_FUN, "Z-Image Fun ControlNet", "Z-Image", _has(ZIMAGE_FUN_MARKER)),
@@ -199,6 +200,11 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
         dtype = _weight_dtype(checkpoint, "")
         if kind.name == ZIMAGE_FUN:  # renamed and fused tensors: read, converted, then assigned
             module = _load_zimage_fun(checkpoint, dtype)
+        elif kind.name == ANIMA_LLLITE:  # its metadata says the version, ASPP dilations, inpaint input
+            try:
+                module = load_anima_lllite(checkpoint)
+            except (ModelPatchError, CheckpointError) as exc:
+                raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
         elif kind.name == MINIMAX_H3_FUN:  # quantised layers kept as stored, float32 islands
             try:
                 module = load_fun_control(checkpoint)
@@ -224,5 +230,5 @@ def load_model_patch(path: str | Path, *, load_device: torch.device | str | None
     return Patcher(module, load_device=load_device, offload_device=offload_device)
 
 
-__all__ = ["DIFFSYNTH", "MINIMAX_H3_FUN", "MULTITALK", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError",
+__all__ = ["ANIMA_LLLITE", "DIFFSYNTH", "MINIMAX_H3_FUN", "MULTITALK", "PATCH_KINDS", "USO", "PatchKind", "UnknownModelPatchError",
            "UnsupportedModelPatchError", "detect_model_patch", "load_model_patch"]

@@ -456,6 +456,20 @@ RUNNING = {
     "video_ltx2_depth_to_video": "Lotus-D depth per frame, then LTX-2 with the depth IC-LoRA",
     "image_chrono_edit_14B": "42-66 s as saved (20 steps, cfg 4): ScaleROPE (time positions x7), WanImageToVideo 720x720 5 frames, "
                              "CLIPVisionEncode, KSampler, ImageFromBatch's last frame",
+    # Anima (comfy_core/families/anima, tests/fixtures/template_models_anima.py), as saved at 1024x1024: the Cosmos-Predict2
+    # DiT + LLM adapter (UNETLoader), Qwen3-0.6B through CLIPLoader type "stable_diffusion" (T5 ids for the adapter), the
+    # Qwen-Image (Wan 2.1) VAE; the LLLite ones add ModelPatchLoader + AnimaLLLiteApply (comfy_core/model_patches/anima_lllite.py).
+    **{name: f"{seconds}: {what}" for name, seconds, what in (
+        ("image_anima_base_v1", "94 s", "subgraph, Anima base v1.0 (ComfySwitchNode around the turbo LoRA's "
+                                        "LoraLoaderModelOnly), KSampler 30 steps cfg 4"),
+        ("image_anima_preview", "103 s", "Anima preview, er_sde 30 steps"),
+        ("image_anima_lllite_any_control_to_image", "6 s", "as saved only its control-image previews (LoadImage, Canny, "
+                                                           "ImageInvert, PreviewImage): the Anima branch is skipped with "
+                                                           "validation's warning, its ResizeImageMaskNode broken as shipped as "
+                                                           "image_anima_lllite_depth_control_to_image's; with the value set by "
+                                                           "hand it runs (123 s, the RGB LLLite patch)"),
+        ("image_anima_lllite_image_inpainting", "21 s", "subgraph, the inpainting LLLite patch (RGB + Painter's mask, "
+                                                        "masked input) fed through MaskPreview's MASK output"))},
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -474,7 +488,6 @@ _FAMILIES_NOT_HERE = {
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
-    "Anima (Qwen3-0.6B text encoder, Qwen-Image VAE)": ("image_anima_base_v1", "image_anima_preview"),
     "Boogu Image (Qwen3-VL 8B text encoder)": ("image_boogu_image_0_1_turbo_t2i",),
     "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
     "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
@@ -499,6 +512,12 @@ NOT_RUNNING: dict[str, tuple[str, str]] = {
         "it, as ours does (the Fun union ControlNet itself runs: 658 s at 1.6 MP with the value set by hand)",
         "resize_type.multiple, area"),
     # Families and model patches added in this session, with no tiny template files yet.
+    **{name: ("broken as shipped, as image_qwen_Image_2512_controlnet: its ResizeImageMaskNode was saved before 'scale "
+              "total pixels' gained `multiple` (widgets ['scale total pixels', 1, 'lanczos']), so today's editor sends "
+              "'lanczos' as resize_type.multiple and ComfyUI's validation refuses it, as ours does (with the value set by "
+              "hand the rest runs: 123 s, the Anima DiT with the RGB LLLite patch on Depth Anything 3's render)",
+              "resize_type.multiple, lanczos")
+       for name in ("image_anima_lllite_depth_control_to_image",)},
     "video_wan2.1_alpha_t2v_14B": (
         "Wan-Alpha's RGB / alpha VAE pair is not a VAE written here (its files are written as SD1 VAEs, "
         "which refuse the Wan video latent); the rest of the graph runs", "expected an image latent"),
@@ -833,6 +852,11 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "hidream_i1_fast_fp8.safetensors", "unet_hidream_fp8"),
     ("diffusion_models", "ovis_image_bf16.safetensors", "unet_ovis_image"),
     ("text_encoders", "ovis_2.5.safetensors", "ovis25_qwen3"),
+    ("diffusion_models", "anima-base-v1.0.safetensors", "unet_anima"),
+    ("text_encoders", "qwen_3_06b_base.safetensors", "anima_qwen3_06b"),
+    ("loras", "anima-turbo-lora-v0.2.safetensors", "lora_anima"),
+    ("model_patches", "anima-lllite-depth-1.safetensors", "anima_lllite"),
+    ("model_patches", "anima-lllite-inpainting-v2.safetensors", "anima_lllite_inpaint"),
     ("checkpoints", "ltx-2-19b-dev-fp8.safetensors", "ltx2_checkpoint"),
     ("checkpoints", "ltx-2.3-22b-distilled-fp8.safetensors", "ltx23_checkpoint"),
     ("text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors", "gemma3_12b_fp4_mixed"),

@@ -59,7 +59,7 @@ def test_the_file_weight_dtype_is_kept(tmp_path):
 
 @pytest.mark.parametrize("kind", sorted(set(FOREIGN_KEYS) - {"qwen_image_diffsynth_controlnet",  # built here
                                                                "z_image_fun_controlnet", "wan_multitalk",
-                                                               "minimax_h3_fun_controlnet"}))
+                                                               "minimax_h3_fun_controlnet", "anima_lllite"}))
 def test_other_kinds_are_refused_naming_the_kind(tmp_path, kind):
     path = write_patch_file(tmp_path / f"{kind}.safetensors", foreign_patch_state_dict(kind))
     assert detect_model_patch(foreign_patch_state_dict(kind)).name == kind
