@@ -78,6 +78,26 @@ def _in_model_space(model: Any, latent: torch.Tensor) -> torch.Tensor:
     return out
 
 
+
+def i2v_concat_mask(mask: torch.Tensor | None, noise: torch.Tensor, device: Any) -> torch.Tensor:
+    """The 4 mask channels Wan's i2v network takes beside the latent `noise` [B, C, T, h, w]
+    (ComfyUI's `WAN21.concat_cond`): zeros without a mask; else 1 - mask (a frame mask [B, 1, H, W]
+    counts as one frame, several channels are averaged), scaled to the latent, padded with zeros
+    to its frames, repeated to the 4 channels and to its batch."""
+    if mask is None:
+        return torch.zeros_like(noise)[:, :MASK_CHANNELS]
+    mask = mask.to(device)
+    if mask.ndim == 4:  # [B, 1, H, W] image mask: one frame
+        mask = mask.unsqueeze(2)
+    if mask.shape[1] != MASK_CHANNELS:
+        mask = torch.mean(mask, dim=1, keepdim=True)
+    mask = upscale_frames(1.0 - mask, noise.shape[-1], noise.shape[-2])
+    if mask.shape[-3] < noise.shape[-3]:
+        mask = torch.nn.functional.pad(mask, (0, 0, 0, 0, 0, noise.shape[-3] - mask.shape[-3]), value=0)
+    if mask.shape[1] == 1:
+        mask = mask.repeat(1, MASK_CHANNELS, 1, 1, 1)
+    return resize_to_batch_size(mask, noise.shape[0])
+
 class WanConditions(ModelConditions):
     """Wan's model inputs (see the module docstring); `image_to_video`: ComfyUI's flag of the
     same name (i2v / TI2V models take image + mask channels, zeros when no image is given)."""
@@ -121,21 +141,7 @@ class WanConditions(ModelConditions):
             if not self.image_to_video or extra == image.shape[1]:
                 return self._checked(image, extra)
         image = image[:, :extra - MASK_CHANNELS]
-        mask = kwargs.get("concat_mask", kwargs.get("denoise_mask"))
-        if mask is None:
-            mask = torch.zeros_like(noise)[:, :MASK_CHANNELS]
-        else:
-            mask = mask.to(device)
-            if mask.ndim == 4:  # [B, 1, H, W] image mask: one frame
-                mask = mask.unsqueeze(2)
-            if mask.shape[1] != MASK_CHANNELS:
-                mask = torch.mean(mask, dim=1, keepdim=True)
-            mask = upscale_frames(1.0 - mask, noise.shape[-1], noise.shape[-2])
-            if mask.shape[-3] < noise.shape[-3]:
-                mask = torch.nn.functional.pad(mask, (0, 0, 0, 0, 0, noise.shape[-3] - mask.shape[-3]), value=0)
-            if mask.shape[1] == 1:
-                mask = mask.repeat(1, MASK_CHANNELS, 1, 1, 1)
-            mask = resize_to_batch_size(mask, noise.shape[0])
+        mask = i2v_concat_mask(kwargs.get("concat_mask", kwargs.get("denoise_mask")), noise, device)
         index = int(kwargs.get("concat_mask_index", 0) or 0)
         mask = mask.to(image.dtype)
         if index:

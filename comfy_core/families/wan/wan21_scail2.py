@@ -23,9 +23,8 @@ import torch
 
 from comfy_core.families.base import Family
 from comfy_core.families.wan import supported_models, wan_family
-from comfy_core.families.wan.conditions import MASK_CHANNELS, upscale_frames
+from comfy_core.families.wan.conditions import MASK_CHANNELS, i2v_concat_mask
 from comfy_core.families.wan.wan21_scail import SCAILConditions
-from comfy_core.models.concat_inputs import resize_to_batch_size
 from comfy_core.models.model_conditions import ConditioningError
 
 
@@ -56,19 +55,7 @@ class SCAIL2Conditions(SCAILConditions):
         if extra != MASK_CHANNELS:
             return super().concat_cond(model, **kwargs)
         mask = kwargs.get("concat_mask", kwargs.get("denoise_mask"))
-        if mask is None:
-            return torch.zeros_like(noise)[:, :MASK_CHANNELS]
-        mask = mask.to(kwargs.get("device") or noise.device)
-        if mask.ndim == 4:  # [B, 1, H, W]: one frame
-            mask = mask.unsqueeze(2)
-        if mask.shape[1] != MASK_CHANNELS:
-            mask = torch.mean(mask, dim=1, keepdim=True)
-        mask = upscale_frames(1.0 - mask, noise.shape[-1], noise.shape[-2])
-        if mask.shape[-3] < noise.shape[-3]:
-            mask = torch.nn.functional.pad(mask, (0, 0, 0, 0, 0, noise.shape[-3] - mask.shape[-3]), value=0)
-        if mask.shape[1] == 1:
-            mask = mask.repeat(1, MASK_CHANNELS, 1, 1, 1)
-        return resize_to_batch_size(mask, noise.shape[0]).to(noise.dtype)
+        return i2v_concat_mask(mask, noise, kwargs.get("device") or noise.device).to(noise.dtype)
 
     @property
     def scale_latent_inpaint(self) -> Any:
