@@ -38,6 +38,8 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "LTXAV": "comfy_core.families.ltx2.supported_models:LTXAV",
     "Omnigen2": "comfy_core.families.omnigen2.supported_models:Omnigen2",
     "StableAudio": "comfy_core.families.stable_audio.supported_models:StableAudio",
+    **{name: f"comfy_core.families.hunyuan3d.supported_models:{name}"
+       for name in ("Hunyuan3Dv2", "Hunyuan3Dv2mini", "Hunyuan3Dv2_1")},
     "StableAudio3": "comfy_core.families.stable_audio.supported_models:StableAudio3",
     "ACEStep15": "comfy_core.families.ace_step15.supported_models:ACEStep15",
     "ACEStep": "comfy_core.families.ace_step.supported_models:ACEStep",
@@ -69,13 +71,12 @@ _PARENTS: dict[str, str] = {
 }
 _KINDS = ("Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "Segmind_Vega",
           "SD_X4Upscaler", "Stable_Cascade_C", "SV3D_u", "AuraFlow", "PixArtAlpha", "HunyuanDiT",
-          "GenmoMochi", "CosmosT2V", "CosmosT2IPredict2",
-          "Hunyuan3Dv2")
+          "GenmoMochi", "CosmosT2V", "CosmosT2IPredict2")
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
              "CosmosI2VPredict2": "CosmosT2IPredict2",
-             "WAN22_Animate": "WAN21_T2V", "Hunyuan3Dv2mini": "Hunyuan3Dv2", "Hunyuan3Dv2_1": "Hunyuan3Dv2"}
+             "WAN22_Animate": "WAN21_T2V"}
 
 
 OTHER_CONFIG_NAMES: tuple[str, ...] = _KINDS + tuple(_SUBKINDS)

@@ -29,7 +29,7 @@ class ClipVision:
         self.image_mean = list(config.image_mean)
         self.image_std = list(config.image_std)
         # ComfyUI's flag: SigLIP outputs carry every layer's states.
-        self.return_all_hidden_states = config.kind != "clip"
+        self.return_all_hidden_states = config.kind == "siglip"
 
     @property
     def model(self) -> VisionTower:
@@ -41,7 +41,7 @@ class ClipVision:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.vision_model.embeddings.patch_embedding.weight.dtype
+        return self.model.patch_weight.dtype
 
     def encode_image(self, image: torch.Tensor, crop: bool = True) -> ClipVisionOutput:
         """IMAGE `[B, H, W, C]` (0..1) -> a `ClipVisionOutput` (float32, on the offload device).
@@ -49,7 +49,7 @@ class ClipVision:
         `crop`: resize the shortest side to the model's image size and cut out the centre (True),
         or squash the whole image to a square (False); see `clip_preprocess`."""
         with torch.no_grad(), self.patcher.applied() as tower:
-            device = tower.vision_model.embeddings.patch_embedding.weight.device
+            device = tower.patch_weight.device
             pixels = clip_preprocess(image.to(device), self.image_size, self.image_mean, self.image_std,
                                      crop=crop).float()
             output = tower.encode(pixels)

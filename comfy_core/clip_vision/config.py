@@ -36,8 +36,13 @@ log = logging.getLogger(__name__)
 
 LAYOUT_HF = "hf"
 LAYOUT_OPEN_CLIP = "open_clip"
+LAYOUT_DINOV2 = "dinov2"  # transformers' `Dinov2Model` names (`embeddings.*`, `encoder.layer.N.*`, `layernorm.*`)
 KIND_CLIP = "clip"
 KIND_SIGLIP = "siglip"
+KIND_DINOV2 = "dinov2"
+# DINOv2's pixel normalisation (ImageNet's), ComfyUI's `image_encoders/dino2_*.json`.
+DINOV2_MEAN = (0.485, 0.456, 0.406)
+DINOV2_STD = (0.229, 0.224, 0.225)
 
 HEADS = 16  # every ComfyUI clip_vision config (ViT-L 64-wide heads, H 80, bigG 104, SigLIP 72)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -52,6 +57,7 @@ KNOWN_PREFIXES: tuple[str, ...] = (
     "embedder.model.visual.",
     "conditioner.embedders.0.open_clip.model.visual.",
     "cond_stage_model.model.visual.",
+    "conditioner.main_image_encoder.model.",  # Hunyuan3D 2.0 / 2.1's DINOv2
     "clip_l_vision.",
     "clip_vision.",
     "visual.",
@@ -108,10 +114,11 @@ class ClipVisionConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        if self.kind not in (KIND_CLIP, KIND_SIGLIP):
-            raise ClipVisionDetectionError(f"clip vision kind must be 'clip' or 'siglip', got {self.kind!r}")
-        if self.layout not in (LAYOUT_HF, LAYOUT_OPEN_CLIP):
-            raise ClipVisionDetectionError(f"clip vision layout must be 'hf' or 'open_clip', got {self.layout!r}")
+        if self.kind not in (KIND_CLIP, KIND_SIGLIP, KIND_DINOV2):
+            raise ClipVisionDetectionError(f"clip vision kind must be 'clip', 'siglip' or 'dinov2', got {self.kind!r}")
+        if self.layout not in (LAYOUT_HF, LAYOUT_OPEN_CLIP, LAYOUT_DINOV2):
+            raise ClipVisionDetectionError(f"clip vision layout must be 'hf', 'open_clip' or 'dinov2', "
+                                           f"got {self.layout!r}")
         if self.width % self.heads:
             raise ClipVisionDetectionError(f"{self.prefix or '(top level)'}: width {self.width} is not divisible "
                                            f"by {self.heads} attention heads")
@@ -122,7 +129,7 @@ class ClipVisionConfig:
 
     @property
     def num_positions(self) -> int:
-        return self.num_patches + (1 if self.kind == KIND_CLIP else 0)
+        return self.num_patches + (0 if self.kind == KIND_SIGLIP else 1)
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "",
@@ -135,6 +142,8 @@ class ClipVisionConfig:
             return _detect_hf(tensors, prefix, heads)
         if f"{prefix}conv1.weight" in tensors and f"{prefix}transformer.resblocks.0.attn.in_proj_weight" in tensors:
             return _detect_open_clip(tensors, prefix, heads)
+        if f"{prefix}embeddings.cls_token" in tensors and f"{prefix}encoder.layer.0.layer_scale1.lambda1" in tensors:
+            return _detect_dinov2(tensors, prefix, heads)
         return None
 
     def to_transformers(self) -> Any:
@@ -259,3 +268,24 @@ def _detect_open_clip(tensors: Mapping[str, Any], prefix: str, heads: int | None
         raise ClipVisionDetectionError(f"{prefix}proj: shape {projection} is not [{width}, P]")
     return _finish(prefix, LAYOUT_OPEN_CLIP, KIND_CLIP, width, layers, intermediate, patch_size, image_size,
                    projection[1], None, heads)
+
+
+# DINOv2 towers ComfyUI loads as clip vision (`image_encoders/dino2_large.json`, `dino2_giant.json`).
+DINOV2_MODELS = {(1024, 24): "DINOv2 ViT-L/14", (1536, 40): "DINOv2 ViT-g/14"}
+
+
+def _detect_dinov2(tensors: Mapping[str, Any], prefix: str, heads: int | None) -> ClipVisionConfig:
+    """A DINOv2 tower (Hunyuan3D's image encoder), as ComfyUI's `load_clipvision_from_sd` takes it:
+    heads of 64 (ViT-L 16, ViT-g 24), layer-norm eps 1e-6, ImageNet normalisation, the image size
+    of the trained position grid (518 for the releases); the output is the final LayerNorm's."""
+    patch = _shape(tensors, f"{prefix}embeddings.patch_embeddings.projection.weight")
+    positions = _shape(tensors, f"{prefix}embeddings.position_embeddings")[1:]  # [1, N, W] -> (N, W)
+    width, patch_size, image_size = _geometry(prefix, patch, positions, True)
+    layers = _count_layers(tensors, f"{prefix}encoder.layer")
+    swiglu = f"{prefix}encoder.layer.0.mlp.weights_in.weight" in tensors
+    intermediate = _shape(tensors, f"{prefix}encoder.layer.0.mlp.{'weights_in' if swiglu else 'fc1'}.weight")[0]
+    return ClipVisionConfig(
+        name=DINOV2_MODELS.get((width, layers), "custom DINOv2"), kind=KIND_DINOV2, prefix=prefix,
+        layout=LAYOUT_DINOV2, width=width, layers=layers, heads=heads or max(1, width // 64), intermediate=intermediate,
+        patch_size=patch_size, image_size=image_size, projection_dim=None,
+        activation="swiglu" if swiglu else "gelu", image_mean=DINOV2_MEAN, image_std=DINOV2_STD, layer_norm_eps=1e-6)

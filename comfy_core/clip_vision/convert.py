@@ -24,12 +24,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from comfy_core.clip_vision.config import LAYOUT_HF, ClipVisionConfig
+from comfy_core.clip_vision.config import LAYOUT_DINOV2, LAYOUT_HF, ClipVisionConfig
 
 if TYPE_CHECKING:
     import torch
 
 _HF_ROOTS = ("vision_model.", "visual_projection.", "multi_modal_projector.")
+_DINOV2_ROOTS = ("embeddings.", "encoder.layer.", "layernorm.")  # our DINOv2 module's names are the file's
 # transformers 5 rebuilds it (a non-persistent buffer); some files carry a copy.
 _HF_IGNORED = ("vision_model.embeddings.position_ids",)
 
@@ -68,7 +69,10 @@ def plan_keys(config: ClipVisionConfig, names: Iterable[str]) -> tuple[dict[str,
         if not key.startswith(prefix):
             continue
         rest = key[len(prefix):]
-        mapped = _hf(rest, key) if config.layout == LAYOUT_HF else _open_clip(rest, key)
+        if config.layout == LAYOUT_DINOV2:
+            mapped = [(rest, Source(key))] if rest.startswith(_DINOV2_ROOTS) else None
+        else:
+            mapped = _hf(rest, key) if config.layout == LAYOUT_HF else _open_clip(rest, key)
         if mapped is None:
             if rest not in _HF_IGNORED:
                 unused.append(key)

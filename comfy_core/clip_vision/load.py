@@ -27,7 +27,7 @@ from comfy_core.checkpoint.reader import TORCH_DTYPES, CheckpointFile
 from comfy_core.clip_vision.clip_vision import ClipVision
 from comfy_core.clip_vision.config import KNOWN_PREFIXES, ClipVisionConfig, ClipVisionDetectionError, find_clip_vision
 from comfy_core.clip_vision.convert import plan_keys, planned_shape, take
-from comfy_core.clip_vision.model import FLOAT32_KEYS, VisionTower
+from comfy_core.clip_vision.model import FLOAT32_KEYS, tower_for
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def clip_vision_from_checkpoint(checkpoint: CheckpointFile, config: ClipVisionCo
                                 workers: int = DEFAULT_WORKERS) -> ClipVision:
     """Build the tower `config` describes from the open `checkpoint`'s tensors."""
     plan, unused = plan_keys(config, checkpoint.tensors)
-    tower = build_on_meta(lambda: VisionTower(config))
+    tower = build_on_meta(lambda: tower_for(config))
     expected = tower.state_dict()  # name -> meta tensor
     missing = sorted(set(expected) - set(plan))
     if missing:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comfy_core.clip_vision.config import KIND_CLIP, ClipVisionConfig
+from comfy_core.clip_vision.config import KIND_CLIP, KIND_DINOV2, ClipVisionConfig
 from comfy_core.models.float32_compute import compute_in_float32
 from comfy_core.clip_vision.output import ClipVisionOutput
 
@@ -63,6 +63,11 @@ class VisionTower(nn.Module):
             self.visual_projection = None
         self.multi_modal_projector = (LlavaProjector(config.width, config.mm_projection_dim)
                                       if config.mm_projection_dim is not None else None)
+
+    @property
+    def patch_weight(self) -> torch.Tensor:
+        """The patch convolution's weight (where the tower's device and storage dtype are read)."""
+        return self.vision_model.embeddings.patch_embedding.weight
 
     def reset_position_ids(self) -> None:
         """Give the non-persistent `position_ids` buffer (in no state dict, so still on the meta
@@ -123,3 +128,59 @@ class VisionTower(nn.Module):
         if self.multi_modal_projector is not None and penultimate is not None:
             output["mm_projected"] = compute_in_float32(self.multi_modal_projector, penultimate)
         return output
+
+
+class DinoVisionTower(nn.Module):
+    """A DINOv2 image encoder as ComfyUI's clip vision runs it (`comfy/image_encoders/dino2.py`,
+    Hunyuan3D's conditioning): our `models/dinov2.py` backbone in the file's names; ComfyUI's
+    outputs are `last_hidden_state` = every token through the final LayerNorm, `image_embeds` its
+    class token, `penultimate_hidden_states` the second-to-last block's output (no norm),
+    `mm_projected` None. Each block computes in float32 whatever its weights are stored in."""
+
+    def __init__(self, config: ClipVisionConfig) -> None:
+        super().__init__()
+        from comfy_core.models.dinov2 import Dinov2Config, _Embeddings, _Encoder
+
+        self.config = config
+        backbone = Dinov2Config(hidden_size=config.width, num_layers=config.layers, num_heads=config.heads,
+                                position_grid=config.image_size // config.patch_size,
+                                swiglu=config.activation == "swiglu", layer_norm_eps=config.layer_norm_eps,
+                                patch_size=config.patch_size)
+        self.embeddings = _Embeddings(backbone)
+        self.encoder = _Encoder(backbone)
+        self.layernorm = nn.LayerNorm(config.width, eps=config.layer_norm_eps)
+
+    @property
+    def patch_weight(self) -> torch.Tensor:
+        return self.embeddings.patch_embeddings.projection.weight
+
+    def reset_position_ids(self) -> None:
+        """No non-persistent buffers to restore."""
+
+    def forward(self, pixel_values: torch.Tensor, attention_mask: None = None,
+                intermediate_output: int | str | None = None) -> tuple:
+        """ComfyUI's `Dinov2Model` call: `(last_hidden_state, intermediate, pooled, None)`."""
+        output = self.encode(pixel_values)
+        intermediate = output["penultimate_hidden_states"] if intermediate_output in (-2, self.config.layers - 2) \
+            else None
+        return output["last_hidden_state"], intermediate, output["image_embeds"], None
+
+    def encode(self, pixel_values: torch.Tensor) -> ClipVisionOutput:
+        """Normalised pixels `[B, 3, S, S]` -> ComfyUI's outputs, float32."""
+        x = compute_in_float32(self.embeddings, pixel_values.float())  # [B, 1 + N, W]
+        states: list[torch.Tensor] = []
+        for block in self.encoder.layer:
+            x = compute_in_float32(block, x)
+            states.append(x)
+        x = compute_in_float32(self.layernorm, x)
+        output = ClipVisionOutput()
+        output["last_hidden_state"] = x
+        output["image_embeds"] = x[:, 0, :]
+        output["penultimate_hidden_states"] = states[-2] if len(states) >= 2 else None
+        output["mm_projected"] = None
+        return output
+
+
+def tower_for(config: ClipVisionConfig) -> nn.Module:
+    """The module for `config`'s kind (built on the meta device by the loader)."""
+    return DinoVisionTower(config) if config.kind == KIND_DINOV2 else VisionTower(config)

@@ -48,6 +48,8 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.kandinsky5 import image as kandinsky5_image
     from comfy_core.families import minimax_h3
     from comfy_core.families import sdpose
+    from comfy_core.families import hunyuan3d
+    from comfy_core.families.hunyuan3d import mini as hunyuan3d_mini, v21 as hunyuan3d21
     from comfy_core.families import anima
 
     return FamilyRegistry([
@@ -100,6 +102,7 @@ def default_registry() -> FamilyRegistry:
         minimax_h3.definition(),
         sdpose.definition(),
         anima.definition(),
+        hunyuan3d.definition(), hunyuan3d_mini.definition(), hunyuan3d21.definition(),
     ])
 
 

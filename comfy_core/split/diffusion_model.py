@@ -82,8 +82,8 @@ def diffusion_model_view(checkpoint: CheckpointFile, registry: FamilyRegistry) -
     """`checkpoint` presented under the single-file names our families detect and load.
 
     For each architecture the registry's families use (UNet, MMDiT, Flux DiT, ...), in order: its
-    names under `model.diffusion_model.` (a whole checkpoint) are used as they are, bare names get
-    the prefix (a renamed view, no copy), and diffusers-layout names are converted to the family's
+    names under the family's diffusion-model prefix (`model.diffusion_model.`, Hunyuan3D's `model.`:
+    a whole checkpoint) are used as they are, bare names get the prefix (a renamed view, no copy), and diffusers-layout names are converted to the family's
     names by the architecture's `from_diffusers` (a DiT's fused q/k/v are new tensors, the rest
     read from the file). UNets in any layout go through `diffusion_model_names`."""
     names = checkpoint.tensors
@@ -93,10 +93,11 @@ def diffusion_model_view(checkpoint: CheckpointFile, registry: FamilyRegistry) -
         if architecture.name in seen or architecture.head_layout:
             continue
         seen.add(architecture.name)
-        if architecture.present(names, UNET_PREFIX):
-            return RenamedCheckpoint(checkpoint, {n: n for n in names if n.startswith(UNET_PREFIX)})
+        prefix = family.unet_prefix  # `model.diffusion_model.` but for a few (Hunyuan3D's `model.`)
+        if architecture.present(names, prefix):
+            return RenamedCheckpoint(checkpoint, {n: n for n in names if n.startswith(prefix)})
         if architecture.present(names, ""):
-            return RenamedCheckpoint(checkpoint, {UNET_PREFIX + n: n for n in names})
+            return RenamedCheckpoint(checkpoint, {prefix + n: n for n in names})
         if architecture.is_diffusers is not None and architecture.is_diffusers(names):
             state = {n: checkpoint.read_stored(n) for n in names}
             try:

@@ -87,6 +87,11 @@ MOGE_TIMES = {"utility_moge_depth_estimation": "1-2 s", "utility_moge3_geometry_
 # Depth Anything 3 templates, as saved: wall time of a run through `_run` on the shared 2-core machine, files included.
 DA3_TIMES = {"utility_depth_anything3_image_depth_estimation": "0.4-0.8 s",
              "utility_depth_anything3_video_depth_estimation": "4-8 s"}
+# Hunyuan3D 2.0 / 2.1, made small (64 shape tokens, a 17^3 grid): wall time of a run through `_run` on the shared
+# 2-core machine, files included.
+HY3D_TIMES = {"3d_hunyuan3d_image_to_model": "2-6 s",
+              "3d_hunyuan3d-v2.1": "29-42 s (the process's first run: imports included)",
+              "3d_hunyuan3d_multiview_to_model": "3-11 s", "3d_hunyuan3d_multiview_to_model_turbo": "4-13 s"}
 # The covered templates that run here, with what each adds (wall time of a run on the shared
 # 2-core development machine, load ~4).
 RUNNING = {
@@ -430,6 +435,20 @@ RUNNING = {
         "utility_sdpose_ood_video_to_pose_map": "made small: LoadVideo, GetVideoComponents, the frames in one batch "
                                                 "through the extractor, SDPoseDrawKeypoints, CreateVideo with the "
                                                 "audio, SaveVideo"}.items()},
+    # Hunyuan3D (comfy_core/families/hunyuan3d, nodes/hunyuan3d_nodes.py, tests/fixtures/template_models_hunyuan3d.py):
+    # ImageOnlyCheckpointLoader's tiny checkpoint (DiT under model., ShapeVAE under vae., DINOv2 as CLIP vision),
+    # made small: EmptyLatentHunyuan3Dv2 at 64 shape tokens, VAEDecodeHunyuan3D at octree resolution 16; SaveGLB's
+    # mesh read back. Times: HY3D_TIMES.
+    **{name: f"{HY3D_TIMES[name]}: {what}" for name, what in {
+        "3d_hunyuan3d_image_to_model": "subgraph: the 2.0 DiT (ModelSamplingAuraFlow shift 1), CLIPVisionEncode "
+                                       "(center) through the DINOv2, Hunyuan3Dv2Conditioning, KSampler 20 steps cfg "
+                                       "8, VAEDecodeHunyuan3D, VoxelToMesh (surface net)",
+        "3d_hunyuan3d-v2.1": "subgraph: the 2.1 DiT (U-ViT skips, mixture of experts), 30 steps cfg 5, the same "
+                             "decode and surface net",
+        "3d_hunyuan3d_multiview_to_model": "the 2.0 multi-view DiT, Hunyuan3Dv2ConditioningMultiView (front and "
+                                           "back views, crop none), 20 steps cfg 7.5",
+        "3d_hunyuan3d_multiview_to_model_turbo": "the turbo file's guidance embedding fed by FluxGuidance 3.5, "
+                                                 "20 steps cfg 4"}.items()},
     # RT-DETRv4 (comfy_core/models/rtdetr.py, nodes/detection_nodes.py, tests/fixtures/template_models_rtdetr.py):
     # UNETLoader's tiny detector (its score head favours "person") ahead of SDPose's per-person crops.
     "utility_sdpose_multi_person": "8 s: subgraph: UNETLoader's RT-DETRv4, RTDETR_detect (person, threshold 0.5, one "
@@ -542,7 +561,7 @@ def _made_small(name: str) -> bool:
     text generation (a tiny random LLM never says stop: 2048 tokens are minutes; FLUX 3's upsampler asks for 3584,
     and Qwen3-VL then encodes them: over 5 minutes as saved)."""
     return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_",
-                                                 "ltx", "flux3_klein", "minimax"))
+                                                 "ltx", "flux3_klein", "minimax", "hunyuan3d"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
@@ -601,6 +620,10 @@ def shrink_2026(prompt: dict) -> dict:
             # the test's second of audio holds two whole 9-frame (0.3 s) segments with their music; the
             # template asks for as many as its duration choice (6)
             node["inputs"]["num_segments"] = 2
+        if node["class_type"] == "EmptyLatentHunyuan3Dv2" and isinstance(node["inputs"].get("resolution"), int):
+            node["inputs"]["resolution"] = min(node["inputs"]["resolution"], 64)  # shape tokens
+        if node["class_type"] == "VAEDecodeHunyuan3D" and isinstance(node["inputs"].get("octree_resolution"), int):
+            node["inputs"]["octree_resolution"] = 16  # its least: a 17^3 grid
         start = node["inputs"].get("start_frame_count")  # Kandinsky 5 i2v: a reference frame must follow
         if node["class_type"] == "NormalizeVideoLatentStart" and isinstance(start, int):
             node["inputs"]["start_frame_count"] = min(start, (SMALL_LENGTH - 1) // 4)
@@ -738,9 +761,10 @@ def _check_minimax_video(path: Path) -> None:
     assert channels == 2 and abs(seconds - frames / 24) <= 0.1, (channels, seconds, frames)
 
 
-def _check_glb(path: Path) -> None:
+def _check_glb(path: Path, texture: bool = True) -> None:
     """A MoGe template's GLB read back by its container layout (glTF 2.0 binary: header, JSON chunk, BIN
-    chunk): a triangle mesh whose indices stay below its vertex count, with a PNG base-colour texture."""
+    chunk): a triangle mesh whose indices stay below its vertex count, with a PNG base-colour texture
+    (`texture`; Hunyuan3D's meshes carry none)."""
     import struct
 
     data = path.read_bytes()
@@ -757,6 +781,8 @@ def _check_glb(path: Path) -> None:
     view = gltf["bufferViews"][indices["bufferView"]]
     faces = struct.unpack_from(f"<{indices['count']}I", blob, view["byteOffset"])
     assert positions["count"] > 0 and indices["count"] % 3 == 0 and max(faces) < positions["count"]
+    if not texture:
+        return
     image = gltf["images"][0]
     png = gltf["bufferViews"][image["bufferView"]]
     assert blob[png["byteOffset"]:png["byteOffset"] + 8] == b"\x89PNG\r\n\x1a\n"
@@ -789,6 +815,10 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
         _check_glb(glbs[0])
     if name in SDPOSE_TIMES:
         _check_sdpose(written)
+    if name in HY3D_TIMES:
+        glbs = [Path(p) for p in written if Path(p).suffix == ".glb"]
+        assert len(glbs) == 1, written
+        _check_glb(glbs[0], texture=False)
 
 
 async def test_template_fails_for_the_listed_reason(failing: str, tmp_path: Path, object_info: dict) -> None:
