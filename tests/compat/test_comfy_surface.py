@@ -67,7 +67,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.ldm.genmo.*": _FAMILY.format("Mochi"),
     "comfy.text_encoders.genmo": _FAMILY.format("Mochi"),
     "comfy_extras.nodes_mochi": _FAMILY.format("Mochi"),
-    "comfy.ldm.hunyuan3d*": _FAMILY.format("Hunyuan3D"),
     "comfy.text_encoders.hunyuan_image": _FAMILY.format("HunyuanImage 2.1"),
     "comfy.text_encoders.llama": _INTERNALS.format("the Llama / Qwen / Gemma decoder towers (comfy_core/text_encoders')",
                                                    "each family's text-encoder set, e.g. comfy.text_encoders.hidream"),

@@ -140,3 +140,20 @@ def test_a_lotus_d_model_is_comfyuis_lotus(session, tmp_path):
     assert not isinstance(model, comfy.model_base.SD21UNCLIP)
     assert isinstance(model.model_config, comfy.supported_models.LotusD)
     assert isinstance(model.model_config, comfy.supported_models.SD20)
+
+
+def test_a_loaded_hunyuan3d_network_is_comfyuis_class(session, tmp_path):
+    import comfy.ldm.hunyuan3d.model
+    import comfy.ldm.hunyuan3dv2_1.hunyuandit
+
+    from comfy_core.split.diffusion_model import load_diffusion_model
+    from tests.fixtures.template_models_hunyuan3d import WRITERS_HUNYUAN3D, file_kind_hunyuan3d
+
+    for name, cls, other in (("hunyuan3d-dit-v2-mv.safetensors", comfy.ldm.hunyuan3d.model.Hunyuan3Dv2,
+                              comfy.ldm.hunyuan3dv2_1.hunyuandit.HunYuanDiTPlain),
+                             ("hunyuan_3d_v2.1.safetensors", comfy.ldm.hunyuan3dv2_1.hunyuandit.HunYuanDiTPlain,
+                              comfy.ldm.hunyuan3d.model.Hunyuan3Dv2)):
+        path = tmp_path / name
+        WRITERS_HUNYUAN3D[file_kind_hunyuan3d("checkpoints", name)](path)
+        network = load_diffusion_model(path).model.diffusion_model
+        assert isinstance(network, cls) and not isinstance(network, other)
