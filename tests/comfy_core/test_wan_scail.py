@@ -35,7 +35,7 @@ def state() -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def model(state) -> WanSCAILModel:
-    net = WanModel.from_config(WanConfig.detect_from_weights(state))
+    net = WanSCAILModel.from_config(WanConfig.detect_from_weights(state))
     net.load_state_dict(state, strict=True)
     return net.eval()
 
@@ -232,7 +232,7 @@ def test_without_scail_inputs_it_is_the_plain_i2v_network(model, state, inputs):
 
 def test_scail_one_weights_refuse_mask_inputs(inputs):
     state = tiny_scail_state_dict(seed=2, version=1)
-    net = WanModel.from_config(WanConfig.detect_from_weights(state))
+    net = WanSCAILModel.from_config(WanConfig.detect_from_weights(state))
     net.load_state_dict(state, strict=True)
     assert net.patch_embedding_mask is None
     i = inputs

@@ -227,7 +227,7 @@ class WanConfig:
         elif _has(tensors, prefix, HUMO_MARKER):
             fields.update(humo_fields(tensors, prefix, shape, dim, num_layers, WanConfigError))
         elif _has(tensors, prefix, "patch_embedding_pose.weight"):  # SCAIL / SCAIL-2 (wan/scail.py)
-            from comfy_core.families.wan.scail import scail_fields
+            from comfy_core.families.wan.scail_config import scail_fields
 
             fields.update(scail_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, DANCER_MARKER) and image:
@@ -372,9 +372,8 @@ class WanModel(nn.Module):
             raise WanConfigError("Wan: a Dancer network is built by "
                                  "comfy_core.families.wan.dancer.WanDancerModel.from_config")
         if config.model_type in ("scail", "scail2") and cls is WanModel:  # its module imports this one
-            from comfy_core.families.wan.scail import WanSCAILModel
-
-            cls = WanSCAILModel
+            raise WanConfigError("Wan: a SCAIL network is built by "
+                                 "comfy_core.families.wan.scail.WanSCAILModel.from_config")
         kind = classes.get(config.model_type, cls)
         return kind(**kwargs, **config.params())
 
