@@ -157,6 +157,7 @@ WAN_Animate2 = _kind("WAN_Animate2", WAN21)
 WAN22_WanDancer = _kind("WAN22_WanDancer", WAN21)
 WAN21_SCAIL = _kind("WAN21_SCAIL", WAN21)
 WAN21_SCAIL2 = _kind("WAN21_SCAIL2", WAN21_SCAIL)
+WAN22_Animate = _kind("WAN22_Animate", WAN21)
 StableAudio1 = _kind("StableAudio1")
 ACEStep = _kind("ACEStep")  # ComfyUI's ACE-Step 1 model class
 ACEStep15 = _kind("ACEStep15")  # ComfyUI's ACE-Step 1.5 model class (a BaseModel, not ACEStep's subclass)

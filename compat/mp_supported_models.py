@@ -1,5 +1,5 @@
 """ComfyUI 0.3.64's `comfy.supported_models` config classes of model kinds this engine does not
-load (HunyuanDiT, GenmoMochi, WAN22_Animate, ...), for node packs that name them.
+load (HunyuanDiT, GenmoMochi, CosmosT2V, ...), for node packs that name them.
 
 Packs walk an `isinstance` chain over these classes to tell a model's kind (Easy-Use's
 `get_sd_version` tests SD3, then HunyuanDiT, then Flux, then GenmoMochi): every name must exist
@@ -26,7 +26,8 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     **{name: f"comfy_core.families.chroma.supported_models:{name}" for name in ("Chroma", "ChromaRadiance")},
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",
-                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo", "WAN_Animate2", "WAN21_SCAIL", "WAN21_SCAIL2")},
+                    "WAN22_T2V", "WAN22_S2V", "WAN21_HuMo", "WAN_Animate2", "WAN21_SCAIL", "WAN21_SCAIL2",
+                    "WAN22_Animate")},
     "WAN22_WanDancer": "comfy_core.families.wan.dancer_family:WAN22_WanDancer",
     **{name: f"comfy_core.families.zimage.supported_models:{name}" for name in ("Lumina2", "ZImage")},
     "QwenImage": "comfy_core.families.qwen_image.supported_models:QwenImage",
@@ -75,8 +76,7 @@ _KINDS = ("Stable_Zero123", "SD21UnclipL", "SSD1B", "KOALA_700M", "KOALA_1B", "S
 # Subclasses of the kinds above, as ComfyUI's hierarchy has them.
 _SUBKINDS = {"SV3D_p": "SV3D_u", "Stable_Cascade_B": "Stable_Cascade_C", "PixArtSigma": "PixArtAlpha",
              "HunyuanDiT1": "HunyuanDiT", "HunyuanImage21": "HunyuanVideo", "HunyuanImage21Refiner": "HunyuanVideo", "CosmosI2V": "CosmosT2V",
-             "CosmosI2VPredict2": "CosmosT2IPredict2",
-             "WAN22_Animate": "WAN21_T2V"}
+             "CosmosI2VPredict2": "CosmosT2IPredict2"}
 
 
 OTHER_CONFIG_NAMES: tuple[str, ...] = _KINDS + tuple(_SUBKINDS)

@@ -1,5 +1,19 @@
-"""Wan-Animate-2's nodes, V3 schemas as today's ComfyUI declares them (`comfy_extras/nodes_wan.py`);
-the network and its pose-branch cache in comfy_core/families/wan/animate2.py.
+"""The Wan Animate nodes (Wan 2.2 Animate and Wan-Animate-2), V3 schemas as today's ComfyUI declares
+them (`comfy_extras/nodes_wan.py`); the networks in comfy_core/families/wan/animate.py and animate2.py.
+
+- WanAnimateToVideo (Wan 2.2 Animate): the empty 16-channel latent with the reference image's
+  latent frames in front (`trim_latent`); into positive and negative: `concat_latent_image` =
+  [reference latent, latent of the video frames: mid-grey, the last `continue_motion_max_frames`
+  frames of `continue_motion` first, `background_video` frames after those], `concat_mask` (4
+  channels, 0 = known: the reference frames, the continued frames; 1 = generate, or the
+  `character_mask` per frame: ComfyUI's frame-to-row layout, pixel frame 0 on the 4 rows of latent
+  frame 0, frame f >= 1 on row f + 3), `clip_vision_output`, `pose_video_latent` (the pose video from
+  `video_frame_offset`, `length` frames, the last held), `face_video_pixels` (the face video from
+  the offset, 512 x 512 by area with a centre crop, in -1..1, `[1, C, T, 512, 512]`; all -1 on
+  the negative). Every input video is read from `video_frame_offset` (less the continued frames);
+  outputs also `trim_image` (the frames the continued motion repeats) and the next offset.
+  Today's ComfyUI moved it to `model/conditioning/wan/animate` and fixed the character mask's frame
+  layout (0.3.64 copied mask frame f to row f, three rows early); both as today's.
 
 - WanAnimate2ToVideo: the empty 16-channel latent with one extra frame in front (the reference
   slot, `trim_latent` = its latent frames, cut by TrimVideoLatent after sampling); into positive
@@ -33,6 +47,7 @@ CATEGORY = "model/conditioning/wan/animate"
 CHANNELS = 16
 DOWNSCALE = 8
 CONTINUE_MOTION_FRAMES = 1  # ComfyUI's WanAnimate2ToVideo.CONTINUE_MOTION_FRAMES
+FACE_SIZE = 512  # Wan 2.2 Animate's motion encoder input
 CACHE_DEVICES = ("cpu", "gpu")
 CACHE_DTYPES = ("default", "int8", "int4")
 
@@ -47,6 +62,123 @@ def _fit(frames: Any, width: int, height: int) -> Any:
 
 def _strength(value: Any, name: str) -> float:
     return checks.number(value, name, 0.0, 10.0)
+
+
+@v3_node("WanAnimateToVideo", category=CATEGORY, python_module=MODULE, experimental=True,
+         inputs=[Socket("positive", "CONDITIONING"), Socket("negative", "CONDITIONING"), Socket("vae", "VAE"),
+                 *wan.size_inputs(length=77),
+                 Socket("clip_vision_output", "CLIP_VISION_OUTPUT", optional=True),
+                 Socket("reference_image", "IMAGE", optional=True), Socket("face_video", "IMAGE", optional=True),
+                 Socket("pose_video", "IMAGE", optional=True),
+                 Int("continue_motion_max_frames", default=5, min=1, max=MAX_RESOLUTION, step=4),
+                 Socket("background_video", "IMAGE", optional=True), Socket("character_mask", "MASK", optional=True),
+                 Socket("continue_motion", "IMAGE", optional=True),
+                 Int("video_frame_offset", default=0, min=0, max=MAX_RESOLUTION, step=1,
+                     tooltip=("The amount of frames to seek in all the input videos. Used for generating longer "
+                              "videos by chunk. Connect to the video_frame_offset output of the previous node for "
+                              "extending a video."))],
+         outputs=[Output("CONDITIONING", "positive"), Output("CONDITIONING", "negative"), Output("LATENT", "latent"),
+                  Output("INT", "trim_latent"), Output("INT", "trim_image"), Output("INT", "video_frame_offset")])
+def wan_animate_to_video(positive: list, negative: list, vae: Any, width: int, height: int, length: int,
+                         batch_size: int, continue_motion_max_frames: int, video_frame_offset: int,
+                         reference_image: Any = None, clip_vision_output: Any = None, face_video: Any = None,
+                         pose_video: Any = None, continue_motion: Any = None, background_video: Any = None,
+                         character_mask: Any = None) -> tuple:
+    """See the module docstring (ComfyUI's WanAnimateToVideo, today's)."""
+    import torch
+
+    positive, negative = wan.conditionings(positive, negative)
+    vae = checks.vae(vae)
+    width, height, length, batch_size = wan.video_size(width, height, length, batch_size)
+    max_frames = checks.integer(continue_motion_max_frames, "continue_motion_max_frames", 1, MAX_RESOLUTION)
+    offset = checks.integer(video_frame_offset, "video_frame_offset", 0, MAX_RESOLUTION)
+    reference_image = wan.images(reference_image, "reference_image")
+    face_video = wan.images(face_video, "face_video")
+    pose_video = wan.images(pose_video, "pose_video")
+    continue_motion = wan.images(continue_motion, "continue_motion")
+    background_video = wan.images(background_video, "background_video")
+    if character_mask is not None:
+        character_mask = checks.mask_batch(character_mask, "character_mask", ndims=(2, 3, 4))
+    clip_vision_output = wan.clip_vision_states(clip_vision_output, "clip_vision_output")
+    latent_frames = (length - 1) // 4 + 1
+    lh, lw = height // DOWNSCALE, width // DOWNSCALE
+
+    if reference_image is None:
+        reference_image = torch.zeros((1, height, width, 3))
+    reference = wan.encode_video(vae, _fit(reference_image[:length], width, height)[..., :3], CHANNELS)
+    trim_latent = reference.shape[2]
+
+    motion_latent_frames, motion_frames = 0, 0
+    if continue_motion is None:
+        video = torch.full((length, height, width, 3), 0.5)
+    else:
+        motion = continue_motion[-max_frames:]
+        offset = max(0, offset - motion.shape[0])
+        motion = _fit(motion[-length:], width, height)
+        video = torch.full((length, height, width, motion.shape[-1]), 0.5, dtype=motion.dtype)
+        video[:motion.shape[0]] = motion
+        motion_frames = motion.shape[0]
+        motion_latent_frames = (motion_frames - 1) // 4 + 1
+    if clip_vision_output is not None:
+        positive, negative = wan.both(positive, negative, {"clip_vision_output": clip_vision_output})
+
+    if pose_video is not None and pose_video.shape[0] > offset:
+        frames = _fit(pose_video[offset:][:length], width, height)
+        if frames.shape[0] < length:  # the last frame held
+            frames = torch.cat([frames, frames[-1:].expand(length - frames.shape[0], -1, -1, -1)], dim=0)
+        positive, negative = wan.both(positive, negative,
+                                      {"pose_video_latent": wan.encode_video(vae, frames[..., :3], CHANNELS)})
+    if face_video is not None and face_video.shape[0] > offset:
+        from comfy_core.image.resize import upscale_samples
+
+        faces = upscale_samples(face_video[offset:][:length].movedim(-1, 1), FACE_SIZE, FACE_SIZE, "area", "center")
+        faces = (faces * 2.0 - 1.0).movedim(0, 1).unsqueeze(0)  # [1, C, T, 512, 512] in -1..1
+        positive = wan.set_values(positive, {"face_video_pixels": faces})
+        negative = wan.set_values(negative, {"face_video_pixels": faces * 0.0 - 1.0})
+
+    known = max(0, motion_latent_frames * 4 - 3)  # pixel frames the continued motion fills
+    if background_video is not None and background_video.shape[0] > offset:
+        background = _fit(background_video[offset:][:length], width, height)
+        if background.shape[0] > known:
+            video[known:background.shape[0]] = background[known:].to(video.dtype)[..., :video.shape[-1]]
+
+    rows = torch.ones((1, 1, latent_frames * 4, lh, lw))  # one row per packed frame: 1 = generate
+    if continue_motion is not None:
+        rows[:, :, :motion_latent_frames * 4] = 0.0
+    if character_mask is not None:
+        rows = _character_rows(rows, character_mask, offset, length, motion_frames, latent_frames, lh, lw)
+
+    concat = torch.cat((reference, wan.encode_video(vae, video[..., :3], CHANNELS).to(reference)), dim=2)
+    rows = rows.to(concat.dtype).view(1, latent_frames, 4, lh, lw).transpose(1, 2)  # [1, 4, T, h, w]
+    mask = torch.cat((torch.zeros((1, 4, trim_latent, lh, lw), dtype=concat.dtype), rows), dim=2)
+    positive, negative = wan.both(positive, negative, {"concat_latent_image": concat, "concat_mask": mask})
+    latent = torch.zeros([batch_size, CHANNELS, latent_frames + trim_latent, lh, lw])
+    return (positive, negative, {"samples": latent}, trim_latent, known, offset + length)
+
+
+def _character_rows(rows: Any, mask: Any, offset: int, length: int, motion_frames: int, latent_frames: int,
+                    lh: int, lw: int) -> Any:
+    """The character mask written into the generate-rows (today's ComfyUI layout: mask frame 0 on
+    rows 0..3, frame f >= 1 on row f + 3; continued frames stay known). A one-frame mask holds for
+    every frame; a mask shorter than the offset is ignored."""
+    from comfy_core.image.resize import upscale_samples
+
+    if mask.ndim == 2:
+        mask = mask.unsqueeze(0)
+    if not (mask.shape[0] > offset or mask.shape[0] == 1):
+        return rows
+    mask = mask.repeat((length,) + (1,) * (mask.ndim - 1)) if mask.shape[0] == 1 else mask[offset:]
+    frames = mask[:length].reshape(-1, 1, *mask.shape[-2:]).float()  # [T, 1, H, W]
+    frames = upscale_samples(frames, lw, lh, "nearest-exact", "center").movedim(0, 1).unsqueeze(0)  # [1, 1, T, h, w]
+    rows = rows.clone()
+    if motion_frames == 0:
+        rows[:, :, :4] = frames[:, :, :1]
+    else:
+        rows[:, :, :motion_frames + 3] = 0.0
+    start, end = max(motion_frames, 1), min(frames.shape[2], latent_frames * 4 - 3)
+    if end > start:
+        rows[:, :, start + 3:end + 3] = frames[:, :, start:end]
+    return rows
 
 
 @v3_node("WanAnimate2ToVideo", category=CATEGORY, python_module=MODULE, experimental=True,

@@ -27,6 +27,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.wan import wan_animate2
     from comfy_core.families.wan import dancer_family as wan_dancer
     from comfy_core.families.wan import wan21_scail, wan21_scail2
+    from comfy_core.families.wan import wan22_animate
     from comfy_core.families import hidream, qwen_image
     from comfy_core.families import qwen_image21
     from comfy_core.families import flux2
@@ -83,6 +84,7 @@ def default_registry() -> FamilyRegistry:
         wan_animate2.definition(),
         wan_dancer.definition(),
         wan21_scail.definition(), wan21_scail2.definition(),
+        wan22_animate.definition(),
         zimage.definition(),
         lumina2.definition(),
         qwen_image.definition(),

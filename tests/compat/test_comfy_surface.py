@@ -79,7 +79,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.text_encoders.qwen_vl": _INTERNALS.format("the Qwen2.5-VL vision tower (comfy_core/text_encoders')",
                                                      "comfy.text_encoders.qwen_image"),
     "comfy.text_encoders.long_clipl": _FAMILY.format("Long-CLIP"),
-    "comfy.ldm.wan.model_animate": _FAMILY.format("Wan 2.2 Animate"),
     "comfy.ldm.flux.controlnet": _FAMILY.format("Flux ControlNets (InstantX, XLabs)"),
     "comfy.ldm.modules.diffusionmodules.upscaling": _FAMILY.format("SD x4 upscaler"),
     "comfy_extras.nodes_sdupscale": _FAMILY.format("SD x4 upscaler"),
@@ -184,7 +183,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'HunyuanVideo.scale_latent_inpaint', 'HunyuanVideoI2V', 'HunyuanVideoSkyreelsI2V',
          'ImageConcatWithNoiseAugmentation', 'LTXV.process_timestep',
          'StableAudio1.state_dict_for_saving', 'StageB', 'StageC', 'Timestep',
-         'WAN22.process_timestep', 'WAN22_Animate', 'sdxl_pooled', 'unclip_adm',)),
+         'WAN22.process_timestep', 'sdxl_pooled', 'unclip_adm',)),
     'comfy.model_detection': (
         ('not yet: `calculate_transformer_depth`, `model_config_from_diffusers_unet`'),
         ('calculate_transformer_depth', 'model_config_from_diffusers_unet',)),

@@ -57,6 +57,10 @@ def _build(config: Any, operations: Any = None) -> Any:
         from comfy_core.families.wan.dancer import WanDancerModel
 
         network = WanDancerModel
+    elif config.model_type == "animate":  # Wan 2.2 Animate's pose / face modules (wan/animate.py) on i2v weights
+        from comfy_core.families.wan.animate import AnimateWanModel
+
+        network = AnimateWanModel
     elif config.model_type in ("scail", "scail2"):  # SCAIL's pose / mask embeddings (wan/scail.py) on i2v weights
         from comfy_core.families.wan.scail import WanSCAILModel
 

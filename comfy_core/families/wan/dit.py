@@ -30,6 +30,9 @@ its `VaceWanModel` / `CameraWanModel`; written here:
 - `clip_fea` `[B, 257 or 514, 1280]` (i2v / flf2v), `time_dim_concat` (frames appended along T).
 - HuMo (`WanHuMoModel`, comfy_core/families/wan/humo.py): `audio_embed` `[B, F, 8, 5, C]`,
   `reference_latent` `[B, in_dim, Tr, H, W]` appended after the video tokens.
+- Wan 2.2 Animate (`AnimateWanModel`, comfy_core/families/wan/animate.py): `pose_latents`
+  `[B, 16, T, H, W]` through `add_control`, `face_pixel_values` `[B, 3, T, 512, 512]` through
+  `hint_tokens` / `add_hints` (the face adapter after every fifth block).
 
 The cross-attention text width (`text_dim`, umT5-XXL's 4096) and the CLIP width are read from
 the weights, so tiny test files may use small encoders.
@@ -51,17 +54,17 @@ from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, Va
                                             WanCamAdapter, sinusoidal_embedding_1d)
 from comfy_core.families.wan.causal import frame_offset
 from comfy_core.families.wan.s2v import add_s2v_modules, s2v_fields, s2v_forward_orig
+from comfy_core.families.wan.animate_config import MARKER as ANIMATE_MARKER, animate_fields
 from comfy_core.families.wan.dancer_config import DANCER_FIELDS, MARKER as DANCER_MARKER, dancer_fields
 from comfy_core.families.wan.humo import HUMO_FIELDS, HUMO_MARKER, humo_blocks, humo_fields, humo_projection, humo_forward_orig
 from comfy_core.models.weight_shapes import count_numbered as count_entries, shape_reader
 from comfy_core.wrappers import run_split_blocks
 
 HEAD_DIM = 128  # every released Wan width has 128-channel heads (ComfyUI: num_heads = dim // 128)
-MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2", "wandancer", "scail", "scail2")
-# Wan variants whose extra modules are not built here (Animate).
+MODEL_TYPES = ("t2v", "i2v", "vace", "camera", "camera_2.2", "s2v", "humo", "animate2", "wandancer", "scail", "scail2",
+               "animate")
 S2V_MARKER = "casual_audio_encoder.encoder.final_linear.weight"  # ComfyUI's model_detection marker
 S2V_FIELDS = ("audio_dim", "num_audio_token", "audio_layers", "enable_adain", "cond_dim")
-UNSUPPORTED_MARKERS = {"face_adapter.fuser_blocks.0.k_norm.weight": "Wan 2.2 Animate"}
 
 
 class WanConfigError(ValueError):
@@ -115,6 +118,8 @@ class WanConfig:
     music_fused_qkv: bool = False
     # SCAIL-2 (comfy_core/families/wan/scail.py): the mask patch embedding's input channels
     mask_in_dim: int = 28
+    # Wan 2.2 Animate (comfy_core/families/wan/animate.py): the motion code's width (the face encoder's input)
+    motion_encoder_dim: int = 512
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
@@ -135,8 +140,8 @@ class WanConfig:
     @property
     def has_image_embedding(self) -> bool:
         """i2v / flf2v / Wan 2.1 camera: CLIP-vision tokens through `img_emb` (ComfyUI's 'i2v' cross attention)."""
-        # Animate 2, Dancer, SCAIL: i2v weights
-        return self.model_type in ("i2v", "camera", "animate2", "wandancer", "scail", "scail2")
+        # Animate 2, Dancer, SCAIL, Animate: i2v weights
+        return self.model_type in ("i2v", "camera", "animate2", "wandancer", "scail", "scail2", "animate")
 
     @property
     def variant(self) -> str:
@@ -162,7 +167,7 @@ class WanConfig:
         config = {"image_model": "wan2.1", **self.params()}
         config.pop("image_dim")
         # ComfyUI's configs name none of them (its constructors' defaults)
-        for key in S2V_FIELDS + HUMO_FIELDS + DANCER_FIELDS + ("mask_in_dim",):
+        for key in S2V_FIELDS + HUMO_FIELDS + DANCER_FIELDS + ("mask_in_dim", "motion_encoder_dim"):
             config.pop(key)
         for key in ("flf_pos_embed_token_number", "in_dim_ref_conv", "vace_layers", "vace_in_dim"):
             if config[key] is None:
@@ -180,9 +185,6 @@ class WanConfig:
         / `control_adapter` / `img_emb`). Text and CLIP widths from `text_embedding.0` / `img_emb.proj.1`.
         Raises `WanConfigError` naming the key when the weights are incomplete or inconsistent."""
         shape = shape_reader(tensors, prefix, WanConfigError, "Wan")
-        for marker, name in UNSUPPORTED_MARKERS.items():
-            if prefix + marker in tensors:
-                raise WanConfigError(f"Wan: {name} weights ({prefix}{marker}) are not supported")
         table = shape("head.modulation")
         if len(table) != 3 or table[:2] != (1, 2):
             raise WanConfigError(f"Wan: {prefix}head.modulation has shape {table}, expected (1, 2, dim)")
@@ -226,6 +228,8 @@ class WanConfig:
             fields.update(s2v_fields(tensors, prefix, shape, dim, WanConfigError))
         elif _has(tensors, prefix, HUMO_MARKER):
             fields.update(humo_fields(tensors, prefix, shape, dim, num_layers, WanConfigError))
+        elif _has(tensors, prefix, ANIMATE_MARKER):  # Wan 2.2 Animate (wan/animate.py)
+            fields.update(animate_fields(tensors, prefix, shape, dim, num_layers, WanConfigError))
         elif _has(tensors, prefix, "patch_embedding_pose.weight"):  # SCAIL / SCAIL-2 (wan/scail.py)
             from comfy_core.families.wan.scail_config import scail_fields
 
@@ -374,6 +378,9 @@ class WanModel(nn.Module):
         if config.model_type in ("scail", "scail2") and cls is WanModel:  # its module imports this one
             raise WanConfigError("Wan: a SCAIL network is built by "
                                  "comfy_core.families.wan.scail.WanSCAILModel.from_config")
+        if config.model_type == "animate" and cls is WanModel:  # its module imports this one
+            raise WanConfigError("Wan: a Wan 2.2 Animate network is built by "
+                                 "comfy_core.families.wan.animate.AnimateWanModel.from_config")
         kind = classes.get(config.model_type, cls)
         return kind(**kwargs, **config.params())
 

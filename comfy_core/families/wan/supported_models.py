@@ -88,3 +88,9 @@ class WAN21_SCAIL2(WAN21_T2V):
     """SCAIL-2 (SCAIL plus the 28-channel identity-mask patch embedding): shift 8."""
 
     unet_config = {"image_model": "wan2.1", "model_type": "scail2"}
+
+
+class WAN22_Animate(WAN21_T2V):
+    """Wan 2.2 Animate (i2v weights with the pose embedding, face encoder and face adapter): shift 8."""
+
+    unet_config = {"image_model": "wan2.1", "model_type": "animate"}

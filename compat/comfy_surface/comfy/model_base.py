@@ -5,7 +5,7 @@ from compat.facade import facade
 _NAMES = ("BaseModel", "SDXL", "SDXLRefiner", "SD21UNCLIP", "SVD_img2vid", "IP2P", "SD15_instructpix2pix",
           "SDXL_instructpix2pix", "SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Playground_2_5", "SD3",
           "AuraFlow", "StableAudio1", "HunyuanDiT", "PixArt", "Flux", "FluxInpaint", "GenmoMochi", "LTXV",
-          "HunyuanVideo", "CosmosVideo", "Lumina2", "WAN21", "WAN21_Vace", "WAN21_Camera", "WAN22", "WAN22_S2V", "HiDream", "Chroma", "ACEStep", "Omnigen2",
+          "HunyuanVideo", "CosmosVideo", "Lumina2", "WAN21", "WAN21_Vace", "WAN21_Camera", "WAN22", "WAN22_S2V", "WAN22_Animate", "HiDream", "Chroma", "ACEStep", "Omnigen2",
           "QwenImage", "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2", "Lotus",
           # today's classes (after 0.3.64) of families built here
           "ChromaRadiance", "Flux2", "Flux3", "LTXAV", "QwenImage21", "HunyuanVideo15", "HunyuanVideo15_SR_Distilled",
