@@ -39,6 +39,7 @@ from comfy_core.families import Detection, Family, FamilyRegistry, default_regis
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.ltx_audio_vae import AudioVAEConfigError, is_ltx_audio_vae, load_ltx_audio_vae
 from comfy_core.models.quant_linear import attach_quantized, detach_quantized_weights
+from comfy_core.models.sam3.load import is_sam3_file, load_sam3_network
 from comfy_core.models.storage_cast import (FP8_DTYPES, SCALED_FP8_MARKER, cast_weights_at_run_time, is_scaled_fp8,
                                             keep_scaled_fp8, marker_optimizations, scaled_storage_dtype)
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
@@ -100,6 +101,9 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
     started = time.perf_counter()
     policy = options.dtype_policy
     with CheckpointFile(path) as checkpoint:
+        if is_sam3_file(checkpoint.keys()):  # ComfyUI's CheckpointLoaderSimple loads SAM 3 (not a family)
+            model, clip = load_sam3(checkpoint, policy, load_device=options.device, with_clip=options.output_clip)
+            return model, clip, None
         # ComfyUI's quantised layers (`comfy_quant` / `_quantization_metadata`) are detected as their
         # float original; the diffusion model's are then held as UNETLoader holds them.
         quantized = QuantizedUnet.of(checkpoint)
@@ -468,6 +472,20 @@ def _load_clip(checkpoint: CheckpointFile, family: Family, configs: list[ClipTex
                           spec=family.text_encoders, tokenizer_data=tokenizer_data)
     except TextEncoderError as exc:
         raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
+
+
+def load_sam3(file: Any, policy: Any = None, weight_dtype: torch.dtype | None = None, *,
+              load_device: Any = "cpu", with_clip: bool = True) -> tuple[Any, Any]:
+    """An open SAM 3 / 3.1 file -> (MODEL patcher over its network, its text encoder as a CLIP, or
+    None without one / when `with_clip` is off), as ComfyUI's checkpoint loader returns them (no
+    VAE). SAM 3 is never sampled, so it is no family: CheckpointLoaderSimple and UNETLoader check
+    `is_sam3_file` first, as for the RT-DETR detectors."""
+    from comfy_core.text_encoders.sam3_clip import load_sam3_clip
+
+    wrapper = load_sam3_network(file, policy, weight_dtype)
+    model = ModelPatcher(wrapper, load_device=load_device, offload_device="cpu")
+    clip = load_sam3_clip(file, wrapper.get_dtype(), load_device) if with_clip else None
+    return model, clip
 
 
 def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None) -> VaePatcher:
