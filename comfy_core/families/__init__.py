@@ -52,6 +52,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import hunyuan3d
     from comfy_core.families.hunyuan3d import mini as hunyuan3d_mini, v21 as hunyuan3d21
     from comfy_core.families import anima
+    from comfy_core.families import ernie_image
 
     return FamilyRegistry([
         sd1.definition(),
@@ -103,8 +104,9 @@ def default_registry() -> FamilyRegistry:
         kandinsky5.definition(), kandinsky5_image.definition(),
         minimax_h3.definition(),
         sdpose.definition(),
-        anima.definition(),
         hunyuan3d.definition(), hunyuan3d_mini.definition(), hunyuan3d21.definition(),
+        anima.definition(),
+        ernie_image.definition(),
     ])
 
 

@@ -96,7 +96,8 @@ SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bi
               "umt5xxl": "umT5-XXL", "qwen3_06b": "Qwen3-0.6B", "qwen3_2b": "Qwen3-2B", "qwen3_4b": "Qwen3-4B",
               "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B",
               "qwen3vl_4b": "Qwen3-VL-4B", "qwen3vl_8b": "Qwen3-VL-8B",
-              "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "gemma2_2b": "Gemma-2-2B",
+              "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "ministral3_3b": "Ministral-3-3B",
+              "gemma2_2b": "Gemma-2-2B",
               "t5gemma": "T5Gemma",
               **QWEN35_NAMES}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.

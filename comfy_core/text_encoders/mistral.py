@@ -20,15 +20,27 @@ outputs of blocks 9, 19, 29; transformers' `hidden_states[10]`, `[20]`, `[30]`),
 equal to the block count is the final output (normed when the model has its final norm). Special
 tokens: start 1 (`<s>`), pad 0 (the attention mask is 1 up to the first 0; the tokenizer pads with
 11, so every token counts, as in ComfyUI).
+
+Ministral 3 3B (Mistral AI, December 2025; ERNIE-Image's text encoder and its prompt enhancer, ComfyUI's
+`llama.py`: `Ministral3_3BConfig`, `Ministral3_3B`; `ernie.py`; `sd.py`: `TEModel.MINISTRAL_3_3B`) is
+the same Llama-shaped tower with other numbers: 3072 wide, 26 blocks, 32 query and 8 key/value heads
+of 128, SwiGLU 9216, rope theta 1e6 (ComfyUI applies none of the release's YaRN scaling), the final
+norm kept, the LM head tied to the token table. ComfyUI tells it from Mistral Small 3 by its width
+(3072, where Mistral Small 3 is 5120); a tower that is neither 3072 nor 5120 wide (our tiny test
+files) is Ministral when it has Ministral's 26 blocks (Mistral Small 3 has 40, its pruned Flux.2
+file 30). Its slot is `ministral3_3b`, its tower `MinistralTextEncoder`, which also generates text
+(ComfyUI's `Ministral3_3B` is a `BaseGenerate`: stop token `</s>` (2), the tied head).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from comfy_core.models.float32_compute import compute_in_float32
+from comfy_core.text_encoders.decoder_llm import prenorm_block
 from comfy_core.text_encoders.errors import TokenizeError
 from comfy_core.text_encoders.llama import (LlamaConfig, LlamaKeyError, LlamaOptions, LlamaTextEncoder,
                                             build_llama_encoder, is_plain_decoder)
@@ -43,6 +55,11 @@ MISTRAL_FULL_LAYERS = 40  # ComfyUI: fewer blocks = the pruned Flux.2 file, run 
 START_ID = 1  # <s>
 PAD_ID = 0  # the model's pad (ComfyUI's special_tokens["pad"]); the tokenizer pads with 11
 FLUX2_LAYERS = (10, 20, 30)
+MINISTRAL_SLOT = "ministral3_3b"
+MINISTRAL_WIDTH = 3072
+MINISTRAL_LAYERS = 26
+MINISTRAL_ROPE_THETA = 1_000_000.0
+MINISTRAL_STOP_TOKENS = (2,)  # </s>: ComfyUI's Ministral3_3BConfig.stop_tokens
 
 
 def is_mistral(tensors: Mapping[str, Any], prefix: str = "") -> bool:
@@ -67,8 +84,13 @@ class MistralConfig(LlamaConfig):
 
     @property
     def final_norm(self) -> bool:
-        """ComfyUI's `final_norm`: off for the pruned (fewer than 40 blocks) files."""
-        return self.num_layers >= MISTRAL_FULL_LAYERS
+        """ComfyUI's `final_norm`: off for the pruned (fewer than 40 blocks) Mistral Small 3 files;
+        Ministral 3 3B keeps it."""
+        return self.slot == MINISTRAL_SLOT or self.num_layers >= MISTRAL_FULL_LAYERS
+
+    @property
+    def is_ministral(self) -> bool:
+        return self.slot == MINISTRAL_SLOT
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "",
@@ -77,7 +99,16 @@ class MistralConfig(LlamaConfig):
         or a Llama 3 / Qwen / Gemma one). Raises `LlamaDetectionError` for inconsistent towers."""
         if not is_mistral(tensors, prefix):
             return None
-        return super().detect_from_weights(tensors, prefix, head_dim)  # type: ignore[return-value]
+        config = super().detect_from_weights(tensors, prefix, head_dim)
+        if config is not None and is_ministral_shape(config.hidden_size, config.num_layers):
+            config = dataclasses.replace(config, slot=MINISTRAL_SLOT, rope_theta=MINISTRAL_ROPE_THETA)
+        return config  # type: ignore[return-value]
+
+
+def is_ministral_shape(width: int, blocks: int) -> bool:
+    """Ministral 3 3B rather than Mistral Small 3 (see the module doc): 3072 wide (ComfyUI's test),
+    or, at a width that is neither model's, Ministral's 26 blocks."""
+    return width == MINISTRAL_WIDTH or (width != MISTRAL_WIDTH and blocks == MINISTRAL_LAYERS)
 
 
 class _Without(Mapping[str, Any]):
@@ -150,6 +181,28 @@ class MistralTextEncoder(LlamaTextEncoder):
         return torch.cat(states, dim=-1), mask
 
 
+class MinistralTextEncoder(MistralTextEncoder):
+    """Ministral 3 3B (ComfyUI's `Ministral3_3BModel` / `Ministral3_3B`): one hidden state per token
+    (the set's layer, ERNIE-Image's -2: the output of the next-to-last block, no final norm), and
+    text generation (the Qwen3 tower's key/value-cache decoding through Llama blocks, the token
+    table as the head, stop token `</s>`)."""
+
+    can_generate = True
+    stop_tokens = MINISTRAL_STOP_TOKENS
+
+    def encode_ids(self, ids: torch.Tensor, overrides: Sequence[Any] = (), layer_idx: int | None = None,
+                   layer_norm_hidden: bool = False, attention_mask: torch.Tensor | None = None,
+                   all_layers: bool | None = None) -> torch.Tensor:
+        """ids [B, T] -> the one selected state [B, T, W] float32 (never HiDream's "all" stack)."""
+        return super().encode_ids(ids, overrides, layer_idx=layer_idx, layer_norm_hidden=layer_norm_hidden,
+                                  attention_mask=attention_mask, all_layers=bool(all_layers))
+
+    def _block(self, block: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
+               cache: Any = None, layer: int = 0) -> torch.Tensor:
+        """One Llama block; with a cache (generation) its keys and values join block `layer`'s."""
+        return prenorm_block(block, x, cos, sin, bias, self.config, cache=cache, layer=layer)
+
+
 def build_mistral_encoder(config: MistralConfig, state_dict: Mapping[str, torch.Tensor],
                           dtype: torch.dtype | None = None) -> MistralTextEncoder:
     """The Llama tower's build (meta device, then the file's tensors assigned) on Mistral's config;
@@ -160,8 +213,9 @@ def build_mistral_encoder(config: MistralConfig, state_dict: Mapping[str, torch.
         llama = build_llama_encoder(config, state_dict, dtype)
     except LlamaKeyError as exc:
         raise LlamaKeyError(str(exc).replace("Llama", "Mistral")) from None
-    return MistralTextEncoder(config, llama.transformer)
+    return (MinistralTextEncoder if config.is_ministral else MistralTextEncoder)(config, llama.transformer)
 
 
-__all__ = ["FLUX2_LAYERS", "MISTRAL_SLOT", "MistralConfig", "MistralTextEncoder", "PAD_ID", "START_ID",
-           "build_mistral_encoder", "is_mistral"]
+__all__ = ["FLUX2_LAYERS", "MINISTRAL_SLOT", "MINISTRAL_WIDTH", "MISTRAL_SLOT", "MinistralTextEncoder",
+           "MistralConfig", "MistralTextEncoder", "PAD_ID", "START_ID", "build_mistral_encoder",
+           "is_ministral_shape", "is_mistral"]

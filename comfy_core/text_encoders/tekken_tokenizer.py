@@ -167,13 +167,15 @@ class MistralTokenizer(LlamaTokenizer):
 
 
 def mistral_tokenizer(tokenizer_data: Any, embedding_width: int = 5120, min_length: int | None = 1,
-                      pad_token: int = MISTRAL_PAD_ID, source: str = "the Mistral text encoder") -> MistralTokenizer:
-    """The tokenizer for a Mistral tower from ComfyUI's `tokenizer_data` (its `tekken_model`)."""
+                      pad_token: int = MISTRAL_PAD_ID, source: str = "the Mistral text encoder",
+                      embedding_key: str = MISTRAL_EMBEDDING_KEY) -> MistralTokenizer:
+    """The tokenizer for a Mistral tower from ComfyUI's `tokenizer_data` (its `tekken_model`);
+    `embedding_key`: the tokens' key (ERNIE-Image's Ministral 3 3B: "ministral3_3b")."""
     data = (tokenizer_data or {}).get(TEKKEN_KEY)
     if data is None:
         raise MissingTekkenError(source)
-    return MistralTokenizer(embedding_width=embedding_width, min_length=min_length, pad_token=pad_token,
-                            tekken_data=data)
+    return MistralTokenizer(embedding_key=embedding_key, embedding_width=embedding_width, min_length=min_length,
+                            pad_token=pad_token, tekken_data=data)
 
 
 __all__ = ["MISTRAL_PAD_ID", "MISTRAL_START_ID", "MissingTekkenError", "MistralTokenizer", "TEKKEN_KEY",

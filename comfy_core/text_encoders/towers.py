@@ -34,7 +34,7 @@ KIND_QWEN3 = "qwen3"
 KIND_QWEN25VL = "qwen25vl"
 KIND_QWEN3VL = "qwen3vl"  # Qwen3-VL with its vision tower (Qwen-Image 2.1, Flux 3): qwen3vl.py, the Qwen tokenizer
 KIND_LLAMA = "llama"  # Llama 3 decoders used as encoders (HiDream's Llama 3.1 8B): llama.py, llama_tokenizer.py
-KIND_MISTRAL = "mistral"  # Mistral Small 3 (Flux.2 dev's encoder): mistral.py, tekken_tokenizer.py
+KIND_MISTRAL = "mistral"  # Mistral Small 3 (Flux.2 dev's), Ministral 3 3B (ERNIE-Image's): mistral.py, tekken_tokenizer.py
 KIND_GEMMA2 = "gemma2"  # Gemma 2 decoders used as encoders (Lumina 2's Gemma 2 2B): gemma.py, gemma_tokenizer.py
 KIND_QWEN35 = "qwen35"  # Qwen3.5 (hybrid Gated DeltaNet / attention): qwen35.py, its vocabulary from the user
 KIND_BYT5 = "byt5"  # ByT5 (a T5 encoder on UTF-8 bytes; HunyuanVideo 1.5's glyph encoder): byt5_tokenizer.py
@@ -182,7 +182,8 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
         from comfy_core.text_encoders.tekken_tokenizer import mistral_tokenizer
 
         return mistral_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
-                                 pad_token=options.pad_token, source=f"the {options.slot} text encoder")
+                                 pad_token=options.pad_token, source=f"the {options.slot} text encoder",
+                                 embedding_key=options.token_key)
     if options.kind == KIND_GEMMA2:
         from comfy_core.text_encoders.gemma_tokenizer import gemma_tokenizer
 

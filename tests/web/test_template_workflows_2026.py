@@ -402,6 +402,12 @@ RUNNING = {
                                    "EmptyHunyuanLatentVideo, FluxGuidance 6, ModelSamplingSD3 7, BasicGuider, 20 "
                                    "steps, VAEDecodeTiled (HunyuanVideo's causal VAE), CreateVideo, SaveVideo",
     **FLUX3_TIMES,
+    # SAM 3.1 (comfy_core/models/sam3, nodes/sam3_nodes.py, tests/fixtures/template_models_sam3.py): the tiny network
+    # and text tower of `sam3.1_multiplex_fp16` (CheckpointLoaderSimple: MODEL + CLIP), 1008-pixel frames.
+    "utility_image_segment_sam3": "CLIPTextEncode of the SAM 3 CLIP (attention_mask), SAM3_Detect text path, "
+                                  "2 SAM refinement passes",
+    "utility_video_segment_sam3": "SAM3_Detect over the video's frames (text path), GetVideoComponents",
+    "video_wan_vace_inpainting": "SAM3_Detect's mask of the video into Wan VACE inpainting",
     # MoGe (comfy_core/models/moge*.py, nodes/moge_nodes.py, tests/fixtures/template_models_moge.py): the tiny MoGe-2
     # (normal head) in geometry_estimation/, as saved (the LoadImage pictures are small). Times: MOGE_TIMES.
     **{name: f"{MOGE_TIMES[name]}: {what}" for name, what in {
@@ -489,6 +495,12 @@ RUNNING = {
                                                            "hand it runs (123 s, the RGB LLLite patch)"),
         ("image_anima_lllite_image_inpainting", "21 s", "subgraph, the inpainting LLLite patch (RGB + Painter's mask, "
                                                         "masked input) fed through MaskPreview's MASK output"))},
+    # ERNIE-Image (comfy_core/families/ernie_image, tests/fixtures/template_models_ernie.py), as saved at 1024x1024:
+    # the DiT (UNETLoader), Ministral 3 3B through CLIPLoader type "flux2" (layer -2), the Flux.2 VAE,
+    # EmptyFlux2LatentImage, KSampler; the prompt enhancer (a Ministral 3 3B) behind ComfySwitchNode.
+    "image_ernie_image": "184 s (2-core machine under load): subgraph, ERNIE-Image 20 steps cfg 4, the prompt "
+                         "enhancer's TextGenerate (sampled, ends at </s>) switched in",
+    "image_ernie_image_turbo": "147 s: subgraph, ERNIE-Image Turbo 8 steps cfg 1, the prompt enhancer switched in",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -503,7 +515,6 @@ _FAMILIES_NOT_HERE = {
         "image_krea2_turbo_t2i", "image_krea2_turbo_t2i_int8", "image_krea2_turbo_int8_image_style_reference"),
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
     "Ming-Image (Ling mini 2.0 text encoder)": ("image_ming_image_01_design_t2i",),
-    "ERNIE-Image (Ministral 3 3B text encoder)": ("image_ernie_image", "image_ernie_image_turbo"),
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
@@ -887,6 +898,10 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("loras", "anima-turbo-lora-v0.2.safetensors", "lora_anima"),
     ("model_patches", "anima-lllite-depth-1.safetensors", "anima_lllite"),
     ("model_patches", "anima-lllite-inpainting-v2.safetensors", "anima_lllite_inpaint"),
+    ("diffusion_models", "ernie-image.safetensors", "unet_ernie_image"),
+    ("diffusion_models", "ernie-image-turbo.safetensors", "unet_ernie_image"),
+    ("text_encoders", "ministral-3-3b.safetensors", "ministral3_3b"),
+    ("text_encoders", "ernie-image-prompt-enhancer.safetensors", "ministral3_prompt_enhancer"),
     ("checkpoints", "ltx-2-19b-dev-fp8.safetensors", "ltx2_checkpoint"),
     ("checkpoints", "ltx-2.3-22b-distilled-fp8.safetensors", "ltx23_checkpoint"),
     ("text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors", "gemma3_12b_fp4_mixed"),
