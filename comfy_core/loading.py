@@ -51,6 +51,7 @@ from comfy_core.text_encoders import CLIP, ClipTextConfig, build_clip, detect_te
 from comfy_core.text_encoders.decoder_llm import with_quantization_metadata
 from comfy_core.text_encoders.errors import TextEncoderError
 from comfy_core.text_encoders.towers import reads_as_stored
+from comfy_core.text_encoders.sam3_clip import load_sam3_clip
 from comfy_core.weights.quant_registry import QuantFormatError, QuantizedHeader, QuantizedLayer, quantized_layers
 
 log = logging.getLogger(__name__)
@@ -480,8 +481,6 @@ def load_sam3(file: Any, policy: Any = None, weight_dtype: torch.dtype | None = 
     None without one / when `with_clip` is off), as ComfyUI's checkpoint loader returns them (no
     VAE). SAM 3 is never sampled, so it is no family: CheckpointLoaderSimple and UNETLoader check
     `is_sam3_file` first, as for the RT-DETR detectors."""
-    from comfy_core.text_encoders.sam3_clip import load_sam3_clip
-
     wrapper = load_sam3_network(file, policy, weight_dtype)
     model = ModelPatcher(wrapper, load_device=load_device, offload_device="cpu")
     clip = load_sam3_clip(file, wrapper.get_dtype(), load_device) if with_clip else None
