@@ -147,8 +147,8 @@ def test_the_int8_convrot_release_loads_as_scail2(tmp_path):
                                                                                          optional=True)],
              outputs=[Output("SAM3_TRACK_DATA")])
 def sam3_stub(images, model, conditioning, a, b, c, initial_mask=None):  # pragma: no cover - never run
-    """SAM 3 is not built yet (another session's): a stand-in with the template's sockets and three widgets,
-    so the template's graph converts and validates here."""
+    """SAM 3's video tracker is not built yet (SAM3_Detect is: nodes/sam3_nodes.py): a stand-in with the
+    template's sockets and three widgets, so the template's graph converts and validates here."""
     raise AssertionError("a stub")
 
 
