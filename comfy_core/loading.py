@@ -24,7 +24,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
@@ -39,6 +39,7 @@ from comfy_core.families import Detection, Family, FamilyRegistry, default_regis
 from comfy_core.models.diffusion import DiffusionModel
 from comfy_core.models.ltx_audio_vae import AudioVAEConfigError, is_ltx_audio_vae, load_ltx_audio_vae
 from comfy_core.models.quant_linear import attach_quantized, detach_quantized_weights
+from comfy_core.models.rtdetr import is_rtdetr, load_detection_model
 from comfy_core.models.sam3.load import is_sam3_file, load_sam3_network
 from comfy_core.models.storage_cast import (FP8_DTYPES, SCALED_FP8_MARKER, cast_weights_at_run_time, is_scaled_fp8,
                                             keep_scaled_fp8, marker_optimizations, scaled_storage_dtype)
@@ -102,8 +103,10 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
     started = time.perf_counter()
     policy = options.dtype_policy
     with CheckpointFile(path) as checkpoint:
-        if is_sam3_file(checkpoint.keys()):  # ComfyUI's CheckpointLoaderSimple loads SAM 3 (not a family)
-            model, clip = load_sam3(checkpoint, policy, load_device=options.device, with_clip=options.output_clip)
+        auxiliary = auxiliary_network(checkpoint, CHECKPOINT_LOADER)
+        if auxiliary is not None:
+            model, clip = auxiliary.load(checkpoint, policy, None, load_device=options.device,
+                                         with_clip=options.output_clip)
             return model, clip, None
         # ComfyUI's quantised layers (`comfy_quant` / `_quantization_metadata`) are detected as their
         # float original; the diffusion model's are then held as UNETLoader holds them.
@@ -479,12 +482,48 @@ def load_sam3(file: Any, policy: Any = None, weight_dtype: torch.dtype | None = 
               load_device: Any = "cpu", with_clip: bool = True) -> tuple[Any, Any]:
     """An open SAM 3 / 3.1 file -> (MODEL patcher over its network, its text encoder as a CLIP, or
     None without one / when `with_clip` is off), as ComfyUI's checkpoint loader returns them (no
-    VAE). SAM 3 is never sampled, so it is no family: CheckpointLoaderSimple and UNETLoader check
-    `is_sam3_file` first, as for the RT-DETR detectors."""
+    VAE). One of the `AUXILIARY_NETWORKS`."""
     wrapper = load_sam3_network(file, policy, weight_dtype)
     model = ModelPatcher(wrapper, load_device=load_device, offload_device="cpu")
     clip = load_sam3_clip(file, wrapper.get_dtype(), load_device) if with_clip else None
     return model, clip
+
+
+def _load_rtdetr(file: Any, policy: Any = None, weight_dtype: torch.dtype | None = None, *,
+                 load_device: Any = "cpu", with_clip: bool = True) -> tuple[Any, Any]:
+    detector = load_detection_model(file, policy, weight_dtype)
+    return ModelPatcher(detector, load_device=load_device, offload_device="cpu"), None
+
+
+CHECKPOINT_LOADER, DIFFUSION_MODEL_LOADER = "CheckpointLoaderSimple", "UNETLoader"
+
+
+@dataclass(frozen=True)
+class AuxiliaryNetwork:
+    """A network ComfyUI's core model loaders load as a MODEL although it is no diffusion family
+    (never sampled, so it has no latent format, conditioning or sampling policy): the loaders ask
+    `auxiliary_network` before family detection, so such a network is one entry here, not a
+    special case in each loader. `load(file, policy, weight_dtype, *, load_device, with_clip)`
+    gives `(MODEL patcher, CLIP or None)`; `loaders` names the ComfyUI loaders that take its file."""
+    name: str
+    claims: Callable[[Any], bool]  # an open CheckpointFile -> whether it is this network's
+    load: Callable[..., tuple[Any, Any]]
+    loaders: frozenset[str]
+
+
+AUXILIARY_NETWORKS: tuple[AuxiliaryNetwork, ...] = (
+    # RT-DETRv4 detectors: UNETLoader (`models/diffusion_models`), as ComfyUI's templates load them.
+    AuxiliaryNetwork("RT-DETRv4", lambda file: is_rtdetr(file), _load_rtdetr, frozenset({DIFFUSION_MODEL_LOADER})),
+    # SAM 3 / 3.1: CheckpointLoaderSimple (MODEL + its text encoder) and UNETLoader (MODEL).
+    AuxiliaryNetwork("SAM 3", lambda file: is_sam3_file(file.keys()), load_sam3,
+                     frozenset({CHECKPOINT_LOADER, DIFFUSION_MODEL_LOADER})),
+)
+
+
+def auxiliary_network(file: Any, loader: str) -> AuxiliaryNetwork | None:
+    """The auxiliary network whose file `file` is, when `loader` takes it; None for anything else
+    (a diffusion family's file goes on to family detection)."""
+    return next((net for net in AUXILIARY_NETWORKS if loader in net.loaders and net.claims(file)), None)
 
 
 def load_vae(path: str | Path | Mapping[str, torch.Tensor], options: LoadOptions | None = None) -> VaePatcher:

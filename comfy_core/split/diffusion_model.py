@@ -46,11 +46,9 @@ from comfy_core.checkpoint.materialize import tensor_requests
 from comfy_core.checkpoint.reader import CheckpointFile
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.families import FamilyRegistry, default_registry
-from comfy_core.loading import (LoadOptions, QuantizedUnet, _build_unet, _load_model, finish_unet, model_from_unet,
-                                resolve_prediction, unet_storage, warn_if_emulated_bf16)
-from comfy_core.models.rtdetr import is_rtdetr, load_detection_model
-from comfy_core.loading import load_sam3
-from comfy_core.models.sam3.load import is_sam3_file
+from comfy_core.loading import (DIFFUSION_MODEL_LOADER, LoadOptions, QuantizedUnet, _build_unet, _load_model,
+                                auxiliary_network, finish_unet, model_from_unet, resolve_prediction, unet_storage,
+                                warn_if_emulated_bf16)
 from comfy_core.patching.model import ModelPatcher
 from comfy_core.split.custom_operations import build_unet_with_operations, load_with_operations, storage_of
 from comfy_core.weights.gguf import GGUFError
@@ -131,11 +129,9 @@ def load_diffusion_model(path: str | Path | Mapping[str, torch.Tensor], options:
     started = time.perf_counter()
     policy = options.dtype_policy
     with _open_file(path) as file:
-        if is_rtdetr(file):  # ComfyUI's UNETLoader also loads its RT-DETR detectors (not a family)
-            detector = load_detection_model(file, policy, weight_dtype)
-            return ModelPatcher(detector, load_device=options.device, offload_device="cpu")
-        if is_sam3_file(file.keys()):  # and SAM 3 (its CLIP is CheckpointLoaderSimple's)
-            return load_sam3(file, policy, weight_dtype, load_device=options.device, with_clip=False)[0]
+        auxiliary = auxiliary_network(file, DIFFUSION_MODEL_LOADER)  # RT-DETR, SAM 3: no family
+        if auxiliary is not None:
+            return auxiliary.load(file, policy, weight_dtype, load_device=options.device, with_clip=False)[0]
         view = diffusion_model_view(file, registry)
         # ComfyUI's quantised layers and scaled fp8, as a checkpoint's diffusion model
         # (comfy_core/loading.py `QuantizedUnet`, `unet_storage`, `finish_unet`).
