@@ -44,7 +44,8 @@ class CheckpointFile:
     """An open checkpoint: `tensors` (name -> TensorInfo), `metadata`, `read`/`read_into`/`stored_view`.
 
     `path` is a file, or a name -> tensor mapping already in memory (a state dict; `name` labels
-    it in errors, `metadata` stands for the file's).
+    it in errors, `metadata` stands for the file's). `pickle_entry`: in a pickled file, the
+    top-level key whose dict holds the weights when it has one (PhotoMaker's `id_encoder`).
 
     Use as a context manager or call `close()`. Closing drops this object's hold on the memory map;
     tensors handed out by `stored_view` keep the mapping alive for as long as they live (the map
@@ -53,7 +54,7 @@ class CheckpointFile:
     """
 
     def __init__(self, path: str | Path | Mapping[str, torch.Tensor], *, metadata: Mapping[str, str] | None = None,
-                 name: str = "<state dict>") -> None:
+                 name: str = "<state dict>", pickle_entry: str | None = None) -> None:
         self._pickled: dict[str, torch.Tensor] | None = None
         self._map: mmap.mmap | None = None
         self._bytes: torch.Tensor | None = None  # uint8 [file_size] over self._map
@@ -74,7 +75,7 @@ class CheckpointFile:
             self._file_size = header.file_size
         elif suffix in PICKLE_SUFFIXES:
             self.format = "pickle"
-            self._pickled = _torch_load(self.path)
+            self._pickled = _torch_load(self.path, pickle_entry)
             self.tensors = {k: TensorInfo(DTYPE_NAMES.get(v.dtype, str(v.dtype)), tuple(v.shape))
                             for k, v in self._pickled.items()}
             self.metadata = {}
@@ -255,8 +256,9 @@ class LazyStateDict(Mapping[str, torch.Tensor]):
         return name in self._checkpoint.tensors
 
 
-def _torch_load(path: Path) -> dict[str, torch.Tensor]:
-    """A pickled checkpoint's tensors, via `torch.load(weights_only=True)` only."""
+def _torch_load(path: Path, entry: str | None = None) -> dict[str, torch.Tensor]:
+    """A pickled checkpoint's tensors, via `torch.load(weights_only=True)` only; `entry`: the
+    top-level key whose dict holds the weights when the file has it (PhotoMaker's `id_encoder`)."""
     try:
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -272,6 +274,8 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
         raise CorruptCheckpointError(path, f"cannot read pickled checkpoint: {exc}") from None
     if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
         loaded = loaded["state_dict"]  # Lightning-style wrapper around the weights
+    if entry is not None and isinstance(loaded, dict) and isinstance(loaded.get(entry), dict):
+        loaded = loaded[entry]
     if not isinstance(loaded, dict):
         raise CorruptCheckpointError(path, f"expected a dict of tensors, found {type(loaded).__name__}")
     bad = [k for k, v in loaded.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]

@@ -99,24 +99,34 @@ class VisionTower(nn.Module):
                              "(-2, 'all' or None)")
         return output["last_hidden_state"], intermediate, output["image_embeds"], output["mm_projected"]
 
-    def encode(self, pixel_values: torch.Tensor) -> ClipVisionOutput:
-        """Normalised pixels `[B, 3, S, S]` (S = the config's image size) -> ComfyUI's outputs, float32."""
-        config = self.config
+    def hidden_states(self, pixel_values: torch.Tensor) -> list[torch.Tensor]:
+        """Normalised pixels `[B, 3, S, S]` -> every layer's output `[B, T, W]` (float32)."""
         vision = self.vision_model
-        pixel_values = pixel_values.float()
-        x = compute_in_float32(vision.embeddings, pixel_values)  # [B, T, W]
-        if config.kind == KIND_CLIP:
+        x = compute_in_float32(vision.embeddings, pixel_values.float())  # [B, T, W]
+        if self.config.kind == KIND_CLIP:
             x = compute_in_float32(vision.pre_layrnorm, x)
         states: list[torch.Tensor] = []
         for layer in vision.encoder.layers:
             x = compute_in_float32(layer, x, None)
             states.append(x)
+        return states
+
+    def pooled(self, last_hidden_state: torch.Tensor) -> torch.Tensor:
+        """A CLIP tower's pooled output `[B, W]`: the class token through the final LayerNorm
+        (ComfyUI's `vision_model(...)[2]`, what the projections read)."""
+        return compute_in_float32(self.vision_model.post_layernorm, last_hidden_state[:, 0, :])
+
+    def encode(self, pixel_values: torch.Tensor) -> ClipVisionOutput:
+        """Normalised pixels `[B, 3, S, S]` (S = the config's image size) -> ComfyUI's outputs, float32."""
+        config = self.config
+        vision = self.vision_model
+        states = self.hidden_states(pixel_values)
+        x = states[-1]
         penultimate = states[-2] if len(states) >= 2 else None
         output = ClipVisionOutput()
         if config.kind == KIND_CLIP:
             output["last_hidden_state"] = x
-            pooled = compute_in_float32(vision.post_layernorm, x[:, 0, :])  # [B, W]
-            output["image_embeds"] = compute_in_float32(self.visual_projection, pooled)  # [B, P]
+            output["image_embeds"] = compute_in_float32(self.visual_projection, self.pooled(x))  # [B, P]
             output["penultimate_hidden_states"] = penultimate
         else:
             x = compute_in_float32(vision.post_layernorm, x)

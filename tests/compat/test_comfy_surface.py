@@ -79,7 +79,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.ldm.modules.diffusionmodules.upscaling": _FAMILY.format("SD x4 upscaler"),
     "comfy.ldm.modules.encoders*": _INTERNALS.format("unCLIP's noise augmentation (comfy_core/models/unclip.py's "
                                                      "functions)", "the unCLIP nodes"),
-    "comfy_extras.nodes_photomaker": _FAMILY.format("PhotoMaker"),
     # Not for packs: ComfyUI's own application and tooling.
     "app": "ComfyUI's server application package (settings, users, frontend and model managers, "
            "logger): the server here is web/; no measured pack imports it (pack-surface.md)",
