@@ -431,6 +431,17 @@ RUNNING = {
         "utility_depth_anything3_video_depth_estimation": "subgraph: LoadVideo frames (Video Slice), DA3Inference "
                                                           "(504, lower_bound_resize, mono) per frame, DA3Render "
                                                           "depth v2_style, CreateVideo, SaveVideo"}.items()},
+    # BiRefNet background removal (comfy_core/models/birefnet/, nodes/bg_removal_nodes.py,
+    # tests/fixtures/template_models_bgremoval.py): the tiny Swin BiRefNet in background_removal/.
+    "utility_birefnet_remove_background": "1-2 s: subgraph: LoadBackgroundRemovalModel, RemoveBackground (1024, "
+                                          "the two-scale Swin, the deformable-ASPP decoder), InvertMask, "
+                                          "JoinImageWithAlpha, PreviewImage, MaskPreview",
+    # Frame interpolation (comfy_core/models/frame_interp/, nodes/frame_interpolation_nodes.py,
+    # tests/fixtures/template_models_bgremoval.py): the tiny FILM in frame_interpolation/.
+    "utility_video_frame_interpolation": "1-2 s: subgraph: LoadVideo (64x48 frames: FILM pads them to 64x64), "
+                                         "GetVideoComponents, FrameInterpolationModelLoader (FILM), FrameInterpolate "
+                                         "(x2), ComfyMathExpression / ComfySwitchNode for the frame rate, "
+                                         "CreateVideo, SaveVideo",
     # SDPose (comfy_core/families/sdpose, nodes/sdpose_nodes.py, tests/fixtures/template_models_sdpose.py): the tiny
     # SDPose checkpoint (SD 2 UNet + heatmap head + VAE, no text encoder) by CheckpointLoaderSimple; every image
     # stretched to the 768x1024 model input, one euler step with Lotus's null prompt. Times: SDPOSE_TIMES.
@@ -933,6 +944,9 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "hunyuan_video_image_to_video_720p_bf16.safetensors", "unet_hunyuan_video_i2v"),
     ("text_encoders", "llava_llama3_fp8_scaled.safetensors", "llava_llama3_fp8_scaled"),
     ("vae", "hunyuan_video_vae_bf16.safetensors", "vae_hunyuan_video"),
+    ("background_removal", "birefnet.safetensors", "birefnet"),
+    ("frame_interpolation", "film_net_fp16.safetensors", "film_net"),
+    ("frame_interpolation", "rife_v4.25_lite.safetensors", "rife"),
 ])
 def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind
