@@ -253,15 +253,37 @@ def save_video(video: Any, filename_prefix: str, format: Any, codec: Any = None,
     return {**_saved(name, subfolder), "result": (video,)}
 
 
-@node("CreateVideo", category=CATEGORY, display_name="Create Video", python_module=MODULE,
-      description="Create a video from images.",
-      inputs=[Input("images", "IMAGE", tooltip="The images to create a video from."),
-              Float("fps", default=30.0, min=1.0, max=120.0, step=1.0),
-              Input("audio", "AUDIO", optional=True, tooltip="The audio to add to the video.")],
-      outputs=[Output("VIDEO")])
-def create_video(images: torch.Tensor, fps: float, audio: Any = None) -> tuple[Any]:
-    """A VIDEO of the frames at `fps`, with `audio` as its track."""
-    from comfy_core.video import VideoComponents, VideoFromComponents
+BIT_DEPTH_CHOICES = ["auto", 8, 10]
+COLOR_SPACE_CHOICES = ["sRGB", "HDR", "HDR PQ"]  # comfy_core.video.types.COLOR_SPACES
+CODEC_CHOICES = ["none", "auto", "h264", "av1"]  # "none", then comfy_core.video.types.VideoCodec's
+
+
+# Today's CreateVideo (comfy_extras/nodes_video.py): the bit depth and colour space the frames are
+# encoded with ("auto": 10 bits for HDR, else 8), and `codec` to encode them at once (a file video).
+@v3.v3_node("CreateVideo", display_name="Create Video", category="video", python_module=MODULE,
+            description="Create a video from images.", search_aliases=["images to video"],
+            essentials_category="Video Tools",
+            inputs=[v3.Socket("images", "IMAGE", tooltip="The images to create a video from."),
+                    v3.Float("fps", default=30.0, min=1.0, max=120.0, step=1.0),
+                    v3.Socket("audio", "AUDIO", optional=True, tooltip="The audio to add to the video."),
+                    v3.Combo("bit_depth", BIT_DEPTH_CHOICES, default="auto", optional=True,
+                             tooltip="Auto uses 8-bit for sRGB and 10-bit for HDR. Explicit 8-bit and 10-bit choices "
+                                     "are independent of colorspace."),
+                    v3.Combo("color_space", COLOR_SPACE_CHOICES, default="sRGB", optional=True,
+                             tooltip="Colorspace of the input images. HDR selects BT.2020/HLG and HDR PQ selects "
+                                     "BT.2020/PQ."),
+                    v3.Combo("codec", CODEC_CHOICES, default="none", optional=True, advanced=True,
+                             tooltip="Optionally encode the video immediately. None keeps the images in tensor form; "
+                                     "Auto uses H.264.")],
+            outputs=[v3.Output("VIDEO")])
+def create_video(images: torch.Tensor, fps: float, audio: Any = None, bit_depth: Any = "auto",
+                 color_space: str = "sRGB", codec: str = "none") -> tuple[Any]:
+    """A VIDEO of the frames at `fps`, with `audio` as its track, to be encoded at `bit_depth` in
+    `color_space`; with a `codec`, encoded now (a Matroska file in memory, as ComfyUI's
+    VideoFromList does for a video that is no file)."""
+    import io
+
+    from comfy_core.video import VideoComponents, VideoContainer, VideoFromComponents, VideoFromFile
     from comfy_core.video.audio_frames import check_audio
 
     images = image_batch(images)
@@ -270,18 +292,39 @@ def create_video(images: torch.Tensor, fps: float, audio: Any = None) -> tuple[A
     if audio is not None:
         with media_errors("audio"):
             check_audio(audio)
-    return (VideoFromComponents(VideoComponents(images=images, audio=audio, frame_rate=Fraction(fps))),)
+    color_space = choice(color_space, COLOR_SPACE_CHOICES, "color_space")
+    codec = choice(codec, CODEC_CHOICES, "codec")
+    if bit_depth == "auto":
+        bit_depth = 10 if color_space in ("HDR", "HDR PQ") else 8
+    elif isinstance(bit_depth, bool) or not isinstance(bit_depth, int) or bit_depth < 1:
+        # a linked value may be any depth a file has (GetVideoComponents: 12 for a 12-bit file)
+        raise NodeInputError("bit_depth", "'auto' or a number of bits (8, 10, ...)", repr(bit_depth))
+    video = VideoFromComponents(VideoComponents(images=images, audio=audio, frame_rate=Fraction(fps)),
+                                bit_depth=bit_depth, color_space=color_space)
+    if codec != "none":
+        buffer = io.BytesIO()
+        with media_errors("images"):
+            video.save_to(buffer, format=VideoContainer.MKV, codec=codec)
+        video = VideoFromFile(buffer)
+    return (video,)
 
 
-@node("GetVideoComponents", category=CATEGORY, display_name="Get Video Components", python_module=MODULE,
-      description="Extracts all components from a video: frames, audio, and framerate.",
-      inputs=[Input("video", "VIDEO", tooltip="The video to extract components from.")],
-      outputs=[Output("IMAGE", "images"), Output("AUDIO", "audio"), Output("FLOAT", "fps")])
-def get_video_components(video: Any) -> tuple[Any, Any, float]:
-    """Frames `[T, H, W, 3]`, the audio (None without a track) and the frame rate."""
+# Today's GetVideoComponents also gives the bit depth and colour space (COMBO outputs that link to
+# CreateVideo's inputs of those names).
+@v3.v3_node("GetVideoComponents", display_name="Get Video Components", category="video", python_module=MODULE,
+            description="Extracts video frames, audio, frame rate, bit depth, and color space.",
+            search_aliases=["extract frames", "split video", "video to images", "demux"],
+            inputs=[v3.Socket("video", "VIDEO", tooltip="The video to extract components from.")],
+            outputs=[v3.Output("IMAGE", "images"), v3.Output("AUDIO", "audio"), v3.Output("FLOAT", "fps"),
+                     v3.Output("COMBO", "bit_depth"), v3.Output("COMBO", "color_space")])
+def get_video_components(video: Any) -> tuple[Any, Any, float, int, str]:
+    """Frames `[T, H, W, 3]`, the audio (None without a track), the frame rate, the bit depth
+    (8, 10, ...) and the colour space ("sRGB", "HDR", "HDR PQ")."""
+    video = _video(video)
     with media_errors("video"):
-        components = _video(video).get_components()
-    return components.images, components.audio, float(components.frame_rate)
+        components = video.get_components()
+        return (components.images, components.audio, float(components.frame_rate), video.get_bit_depth(),
+                video.get_color_space())
 
 
 # Today's SaveWEBM passes its images on (an IMAGE output "images").

@@ -32,6 +32,27 @@ def dimensions(source: Any) -> tuple[int, int]:
         return int(stream.width), int(stream.height)
 
 
+def bit_depth(source: Any) -> int:
+    """Bits per sample of the first video stream's pixel format (the widest component; 8 when
+    the file has no video stream or its format is unknown), as today's ComfyUI reads it."""
+    with opened_video(source) as container:
+        stream = container.streams.video[0] if container.streams.video else None
+        components = getattr(getattr(stream, "format", None), "components", None) if stream is not None else None
+        return max((c.bits for c in components), default=8) if components else 8
+
+
+def color_space(source: Any) -> str:
+    """The first video stream's colour space by its transfer tag: BT.709 or sRGB -> "sRGB",
+    ARIB STD-B67 (HLG) -> "HDR", SMPTE 2084 (PQ) -> "HDR PQ"; "sRGB" when untagged."""
+    from av.video.reformatter import ColorTrc
+
+    spaces = {ColorTrc.BT709: "sRGB", ColorTrc.IEC61966_2_1: "sRGB", ColorTrc.ARIB_STD_B67: "HDR",
+              ColorTrc.SMPTE2084: "HDR PQ"}
+    with opened_video(source) as container:
+        stream = container.streams.video[0] if container.streams.video else None
+        return spaces.get(getattr(stream, "color_trc", None), "sRGB") if stream is not None else "sRGB"
+
+
 def duration(source: Any) -> float:
     """Seconds: the container's duration, else frames / rate from the stream, else the frames
     counted by decoding (ComfyUI's order of fallbacks)."""

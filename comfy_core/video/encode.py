@@ -18,7 +18,13 @@ _input_impl/video_types.py, 2026: H.264 or AV1 in MP4, MKV or WebM, an optional 
   with FFmpeg's opaque "Generic error in an external library"; here the same refusal is a
   `VideoEncodingError` that says which side is odd (nothing is cropped behind the user's back).
   Every refusal comes before the file is created.
-- Not here yet: ComfyUI's 10-bit and HDR (BT.2020 HLG / PQ) encoding and its colour tags.
+- Bit depth and colour space (today's CreateVideo / `VideoFromComponents`): 10 bits encode
+  yuv420p10le from 16-bit RGB (`clamp(65535 x)` truncated, so the float frames keep their
+  precision), 8 bits yuv420p from `clamp(255 x)`; a colour space converts RGB to YCbCr with its
+  matrix (BT.709 for sRGB, BT.2020 non-constant for HDR / HDR PQ) and tags the stream and frames
+  with its primaries, transfer (sRGB's IEC 61966-2-1, HLG's ARIB STD-B67, PQ's SMPTE 2084) and the
+  limited (MPEG) range. The frames are taken as already in that transfer (no tone mapping), as
+  ComfyUI. Without a colour space (a file transcoded) nothing is tagged, FFmpeg's default matrix.
 """
 from __future__ import annotations
 
@@ -29,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from comfy_core.video.audio_frames import LAYOUTS, check_audio, packed_frame
 from comfy_core.video.errors import UnknownChoiceError, VideoEncodingError
-from comfy_core.video.types import VideoCodec, VideoContainer
+from comfy_core.video.types import (HDR_COLOR_SPACES, VideoCodec, VideoContainer, check_bit_depth,
+                                    check_color_space)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +50,7 @@ VIDEO_ENCODERS = {VideoCodec.H264: "h264", VideoCodec.AV1: "libsvtav1"}
 MUXERS = {VideoContainer.MP4: "mp4", VideoContainer.MKV: "matroska", VideoContainer.WEBM: "webm"}
 CRF_RANGES = {VideoCodec.H264: (0, 51), VideoCodec.AV1: (0, 63)}
 WEBM_AUDIO_RATE = 48000
+BT709_NCL, BT2020_NCL = 1, 9  # FFmpeg's matrix coefficients (AVColorSpace)
 
 
 def frame_rate_of(fps: Any) -> Fraction:
@@ -55,16 +63,28 @@ def frame_rate_of(fps: Any) -> Fraction:
     return rate
 
 
-def frames_uint8(images: Any) -> np.ndarray:
-    """IMAGE frames `[T, H, W, C]` (C >= 3) as uint8 RGB `[T, H, W, 3]`."""
-    import numpy as np
+def _rgb(images: Any) -> np.ndarray:
+    """IMAGE frames `[T, H, W, C]` (C >= 3) as float32 RGB `[T, H, W, 3]` on the CPU (checked)."""
     import torch
 
     if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[-1] < 3 or 0 in images.shape:
         raise VideoEncodingError("frames must be an IMAGE tensor [frames, height, width, 3 or 4] with at least one "
                                  f"frame, received {type(images).__name__} of shape {list(getattr(images, 'shape', []))}")
-    rgb = images[..., :3].detach().to("cpu", torch.float32)
-    return np.clip(255.0 * rgb.numpy(), 0, 255).astype(np.uint8)
+    return images[..., :3].detach().to("cpu", torch.float32).numpy()
+
+
+def frames_uint8(images: Any) -> np.ndarray:
+    """IMAGE frames `[T, H, W, C]` (C >= 3) as uint8 RGB `[T, H, W, 3]` (`clamp(255 x)` truncated)."""
+    import numpy as np
+
+    return np.clip(255.0 * _rgb(images), 0, 255).astype(np.uint8)
+
+
+def frames_uint16(images: Any) -> np.ndarray:
+    """IMAGE frames `[T, H, W, C]` (C >= 3) as uint16 RGB `[T, H, W, 3]` (`clamp(65535 x)` truncated)."""
+    import numpy as np
+
+    return np.clip(65535.0 * _rgb(images), 0, 65535).astype(np.uint16)
 
 
 def check_even_sides(width: int, height: int, codec: str) -> None:
@@ -144,18 +164,37 @@ def _audio_track(audio: Any, rate: Fraction, count: int, container: VideoContain
     return track[0], sample_rate
 
 
+def set_color_properties(target: Any, color_space: str) -> None:
+    """Tag a codec context or a frame with `color_space`'s primaries, transfer, matrix and range."""
+    from av.video.reformatter import ColorPrimaries, ColorRange, ColorTrc
+
+    hdr = color_space in HDR_COLOR_SPACES
+    target.color_primaries = ColorPrimaries.BT2020 if hdr else ColorPrimaries.BT709
+    target.color_trc = {"sRGB": ColorTrc.IEC61966_2_1, "HDR": ColorTrc.ARIB_STD_B67,
+                        "HDR PQ": ColorTrc.SMPTE2084}[color_space]
+    target.colorspace = BT2020_NCL if hdr else BT709_NCL
+    target.color_range = ColorRange.MPEG
+
+
 def write_video(dest: Any, images: Any, frame_rate: Any, audio: Any = None, metadata: dict | None = None, *,
                 format: Any = VideoContainer.AUTO, codec: Any = VideoCodec.AUTO,  # noqa: A002
-                crf: float | None = None, source_tags: dict | None = None, encode_strings: bool = True) -> None:
+                crf: float | None = None, source_tags: dict | None = None, encode_strings: bool = True,
+                bit_depth: int = 8, color_space: str | None = None) -> None:
     """`images` at `frame_rate` in the container and codec asked for (`resolve_output`), with
-    `audio`, into `dest` (a path, or a binary stream). `source_tags` (a decoded file's tags) are
-    written first, as they are; `metadata` over them, JSON-encoded (strings too unless
-    `encode_strings` is false)."""
+    `audio`, into `dest` (a path, or a binary stream), at 10 bits for a `bit_depth` of 10 or more (else 8), tagged with
+    `color_space` (module docstring). `source_tags` (a decoded file's tags) are written first, as
+    they are; `metadata` over them, JSON-encoded (strings too unless `encode_strings` is false)."""
     import av
 
     container, codec = resolve_output(dest, format, codec)
     crf = check_crf(crf, codec)
-    pixels = frames_uint8(images)
+    bit_depth = check_bit_depth(bit_depth)
+    if color_space is not None:
+        check_color_space(color_space)
+    ten_bit = bit_depth >= 10
+    pixels = frames_uint16(images) if ten_bit else frames_uint8(images)
+    pix_fmt, rgb_format = ("yuv420p10le", "rgb48le") if ten_bit else ("yuv420p", "rgb24")
+    matrix = None if color_space is None else (BT2020_NCL if color_space in HDR_COLOR_SPACES else BT709_NCL)
     count, height, width = pixels.shape[:3]
     check_even_sides(width, height, "H.264" if codec == VideoCodec.H264 else "AV1")
     rate = frame_rate_of(frame_rate)
@@ -167,8 +206,10 @@ def write_video(dest: Any, images: Any, frame_rate: Any, audio: Any = None, meta
                 output.metadata[key] = value
         write_metadata(output, metadata, encode_strings=encode_strings)
         stream = output.add_stream(VIDEO_ENCODERS[codec], rate=rate)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         stream.options = encoder_options(codec, crf)
+        if color_space is not None:
+            set_color_properties(stream.codec_context, color_space)
         # The track's own layout: ComfyUI leaves PyAV's default (stereo), which turns mono into two channels.
         audio_stream = None
         if track is not None:
@@ -176,7 +217,10 @@ def write_video(dest: Any, images: Any, frame_rate: Any, audio: Any = None, meta
             layout = LAYOUTS.get(int(track[0].shape[0]), "stereo")
             audio_stream = output.add_stream(encoder, rate=track[1], layout=layout)
         for frame in pixels:
-            picture = av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format="yuv420p")
+            picture = av.VideoFrame.from_ndarray(frame, format=rgb_format).reformat(format=pix_fmt,
+                                                                                  dst_colorspace=matrix)
+            if color_space is not None:
+                set_color_properties(picture, color_space)
             output.mux(stream.encode(picture))
         output.mux(stream.encode(None))
         if audio_stream is not None:

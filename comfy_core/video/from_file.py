@@ -36,6 +36,12 @@ class VideoFromFile(VideoInput):
     def get_duration(self) -> float:
         return decode.duration(self.__file)
 
+    def get_bit_depth(self) -> int:
+        return decode.bit_depth(self.__file)
+
+    def get_color_space(self) -> str:
+        return decode.color_space(self.__file)
+
     def get_container_format(self) -> str:
         return decode.container_format(self.__file)
 

@@ -66,6 +66,26 @@ def _member(enum: type[Enum], what: str, value: Any) -> Any:
         raise UnknownChoiceError(what, value, [member.value for member in enum]) from None
 
 
+# Today's ComfyUI's colour spaces of a VIDEO (CreateVideo's `color_space`, GetVideoComponents' output):
+# sRGB (BT.709 primaries, the sRGB transfer), HDR (BT.2020, HLG) and HDR PQ (BT.2020, SMPTE 2084).
+COLOR_SPACES = ("sRGB", "HDR", "HDR PQ")
+HDR_COLOR_SPACES = ("HDR", "HDR PQ")
+BIT_DEPTHS = (8, 10)  # what encoders write: 10 bits for a depth of 10 or more, else 8 (ComfyUI's rule)
+
+
+def check_color_space(value: Any) -> str:
+    if value not in COLOR_SPACES:
+        raise UnknownChoiceError("video color space", value, list(COLOR_SPACES))
+    return value
+
+
+def check_bit_depth(value: Any) -> int:
+    """A bit depth (a whole number of bits, at least 1: a file's own may be 12)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+        raise UnknownChoiceError("video bit depth", value, [str(d) for d in BIT_DEPTHS])
+    return int(value)
+
+
 @dataclass
 class VideoComponents:
     """Frames (IMAGE `[T, H, W, C]`), frame rate, optional AUDIO and the container's metadata."""
@@ -95,6 +115,14 @@ class VideoInput(ABC):
         self.save_to(buffer)
         buffer.seek(0)
         return buffer
+
+    def get_bit_depth(self) -> int:
+        """Bits per colour sample the video is (or will be) encoded with: 8 unless it says more."""
+        return 8
+
+    def get_color_space(self) -> str:
+        """One of `COLOR_SPACES`: "sRGB" unless it says otherwise."""
+        return "sRGB"
 
     def get_dimensions(self) -> tuple[int, int]:
         """(width, height) of the frames."""

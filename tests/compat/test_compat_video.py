@@ -84,5 +84,5 @@ def test_a_pack_video_flows_into_the_built_in_save_video(video_pack, session):
         finally:
             reset_current(token)
     (record,) = ui["ui"]["images"]
-    images, _, fps = get_video_components(video_pack.VideoFromFile(str(session.env.output_dir / record["filename"])))
+    images, _, fps, _, _ = get_video_components(video_pack.VideoFromFile(str(session.env.output_dir / record["filename"])))
     assert images.shape[0] == 6 and fps == 6.0

@@ -208,7 +208,7 @@ def test_a_saved_video_carries_the_decoded_audio_in_sync(env):
     assert audio["waveform"].shape[-1] <= samples <= audio["waveform"].shape[-1] + 2048
     with running_node("LoadVideo", "4", env):
         (loaded,) = load_video(f"{record['subfolder']}/{record['filename']} [output]")
-        _, back, back_fps = get_video_components(loaded)
+        _, back, back_fps, _, _ = get_video_components(loaded)
     assert back["sample_rate"] == rate and float(back_fps) == fps
     assert abs(back["waveform"].shape[-1] / rate - decoded_seconds) <= 2048 / rate
 

@@ -97,7 +97,8 @@ def test_load_video_is_lazy_and_get_video_components_decodes_it(env):
         (video,) = load_video("clip.mp4")
     assert isinstance(video, VideoFromFile)
     os.replace(full, env.input_dir / "clip.mp4")  # replaced after loading: nothing was decoded yet
-    images, audio, fps = get_video_components(video)
+    images, audio, fps, bit_depth, color_space = get_video_components(video)
+    assert (bit_depth, color_space) == (8, "sRGB")  # CreateVideo's defaults, read back from the file
     assert images.shape == (9, 24, 32, 3) and fps == 12.0 and isinstance(fps, float)
     assert (images - frames()).abs().mean() < 0.015
     assert audio["sample_rate"] == 16000 and audio["waveform"].shape[1] == 2
@@ -117,8 +118,8 @@ def test_a_loaded_video_saves_by_copying_its_streams(env):
 def test_get_video_components_without_audio_gives_none(env):
     with running_in(env):
         (video,) = create_video(frames(2), 5.0)
-    images, audio, fps = get_video_components(video)
-    assert images.shape[0] == 2 and audio is None and fps == 5.0
+    images, audio, fps, bit_depth, color_space = get_video_components(video)
+    assert images.shape[0] == 2 and audio is None and fps == 5.0 and (bit_depth, color_space) == (8, "sRGB")
 
 
 def test_load_video_validation_and_fingerprint(env):
@@ -199,3 +200,58 @@ def test_the_video_nodes_load_as_comfy_extras_nodes_video(comfy_nodes):
     import comfy_extras.nodes_video as module
 
     assert {"LoadVideo", "SaveVideo", "CreateVideo", "GetVideoComponents", "SaveWEBM"} <= set(module.NODE_CLASS_MAPPINGS)
+
+
+def _stream_tags(path):
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return (stream.format.name, int(stream.color_primaries), int(stream.color_trc), int(stream.colorspace),
+                int(stream.color_range))
+
+
+@pytest.mark.parametrize("color_space, bit_depth, want", [
+    # (pixel format, primaries, transfer, matrix, range): BT.709 / sRGB / BT.709 for sRGB, BT.2020 / HLG or PQ /
+    # BT.2020 non-constant for HDR, limited range (FFmpeg's AVColorPrimaries / AVColorTransferCharacteristic /
+    # AVColorSpace / AVColorRange numbers)
+    ("sRGB", "auto", ("yuv420p", 1, 13, 1, 1)),
+    ("sRGB", 10, ("yuv420p10le", 1, 13, 1, 1)),
+    ("HDR", "auto", ("yuv420p10le", 9, 18, 9, 1)),
+    ("HDR PQ", 8, ("yuv420p", 9, 16, 9, 1)),
+])
+def test_create_video_encodes_its_bit_depth_and_color_space(env, color_space, bit_depth, want):
+    with running_in(env):
+        (made,) = create_video(frames(2), 12.0, None, bit_depth, color_space)
+        path = saved_path(env, save_video(made, "hdr", "mp4", "h264"))
+    assert _stream_tags(path) == want
+    with running_in(env, "LoadVideo"):
+        os.replace(path, env.input_dir / "hdr.mp4")
+        (video,) = load_video("hdr.mp4")
+    images, _, _, depth, space = get_video_components(video)
+    assert (depth, space) == (10 if want[0].endswith("10le") else 8, color_space)
+    assert images.shape == (2, 24, 32, 3)
+
+
+def test_ten_bits_keep_what_eight_bits_round_away(env):
+    """A gradient finer than 1/255 survives a 10-bit encode (within the codec's error) and not an
+    8-bit one: the frames go in as 16-bit RGB, as ComfyUI's."""
+    ramp = torch.linspace(0.5, 0.5 + 3 / 255, 32).view(1, 1, 32, 1).expand(2, 24, 32, 3).contiguous()
+    levels = {}
+    for depth in (8, 10):
+        with running_in(env):
+            (made,) = create_video(ramp, 12.0, None, depth, "sRGB")
+            path = saved_path(env, save_video(made, f"ramp{depth}", "mkv", "h264"))
+        with av.open(str(path)) as container:
+            frame = next(container.decode(video=0))
+            luma = frame.to_ndarray(format="gray16le" if depth == 10 else "gray")
+        levels[depth] = len({int(v) for v in luma[12, 2:-2]})
+    assert levels[10] > levels[8]
+
+
+def test_create_video_with_a_codec_is_a_file_video_and_bad_choices_are_refused(env):
+    with running_in(env):
+        (made,) = create_video(frames(2), 12.0, None, "auto", "sRGB", "h264")
+    assert isinstance(made, VideoFromFile) and made.get_container_format().startswith("matroska")
+    with pytest.raises(NodeInputError, match="bit_depth"):
+        create_video(frames(2), 12.0, None, "9-bit")
+    with pytest.raises(NodeInputError, match="color_space"):
+        create_video(frames(2), 12.0, None, "auto", "Rec.601")
