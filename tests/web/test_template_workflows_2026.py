@@ -408,6 +408,9 @@ RUNNING = {
                                   "2 SAM refinement passes",
     "utility_video_segment_sam3": "SAM3_Detect over the video's frames (text path), GetVideoComponents",
     "video_wan_vace_inpainting": "SAM3_Detect's mask of the video into Wan VACE inpainting",
+    "video_wan2.1_alpha_t2v_14B": "Wan 2.1 T2V + the RGBA and lightx2v LoRAs, 20 uni_pc steps; the latent decoded by "
+                                  "Wan-Alpha's RGB and alpha VAEs (Wan 2.1 VAEs), ImageToMask red, InvertMask, "
+                                  "JoinImageWithAlpha, SaveAnimatedWEBP",
     # MoGe (comfy_core/models/moge*.py, nodes/moge_nodes.py, tests/fixtures/template_models_moge.py): the tiny MoGe-2
     # (normal head) in geometry_estimation/, as saved (the LoadImage pictures are small). Times: MOGE_TIMES.
     **{name: f"{MOGE_TIMES[name]}: {what}" for name, what in {
@@ -559,9 +562,6 @@ NOT_RUNNING: dict[str, tuple[str, str]] = {
               "hand the rest runs: 123 s, the Anima DiT with the RGB LLLite patch on Depth Anything 3's render)",
               "resize_type.multiple, lanczos")
        for name in ("image_anima_lllite_depth_control_to_image",)},
-    "video_wan2.1_alpha_t2v_14B": (
-        "Wan-Alpha's RGB / alpha VAE pair is not a VAE written here (its files are written as SD1 VAEs, "
-        "which refuse the Wan video latent); the rest of the graph runs", "expected an image latent"),
 }
 
 
