@@ -604,7 +604,7 @@ def _files_of(kind: str) -> Any:
          outputs=[Output("CLIP")])
 def ltxav_text_encoder_loader(text_encoder: str, ckpt_name: str, device: str = "default") -> tuple[Any]:
     """LTX-2's text encoder: the Gemma 3 file and the checkpoint's projection / connectors."""
-    from comfy_core.families.ltx2.encoders import load_ltxav_text_encoder
+    from comfy_core.families.ltx2.ltxav_loader import load_ltxav_text_encoder
     from nodes.loaders import _embedding_lookup, _options, _track
     from nodes.environment import model_file
     from comfy_core.checkpoint.dtype import TEXT

@@ -39,7 +39,11 @@ summed and scaled by 1/sqrt(2).
 through the final norm (`num_layers + 1` states). Generation (`decode_step`, `logits`): a key / value
 cache per computing block, the key/value-sharing blocks reading their source block's entries,
 logits from the tied token table soft-capped at 30 (ComfyUI's `Gemma4Base.logits`, the 12B's two
-suppressed ids included).
+suppressed ids included). Media (`prompt_embeds`): the soft tokens of E2B / E4B's vision encoder and
+audio conformer (`gemma4_vision.py`, `gemma4_audio.py`) or of the 12B's encoder-free embedders
+(`gemma4_media.py`) replace the prompt's placeholders; on the 12B / 31B (`vision_bidirectional`) an
+image's soft tokens attend to each other both ways in the prompt's pass (ComfyUI's prefill-only
+block mask over the causal one, in every block; a sliding block still only within its window).
 """
 from __future__ import annotations
 
@@ -153,15 +157,20 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float,
 
 
 def attention_biases(query_positions: torch.Tensor, key_count: int, window: int,
-                     mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                     mask: torch.Tensor | None = None,
+                     blocks: Sequence[tuple[int, int]] = ()) -> dict[str, torch.Tensor]:
     """Additive float32 biases `[B or 1, 1, T, S]` per block type for queries at `query_positions`
     [T] over keys at 0..S-1: causal; sliding: also the keys `window` or more back; the keys the
-    token mask [B, S] excludes too."""
+    token mask [B, S] excludes too. `blocks`: (start, length) position spans whose tokens also see
+    each other's later tokens (an image's soft tokens on the 12B, ComfyUI's `vision_bidirectional`)."""
     device = query_positions.device
     low = torch.finfo(torch.float32).min / 4
     query = query_positions[:, None]
     key = torch.arange(key_count, device=device)[None, :]
     causal = key > query
+    for start, length in blocks:  # ComfyUI lifts the causal mask inside each image's block
+        inside = (query >= start) & (query < start + length) & (key >= start) & (key < start + length)
+        causal = causal & ~inside
     out = {}
     for kind, blocked in ((FULL, causal), (SLIDING, causal | (key <= query - window))):
         bias = torch.zeros(blocked.shape, dtype=torch.float32, device=device).masked_fill(blocked, low)[None, None]
@@ -208,6 +217,7 @@ class Gemma4TextEncoder(GemmaTextEncoder):
         self.options = self.default_options = GemmaOptions(slot=config.slot, token_key=config.slot, layer_idx=None,
                                                            layer_norm_hidden=False)
         self._ple_ids: torch.Tensor | None = None  # the ids of the last embedded tokens (PLE needs them)
+        self._image_blocks: list[tuple[int, int]] = []  # the last prompt's image spans (bidirectional ones)
 
     @property
     def stop_tokens(self) -> tuple[int, ...]:
@@ -217,8 +227,9 @@ class Gemma4TextEncoder(GemmaTextEncoder):
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> input embeddings [B, T, W] float32, scaled by sqrt(W); the ids are kept
-        for the next `decode_step`'s per-layer inputs."""
+        for the next `decode_step`'s per-layer inputs (and no image spans: plain ids)."""
         self._ple_ids = ids
+        self._image_blocks = []
         return embed_tokens(self.token_embedding(), ids, self.config.vocab_size, "gemma4", skip_empty=False) \
             * (self.config.hidden_size ** 0.5)
 
@@ -243,12 +254,12 @@ class Gemma4TextEncoder(GemmaTextEncoder):
 
     def _run(self, x: torch.Tensor, ids: torch.Tensor | None, positions: torch.Tensor, mask: torch.Tensor | None,
              cache: Gemma4Cache | None = None, stop_after: int | None = None,
-             collect: list[torch.Tensor] | None = None) -> torch.Tensor:
+             collect: list[torch.Tensor] | None = None, blocks: Sequence[tuple[int, int]] = ()) -> torch.Tensor:
         """x [B, T, W] at `positions` [T] through the blocks (up to `stop_after`); with `collect`,
-        each block's input is appended to it."""
+        each block's input is appended to it; `blocks`: the bidirectional image spans (`attention_biases`)."""
         config: Any = self.config
         key_count = int(positions[-1]) + 1 if cache is not None else x.shape[1]
-        biases = attention_biases(positions, key_count, config.sliding_window, mask)
+        biases = attention_biases(positions, key_count, config.sliding_window, mask, blocks)
         ropes = {SLIDING: rope_tables(positions, config.head_dim, config.rope_local_theta),
                  FULL: rope_tables(positions, config.global_head_dim, config.rope_theta, config.partial_rotary_factor)}
         ple = self.per_layer_inputs(x, ids)
@@ -295,19 +306,24 @@ class Gemma4TextEncoder(GemmaTextEncoder):
 
     @property
     def generation_media(self) -> tuple[str, ...]:
-        """The media TextGenerate may give (images, when the file has E2B / E4B's vision encoder)."""
+        """The media TextGenerate may give: images and video frames with E2B / E4B's vision encoder
+        or the 12B's image embedder, audio with E2B / E4B's conformer or the 12B's audio projector."""
         return tuple(name for name, tower in (("image", "vision"), ("video", "vision"), ("audio", "audio"))
                      if getattr(self, tower, None) is not None)
 
     def prompt_embeds(self, row: Sequence[Any]) -> torch.Tensor:
         """One token row -> [1, T, W] float32: ids embedded (scaled), an image item (the tokenizer's
         `{"type": "image", "data": [1, H, W, 3], "max_soft_tokens": n}`) or audio item (`{"type":
-        "audio", "data": [1, T, 128], "mask": [1, T]}`) replaced by the vision / audio tower's soft
-        tokens (not scaled; token id 0 for the per-layer inputs, as ComfyUI's)."""
+        "audio", "data": [1, T, 128] log-mel frames, or the 12B's [1, T, 640] waveform frames, "mask":
+        [1, T]}`) replaced by the vision / audio tower's soft tokens (`gemma4_vision.py`,
+        `gemma4_audio.py`, the 12B's `gemma4_media.py`; not scaled; token id 0 for the per-layer
+        inputs, as ComfyUI's). The images' spans are kept for the next prompt pass (bidirectional
+        on the 12B / 31B)."""
         device = self.token_embedding().weight.device
         parts: list[torch.Tensor] = []
         ids: list[int] = []
         pending: list[int] = []
+        blocks: list[tuple[int, int]] = []
 
         def flush() -> None:
             if pending:
@@ -324,17 +340,19 @@ class Gemma4TextEncoder(GemmaTextEncoder):
             if tower is None:
                 raise GenerationError(f"gemma4: this Gemma 4 encoder cannot read {kind or type(item).__name__} "
                                       f"inputs (it reads {', '.join(('text',) + self.generation_media)}; its file "
-                                      "has no vision encoder / audio conformer for them, or the 12B's encoder-free "
-                                      "embedders, which are not built here)")
+                                      "has no vision encoder / audio conformer for them, nor the 12B's "
+                                      "encoder-free image embedder / audio projector)")
             flush()
             if kind == "image":
                 soft = tower(item["data"].to(device), int(item.get("max_soft_tokens", 280)))[0]  # [n, W]
+                blocks.append((len(ids), soft.shape[0]))
             else:
                 soft = tower(item["data"].to(device), item["mask"].to(device))[0]
             parts.append(soft.float())
             ids.extend([0] * soft.shape[0])
         flush()
         self._ple_ids = torch.tensor([ids], dtype=torch.long, device=device)
+        self._image_blocks = blocks
         return torch.cat(parts, dim=0)[None]
 
     def decode_step(self, embeds: torch.Tensor, cache: Gemma4Cache) -> torch.Tensor:
@@ -344,7 +362,11 @@ class Gemma4TextEncoder(GemmaTextEncoder):
         ids = self._ple_ids if self._ple_ids is not None and tuple(self._ple_ids.shape) == tuple(embeds.shape[:2]) \
             else None
         positions = torch.arange(start, start + length, device=embeds.device)
-        x = self._run(embeds.float(), ids, positions, None, cache=cache)
+        config: Any = self.config
+        blocks: Sequence[tuple[int, int]] = ()
+        if start == 0 and config.vision_bidirectional:  # the prompt's pass (ComfyUI: prefill only)
+            blocks = [(b, n) for b, n in self._image_blocks if b + n <= length]
+        x = self._run(embeds.float(), ids, positions, None, cache=cache, blocks=blocks)
         cache.advance(length)
         return compute_in_float32(self.transformer.model.norm, x[:, -1]).float()
 

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from comfy_core.text_encoders.decoder_llm import DecoderShape, block_count, shape_of
 from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError
+from comfy_core.text_encoders.gemma4_media import VISION_MARKER as UNIFIED_VISION_MARKER
 
 MARKER = "model.layers.0.layer_scalar"  # ComfyUI's Gemma 4 rule (with Gemma's post_feedforward_layernorm)
 GEMMA4_SLOT = "gemma4"
@@ -25,6 +26,7 @@ IGNORED_PREFIXES = ("tokenizer_json", "hf_asset__", "spiece_model", "vision_mode
 KNOWN = {(1536, 35): ("gemma4_e2b", 512, 20), (2560, 42): ("gemma4_e4b", 512, 18),
          (3840, 48): ("gemma4_12b", 1024, 0), (5376, 60): ("gemma4_31b", 1024, 0)}
 SUPPRESS_12B = (258883, 258882)  # ComfyUI's Gemma4_12B_Config.suppress_tokens
+BIDIRECTIONAL_VISION = ("gemma4_12b", "gemma4_31b")  # ComfyUI's configs with vision_bidirectional
 
 
 class Gemma4DetectionError(TextEncoderDetectionError, ValueError):
@@ -63,6 +65,7 @@ class Gemma4Config(DecoderShape):
     final_logit_softcapping: float | None = 30.0
     suppress_tokens: tuple[int, ...] = ()
     shared_kv_weights: bool = False  # the key/value-sharing blocks still carry (unused) k/v weights
+    vision_bidirectional: bool = False  # an image's soft tokens see each other both ways (12B, 31B)
     dtype: str = "F32"
     slot: str = GEMMA4_SLOT
     name: str = "gemma4"
@@ -129,6 +132,7 @@ class Gemma4Config(DecoderShape):
             vocab_size_per_layer_input=ple_vocab, num_kv_shared_layers=shared, use_double_wide_mlp=any(wide),
             suppress_tokens=SUPPRESS_12B if name == "gemma4_12b" else (),
             shared_kv_weights=shared > 0 and not missing_kv[-1],
+            vision_bidirectional=name in BIDIRECTIONAL_VISION or prefix + UNIFIED_VISION_MARKER in tensors,
             dtype=str(getattr(tensors[model + "embed_tokens.weight"], "dtype", "F32")), name=name)
         values.update(overrides)
         config = cls(**values)

@@ -27,7 +27,10 @@ into soft tokens. Audio (E2B / E4B's conformer, `gemma4_audio.py`): the first cl
 features, `<|audio>` + `<|audio|>` x its token count + `<audio|>` after the images, the run replaced
 by one audio item. Video (the vision encoder on frames, ComfyUI's): one frame a second of 24 fps
 (`fps`), each `mm:ss <|image><|video|><image|>` after the prompt at 70 soft tokens, instead of the
-images. Not built: the 12B's encoder-free image / audio embedders (its media: a generation error).
+images. The 12B ("gemma4_unified", `gemma4_media.py`): the same image / video turns and preparation,
+its encoder-free image embedder in place of the vision encoder; its audio is raw 16 kHz frames of
+640 samples (`<|audio|>` x min(ceil(samples / 640), 750), ComfyUI's `Gemma4UnifiedSDTokenizer`),
+the audio item's data those frames, read by its audio projector.
 """
 from __future__ import annotations
 
@@ -89,12 +92,14 @@ class Gemma4Tokenizer:
     """ComfyUI's `Gemma4SDTokenizer` (see the module doc): one slot of a `FamilyTokenizer`."""
 
     def __init__(self, backend: Any, embedding_key: str = GEMMA4_SLOT, embedding_width: int = 2560,
-                 min_length: int | None = 1, prime_empty_thought: bool = False, data: Any = None) -> None:
+                 min_length: int | None = 1, prime_empty_thought: bool = False, data: Any = None,
+                 audio_frame: int = 0) -> None:
         from comfy_core.text_encoders.sd_tokenizer import TokenizerSpec
 
         self.backend = backend
         self.data = data
         self.prime_empty_thought = prime_empty_thought
+        self.audio_frame = audio_frame  # the 12B's raw audio frame (640 samples); 0: E2B / E4B's log-mel
         self.spec = TokenizerSpec(key=embedding_key, pad_token=PAD_ID, embedding_width=embedding_width,
                                   embedding_key=embedding_key, max_length=99999999, min_length=min_length)
         # ComfyUI's SDTokenizer attributes, which packs read.
@@ -171,20 +176,24 @@ class Gemma4Tokenizer:
             frames.extend(batch if batch.dim() == 4 else batch[None])
         return frames
 
-    @staticmethod
-    def _audio(audio: Any) -> tuple[torch.Tensor, torch.Tensor, int] | None:
-        """An AUDIO input -> (log-mel frames [1, T, 128], validity [1, T], soft-token count), None without one."""
+    def _audio(self, audio: Any) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        """An AUDIO input -> (features [1, T, D], validity [1, T], soft-token count), None without
+        one: log-mel frames (D 128, E2B / E4B's conformer) or the 12B's raw frames (D `audio_frame`)."""
         if audio is None:
             return None
         from comfy_core.text_encoders.gemma4_audio import log_mel, token_count
+        from comfy_core.text_encoders.gemma4_media import audio_frames, audio_token_count
 
         try:
             waveform, rate = audio["waveform"], int(audio.get("sample_rate", 16000))
         except (TypeError, KeyError):
             raise TokenizeError("gemma4: audio must be an AUDIO {'waveform': [B, C, S], 'sample_rate': int}") from None
         waveform = waveform[0] if waveform.dim() == 3 else waveform  # the first clip, as ComfyUI's
-        mel, mask = log_mel(waveform, rate)
         samples = waveform.shape[-1] if rate == 16000 else int(waveform.shape[-1] * 16000 / rate)
+        if self.audio_frame:
+            frames, mask = audio_frames(waveform, rate, self.audio_frame)
+            return frames[None], mask[None], audio_token_count(samples, self.audio_frame)
+        mel, mask = log_mel(waveform, rate)
         return mel[None], mask[None], token_count(samples)
 
     def _splice_images(self, ids: list[Any], frames: list[torch.Tensor], max_soft_tokens: int,
@@ -277,9 +286,13 @@ def tokenizer_for(view: Any, config: Gemma4Config) -> Gemma4Tokenizer:
         raise MissingGemma4TokenizerError(str(view.path))
     data = view.read(TOKENIZER_KEY, None)
     backend = backend_from_data(data, f"{view.path}: {TOKENIZER_KEY}")
-    # ComfyUI's 12B / 31B ("prime_empty_thought") tokenizers close an empty thought when not thinking.
+    # ComfyUI's 12B / 31B ("prime_empty_thought") tokenizers close an empty thought when not thinking;
+    # the 12B's ("unified") frames its audio raw for its audio projector.
+    from comfy_core.text_encoders.gemma4_media import audio_frame_of, holds_unified_audio
+
+    frame = audio_frame_of(view.tensors) if holds_unified_audio(view.tensors) else 0
     return Gemma4Tokenizer(backend, embedding_width=config.hidden_size, data=data,
-                           prime_empty_thought=config.name in ("gemma4_12b", "gemma4_31b"))
+                           prime_empty_thought=config.name in ("gemma4_12b", "gemma4_31b"), audio_frame=frame)
 
 
 def build_tower(view: Any, config: Gemma4Config, dtype: torch.dtype | None) -> Any:
@@ -287,15 +300,22 @@ def build_tower(view: Any, config: Gemma4Config, dtype: torch.dtype | None) -> A
     from comfy_core.checkpoint.reader import LazyStateDict
 
     from comfy_core.text_encoders.gemma4_audio import build_audio, holds_audio
+    from comfy_core.text_encoders.gemma4_media import (build_unified_audio, build_unified_vision,
+                                                       holds_unified_audio, holds_unified_vision)
     from comfy_core.text_encoders.gemma4_vision import Gemma4VisionError, build_vision, holds_vision
 
     state = LazyStateDict(view, dtype)
+    read = lambda name: state[name]  # noqa: E731
     try:
         tower = build_gemma4_encoder(config, state, dtype)
-        if holds_vision(view.tensors):  # E2B / E4B's vision encoder (the 12B's encoder-free embedder is not built)
-            tower.vision = build_vision(view.tensors, lambda name: state[name], config.hidden_size, dtype)
+        if holds_vision(view.tensors):  # E2B / E4B's vision encoder
+            tower.vision = build_vision(view.tensors, read, config.hidden_size, dtype)
+        elif holds_unified_vision(view.tensors):  # the 12B's encoder-free image embedder
+            tower.vision = build_unified_vision(view.tensors, read, config.hidden_size, dtype)
         if holds_audio(view.tensors):  # E2B / E4B's audio conformer
-            tower.audio = build_audio(view.tensors, lambda name: state[name], config.hidden_size, dtype)
+            tower.audio = build_audio(view.tensors, read, config.hidden_size, dtype)
+        elif holds_unified_audio(view.tensors):  # the 12B's audio projector (raw waveform frames)
+            tower.audio = build_unified_audio(view.tensors, read, config.hidden_size, dtype)
     except (Gemma4KeyError, Gemma4DetectionError, Gemma4VisionError) as exc:
         raise Gemma4FileError(f"{view.path}: {exc}") from None
     tower.eval()

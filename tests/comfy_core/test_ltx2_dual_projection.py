@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from comfy_core.families.ltx2.dit import LTXAVConfig, LTXAVModel
-from comfy_core.families.ltx2.encoders import UNPROCESSED_KEY, load_ltxav_text_encoder
+from comfy_core.families.ltx2.encoders import UNPROCESSED_KEY
+from comfy_core.families.ltx2.ltxav_loader import load_ltxav_text_encoder
 from comfy_core.families.ltx2.latent import LTXAVInputError
 from comfy_core.families.ltx2.text import DualTextEmbeddingProjection, per_token_rms_features
 from tests.fixtures.template_models_ltx2 import WRITERS_LTX2

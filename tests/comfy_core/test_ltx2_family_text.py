@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from comfy_core.families.ltx2.encoders import (GEMMA3_SLOT, LTXAV_TEXT_ENCODERS, LTXAVTextEncoderError,
-                                               MissingGemma3TokenizerError, load_ltxav_text_encoder)
+                                               MissingGemma3TokenizerError)
+from comfy_core.families.ltx2.ltxav_loader import load_ltxav_text_encoder
 from comfy_core.families.ltx2.text import TextEmbeddingProjection
 from comfy_core.text_encoders.encoder_set import TextEncoderSet
 from comfy_core.text_encoders.errors import TokenizeError

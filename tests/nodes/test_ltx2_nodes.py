@@ -189,7 +189,7 @@ def test_the_dit_loras_reach_every_attention_projection(env, model):
 
 
 def test_text_generate_ltx2_prompt_generates_on_the_chat_and_refuses_images(env, tmp_path):
-    from comfy_core.families.ltx2.encoders import load_ltxav_text_encoder
+    from comfy_core.families.ltx2.ltxav_loader import load_ltxav_text_encoder
     from comfy_core.text_encoders.generate import SamplingOptions, generate_with_clip
     from nodes.text_generate_ltx2 import ltx2_chat, text_generate_ltx2_prompt
 

@@ -12,7 +12,8 @@ grid, middle positions), `connector.py` (`Embeddings1DConnector`), `text.py` (th
 projection, and LTX-2.3's per-stream one), `keys.py` (diffusers' names), `encoders.py` (the text
 path: Gemma 3 + projection + connectors, LTXAVTextEncoderLoader), `gemma4_text.py` (LTX-2.5's one-file
 text encoder: Gemma 4 12B + its per-stream projection, loaded whole by CLIPLoader through the encoder
-set's `whole_files`), `latent_format.py` (ComfyUI's `LTXAV`), `supported_models.py` (ComfyUI's
+set's `whole_files`, and the Gemma 4 path of LTXAVTextEncoderLoader), `ltxav_loader.py`
+(LTXAVTextEncoderLoader's entry point: Gemma 3 or Gemma 4 by the file), `latent_format.py` (ComfyUI's `LTXAV`), `supported_models.py` (ComfyUI's
 `supported_models.LTXAV`).
 
 LTX-2.5 (split files: UNETLoader's DiT, VAELoader's video and audio VAEs, CLIPLoader's Gemma 4) runs

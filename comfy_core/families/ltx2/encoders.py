@@ -199,7 +199,7 @@ def _projection(checkpoint: Any, width: int, layers: int) -> torch.nn.Module:
                                     "ckpt_name must be an LTX-2 checkpoint")
     shape = tuple(names[key].shape)
     if shape != (width, width * layers):
-        raise LTXAVTextEncoderError(f"{checkpoint.path}: {key} is {list(shape)}; the Gemma 3 tower ({width} wide, "
+        raise LTXAVTextEncoderError(f"{checkpoint.path}: {key} is {list(shape)}; the Gemma tower ({width} wide, "
                                     f"{layers} hidden states) needs [{width}, {width * layers}]")
     weight = checkpoint.read(key, torch.float32)
     return TextEmbeddingProjection.from_weights({PROJECTION_PREFIX + "aggregate_embed.weight": weight}, width=width)
@@ -217,12 +217,22 @@ def _dual_projection(checkpoint: Any, width: int, layers: int) -> torch.nn.Modul
     for key in keys[0::2]:
         shape = tuple(checkpoint.tensors[key].shape)
         if len(shape) != 2 or shape[1] != width * layers:
-            raise LTXAVTextEncoderError(f"{checkpoint.path}: {key} is {list(shape)}; the Gemma 3 tower ({width} "
+            raise LTXAVTextEncoderError(f"{checkpoint.path}: {key} is {list(shape)}; the Gemma tower ({width} "
                                         f"wide, {layers} hidden states) needs [*, {width * layers}]")
     try:
         return DualTextEmbeddingProjection.from_weights({k: checkpoint.read(k, torch.float32) for k in keys}, width)
     except (KeyError, ValueError) as exc:
         raise LTXAVTextEncoderError(f"{checkpoint.path}: {exc}") from None
+
+
+def checkpoint_projection(checkpoint: Any, width: int, layers: int) -> tuple[torch.nn.Module, Any] | None:
+    """(projection, compat-mode connectors or None) of an LTX-2 checkpoint for a `width`-wide tower
+    with `layers` hidden states; None when the checkpoint has no text projection (the Gemma 4 path
+    then reads the text-encoder file's own, gemma4_text.py)."""
+    names = checkpoint.tensors
+    if DUAL_PROJECTION_KEY not in names and not any(key in names for key in PROJECTION_KEYS):
+        return None
+    return _projection(checkpoint, width, layers), _compat_connectors(checkpoint, width)
 
 
 def _compat_connectors(checkpoint: Any, width: int) -> tuple[torch.nn.Module, torch.nn.Module] | None:
@@ -266,48 +276,49 @@ def _dequantizing_view(gemma_file: Any) -> Any:
     return QuantizedHeader.for_detection(gemma_file, layers) if layers else gemma_file
 
 
-def load_ltxav_text_encoder(text_encoder: str | Path, checkpoint: str | Path, dtype: torch.dtype | None = None,
-                            load_device: str | None = None, offload_device: str = "cpu") -> Any:
-    """LTXAVTextEncoderLoader: a Gemma 3 file and an LTX-2 checkpoint -> CLIP (see the module doc).
+def ltxav_gemma3_text_encoder(gemma_stored: Any, ltx_file: Any, dtype: torch.dtype | None = None,
+                              load_device: str | None = None, offload_device: str = "cpu") -> Any:
+    """LTXAVTextEncoderLoader on a Gemma 3 file: the open Gemma 3 file and LTX-2 checkpoint
+    (`CheckpointFile`s) -> CLIP (see the module doc; `ltxav_loader.load_ltxav_text_encoder` picks
+    this or the Gemma 4 path by the file).
 
     `dtype`: the tower's storage dtype (None: float32); the projection and connectors are float32.
     A quantised Gemma file (ComfyUI's `fp4_mixed` NVFP4 release) is dequantised as it is read.
     Raises `LTXAVTextEncoderError` (`MissingGemma3TokenizerError` for a file without its tokenizer)
     and the checkpoint reader's errors, naming the file.
     """
-    from comfy_core.checkpoint.reader import CheckpointFile, LazyStateDict
+    from comfy_core.checkpoint.reader import LazyStateDict
     from comfy_core.text_encoders.clip import CLIP
     from comfy_core.text_encoders.gemma import GemmaDetectionError, GemmaKeyError
     from comfy_core.text_encoders.gemma3 import Gemma3Config, build_gemma3_encoder
 
-    with CheckpointFile(text_encoder) as gemma_stored, CheckpointFile(checkpoint) as ltx_file:
-        gemma_file = _dequantizing_view(gemma_stored)
-        try:
-            config = Gemma3Config.detect_from_weights(gemma_file.tensors, "")
-        except GemmaDetectionError as exc:
-            raise LTXAVTextEncoderError(f"{gemma_file.path}: {exc}") from None
-        if config is None:
-            raise LTXAVTextEncoderError(f"{gemma_file.path}: not a Gemma 3 text encoder (no "
-                                        "'model.layers.0.self_attn.q_norm.weight'); LTX-2 needs Gemma 3 12B")
-        if SPIECE_KEY not in gemma_file.tensors:
-            raise MissingGemma3TokenizerError(str(gemma_file.path))
-        backend = GemmaSentencePiece.from_data(gemma_file.read(SPIECE_KEY), f"{gemma_file.path}: {SPIECE_KEY}")
-        projection = _projection(ltx_file, config.hidden_size, config.num_layers + 1)
-        connectors = _compat_connectors(ltx_file, config.hidden_size)
-        # Read on access (memory-mapped), floating tensors in `dtype`; the tokenizer key is skipped.
-        state = LazyStateDict(gemma_file, dtype or torch.float32)
-        try:
-            tower = build_gemma3_encoder(config, state, dtype or torch.float32)
-        except (GemmaKeyError, GemmaDetectionError) as exc:
-            raise LTXAVTextEncoderError(f"{gemma_file.path}: {exc}") from None
+    gemma_file = _dequantizing_view(gemma_stored)
+    try:
+        config = Gemma3Config.detect_from_weights(gemma_file.tensors, "")
+    except GemmaDetectionError as exc:
+        raise LTXAVTextEncoderError(f"{gemma_file.path}: {exc}") from None
+    if config is None:
+        raise LTXAVTextEncoderError(f"{gemma_file.path}: not a Gemma 3 text encoder (no "
+                                    "'model.layers.0.self_attn.q_norm.weight'); LTX-2 needs Gemma 3 12B")
+    if SPIECE_KEY not in gemma_file.tensors:
+        raise MissingGemma3TokenizerError(str(gemma_file.path))
+    backend = GemmaSentencePiece.from_data(gemma_file.read(SPIECE_KEY), f"{gemma_file.path}: {SPIECE_KEY}")
+    projection = _projection(ltx_file, config.hidden_size, config.num_layers + 1)
+    connectors = _compat_connectors(ltx_file, config.hidden_size)
+    # Read on access (memory-mapped), floating tensors in `dtype`; the tokenizer key is skipped.
+    state = LazyStateDict(gemma_file, dtype or torch.float32)
+    try:
+        tower = build_gemma3_encoder(config, state, dtype or torch.float32)
+    except (GemmaKeyError, GemmaDetectionError) as exc:
+        raise LTXAVTextEncoderError(f"{gemma_file.path}: {exc}") from None
     tower.eval()
     module = TextEncoderSet(LTXAV_TEXT_ENCODERS, {GEMMA3_SLOT: tower})
     module.attach(projection, connectors)
     tokenizer = LTXAVGemmaTokenizer({GEMMA3_SLOT: Gemma3Tokenizer(embedding_width=config.hidden_size, backend=backend)})
-    log.info("LTX-2 text encoder: %s (Gemma 3, width %d x%d) + %s (projection%s)", Path(text_encoder).name,
-             config.hidden_size, config.num_layers, Path(checkpoint).name, ", connectors" if connectors else "")
+    log.info("LTX-2 text encoder: %s (Gemma 3, width %d x%d) + %s (projection%s)", Path(str(gemma_stored.path)).name,
+             config.hidden_size, config.num_layers, Path(str(ltx_file.path)).name, ", connectors" if connectors else "")
     return CLIP.from_encoders(module, tokenizer, load_device, offload_device)
 
 
 __all__ = ["GEMMA3_SLOT", "Gemma3Tokenizer", "LTXAVGemmaTokenizer", "LTXAVTEModel", "LTXAVTextEncoderError",
-           "LTXAV_TEXT_ENCODERS", "MissingGemma3TokenizerError", "load_ltxav_text_encoder"]
+           "LTXAV_TEXT_ENCODERS", "MissingGemma3TokenizerError", "checkpoint_projection", "ltxav_gemma3_text_encoder"]
