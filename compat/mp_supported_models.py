@@ -52,6 +52,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "MiniMaxH3": "comfy_core.families.minimax_h3.supported_models:MiniMaxH3",
     "Anima": "comfy_core.families.anima.supported_models:Anima",
     "ErnieImage": "comfy_core.families.ernie_image.supported_models:ErnieImage",
+    "Ideogram4": "comfy_core.families.ideogram4.supported_models:Ideogram4",
 }
 
 

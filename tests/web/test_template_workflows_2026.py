@@ -515,6 +515,14 @@ RUNNING = {
     "image_ernie_image": "184 s (2-core machine under load): subgraph, ERNIE-Image 20 steps cfg 4, the prompt "
                          "enhancer's TextGenerate (sampled, ends at </s>) switched in",
     "image_ernie_image_turbo": "147 s: subgraph, ERNIE-Image Turbo 8 steps cfg 1, the prompt enhancer switched in",
+    # Ideogram 4 (comfy_core/families/ideogram4, tests/fixtures/template_models_ideogram4.py), as saved at 1024x1024
+    # (ComfyMathExpression keeps sides >= 256): the conditional and the unconditional DiT (UNETLoader x 2), Qwen3-VL 8B
+    # through CLIPLoader type "ideogram4" (13 taps), the Flux.2 VAE, EmptyFlux2LatentImage, Ideogram4Scheduler (the
+    # CustomCombo preset's steps / mu / std through JsonExtractString), DualModelGuider cfg 7 + CFGOverride 3 over
+    # the last 30 %, the negative ConditioningZeroOut, SamplerCustomAdvanced euler.
+    "image_ideogram4_t2i": "80 s (2-core machine under load): subgraph, the Default preset (20 steps, mu 0, std 1.75), "
+                           "the fp8-scaled DiTs and Qwen3-VL",
+    "image_ideogram4_t2i_int8": "70 s: subgraph, the Default preset, the int8 ConvRot DiTs",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -913,6 +921,11 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "ernie-image-turbo.safetensors", "unet_ernie_image"),
     ("text_encoders", "ministral-3-3b.safetensors", "ministral3_3b"),
     ("text_encoders", "ernie-image-prompt-enhancer.safetensors", "ministral3_prompt_enhancer"),
+    ("diffusion_models", "ideogram4_fp8_scaled.safetensors", "unet_ideogram4_fp8"),
+    ("diffusion_models", "ideogram4_unconditional_fp8_scaled.safetensors", "unet_ideogram4_fp8"),
+    ("diffusion_models", "ideogram4_int8_convrot.safetensors", "unet_ideogram4_int8"),
+    ("diffusion_models", "ideogram4_unconditional_int8_convrot.safetensors", "unet_ideogram4_int8"),
+    ("text_encoders", "qwen3vl_8b_fp8_scaled.safetensors", "qwen3vl_8b_fp8"),
     ("checkpoints", "ltx-2-19b-dev-fp8.safetensors", "ltx2_checkpoint"),
     ("checkpoints", "ltx-2.3-22b-distilled-fp8.safetensors", "ltx23_checkpoint"),
     ("text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors", "gemma3_12b_fp4_mixed"),
