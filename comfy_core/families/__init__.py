@@ -53,6 +53,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.hunyuan3d import mini as hunyuan3d_mini, v21 as hunyuan3d21
     from comfy_core.families import anima
     from comfy_core.families import ernie_image
+    from comfy_core.families import seedvr2
     from comfy_core.families import ideogram4
 
     return FamilyRegistry([
@@ -108,6 +109,7 @@ def default_registry() -> FamilyRegistry:
         hunyuan3d.definition(), hunyuan3d_mini.definition(), hunyuan3d21.definition(),
         anima.definition(),
         ernie_image.definition(),
+        seedvr2.definition(),
         ideogram4.definition(),
     ])
 

@@ -12,7 +12,8 @@ converted) builds `comfy_core.models.wan_vae.WanVAE` with the architecture read 
 LTX-Video VAE (ComfyUI's marker `decoder.up_blocks.0.res_blocks.0.conv1.conv.weight`) builds
 `comfy_core.models.ltxv_vae.LTXVVAE`, its block layout read from the weights. HunyuanVideo 1.0's
 causal VAE (its released names with `decoder.mid_block.attentions.0.to_q`, or ComfyUI's LDM names)
-builds `comfy_core.models.hunyuan_video_vae.HunyuanVideoVAE`.
+builds `comfy_core.models.hunyuan_video_vae.HunyuanVideoVAE`; SeedVR2's (ComfyUI's marker
+`decoder.up_blocks.2.upsamplers.0.upscale_conv.weight`) `comfy_core.models.seedvr2_vae.SeedVR2VAE`.
 The module is built on the meta device and given its tensors by assignment (no second copy).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from comfy_core.models.ltx_diffusion_vae import MARKER as LTX_DIFFUSION_MARKER, 
 from comfy_core.models.ltx_diffusion_vae import encoder_config as ltx_encoder_config
 from comfy_core.models.ltxv_vae import MARKER as LTXV_MARKER, LTXVVAE, LTXVVAEConfig
 from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
+from comfy_core.models.seedvr2_vae import SeedVR2VAE, SeedVR2VAEConfig, is_seedvr2_vae
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
 from comfy_core.models.video_vae import VideoAutoencoder, video_vae_config
 from comfy_core.models.wan_image_vae import WanImageVAE, is_image_config
@@ -112,6 +114,16 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
             # One-frame kernels: the image VAE in the Wan 2.2 layout (Qwen-Image 2.1's), 4-D latents.
             build = WanImageVAE if is_image_config(config) else WanVAE
             vae = materialize(build_on_meta(lambda: build(config)), checkpoint, prefix, dtype, "VAE",
+                              zero_copy=mmap, workers=workers)
+            vae.eval()
+            return vae
+        seedvr2 = [p for p in VAE_PREFIXES if is_seedvr2_vae(file.tensors, p)]
+        if seedvr2:  # SeedVR2's causal video VAE (ComfyUI's marker; before HunyuanVideo's, which shares names)
+            try:
+                config = SeedVR2VAEConfig.detect_from_weights(file.tensors, seedvr2[0])
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: SeedVR2VAE(config)), file, seedvr2[0], dtype, "VAE",
                               zero_copy=mmap, workers=workers)
             vae.eval()
             return vae

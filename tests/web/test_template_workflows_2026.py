@@ -515,6 +515,14 @@ RUNNING = {
     "image_ernie_image": "184 s (2-core machine under load): subgraph, ERNIE-Image 20 steps cfg 4, the prompt "
                          "enhancer's TextGenerate (sampled, ends at </s>) switched in",
     "image_ernie_image_turbo": "147 s: subgraph, ERNIE-Image Turbo 8 steps cfg 1, the prompt enhancer switched in",
+    # SeedVR2 (comfy_core/families/seedvr2, tests/fixtures/template_models_seedvr2.py): the int8 ConvRot NaDiT
+    # (UNETLoader), its causal video VAE (VAELoader), SeedVR2Preprocess -> VAEEncodeTiled -> SeedVR2Conditioning ->
+    # KSampler (1 euler step, cfg 1) -> VAEDecodeTiled -> SeedVR2PostProcessing.
+    "utility_seedvr2_3b_int8_upscale_image": "2 s: subgraph, the test picture x4 (lanczos), the 3B layout",
+    "utility_seedvr2_7b_int8_upscale_image": "2 s: subgraph, the test picture x4 (lanczos), the 7B layout",
+    "utility_seedvr2_3b_int8_upscale_video": "2 s: subgraph, the test video made small x2 as one clip (the "
+                                             "SeedVR2TemporalChunk / Merge branch switched off as saved), "
+                                             "GetVideoComponents' bit_depth into CreateVideo",
     # Ideogram 4 (comfy_core/families/ideogram4, tests/fixtures/template_models_ideogram4.py), as saved at 1024x1024
     # (ComfyMathExpression keeps sides >= 256): the conditional and the unconditional DiT (UNETLoader x 2), Qwen3-VL 8B
     # through CLIPLoader type "ideogram4" (13 taps), the Flux.2 VAE, EmptyFlux2LatentImage, Ideogram4Scheduler (the
@@ -772,6 +780,31 @@ def _check_sdpose(written: list[str]) -> None:
     assert all(frame.any() for frame in frames)
 
 
+def _check_seedvr2_image(written: list[str]) -> None:
+    """A SeedVR2 image template's upscale: the 96x64 test picture x4 (SeedVR2Preprocess's padding cropped off
+    again by SeedVR2PostProcessing), its alpha (JoinImageWithAlpha's, the transparent square) re-attached."""
+    import numpy as np
+
+    (path,) = [p for p in written if "seedvr2_after" in p]  # SaveImage's (ImageCompare's previews aside)
+    image = Image.open(path)
+    assert image.size == (384, 256) and image.mode == "RGBA", (image.size, image.mode)
+    alpha = np.asarray(image)[..., 3]
+    assert alpha[100:156, 150:230].max() == 0 and alpha[:40].min() == 255
+
+
+def _check_seedvr2_video(written: list[str]) -> None:
+    """The SeedVR2 video template's upscale: the 12-frame 64x48 test video x2, every frame kept (padded to 13
+    for the VAE, cropped back by SeedVR2PostProcessing)."""
+    import av
+
+    (path,) = written
+    with av.open(path) as container:
+        video = container.streams.video[0]
+        size = (video.codec_context.width, video.codec_context.height)
+        frames = sum(1 for _ in container.decode(video))
+    assert (size, frames) == ((128, 96), 12), (size, frames)
+
+
 def _check_minimax_video(path: Path) -> None:
     """A MiniMax H3 template's saved video decoded back: 17k + 5 frames at 24 fps whose sides are multiples of
     32, and a stereo track as long as the frames (within 0.1 s: the 40 Hz latent's rounding, the encoder's padding)."""
@@ -845,6 +878,10 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
         _check_glb(glbs[0])
     if name in SDPOSE_TIMES:
         _check_sdpose(written)
+    if name.startswith("utility_seedvr2") and name.endswith("_image"):
+        _check_seedvr2_image(written)
+    if name == "utility_seedvr2_3b_int8_upscale_video":
+        _check_seedvr2_video(written)
     if name in HY3D_TIMES:
         glbs = [Path(p) for p in written if Path(p).suffix == ".glb"]
         assert len(glbs) == 1, written
@@ -917,6 +954,9 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("loras", "anima-turbo-lora-v0.2.safetensors", "lora_anima"),
     ("model_patches", "anima-lllite-depth-1.safetensors", "anima_lllite"),
     ("model_patches", "anima-lllite-inpainting-v2.safetensors", "anima_lllite_inpaint"),
+    ("diffusion_models", "seedvr2_3b_int8_convrot.safetensors", "unet_seedvr2_3b"),
+    ("diffusion_models", "seedvr2_7b_int8_convrot.safetensors", "unet_seedvr2_7b"),
+    ("vae", "seedvr2_ema_vae_fp16.safetensors", "vae_seedvr2"),
     ("diffusion_models", "ernie-image.safetensors", "unet_ernie_image"),
     ("diffusion_models", "ernie-image-turbo.safetensors", "unet_ernie_image"),
     ("text_encoders", "ministral-3-3b.safetensors", "ministral3_3b"),
