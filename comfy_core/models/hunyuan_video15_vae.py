@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.models.vae import VAEConfigError
+from comfy_core.models.video_vae_surface import VideoVAESurface
 from comfy_core.models.weight_shapes import numbered_children
 
 MARKER = "decoder.up.0.upsample.conv.conv.weight"  # with 5-D `encoder.conv_in.conv.weight`
@@ -291,11 +292,11 @@ class Decoder(nn.Module):
         return self.conv_out(F.silu(self.norm_out(x)))
 
 
-class HunyuanVideo15VAE(nn.Module):
+class HunyuanVideo15VAE(VideoVAESurface):
     """The VAE with the video-VAE surface our `VaePatcher` reads (`encode_raw`, `decode_raw`,
     `downscale_ratio`, `temporal_ratio`, `latent_channels`, ...)."""
 
-    latent_dim = 3
+    label = "HunyuanVideo 1.5"
     timestep_conditioning = False
 
     def __init__(self, config: HunyuanVideo15VAEConfig) -> None:
@@ -303,18 +304,6 @@ class HunyuanVideo15VAE(nn.Module):
         self.config = config
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-
-    @property
-    def downscale_ratio(self) -> int:
-        return self.config.spatial_ratio
-
-    @property
-    def temporal_ratio(self) -> int:
-        return self.config.temporal_ratio
-
-    @property
-    def latent_channels(self) -> int:
-        return self.config.latent_channels
 
     @property
     def out_channels(self) -> int:
@@ -341,29 +330,6 @@ class HunyuanVideo15VAE(nn.Module):
         """`[B, 32, T', h, w]` -> `[B, 3, 4 (T' - 1) + 1, 16 h, 16 w]` in about -1..1 (unclamped)."""
         out = self.decoder(z.to(self._dtype()))
         return out if output_device is None else out.to(output_device)
-
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Frames `[T, H, W, C]` (or `[B, T, H, W, C]`) in 0..1 -> `[B, 32, T', H/16, W/16]`; sides
-        centre-cropped to multiples of 16, frames must be 4k + 1."""
-        if pixels.ndim not in (4, 5) or pixels.shape[-1] < 3:
-            raise VAEConfigError(f"HunyuanVideo 1.5 VAE.encode: expected frames [T, H, W, C>=3], got "
-                                 f"{tuple(pixels.shape)}")
-        video = pixels if pixels.ndim == 5 else pixels.unsqueeze(0)
-        f = self.downscale_ratio
-        height, width = (video.shape[2] // f) * f, (video.shape[3] // f) * f
-        if height == 0 or width == 0:
-            raise VAEConfigError(f"HunyuanVideo 1.5 VAE.encode: frames {video.shape[3]}x{video.shape[2]} are smaller "
-                                 f"than {f}x{f}")
-        top, left = (video.shape[2] % f) // 2, (video.shape[3] % f) // 2
-        video = video[:, :, top:top + height, left:left + width]
-        return self.encode_raw(video[..., :3].permute(0, 4, 1, 2, 3) * 2.0 - 1.0).float()
-
-    def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """`[B, 32, T', h, w]` -> videos `[B, T, 16 h, 16 w, 3]` in 0..1."""
-        if latent.ndim != 5 or latent.shape[1] != self.latent_channels:
-            raise VAEConfigError(f"HunyuanVideo 1.5 VAE.decode: expected a latent "
-                                 f"[B, {self.latent_channels}, T, h, w], got {tuple(latent.shape)}")
-        return ((self.decode_raw(latent).float() + 1.0) / 2.0).clamp(0.0, 1.0).permute(0, 2, 3, 4, 1)
 
     def working_bytes(self, pixels: int, frames: int, dtype: torch.dtype) -> int:
         """Our estimate of a decode's working memory: the whole clip at the widest full-resolution

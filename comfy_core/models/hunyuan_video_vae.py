@@ -40,6 +40,7 @@ from torch import nn
 from comfy_core.checkpoint.keys import KeyConversion
 from comfy_core.checkpoint.renamed import RenamedCheckpoint
 from comfy_core.models.vae import VAEConfigError
+from comfy_core.models.video_vae_surface import VideoVAESurface
 from comfy_core.models.weight_shapes import numbered_children
 
 MARKER = "decoder.mid_block.attentions.0.to_q.weight"  # with 5-D `decoder.conv_in.conv.weight`
@@ -315,11 +316,11 @@ class Decoder(nn.Module):
         return self.conv_out(F.silu(self.conv_norm_out(x)))
 
 
-class HunyuanVideoVAE(nn.Module):
+class HunyuanVideoVAE(VideoVAESurface):
     """The VAE with the video-VAE surface our `VaePatcher` reads (`encode_raw`, `decode_raw`,
     `downscale_ratio`, `temporal_ratio`, `latent_channels`, ...)."""
 
-    latent_dim = 3
+    label = "HunyuanVideo"
     timestep_conditioning = False
 
     def __init__(self, config: HunyuanVideoVAEConfig) -> None:
@@ -336,18 +337,6 @@ class HunyuanVideoVAE(nn.Module):
         for half in (self.encoder, self.decoder):
             half.mid_block.attentions[0].causal = causal
         return self
-
-    @property
-    def downscale_ratio(self) -> int:
-        return self.config.spatial_ratio
-
-    @property
-    def temporal_ratio(self) -> int:
-        return self.config.temporal_ratio
-
-    @property
-    def latent_channels(self) -> int:
-        return self.config.latent_channels
 
     @property
     def out_channels(self) -> int:
@@ -373,28 +362,6 @@ class HunyuanVideoVAE(nn.Module):
         """`[B, 16, T', h, w]` -> `[B, 3, 4 (T' - 1) + 1, 8 h, 8 w]` in about -1..1 (unclamped)."""
         out = self.decoder(self.post_quant_conv(z.to(self._dtype())))
         return out if output_device is None else out.to(output_device)
-
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Frames `[T, H, W, C]` (or `[B, T, H, W, C]`) in 0..1 -> `[B, 16, T', H/8, W/8]`; sides
-        centre-cropped to multiples of 8, frames must be 4k + 1."""
-        if pixels.ndim not in (4, 5) or pixels.shape[-1] < 3:
-            raise VAEConfigError(f"HunyuanVideo VAE.encode: expected frames [T, H, W, C>=3], got {tuple(pixels.shape)}")
-        video = pixels if pixels.ndim == 5 else pixels.unsqueeze(0)
-        f = self.downscale_ratio
-        height, width = (video.shape[2] // f) * f, (video.shape[3] // f) * f
-        if height == 0 or width == 0:
-            raise VAEConfigError(f"HunyuanVideo VAE.encode: frames {video.shape[3]}x{video.shape[2]} are smaller than "
-                                 f"{f}x{f}")
-        top, left = (video.shape[2] % f) // 2, (video.shape[3] % f) // 2
-        video = video[:, :, top:top + height, left:left + width]
-        return self.encode_raw(video[..., :3].permute(0, 4, 1, 2, 3) * 2.0 - 1.0).float()
-
-    def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """`[B, 16, T', h, w]` -> videos `[B, T, 8 h, 8 w, 3]` in 0..1."""
-        if latent.ndim != 5 or latent.shape[1] != self.latent_channels:
-            raise VAEConfigError(f"HunyuanVideo VAE.decode: expected a latent [B, {self.latent_channels}, T, h, w], "
-                                 f"got {tuple(latent.shape)}")
-        return ((self.decode_raw(latent).float() + 1.0) / 2.0).clamp(0.0, 1.0).permute(0, 2, 3, 4, 1)
 
     def working_bytes(self, pixels: int, frames: int, dtype: torch.dtype) -> int:
         """Our estimate of a decode's working memory: the whole clip at full resolution holds about

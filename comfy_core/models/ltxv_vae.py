@@ -38,6 +38,7 @@ from torch import nn
 
 from comfy_core.models.unet_blocks import timestep_embedding
 from comfy_core.models.vae import VAEConfigError
+from comfy_core.models.video_vae_surface import VideoVAESurface
 
 MARKER = "decoder.up_blocks.0.res_blocks.0.conv1.conv.weight"  # ComfyUI's test for an LTXV VAE
 STATISTICS = ("std-of-means", "mean-of-means", "mean-of-stds", "mean-of-stds_over_std-of-means", "channel")
@@ -535,11 +536,11 @@ class PerChannelStatistics(nn.Module):
         return x * std.view(1, -1, 1, 1, 1).to(x) + mean.view(1, -1, 1, 1, 1).to(x)
 
 
-class LTXVVAE(nn.Module):
+class LTXVVAE(VideoVAESurface):
     """ComfyUI's `VideoVAE` for LTX-Video 0.9.x (see the module doc) with the video-VAE surface
     our `VaePatcher` reads (`encode_raw`, `decode_raw`, `downscale_ratio`, `temporal_ratio`, ...)."""
 
-    latent_dim = 3
+    label = "LTX-Video"
 
     def __init__(self, config: LTXVVAEConfig) -> None:
         super().__init__()
@@ -547,18 +548,6 @@ class LTXVVAE(nn.Module):
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.per_channel_statistics = PerChannelStatistics(config.latent_channels)
-
-    @property
-    def downscale_ratio(self) -> int:
-        return self.config.spatial_ratio
-
-    @property
-    def temporal_ratio(self) -> int:
-        return self.config.temporal_ratio
-
-    @property
-    def latent_channels(self) -> int:
-        return self.config.latent_channels
 
     @property
     def out_channels(self) -> int:
@@ -595,29 +584,6 @@ class LTXVVAE(nn.Module):
             t = torch.full((z.shape[0],), float(timestep), device=z.device, dtype=z.dtype)
         out = self.decoder(self.per_channel_statistics.un_normalize(z), timestep=t)
         return out if output_device is None else out.to(output_device)
-
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Frames `[T, H, W, C]` (or videos `[B, T, H, W, C]`) in 0..1 -> `[B, 128, T', H/32, W/32]`;
-        sides centre-cropped to multiples of 32 (ComfyUI's crop), frames must be 8k + 1."""
-        if pixels.ndim not in (4, 5) or pixels.shape[-1] < 3:
-            raise VAEConfigError(f"LTX-Video VAE.encode: expected frames [T, H, W, C>=3], got {tuple(pixels.shape)}")
-        video = pixels if pixels.ndim == 5 else pixels.unsqueeze(0)
-        f = self.downscale_ratio
-        height, width = (video.shape[2] // f) * f, (video.shape[3] // f) * f
-        if height == 0 or width == 0:
-            raise VAEConfigError(f"LTX-Video VAE.encode: frames {video.shape[3]}x{video.shape[2]} are smaller than "
-                                 f"{f}x{f}")
-        top, left = (video.shape[2] % f) // 2, (video.shape[3] % f) // 2
-        video = video[:, :, top:top + height, left:left + width]
-        x = video[..., :3].permute(0, 4, 1, 2, 3) * 2.0 - 1.0
-        return self.encode_raw(x).float()
-
-    def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """`[B, 128, T', h, w]` -> videos `[B, T, 32 h, 32 w, 3]` in 0..1."""
-        if latent.ndim != 5 or latent.shape[1] != self.latent_channels:
-            raise VAEConfigError(f"LTX-Video VAE.decode: expected a latent [B, {self.latent_channels}, T, h, w], "
-                                 f"got {tuple(latent.shape)}")
-        return ((self.decode_raw(latent).float() + 1.0) / 2.0).clamp(0.0, 1.0).permute(0, 2, 3, 4, 1)
 
     def working_bytes(self, pixels: int, frames: int, dtype: torch.dtype) -> int:
         """Our estimate of a decode's working memory for `frames` output frames of `pixels` pixels:

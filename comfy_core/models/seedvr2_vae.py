@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.models.vae import VAEConfigError
+from comfy_core.models.video_vae_surface import VideoVAESurface
 
 MARKER = "decoder.up_blocks.2.upsamplers.0.upscale_conv.weight"  # ComfyUI's detection key
 SCALING_FACTOR = 0.9152
@@ -257,10 +258,10 @@ class Decoder3D(nn.Module):
         return self.conv_out(F.silu(frame_group_norm(self.conv_norm_out, x)))
 
 
-class SeedVR2VAE(nn.Module):
+class SeedVR2VAE(VideoVAESurface):
     """The autoencoder with the video-VAE surface of our `VaePatcher`."""
 
-    latent_dim = 3
+    label = "SeedVR2"
     timestep_conditioning = False
 
     def __init__(self, config: SeedVR2VAEConfig) -> None:
@@ -268,18 +269,6 @@ class SeedVR2VAE(nn.Module):
         self.config = config
         self.encoder = Encoder3D(config)
         self.decoder = Decoder3D(config)
-
-    @property
-    def downscale_ratio(self) -> int:
-        return self.config.spatial_ratio
-
-    @property
-    def temporal_ratio(self) -> int:
-        return self.config.temporal_ratio
-
-    @property
-    def latent_channels(self) -> int:
-        return self.config.latent_channels
 
     @property
     def out_channels(self) -> int:
@@ -302,28 +291,6 @@ class SeedVR2VAE(nn.Module):
         """`[B, 16, T', h, w]` -> `[B, 3, 4 (T' - 1) + 1, 8h, 8w]` in about -1..1 (unclamped)."""
         out = self.decoder((z / SCALING_FACTOR + SHIFTING_FACTOR).to(self._dtype()))
         return out if output_device is None else out.to(output_device)
-
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Frames `[T, H, W, C]` (or videos `[B, T, H, W, C]`) in 0..1 -> `[B, 16, T', H/8, W/8]`;
-        sides centre-cropped to multiples of 8."""
-        if pixels.ndim not in (4, 5) or pixels.shape[-1] < 3:
-            raise VAEConfigError(f"SeedVR2 VAE.encode: expected frames [T, H, W, C>=3], got {tuple(pixels.shape)}")
-        video = pixels if pixels.ndim == 5 else pixels.unsqueeze(0)
-        f = self.downscale_ratio
-        height, width = (video.shape[2] // f) * f, (video.shape[3] // f) * f
-        if height == 0 or width == 0:
-            raise VAEConfigError(f"SeedVR2 VAE.encode: frames {video.shape[3]}x{video.shape[2]} are smaller than "
-                                 f"{f}x{f}")
-        top, left = (video.shape[2] % f) // 2, (video.shape[3] % f) // 2
-        video = video[:, :, top:top + height, left:left + width]
-        return self.encode_raw(video[..., :3].permute(0, 4, 1, 2, 3) * 2.0 - 1.0).float()
-
-    def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """`[B, 16, T', h, w]` -> videos `[B, T, 8h, 8w, 3]` in 0..1."""
-        if latent.ndim != 5 or latent.shape[1] != self.latent_channels:
-            raise VAEConfigError(f"SeedVR2 VAE.decode: expected a latent [B, {self.latent_channels}, T, h, w], "
-                                 f"got {tuple(latent.shape)}")
-        return ((self.decode_raw(latent).float() + 1.0) / 2.0).clamp(0.0, 1.0).permute(0, 2, 3, 4, 1)
 
     def working_bytes(self, pixels: int, frames: int, dtype: torch.dtype) -> int:
         """Our estimate of a decode's working memory: the whole clip at the full-resolution level
