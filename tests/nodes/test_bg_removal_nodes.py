@@ -3,29 +3,18 @@ background_removal folder (a file of another kind refused), and RemoveBackground
 model's `encode_image` at the chosen resolution, one mask per image at the image's size."""
 from __future__ import annotations
 
-import uuid
-from contextlib import contextmanager
 
 import pytest
 import torch
 
 from comfy_core.models.birefnet.model import BackgroundRemovalModel
-from graph.context import NodeContext, reset_current, set_current
 from nodes.bg_removal_nodes import _model_files, load_background_removal_model, remove_background
 from nodes.environment import Environment
 from nodes.errors import NodeInputError
+from tests.nodes.node_context import running_node
 from tests.fixtures.template_models_bgremoval import WRITERS_BGREMOVAL, file_kind_bgremoval
 
 NAME = "birefnet.safetensors"
-
-
-@contextmanager
-def running(class_type: str, env: Environment):
-    token = set_current(NodeContext(str(uuid.uuid4()), "1", "1", None, env, class_type=class_type))
-    try:
-        yield
-    finally:
-        reset_current(token)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +32,7 @@ def env(tmp_path_factory) -> Environment:
 
 
 def _load(env, name=NAME):
-    with running("LoadBackgroundRemovalModel", env):
+    with running_node("LoadBackgroundRemovalModel", env=env):
         return load_background_removal_model(name)[0]
 
 
@@ -60,7 +49,7 @@ def test_loader_lists_the_folder_and_refuses_other_files(env):
 def test_remove_background_gives_one_mask_per_image_at_its_size(env):
     model = _load(env)
     image = torch.rand(2, 36, 50, 4, generator=torch.Generator().manual_seed(0))  # RGBA: alpha ignored
-    with running("RemoveBackground", env):
+    with running_node("RemoveBackground", env=env):
         (mask,) = remove_background(model, image, 256)
     assert mask.shape == (2, 36, 50) and mask.dtype == torch.float32
     torch.testing.assert_close(mask, model.encode_image(image[..., :3], image_size=256), atol=1e-6, rtol=1e-6)
@@ -70,7 +59,7 @@ def test_remove_background_gives_one_mask_per_image_at_its_size(env):
 def test_remove_background_refuses_bad_inputs(env):
     model = _load(env)
     image = torch.rand(1, 8, 8, 3)
-    with running("RemoveBackground", env):
+    with running_node("RemoveBackground", env=env):
         with pytest.raises(NodeInputError, match="bg_removal_model"):
             remove_background("not a model", image, 1024)
         with pytest.raises(NodeInputError, match="resolution"):

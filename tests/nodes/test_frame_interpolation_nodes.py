@@ -4,30 +4,19 @@ FrameInterpolate's frames: `(N - 1) * multiplier + 1`, the inputs kept exactly, 
 unchanged, bad inputs refused."""
 from __future__ import annotations
 
-import uuid
-from contextlib import contextmanager
 
 import pytest
 import torch
 
 from comfy_core.models.frame_interp.model import InterpolationModel
-from graph.context import NodeContext, reset_current, set_current
 from nodes.environment import Environment
 from nodes.errors import NodeInputError
+from tests.nodes.node_context import running_node
 from nodes.frame_interpolation_nodes import _model_files, frame_interpolate, load_frame_interpolation_model
 from tests.fixtures.template_models_bgremoval import WRITERS_BGREMOVAL, file_kind_bgremoval, tiny_rife_state_dict
 
 FILM = "film_net_fp16.safetensors"
 RIFE = "rife_v4.26.safetensors"
-
-
-@contextmanager
-def running(class_type: str, env: Environment):
-    token = set_current(NodeContext(str(uuid.uuid4()), "1", "1", None, env, class_type=class_type))
-    try:
-        yield
-    finally:
-        reset_current(token)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +38,7 @@ def env(tmp_path_factory) -> Environment:
 
 
 def _load(env, name):
-    with running("FrameInterpolationModelLoader", env):
+    with running_node("FrameInterpolationModelLoader", env=env):
         return load_frame_interpolation_model(name)[0]
 
 
@@ -68,7 +57,7 @@ def test_loader_lists_the_folder_tells_film_from_rife_and_refuses_other_files(en
 def test_frame_interpolate_counts_and_keeps_the_inputs(env, name, multiplier):
     model = _load(env, name)
     images = torch.rand(3, 64, 80, 3, generator=torch.Generator().manual_seed(0))
-    with running("FrameInterpolate", env):
+    with running_node("FrameInterpolate", env=env):
         (out,) = frame_interpolate(model, images, multiplier)
     assert out.shape == (2 * multiplier + 1, 64, 80, 3) and out.dtype == torch.float32
     for k in range(3):
@@ -80,7 +69,7 @@ def test_frame_interpolate_counts_and_keeps_the_inputs(env, name, multiplier):
 def test_frame_interpolate_passes_one_frame_and_refuses_bad_inputs(env):
     model = _load(env, RIFE)
     one = torch.rand(1, 64, 64, 3)
-    with running("FrameInterpolate", env):
+    with running_node("FrameInterpolate", env=env):
         assert frame_interpolate(model, one, 2)[0] is one
         with pytest.raises(NodeInputError, match="interp_model"):
             frame_interpolate("not a model", one, 2)
