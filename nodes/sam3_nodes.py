@@ -1,5 +1,5 @@
-"""SAM 3 nodes: ComfyUI's `comfy_extras.nodes_sam3` (SAM3_Detect, SAM3_TrackToMask; SAM3_VideoTrack
-and SAM3_TrackPreview are not built yet: the network's video tracker is not).
+"""SAM 3 nodes: ComfyUI's `comfy_extras.nodes_sam3` (SAM3_Detect, SAM3_VideoTrack, SAM3_TrackPreview,
+SAM3_TrackToMask).
 
 Schemas as today's ComfyUI renders them (tests/data/object_info_2026/<Node>.json); behaviour read
 from its `comfy_extras/nodes_sam3.py` and written here. The network is comfy_core/models/sam3,
@@ -15,6 +15,13 @@ Boxes without text: SAM segments inside each box; points: SAM from the points (o
 the best of three masks); then `refine_iterations - 1` passes from the previous logits. Masks
 are the union per frame, or one per object with `individual_masks`. BOUNDING_BOX out: one list per
 frame of `{x, y, width, height, score}` in pixels (text detections only).
+
+SAM3_VideoTrack: SAM 3.1's multiplex video tracker (comfy_core/models/sam3/tracker.py) from the
+initial masks (one per object, frame 0) and / or text detection (every `detect_interval` frames,
+new objects up to `max_objects`) -> SAM3_TRACK_DATA (comfy_core/families/wan/scail_masks.py: masks
+at 1008 x 1008 bit-packed, `orig_size` the video's). SAM3_TrackPreview: the track as an H.264
+preview in the temp folder: the frames (or black) with each object's mask blended in its colour
+at `opacity`, its index (and its score in percent when below 1) drawn at its centroid.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph.v3_schema import Boolean, Float, Int, Output, Socket, String, v3_node
 import nodes.checks as checks
+from nodes.environment import current_env, report_progress
 from nodes.errors import NodeInputError, describe
 
 if TYPE_CHECKING:
@@ -271,3 +279,181 @@ def track_to_mask(track_data: Any, object_indices: str = "") -> "torch.Tensor":
 def sam3_track_to_mask(track_data: Any, object_indices: str = "") -> tuple:
     """Select tracked objects by index and output as mask."""
     return (track_to_mask(track_data, checks.text(object_indices, "object_indices")),)
+
+
+# --- SAM3_VideoTrack ---------------------------------------------------------------------------------
+
+def video_track(model: Any, images: "torch.Tensor", initial_mask: Any = None, conditioning: Any = None,
+                threshold: float = 0.5, max_objects: int = 0, detect_interval: int = 1) -> dict:
+    import torch
+
+    from comfy_core.families.wan.scail_masks import pack_masks
+    from comfy_core.image.resize import upscale_samples
+
+    count, height, width, _ = images.shape
+    prompts = [(emb, mask) for emb, mask, _ in text_prompts(conditioning)] if conditioning else []
+    if initial_mask is None and not prompts:
+        raise NodeInputError("initial_mask", "initial_mask or conditioning (something to track)", "neither")
+    with model.applied() as module, torch.inference_mode():
+        network = module.diffusion_model
+        if not network.can_track:
+            raise NodeInputError("model", "a SAM 3.1 multiplex file (with its video tracker)",
+                                 "a SAM 3 file without SAM 3.1's video tracker")
+        dtype = module.get_dtype()
+        device = next(network.parameters()).device
+        frames = upscale_samples(images[..., :3].movedim(-1, 1).float(), SIDE, SIDE, "bilinear", "disabled")
+        masks = None
+        if initial_mask is not None:
+            masks = initial_mask.unsqueeze(1).to(device=device, dtype=dtype)
+        result = network.forward_video(frames.to(device=device, dtype=dtype), masks, pack_masks, prompts or None,
+                                       threshold, max_objects, detect_interval,
+                                       progress=lambda done: report_progress(done, count))
+    result["orig_size"] = (height, width)
+    return result
+
+
+@v3_node("SAM3_VideoTrack", display_name="SAM3 Video Track", category=CATEGORY, python_module=MODULE,
+         search_aliases=["sam3", "video", "track", "propagate"],
+         inputs=[Socket("images", "IMAGE", display_name="images", tooltip="Video frames as batched images"),
+                 Socket("model", "MODEL", display_name="model"),
+                 Socket("initial_mask", "MASK", display_name="initial_mask", optional=True,
+                        tooltip="Mask(s) for the first frame to track (one per object)"),
+                 Socket("conditioning", "CONDITIONING", display_name="conditioning", optional=True,
+                        tooltip="Text conditioning for detecting new objects during tracking"),
+                 Float("detection_threshold", display_name="detection_threshold", default=0.5, min=0.0, max=1.0,
+                       step=0.01, tooltip="Score threshold for text-prompted detection"),
+                 Int("max_objects", display_name="max_objects", default=0, min=0,
+                     tooltip="Max tracked objects (0=unlimited). Initial masks count toward this limit."),
+                 Int("detect_interval", display_name="detect_interval", default=1, min=1,
+                     tooltip="Run detection every N frames (1=every frame). Higher values save compute.")],
+         outputs=[Output("SAM3_TRACK_DATA", "track_data")])
+def sam3_video_track(images: Any, model: Any, initial_mask: Any = None, conditioning: Any = None,
+                     detection_threshold: float = 0.5, max_objects: int = 0, detect_interval: int = 1) -> tuple:
+    """Track objects across video frames using SAM3's memory-based tracker."""
+    images = checks.image_batch(images, "images")
+    if initial_mask is not None:
+        initial_mask = checks.mask_batch(initial_mask, "initial_mask", ndims=(3,))
+    threshold = checks.number(detection_threshold, "detection_threshold", 0.0, 1.0)
+    max_objects = checks.integer(max_objects, "max_objects", 0)
+    detect_interval = checks.integer(detect_interval, "detect_interval", 1)
+    return (video_track(_network(model), images, initial_mask, conditioning, threshold, max_objects,
+                        detect_interval),)
+
+
+# --- SAM3_TrackPreview -------------------------------------------------------------------------------
+
+COLORS = ((0.12, 0.47, 0.71), (1.0, 0.5, 0.05), (0.17, 0.63, 0.17), (0.84, 0.15, 0.16), (0.58, 0.4, 0.74),
+          (0.55, 0.34, 0.29), (0.89, 0.47, 0.76), (0.5, 0.5, 0.5), (0.74, 0.74, 0.13), (0.09, 0.75, 0.81),
+          (0.94, 0.76, 0.06), (0.42, 0.68, 0.84))  # ComfyUI's preview palette (matplotlib's tab10 and more)
+# 3 x 5 pixel digits, rows top to bottom ("#" set)
+_DIGIT_ROWS = (("###", "# #", "# #", "# #", "###"), (" # ", "## ", " # ", " # ", "###"),
+               ("###", "  #", "###", "#  ", "###"), ("###", "  #", "###", "  #", "###"),
+               ("# #", "# #", "###", "  #", "  #"), ("###", "#  ", "###", "  #", "###"),
+               ("###", "#  ", "###", "# #", "###"), ("###", "  #", "  #", "  #", "  #"),
+               ("###", "# #", "###", "# #", "###"), ("###", "# #", "###", "  #", "###"))
+
+
+def _glyph(digit: int, scale: int) -> "torch.Tensor":
+    import torch
+
+    g = torch.tensor([[c == "#" for c in row] for row in _DIGIT_ROWS[digit]])
+    return g.repeat_interleave(scale, 0).repeat_interleave(scale, 1)
+
+
+def _paste(frame: "torch.Tensor", pattern: "torch.Tensor", top: int, left: int, value: "torch.Tensor") -> None:
+    """Set `frame [H, W, 3]` to `value` where `pattern` (placed at top, left; clipped) is set."""
+    h, w = frame.shape[:2]
+    ph, pw = pattern.shape
+    y0, x0 = max(0, -top), max(0, -left)
+    y1, x1 = min(ph, h - top), min(pw, w - left)
+    if y1 <= y0 or x1 <= x0:
+        return
+    region = frame[top + y0:top + y1, left + x0:left + x1]
+    region[pattern[y0:y1, x0:x1]] = value
+
+
+def draw_number(frame: "torch.Tensor", number: int, cx: int, cy: int, color: tuple, scale: int = 3) -> None:
+    """`number` in the 3 x 5 digits at `scale`, centred on (cx, cy), in `color` with a 1-pixel black
+    outline, into `frame [H, W, 3]` (in place)."""
+    import torch
+    import torch.nn.functional as F
+
+    digits = [int(d) for d in str(number)]
+    gh, gw = 5 * scale, 3 * scale
+    left = cx - (len(digits) * (gw + scale) - scale) // 2
+    top = cy - gh // 2
+    fill = torch.tensor(color, dtype=frame.dtype)
+    for i, d in enumerate(digits):
+        glyph = _glyph(d, scale)
+        outline = F.max_pool2d(F.pad(glyph.float()[None, None], (1, 1, 1, 1)), 3, stride=1, padding=1)[0, 0] > 0
+        x = left + i * (gw + scale)
+        _paste(frame, outline, top - 1, x - 1, torch.zeros(3, dtype=frame.dtype))
+        _paste(frame, glyph, top, x, fill)
+
+
+def preview_frames(track_data: Any, images: Any = None, opacity: float = 0.5) -> "torch.Tensor":
+    """The preview's frames `[T, H, W, 3]` (module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    from comfy_core.families.wan.scail_masks import unpack_masks
+
+    if not isinstance(track_data, dict) or "orig_size" not in track_data or "packed_masks" not in track_data:
+        raise NodeInputError("track_data", "SAM3_TRACK_DATA (packed_masks, orig_size)", describe(track_data))
+    packed = track_data["packed_masks"]
+    height, width = (int(v) for v in track_data["orig_size"])
+    if images is not None:
+        height, width = images.shape[1], images.shape[2]
+    count, objects = (int(track_data["n_frames"]), 0) if packed is None else (packed.shape[0], packed.shape[1])
+    scores = track_data.get("scores") or []
+    palette = torch.tensor([COLORS[i % len(COLORS)] for i in range(max(objects, 1))])
+    ys = torch.arange(height).view(1, height, 1)
+    xs = torch.arange(width).view(1, 1, width)
+    out = []
+    for t in range(count):
+        frame = images[t, :, :, :3].float().clone() if images is not None and t < images.shape[0] \
+            else torch.zeros(height, width, 3)
+        if objects:
+            masks = F.interpolate(unpack_masks(packed[t:t + 1]).float(), size=(height, width), mode="nearest")[0] > 0.5
+            covered = masks.any(0)
+            if covered.any():
+                first = masks.to(torch.uint8).argmax(0)  # the lowest index wins where objects overlap
+                frame = torch.where(covered.unsqueeze(-1), frame * (1 - opacity) + palette[first] * opacity, frame)
+            area = masks.sum(dim=(-1, -2)).clamp(min=1)
+            cy = (masks * ys).sum(dim=(-1, -2)) // area
+            cx = (masks * xs).sum(dim=(-1, -2)) // area
+            for i in range(objects):
+                if area[i] > 1:
+                    color = COLORS[i % len(COLORS)]
+                    draw_number(frame, i, int(cx[i]), int(cy[i]), color)
+                    if i < len(scores) and scores[i] < 1.0:
+                        draw_number(frame, int(scores[i] * 100), int(cx[i]), int(cy[i]) + 5 * 3 + 3, color, scale=2)
+        out.append(frame.clamp(0, 1))
+    return torch.stack(out) if out else torch.zeros(0, height, width, 3)
+
+
+@v3_node("SAM3_TrackPreview", display_name="SAM3 Track Preview", category=CATEGORY, python_module=MODULE,
+         output_node=True,
+         inputs=[Socket("track_data", "SAM3_TRACK_DATA", display_name="track_data"),
+                 Socket("images", "IMAGE", display_name="images", optional=True),
+                 Float("opacity", display_name="opacity", default=0.5, min=0.0, max=1.0, step=0.05),
+                 Float("fps", display_name="fps", default=24.0, min=1.0, max=120.0, step=1.0)])
+def sam3_track_preview(track_data: Any, images: Any = None, opacity: float = 0.5, fps: float = 24.0,
+                       prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+    """Visualize tracked objects with distinct colors as a video preview. No tensor output — saves to temp video."""
+    import uuid
+    from fractions import Fraction
+    from pathlib import Path
+
+    from comfy_core.video.encode import write_mp4
+
+    if images is not None:
+        images = checks.image_batch(images, "images")
+    opacity = checks.number(opacity, "opacity", 0.0, 1.0)
+    fps = checks.number(fps, "fps", 1.0, 120.0)
+    frames = preview_frames(track_data, images, opacity)
+    folder = Path(current_env().temp_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"sam3_track_preview_{uuid.uuid4().hex[:8]}.mp4"
+    write_mp4(str(folder / name), frames, Fraction(round(fps * 1000), 1000))
+    return {"ui": {"images": [{"filename": name, "subfolder": "", "type": "temp"}], "animated": (True,)}}

@@ -16,7 +16,6 @@ import torch
 
 from comfy_core.families.wan.scail import WanSCAILModel
 from graph.executor import Executor
-from graph.native import Float, Input, Int, Output, node as native_node
 from graph.registry import Registry
 from graph.validation import validate_prompt
 from nodes import register_builtin_nodes
@@ -141,17 +140,6 @@ def test_the_int8_convrot_release_loads_as_scail2(tmp_path):
 
 # -- the template's own graph, converted as the editor queues it ----------------------------------------
 
-@native_node("SAM3_VideoTrack", inputs=[Input("images", "IMAGE"), Input("model", "MODEL"),
-                                        Input("conditioning", "CONDITIONING"), Float("a", default=0.5),
-                                        Int("b", default=4), Int("c", default=1), Input("initial_mask", "MASK",
-                                                                                         optional=True)],
-             outputs=[Output("SAM3_TRACK_DATA")])
-def sam3_stub(images, model, conditioning, a, b, c, initial_mask=None):  # pragma: no cover - never run
-    """SAM 3's video tracker is not built yet (SAM3_Detect is: nodes/sam3_nodes.py): a stand-in with the
-    template's sockets and three widgets, so the template's graph converts and validates here."""
-    raise AssertionError("a stub")
-
-
 def _template() -> dict | None:
     import json
     import os
@@ -171,8 +159,7 @@ def test_the_templates_scail_nodes_convert_with_their_widgets(tmp_path):
         pytest.skip("the newest comfyui-workflow-templates-json package is not unpacked here")
     registry = Registry()
     register_builtin_nodes(registry)
-    assert "SAM3_VideoTrack" not in registry.object_info(Environment.rooted_at(tmp_path))  # the one gap left
-    registry.add_native(sam3_stub)
+    assert "SAM3_VideoTrack" in registry.object_info(Environment.rooted_at(tmp_path))  # nodes/sam3_nodes.py
     env = Environment.rooted_at(tmp_path)
     env.ensure_dirs()
     node_defs = json.loads(json.dumps(registry.object_info(env)))
@@ -191,6 +178,10 @@ def test_the_templates_scail_nodes_convert_with_their_widgets(tmp_path):
     for inputs in by_type["SCAIL2ColoredMask"]:
         assert inputs["object_indices"] == "" and inputs["sort_by"] == "left_to_right"
         assert isinstance(inputs["ref_track_data"], list) and isinstance(inputs["driving_track_data"], list)
+    assert len(by_type["SAM3_VideoTrack"]) == 4  # driving and reference, in each chunk: the real node's widgets
+    for inputs in by_type["SAM3_VideoTrack"]:
+        assert {"images", "model", "conditioning"} <= set(inputs) and "initial_mask" not in inputs
+        assert (inputs["detection_threshold"], inputs["max_objects"], inputs["detect_interval"]) == (0.5, 4, 1)
     (color,) = by_type["ColorTransfer"]
     assert (color["method"], color["source_stats"], color["strength"]) == ("reinhard_lab", "per_frame", 1.0)
     assert isinstance(color["image_target"], list) and isinstance(color["image_ref"], list)

@@ -411,6 +411,10 @@ RUNNING = {
     "video_wan2.1_alpha_t2v_14B": "Wan 2.1 T2V + the RGBA and lightx2v LoRAs, 20 uni_pc steps; the latent decoded by "
                                   "Wan-Alpha's RGB and alpha VAEs (Wan 2.1 VAEs), ImageToMask red, InvertMask, "
                                   "JoinImageWithAlpha, SaveAnimatedWEBP",
+    "video_wan21_scail2_character_replacement": "SAM3_VideoTrack (text detection, max 4 objects) of the "
+                                                "driving video and the reference into SCAIL2ColoredMask, "
+                                                "Wan 2.1 SCAIL-2 (tests/fixtures/template_models_wan_scail.py)",
+    "video_wan21_scail2_character_replacement_int8": "the same with the int8 ConvRot SCAIL-2 release",
     # MoGe (comfy_core/models/moge*.py, nodes/moge_nodes.py, tests/fixtures/template_models_moge.py): the tiny MoGe-2
     # (normal head) in geometry_estimation/, as saved (the LoadImage pictures are small). Times: MOGE_TIMES.
     **{name: f"{MOGE_TIMES[name]}: {what}" for name, what in {

@@ -10,6 +10,9 @@ DETECTOR = "detector."
 TRACKER = "tracker."
 MARKER = "detector.backbone.vision_backbone.trunk.blocks.0.attn.qkv.weight"
 QUERY_MARKER = "detector.transformer.decoder.query_embed.weight"
+VIDEO_MARKERS = ("tracker.maskmem_tpos_enc", "tracker.transformer.encoder.layers.0.linear1.weight",
+                 "tracker.maskmem_backbone.mask_downsampler.encoder.0.weight",
+                 "tracker.sam_mask_decoder.mask_tokens.weight", "tracker.output_valid_embed")
 MULTIPLEX_MARKER = "detector.backbone.vision_backbone.propagation_convs.0.conv_1x1.weight"
 IMAGE_SIZE = 1008  # ComfyUI resizes every frame to 1008 x 1008
 
@@ -62,6 +65,15 @@ class Sam3Config:
     sam_ffn: int
     sam_depth: int
     image_size: int = IMAGE_SIZE
+    # the video tracker (SAM 3.1's multiplex one): built only when the file carries it
+    video: bool = False
+    multiplex_count: int = 16  # objects per decoder / memory-encoder pass
+    num_maskmem: int = 7  # memory frames (temporal embeddings)
+    mem_dim: int = 256
+    mem_layers: int = 4
+    mem_ffn: int = 2048
+    mask_channels: tuple[int, ...] = (16, 64, 256, 1024)
+    fuser_layers: int = 2
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "Sam3Config":
@@ -86,7 +98,9 @@ class Sam3Config:
         tr = "tracker."
         decoder = "interactive_sam_mask_decoder." if any(n.startswith(tr + "interactive_sam_mask_decoder.")
                                                          for n in names) else "sam_mask_decoder."
+        video = _video_sizes(names, shape) if "tracker.maskmem_tpos_enc" in names else {}
         return cls(
+            **video,
             multiplex=any(n.startswith("detector.backbone.vision_backbone.propagation_convs.") for n in names),
             vit_dim=dim, vit_depth=depth, vit_heads=16 if dim % 16 == 0 and (dim // 16) % 4 == 0 else 1,
             vit_mlp=shape(trunk + "blocks.0.mlp.fc1.weight")[0], patch=patch, pretrain_grid=grid,
@@ -102,3 +116,21 @@ class Sam3Config:
             sam_ffn=shape(f"{tr}{decoder}transformer.layers.0.mlp.0.weight")[0],
             sam_depth=_count(names, f"{tr}{decoder}transformer.layers."),
         )
+
+
+def _video_sizes(names: list[str], shape: Any) -> dict[str, Any]:
+    """The multiplex video tracker's sizes, or {} (no video tracker) when its tensors are not all
+    there (a file cut down for detection still loads)."""
+    present = set(names)
+    multiplex = any(n.startswith("detector.backbone.vision_backbone.propagation_convs.") for n in names)
+    if not multiplex or not all(m in present for m in VIDEO_MARKERS):
+        return {}
+    tpos = shape("tracker.maskmem_tpos_enc")
+    down = "tracker.maskmem_backbone.mask_downsampler.encoder."
+    channels = []
+    while f"{down}{3 * len(channels) + 1}.weight" in present:
+        channels.append(shape(f"{down}{3 * len(channels)}.weight")[0])
+    return {"video": True, "multiplex_count": shape("tracker.output_valid_embed")[0], "num_maskmem": tpos[0],
+            "mem_dim": tpos[-1], "mem_layers": _count(names, "tracker.transformer.encoder.layers."),
+            "mem_ffn": shape("tracker.transformer.encoder.layers.0.linear1.weight")[0],
+            "mask_channels": tuple(channels), "fuser_layers": _count(names, "tracker.maskmem_backbone.fuser.layers.")}

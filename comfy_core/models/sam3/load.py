@@ -6,8 +6,10 @@ VAE) and UNETLoader (MODEL); both loaders here check `is_sam3` first (comfy_core
 comfy_core/split/diffusion_model.py), as for the RT-DETR detectors: SAM 3 is never sampled, so it
 is no family. Names: `detector.*` and `tracker.*` at the top level (or under
 `model.diffusion_model.`); the text encoder in transformers' CLIP layout (`text_model.*`) under
-one of sam3_clip.py's `TEXT_PREFIXES`. The tracker's memory / propagation tensors (video
-tracking) are not read: that part of the network is not built yet.
+one of sam3_clip.py's `TEXT_PREFIXES`. SAM 3.1's video tracker (memory encoder and attention,
+multiplex decoder: tracker.py) is built and read when the file has all of it (config.py
+`VIDEO_MARKERS`); a file without it loads for detection, and SAM 3's own video tensors are left
+unread (logged).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def load_sam3_network(file: Any, policy: Any = None, weight_dtype: torch.dtype |
     """An open SAM 3 / 3.1 `CheckpointFile` (`is_sam3_file`) -> `Sam3Wrapper` over the network in
     its dtype (float16 / bfloat16 / float32: `weight_dtype` when it is one of them, else the dtype
     policy's pick for the stored dtype). Every tensor the built network has must be in the file
-    with its shape (`load_exact`); the tracker's video tensors are left unread (logged)."""
+    with its shape (`load_exact`); video tensors the built network has no place for (SAM 3's own
+tracker, or a partial set) are left unread (logged)."""
     from comfy_core.checkpoint.errors import ShapeMismatchError
     from comfy_core.models.resident import load_exact
     from comfy_core.models.sam3.model import Sam3Model, Sam3Wrapper
@@ -84,7 +87,7 @@ def load_sam3_network(file: Any, policy: Any = None, weight_dtype: torch.dtype |
     network = load_exact(network, tensors, what=f"{file.path.name}: SAM 3", error=error, dtype=dtype)
     _rebuild_buffers(network, config)
     if skipped:
-        log.info("%s: %d tracker tensors (video memory / propagation) not used by the image path",
+        log.info("%s: %d tracker tensors (video memory / propagation) not read: no video tracker built for them",
                  file.path.name, skipped)
     return Sam3Wrapper(network, dtype)
 
@@ -98,3 +101,8 @@ def _rebuild_buffers(network: Any, config: Sam3Config) -> None:
     head_dim = config.vit_dim // config.vit_heads
     trunk.rope_global = axial_rope(grid, grid, head_dim, scale=config.pretrain_grid / grid)
     trunk.rope_window = axial_rope(config.window, config.window, head_dim)
+    encoder = getattr(getattr(network.tracker, "transformer", None), "encoder", None)
+    if encoder is not None:
+        from comfy_core.models.sam3.tracker import MEMORY_HEADS
+
+        encoder.rope = axial_rope(grid, grid, config.d_model // MEMORY_HEADS)

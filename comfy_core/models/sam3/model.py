@@ -4,9 +4,10 @@
 segmentation, used for points, boxes and refinement), with the checkpoint's names
 (`detector.*`, `tracker.*`).
 
-Built here: the detector (detector.py over backbone.py) and the tracker's interactive SAM heads
-(sam_heads.py). Not built yet: the tracker's memory encoder, memory attention and multiplex
-propagation decoder (video tracking); their tensors are left unread by the loader (load.py).
+Built here: the detector (detector.py over backbone.py), the tracker's interactive SAM heads
+(sam_heads.py) and, when the file carries them, SAM 3.1's video tracker (memory.py, multiplex.py,
+tracker.py: `forward_video`). SAM 3's own (non-multiplex) video tracker is not built: its tensors
+are left unread by the loader (load.py).
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ class Sam3Tracker(nn.Module):
         else:
             self.sam_prompt_encoder, self.sam_mask_decoder = encoder, decoder
             self.no_mem_embed = no_mem
+        if config.video and config.multiplex:
+            from comfy_core.models.sam3.tracker import add_multiplex_video
+
+            add_multiplex_video(self, config)
 
     def heads(self) -> tuple[SAMPromptEncoder, SAMMaskDecoder, nn.Parameter]:
         if self.interactive:
@@ -101,6 +106,23 @@ class Sam3Model(nn.Module):
         n_points = 0 if points is None else points[1].shape[1]
         return segment(prompt_encoder, mask_decoder, self.image_size, feat, list(features[:-1]), points, box_inputs,
                        mask_inputs, multimask=0 < n_points <= 1)
+
+
+    @property
+    def can_track(self) -> bool:
+        """Whether the file carried SAM 3.1's video tracker (`forward_video`)."""
+        return bool(self.config.video and self.config.multiplex)
+
+    def forward_video(self, images: torch.Tensor, initial_masks: torch.Tensor | None, pack: Any,
+                      text_prompts: list | None = None, new_det_thresh: float = 0.5, max_objects: int = 0,
+                      detect_interval: int = 1, progress: Any = None) -> dict[str, Any]:
+        """Video tracking (tracker.py `track_video`): images `[T, 3, S, S]` in 0..1, initial masks
+        `[N, 1, h, w]` for frame 0, text prompts (states, mask) detected every `detect_interval`
+        frames -> SAM3_TRACK_DATA without `orig_size`."""
+        from comfy_core.models.sam3.tracker import track_video
+
+        return track_video(self, images, initial_masks, text_prompts, pack, new_det_thresh, max_objects,
+                           detect_interval, progress)
 
 
 class Sam3Wrapper(nn.Module):
