@@ -55,6 +55,7 @@ VIRTUAL_TYPES = frozenset({"Reroute", "PrimitiveNode", "Note", "MarkdownNote"})
 # BOUNDING_BOXES: the editor's box canvas (CreateBoundingBoxes' editor_state), a widget that keeps a socket
 WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "BOUNDING_BOXES"})
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload", "animated_image_upload")
+UPLOAD_BUTTON_VALUE = "image"  # what the editor saves for an upload button (whatever it uploads)
 SEED_NAMES = ("seed", "noise_seed")
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 DISPLAY_WIDGETS = frozenset({"IMAGECOMPARE", "RESOLUTION_PREVIEW"})  # socketless, shown, not sent
@@ -126,7 +127,7 @@ def widget_slots(node_def: Mapping[str, Any], prefix: str = "") -> list[WidgetSl
                 if remote.get("refresh_button"):
                     slots.append(WidgetSlot("refresh", default="refresh"))
             if is_combo and any(options.get(key) for key in UPLOAD_OPTIONS):
-                slots.append(WidgetSlot(None, optional=True))
+                slots.append(WidgetSlot(None, optional=True, default=UPLOAD_BUTTON_VALUE))
     return slots
 
 
@@ -181,7 +182,13 @@ def widget_inputs(node: Mapping[str, Any], node_def: Mapping[str, Any]) -> dict[
         slots = expand_slots(slots, values)
         named = {slot.name: slot.default for slot in slots if slot.name is not None}
     if len(values) < len(slots):
-        slots = [slot for slot in slots if not slot.optional]
+        # Values are missing: the optional widgets some files leave out (an upload button, a
+        # display-only widget) go first, except an upload button the file does hold ("image", as
+        # the editor saves it): then what is missing is a widget added after it since (today's
+        # LoadVideo `edit`), which keeps its default, as in the editor.
+        slots = [slot for i, slot in enumerate(slots)
+                 if not slot.optional or (slot.default == UPLOAD_BUTTON_VALUE and i < len(values)
+                                          and values[i] == UPLOAD_BUTTON_VALUE)]
     named.update({slot.name: value for slot, value in zip(slots, values) if slot.name is not None})
     return named
 

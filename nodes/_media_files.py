@@ -80,3 +80,18 @@ def media_errors(input_name: str) -> Iterator[None]:
         raise NodeInputError(input_name, f"one of {exc.choices}", repr(exc.value)) from exc
     except VideoEncodingError as exc:
         raise NodeInputError(input_name, "frames and audio the encoder takes", str(exc)) from exc
+
+
+def preview_video(video: Any) -> dict:
+    """A VIDEO's preview for the editor (ComfyUI's `save_video_preview`): saved as MP4 (codec auto)
+    to the temp folder as `ComfyUI_temp_video_<counter>_.mp4`."""
+    from pathlib import Path
+
+    from comfy_core.image.file_names import save_location
+    from comfy_core.video import VideoCodec, VideoContainer
+
+    with media_errors("video"):
+        folder, filename, counter, subfolder = save_location(Path(current_env().temp_dir), "ComfyUI_temp_video", 0, 0)
+        name = f"{filename}_{counter:05}_.mp4"
+        video.save_to(str(folder / name), format=VideoContainer.MP4, codec=VideoCodec.AUTO)
+    return {"images": [{"filename": name, "subfolder": subfolder, "type": "temp"}], "animated": (True,)}

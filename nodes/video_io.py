@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph import v3_schema as v3
+from graph.spec import REQUIRED, InputSpec
 from graph.native import Combo, Float, Hidden, Input, Output, node
 from nodes.checks import choice, image_batch  # not `from nodes import checks`: see _media_files
-from nodes._media_files import input_files_of, media_errors, modification_time, validate_file
+from nodes._media_files import input_files_of, media_errors, modification_time, preview_video, validate_file
 from nodes.environment import current_env
 from nodes.errors import NodeInputError, describe, image_input_errors
 from nodes.image import annotated_path
+from nodes.video_slice import apply_edit, video_edit_widget
 
 if TYPE_CHECKING:
     import torch
@@ -86,14 +88,33 @@ def video_fingerprint(file: str, **_: Any) -> float:
     return modification_time(file, "file")
 
 
-@node("LoadVideo", category=CATEGORY, display_name="Load Video", python_module=MODULE,
-      inputs=[Combo("file", list_input_videos, video_upload=True)],
-      outputs=[Output("VIDEO")], is_changed=video_fingerprint, validate_inputs=video_exists)
-def load_video(file: str) -> tuple[Any]:
-    """The file as a lazy VIDEO (its frames are decoded when a node asks for them)."""
+def _input_preview(file: str) -> dict:
+    """The loaded file itself as the preview (ComfyUI's `preview_input_video`)."""
+    from comfy_core.image.file_names import split_annotation
+
+    name, folder_type = split_annotation(file)
+    subfolder, _, filename = name.replace("\\", "/").rpartition("/")
+    return {"images": [{"filename": filename, "subfolder": subfolder, "type": folder_type}], "animated": (True,)}
+
+
+# Today's LoadVideo (comfy_extras/nodes_video.py): the editor's VIDEO_EDIT widget trims and crops on load.
+@v3.v3_node("LoadVideo", display_name="Load Video", category="video", python_module=MODULE,
+            search_aliases=["import video", "open video", "video file"], essentials_category="Basics",
+            has_intermediate_output=True,
+            inputs=[InputSpec("file", list_input_videos, REQUIRED, {"multiselect": False, "video_upload": True}),
+                    video_edit_widget("edit", ("trim", "crop"), "Trim (seconds) and crop (pixels) applied on load. "
+                                      "Zero values leave the video unchanged.", optional=True)],
+            outputs=[v3.Output("VIDEO")], is_changed=video_fingerprint, validate_inputs=video_exists)
+def load_video(file: str, edit: Any = None) -> dict:
+    """The file as a lazy VIDEO (its frames are decoded when a node asks for them), trimmed and
+    cropped as `edit` says (decoded then), with its preview."""
     from comfy_core.video import VideoFromFile
 
-    return (VideoFromFile(str(annotated_path(current_env(), file, input_name="file"))),)
+    source = VideoFromFile(str(annotated_path(current_env(), file, input_name="file")))
+    with media_errors("file"):
+        video = apply_edit(source, edit)
+        preview = _input_preview(file) if video is source else preview_video(video)
+    return {"ui": preview, "result": (video,)}
 
 
 # -- SaveVideo, as today's ComfyUI declares it (V3 schema, comfy_extras/nodes_video.py, 2026) ------------------

@@ -65,3 +65,16 @@ def test_inputs_added_after_the_saved_ones_take_their_defaults():
         "context_length": 81, "context_overlap": 30, "context_schedule": "standard_static", "context_stride": 1,
         "closed_loop": False, "fuse_method": "pyramid", "freenoise": True, "retain_first_frame": False,
         "split_conds_to_windows": False}
+
+
+def test_a_load_video_saved_before_its_edit_widget_keeps_the_default_edit():
+    """Templates save LoadVideo as `[file, "image"]` (the upload button's value); today's LoadVideo has
+    the VIDEO_EDIT widget `edit` after the button, which such a save leaves at its default (the
+    editor restores by position over file, upload button, edit); a save without the button's value
+    still gives the file."""
+    record = _record("LoadVideo")
+    default = record["input"]["optional"]["edit"][1]["default"]
+    assert widget_inputs({"widgets_values": ["clip.mp4", "image"]}, record) == {"file": "clip.mp4", "edit": default}
+    assert widget_inputs({"widgets_values": ["clip.mp4"]}, record) == {"file": "clip.mp4", "edit": default}
+    edit = {"trim": {"start_time": 1.0, "duration": 2.0}, "crop": {"x": 0, "y": 0, "width": 0, "height": 0}}
+    assert widget_inputs({"widgets_values": ["clip.mp4", "image", edit]}, record) == {"file": "clip.mp4", "edit": edit}

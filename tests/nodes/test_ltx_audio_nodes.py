@@ -207,7 +207,7 @@ def test_a_saved_video_carries_the_decoded_audio_in_sync(env):
     # the muxed track covers the decoded audio, at most one AAC frame of padding more
     assert audio["waveform"].shape[-1] <= samples <= audio["waveform"].shape[-1] + 2048
     with running_node("LoadVideo", "4", env):
-        (loaded,) = load_video(f"{record['subfolder']}/{record['filename']} [output]")
+        (loaded,) = load_video(f"{record['subfolder']}/{record['filename']} [output]")["result"]
         _, back, back_fps, _, _ = get_video_components(loaded)
     assert back["sample_rate"] == rate and float(back_fps) == fps
     assert abs(back["waveform"].shape[-1] / rate - decoded_seconds) <= 2048 / rate

@@ -181,7 +181,7 @@ def test_a_loaded_file_is_copied_unless_re_encoding_or_another_container_is_aske
         (made,) = create_video(video_frames()[0], 8.0, video_tone()[0])
         first = save_video(made, "src", {"format": "mp4", "codec": {"codec": "h264"}})
         os.replace(env.output_dir / first["ui"]["images"][0]["filename"], env.input_dir / "clip.mp4")
-        (video,) = load_video("clip.mp4")
+        (video,) = load_video("clip.mp4")["result"]
         choices = (
             ("copy", {"format": "auto", "codec": {"codec": "auto"}}),
             ("same", {"format": "mp4", "codec": {"codec": "h264", "encoding": {"encoding": "auto"}}}),

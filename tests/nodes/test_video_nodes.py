@@ -94,7 +94,7 @@ def test_load_video_is_lazy_and_get_video_components_decodes_it(env):
     (env.input_dir / "a.png").write_bytes(b"")
     assert list_input_videos(env) == ["clip.mp4"]
     with running_in(env, "LoadVideo"):
-        (video,) = load_video("clip.mp4")
+        (video,) = load_video("clip.mp4")["result"]
     assert isinstance(video, VideoFromFile)
     os.replace(full, env.input_dir / "clip.mp4")  # replaced after loading: nothing was decoded yet
     images, audio, fps, bit_depth, color_space = get_video_components(video)
@@ -108,7 +108,7 @@ def test_a_loaded_video_saves_by_copying_its_streams(env):
     with running_in(env):
         (made,) = create_video(frames(), 12.0)
         os.replace(saved_path(env, save_video(made, "src", "auto", "auto")), env.input_dir / "clip.mp4")
-        (video,) = load_video("clip.mp4")
+        (video,) = load_video("clip.mp4")["result"]
         path = saved_path(env, save_video(video, "copy", "auto", "auto", prompt=PROMPT))
     with av.open(str(env.input_dir / "clip.mp4")) as a, av.open(str(path)) as b:
         assert [bytes(p) for p in a.demux(video=0) if p.size] == [bytes(p) for p in b.demux(video=0) if p.size]
@@ -141,7 +141,7 @@ def test_load_video_validation_and_fingerprint(env):
 def test_a_corrupt_file_fails_downstream_with_the_file_named(env):
     (env.input_dir / "broken.mp4").write_bytes(b"not a video" * 30)
     with running_in(env, "LoadVideo"):
-        (video,) = load_video("broken.mp4")
+        (video,) = load_video("broken.mp4")["result"]
     with running_in(env, "GetVideoComponents"), pytest.raises(NodeInputError, match="broken.mp4") as info:
         get_video_components(video)
     assert "GetVideoComponents (node 7)" in str(info.value) and isinstance(info.value.__cause__, UnreadableVideoError)
@@ -225,7 +225,7 @@ def test_create_video_encodes_its_bit_depth_and_color_space(env, color_space, bi
     assert _stream_tags(path) == want
     with running_in(env, "LoadVideo"):
         os.replace(path, env.input_dir / "hdr.mp4")
-        (video,) = load_video("hdr.mp4")
+        (video,) = load_video("hdr.mp4")["result"]
     images, _, _, depth, space = get_video_components(video)
     assert (depth, space) == (10 if want[0].endswith("10le") else 8, color_space)
     assert images.shape == (2, 24, 32, 3)
