@@ -120,8 +120,10 @@ class ProgressPrinter:
 
 
 def output_files(env: Any, ui_outputs: dict) -> list[Path]:
-    """Files that nodes reported in their UI output (`{filename, subfolder, type}` items)."""
-    folders = {"output": env.output_dir, "input": env.input_dir, "temp": env.temp_dir}
+    """Files that nodes wrote and reported in their UI output (`{filename, subfolder, type}`
+    items in the output or temp folder; an `input` item is a preview of a file the prompt read,
+    LoadVideo's, not one it wrote)."""
+    folders = {"output": env.output_dir, "temp": env.temp_dir}
     paths = []
     for ui in (ui_outputs or {}).values():
         for items in (ui or {}).values() if isinstance(ui, dict) else ():
