@@ -62,7 +62,7 @@ async def test_an_uploaded_video_runs_through_the_video_nodes_and_previews_with_
     server = video_server
     assert await upload(server, small_mp4(), "clip.mp4") == {"name": "clip.mp4", "subfolder": "", "type": "input"}
     info = await server.get_json("/object_info/LoadVideo")
-    assert info["LoadVideo"]["input"]["required"]["file"][0] == ["clip.mp4"]
+    assert info["LoadVideo"]["input"]["required"]["file"][1]["options"] == ["clip.mp4"]  # today's V3 combo
     status, body = await server.post_prompt(PROMPT)
     assert status == 200, body
     entry = await server.wait_history(body["prompt_id"])
