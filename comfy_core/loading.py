@@ -121,8 +121,11 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
         options = dataclasses.replace(options, dtype_policy=dataclasses.replace(policy, unet=storage.storage))
         policy = options.dtype_policy
         # Everything that can be refused from the header is checked before any data is read.
-        vae_config = _vae_config(checkpoint, family) if options.output_vae else None
-        clip_configs = _clip_configs(checkpoint, family) if options.output_clip else None
+        builtin = family.builtin_parts  # parts the files do not store (a pixel-space VAE, a tokenizer-only CLIP)
+        builtin_vae = builtin is not None and builtin.vae is not None
+        builtin_clip = builtin is not None and builtin.clip is not None
+        vae_config = _vae_config(checkpoint, family) if options.output_vae and not builtin_vae else None
+        clip_configs = _clip_configs(checkpoint, family) if options.output_clip and not builtin_clip else None
         requests = tensor_requests(view, family.unet_prefix, policy.dtype_for(UNET))
         if vae_config is not None:
             requests.update(tensor_requests(checkpoint, family.vae_prefix, policy.dtype_for(VAE)))
@@ -142,6 +145,10 @@ def load_checkpoint(path: str | Path | Mapping[str, torch.Tensor], options: Load
             model = _load_model(view, family, unet, prediction, options, reading.result())
             finish_unet(model, storage, quantized, family.unet_prefix)
             vae = _load_vae(checkpoint, family, vae_module, options, reading.result()) if vae_module else None
+            if options.output_vae and builtin_vae:
+                vae = VaePatcher(builtin.vae(), load_device=options.device, offload_device="cpu")
+            if options.output_clip and builtin_clip:
+                clip = builtin.clip(options.device, "cpu")
     log.info("loaded %s in %.2fs: %s, %s-prediction, unet %s, vae %s", checkpoint.path.name,
              time.perf_counter() - started, family.display_name, prediction,
              options.dtype_policy.dtype_for(UNET), options.dtype_policy.dtype_for(VAE))

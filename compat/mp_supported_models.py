@@ -53,6 +53,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "Anima": "comfy_core.families.anima.supported_models:Anima",
     "ErnieImage": "comfy_core.families.ernie_image.supported_models:ErnieImage",
     "Ideogram4": "comfy_core.families.ideogram4.supported_models:Ideogram4",
+    "HiDreamO1": "comfy_core.families.hidream_o1.supported_models:HiDreamO1",
     "SeedVR2": "comfy_core.families.seedvr2.supported_models:SeedVR2",
 }
 

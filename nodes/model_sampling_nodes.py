@@ -1,7 +1,7 @@
 """ComfyUI 0.3.64's comfy_extras/nodes_model_advanced.py: the ModelSampling* nodes, which give a
 MODEL another noise parametrisation (discrete eps / v / LCM / x0 / img-to-img with optional zero
 terminal SNR, rectified flow with SD3, AuraFlow or Flux shift, continuous EDM and V tables,
-Stable Cascade's schedule), and RescaleCFG.
+Stable Cascade's schedule), and RescaleCFG; today's ModelNoiseScale (a flow model's noise scale).
 
 Each returns a clone carrying the new `comfy_core.models.model_sampling` object as the
 "model_sampling" object patch (ComfyUI's `add_object_patch`): the shared diffusion model is never
@@ -90,7 +90,11 @@ def model_sampling_stable_cascade(model: Any, shift: float) -> tuple[Any]:
 def _flow(model: Any, shift: Any, multiplier: float) -> tuple[Any]:
     from comfy_core.models.model_sampling import FlowModelSampling
 
-    return _with_sampling(checks.model(model), FlowModelSampling(_number(shift, "shift"), multiplier))
+    model = checks.model(model)
+    sampling = FlowModelSampling(_number(shift, "shift"), multiplier)
+    # today's ComfyUI keeps a noise scale set before (ModelNoiseScale)
+    sampling.noise_scale = float(getattr(model.get_model_object("model_sampling"), "noise_scale", 1.0))
+    return _with_sampling(model, sampling)
 
 
 @node("ModelSamplingSD3", category=CATEGORY, python_module=MODULE,
@@ -99,6 +103,27 @@ def _flow(model: Any, shift: Any, multiplier: float) -> tuple[Any]:
 def model_sampling_sd3(model: Any, shift: float) -> tuple[Any]:
     """Rectified flow with SD3's time shift; the network's timestep is sigma * 1000."""
     return _flow(model, shift, 1000)
+
+
+@node("ModelNoiseScale", category="model/patch", python_module=MODULE,
+      inputs=[Input("model", "MODEL"),
+              Float("noise_scale", default=1.0, min=0.0, max=64.0, step=0.01,
+                    tooltip="Absolute training noise scale. For example HiDream-O1 base: 8.0, dev: 7.5.")],
+      outputs=[Output("MODEL")])
+def model_noise_scale(model: Any, noise_scale: float) -> tuple[Any]:
+    """today's ComfyUI's ModelNoiseScale: a clone whose flow model sampling (same shift and multiplier)
+    multiplies the noise it adds by `noise_scale` (the start noise and LCM's re-noising)."""
+    import copy
+
+    model = checks.model(model)
+    scale = _number(noise_scale, "noise_scale", 0.0)
+    original = model.get_model_object("model_sampling")
+    if not (hasattr(original, "shift") and hasattr(original, "multiplier") and hasattr(original, "noise_scale")):
+        raise NodeInputError("model", "a rectified-flow model (shift and multiplier in its model sampling)",
+                             type(original).__name__)
+    sampling = copy.copy(original)
+    sampling.noise_scale = scale
+    return _with_sampling(model, sampling)
 
 
 @node("ModelSamplingAuraFlow", category=CATEGORY, python_module=MODULE,

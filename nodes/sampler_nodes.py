@@ -3,7 +3,8 @@
 KSamplerSelect, SamplerEulerAncestral, SamplerEulerAncestralCFGPP, SamplerLMS, SamplerDPMPP_3M_SDE,
 SamplerDPMPP_2M_SDE, SamplerDPMPP_SDE, SamplerDPMPP_2S_Ancestral, SamplerDPMAdaptative,
 SamplerER_SDE, SamplerSASolver (comfy_extras.nodes_custom_sampler) and SamplerEulerCFGpp,
-SamplerLCMUpscale (comfy_extras.nodes_advanced_samplers), with ComfyUI 0.3.64's names and sockets.
+SamplerLCMUpscale (comfy_extras.nodes_advanced_samplers), with ComfyUI 0.3.64's names and sockets, and
+today's SamplerLCM (the same module).
 Each returns a `comfy_core.sampling.guider.SamplerObject`: a sampler function plus the
 options it is called with. torch is imported inside the functions (start-up stays torch-free).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.native import Combo, Float, Input, Int, Output, node
+from graph.v3_schema import Float as V3Float, Output as V3Output, v3_node
 import nodes.checks as checks
 from nodes._names import sampler_names
 from nodes.errors import NodeInputError
@@ -171,6 +173,25 @@ def sampler_lcm_upscale(scale_ratio: float, scale_steps: int, upscale_method: st
     _choice(upscale_method, LCM_UPSCALE_METHODS, "upscale_method")
     return (SamplerObject(sample_lcm_upscale, {"total_upscale": scale_ratio, "upscale_method": upscale_method,
                                           "upscale_steps": None if scale_steps < 0 else scale_steps}),)
+
+
+@v3_node("SamplerLCM", category="model/sampling/samplers", python_module=ADVANCED,
+         description="LCM sampler with tunable per-step noise. s_noise is a multiplier on the model's training "
+                     "noise scale",
+         inputs=[V3Float("s_noise", default=1.0, min=0.0, max=64.0, step=0.01,
+                         tooltip="Per-step noise multiplier at the first step (1.0 = match training)."),
+                 V3Float("s_noise_end", default=1.0, min=0.0, max=64.0, step=0.01,
+                         tooltip="Per-step noise multiplier at the last step. Set equal to s_noise for a constant "
+                                 "schedule."),
+                 V3Float("noise_clip_std", default=0.0, min=0.0, max=10.0, step=0.01,
+                         tooltip="Clamp per-step noise to +/- N*std. 0 disables.")],
+         outputs=[V3Output("SAMPLER")])
+def sampler_lcm(s_noise: float, s_noise_end: float, noise_clip_std: float) -> tuple:
+    """today's ComfyUI's SamplerLCM: `lcm` with a per-step noise multiplier ramped from `s_noise` to
+    `s_noise_end` and the fresh noise clamped to `noise_clip_std` standard deviations (0: off)."""
+    return (_ksampler("lcm", {"s_noise": checks.number(s_noise, "s_noise", 0.0, 64.0),
+                              "s_noise_end": checks.number(s_noise_end, "s_noise_end", 0.0, 64.0),
+                              "noise_clip_std": checks.number(noise_clip_std, "noise_clip_std", 0.0, 10.0)}),)
 
 
 @node("SamplerEulerCFGpp", category="_for_testing", display_name="SamplerEulerCFG++", experimental=True,

@@ -55,6 +55,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import ernie_image
     from comfy_core.families import seedvr2
     from comfy_core.families import ideogram4
+    from comfy_core.families import hidream_o1
 
     return FamilyRegistry([
         sd1.definition(),
@@ -111,6 +112,7 @@ def default_registry() -> FamilyRegistry:
         ernie_image.definition(),
         seedvr2.definition(),
         ideogram4.definition(),
+        hidream_o1.definition(),
     ])
 
 

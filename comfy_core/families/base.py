@@ -127,6 +127,16 @@ class Components(Protocol):
 
 
 @dataclass(frozen=True)
+class BuiltinParts:
+    """What a family's checkpoints do not store and ComfyUI's loader makes without reading them
+    (HiDream-O1: ComfyUI's pixel-space VAE and a tokenizer-only text encoder): `vae()` -> the VAE
+    module, `clip(load_device, offload_device)` -> the CLIP object; None: the part is in the file."""
+
+    vae: Callable[[], Any] | None = None
+    clip: Callable[[Any, Any], Any] | None = None
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family. See the module docstring; `name` is the registry key."""
 
@@ -186,6 +196,8 @@ class Family:
     # `supported_models` config's `get_model` builds: "BaseModel", "SDXL", "Flux", "WAN21", ...),
     # which packs test with `isinstance` / `type(...)` (compat builds the classes).
     comfy_model_class: str = "BaseModel"
+    # Parts the loader builds without reading the file (`BuiltinParts`); None: all read from it.
+    builtin_parts: BuiltinParts | None = None
 
     def __post_init__(self) -> None:
         if self.architecture.head_layout and (self.num_heads > 0) == (self.num_head_channels > 0):

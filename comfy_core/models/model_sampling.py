@@ -91,6 +91,9 @@ class Parametrization(abc.ABC):
 
     prediction: str = "eps"
     sigma_data: float = 1.0
+    # ComfyUI's CONST `noise_scale` (ModelNoiseScale: the absolute noise scale a flow model was
+    # trained with, HiDream-O1's 8 / 7.6): the noise a flow start or re-noising adds is multiplied by it.
+    noise_scale: float = 1.0
     sigmas: torch.Tensor
 
     @property
@@ -152,7 +155,8 @@ class Parametrization(abc.ABC):
         the interpolation `sigma*noise + (1-sigma)*latent` for flow models."""
         s = _per_sample(sigma, noise)
         if self.prediction == "const":
-            return s * noise + (1.0 - s) * latent
+            scaled = noise if self.noise_scale == 1.0 else noise * self.noise_scale
+            return s * scaled + (1.0 - s) * latent
         if self.prediction == "cosmos_rflow":
             return noise * s + latent
         scale = torch.sqrt(1.0 + s * s) if max_denoise else s
@@ -358,10 +362,10 @@ class FlowModelSampling(_Continuous):
         return time_snr_shift(self.shift, t)
 
     def cache_signature(self) -> tuple:
-        return (type(self).__name__, self.shift, self.multiplier, self.num_timesteps)
+        return (type(self).__name__, self.shift, self.multiplier, self.num_timesteps, self.noise_scale)
 
     def __repr__(self) -> str:
-        return f"FlowModelSampling(shift={self.shift}, multiplier={self.multiplier})"
+        return f"FlowModelSampling(shift={self.shift}, multiplier={self.multiplier}, noise_scale={self.noise_scale})"
 
 
 class FluxModelSampling(_Continuous):

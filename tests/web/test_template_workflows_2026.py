@@ -262,6 +262,14 @@ RUNNING = {
     "image_netayume_lumina_t2i": "107-189 s: subgraphs (nested), a Lumina 2 all-in-one checkpoint (NextDiT, Gemma 2 "
                                  "with its SentencePiece model, Flux VAE), ModelSamplingAuraFlow, res_multistep",
     "hidream_e1_1": "62-173 s small: HiDream-E1.1, CFGNorm, ImageScaleToTotalPixels, UNETLoader fp8_e4m3fn_fast",
+    "image_hidream_o1": "3 s small (64x64): HiDream-O1 full (bf16 checkpoint: its tokenizer-only CLIP and "
+                        "pixel-space VAE), ModelNoiseScale 8, HiDreamO1PatchSeamSmoothing, "
+                        "EmptyHiDreamO1LatentImage, HiDreamO1ReferenceImages (switched off), dpmpp_2m_sde_gpu, "
+                        "SamplerCustom cfg 5",
+    "image_hidream_o1_dev": "1 s small (the 96x64 reference's size): HiDream-O1 dev (fp8 scaled checkpoint), "
+                            "ModelNoiseScale 7.6, SamplerLCM (noise clip 2.5), a reference image through "
+                            "HiDreamO1ReferenceImages (the Qwen3-VL vision tower and 32-pixel patches), "
+                            "SamplerCustom cfg 1",
     "llm_qwen3_5_text_gen": "TextGenerate with Qwen3.5 4B by CLIPLoader type stable_diffusion (any type gives "
                             "ComfyUI's Qwen3.5 encoder), an image through its vision tower, sampled, PreviewAny",
     "llm_gemma4_text_gen": "6 s small: TextGenerate with Gemma 4 E4B fp8 scaled by CLIPLoader type stable_diffusion "

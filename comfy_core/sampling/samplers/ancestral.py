@@ -159,5 +159,8 @@ def sample_lcm(model: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, extra_arg
             s_noise_i = s_start + (s_end - s_start) * frac
             if s_noise_i != 1.0:
                 noise = noise * s_noise_i
-            x = noise * sigmas[i + 1] + x  # ModelSampling.noise_scaling for eps/v models
+            # the model sampling's `noise_scaling` (ComfyUI's): `x + sigma * noise` for eps / v,
+            # `sigma * noise_scale * noise + (1 - sigma) * x` for flow models
+            sampling = getattr(model, "model_sampling", None)
+            x = noise * sigmas[i + 1] + x if sampling is None else sampling.noise_scaling(sigmas[i + 1], noise, x)
     return x
