@@ -169,6 +169,7 @@ _OTHER_KINDS = ("SD_X4Upscaler", "StableCascade_C", "StableCascade_B", "SDXL_Pla
                 "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2")
 globals().update({name: _kind(name) for name in _OTHER_KINDS})
 QwenImage21 = _kind("QwenImage21", _KINDS["QwenImage"])  # ComfyUI's QwenImage21 is a QwenImage subclass
+Boogu = _kind("Boogu", _KINDS["Omnigen2"])  # ComfyUI's Boogu is an Omnigen2 subclass
 HunyuanVideo = _kind("HunyuanVideo")
 HunyuanVideoI2V = _kind("HunyuanVideoI2V", HunyuanVideo)  # ComfyUI: HunyuanVideo subclasses
 HunyuanVideoSkyreelsI2V = _kind("HunyuanVideoSkyreelsI2V", HunyuanVideo)

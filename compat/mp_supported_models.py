@@ -38,6 +38,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "LTXV": "comfy_core.families.ltxv.supported_models:LTXV",
     "LTXAV": "comfy_core.families.ltx2.supported_models:LTXAV",
     "Omnigen2": "comfy_core.families.omnigen2.supported_models:Omnigen2",
+    "Boogu": "comfy_core.families.boogu.supported_models:Boogu",
     "StableAudio": "comfy_core.families.stable_audio.supported_models:StableAudio",
     **{name: f"comfy_core.families.hunyuan3d.supported_models:{name}"
        for name in ("Hunyuan3Dv2", "Hunyuan3Dv2mini", "Hunyuan3Dv2_1")},
@@ -54,6 +55,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "ErnieImage": "comfy_core.families.ernie_image.supported_models:ErnieImage",
     "Ideogram4": "comfy_core.families.ideogram4.supported_models:Ideogram4",
     "HiDreamO1": "comfy_core.families.hidream_o1.supported_models:HiDreamO1",
+    "Krea2": "comfy_core.families.krea2.supported_models:Krea2",
     "SeedVR2": "comfy_core.families.seedvr2.supported_models:SeedVR2",
 }
 

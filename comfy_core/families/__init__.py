@@ -36,6 +36,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import ltxv
     from comfy_core.families import ltx2
     from comfy_core.families import omnigen2
+    from comfy_core.families import boogu
     from comfy_core.families import ovis_image
     from comfy_core.families import ace_step
     from comfy_core.families import ace_step15
@@ -55,6 +56,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import ernie_image
     from comfy_core.families import seedvr2
     from comfy_core.families import ideogram4
+    from comfy_core.families import krea2
     from comfy_core.families import hidream_o1
 
     return FamilyRegistry([
@@ -99,6 +101,7 @@ def default_registry() -> FamilyRegistry:
         ltxv.definition(),
         ltx2.definition(),
         omnigen2.definition(),
+        boogu.definition(),
         ovis_image.definition(),
         ace_step.definition(), ace_step15.definition(),
         stable_audio.definition(), stable_audio3.definition(),
@@ -112,6 +115,7 @@ def default_registry() -> FamilyRegistry:
         ernie_image.definition(),
         seedvr2.definition(),
         ideogram4.definition(),
+        krea2.definition(),
         hidream_o1.definition(),
     ])
 

@@ -39,7 +39,7 @@ NEEDS: dict[str, str] = {
     # types today's ComfyUI added since 0.3.64, for families not built here yet
     **{name: f"the {family} family and its text encoders" for name, family in (
         ("longcat_image", "LongCat-Image"), ("cogvideox", "CogVideoX"), ("lens", "Lens"),
-        ("pixeldit", "PixelDiT"), ("boogu", "Boogu"), ("krea2", "Krea 2"),
+        ("pixeldit", "PixelDiT"),
         ("joyimage", "JoyImage"), ("mage", "Mage"),
         ("newbie", "NewBie"))},
 }

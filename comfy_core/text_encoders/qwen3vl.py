@@ -13,8 +13,9 @@ alone); it is the 4B when the vision merger projects to 2560, else the 8B (slots
 and computed with the scale) or int8 with or without ConvRot (`int8_tensorwise`, ComfyUI's
 `*_int8_convrot` releases: kept int8, `comfy_core/models/quant_linear.py`) or NVFP4 with or without
 ModelOpt's AWQ `pre_quant_scale` (MiniMax H3's `*_nvfp4_awq`: kept packed, the input scaled first), in the language model and
-the vision tower alike; the LM head (`lm_head.*`) is not read: the encoder never uses it and
-TextGenerate is not offered with this tower. Every layer computes in float32.
+the vision tower alike; the LM head (`lm_head.weight`, float or scaled float8) is kept for
+TextGenerate only (the 4B ties it to the token table): text prompts generate through Qwen3's
+key/value-cache path (for text Qwen3-VL's positions are plain RoPE). Every layer computes in float32.
 
 The language model is Qwen3's (`qwen3.py`: pre-norm blocks with per-head q/k RMSNorm, grouped-query
 attention, SwiGLU; heads of 128) with rope theta 5e6 and interleaved multimodal RoPE: each head's 64
@@ -180,7 +181,7 @@ class Qwen3VLTextEncoder(Qwen3TextEncoder):
     `TextEncoderSet` (see the module doc). The token-level surface is the Qwen3 tower's; rows
     holding image entries run through the vision tower and Qwen3-VL's positions and DeepStack."""
 
-    can_generate = False  # TextGenerate is not offered with this tower (module doc)
+    can_generate = True  # text prompts (module doc)
 
     def __init__(self, config: Qwen3VLConfig, transformer: Qwen3VLTransformer) -> None:
         super().__init__(config, transformer)
@@ -395,7 +396,13 @@ def build_qwen3vl_encoder(config: Qwen3VLConfig, state_dict: Mapping[str, torch.
     stray = sorted(set(layers) - {n for n in layers if n.startswith(("model.", "visual."))})
     if stray:
         raise Qwen3VLKeyError(f"Qwen3-VL: quantised layers {stray} are not layers of this encoder")
-    return Qwen3VLTextEncoder(config, Qwen3VLTransformer(model, visual))
+    transformer = Qwen3VLTransformer(model, visual)
+    head = names["lm_head.weight"] if "lm_head.weight" in names else None
+    if head is not None and head.is_floating_point():  # an untied head (the 8B), as stored: generation only
+        transformer.register_buffer("lm_head_weight", head, persistent=False)
+        if head.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and "lm_head.weight_scale" in names:
+            transformer.register_buffer("lm_head_scale", names["lm_head.weight_scale"].float(), persistent=False)
+    return Qwen3VLTextEncoder(config, transformer)
 
 
 __all__ = ["MARKER", "QWEN3VL_4B_SLOT", "QWEN3VL_8B_SLOT", "Qwen3VLConfig", "Qwen3VLDetectionError",

@@ -543,6 +543,19 @@ RUNNING = {
     "image_ideogram4_t2i": "80 s (2-core machine under load): subgraph, the Default preset (20 steps, mu 0, std 1.75), "
                            "the fp8-scaled DiTs and Qwen3-VL",
     "image_ideogram4_t2i_int8": "70 s: subgraph, the Default preset, the int8 ConvRot DiTs",
+    # Boogu-Image (comfy_core/families/boogu, tests/fixtures/template_models_boogu.py): UNETLoader (fp8-scaled /
+    # int8 ConvRot), Qwen3-VL 8B through CLIPLoader type "boogu" (Ideogram 4's tiny file), the Flux VAE (ae);
+    # CLIPTextEncode + ConditioningZeroOut, KSampler 4 steps lcm / sgm_uniform cfg 1. The Edit templates are in
+    # NOT_RUNNING (their ResizeImageMaskNode as shipped).
+    "image_boogu_image_0_1_turbo_t2i": "subgraph, the fp8-scaled Turbo DiT at 1024x1024",
+    # Krea 2 (comfy_core/families/krea2, tests/fixtures/template_models_krea2.py): UNETLoader (fp8-scaled / int8
+    # ConvRot), Qwen3-VL 4B through CLIPLoader type "krea2" (12 taps), the Qwen-Image VAE, 8 steps euler / simple,
+    # cfg 1, the negative ConditioningZeroOut; the style reference: TextEncodeQwenImageEditPlus (the image through
+    # the vision tower and as a reference latent), FluxKontextMultiReferenceLatentMethod index_timestep_zero,
+    # ModelSamplingFlux, SamplerCustomAdvanced.
+    "image_krea2_turbo_t2i": "subgraph, the fp8-scaled DiT and Qwen3-VL",
+    "image_krea2_turbo_t2i_int8": "subgraph, the int8 ConvRot DiT",
+    "image_krea2_turbo_int8_image_style_reference": "subgraph, the reference image as a latent at timestep zero",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -553,14 +566,11 @@ DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_com
 # Covered templates (all nodes exist) of model families this engine does not have (other issues):
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
-    "Krea 2 (Qwen3-VL 4B text encoder, CLIPLoader type krea2)": (
-        "image_krea2_turbo_t2i", "image_krea2_turbo_t2i_int8", "image_krea2_turbo_int8_image_style_reference"),
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
     "Ming-Image (Ling mini 2.0 text encoder)": ("image_ming_image_01_design_t2i",),
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
-    "Boogu Image (Qwen3-VL 8B text encoder)": ("image_boogu_image_0_1_turbo_t2i",),
     "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
     "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
@@ -590,6 +600,15 @@ NOT_RUNNING: dict[str, tuple[str, str]] = {
               "hand the rest runs: 123 s, the Anima DiT with the RGB LLLite patch on Depth Anything 3's render)",
               "resize_type.multiple, lanczos")
        for name in ("image_anima_lllite_depth_control_to_image",)},
+    # Boogu-Image Edit (fp8-scaled / int8 ConvRot DiT): with the value set by hand the rest runs (LoadImage ->
+    # ResizeImageMaskNode 1 MP -> TextEncodeBooguEdit: vision tokens + reference latent, ModelSamplingAuraFlow 3.16,
+    # SamplerCustom 25 steps dpmpp_2m / simple cfg 3.5, VAEDecode, SaveImage / ImageCompare: 224 s fp8, 371 s int8).
+    **{name: ("broken as shipped, as image_anima_lllite_depth_control_to_image: its ResizeImageMaskNode was saved "
+              "before 'scale total pixels' gained `multiple` (widgets ['scale total pixels', 1, 'lanczos']), so "
+              "today's editor sends 'lanczos' as resize_type.multiple and ComfyUI's validation refuses it, as ours "
+              "does (with the value set by hand the Boogu Edit graph runs to its saved image)",
+              "resize_type.multiple, lanczos")
+       for name in ("image_boogu_image_0_1_edit", "image_boogu_image_0_1_edit_int8")},
 }
 
 
@@ -978,6 +997,8 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "ideogram4_int8_convrot.safetensors", "unet_ideogram4_int8"),
     ("diffusion_models", "ideogram4_unconditional_int8_convrot.safetensors", "unet_ideogram4_int8"),
     ("text_encoders", "qwen3vl_8b_fp8_scaled.safetensors", "qwen3vl_8b_fp8"),
+    ("diffusion_models", "boogu_image_turbo_fp8_scaled.safetensors", "unet_boogu_fp8"),
+    ("diffusion_models", "boogu_image_edit_int8_convrot.safetensors", "unet_boogu_int8"),
     ("checkpoints", "ltx-2-19b-dev-fp8.safetensors", "ltx2_checkpoint"),
     ("checkpoints", "ltx-2.3-22b-distilled-fp8.safetensors", "ltx23_checkpoint"),
     ("text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors", "gemma3_12b_fp4_mixed"),
@@ -990,6 +1011,10 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "flux3-image-klein-base-int8-convrot.safetensors", "unet_flux3_base_int8"),
     ("diffusion_models", "flux3-image-klein-bf16.safetensors", "unet_flux3"),
     ("text_encoders", "qwen3vl_4b_int8_convrot.safetensors", "qwen3vl_4b_int8"),
+    ("text_encoders", "qwen3vl_4b_fp8_scaled.safetensors", "qwen3vl_4b_fp8"),  # Krea 2's: 36 blocks, Ideogram 4's layout
+    ("diffusion_models", "krea2_turbo_int8_convrot.safetensors", "unet_krea2_int8"),
+    ("diffusion_models", "krea2_turbo_fp8_scaled.safetensors", "unet_krea2_fp8"),
+    ("loras", "krea2_style_reference.safetensors", "lora_krea2"),
     ("text_encoders", "qwen3.5_9b_flux3_prompt_upsampler_w4a8.safetensors", "qwen35_9b_flux3_upsampler"),
     ("text_encoders", "qwen3.5_4b_bf16.safetensors", "qwen35"),
     ("text_encoders", "qwen3.5_2b_bf16.safetensors", "qwen35"),
