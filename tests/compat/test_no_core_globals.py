@@ -54,7 +54,7 @@ class _Sentinel:
 
 
 def test_assigning_any_surface_name_leaves_comfy_core_alone(session):
-    from compat.facade import ExtensionPoint, FacadeModule
+    from compat.facade import FacadeModule
 
     facades = []
     for name in _surface_module_names():
@@ -68,28 +68,23 @@ def test_assigning_any_surface_name_leaves_comfy_core_alone(session):
 
     assigned, wrong = 0, []
     for module in facades:
-        for name, target in list(module.__dict__["_facade_names"].items()):
-            before_value = module.__dict__.get(name, _MISSING)
-            home_value = _MISSING
-            if not isinstance(target, ExtensionPoint):
-                home, _, attribute = target.partition(":")
-                home_value = getattr(importlib.import_module(home), attribute, _MISSING)
-            # every comfy_core module the target's home needs is imported before the snapshot
-            before = _core_namespaces()
+        names = list(module.__dict__["_facade_names"].items())
+        # every comfy_core module the targets' homes need is imported before the snapshot
+        saved = [(name, target, module.__dict__.get(name, _MISSING), _home_value(target)) for name, target in names]
+        before = _core_namespaces()
+        # One module's names are assigned together and the namespaces compared once (a snapshot of every
+        # comfy_core module per name is what made this test slow); a change is then traced name by name.
+        for name, _target, _before, _home in saved:
             setattr(module, name, _Sentinel(f"{module.__name__}.{name}"))
-            assigned += 1
-            wrong += [f"{module.__name__}.{name} -> {c}" for c in _changes(before, _core_namespaces())]
-            # put everything back for the tests after this one
-            if isinstance(target, ExtensionPoint):
-                setattr(session.extension_points, target.field, None)
-            else:
-                home, _, attribute = target.partition(":")
-                if home_value is not _MISSING:
-                    setattr(importlib.import_module(home), attribute, home_value)
-                if before_value is _MISSING:
-                    module.__dict__.pop(name, None)
-                else:
-                    module.__dict__[name] = before_value
+        assigned += len(saved)
+        changed = _changes(before, _core_namespaces())
+        _restore(session, module, saved)
+        if changed:
+            for name, target, before_value, home_value in saved:
+                snapshot = _core_namespaces()
+                setattr(module, name, _Sentinel(f"{module.__name__}.{name}"))
+                wrong += [f"{module.__name__}.{name} -> {c}" for c in _changes(snapshot, _core_namespaces())]
+                _restore(session, module, [(name, target, before_value, home_value)])
     assert assigned > 300
     assert not wrong, "surface assignments that change a comfy_core global:\n" + "\n".join(wrong)
 
@@ -116,3 +111,29 @@ def test_an_extension_point_name_sets_the_session_field(session, surface, name):
     finally:
         setattr(session.extension_points, target.field, None)
     assert getattr(module, name) is built_in
+
+
+def _home_value(target):
+    from compat.facade import ExtensionPoint
+
+    if isinstance(target, ExtensionPoint):
+        return _MISSING
+    home, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(home), attribute, _MISSING)
+
+
+def _restore(session, module, saved) -> None:
+    """Put the assigned names back (last first), for the tests after this one."""
+    from compat.facade import ExtensionPoint
+
+    for name, target, before_value, home_value in reversed(saved):
+        if isinstance(target, ExtensionPoint):
+            setattr(session.extension_points, target.field, None)
+        else:
+            home, _, attribute = target.partition(":")
+            if home_value is not _MISSING:
+                setattr(importlib.import_module(home), attribute, home_value)
+            if before_value is _MISSING:
+                module.__dict__.pop(name, None)
+            else:
+                module.__dict__[name] = before_value
