@@ -29,16 +29,15 @@ the joint positions count every text state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
 from comfy_core.attention import calling
 from comfy_core.attention.rope import rotate_pairs
-from comfy_core.families.flux.dit import pad_to_patch_size
 from comfy_core.families.omnigen2.dit import (FREQUENCY_DIM, Attention, FeedForward, ModulatedNorm, OmniGen2Config,
-                                              OmniGen2Transformer, grid_ids, patchify)
+                                              OmniGen2Transformer)
 from comfy_core.families.zimage.nextdit import RMSNorm
 from comfy_core.models.comfyui_names import comfyui_name
 from comfy_core.models.unet_blocks import operations_or_default
@@ -215,6 +214,9 @@ class BooguTransformer(OmniGen2Transformer):
     """Boogu-Image's transformer: OmniGen2's embedders, refiners and output norm, the dual-stream
     stage, then the single-stream layers (see the module doc)."""
 
+    label = "Boogu"
+    input_error = BooguInputError
+
     def __init__(self, config: BooguConfig, dtype: Any = None, device: Any = None, operations: Any = None) -> None:
         super().__init__(config, dtype=dtype, device=device, operations=operations)
         ops = operations_or_default(operations)
@@ -224,70 +226,17 @@ class BooguTransformer(OmniGen2Transformer):
         # OmniGen2's `layers` are Boogu's single-stream layers, under ComfyUI's name for them.
         self.single_stream_layers = self._modules.pop("layers")
 
-    def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, num_tokens: Any = None,
-                ref_latents: Sequence[torch.Tensor] | None = None, attention_mask: torch.Tensor | None = None,
-                transformer_options: Mapping[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
-        """x `[B, C, H, W]`, timesteps (sigma) `[B]`, context `[B, Lt, text_feat_dim]`, `num_tokens`
-        (the text length; None: `Lt`), `ref_latents` `[B, C, h, w]` each -> `[B, C, H, W]`, the
-        negated network output."""
-        options = dict(transformer_options or {})
-        config = self.config
-        p = self.patch_size
-        if x.dim() != 4:
-            raise BooguInputError(f"Boogu: the latent must be [B, C, H, W], got {tuple(x.shape)}")
-        bsz, _, h, w = x.shape
-        text_len = context.shape[1]
-        tokens = text_len if num_tokens is None else int(num_tokens)
-        if tokens != text_len or (attention_mask is not None and not bool(attention_mask.bool().all())):
-            raise BooguInputError(f"Boogu: the text must be unpadded ({text_len} states, num_tokens {tokens}, or a "
-                                  "mask that masks tokens): the joint positions count every text state")
-        refs = list(ref_latents or ())
-        if len(refs) > config.index_embeddings:
-            raise BooguInputError(f"Boogu: {len(refs)} reference images, the model takes at most "
-                                  f"{config.index_embeddings}")
-        x = pad_to_patch_size(x, (p, p))
-        hp, wp = x.shape[-2] // p, x.shape[-1] // p
-        device = x.device
-        temb, text = self.time_caption_embed(1.0 - timesteps, context, x.dtype)  # [B, t_hidden], [B, Lt, dim]
-
-        # Positions (OmniGen2's): text (i, i, i); reference j at (shift_j, row, col); the image after them.
-        text_ids = torch.arange(text_len, dtype=torch.float32).view(-1, 1).expand(text_len, 3)
-        ref_ids, ref_tokens, shift = [], [], text_len
-        for index, ref in enumerate(refs):
-            if ref.dim() != 4 or ref.shape[0] != bsz:
-                raise BooguInputError(f"Boogu: reference latent {index} has shape {tuple(ref.shape)}, expected "
-                                      f"[{bsz}, C, h, w]")
-            ref = pad_to_patch_size(ref.to(device=device, dtype=x.dtype), (p, p))
-            rows, cols = ref.shape[-2] // p, ref.shape[-1] // p
-            ref_ids.append(grid_ids(shift, rows, cols))
-            embedded = self.ref_image_patch_embedder(patchify(ref, p))  # [B, rows*cols, dim]
-            ref_tokens.append(embedded + self.image_index_embedding[index].to(device=device, dtype=embedded.dtype))
-            shift += max(rows, cols)
-        ids = torch.cat([text_ids, *ref_ids, grid_ids(shift, hp, wp)], dim=0).to(device)
-        freqs = self._rope(ids[None].expand(bsz, -1, -1))  # [B, Lt + Lr + Li, 1, D/2, 2, 2]
-        ref_len = sum(t.shape[1] for t in ref_tokens)
+    def _joint(self, text: torch.Tensor, img: torch.Tensor, freqs: torch.Tensor, temb: torch.Tensor,
+               options: dict) -> torch.Tensor:
+        """The dual-stream blocks on the text and image tokens apart (`freqs` split at the text),
+        then the single-stream blocks on them joined (OmniGen2's forward does the rest)."""
+        text_len = text.shape[1]
         image_freqs = freqs[:, text_len:]  # [references, image]
-
-        for block in self.context_refiner:
-            text = block(text, freqs[:, :text_len], transformer_options=options)
-        img = self.x_embedder(patchify(x, p))  # [B, hp*wp, dim]
-        for block in self.noise_refiner:
-            img = block(img, image_freqs[:, ref_len:], temb, transformer_options=options)
-        if ref_tokens:
-            ref_seq = torch.cat(ref_tokens, dim=1)
-            for block in self.ref_image_refiner:
-                ref_seq = block(ref_seq, image_freqs[:, :ref_len], temb, transformer_options=options)
-            img = torch.cat([ref_seq, img], dim=1)
-
         for block in self.double_stream_layers:
             img, text = block(img, text, freqs, image_freqs, temb, options)
         seq = torch.cat([text, img], dim=1)
         for block in self.single_stream_layers:
             seq = block(seq, freqs, temb, transformer_options=options)
-        out = self.norm_out(seq, temb)[:, -hp * wp:]  # [B, hp*wp, p*p*C]
-        c = self.out_channels
-        out = out.reshape(bsz, hp, wp, p, p, c).permute(0, 5, 1, 3, 2, 4).reshape(bsz, c, hp * p, wp * p)
-        return -out[:, :, :h, :w]
-
+        return seq
 
 __all__ = ["BooguConfig", "BooguConfigError", "BooguInputError", "BooguTransformer"]

@@ -329,6 +329,9 @@ def grid_ids(start: int, rows: int, cols: int) -> torch.Tensor:
 class OmniGen2Transformer(nn.Module):
     """OmniGen2's transformer (see the module docstring), built from an `OmniGen2Config`."""
 
+    label = "OmniGen2"  # the network's name in input errors (a derived network sets its own)
+    input_error: type[ValueError] = OmniGen2InputError
+
     def __init__(self, config: OmniGen2Config, dtype: Any = None, device: Any = None, operations: Any = None) -> None:
         super().__init__()
         ops = operations_or_default(operations)
@@ -376,16 +379,17 @@ class OmniGen2Transformer(nn.Module):
         config = self.config
         p = self.patch_size
         if x.dim() != 4:
-            raise OmniGen2InputError(f"OmniGen2: the latent must be [B, C, H, W], got {tuple(x.shape)}")
+            raise self.input_error(f"{self.label}: the latent must be [B, C, H, W], got {tuple(x.shape)}")
         bsz, _, h, w = x.shape
         text_len = context.shape[1]
         tokens = text_len if num_tokens is None else int(num_tokens)
         if tokens != text_len or (attention_mask is not None and not bool(attention_mask.bool().all())):
-            raise OmniGen2InputError(f"OmniGen2: the text must be unpadded ({text_len} states, num_tokens {tokens}, "
+            raise self.input_error(f"{self.label}: the text must be unpadded ({text_len} states, "
+                                   f"num_tokens {tokens}, "
                                      "a mask that masks tokens): the joint positions count every text state")
         refs = list(ref_latents or ())
         if len(refs) > config.index_embeddings:
-            raise OmniGen2InputError(f"OmniGen2: {len(refs)} reference images, the model takes at most "
+            raise self.input_error(f"{self.label}: {len(refs)} reference images, the model takes at most "
                                      f"{config.index_embeddings}")
         x = pad_to_patch_size(x, (p, p))
         hp, wp = x.shape[-2] // p, x.shape[-1] // p
@@ -399,7 +403,8 @@ class OmniGen2Transformer(nn.Module):
         shift = text_len
         for index, ref in enumerate(refs):
             if ref.dim() != 4 or ref.shape[0] != bsz:
-                raise OmniGen2InputError(f"OmniGen2: reference latent {index} has shape {tuple(ref.shape)}, expected "
+                raise self.input_error(f"{self.label}: reference latent {index} has shape {tuple(ref.shape)}, "
+                                       f"expected "
                                          f"[{bsz}, C, h, w]")
             ref = pad_to_patch_size(ref.to(device=device, dtype=x.dtype), (p, p))
             rows, cols = ref.shape[-2] // p, ref.shape[-1] // p
@@ -426,13 +431,21 @@ class OmniGen2Transformer(nn.Module):
                 ref_seq = block(ref_seq, ref_freqs, temb, transformer_options=options)
             img = torch.cat([ref_seq, img], dim=1)
 
-        seq = torch.cat([text, img], dim=1)  # [B, Lt + refs + hp*wp, dim]
-        for block in self.layers:
-            seq = block(seq, freqs, temb, transformer_options=options)
+        seq = self._joint(text, img, freqs, temb, options)  # [B, Lt + refs + hp*wp, dim]
         out = self.norm_out(seq, temb)[:, -hp * wp:]  # [B, hp*wp, p*p*C]
         c = self.out_channels
         out = out.reshape(bsz, hp, wp, p, p, c).permute(0, 5, 1, 3, 2, 4).reshape(bsz, c, hp * p, wp * p)
         return -out[:, :, :h, :w]
+
+    def _joint(self, text: torch.Tensor, img: torch.Tensor, freqs: torch.Tensor, temb: torch.Tensor,
+               options: dict) -> torch.Tensor:
+        """The refined text `[B, Lt, dim]` and image (references first) tokens through the joint
+        blocks -> the sequence `[B, Lt + Li, dim]` (`freqs` cover both); a derived network (Boogu)
+        runs blocks of its own first."""
+        seq = torch.cat([text, img], dim=1)
+        for block in self.layers:
+            seq = block(seq, freqs, temb, transformer_options=options)
+        return seq
 
 
 __all__ = ["OmniGen2Config", "OmniGen2ConfigError", "OmniGen2InputError", "OmniGen2Transformer", "timestep_sinusoid"]
