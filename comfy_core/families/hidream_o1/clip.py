@@ -63,10 +63,11 @@ class HiDreamO1TE(nn.Module):
         self.default_options: EncoderOptions | None = None
 
     def set_clip_options(self, options: Mapping[str, Any]) -> None:
-        pass
+        """Nothing to set: the ids are the output, so layer choices (CLIPSetLastLayer) have nothing
+        to act on, as in ComfyUI's `HiDreamO1TE`."""
 
     def reset_clip_options(self) -> None:
-        pass
+        """Nothing to reset (see `set_clip_options`)."""
 
     @contextmanager
     def using_options(self, options: Any) -> Iterator[None]:
