@@ -182,3 +182,28 @@ class FluxConditions(PooledConditions):
             if method is not None:
                 out["ref_latents_method"] = method
         return out
+
+
+class ReferenceLatentConditions(ModelConditions):
+    """The edit DiTs' further inputs (ComfyUI's `model_base.QwenImage.extra_conds` shape, which its
+    Krea 2, Mage-Flow, JoyImage and Fibo 2.0 classes keep): the conditioning's `reference_latents`
+    in the model's latent space as `ref_latents` (one entry per reference), their
+    `reference_latents_method` as `ref_latents_method` where the family reads one (`pass_method`),
+    and the text's token mask as `attention_mask` where it does (`pass_mask`)."""
+
+    name = "reference_latents"
+    pass_method = True
+    pass_mask = False
+
+    def extra_conds(self, model: Any, **kwargs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        references = kwargs.get("reference_latents")
+        if references is not None:
+            out["ref_latents"] = [model.process_latent_in(latent) for latent in references]
+            method = kwargs.get("reference_latents_method")
+            if self.pass_method and method is not None:
+                out["ref_latents_method"] = method
+        mask = kwargs.get("attention_mask")
+        if self.pass_mask and mask is not None:
+            out["attention_mask"] = mask
+        return out

@@ -9,13 +9,13 @@ from typing import Any, Mapping
 
 from comfy_core.text_encoders.decoder_llm import DecoderShape, block_count, shape_of
 from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncoderKeyError
+from comfy_core.text_encoders.file_tokenizer import TOKENIZER_KEY  # the file's own tokenizer.json
 from comfy_core.text_encoders.gemma4_media import VISION_MARKER as UNIFIED_VISION_MARKER
 
 MARKER = "model.layers.0.layer_scalar"  # ComfyUI's Gemma 4 rule (with Gemma's post_feedforward_layernorm)
 GEMMA4_SLOT = "gemma4"
 SLIDING, FULL = "sliding_attention", "full_attention"
 STOP_TOKENS = (1, 50, 106)  # ComfyUI's Gemma4Config.stop_tokens
-TOKENIZER_KEY = "tokenizer_json"  # the file's tokenizer: tokenizer.json's bytes as a uint8 tensor
 # Tensors a Gemma 4 file holds besides the text tower (read by others or not at all): the tokenizer
 # and the chat template (uint8 tensors), the vision / audio embedders and projectors, LTX's text
 # projection (read by the LTX-2.5 text path), an LM head (tied here).

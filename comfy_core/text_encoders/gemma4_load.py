@@ -43,6 +43,7 @@ import torch
 
 from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.errors import TextEncoderError, TokenizeError
+from comfy_core.text_encoders.file_tokenizer import load_tokenizer_json
 from comfy_core.text_encoders.gemma4 import (GEMMA4_SLOT, TOKENIZER_KEY, Gemma4Config, Gemma4DetectionError,
                                              Gemma4KeyError, build_gemma4_encoder)
 from comfy_core.text_encoders.gemma4_vision import MAX_SOFT_TOKENS, VIDEO_SOFT_TOKENS
@@ -76,16 +77,7 @@ def holds_gemma4(tensors: Mapping[str, Any]) -> bool:
 
 def backend_from_data(data: Any, source: str = TOKENIZER_KEY) -> Any:
     """A `tokenizers.Tokenizer` from tokenizer.json's bytes (a uint8 tensor, bytes or str)."""
-    from tokenizers import Tokenizer
-
-    if isinstance(data, torch.Tensor):
-        data = bytes(data.reshape(-1).to(torch.uint8).tolist())
-    if isinstance(data, (bytes, bytearray)):
-        data = bytes(data).decode("utf-8")
-    try:
-        return Tokenizer.from_str(data)
-    except Exception as exc:  # the tokenizers package raises its own exception type
-        raise Gemma4FileError(f"{source}: not a tokenizer.json ({exc})") from None
+    return load_tokenizer_json(data, Gemma4FileError, source)
 
 
 class Gemma4Tokenizer:

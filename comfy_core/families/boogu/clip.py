@@ -26,23 +26,16 @@ included), `[1, T, 4096]`, with `{"attention_mask": [1, T]}`; no pooled output.
 """
 from __future__ import annotations
 
-import numbers
-from typing import Any
 
+from comfy_core.families.qwen_image.clip import EDIT_SYSTEM_PROMPT
+from comfy_core.text_encoders.chat_tokenizer import VISION_BLOCK, ChatTemplateTokenizer
 from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.qwen3vl import QWEN3VL_8B_SLOT, QWEN3VL_8B_WIDTH
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
-from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
 
-IMAGE_PAD_ID = 151655  # <|image_pad|>
-VISION_BLOCK = "<|vision_start|><|image_pad|><|vision_end|>"
-THINK_BLOCK = "<think>\n\n</think>\n\n"  # Qwen3's empty thinking block (`thinking` false)
 T2I_SYSTEM = ("You are a helpful assistant that generates high-quality images based on user instructions. "
               "The instructions are as follows.")
-DROP_SYSTEM = ("Describe the key features of the input image (color, shape, size, texture, objects, background), "
-               "then explain how the user's text instruction should alter or modify the image. Generate a new image "
-               "that meets the user's requirements while maintaining consistency with the original input where "
-               "appropriate.")
+DROP_SYSTEM = EDIT_SYSTEM_PROMPT  # Qwen-Image's edit system turn
 
 
 def chat_template(system: str, images: int = 0) -> str:
@@ -50,41 +43,16 @@ def chat_template(system: str, images: int = 0) -> str:
     return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{VISION_BLOCK * images}{{}}<|im_end|>\n"
 
 
-class BooguTokenizer(FamilyTokenizer):
+class BooguTokenizer(ChatTemplateTokenizer):
     """Boogu-Image's tokenizer (ComfyUI's `BooguTokenizer`, tokens under "qwen3vl_8b"); see the module doc."""
 
     clip_name, clip = QWEN3VL_8B_SLOT, QWEN3VL_8B_SLOT
+    media_label = "Boogu-Image's text encoder"
 
-    def tokenize_with_weights(self, text: str, return_word_ids: bool = False, llama_template: str | None = None,
-                              images: Any = (), prevent_empty_text: bool = False, thinking: bool = True,
-                              skip_template: bool = False, image: Any = None, **kwargs: Any) -> dict[str, Any]:
-        images = list(images or ())
-        if image is not None and not images:
-            images = [image[index:index + 1] for index in range(image.shape[0])]
-        if llama_template is None and not images and text.strip() == "":
-            llama_template = chat_template(DROP_SYSTEM)
-        skip_template = skip_template or text.startswith("<|im_start|>")
-        if prevent_empty_text and text == "":
-            text = " "
-        if skip_template:
-            prompt = text
-        else:
-            if llama_template is None:
-                llama_template = chat_template(DROP_SYSTEM, len(images)) if images else chat_template(T2I_SYSTEM)
-            prompt = llama_template.format(text)
-            if not thinking:
-                prompt += THINK_BLOCK
-        kwargs["disable_weights"] = True
-        tokens: dict[str, Any] = dict(super().tokenize_with_weights(prompt, return_word_ids, **kwargs))
-        used = 0
-        for chunk in tokens[QWEN3VL_8B_SLOT]:
-            for index, pair in enumerate(chunk):
-                token = pair[0]
-                if (isinstance(token, numbers.Integral) and not isinstance(token, bool) and token == IMAGE_PAD_ID
-                        and used < len(images)):
-                    chunk[index] = ({"type": "image", "data": images[used], "original_type": "image"},) + tuple(pair[1:])
-                    used += 1
-        return tokens
+    def prompt_template(self, images: int, text: str) -> str:
+        """The edit system turn with the images' blocks; with neither images nor text (the empty
+        negative) the edit turn too; else the text-to-image turn."""
+        return chat_template(DROP_SYSTEM, images) if images or not text.strip() else chat_template(T2I_SYSTEM)
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return getattr(self, QWEN3VL_8B_SLOT).decode(token_ids, skip_special_tokens=skip_special_tokens)

@@ -31,29 +31,17 @@ from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.krea2 import supported_models
 from comfy_core.families.krea2.clip import KREA2_TEXT_ENCODERS
 from comfy_core.families.wan.latent_format import wan21_latent_format
-from comfy_core.models.model_conditions import ModelConditions
+from comfy_core.models.model_conditions import ReferenceLatentConditions
 
 MARKER = "txtfusion.projector.weight"  # ComfyUI's detection key
 
 
-class Krea2Conditions(ModelConditions):
+class Krea2Conditions(ReferenceLatentConditions):
     """ComfyUI's `model_base.Krea2.extra_conds`: reference latents (processed into the model's
     space) with their method, and the token mask (the context is every model's `c_crossattn`)."""
 
     name = "krea2"
-
-    def extra_conds(self, model: Any, **kwargs: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        references = kwargs.get("reference_latents")
-        if references is not None:
-            out["ref_latents"] = [model.process_latent_in(latent) for latent in references]
-            method = kwargs.get("reference_latents_method")
-            if method is not None:
-                out["ref_latents_method"] = method
-        mask = kwargs.get("attention_mask")
-        if mask is not None:
-            out["attention_mask"] = mask
-        return out
+    pass_mask = True
 
 
 def _detect(tensors: Mapping[str, Any], prefix: str) -> Any:

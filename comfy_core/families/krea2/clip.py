@@ -22,11 +22,12 @@ mask goes with it as `attention_mask` only when it masks something; no pooled ou
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any, Mapping, Sequence
 
 import torch
 
+from comfy_core.families.qwen_image.clip import LLAMA_TEMPLATE as QWEN_IMAGE_TEMPLATE
+from comfy_core.text_encoders.chat_tokenizer import ChatTemplateTokenizer, is_token_id
 from comfy_core.text_encoders.decoder_llm import attention_bias, rotary_tables
 from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.errors import TokenizeError
@@ -35,63 +36,20 @@ from comfy_core.text_encoders.qwen3 import token_mask
 from comfy_core.text_encoders.qwen3vl import (QWEN3VL_4B_SLOT, QWEN3VL_4B_WIDTH, QWEN3VL_8B_SLOT, QWEN3VL_8B_WIDTH,
                                               interleaved_mrope_tables)
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
-from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
 
 KREA2_TAPS = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)  # ComfyUI's: hidden_states[k], block k's input
-KREA2_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
-                  "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
-                  "<|im_end|>\n<|im_start|>assistant\n")
-QWEN3VL_IMAGE_TEMPLATE = ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{}<|im_end|>\n"
-                          "<|im_start|>assistant\n")
-VISION_BLOCK = "<|vision_start|><|image_pad|><|vision_end|>"
-NO_THINK = "<think>\n\n</think>\n\n"
-IM_START, USER, NEWLINE, IMAGE_PAD = 151644, 872, 198, 151655
+KREA2_TEMPLATE = QWEN_IMAGE_TEMPLATE  # Qwen-Image's
+IM_START, USER, NEWLINE = 151644, 872, 198
 
 
-class Krea2Tokenizer(FamilyTokenizer):
+class Krea2Tokenizer(ChatTemplateTokenizer):
     """ComfyUI's `Krea2Tokenizer` (see the module doc); tokens under the tower's slot name."""
 
     llama_template = KREA2_TEMPLATE
-
-    def tokenize_with_weights(self, text: str, return_word_ids: bool = False, llama_template: str | None = None,
-                              images: Any = (), image: Any = None, prevent_empty_text: bool = False,
-                              thinking: bool = True, **kwargs: Any) -> dict[str, list]:
-        kwargs.pop("skip_template", None)  # ComfyUI's Qwen3-VL tokenizer ignores these two
-        kwargs.pop("system_prompt", None)
-        if kwargs.pop("video", None) is not None or kwargs.pop("audio", None) is not None:
-            raise TokenizeError("Krea 2's text encoder takes text and images only")
-        images = list(images or ())
-        if image is not None and not images:
-            images = [image[i:i + 1] for i in range(image.shape[0])]
-        if prevent_empty_text and text == "":
-            text = " "
-        if text.startswith("<|im_start|>"):
-            prompt = text
-        else:
-            if llama_template is None:
-                llama_template = (self.llama_template if not images else
-                                  self.llama_template.replace("{}", VISION_BLOCK * len(images) + "{}"))
-            prompt = llama_template.format(text)
-            if not thinking:  # Qwen3's convention: an empty think block
-                prompt += NO_THINK
-        kwargs["disable_weights"] = True
-        tokens = super().tokenize_with_weights(prompt, return_word_ids, **kwargs)
-        used = 0
-        for chunks in tokens.values():
-            for chunk in chunks:
-                for index, pair in enumerate(chunk):
-                    if _is_id(pair[0], IMAGE_PAD) and used < len(images):
-                        chunk[index] = ({"type": "image", "data": images[used], "original_type": "image"},) + \
-                            tuple(pair[1:])
-                        used += 1
-        return tokens
+    media_label = "Krea 2's text encoder"
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return getattr(self, self.slots[0]).decode(token_ids, skip_special_tokens=skip_special_tokens)
-
-
-def _is_id(token: Any, value: int) -> bool:
-    return not isinstance(token, (torch.Tensor, dict)) and isinstance(token, numbers.Integral) and token == value
 
 
 def template_end(row: Sequence[Any], length: int) -> int:
@@ -100,9 +58,10 @@ def template_end(row: Sequence[Any], length: int) -> int:
     `user\\n` when those follow and the states are longer than that."""
     end, seen = -1, 0
     for index, token in enumerate(row):
-        if _is_id(token, IM_START) and seen < 2:
+        if is_token_id(token, IM_START) and seen < 2:
             end, seen = index, seen + 1
-    if length > end + 3 and end + 2 < len(row) and _is_id(row[end + 1], USER) and _is_id(row[end + 2], NEWLINE):
+    if (length > end + 3 and end + 2 < len(row) and is_token_id(row[end + 1], USER)
+            and is_token_id(row[end + 2], NEWLINE)):
         end += 3
     return end
 

@@ -35,29 +35,19 @@ from comfy_core.families.base import Family, Geometry, SamplingPolicy, Signature
 from comfy_core.families.qwen_image import supported_models
 from comfy_core.families.qwen_image.clip import QWEN_IMAGE_TEXT_ENCODERS
 from comfy_core.families.wan.latent_format import wan21_latent_format
-from comfy_core.models.model_conditions import ModelConditions
+from comfy_core.models.model_conditions import ReferenceLatentConditions
 
 MARKER = "transformer_blocks.0.img_mod.1.weight"
 TXT_NORM = "txt_norm.weight"
 QWEN_IMAGE_SHIFT = 1.15  # ComfyUI's supported_models.QwenImage: ModelSamplingFlux
 
 
-class QwenImageConditions(ModelConditions):
+class QwenImageConditions(ReferenceLatentConditions):
     """ComfyUI's `model_base.QwenImage.extra_conds`: Edit's reference latents in model space as
     `ref_latents` (one entry per reference, tiled to the batch by the cond batching), and their
     `ref_latents_method` when the conditioning names one."""
 
     name = "qwen_image"
-
-    def extra_conds(self, model: Any, **kwargs: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        references = kwargs.get("reference_latents")
-        if references is not None:
-            out["ref_latents"] = [model.process_latent_in(latent) for latent in references]
-            method = kwargs.get("reference_latents_method")
-            if method is not None:
-                out["ref_latents_method"] = method
-        return out
 
 
 def _detect(tensors: Mapping[str, Any], prefix: str) -> Any:

@@ -23,20 +23,17 @@ no pooled output.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any, Mapping
 
-import torch
 
+from comfy_core.text_encoders.chat_tokenizer import VISION_BLOCK, is_token_id, prompt_images, splice_image_pads
 from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.qwen25vl import QWEN25_7B_SLOT
 from comfy_core.text_encoders.qwen_tokenizer import IM_START_ID, PAD_ID
 from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
 
 QWEN25_7B_WIDTH = 3584
-IMAGE_PAD_ID = 151655  # <|image_pad|>
 USER_ID, NEWLINE_ID = 872, 198  # "user", "\n"
-VISION_BLOCK = "<|vision_start|><|image_pad|><|vision_end|>"
 USER_TURN = "<|im_start|>user\n"
 LLAMA_TEMPLATE = (
     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
@@ -88,9 +85,7 @@ class QwenImageTokenizer(FamilyTokenizer):
                               **kwargs: Any) -> dict[str, list]:
         if kwargs.get("video") is not None or kwargs.get("audio") is not None:
             raise QwenImagePromptError("Qwen2.5-VL prompts take images only, not video or audio")
-        images = list(images or ())
-        if image is not None and not images:
-            images = [image[index:index + 1] for index in range(image.shape[0])]
+        images = prompt_images(images, image)
         skip_template = skip_template or text.startswith("<|im_start|>") or text.startswith("<|start_header_id|>")
         if prevent_empty_text and text == "":
             text = " "
@@ -107,20 +102,11 @@ class QwenImageTokenizer(FamilyTokenizer):
             prompt = self.llama_template.format(text)
         kwargs["disable_weights"] = True
         tokens = super().tokenize_with_weights(prompt, return_word_ids, **kwargs)
-        used = 0
-        for chunk in tokens[QWEN25_7B_SLOT]:
-            for index, pair in enumerate(chunk):
-                if _is_id(pair[0], IMAGE_PAD_ID) and used < len(images):
-                    chunk[index] = ({"type": "image", "data": images[used], "original_type": "image"},) + tuple(pair[1:])
-                    used += 1
+        splice_image_pads(tokens, images)
         return tokens
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return getattr(self, QWEN25_7B_SLOT).decode(token_ids, skip_special_tokens=skip_special_tokens)
-
-
-def _is_id(token: Any, value: int) -> bool:
-    return not isinstance(token, (torch.Tensor, dict)) and isinstance(token, numbers.Integral) and token == value
 
 
 def find_template_end(pairs: list[tuple]) -> int:
@@ -129,7 +115,7 @@ def find_template_end(pairs: list[tuple]) -> int:
     moves past `user\\n` (`QwenImageTEModel.encode_token_weights`)."""
     end, seen = -1, 0
     for index, pair in enumerate(pairs):
-        if seen < 2 and _is_id(pair[0], IM_START_ID):
+        if seen < 2 and is_token_id(pair[0], IM_START_ID):
             end = index
             seen += 1
     return end
@@ -150,7 +136,8 @@ class QwenImageTEModel(TextEncoderSet):
         end = template_end
         if end == -1:
             end = find_template_end(pairs)
-            if cond.shape[1] > end + 3 and _is_id(pairs[end + 1][0], USER_ID) and _is_id(pairs[end + 2][0], NEWLINE_ID):
+            if (cond.shape[1] > end + 3 and is_token_id(pairs[end + 1][0], USER_ID)
+                    and is_token_id(pairs[end + 2][0], NEWLINE_ID)):
                 end += 3
         cond = cond[:, end:]
         if "attention_mask" in extra:

@@ -26,18 +26,15 @@ when it masks nothing; no pooled output.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any, Mapping
 
-from comfy_core.families.qwen_image.clip import IMAGE_PAD_ID
 from comfy_core.families.qwen_image.qwen21 import conditioning_positions, prompt_template
+from comfy_core.text_encoders.chat_tokenizer import ChatTemplateTokenizer
 from comfy_core.text_encoders.encoder_set import EncoderOptions, EncoderSetSpec, TextEncoderSet
 from comfy_core.text_encoders.errors import TokenizeError
 from comfy_core.text_encoders.qwen3vl import QWEN3VL_8B_SLOT, QWEN3VL_8B_WIDTH
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
-from comfy_core.text_encoders.sd_tokenizer import FamilyTokenizer
 
-THINK_BLOCK = "<think>\n\n</think>\n\n"  # Qwen3's empty thinking block (ComfyUI's `thinking` false)
 KEEP_VISION = "keep_vision"
 
 
@@ -49,41 +46,20 @@ def _is_image(token: Any) -> bool:
     return isinstance(token, Mapping) and token.get("type") == "image"
 
 
-class QwenImage21Tokenizer(FamilyTokenizer):
+class QwenImage21Tokenizer(ChatTemplateTokenizer):
     """Qwen-Image 2.1's tokenizer (ComfyUI's `QwenImage21Tokenizer`, tokens under "qwen3vl_8b");
-    see the module doc."""
+    see the module doc. `keep_vision` rides beside the tokens (`KEEP_VISION`)."""
 
     clip_name, clip = QWEN3VL_8B_SLOT, QWEN3VL_8B_SLOT
+    media_label = "Qwen-Image 2.1's text encoder"
+    prompt_error = QwenImage21PromptError
 
-    def tokenize_with_weights(self, text: str, return_word_ids: bool = False, llama_template: str | None = None,
-                              images: Any = (), prevent_empty_text: bool = False, thinking: bool = True,
-                              keep_vision: bool = False, skip_template: bool = False, image: Any = None,
+    def prompt_template(self, images: int, text: str) -> str:
+        return prompt_template(images)
+
+    def tokenize_with_weights(self, text: str, return_word_ids: bool = False, keep_vision: bool = False,
                               **kwargs: Any) -> dict[str, Any]:
-        if kwargs.get("video") is not None or kwargs.get("audio") is not None:
-            raise QwenImage21PromptError("Qwen-Image 2.1's text encoder takes images only, not video or audio")
-        images = list(images or ())
-        if image is not None and not images:
-            images = [image[index:index + 1] for index in range(image.shape[0])]
-        skip_template = skip_template or text.startswith("<|im_start|>")
-        if prevent_empty_text and text == "":
-            text = " "
-        if skip_template:
-            prompt = text
-        else:
-            prompt = (prompt_template(len(images)) if llama_template is None else llama_template).format(text)
-            if not thinking:
-                prompt += THINK_BLOCK
-        kwargs["disable_weights"] = True
-        tokens: dict[str, Any] = dict(super().tokenize_with_weights(prompt, return_word_ids, **kwargs))
-        used = 0
-        for chunk in tokens[QWEN3VL_8B_SLOT]:
-            for index, pair in enumerate(chunk):
-                token = pair[0]
-                if (isinstance(token, numbers.Integral) and not isinstance(token, bool) and token == IMAGE_PAD_ID
-                        and used < len(images)):
-                    entry = {"type": "image", "data": images[used], "original_type": "image"}
-                    chunk[index] = (entry,) + tuple(pair[1:])
-                    used += 1
+        tokens = super().tokenize_with_weights(text, return_word_ids, **kwargs)
         tokens[KEEP_VISION] = bool(keep_vision)
         return tokens
 
