@@ -57,6 +57,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import seedvr2
     from comfy_core.families import ideogram4
     from comfy_core.families import krea2
+    from comfy_core.families import joyimage
     from comfy_core.families import hidream_o1
 
     return FamilyRegistry([
@@ -116,6 +117,7 @@ def default_registry() -> FamilyRegistry:
         seedvr2.definition(),
         ideogram4.definition(),
         krea2.definition(),
+        joyimage.definition(),
         hidream_o1.definition(),
     ])
 

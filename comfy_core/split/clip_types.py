@@ -40,7 +40,7 @@ NEEDS: dict[str, str] = {
     **{name: f"the {family} family and its text encoders" for name, family in (
         ("longcat_image", "LongCat-Image"), ("cogvideox", "CogVideoX"), ("lens", "Lens"),
         ("pixeldit", "PixelDiT"),
-        ("joyimage", "JoyImage"), ("mage", "Mage"),
+        ("mage", "Mage"),
         ("newbie", "NewBie"))},
 }
 

@@ -174,19 +174,22 @@ def resized_size(height: int, width: int, factor: int, min_pixels: int = MIN_PIX
 
 
 def preprocess_image(image: torch.Tensor, config: Any, mean: tuple[float, float, float] = CLIP_MEAN,
-                     std: tuple[float, float, float] = CLIP_STD) -> tuple[torch.Tensor, torch.Tensor]:
+                     std: tuple[float, float, float] = CLIP_STD, *, min_pixels: int = MIN_PIXELS,
+                     max_pixels: int = MAX_PIXELS, mode: str = "bilinear") -> tuple[torch.Tensor, torch.Tensor]:
     """IMAGE [B, H, W, C] (0..1; the first image is used, as ComfyUI) -> (patches [N, C*frames*p*p]
     float32, grid [1, 3] long: frames / patch rows / patch columns). See the module doc. `config`:
     a vision config with `patch_size`, `spatial_merge_size`, `temporal_patch_size` (Qwen2.5-VL's, or
-    Qwen3-VL's, which normalises with `mean` = `std` = 0.5: ComfyUI's `process_qwen2vl_images`)."""
+    Qwen3-VL's, which normalises with `mean` = `std` = 0.5: ComfyUI's `process_qwen2vl_images`);
+    `min_pixels` / `max_pixels` / `mode`: that function's bounds and interpolation (JoyImage's
+    encoder asks for 65,536 .. 16,777,216 pixels, bicubic)."""
     if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.shape[-1] < 3:
         shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
         raise Qwen25VLInputError(f"qwen2.5-vl: an image must be an IMAGE tensor [batch, height, width, 3+], got {shape}")
     patch, merge, frames = config.patch_size, config.spatial_merge_size, config.temporal_patch_size
     pixels = image[0, :, :, :3].permute(2, 0, 1).float()  # [3, H, W]
     height, width = pixels.shape[1:]
-    h_bar, w_bar = resized_size(height, width, patch * merge)
-    pixels = F.interpolate(pixels[None], size=(h_bar, w_bar), mode="bilinear", align_corners=False)[0]
+    h_bar, w_bar = resized_size(height, width, patch * merge, min_pixels, max_pixels)
+    pixels = F.interpolate(pixels[None], size=(h_bar, w_bar), mode=mode, align_corners=False)[0]
     pixels = (pixels - torch.tensor(mean, dtype=torch.float32, device=pixels.device)[:, None, None]) \
         / torch.tensor(std, dtype=torch.float32, device=pixels.device)[:, None, None]
     grid_h, grid_w = h_bar // patch, w_bar // patch

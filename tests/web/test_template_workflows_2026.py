@@ -556,6 +556,12 @@ RUNNING = {
     "image_krea2_turbo_t2i": "subgraph, the fp8-scaled DiT and Qwen3-VL",
     "image_krea2_turbo_t2i_int8": "subgraph, the int8 ConvRot DiT",
     "image_krea2_turbo_int8_image_style_reference": "subgraph, the reference image as a latent at timestep zero",
+    # JoyImage Edit (comfy_core/families/joyimage, tests/fixtures/template_models_joyimage.py): UNETLoader (int8
+    # ConvRot) -> CFGNorm, Qwen3-VL 8B through CLIPLoader type "joyimage" (Qwen-Image 2.1's tiny file), the Wan 2.1
+    # VAE; LoadImage -> ImageScaleToTotalPixels 1 MP -> two TextEncodeJoyImageEdit (prompt / empty negative, each
+    # with the picture at its bucket through the vision tower and as a reference latent), EmptySD3LatentImage at the
+    # picture's size, KSampler 40 steps euler / normal cfg 4, VAEDecode, SaveImageAdvanced, ImageCompare.
+    "image_joyai_image_edit": "subgraph, the int8 ConvRot DiT, the picture as a reference latent and vision tokens",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -1015,6 +1021,8 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "krea2_turbo_int8_convrot.safetensors", "unet_krea2_int8"),
     ("diffusion_models", "krea2_turbo_fp8_scaled.safetensors", "unet_krea2_fp8"),
     ("loras", "krea2_style_reference.safetensors", "lora_krea2"),
+    ("diffusion_models", "joyai_image_edit_int8_convrot.safetensors", "unet_joyimage_int8"),
+    ("text_encoders", "qwen3vl_8b_joyimage_edit_int8_convrot.safetensors", "qwen3vl_8b"),
     ("text_encoders", "qwen3.5_9b_flux3_prompt_upsampler_w4a8.safetensors", "qwen35_9b_flux3_upsampler"),
     ("text_encoders", "qwen3.5_4b_bf16.safetensors", "qwen35"),
     ("text_encoders", "qwen3.5_2b_bf16.safetensors", "qwen35"),
