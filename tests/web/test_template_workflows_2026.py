@@ -423,6 +423,15 @@ RUNNING = {
                                                 "driving video and the reference into SCAIL2ColoredMask, "
                                                 "Wan 2.1 SCAIL-2 (tests/fixtures/template_models_wan_scail.py)",
     "video_wan21_scail2_character_replacement_int8": "the same with the int8 ConvRot SCAIL-2 release",
+    # Bernini-R (comfy_core/families/wan/bernini.py, nodes/bernini_nodes.py, tests/fixtures/template_models_bernini.py):
+    # plain Wan 2.2 A14B t2v experts (scaled fp8) seeing the source as in-context tokens with their own RoPE source id.
+    "video_bernini_r_image_editing": "subgraphs, BerniniConditioning with the resized picture as a one-frame source "
+                                     "video (ResizeImageMaskNode, GetImageSize), the high / low-noise experts with "
+                                     "lightx2v LoRAs (ComfySwitchNode), SplitSigmas, two SamplerCustom res_multistep, "
+                                     "ImageCompare",
+    "video_bernini_r_video_editing": "subgraphs, LoadVideo / Video Slice / GetVideoComponents as the source video "
+                                     "(its frame count as length), BerniniConditioning, the two experts, CreateVideo "
+                                     "with the source's audio and frame rate, SaveVideo",
     # MoGe (comfy_core/models/moge*.py, nodes/moge_nodes.py, tests/fixtures/template_models_moge.py): the tiny MoGe-2
     # (normal head) in geometry_estimation/, as saved (the LoadImage pictures are small). Times: MOGE_TIMES.
     **{name: f"{MOGE_TIMES[name]}: {what}" for name, what in {
@@ -952,6 +961,8 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "wan2.1_14B_SCAIL_2_fp16.safetensors", "unet_wan_scail2_fp16"),
     ("diffusion_models", "wan2.1_14B_SCAIL_2_int8_convrot.safetensors", "unet_wan_scail2_int8_convrot"),
     ("loras", "wan2.1_SCAIL_2_DPO_lora_bf16.safetensors", "lora_wan"),
+    ("diffusion_models", "wan2.2_bernini_r_high_noise_fp8_scaled.safetensors", "unet_wan_bernini_r_scaled"),
+    ("diffusion_models", "wan2.2_bernini_r_low_noise_fp8_scaled.safetensors", "unet_wan_bernini_r_scaled"),
     ("diffusion_models", "causal_forcing-framewise.safetensors", "unet_wan_causal_forcing"),
     ("vae", "Wan2_1_VAE_bf16.safetensors", "vae_wan21"),
     ("text_encoders", "qwen_3_4b.safetensors", "qwen3_4b"),

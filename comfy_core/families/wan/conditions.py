@@ -26,6 +26,8 @@
   channels) that reference in model space as it is.
 - Wan 2.2 TI2V: the denoise mask (`denoise_mask`), which the network turns into per-frame
   timesteps (the clean first frame gets timestep 0).
+- Every kind (ComfyUI's `WAN21.extra_conds`): Bernini's `context_latents`, each in model space
+  (comfy_core/families/wan/bernini.py).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import torch
 
+from comfy_core.families.wan import bernini
 from comfy_core.image.resize import upscale_samples
 from comfy_core.models.concat_inputs import resize_to_batch_size
 from comfy_core.models.model_conditions import ConditioningError, ModelConditions
@@ -192,6 +195,8 @@ class WanConditions(ModelConditions):
         references = kwargs.get("reference_latents")
         if references is not None:
             out["reference_latent"] = model.process_latent_in(references[-1])[:, :, 0]
+        if kwargs.get(bernini.CONTEXT_LATENTS) is not None:  # Bernini's in-context streams (wan/bernini.py)
+            out[bernini.CONTEXT_LATENTS] = bernini.context_latents_in(model, kwargs[bernini.CONTEXT_LATENTS])
         if self.kind == "vace":
             out.update(self._vace(model, kwargs))
         elif self.kind == "camera":

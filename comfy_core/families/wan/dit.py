@@ -33,6 +33,9 @@ its `VaceWanModel` / `CameraWanModel`; written here:
 - Wan 2.2 Animate (`AnimateWanModel`, comfy_core/families/wan/animate.py): `pose_latents`
   `[B, 16, T, H, W]` through `add_control`, `face_pixel_values` `[B, 3, T, 512, 512]` through
   `hint_tokens` / `add_hints` (the face adapter after every fifth block).
+- Bernini-R (comfy_core/families/wan/bernini.py): `context_latents`, a list of clean latents
+  `[B, 16, Ti, Hi, Wi]` whose tokens follow the video's, each stream with its own RoPE grid turned
+  by its source id; cut off after the head.
 
 The cross-attention text width (`text_dim`, umT5-XXL's 4096) and the CLIP width are read from
 the weights, so tiny test files may use small encoders.
@@ -52,6 +55,7 @@ from comfy_core.families.flux.blocks import EmbedND
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.families.wan.blocks import (CLIP_VISION_WIDTH, Head, MLPProj, VaceWanAttentionBlock, WanAttentionBlock,
                                             WanCamAdapter, sinusoidal_embedding_1d)
+from comfy_core.families.wan import bernini
 from comfy_core.families.wan.causal import frame_offset
 from comfy_core.families.wan.s2v import add_s2v_modules, s2v_fields, s2v_forward_orig
 from comfy_core.families.wan.animate_config import MARKER as ANIMATE_MARKER, animate_fields
@@ -417,6 +421,9 @@ class WanModel(nn.Module):
         if full_ref is not None:
             full_ref = self.ref_conv(full_ref.to(x.dtype)).flatten(2).transpose(1, 2)  # [B, h*w, C]
             x = torch.cat((full_ref, x), dim=1)
+        # Bernini's in-context streams (wan/bernini.py): their tokens after the video's, cut after the head
+        x, main_len = bernini.append_context_tokens(x, kwargs.get(bernini.CONTEXT_LATENTS),
+                                                    lambda latent: _conv_in(self.patch_embedding, latent))
 
         context = self.text_embedding(context)  # [B, Nt, C]
         context_img_len = None
@@ -436,7 +443,7 @@ class WanModel(nn.Module):
         x = self.run_blocks(x, e0, freqs, context, context_img_len, transformer_options,
                             after_block if hints is not None else None)
 
-        x = self.head(x, e)  # [B, L, p*out]
+        x = self.head(x, e)[:, :main_len]  # [B, L, p*out]
         if full_ref is not None:
             x = x[:, full_ref.shape[1]:]
         return self.unpatchify(x, grid_sizes)
@@ -552,6 +559,13 @@ class WanModel(nn.Module):
         # autoregressive video (comfy_core/families/wan/causal.py): absolute frame positions
         freqs = self.rope_encode(t_len, h, w, t_start=frame_offset(transformer_options), device=x.device, dtype=x.dtype,
                                  rope_options=(transformer_options or {}).get(ROPE_OPTIONS))
+        if kwargs.get(bernini.CONTEXT_LATENTS) is not None:  # Bernini's in-context streams (wan/bernini.py)
+            if type(self).forward_orig is not WanModel.forward_orig:
+                raise ValueError(f"Wan: this {self.model_type} network takes no in-context latents "
+                                 f"({bernini.CONTEXT_LATENTS}, BerniniConditioning's: a Wan 2.2 A14B t2v model's)")
+            kwargs[bernini.CONTEXT_LATENTS], freqs = bernini.context_positions(
+                self, kwargs[bernini.CONTEXT_LATENTS], freqs, device=x.device, dtype=x.dtype,
+                rope_options=(transformer_options or {}).get(ROPE_OPTIONS))
         return self.forward_orig(x, timestep, context, clip_fea=clip_fea, freqs=freqs,
                                  transformer_options=transformer_options, **kwargs)[:, :, :t, :h, :w]
 
