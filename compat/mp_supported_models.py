@@ -51,6 +51,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
        for name in ("HunyuanVideo15", "HunyuanVideo15_SR_Distilled")},
     **{name: f"comfy_core.families.kandinsky5.supported_models:{name}" for name in ("Kandinsky5", "Kandinsky5Image")},
     "MiniMaxH3": "comfy_core.families.minimax_h3.supported_models:MiniMaxH3",
+    "MiniMaxMusic3": "comfy_core.families.minimax_music3.supported_models:MiniMaxMusic3",
     "Anima": "comfy_core.families.anima.supported_models:Anima",
     "ErnieImage": "comfy_core.families.ernie_image.supported_models:ErnieImage",
     "Ideogram4": "comfy_core.families.ideogram4.supported_models:Ideogram4",

@@ -192,8 +192,9 @@ def conditioning_average(conditioning_to: list, conditioning_from: list,
 
 
 # Option tensors ConditioningZeroOut zeroes with the tokens: the pooled text (SDXL's label
-# embedding) and, as ComfyUI, the lyrics conditioning of audio models.
-ZEROED_OPTIONS = ("pooled_output", "conditioning_lyrics")
+# embedding) and, as ComfyUI, the lyrics conditioning of audio models and MiniMax Music 3's
+# `conditioning_scale` (its negative sees a zero condition).
+ZEROED_OPTIONS = ("pooled_output", "conditioning_lyrics", "conditioning_scale")
 
 
 @node("ConditioningZeroOut", category="advanced/conditioning",

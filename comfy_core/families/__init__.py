@@ -49,6 +49,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import kandinsky5
     from comfy_core.families.kandinsky5 import image as kandinsky5_image
     from comfy_core.families import minimax_h3
+    from comfy_core.families import minimax_music3
     from comfy_core.families import sdpose
     from comfy_core.families import hunyuan3d
     from comfy_core.families.hunyuan3d import mini as hunyuan3d_mini, v21 as hunyuan3d21
@@ -110,6 +111,7 @@ def default_registry() -> FamilyRegistry:
         hunyuan_video15.definition(), hunyuan_video15_sr.definition(),
         kandinsky5.definition(), kandinsky5_image.definition(),
         minimax_h3.definition(),
+        minimax_music3.definition(),
         sdpose.definition(),
         hunyuan3d.definition(), hunyuan3d_mini.definition(), hunyuan3d21.definition(),
         anima.definition(),

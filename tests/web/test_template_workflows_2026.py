@@ -347,6 +347,14 @@ RUNNING = {
                                                  "MiniMaxH3FunControlNetApply's control video: the Fun ControlNet-"
                                                  "Union by ModelPatchLoader (int8 ConvRot), its control stream "
                                                  "beside the ref2va DiT's blocks 0 and 1"}.items()},
+    # MiniMax Music 3 (comfy_core/families/minimax_music3, tests/fixtures/template_models_minimax_music3.py): as saved
+    # (max_duration 60 s: the AR stage writes up to 1,500 frames), the song decoded back (`_check_minimax_music3_audio`)
+    "audio_minimax_music_3": ("20-25 s: subgraph, MiniMaxMusic3TextEncode (CLIPLoader type minimax: the pruned "
+                              "int8 ConvRot AR text encoder with its tokenizer_json; the LM and the depth decoder "
+                              "write the frames) -> seconds -> EmptyMiniMaxMusic3LatentAudio, ConditioningZeroOut "
+                              "(conditioning_scale 0), KSampler euler / simple 30 steps cfg 1.7 on the fp16 DiT "
+                              "(windows of 689 latent frames), the DAV decoder through VAEDecodeAudioTiled (the "
+                              "ComfySwitchNode's pick; VAEDecodeAudio not run), SaveAudioAdvanced mp3"),
     # ACE-Step 1.5 (tests/fixtures/template_models_ace.py): 120 s songs at 48 kHz as saved (the LM writes 600
     # codes, the VAE decodes 5.76 M samples a channel), each song decoded back (`_check_ace_audio`); load ~7
     "audio_ace_step_1_5_checkpoint": "35-70 s: ACE-Step 1.5 all-in-one checkpoint (DiT, Qwen3 0.6B + LM, 48 kHz "
@@ -791,6 +799,18 @@ def _check_sa3_audio(written: list[str]) -> None:
         assert abs(float(container.duration) / 1e6 - 3230 * 4096 / 44100) < 0.1
 
 
+def _check_minimax_music3_audio(written: list[str]) -> None:
+    """MiniMax Music 3's song decoded back: 44.1 kHz stereo, at most the 60 s asked for (the AR stage may end it
+    earlier; the latent of `latent_length(frames)` frames at the DAV's 512 samples each)."""
+    import av
+
+    (path,) = written
+    with av.open(path) as container:
+        stream = container.streams.audio[0]
+        assert (stream.rate, stream.channels) == (44100, 2)
+        assert 0 < float(container.duration) / 1e6 <= 60.2
+
+
 def _check_ltx_video(path: Path) -> None:
     """An LTX-2 template's saved video decoded back: 8k + 1 frames whose sides are multiples of 32,
     and an audio track as long as the frames at the file's frame rate (within 0.1 s: the audio
@@ -918,6 +938,8 @@ async def test_template_runs(name: str, tmp_path: Path, object_info: dict) -> No
         _check_ace_audio(written)
     if name.startswith("audio_stable_audio_3"):
         _check_sa3_audio(written)
+    if name == "audio_minimax_music_3":
+        _check_minimax_music3_audio(written)
     if name.startswith("3d_moge"):
         glbs = [Path(p) for p in written if Path(p).suffix == ".glb"]
         assert len(glbs) == 1, written
