@@ -57,6 +57,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "Ideogram4": "comfy_core.families.ideogram4.supported_models:Ideogram4",
     "HiDreamO1": "comfy_core.families.hidream_o1.supported_models:HiDreamO1",
     "Krea2": "comfy_core.families.krea2.supported_models:Krea2",
+    "Lens": "comfy_core.families.lens.supported_models:LensModelConfig",
     "JoyImage": "comfy_core.families.joyimage.supported_models:JoyImage",
     "SeedVR2": "comfy_core.families.seedvr2.supported_models:SeedVR2",
 }

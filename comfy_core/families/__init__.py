@@ -60,6 +60,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import krea2
     from comfy_core.families import joyimage
     from comfy_core.families import hidream_o1
+    from comfy_core.families import lens
 
     return FamilyRegistry([
         sd1.definition(),
@@ -117,6 +118,7 @@ def default_registry() -> FamilyRegistry:
         anima.definition(),
         ernie_image.definition(),
         seedvr2.definition(),
+        lens.definition(),
         ideogram4.definition(),
         krea2.definition(),
         joyimage.definition(),

@@ -165,6 +165,8 @@ def _crossattn_can_concat(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
         return False
+    if min(a.shape[1], b.shape[1]) == 0:  # a zero-length context (Lens's empty prompt) repeats to nothing
+        return False
     return math.lcm(a.shape[1], b.shape[1]) // min(a.shape[1], b.shape[1]) <= 4
 
 

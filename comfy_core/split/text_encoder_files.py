@@ -98,7 +98,7 @@ SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bi
               "qwen3vl_4b": "Qwen3-VL-4B", "qwen3vl_8b": "Qwen3-VL-8B",
               "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "ministral3_3b": "Ministral-3-3B",
               "gemma2_2b": "Gemma-2-2B",
-              "t5gemma": "T5Gemma",
+              "t5gemma": "T5Gemma", "gpt_oss": "GPT-OSS-20B",
               **QWEN35_NAMES}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
 _OTHER_ENCODERS = (("encoder.block.0.layer.0.SelfAttention.k.weight", "a T5-style encoder of another layout"),

@@ -579,6 +579,12 @@ RUNNING = {
     # with the picture at its bucket through the vision tower and as a reference latent), EmptySD3LatentImage at the
     # picture's size, KSampler 40 steps euler / normal cfg 4, VAEDecode, SaveImageAdvanced, ImageCompare.
     "image_joyai_image_edit": "subgraph, the int8 ConvRot DiT, the picture as a reference latent and vision tokens",
+    # Lens (comfy_core/families/lens, tests/fixtures/template_models_lens.py): UNETLoader (bf16) -> ModelSamplingFlux
+    # (1.15 / 0.5) -> CFGNorm, GPT-OSS 20B through CLIPLoader type "lens" (NVFP4 attention, 4 taps, the Harmony
+    # template cut), the empty negative a zero-length conditioning, the Flux.2 VAE, SamplerCustom euler / simple
+    # (20 steps cfg 5; Turbo 4 steps cfg 1), 1440x1440 from ResizeSelector / ComfyMathExpression.
+    "image_lens_t2i": "subgraph, 20 steps cfg 5 at 1440x1440",
+    "image_lens_turbo_t2i": "subgraph, the Turbo DiT, 4 steps cfg 1",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -594,7 +600,6 @@ _FAMILIES_NOT_HERE = {
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
-    "Lens (GPT-OSS 20B text encoder, Flux.2 VAE)": ("image_lens_t2i", "image_lens_turbo_t2i"),
     "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
 }
@@ -1031,6 +1036,9 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "ernie-image-turbo.safetensors", "unet_ernie_image"),
     ("text_encoders", "ministral-3-3b.safetensors", "ministral3_3b"),
     ("text_encoders", "ernie-image-prompt-enhancer.safetensors", "ministral3_prompt_enhancer"),
+    ("diffusion_models", "lens_bf16.safetensors", "unet_lens"),
+    ("diffusion_models", "lens_turbo_bf16.safetensors", "unet_lens"),
+    ("text_encoders", "gpt_oss_20b_nvfp4.safetensors", "gpt_oss_20b"),
     ("diffusion_models", "ideogram4_fp8_scaled.safetensors", "unet_ideogram4_fp8"),
     ("diffusion_models", "ideogram4_unconditional_fp8_scaled.safetensors", "unet_ideogram4_fp8"),
     ("diffusion_models", "ideogram4_int8_convrot.safetensors", "unet_ideogram4_int8"),
