@@ -145,6 +145,7 @@ Flux = _kind("Flux")
 Chroma = _kind("Chroma", Flux)
 ChromaRadiance = _kind("ChromaRadiance", Chroma)
 Flux2 = _kind("Flux2", Flux)  # ComfyUI's Flux2 is a Flux subclass too
+LongCatImage = _kind("LongCatImage", Flux)  # ComfyUI's LongCatImage is a Flux subclass
 Flux3 = _kind("Flux3")  # FLUX 3 Image: its ComfyUI class is not readable here; not assumed a Flux
 # ComfyUI's WAN21 and its subclasses, as its configs' get_model builds them.
 WAN21 = _kind("WAN21")

@@ -23,6 +23,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "SD3": "comfy_core.families.sd3.supported_models:SD3",
     "Flux": "comfy_core.families.flux.supported_models:FluxModelConfig",
     **{name: f"comfy_core.families.flux.supported_models:{name}" for name in ("FluxInpaint", "FluxSchnell")},
+    "LongCatImage": "comfy_core.families.flux.longcat:LongCatImage",
     **{name: f"comfy_core.families.chroma.supported_models:{name}" for name in ("Chroma", "ChromaRadiance")},
     **{name: f"comfy_core.families.wan.supported_models:{name}"
        for name in ("WAN21_T2V", "WAN21_I2V", "WAN21_FunControl2V", "WAN21_Vace", "WAN21_Camera", "WAN22_Camera",

@@ -18,6 +18,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import chroma, flux, lumina2, sd1, sd2, sd3, sdxl, svd, zimage
     from comfy_core.families.chroma import radiance as chroma_radiance
     from comfy_core.families.flux import schnell as flux_schnell
+    from comfy_core.families.flux import longcat as flux_longcat
     from comfy_core.families.sd1 import inpaint as sd1_inpaint, ip2p as sd1_ip2p
     from comfy_core.families.sd2 import inpaint as sd2_inpaint, lotus as sd2_lotus, unclip as sd21_unclip
     from comfy_core.families.sdxl import inpaint as sdxl_inpaint, ip2p as sdxl_ip2p, refiner as sdxl_refiner
@@ -78,6 +79,7 @@ def default_registry() -> FamilyRegistry:
         sd3.definition(),
         flux.definition(),
         flux_schnell.definition(),
+        flux_longcat.definition(),
         chroma.definition(),
         chroma_radiance.definition(),
         wan21.definition(),

@@ -38,7 +38,7 @@ NEEDS: dict[str, str] = {
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
     # types today's ComfyUI added since 0.3.64, for families not built here yet
     **{name: f"the {family} family and its text encoders" for name, family in (
-        ("longcat_image", "LongCat-Image"), ("cogvideox", "CogVideoX"),
+        ("cogvideox", "CogVideoX"),
         ("pixeldit", "PixelDiT"),
         ("mage", "Mage"),
         ("newbie", "NewBie"))},

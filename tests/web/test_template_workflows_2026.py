@@ -118,6 +118,10 @@ RUNNING = {
     "image_omnigen2_image_edit": "120 s: OmniGen2's reference-image stream (ReferenceLatent on both conditionings)",
     "image_ovis_text_to_image": "56 s: Ovis-Image (comfy_core/families/ovis_image) with Ovis 2.5's Qwen3 (CLIPLoader type "
                                 "ovis), ModelSamplingAuraFlow",
+    "image_longcat_text_to_image": "LongCat-Image (comfy_core/families/flux/longcat*.py: a Flux variant) with "
+                                   "Qwen2.5-VL 7B (CLIPLoader type longcat_image), CFGNorm, FluxGuidance dropped",
+    "image_longcat_image_edit": "LongCat-Image-Edit: TextEncodeQwenImageEdit (the image through the text encoder's "
+                                "vision tower, its latent as a reference), FluxKontextMultiReferenceLatentMethod",
     "image_chroma1_radiance_text_to_image": "Chroma Radiance in pixel space, VAELoader's 'pixel_space'",
     **{name: "Qwen-Image text to image: the empty 4-D latent gets its frame axis (fix_empty_latent_channels)"
        for name in ("image_qwen_Image_2512", "image_qwen_image", "image_qwen_image_2512_with_2steps_lora",
@@ -600,7 +604,6 @@ _FAMILIES_NOT_HERE = {
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
-    "LongCat-Image (Qwen2.5-VL 7B)": ("image_longcat_text_to_image", "image_longcat_image_edit"),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
 }
 OUT_OF_SCOPE = {name: f"model family not written here: {family}"
@@ -1024,6 +1027,8 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "hidream_i1_fast_fp8.safetensors", "unet_hidream_fp8"),
     ("diffusion_models", "ovis_image_bf16.safetensors", "unet_ovis_image"),
     ("text_encoders", "ovis_2.5.safetensors", "ovis25_qwen3"),
+    ("diffusion_models", "longcat_image_bf16.safetensors", "unet_longcat_image"),
+    ("diffusion_models", "longcat_image_edit_bf16.safetensors", "unet_longcat_image"),
     ("diffusion_models", "anima-base-v1.0.safetensors", "unet_anima"),
     ("text_encoders", "qwen_3_06b_base.safetensors", "anima_qwen3_06b"),
     ("loras", "anima-turbo-lora-v0.2.safetensors", "lora_anima"),

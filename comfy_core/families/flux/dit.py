@@ -458,11 +458,13 @@ class FluxTransformer(nn.Module):
         return image_tokens(x, self.patch_size, index, h_offset, w_offset, rope_options=rope_options)
 
     def reference_tokens(self, img: torch.Tensor, img_ids: torch.Tensor, ref_latents: Sequence[torch.Tensor],
-                         method: str, h_len: int, w_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+                         method: str, h_len: int, w_len: int,
+                         rope_options: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Kontext: the reference latents' tokens and ids appended to the image's, as ComfyUI's
         `_forward`. "offset": index 1, each reference placed after the previous ones along the
         axis that keeps the canvas squarer; "index": index 1, 2, ... and no offset; "uxo": index 0,
-        offset past the image (and the previous references) along both axes."""
+        offset past the image (and the previous references) along both axes. `rope_options` move
+        the references' ids too (LongCat-Image's text shift, `longcat_dit.py`); Flux passes none."""
         if method not in REF_LATENTS_METHODS:
             raise ValueError(f"Flux: unknown ref_latents_method {method!r}; expected one of {REF_LATENTS_METHODS}")
         p = self.patch_size
@@ -485,7 +487,8 @@ class FluxTransformer(nn.Module):
                     h_offset = h
                 h = max(h, ref.shape[-2] + h_offset)
                 w = max(w, ref.shape[-1] + w_offset)
-            tokens, ids = self.process_img(ref, index=index, h_offset=h_offset, w_offset=w_offset)
+            tokens, ids = self.process_img(ref, index=index, h_offset=h_offset, w_offset=w_offset,
+                                           rope_options=rope_options)
             img = torch.cat([img, tokens], dim=1)
             img_ids = torch.cat([img_ids, ids], dim=1)
         return img, img_ids
