@@ -60,6 +60,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "Krea2": "comfy_core.families.krea2.supported_models:Krea2",
     "Lens": "comfy_core.families.lens.supported_models:LensModelConfig",
     "JoyImage": "comfy_core.families.joyimage.supported_models:JoyImage",
+    "MageFlow": "comfy_core.families.mage.supported_models:MageFlow",
     "SeedVR2": "comfy_core.families.seedvr2.supported_models:SeedVR2",
 }
 

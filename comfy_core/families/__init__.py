@@ -60,6 +60,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import ideogram4
     from comfy_core.families import krea2
     from comfy_core.families import joyimage
+    from comfy_core.families import mage
     from comfy_core.families import hidream_o1
     from comfy_core.families import lens
 
@@ -124,6 +125,7 @@ def default_registry() -> FamilyRegistry:
         ideogram4.definition(),
         krea2.definition(),
         joyimage.definition(),
+        mage.definition(),
         hidream_o1.definition(),
     ])
 

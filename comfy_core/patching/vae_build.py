@@ -12,7 +12,8 @@ converted) builds `comfy_core.models.wan_vae.WanVAE` with the architecture read 
 LTX-Video VAE (ComfyUI's marker `decoder.up_blocks.0.res_blocks.0.conv1.conv.weight`) builds
 `comfy_core.models.ltxv_vae.LTXVVAE`, its block layout read from the weights. HunyuanVideo 1.0's
 causal VAE (its released names with `decoder.mid_block.attentions.0.to_q`, or ComfyUI's LDM names)
-builds `comfy_core.models.hunyuan_video_vae.HunyuanVideoVAE`; SeedVR2's (ComfyUI's marker
+builds `comfy_core.models.hunyuan_video_vae.HunyuanVideoVAE`; Mage-Flow's codec (`dconv_encoder.*`, or the
+release's `student.dconv_encoder.*` / `pipeline.*`) `comfy_core.models.mage_vae.MageVAE`; SeedVR2's (ComfyUI's marker
 `decoder.up_blocks.2.upsamplers.0.upscale_conv.weight`) `comfy_core.models.seedvr2_vae.SeedVR2VAE`.
 The module is built on the meta device and given its tensors by assignment (no second copy).
 """
@@ -39,6 +40,7 @@ from comfy_core.models import hunyuan_video_vae
 from comfy_core.models.ltx_diffusion_vae import MARKER as LTX_DIFFUSION_MARKER, LTXDiffusionVAE
 from comfy_core.models.ltx_diffusion_vae import encoder_config as ltx_encoder_config
 from comfy_core.models.ltxv_vae import MARKER as LTXV_MARKER, LTXVVAE, LTXVVAEConfig
+from comfy_core.models import mage_vae
 from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
 from comfy_core.models.seedvr2_vae import SeedVR2VAE, SeedVR2VAEConfig, is_seedvr2_vae
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
@@ -147,6 +149,17 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
             vae = materialize(build_on_meta(lambda: hunyuan_video_vae.HunyuanVideoVAE(config)), checkpoint, prefix,
                               dtype, "VAE", (hunyuan_video_vae.ATTENTION_CONV_TO_LINEAR,), zero_copy=mmap,
                               workers=workers)
+            vae.eval()
+            return vae
+        mage = mage_vae.is_mage_vae(file.tensors)
+        if mage is not None:  # Mage-Flow's one-step codec (ComfyUI's names, or the release's renamed)
+            checkpoint = file if mage == "comfy" else RenamedCheckpoint(file, mage_vae.release_names(file.tensors))
+            try:
+                config = mage_vae.MageVAEConfig.detect_from_weights(checkpoint.tensors)
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: mage_vae.MageVAE(config)), checkpoint, "", dtype, "VAE",
+                              zero_copy=mmap, workers=workers)
             vae.eval()
             return vae
         diffusion = [p for p in VAE_PREFIXES if f"{p}{LTX_DIFFUSION_MARKER}" in file.tensors]

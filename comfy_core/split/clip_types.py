@@ -40,7 +40,6 @@ NEEDS: dict[str, str] = {
     **{name: f"the {family} family and its text encoders" for name, family in (
         ("cogvideox", "CogVideoX"),
         ("pixeldit", "PixelDiT"),
-        ("mage", "Mage"),
         ("newbie", "NewBie"))},
 }
 

@@ -583,6 +583,15 @@ RUNNING = {
     # with the picture at its bucket through the vision tower and as a reference latent), EmptySD3LatentImage at the
     # picture's size, KSampler 40 steps euler / normal cfg 4, VAEDecode, SaveImageAdvanced, ImageCompare.
     "image_joyai_image_edit": "subgraph, the int8 ConvRot DiT, the picture as a reference latent and vision tokens",
+    # Mage-Flow (comfy_core/families/mage, tests/fixtures/template_models_mage.py): UNETLoader (int8 ConvRot),
+    # Qwen3-VL 4B through CLIPLoader type "mage" (the shared tiny qwen3vl_4b_bf16), the Mage-VAE (release layout), one
+    # TextEncodeMageFlowEdit for both conditionings and the latent, KSampler euler / simple (30 steps cfg 5, Turbo 4
+    # steps cfg 1); Edit: the loaded image scaled to 1 MP (ImageScaleToTotalPixels) through the vision tower and as a
+    # reference latent at the output size.
+    "image_mage_flow_t2i_int8": "subgraph, the int8 ConvRot DiT at 1024x1024, 30 steps cfg 5",
+    "image_mage_flow_turbo_t2i_int8": "subgraph, the Turbo DiT, 4 steps cfg 1",
+    "image_mage_flow_edit_int8": "subgraph, the reference image through the vision tower and as a reference latent",
+    "image_mage_flow_edit_turbo_int8": "subgraph, the Edit Turbo DiT, 4 steps cfg 1",
     # Lens (comfy_core/families/lens, tests/fixtures/template_models_lens.py): UNETLoader (bf16) -> ModelSamplingFlux
     # (1.15 / 0.5) -> CFGNorm, GPT-OSS 20B through CLIPLoader type "lens" (NVFP4 attention, 4 taps, the Harmony
     # template cut), the empty negative a zero-length conditioning, the Flux.2 VAE, SamplerCustom euler / simple
@@ -1065,6 +1074,8 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("text_encoders", "qwen3vl_4b_int8_convrot.safetensors", "qwen3vl_4b_int8"),
     ("text_encoders", "qwen3vl_4b_fp8_scaled.safetensors", "qwen3vl_4b_fp8"),  # Krea 2's: 36 blocks, Ideogram 4's layout
     ("diffusion_models", "krea2_turbo_int8_convrot.safetensors", "unet_krea2_int8"),
+    ("diffusion_models", "mage_flow_edit_turbo_int8_convrot.safetensors", "unet_mage_int8"),
+    ("vae", "mage_flow_vae_bf16.safetensors", "vae_mage"),
     ("diffusion_models", "krea2_turbo_fp8_scaled.safetensors", "unet_krea2_fp8"),
     ("loras", "krea2_style_reference.safetensors", "lora_krea2"),
     ("diffusion_models", "joyai_image_edit_int8_convrot.safetensors", "unet_joyimage_int8"),

@@ -55,7 +55,10 @@ def _detect(tensors: Mapping[str, Any], prefix: str) -> Any:
 
     if prefix + TXT_NORM not in tensors:
         raise QwenImageConfigError(f"Qwen-Image: no {prefix}{TXT_NORM}")
-    return QwenImageConfig.detect_from_weights(tensors, prefix)
+    config = QwenImageConfig.detect_from_weights(tensors, prefix)
+    if config.in_channels == 128 and config.out_channels * 4 == 128:  # Mage-Flow's patch-1 layout (families/mage)
+        raise QwenImageConfigError(f"Qwen-Image: {prefix}img_in / proj_out of 128 channels are Mage-Flow's")
+    return config
 
 
 def _facts(config: Any) -> dict[str, Any]:
