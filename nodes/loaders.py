@@ -223,7 +223,7 @@ DIFFUSERS_INDEX = "model_index.json"
 CLIP_LOADER_TYPES = ["stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos",
                      "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image",
                      "flux2", "ovis", "longcat_image", "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2",
-                     "joyimage", "mage", "minimax", "flux3"]
+                     "joyimage", "mage", "minimax", "flux3", "fibo2"]
 DUAL_CLIP_LOADER_TYPES = ["sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image", "hunyuan_video_15",
                           "kandinsky5", "kandinsky5_image", "ltxv", "newbie", "ace"]
 

@@ -61,6 +61,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import krea2
     from comfy_core.families import joyimage
     from comfy_core.families import mage
+    from comfy_core.families import fibo2
     from comfy_core.families import hidream_o1
     from comfy_core.families import lens
 
@@ -97,6 +98,7 @@ def default_registry() -> FamilyRegistry:
         wan_dancer.definition(),
         wan21_scail.definition(), wan21_scail2.definition(),
         wan22_animate.definition(),
+        fibo2.definition(),  # before Z-Image: its diffusers-layout test also fits Fibo 2.0's names
         zimage.definition(),
         lumina2.definition(),
         qwen_image.definition(),

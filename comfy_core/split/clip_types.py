@@ -23,7 +23,7 @@ from comfy_core.text_encoders.errors import TextEncoderError
 CLIP_LOADER_TYPES: tuple[str, ...] = (
     "stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos", "lumina2",
     "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image", "flux2", "ovis", "longcat_image",
-    "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2", "joyimage", "mage", "minimax", "flux3")
+    "cogvideox", "lens", "pixeldit", "ideogram4", "boogu", "krea2", "joyimage", "mage", "minimax", "flux3", "fibo2")
 DUAL_CLIP_LOADER_TYPES: tuple[str, ...] = ("sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image",
                                            "hunyuan_video_15", "kandinsky5", "kandinsky5_image", "ltxv", "newbie",
                                            "ace")

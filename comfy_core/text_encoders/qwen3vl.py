@@ -15,7 +15,9 @@ and computed with the scale) or int8 with or without ConvRot (`int8_tensorwise`,
 ModelOpt's AWQ `pre_quant_scale` (MiniMax H3's `*_nvfp4_awq`: kept packed, the input scaled first), in the language model and
 the vision tower alike; the LM head (`lm_head.weight`, float or scaled float8) is kept for
 TextGenerate only (the 4B ties it to the token table): text prompts generate through Qwen3's
-key/value-cache path (for text Qwen3-VL's positions are plain RoPE). Every layer computes in float32.
+key/value-cache path (for text Qwen3-VL's positions are plain RoPE); prompts with images prefill at
+their M-RoPE positions with DeepStack, the new tokens continuing from the largest position plus one
+(`prompt_inputs`, `decode_step`). Every layer computes in float32.
 
 The language model is Qwen3's (`qwen3.py`: pre-norm blocks with per-head q/k RMSNorm, grouped-query
 attention, SwiGLU; heads of 128) with rope theta 5e6 and interleaved multimodal RoPE: each head's 64
@@ -167,6 +169,16 @@ def interleaved_mrope_tables(position_ids: torch.Tensor, head_dim: int, theta: f
     return angles.cos(), angles.sin()
 
 
+@dataclass(frozen=True)
+class ImagePrompt:
+    """What a TextGenerate prompt with images needs besides its embeddings: its M-RoPE positions
+    [3, T], the DeepStack features per tapped block [V, W] and the image positions [1, T]."""
+
+    positions: torch.Tensor
+    deepstack: Sequence[torch.Tensor]
+    visual: torch.Tensor
+
+
 class Qwen3VLTransformer(Qwen3Transformer):
     """ComfyUI's `Qwen3VL` (`qwen3vl.py`): the language model as `model`, the vision tower as
     `visual`, `get_input_embeddings()`."""
@@ -181,7 +193,8 @@ class Qwen3VLTextEncoder(Qwen3TextEncoder):
     `TextEncoderSet` (see the module doc). The token-level surface is the Qwen3 tower's; rows
     holding image entries run through the vision tower and Qwen3-VL's positions and DeepStack."""
 
-    can_generate = True  # text prompts (module doc)
+    can_generate = True  # text prompts, and prompts with images (module doc)
+    generation_media = ("image",)  # what TextGenerate may give this tower besides text
 
     def __init__(self, config: Qwen3VLConfig, transformer: Qwen3VLTransformer) -> None:
         super().__init__(config, transformer)
@@ -215,6 +228,55 @@ class Qwen3VLTextEncoder(Qwen3TextEncoder):
         if self.return_attention_masks:
             return hidden, None, {"attention_mask": mask.to(hidden.device)}
         return hidden, None
+
+    def prompt_inputs(self, row: Sequence[Any]) -> tuple[torch.Tensor, "ImagePrompt | None"]:
+        """One prompt row for TextGenerate -> (input embeddings [1, T, W] float32, None for text, else
+        the prompt's `ImagePrompt`: M-RoPE positions [3, T] and the DeepStack features the prefill adds
+        at the image positions), as ComfyUI's `Qwen3VLClipModel.generate` builds them."""
+        if not any(isinstance(token, dict) for token in row):
+            return self.prompt_embeds(row), None
+        features: list[list[torch.Tensor]] = []
+        x, _mask, images = splice_images(self, list(row), "qwen3-vl", features)
+        visual = torch.zeros(1, x.shape[1], dtype=torch.bool)
+        for start, count, _grid in images:
+            visual[:, start:start + count] = True
+        deepstack = ([torch.cat([per_image[layer] for per_image in features]) for layer in range(len(features[0]))]
+                     if features else [])
+        positions = image_position_ids(images, x.shape[1], None, x.device)
+        return x, ImagePrompt(positions, deepstack, visual)
+
+    def decode_step(self, embeds: torch.Tensor, cache: Any, positions: "ImagePrompt | None" = None) -> torch.Tensor:
+        """Qwen3's step for text; a prompt with images (`positions`, from `prompt_inputs`) runs at its
+        M-RoPE positions with DeepStack after the first blocks, and the tokens after it continue from
+        its largest position plus one on all three axes (ComfyUI's generation after images)."""
+        base = getattr(cache, "mrope_next", None)
+        if positions is None and base is None:
+            return super().decode_step(embeds, cache)
+        start, length = cache.length, embeds.shape[1]
+        deepstack: Sequence[torch.Tensor] = ()
+        visual = None
+        if positions is None:
+            ids = torch.arange(base, base + length, device=embeds.device).expand(3, -1)
+            cache.mrope_next = base + length
+        else:
+            ids, deepstack, visual = positions.positions, positions.deepstack, positions.visual
+            if ids.shape != (3, length):
+                raise Qwen3VLInputError(f"qwen3-vl: positions {tuple(ids.shape)} for {length} tokens")
+            cache.mrope_next = int(ids[:, -1].max()) + 1
+        config = self.config
+        cos, sin = interleaved_mrope_tables(ids, config.head_dim, config.rope_theta, config.mrope_section,
+                                            embeds.device)
+        total = start + length
+        low = torch.finfo(torch.float32).min / 4
+        bias = torch.full((length, total), low, dtype=torch.float32, device=embeds.device).triu_(start + 1)[None, None]
+        x = embeds.float()
+        for index, block in enumerate(self.transformer.model.layers):
+            x = self._block(block, x, cos, sin, bias, cache, index)
+            if index < len(deepstack):
+                x = x.clone()
+                x[visual.to(x.device)] += deepstack[index].to(device=x.device, dtype=x.dtype)
+        cache.advance(length)
+        return compute_in_float32(self.transformer.model.norm, x[:, -1]).float()
 
     def encode_image(self, image: Any) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """IMAGE [B, H, W, C] -> (its language-model tokens [N, W] float32, grid [1, 3], DeepStack

@@ -598,6 +598,13 @@ RUNNING = {
     # (20 steps cfg 5; Turbo 4 steps cfg 1), 1440x1440 from ResizeSelector / ComfyMathExpression.
     "image_lens_t2i": "subgraph, 20 steps cfg 5 at 1440x1440",
     "image_lens_turbo_t2i": "subgraph, the Turbo DiT, 4 steps cfg 1",
+    # Fibo 2.0 (comfy_core/families/fibo2, tests/fixtures/template_models_fibo2.py): UNETLoader (int8 ConvRot),
+    # Qwen3-VL 4B through CLIPLoader type "fibo2" (36 blocks, six bundles), the Flux.2 VAE, one TextEncodeFibo2 for
+    # both conditionings and the latent (the loaded image cover-cropped to its trained bucket, through the vision
+    # tower and as a reference latent), KSampler euler / simple; the prompt enhancer: TextGenerate with the image on
+    # a Qwen3-VL 8B loaded as type "fibo2" (Qwen-Image 2.1's tiny int8 file), ComfySwitchNode, PreviewAny.
+    "image_fibo2_edit_dev_pe": "167 s: the Dev DiT, 50 steps cfg 5 at the picture's bucket, the structured negative",
+    "image_fibo2_edit_turbo_pe": "67 s: the Edit Turbo DiT, 4 steps cfg 1, the null-caption negative",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
