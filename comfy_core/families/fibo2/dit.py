@@ -44,6 +44,7 @@ from comfy_core.attention.rope import apply_rope
 from comfy_core.families.flux.blocks import EmbedND, timestep_embedding
 from comfy_core.families.krea2.dit import rope_axes
 from comfy_core.models.comfyui_names import comfyui_name
+from comfy_core.models.swiglu import SwiGLUFeedForward
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import count_numbered, shape_reader
 
@@ -196,19 +197,6 @@ class Attention(nn.Module):
         return self.to_out[0](out)
 
 
-class FeedForward(nn.Module):
-    """`w2(silu(w1(x)) * w3(x))`, no biases."""
-
-    def __init__(self, dim: int, hidden: int, ops: Any, factory: dict[str, Any]) -> None:
-        super().__init__()
-        self.w1 = ops.Linear(dim, hidden, bias=False, **factory)
-        self.w2 = ops.Linear(hidden, dim, bias=False, **factory)
-        self.w3 = ops.Linear(dim, hidden, bias=False, **factory)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 def _per_token(noisy: torch.Tensor, clean: torch.Tensor, length: int, span: tuple[int, int]) -> torch.Tensor:
     """`[B, D]` values -> `[B, L, D]`: the noisy one for tokens in `span` = [start, end), else the clean."""
     start, end = span
@@ -226,7 +214,7 @@ class Block(nn.Module):
         super().__init__()
         dim = config.dim
         self.attention = Attention(dim, config.heads, ops, factory)
-        self.feed_forward = FeedForward(dim, config.mlp_dim, ops, factory)
+        self.feed_forward = SwiGLUFeedForward(dim, config.mlp_dim, 1, None, {"operations": ops, **factory})
         self.attention_norm1 = RMSNorm(dim, factory)
         self.ffn_norm1 = RMSNorm(dim, factory)
         self.attention_norm2 = RMSNorm(dim, factory)
@@ -266,7 +254,7 @@ class PerceiverLayer(nn.Module):
         self.self_attn_norm = RMSNorm(dim, factory)
         self.self_attention = Attention(dim, config.heads, ops, factory)
         self.ffn_norm = RMSNorm(dim, factory)
-        self.ffn = FeedForward(dim, config.mlp_dim, ops, factory)
+        self.ffn = SwiGLUFeedForward(dim, config.mlp_dim, 1, None, {"operations": ops, **factory})
 
     def forward(self, x: torch.Tensor, text: torch.Tensor, options: Mapping[str, Any]) -> torch.Tensor:
         x = x + self.cross_attention(self.cross_attn_norm(x), options, context=text)

@@ -40,6 +40,7 @@ from comfy_core.attention import calling
 from comfy_core.attention.rope import apply_rope
 from comfy_core.families.flux.blocks import EmbedND, timestep_embedding
 from comfy_core.models.comfyui_names import comfyui_name
+from comfy_core.models.swiglu import SwiGLUFeedForward
 from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.weight_shapes import count_numbered
 
@@ -184,19 +185,6 @@ class PlainLayerNorm(nn.Module):
         return F.layer_norm(x, (x.shape[-1],), None, None, self.eps)
 
 
-class GateMLP(nn.Module):
-    """SwiGLU: `w2(silu(w1 x) * w3 x)`, no biases."""
-
-    def __init__(self, dim: int, hidden: int, ops: Any, factory: Mapping[str, Any]) -> None:
-        super().__init__()
-        self.w1 = ops.Linear(dim, hidden, bias=False, **factory)
-        self.w2 = ops.Linear(hidden, dim, bias=False, **factory)
-        self.w3 = ops.Linear(dim, hidden, bias=False, **factory)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 class JointAttention(nn.Module):
     """One attention over `[image, text]` with per-stream fused q / k / v and outputs."""
 
@@ -249,10 +237,10 @@ class LensBlock(nn.Module):
 
         self.img_mod = nn.Sequential(nn.SiLU(), ops.Linear(dim, 6 * dim, bias=True, **factory))
         self.img_norm1, self.img_norm2 = norm(), norm()
-        self.img_mlp = GateMLP(dim, config.mlp_dim, ops, factory)
+        self.img_mlp = SwiGLUFeedForward(dim, config.mlp_dim, 1, None, {"operations": ops, **factory})
         self.txt_mod = nn.Sequential(nn.SiLU(), ops.Linear(dim, 6 * dim, bias=True, **factory))
         self.txt_norm1, self.txt_norm2 = norm(), norm()
-        self.txt_mlp = GateMLP(dim, config.mlp_dim, ops, factory)
+        self.txt_mlp = SwiGLUFeedForward(dim, config.mlp_dim, 1, None, {"operations": ops, **factory})
 
     def forward(self, img: torch.Tensor, txt: torch.Tensor, temb: torch.Tensor, pe: torch.Tensor,
                 bias: torch.Tensor | None, options: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

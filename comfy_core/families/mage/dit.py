@@ -41,7 +41,7 @@ from torch import nn
 
 from comfy_core.families.flux.blocks import EmbedND
 from comfy_core.families.qwen_image.dit import (LastLayer, QwenImageTransformer, QwenImageTransformerBlock,
-                                                TimestepEmbedder, default_axes_dims)
+                                                TimestepEmbedder, default_axes_dims, double_block_shapes)
 from comfy_core.families.sd3.mmdit_blocks import RMSNorm
 from comfy_core.models.comfyui_names import comfyui_name
 from comfy_core.models.unet_blocks import operations_or_default
@@ -120,16 +120,7 @@ class MageFlowConfig:
                     "time_text_embed.timestep_embedder.linear_2.weight": (hidden, hidden),
                     "norm_out.linear.weight": (2 * hidden, hidden)}
         layers = count_numbered(tensors, prefix, "transformer_blocks", MageFlowConfigError, "Mage-Flow")
-        for i in range(layers):
-            block = f"transformer_blocks.{i}."
-            for stream in ("img", "txt"):
-                expected[f"{block}{stream}_mod.1.weight"] = (6 * hidden, hidden)
-                expected[f"{block}{stream}_mlp.net.0.proj.weight"] = (mlp_hidden, hidden)
-                expected[f"{block}{stream}_mlp.net.2.weight"] = (hidden, mlp_hidden)
-            for name in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out"):
-                expected[f"{block}attn.{name}.weight"] = (hidden, hidden)
-            for name in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
-                expected[f"{block}attn.{name}.weight"] = (head_dim,)
+        expected.update(double_block_shapes(layers, hidden, head_dim, mlp_hidden))
         for key, want in expected.items():
             found = shape(key)
             if found != want:

@@ -77,6 +77,23 @@ PATCH = 2
 ROPE_THETA = 10000
 
 
+def double_block_shapes(layers: int, hidden: int, head_dim: int, mlp_hidden: int) -> dict[str, tuple[int, ...]]:
+    """The weight shapes of `layers` Qwen-Image double-stream blocks (names under the network), which a
+    file's blocks must have (Qwen-Image's and Mage-Flow's detection check them all)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(layers):
+        block = f"transformer_blocks.{i}."
+        for stream in ("img", "txt"):
+            shapes[f"{block}{stream}_mod.1.weight"] = (6 * hidden, hidden)
+            shapes[f"{block}{stream}_mlp.net.0.proj.weight"] = (mlp_hidden, hidden)
+            shapes[f"{block}{stream}_mlp.net.2.weight"] = (hidden, mlp_hidden)
+        for name in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out"):
+            shapes[f"{block}attn.{name}.weight"] = (hidden, hidden)
+        for name in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
+            shapes[f"{block}attn.{name}.weight"] = (head_dim,)
+    return shapes
+
+
 class QwenImageConfigError(ValueError):
     """The Qwen-Image weights are incomplete or inconsistent, or the parameters are impossible."""
 
@@ -176,16 +193,7 @@ class QwenImageConfig:
         if final_layer:
             expected.update({"proj_out.weight": (proj_out[0], hidden), "norm_out.linear.weight": (2 * hidden, hidden)})
         layers = count_numbered(tensors, prefix, "transformer_blocks", QwenImageConfigError, "Qwen-Image")
-        for i in range(layers):
-            block = f"transformer_blocks.{i}."
-            for stream in ("img", "txt"):
-                expected[f"{block}{stream}_mod.1.weight"] = (6 * hidden, hidden)
-                expected[f"{block}{stream}_mlp.net.0.proj.weight"] = (mlp_hidden, hidden)
-                expected[f"{block}{stream}_mlp.net.2.weight"] = (hidden, mlp_hidden)
-            for name in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out"):
-                expected[f"{block}attn.{name}.weight"] = (hidden, hidden)
-            for name in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
-                expected[f"{block}attn.{name}.weight"] = (head_dim,)
+        expected.update(double_block_shapes(layers, hidden, head_dim, mlp_hidden))
         if layered:
             expected[LAYERED_MARKER] = (2, hidden)
         for key, want in expected.items():
