@@ -61,6 +61,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "Lens": "comfy_core.families.lens.supported_models:LensModelConfig",
     "JoyImage": "comfy_core.families.joyimage.supported_models:JoyImage",
     "MageFlow": "comfy_core.families.mage.supported_models:MageFlow",
+    **{name: f"comfy_core.families.pixeldit.supported_models:{name}" for name in ("PixelDiT", "PiD")},
     "Fibo2": "comfy_core.families.fibo2.supported_models:Fibo2",
     "SeedVR2": "comfy_core.families.seedvr2.supported_models:SeedVR2",
 }

@@ -64,6 +64,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import fibo2
     from comfy_core.families import hidream_o1
     from comfy_core.families import lens
+    from comfy_core.families import pixeldit
 
     return FamilyRegistry([
         sd1.definition(),
@@ -119,6 +120,8 @@ def default_registry() -> FamilyRegistry:
         minimax_h3.definition(),
         minimax_music3.definition(),
         sdpose.definition(),
+        # before Hunyuan3D: its 2.1 marker `t_embedder.mlp.2.weight` also names PixelDiT's split files
+        pixeldit.definition(), pixeldit.pid_definition(),
         hunyuan3d.definition(), hunyuan3d_mini.definition(), hunyuan3d21.definition(),
         anima.definition(),
         ernie_image.definition(),

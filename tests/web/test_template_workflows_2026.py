@@ -605,6 +605,17 @@ RUNNING = {
     # a Qwen3-VL 8B loaded as type "fibo2" (Qwen-Image 2.1's tiny int8 file), ComfySwitchNode, PreviewAny.
     "image_fibo2_edit_dev_pe": "167 s: the Dev DiT, 50 steps cfg 5 at the picture's bucket, the structured negative",
     "image_fibo2_edit_turbo_pe": "67 s: the Edit Turbo DiT, 4 steps cfg 1, the null-caption negative",
+    # PixelDiT (comfy_core/families/pixeldit, tests/fixtures/template_models_pixeldit.py): UNETLoader (bf16),
+    # Gemma 2 2B through CLIPLoader type "pixeldit" (the chi preamble, <bos> + the last 299 states), the
+    # "pixel_space" VAE, EmptyChromaRadianceLatentImage at ResolutionSelector's 1 MP, KSampler 30 steps er_sde /
+    # simple cfg 4.
+    "image_pixeldit_t2i": "45 s: subgraph, 1024x1024 pixels as the latent (64x64 patches of 16)",
+    # PiD: Z-Image Turbo's latent (its subgraph: UNETLoader, Qwen3-4B, the Flux VAE) through PiDConditioning "flux"
+    # into PiD (UNETLoader bf16, CLIPLoader type "pixeldit" on the fp8-scaled Gemma 2, an empty prompt
+    # ConditioningZeroOut'ed), SamplerCustom lcm / simple 4 steps cfg 1, the "pixel_space" VAE, ImageCompare.
+    # Made small (64 px latent and output): as saved PiD decodes to 4096x4096, 65,536 patch tokens of
+    # attention per block, hours on two cores with any network.
+    "utility_pid_latent_upscale_dit": "1 s made small: subgraphs, the latent aligned to PiD's patch grid",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -618,7 +629,6 @@ _FAMILIES_NOT_HERE = {
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
     "Ming-Image (Ling mini 2.0 text encoder)": ("image_ming_image_01_design_t2i",),
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
-    "PixelDiT (Gemma 2 2B ELM text encoder, CLIPLoader type pixeldit)": ("image_pixeldit_t2i",),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
     "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
 }
@@ -673,11 +683,12 @@ def object_info() -> dict:
 
 
 def _made_small(name: str) -> bool:
-    """Video templates (LTX-2's too), SDXL, HiDream and pixel-space ones (minutes each at 1024 px on two cores), and
+    """Video templates (LTX-2's too), SDXL, HiDream and pixel-space ones (minutes each at 1024 px on two cores; PiD's
+    4096 px output hours), and
     text generation (a tiny random LLM never says stop: 2048 tokens are minutes; FLUX 3's upsampler asks for 3584,
     and Qwen3-VL then encodes them: over 5 minutes as saved)."""
     return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_",
-                                                 "ltx", "flux3_klein", "minimax", "hunyuan3d"))
+                                                 "ltx", "flux3_klein", "minimax", "hunyuan3d", "utility_pid"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
