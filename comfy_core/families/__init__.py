@@ -65,6 +65,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import hidream_o1
     from comfy_core.families import lens
     from comfy_core.families import pixeldit
+    from comfy_core.families import newbie
 
     return FamilyRegistry([
         sd1.definition(),
@@ -102,6 +103,7 @@ def default_registry() -> FamilyRegistry:
         fibo2.definition(),  # before Z-Image: its diffusers-layout test also fits Fibo 2.0's names
         zimage.definition(),
         lumina2.definition(),
+        newbie.definition(),
         qwen_image.definition(),
         qwen_image21.definition(),
         flux2.definition(), flux2_klein.definition(),

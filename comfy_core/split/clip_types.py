@@ -39,7 +39,6 @@ NEEDS: dict[str, str] = {
     # types today's ComfyUI added since 0.3.64, for families not built here yet
     **{name: f"the {family} family and its text encoders" for name, family in (
         ("cogvideox", "CogVideoX"),
-        ("newbie", "NewBie"),
     )},
 }
 

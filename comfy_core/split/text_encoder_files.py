@@ -70,7 +70,9 @@ from comfy_core.text_encoders import CLIP, ClipTextConfig, TextEncoderError, Tex
 from comfy_core.families import FamilyRegistry, default_registry
 from comfy_core.text_encoders.decoder_llm import with_quantization_metadata
 from comfy_core.text_encoders.gemma import GemmaConfig
+from comfy_core.text_encoders.gemma3 import Gemma3Config
 from comfy_core.text_encoders.gemma_tokenizer import MissingGemmaTokenizerError
+from comfy_core.text_encoders.jina_clip2 import JINA_SPIECE_KEY, JinaConfig
 from comfy_core.text_encoders.gguf_files import GGUFTextEncoderFile, is_gguf
 from comfy_core.text_encoders.llama import LlamaConfig
 from comfy_core.text_encoders.mistral import MistralConfig
@@ -97,7 +99,8 @@ SLOT_NAMES = {"clip_l": "CLIP-L", "clip_h": "OpenCLIP-H", "clip_g": "OpenCLIP-bi
               "qwen3_8b": "Qwen3-8B", "qwen25_3b": "Qwen2.5-VL-3B", "qwen25_7b": "Qwen2.5-VL-7B",
               "qwen3vl_4b": "Qwen3-VL-4B", "qwen3vl_8b": "Qwen3-VL-8B",
               "llama": "Llama-3.1-8B", "mistral3_24b": "Mistral-Small-3-24B", "ministral3_3b": "Ministral-3-3B",
-              "gemma2_2b": "Gemma-2-2B",
+              "gemma2_2b": "Gemma-2-2B", "gemma3_4b": "Gemma-3-4B", "gemma3_12b": "Gemma-3-12B",
+              "jina_clip_2": "Jina-CLIP-v2",
               "t5gemma": "T5Gemma", "gpt_oss": "GPT-OSS-20B",
               **QWEN35_NAMES}
 # Key names of text encoders that are not CLIP towers, for a clearer refusal.
@@ -182,6 +185,15 @@ def text_encoder_config(checkpoint: CheckpointFile) -> Any:
         return llama
     if gemma is not None:
         return gemma
+    try:  # NewBie's towers (DualCLIPLoader type "newbie"): Gemma 3 (q/k norms), Jina CLIP v2
+        gemma3 = Gemma3Config.detect_from_weights(tensors, "")
+        jina = JinaConfig.detect_from_weights(tensors, "") if gemma3 is None else None
+    except TextEncoderError as exc:
+        raise ShapeMismatchError(checkpoint.path, f"text encoder: {exc}") from None
+    if gemma3 is not None:
+        return dataclasses.replace(gemma3, slot="gemma3_12b" if gemma3.hidden_size == 3840 else "gemma3_4b")
+    if jina is not None:
+        return jina
     try:
         if f"{HF_PREFIX}final_layer_norm.weight" in tensors:
             config = ClipTextConfig.detect_from_weights(tensors, HF_PREFIX, slot="clip_l")
@@ -322,6 +334,8 @@ def load_text_encoders(paths: Sequence[str | Path | Mapping[str, torch.Tensor]],
                     tokenizer_data[TEKKEN_KEY] = checkpoint.read(TEKKEN_KEY, None)
                 elif TEKKEN_KEY not in given:
                     raise MissingTekkenError(str(checkpoint.path))
+            if isinstance(config, JinaConfig) and SPIECE_KEY in checkpoint.tensors:
+                tokenizer_data[JINA_SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)
             if isinstance(config, (GemmaConfig, T5GemmaConfig)):
                 if SPIECE_KEY in checkpoint.tensors:
                     tokenizer_data[SPIECE_KEY] = checkpoint.read(SPIECE_KEY, None)

@@ -39,11 +39,22 @@ KIND_GEMMA2 = "gemma2"  # Gemma 2 decoders used as encoders (Lumina 2's Gemma 2 
 KIND_QWEN35 = "qwen35"  # Qwen3.5 (hybrid Gated DeltaNet / attention): qwen35.py, its vocabulary from the user
 KIND_BYT5 = "byt5"  # ByT5 (a T5 encoder on UTF-8 bytes; HunyuanVideo 1.5's glyph encoder): byt5_tokenizer.py
 KIND_T5GEMMA = "t5gemma"  # T5Gemma encoders (Stable Audio 3's t5gemma-b-b-ul2): t5gemma.py, t5gemma_clip.py
+KIND_GEMMA3 = "gemma3"  # Gemma 3 decoders used as encoders (NewBie's Gemma 3 4B): gemma3.py, gemma_tokenizer.py
+KIND_JINA = "jina_clip_2"  # Jina CLIP v2's XLM-RoBERTa text tower (NewBie's pooled text): jina_clip2.py
 FP8_STORAGE = ("F8_E4M3", "F8_E5M2", "torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 def detect_tower(tensors: Mapping[str, Any], prefix: str, options: EncoderOptions) -> Any:
     """The config of the `options.kind` tower under `prefix` (None when none is there)."""
+    if options.kind in (KIND_GEMMA3, KIND_JINA):
+        import dataclasses
+
+        if options.kind == KIND_GEMMA3:
+            from comfy_core.text_encoders.gemma3 import Gemma3Config as TowerConfig
+        else:
+            from comfy_core.text_encoders.jina_clip2 import JinaConfig as TowerConfig  # type: ignore[assignment]
+        found = TowerConfig.detect_from_weights(tensors, prefix)
+        return None if found is None else dataclasses.replace(found, slot=options.slot)
     if options.kind == KIND_QWEN35:
         import dataclasses
 
@@ -140,7 +151,13 @@ def build_tower(config: Any, state_dict: Mapping[str, torch.Tensor], dtype: torc
     if isinstance(config, LlamaConfig):
         return build_llama_encoder(config, state_dict, None)
     from comfy_core.text_encoders.gemma import GemmaConfig, build_gemma_encoder
+    from comfy_core.text_encoders.gemma3 import Gemma3Config, build_gemma3_encoder
+    from comfy_core.text_encoders.jina_clip2 import JinaConfig, build_jina_encoder
 
+    if isinstance(config, JinaConfig):
+        return build_jina_encoder(config, state_dict, dtype)
+    if isinstance(config, Gemma3Config):  # before Gemma 2: a Gemma3Config is a GemmaConfig
+        return build_gemma3_encoder(config, state_dict, None)
     if isinstance(config, GemmaConfig):
         return build_gemma_encoder(config, state_dict, None)
     if isinstance(config, Qwen25VLConfig):
@@ -184,6 +201,22 @@ def tower_tokenizer(options: EncoderOptions, config: Any, clip_tokenizer: Any, e
         return mistral_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
                                  pad_token=options.pad_token, source=f"the {options.slot} text encoder",
                                  embedding_key=options.token_key)
+    if options.kind == KIND_GEMMA3:  # ComfyUI's Gemma3_4BTokenizer: Gemma's, prompt weights not parsed
+        from comfy_core.text_encoders.gemma_tokenizer import gemma_tokenizer
+
+        tokenizer = gemma_tokenizer(tokenizer_data, embedding_width=config.width, min_length=options.min_length,
+                                    pad_token=options.pad_token, embedding_key=options.token_key,
+                                    source=f"the {options.slot} text encoder")
+        tokenizer.disable_weights = True
+        return tokenizer
+    if options.kind == KIND_JINA:  # its own file's model, beside another tower's (`jina_spiece_model`)
+        from comfy_core.text_encoders.jina_clip2 import JINA_SPIECE_KEY, jina_tokenizer
+
+        data = dict(tokenizer_data or {})
+        if JINA_SPIECE_KEY in data:
+            data["spiece_model"] = data[JINA_SPIECE_KEY]
+        return jina_tokenizer(data, embedding_width=config.width, min_length=options.min_length,
+                              pad_token=options.pad_token, embedding_key=options.token_key)
     if options.kind == KIND_GEMMA2:
         from comfy_core.text_encoders.gemma_tokenizer import gemma_tokenizer
 

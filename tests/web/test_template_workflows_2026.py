@@ -616,6 +616,10 @@ RUNNING = {
     # Made small (64 px latent and output): as saved PiD decodes to 4096x4096, 65,536 patch tokens of
     # attention per block, hours on two cores with any network.
     "utility_pid_latent_upscale_dit": "1 s made small: subgraphs, the latent aligned to PiD's patch grid",
+    # NewBie-Image (comfy_core/families/newbie, tests/fixtures/template_models_newbie.py): UNETLoader (bf16), Gemma 3
+    # 4B + Jina CLIP v2 through DualCLIPLoader type "newbie" (Gemma's states, Jina's pooled text), the Flux VAE,
+    # ModelSamplingAuraFlow 6, the XML prompt built by StringReplace, KSampler res_multistep / simple cfg 5.5.
+    "image_newbieimage_exp0_1-t2i": "75 s: subgraph, 20 steps at 1024x1536",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -630,7 +634,6 @@ _FAMILIES_NOT_HERE = {
     "Ming-Image (Ling mini 2.0 text encoder)": ("image_ming_image_01_design_t2i",),
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
-    "NewBie Image (Gemma 3 4B + Jina CLIP v2)": ("image_newbieimage_exp0_1-t2i",),
 }
 OUT_OF_SCOPE = {name: f"model family not written here: {family}"
                 for family, names in _FAMILIES_NOT_HERE.items() for name in names}

@@ -383,6 +383,11 @@ class NextDiT(nn.Module):
         ids[:, :, 2] = cols.view(1, -1).expand(h_tokens, w_tokens).flatten()
         return ids
 
+    def modulation_input(self, timesteps: torch.Tensor, x: torch.Tensor, kwargs: Mapping[str, Any]) -> torch.Tensor:
+        """The blocks' modulation vector `[B, adaln_dim]`: the embedding of `(1 - sigma) * time_scale`
+        (NewBie's network adds its pooled text here, comfy_core/families/newbie)."""
+        return self.t_embedder((1.0 - timesteps) * self.time_scale, dtype=x.dtype)
+
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, num_tokens: Any = None,
                 attention_mask: torch.Tensor | None = None, transformer_options: Mapping[str, Any] | None = None,
                 **kwargs: Any) -> torch.Tensor:
@@ -397,7 +402,7 @@ class NextDiT(nn.Module):
         orig_x = x
         x = pad_to_patch_size(x, (p, p))
         hp, wp = x.shape[-2] // p, x.shape[-1] // p
-        vec = self.t_embedder((1.0 - timesteps) * self.time_scale, dtype=x.dtype)  # [B, adaln_dim]
+        vec = self.modulation_input(timesteps, x, kwargs)  # [B, adaln_dim]
 
         cap = self._pad(self.cap_embedder(context), getattr(self, "cap_pad_token", None))  # [B, Lc, dim]
         cap_len = cap.shape[1]
