@@ -37,6 +37,7 @@ OUR_CONFIG_TARGETS: dict[str, str] = {
     "Flux2": "comfy_core.families.flux2.supported_models:Flux2ModelConfig",
     "Flux3": "comfy_core.families.flux3.supported_models:Flux3ModelConfig",
     "LTXV": "comfy_core.families.ltxv.supported_models:LTXV",
+    "CogVideoX_T2V": "comfy_core.families.cogvideox.supported_models:CogVideoX_T2V",
     "LTXAV": "comfy_core.families.ltx2.supported_models:LTXAV",
     "Omnigen2": "comfy_core.families.omnigen2.supported_models:Omnigen2",
     "Boogu": "comfy_core.families.boogu.supported_models:Boogu",

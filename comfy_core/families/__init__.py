@@ -35,6 +35,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families.flux2 import klein as flux2_klein
     from comfy_core.families import flux3
     from comfy_core.families import ltxv
+    from comfy_core.families import cogvideox
     from comfy_core.families import ltx2
     from comfy_core.families import omnigen2
     from comfy_core.families import boogu
@@ -110,6 +111,7 @@ def default_registry() -> FamilyRegistry:
         flux3.definition(),
         hidream.definition(),
         ltxv.definition(),
+        cogvideox.definition(), cogvideox.definition_2b(),
         ltx2.definition(),
         omnigen2.definition(),
         boogu.definition(),

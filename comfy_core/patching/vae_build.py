@@ -41,6 +41,7 @@ from comfy_core.models.ltx_diffusion_vae import MARKER as LTX_DIFFUSION_MARKER, 
 from comfy_core.models.ltx_diffusion_vae import encoder_config as ltx_encoder_config
 from comfy_core.models.ltxv_vae import MARKER as LTXV_MARKER, LTXVVAE, LTXVVAEConfig
 from comfy_core.models import mage_vae
+from comfy_core.models import cogvideox_vae
 from comfy_core.models.pixel_space_vae import MARKER as PIXEL_SPACE_MARKER, PixelSpaceVAE
 from comfy_core.models.seedvr2_vae import SeedVR2VAE, SeedVR2VAEConfig, is_seedvr2_vae
 from comfy_core.models.vae import AutoencoderKL, VAEConfig, VAEConfigError
@@ -117,6 +118,16 @@ def vae_module_from(source: str | Path | Mapping[str, torch.Tensor], dtype: torc
             build = WanImageVAE if is_image_config(config) else WanVAE
             vae = materialize(build_on_meta(lambda: build(config)), checkpoint, prefix, dtype, "VAE",
                               zero_copy=mmap, workers=workers)
+            vae.eval()
+            return vae
+        cogvideox = [p for p in VAE_PREFIXES if cogvideox_vae.is_cogvideox_vae(file.tensors, p)]
+        if cogvideox:  # CogVideoX's causal video VAE (its spatial-norm decoder; before HunyuanVideo's names)
+            try:
+                config = cogvideox_vae.CogVideoXVAEConfig.detect_from_weights(file.tensors, cogvideox[0])
+            except VAEConfigError as exc:
+                raise ShapeMismatchError(file.path, f"VAE: {exc}") from None
+            vae = materialize(build_on_meta(lambda: cogvideox_vae.CogVideoXVAE(config)), file, cogvideox[0], dtype,
+                              "VAE", zero_copy=mmap, workers=workers)
             vae.eval()
             return vae
         seedvr2 = [p for p in VAE_PREFIXES if is_seedvr2_vae(file.tensors, p)]

@@ -36,10 +36,6 @@ NEEDS: dict[str, str] = {
     "pixart": "the PixArt family (a T5-XXL text encoder)",
     "cosmos": "the Cosmos family (the old T5-XXL text encoder)",
     "hunyuan_image": "the HunyuanImage family (Qwen2.5-VL 7B and ByT5-small text encoders)",
-    # types today's ComfyUI added since 0.3.64, for families not built here yet
-    **{name: f"the {family} family and its text encoders" for name, family in (
-        ("cogvideox", "CogVideoX"),
-    )},
 }
 
 

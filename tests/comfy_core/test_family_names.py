@@ -32,7 +32,7 @@ ALLOWED_LITERALS: dict[tuple[str, str], str] = {
        for name in ("sd3", "sdxl", "flux", "chroma", "wan", "lumina2", "qwen_image", "hidream", "flux2", "ltxv",
                     "omnigen2", "flux3", "stable_audio", "kandinsky5", "kandinsky5_image", "ace",
                     "hunyuan_video", "ideogram4", "boogu", "krea2", "mage", "joyimage", "fibo2", "lens",
-                    "longcat_image", "pixeldit", "newbie")},
+                    "longcat_image", "pixeldit", "cogvideox", "newbie")},
     # The ADM names a caller may pass to `DiffusionModel(adm="sdxl")` (tests/comfy_core/
     # test_unet_parity.py does): resolved in models/ (layer 4 in docs/dev/layers.md, below the
     # families), so the conditioning classes they name cannot move into the family packages until

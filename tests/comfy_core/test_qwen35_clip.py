@@ -48,8 +48,8 @@ def test_any_type_gives_comfyuis_qwen35_encoder(folder, clip_type):
 
 
 def test_a_type_no_family_answers_is_still_refused_for_other_files(tmp_path):
-    with pytest.raises(UnsupportedClipTypeError, match="cogvideox"):
-        load_text_encoders([tmp_path / "missing.safetensors"], "cogvideox")
+    with pytest.raises(UnsupportedClipTypeError, match="mochi"):
+        load_text_encoders([tmp_path / "missing.safetensors"], "mochi")
 
 
 def test_the_vocabulary_is_required_and_named(folder, tmp_path):

@@ -620,6 +620,12 @@ RUNNING = {
     # 4B + Jina CLIP v2 through DualCLIPLoader type "newbie" (Gemma's states, Jina's pooled text), the Flux VAE,
     # ModelSamplingAuraFlow 6, the XML prompt built by StringReplace, KSampler res_multistep / simple cfg 5.5.
     "image_newbieimage_exp0_1-t2i": "75 s: subgraph, 20 steps at 1024x1536",
+    # VOID video inpainting (comfy_core/families/cogvideox, nodes/void_nodes.py, tests/fixtures/template_models_void.py):
+    # SAM 3.1's mask of the loaded video, two CogVideoX passes (UNETLoader void_pass1 / void_pass2, T5-XXL through
+    # CLIPLoader type "cogvideox", the CogVideoX VAE) by SamplerCustomAdvanced with VOIDSampler, pass 2 from RAFT-large's
+    # warped noise of pass 1 (OpticalFlowLoader, VOIDWarpedNoise, VOIDWarpedNoiseSource). Made small, but at 256 px:
+    # RAFT's correlation pyramid needs 128 px after VOIDWarpedNoise halves the frames.
+    "utility_void_video_inpainting": "made small at 256 px, 5 frames (2 latent frames)",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -711,6 +717,9 @@ def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
 
 
 SMALL_TOKENS = 24  # TextGenerate's max_length in made-small runs
+RAFT_SIDE = 256  # VOIDWarpedNoise's least width / height: RAFT needs 128 px after it halves the frames
+# Templates whose input video carries sound their graph uses (TrimAudioDuration): written with an audio track.
+VIDEO_WITH_AUDIO = {"utility_void_video_inpainting": "snowboarder.mp4"}
 
 
 def shrink_2026(prompt: dict) -> dict:
@@ -775,6 +784,16 @@ def shrink_2026(prompt: dict) -> dict:
             node["inputs"]["value"] = min(value, SMALL_SIDE)
         elif reached & {"length", "amount"}:  # a frame count, or RepeatImageBatch's (seconds x fps)
             node["inputs"]["value"] = min(value, 1 if value <= 10 else SMALL_LENGTH)
+    for node in prompt.values():  # VOID's warped noise: RAFT's least frame size (its primitives feed pass 1 too)
+        if node["class_type"] != "VOIDWarpedNoise":
+            continue
+        for name in ("width", "height"):
+            value = node["inputs"].get(name)
+            if isinstance(value, int):
+                node["inputs"][name] = max(value, RAFT_SIDE)
+            elif isinstance(value, list) and prompt.get(str(value[0]), {}).get("class_type") == "PrimitiveInt":
+                source = prompt[str(value[0])]["inputs"]
+                source["value"] = max(source["value"], RAFT_SIDE)
     return prompt
 
 
@@ -788,6 +807,12 @@ async def _run(name: str, base_dir: Path, object_info: dict) -> tuple[int, str, 
     else:
         path = base_dir / f"{name}.json"
         shutil.copyfile(source, path)
+    if name in VIDEO_WITH_AUDIO:  # an input video whose graph uses its sound (provide_files' videos are silent)
+        from tests.fixtures.template_models_void import write_input_video_with_audio
+
+        target = base_dir / "input" / VIDEO_WITH_AUDIO[name]
+        if not target.exists():
+            write_input_video_with_audio(target, seed=len(target.name))
     provide_files(prompt, base_dir)
     out, err = io.StringIO(), io.StringIO()
     code = await run_workflow(ServerConfig(base_dir=base_dir, output_dir=base_dir / "output"), path, out=out, err=err)
@@ -1123,6 +1148,9 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("background_removal", "birefnet.safetensors", "birefnet"),
     ("frame_interpolation", "film_net_fp16.safetensors", "film_net"),
     ("frame_interpolation", "rife_v4.25_lite.safetensors", "rife"),
+    ("diffusion_models", "void_pass1.safetensors", "void_diffusion_model"),
+    ("vae", "cogvideox_vae.safetensors", "cogvideox_vae"),
+    ("optical_flow", "raft_large_C_T_SKHT_V2-ff5fadd5.safetensors", "raft_large"),
 ])
 def test_2026_file_kinds(folder: str, file_name: str, kind: str) -> None:
     from tests.fixtures.template_models import file_kind
