@@ -10,9 +10,8 @@ the EOS token's final, layer-normed state, then the text projection).
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -24,6 +23,7 @@ from comfy_core.text_encoders.clip_text_model import ClipTextModelWithProjection
 from comfy_core.text_encoders.convert import convert_state_dict
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids, encode_weighted_chunks
+from comfy_core.text_encoders.tower_options import TowerOptions
 
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class TokenEmbedding(nn.Embedding):
         return out if out_dtype is None else out.to(out_dtype)
 
 
-class ClipTextEncoder(nn.Module):
+class ClipTextEncoder(TowerOptions, nn.Module):
     """One text tower. `transformer` is a `ClipTextModelWithProjection` (transformers' and ComfyUI's names).
 
     It is ComfyUI's one-tower `comfy.sd1_clip.SDClipModel` for packs; built for the bigG slot
@@ -125,7 +125,6 @@ class ClipTextEncoder(nn.Module):
         """ComfyUI's name for the output in use: "last", or "hidden" (a chosen layer)."""
         return "last" if self.layer_idx is None else "hidden"
 
-    default_options: Any = None  # the options the set gave this tower (reset_clip_options)
 
     def set_clip_options(self, options: Mapping[str, Any]) -> None:
         """ComfyUI's `SDClipModel.set_clip_options`: `{"layer": n}` selects the hidden state of
@@ -143,22 +142,6 @@ class ClipTextEncoder(nn.Module):
         if "projected_pooled" in options:
             changes["projected_pooled"] = bool(options["projected_pooled"])
         self.options = replace(self.options, **changes)
-
-    def reset_clip_options(self) -> None:
-        """ComfyUI's `SDClipModel.reset_clip_options`: the set's defaults for this tower again."""
-        self.options = self.default_options
-
-    @contextmanager
-    def using_options(self, options: Any) -> Iterator[None]:
-        """Run with `options` (clip skip, pooled projection) for the duration, then restore: the
-        set calls `encode_token_weights` inside this, so a pack's replacement of that method
-        (ComfyUI's `set_clip_options` / `reset_clip_options` around it) sees the layer in force."""
-        saved = self.options
-        self.options = options
-        try:
-            yield
-        finally:
-            self.options = saved
 
     def forward(self, tokens: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """ComfyUI's `SDClipModel.forward(tokens)`: token rows (a `[B, T]` id tensor, or lists of

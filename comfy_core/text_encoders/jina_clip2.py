@@ -22,9 +22,8 @@ tokens a chunk, prompt weights parsed); a file without it needs the model given 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +34,7 @@ from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncod
 from comfy_core.text_encoders.gemma_tokenizer import SPIECE_KEY, GemmaSentencePiece, GemmaTokenizer
 from comfy_core.text_encoders.qwen_tokenizer import QwenTokenizer
 from comfy_core.text_encoders.token_chunks import chunks_to_ids
+from comfy_core.text_encoders.tower_options import TowerOptions
 from comfy_core.text_encoders.weighting import interpolate_from_empty
 
 JINA_SLOT = "jina_clip_2"
@@ -262,12 +262,11 @@ def jina_token_mask(rows: Sequence[Sequence[Any]], end_token: int) -> torch.Tens
     return torch.tensor(masks, dtype=torch.long)
 
 
-class JinaClip2TextModel(nn.Module):
+class JinaClip2TextModel(TowerOptions, nn.Module):
     """One Jina CLIP v2 text tower (ComfyUI's `JinaClip2TextModel`): `encode_token_weights` gives
     (last states, mean-pooled, {"attention_mask"})."""
 
     options: Any = None
-    default_options: Any = None
     can_generate = False
 
     def __init__(self, config: JinaConfig, transformer: XLMRobertaModel) -> None:
@@ -305,18 +304,6 @@ class JinaClip2TextModel(nn.Module):
     def set_clip_options(self, options: Mapping[str, Any]) -> None:
         """ComfyUI's `set_clip_options`: the tower reads only its last states (intermediate outputs
         are not implemented in ComfyUI's either)."""
-
-    def reset_clip_options(self) -> None:
-        self.options = self.default_options
-
-    @contextmanager
-    def using_options(self, options: Any) -> Iterator[None]:
-        saved = self.options
-        self.options = options
-        try:
-            yield
-        finally:
-            self.options = saved
 
     def token_embedding(self) -> nn.Module:
         return self.transformer.get_input_embeddings()

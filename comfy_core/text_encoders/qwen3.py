@@ -36,9 +36,8 @@ them). Stop tokens are Qwen3's `<|endoftext|>` 151643 and `<|im_end|>` 151645.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +53,7 @@ from comfy_core.text_encoders.errors import TextEncoderDetectionError, TextEncod
 from comfy_core.text_encoders.generate import GenerationError, KVCache
 from comfy_core.text_encoders.qwen_tokenizer import PAD_ID
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids
+from comfy_core.text_encoders.tower_options import TowerOptions
 from comfy_core.text_encoders.weighting import interpolate_from_empty
 
 # ComfyUI's `stop_tokens` of its Qwen3 configs: <|endoftext|>, <|im_end|>.
@@ -220,12 +220,11 @@ class Qwen3Transformer(nn.Module):
         return self.get_input_embeddings().weight if head is None else head
 
 
-class Qwen3TextEncoder(nn.Module):
+class Qwen3TextEncoder(TowerOptions, nn.Module):
     """One Qwen3 tower, ComfyUI's `Qwen3_4BModel` surface (an `SDClipModel`) for our
     `TextEncoderSet` (see the module doc)."""
 
     options: Any = None  # the set's EncoderOptions for this slot, else Qwen3Options()
-    default_options: Any = None
     zero_out_masked = False
 
     def __init__(self, config: Qwen3Config, transformer: Qwen3Transformer) -> None:
@@ -270,19 +269,6 @@ class Qwen3TextEncoder(nn.Module):
             layer = options["layer"]
             layer_idx = None if layer is None or abs(layer) > self.num_layers else int(layer)
             self.options = replace(self.options, layer_idx=layer_idx)
-
-    def reset_clip_options(self) -> None:
-        self.options = self.default_options
-
-    @contextmanager
-    def using_options(self, options: Any) -> Iterator[None]:
-        """Run with `options` for the duration, then restore (the encoder set encodes inside it)."""
-        saved = self.options
-        self.options = options
-        try:
-            yield
-        finally:
-            self.options = saved
 
     def token_embedding(self) -> nn.Module:
         """ComfyUI's `transformer.get_input_embeddings()` (a pack may have wrapped it)."""

@@ -27,9 +27,8 @@ multiplies the output states by the token mask, so states after the first end to
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +41,7 @@ from comfy_core.text_encoders.encoder import TokenEmbedding, resolve_layer
 from comfy_core.text_encoders.errors import TextEncoderKeyError, TokenizeError
 from comfy_core.text_encoders.t5_config import T5Config
 from comfy_core.text_encoders.token_chunks import EmbeddingOverride, chunks_to_ids
+from comfy_core.text_encoders.tower_options import TowerOptions
 from comfy_core.text_encoders.weighting import interpolate_from_empty
 
 
@@ -112,7 +112,7 @@ def attention_mask_of(ids: torch.Tensor, end_token: int = T5_END) -> torch.Tenso
     return (seen_before == 0).to(torch.long)
 
 
-class T5TextEncoder(nn.Module):
+class T5TextEncoder(TowerOptions, nn.Module):
     """One T5 tower, ComfyUI's `T5XXLModel` surface (an `SDClipModel`) for our `TextEncoderSet`.
 
     `transformer` is transformers' `T5EncoderModel` without its tied `encoder.embed_tokens`
@@ -122,7 +122,6 @@ class T5TextEncoder(nn.Module):
     """
 
     options: Any = None  # the set's EncoderOptions for this slot, else T5Options()
-    default_options: Any = None
     zero_out_masked = False  # ComfyUI's SDClipModel switch: output states times the token mask
 
     def __init__(self, config: T5Config, transformer: nn.Module, attention_mask: bool = False) -> None:
@@ -168,19 +167,6 @@ class T5TextEncoder(nn.Module):
             layer = options["layer"]
             layer_idx = None if layer is None or abs(layer) > self.num_layers else int(layer)
             self.options = replace(self.options, layer_idx=layer_idx)
-
-    def reset_clip_options(self) -> None:
-        self.options = self.default_options
-
-    @contextmanager
-    def using_options(self, options: Any) -> Iterator[None]:
-        """Run with `options` for the duration, then restore (the encoder set encodes inside it)."""
-        saved = self.options
-        self.options = options
-        try:
-            yield
-        finally:
-            self.options = saved
 
     def token_embedding(self) -> nn.Module:
         """ComfyUI's `transformer.get_input_embeddings()` (a pack may have wrapped it)."""

@@ -98,10 +98,11 @@ class LensTEModel(TextEncoderSet):
     # the tower is the child module `gpt_oss` (the slot), ComfyUI's attribute name too
 
     def set_clip_options(self, options: Mapping[str, Any]) -> None:
-        pass
+        """Nothing to set: the conditioning is always the fixed taps (blocks 5 / 11 / 17 / 23), so
+        layer choices (CLIPSetLastLayer) have nothing to act on."""
 
     def reset_clip_options(self) -> None:
-        pass
+        """Nothing to reset (see `set_clip_options`)."""
 
     def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
                              projected_pooled: bool = True) -> tuple:

@@ -85,10 +85,11 @@ class MiniMaxMusic3TEModel(TextEncoderSet):
         return self.encoder(SLOT)
 
     def set_clip_options(self, options: Mapping[str, Any]) -> None:
-        pass
+        """Nothing to set: the encoder writes audio codes by generation, not a chosen layer's states,
+        so layer choices (CLIPSetLastLayer) have nothing to act on."""
 
     def reset_clip_options(self) -> None:
-        pass
+        """Nothing to reset (see `set_clip_options`)."""
 
     def encode_token_weights(self, tokens: Mapping[str, Any], layer_idx: int | None = None,
                              projected_pooled: bool = True) -> tuple:
