@@ -294,7 +294,9 @@ def serve(config: ServerConfig) -> int:
 
     started = time.perf_counter()
     try:
-        state = build_state(config)
+        # Packs import after the server listens when the last start's record of them still holds
+        # (web/pack_start.py); not with --ray (workers import their own) or --quick-test-for-ci.
+        state = build_state(config, defer_packs=config.ray is None and not config.quick_test_for_ci)
     except (ModelFolderError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -10,12 +10,15 @@ e.g. on the development machine (the packs' requirements live in the packvenv en
         --comfy-python /work/scratch/packvenv/bin/python --runs 3
 
 The packs (by default `DEFAULT_PACKS`: 36 popular packs that load alone on both servers, see
-docs/pack-report.md and docs/packs.md; `--packs` names others) are linked into a fresh temporary
-base directory's `custom_nodes/` for every run. Each run is a fresh process of `main.py --cpu
---listen 127.0.0.1 --port P --base-directory BASE`, ours and ComfyUI's alternating (ours first;
-`--before DIR`, a checkout of an earlier commit of this repository, e.g. `git archive HEAD | tar
--x -C DIR`, runs in between as a third side), timed from launch to the first successful
-`/object_info` answer. `--warmup` unmeasured runs of each side come first: compiled files go to
+docs/pack-report.md and docs/packs.md; `--packs` names others) are linked into one temporary
+base directory's `custom_nodes/` per side, kept for all of that side's runs (a restart, as on a
+machine that has served before: ours then finds the pack record its last start left in `user/`,
+web/pack_start.py, and answers before the packs import). Each run is a fresh process of `main.py
+--cpu --listen 127.0.0.1 --port P --base-directory BASE`, ours and ComfyUI's alternating (ours
+first; `--before DIR`, a checkout of an earlier commit of this repository, e.g. `git archive HEAD
+| tar -x -C DIR`, runs in between as a third side), timed from launch to the first successful
+`/object_info` answer, and to the packs imported (ours reports it in `GET /custom_nodes/status`;
+ComfyUI imports them before it answers at all, so there both times are the same). `--warmup` unmeasured runs of each side come first: compiled files go to
 one temporary `PYTHONPYCACHEPREFIX` folder that the warm-up fills (nothing is written into
 ComfyUI's checkout), and the files are then in the page cache, as on a machine that has started
 the server before.
@@ -78,6 +81,7 @@ class Run:
     """One server start."""
 
     seconds: float
+    ready: float  # to the packs imported: = seconds where the server imports them before it listens
     cpu: float  # CPU seconds the server process used until it answered (all its threads)
     nodes: int
     pack_nodes: int
@@ -111,49 +115,75 @@ def import_times(log: str) -> tuple[dict[str, float], list[str]]:
     return times, failed
 
 
-def start_once(python: str, main: Path, packs: list[Path], env: dict[str, str]) -> Run:
-    """Launch one server with `packs` in a fresh base directory; seconds to the first /object_info."""
-    with tempfile.TemporaryDirectory(prefix="pack_startup_") as tmp:
-        base = Path(tmp)
-        nodes_dir = base / "custom_nodes"
-        nodes_dir.mkdir()
-        for pack in packs:
-            (nodes_dir / pack.name).symlink_to(pack.resolve(), target_is_directory=pack.is_dir())
-        port = _free_port()
-        log_path = base / "server.log"
-        command = [python, str(main), "--cpu", "--listen", "127.0.0.1", "--port", str(port),
-                   "--base-directory", str(base)]
-        with open(log_path, "w") as log_file:
-            start = time.perf_counter()
-            proc = subprocess.Popen(command, cwd=main.parent, stdout=log_file, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
-            try:
-                info = None
-                while info is None:
-                    if proc.poll() is not None:
-                        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-                        raise RuntimeError(f"{main} exited with {proc.returncode} before answering: " + " | ".join(tail))
-                    if time.perf_counter() - start > TIMEOUT_S:
-                        raise RuntimeError(f"{main}: no /object_info answer within {TIMEOUT_S:.0f} s")
-                    try:
-                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/object_info", timeout=120) as answer:
-                            if answer.status == 200:
-                                info = json.loads(answer.read())
-                    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                        time.sleep(0.05)
-                seconds = time.perf_counter() - start
-                cpu = _cpu_seconds(proc.pid)
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        proc.wait()
-        times, failed = import_times(log_path.read_text(errors="replace"))
+def make_base(packs: list[Path]) -> tempfile.TemporaryDirectory:
+    """A base directory with `packs` linked into its custom_nodes/, kept for all of one side's runs
+    (the pack record a start leaves in user/ is then there for the next, as on a machine that has
+    served before)."""
+    base = tempfile.TemporaryDirectory(prefix="pack_startup_")
+    nodes_dir = Path(base.name) / "custom_nodes"
+    nodes_dir.mkdir()
+    for pack in packs:
+        (nodes_dir / pack.name).symlink_to(pack.resolve(), target_is_directory=pack.is_dir())
+    return base
+
+
+def _get_json(port: int, path: str) -> object | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=120) as answer:
+            return json.loads(answer.read()) if answer.status == 200 else None
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+        return None
+
+
+def start_once(python: str, main: Path, base: Path, env: dict[str, str]) -> Run:
+    """Launch one server on `base` (see make_base); seconds to the first /object_info, and to the
+    packs imported (ours says so in GET /custom_nodes/status's `importing`; a server without it
+    imported them before it answered). Ours is stopped only once its pack record exists."""
+    port = _free_port()
+    log_path = base / f"server-{port}.log"
+    command = [python, str(main), "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+               "--base-directory", str(base)]
+    with open(log_path, "w") as log_file:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=main.parent, stdout=log_file, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+        try:
+            def alive_or_raise() -> None:
+                if proc.poll() is not None:
+                    tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+                    raise RuntimeError(f"{main} exited with {proc.returncode}: " + " | ".join(tail))
+                if time.perf_counter() - start > TIMEOUT_S:
+                    raise RuntimeError(f"{main}: not ready within {TIMEOUT_S:.0f} s")
+            info = None
+            while info is None:
+                alive_or_raise()
+                info = _get_json(port, "/object_info")
+                if info is None:
+                    time.sleep(0.05)
+            seconds = time.perf_counter() - start
+            cpu = _cpu_seconds(proc.pid)
+            status = _get_json(port, "/custom_nodes/status")
+            reports = isinstance(status, dict) and "importing" in status
+            while reports and status.get("importing"):
+                alive_or_raise()
+                time.sleep(0.05)
+                status = _get_json(port, "/custom_nodes/status") or status
+            ready = time.perf_counter() - start if reports else seconds
+            record = base / "user" / "pack_record.json"
+            while reports and not record.is_file():
+                alive_or_raise()
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    times, failed = import_times(log_path.read_text(errors="replace"))
     pack_nodes = sum(1 for node in info.values() if str(node.get("python_module", "")).startswith("custom_nodes."))
-    return Run(seconds, cpu, len(info), pack_nodes, os.getloadavg()[0], failed, times)
+    return Run(seconds, ready, cpu, len(info), pack_nodes, os.getloadavg()[0], failed, times)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -202,13 +232,15 @@ def main(argv: list[str] | None = None) -> int:
         sides["before"] = (args.python, args.before / "main.py")
     sides["ComfyUI"] = (args.comfy_python, args.comfyui / "main.py")
     runs: dict[str, list[Run]] = {side: [] for side in sides}
+    bases = {side: make_base(packs) for side in sides}
     try:
         for index in range(args.warmup + args.runs):
             measured = index >= args.warmup
             for side, (python, main_py) in sides.items():
-                run = start_once(python, main_py, packs, env)
+                run = start_once(python, main_py, Path(bases[side].name), env)
                 label = f"run {index - args.warmup + 1}" if measured else "warm-up"
-                print(f"{label:8} {side:8} {run.seconds:7.2f} s (CPU {run.cpu:6.2f} s)  nodes {run.nodes} "
+                print(f"{label:8} {side:8} {run.seconds:7.2f} s (CPU {run.cpu:6.2f} s), packs imported at "
+                      f"{run.ready:6.2f} s  nodes {run.nodes} "
                       f"({run.pack_nodes} from packs)  load {run.load:.2f}"
                       + (f"  failed: {', '.join(run.failed)}" if run.failed else ""), flush=True)
                 if measured:
@@ -216,8 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         print(f"load average after: {_load()}", flush=True)
         pycache.cleanup()
+        for base in bases.values():
+            base.cleanup()
 
     medians = {side: statistics.median(r.seconds for r in rs) for side, rs in runs.items()}
+    ready = {side: statistics.median(r.ready for r in rs) for side, rs in runs.items()}
     cpu = {side: statistics.median(r.cpu for r in rs) for side, rs in runs.items()}
     for side, rs in runs.items():
         print(f"{side:8} median {medians[side]:.2f} s to the first /object_info over {len(rs)} runs "
@@ -226,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     for side in sides:
         if side != "ComfyUI":
             print(f"ratio {side} / ComfyUI: {medians[side] / medians['ComfyUI']:.2f}x "
-                  f"(CPU {cpu[side] / cpu['ComfyUI']:.2f}x)")
+                  f"(CPU {cpu[side] / cpu['ComfyUI']:.2f}x); packs imported (ready for their prompts and routes): "
+                  f"{ready[side]:.2f} s against {ready['ComfyUI']:.2f} s, {ready[side] / ready['ComfyUI']:.2f}x")
 
     print("\nper-pack import times (median of the measured runs, seconds, from each server's log):")
     print(f"{'pack':40}" + "".join(f" {side:>8}" for side in sides))

@@ -176,15 +176,24 @@ class CompatSession:
     def bind(self, state: Any) -> None:
         """Attach to a built server state (web.state.AppState) before its app is created: packs'
         routes and on_prompt handlers are served, send_sync reaches its sockets, and
-        GET /custom_nodes/status lists the packs."""
+        GET /custom_nodes/status lists the packs.
+
+        With `state.pack_load` (packs import after the server listens, web/pack_start.py) the
+        application packs fill stays apart from the served one, which is frozen before they
+        import; web/pack_start.py serves its routes and middlewares once they have."""
         from compat.status import status_routes
 
         self.state = state
-        # The application packs see as PromptServer.instance.app is the one served, also when
-        # a pack first reads it later (once served, its router is frozen, as in ComfyUI).
-        state.pack_app = self.pack_app()
-        self._serve_extension_web_dirs(state)
-        state.extra_routes.append(self._routes_in_session())
+        pack_load = getattr(state, "pack_load", None)  # hosts' states without the field: packs loaded first
+        if pack_load is None:
+            # The application packs see as PromptServer.instance.app is the one served, also when
+            # a pack first reads it later (once served, its router is frozen, as in ComfyUI).
+            state.pack_app = self.pack_app()
+            state.extra_routes.append(self.routes_in_session())
+        else:
+            pack_load.pack_app = self.pack_app()
+            pack_load.session = self
+        self.serve_extension_web_dirs(state)
         state.extra_routes.append(status_routes(self))
         state.on_prompt_handlers.extend(self.on_prompt_handlers)
         self.on_prompt_handlers = state.on_prompt_handlers  # later additions go straight there
@@ -205,7 +214,7 @@ class CompatSession:
         else:
             self._node_replacements.append(replacement)
 
-    def _serve_extension_web_dirs(self, state: Any) -> None:
+    def serve_extension_web_dirs(self, state: Any) -> None:
         """Entries packs wrote into `nodes.EXTENSION_WEB_DIRS` are served like WEB_DIRECTORY
         folders: on the pack of that name, or as a web-only entry of their own."""
         from graph.packs import PackResult
@@ -221,7 +230,7 @@ class CompatSession:
                 state.packs.append(PackResult(name=name, path=Path(folder), ok=True, error=None, seconds=0.0,
                                               web_directory=Path(folder), module=None))
 
-    def _routes_in_session(self) -> Any:
+    def routes_in_session(self) -> Any:
         """Packs' routes, each handler run with this session active (so its `folder_paths` and
         `PromptServer.instance` are this server's even when several servers share a process)."""
         import functools

@@ -8,9 +8,13 @@ from aiohttp import web
 
 
 def pack_status(session: Any) -> dict:
-    """The JSON body: `{"packs": [...], "prestartup": [...]}` in load order."""
+    """The JSON body: `{"packs": [...], "prestartup": [...], "importing": bool}` in load order.
+    `importing`: the packs are still importing after the server started listening
+    (web/pack_start.py); `packs` then lists the last start's record of them."""
+    load = getattr(session.state, "pack_load", None)
+    importing = load is not None and not load.done
     packs = []
-    for pack in session.packs:
+    for pack in (session.state.packs if importing else session.packs):
         packs.append({
             "name": pack.name, "path": str(pack.path), "ok": pack.ok, "error": pack.error,
             "seconds": round(pack.seconds, 4),
@@ -24,7 +28,7 @@ def pack_status(session: Any) -> dict:
         })
     prestartup = [{"name": r.name, "path": str(r.path), "ok": r.ok, "error": r.error,
                    "seconds": round(r.seconds, 4)} for r in session.prestartup]
-    return {"packs": packs, "prestartup": prestartup}
+    return {"packs": packs, "prestartup": prestartup, "importing": importing}
 
 
 def status_routes(session: Any) -> web.RouteTableDef:

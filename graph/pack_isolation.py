@@ -32,6 +32,7 @@ hangs is still abandoned on time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import logging
@@ -203,6 +204,39 @@ class _Request:
 _RUNNING = threading.local()  # .call: the _Call a pool thread is running (None between calls)
 
 
+# The main thread's running event loop while packs load in another thread (a server that listens
+# before its packs import, web/pack_start.py): what only the main thread may do is handed to it.
+_main_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar(
+    "pack_isolation_main_loop", default=None)
+
+
+@contextlib.contextmanager
+def loading_beside_main_loop(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Around a load run outside the main thread while `loop` runs in it: a pack's
+    `signal.signal()` is then done by the main thread, as when packs load there."""
+    token = _main_loop.set(loop)
+    try:
+        yield
+    finally:
+        _main_loop.reset(token)
+
+
+def on_main_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` here, or on the main thread's loop (`loading_beside_main_loop`) from another thread."""
+    loop = _main_loop.get()
+    if loop is None or threading.current_thread() is threading.main_thread() or loop.is_closed():
+        return fn(*args)
+    done: "concurrent.futures.Future[T]" = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 -- raised again in the asking thread
+            done.set_exception(exc)
+    loop.call_soon_threadsafe(run)
+    return done.result()
+
+
 def _forwarding_signal(original: Callable[..., Any]) -> Callable[..., Any]:
     """`signal.signal` as pack code sees it while packs load: in a pool thread running a bounded
     call, the handler is set by the thread that waits for the call (the main thread when the
@@ -210,10 +244,10 @@ def _forwarding_signal(original: Callable[..., Any]) -> Callable[..., Any]:
     def signal_(signalnum: Any, handler: Any) -> Any:
         call = getattr(_RUNNING, "call", None)
         if call is not None and threading.current_thread() is not threading.main_thread():
-            served, previous = call.in_waiting_thread(lambda: original(signalnum, handler))
+            served, previous = call.in_waiting_thread(lambda: on_main_thread(original, signalnum, handler))
             if served:
                 return previous
-        return original(signalnum, handler)
+        return on_main_thread(original, signalnum, handler)
     signal_.__name__ = "signal"
     signal_.__doc__ = original.__doc__
     return signal_
@@ -287,12 +321,18 @@ def caller_event_loop() -> asyncio.AbstractEventLoop | None:
         # the thread's set loop, read without making one (asyncio has no public reader for it)
         loop = getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
     if loop is None and threading.current_thread() is threading.main_thread():
-        global _MAIN_FALLBACK_LOOP
-        with _FALLBACK_LOCK:
-            if _MAIN_FALLBACK_LOOP is None or _MAIN_FALLBACK_LOOP.is_closed():
-                _MAIN_FALLBACK_LOOP = asyncio.new_event_loop()
-            loop = _MAIN_FALLBACK_LOOP
+        loop = main_fallback_loop()
     return loop
+
+
+def main_fallback_loop() -> asyncio.AbstractEventLoop:
+    """The loop asyncio would have made for the main thread on a pack's first get_event_loop()
+    (made once, kept for the process: packs hold on to what they got)."""
+    global _MAIN_FALLBACK_LOOP
+    with _FALLBACK_LOCK:
+        if _MAIN_FALLBACK_LOOP is None or _MAIN_FALLBACK_LOOP.is_closed():
+            _MAIN_FALLBACK_LOOP = asyncio.new_event_loop()
+        return _MAIN_FALLBACK_LOOP
 
 
 # The loop asyncio would have made for the main thread on a pack's first get_event_loop(): one,

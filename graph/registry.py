@@ -7,7 +7,7 @@ built-in node (ComfyUI ignores such keys; `graph.packs` logs and skips them).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from graph.errors import DuplicateNodeTypeError, UnknownNodeTypeError
 from graph.native import spec_of
@@ -83,10 +83,13 @@ class Registry:
         return list(self._specs.values())
 
     # -- /object_info -------------------------------------------------------------------------
-    def object_info(self, env: Any = None) -> dict:
-        """`{class_type: info}` for every node; a node whose inputs fail to render is left out."""
+    def object_info(self, env: Any = None, names: Iterable[str] | None = None) -> dict:
+        """`{class_type: info}` for every node (or those of `names`); a node whose inputs fail to
+        render is left out. Safe while another thread adds nodes (a server importing packs in the
+        background, web/pack_start.py): it walks a copy of the table."""
         out: dict[str, dict] = {}
-        for class_type, spec in self._specs.items():
+        specs = list(self._specs.items()) if names is None else [(n, self._specs[n]) for n in names if n in self._specs]
+        for class_type, spec in specs:
             try:
                 out[class_type] = node_info(spec, env)
             except Exception:  # noqa: BLE001 -- ComfyUI drops only the broken node

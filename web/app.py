@@ -24,6 +24,7 @@ from web.asset_outputs import output_assets
 from web.config import ServerConfig
 from web.connections import LimitedAppRunner, body_timeout_middleware
 from web.middlewares import middlewares_for
+from web.pack_start import late_pack_routes, run_deferred_load
 from web.routes_assets import add_asset_routes
 from web.routes_files import file_routes
 from web.routes_info import extension_urls, info_routes
@@ -46,6 +47,8 @@ API_PREFIX = "/api"
 _WARM_UP: web.AppKey[bool] = web.AppKey("comfy_engine_warm_up", bool)
 # The warm-up task, once started (a list set up front: an app's keys are frozen once it runs).
 _WARM_UP_TASK: web.AppKey[list] = web.AppKey("comfy_engine_warm_up_task", list)
+# What the queue worker still waits for ("runtime", "packs"); it starts once this is empty.
+_WORKER_GATES: web.AppKey[set] = web.AppKey("comfy_engine_worker_gates", set)
 
 
 def add_api_routes(app: web.Application, routes: Iterable[web.AbstractRouteDef]) -> None:
@@ -86,10 +89,15 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
         middlewares.append(auth_middleware(state.auth))
     if state.config.compress_response_body:
         middlewares.append(compress_body)
+    if state.pack_load is not None:  # innermost: packs import after the server listens (web/pack_start.py)
+        middlewares.append(late_pack_routes(state, state.pack_load.pack_app))
     app = _app_with(state, middlewares)
     app[STATE_KEY] = state
     app[_WARM_UP] = warm_up
     app[_WARM_UP_TASK] = []
+    # what the queue worker waits for: torch (the warm-up) and packs imported after listening
+    app[_WORKER_GATES] = {name for name, closed in (("runtime", warm_up), ("packs", state.pack_load is not None))
+                          if closed}
     tables = [prompt_routes(), jobs_routes(), info_routes(), file_routes(), ws_routes(), library_routes(state)]
     tables.append(log_routes(app))  # /internal/logs* (web/routes_logs.py)
     tables.append(subgraph_routes(state))  # /global_subgraphs*, /node_replacements (web/routes_subgraphs.py)
@@ -172,8 +180,27 @@ async def _on_startup(app: web.Application) -> None:
     else:
         state.worker = QueueWorker(state.queue, state.hub, state.executor, state.store, memory=state.env.memory,
                                    preview_size=state.config.preview_size, assets=output_assets(app))
-    if not app[_WARM_UP]:
+    _open_worker_gate(app, None)
+
+
+def _open_worker_gate(app: web.Application, gate: str | None) -> None:
+    """`gate` is open (None: none yet); start the queue worker once none is left closed, never
+    once shutdown has cancelled the background tasks."""
+    state = app[STATE_KEY]
+    app[_WORKER_GATES].discard(gate)
+    shutting_down = any(t.cancelling() or t.cancelled() for t in app[_WARM_UP_TASK])
+    if (not app[_WORKER_GATES] and state.worker is not None and not state.worker.started
+            and not shutting_down):
         state.worker.start()
+
+
+def start_pack_load(app: web.Application) -> asyncio.Task:
+    """Import the packs in the background (web/pack_start.py); the queue worker waits for it."""
+    task = asyncio.get_running_loop().create_task(
+        run_deferred_load(app, app[STATE_KEY], on_done=lambda: _open_worker_gate(app, "packs")),
+        name="pack-load")
+    app[_WARM_UP_TASK].append(task)
+    return task
 
 
 def start_warm_up(app: web.Application) -> asyncio.Task:
@@ -185,13 +212,13 @@ def start_warm_up(app: web.Application) -> asyncio.Task:
     state = app[STATE_KEY]
     loop = asyncio.get_running_loop()
 
-    def start_worker() -> None:  # on the event loop; never once shutdown has cancelled the warm-up
-        shutting_down = any(t.cancelling() or t.cancelled() for t in app[_WARM_UP_TASK])
-        if state.worker is not None and not state.worker.started and not shutting_down:
-            state.worker.start()
+    def start_worker() -> None:  # on the event loop
+        _open_worker_gate(app, "runtime")
 
-    def busy() -> bool:  # read from the warm-up thread: two plain reads
-        return state.queue.remaining > 0
+    def busy() -> bool:  # read from the warm-up thread: plain reads
+        # a prompt runs or waits, or packs are importing in the background (they import what they
+        # need themselves; the rest of the runtime would only compete with them for the interpreter)
+        return state.queue.remaining > 0 or (state.pack_load is not None and not state.pack_load.done)
 
     async def run() -> None:
         try:
@@ -209,7 +236,7 @@ def start_warm_up(app: web.Application) -> asyncio.Task:
 
 def warm_up_task(app: web.Application) -> asyncio.Task | None:
     """The app's background warm-up (`start_warm_up`), or None when it has none."""
-    tasks = app[_WARM_UP_TASK]
+    tasks = [t for t in app[_WARM_UP_TASK] if t.get_name() == "warm-up"]
     return tasks[0] if tasks else None
 
 
@@ -220,6 +247,10 @@ async def _on_shutdown(app: web.Application) -> None:
     if state.worker is not None:  # the running prompt is interrupted and recorded first
         await state.worker.stop()
     await state.hub.close_all()
+    pack_app = state.pack_load.pack_app if state.pack_load is not None else None
+    if pack_app is not None and pack_app.frozen:  # its on_startup hooks ran (web/pack_start.py)
+        await pack_app.shutdown()
+        await pack_app.cleanup()
 
 
 async def _on_cleanup(app: web.Application) -> None:
@@ -250,6 +281,8 @@ async def start_server(state: AppState, *, frontend: bool = True, extra_routes: 
         raise
     if warm_up:
         start_warm_up(app)
+    if state.pack_load is not None:
+        start_pack_load(app)
     scheme = state.config.scheme
     urls = []
     for address in runner.addresses:

@@ -60,6 +60,16 @@ def memory_factory(reserve_vram_gb: float | None, vram_mode: str | None = None) 
     return build
 
 
+def pack_folders(config: ServerConfig, custom_dirs: list[Path]) -> tuple[list[Path], dict]:
+    """The custom-node folders packs load from (none when all are disabled and nothing is
+    whitelisted), and the loaders' keyword arguments (the whitelist)."""
+    whitelist = list(config.whitelist_custom_nodes)
+    load_packs = not (config.disable_all_custom_nodes and not whitelist)
+    existing = [d for d in custom_dirs if d.is_dir()] if load_packs else []
+    kwargs = {"whitelist": whitelist} if config.disable_all_custom_nodes else {}
+    return existing, kwargs
+
+
 def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_session: Any = None
                    ) -> tuple[Any, list[Any]]:
     """Built-in nodes plus custom-node packs (unless disabled; the whitelist still loads).
@@ -70,28 +80,53 @@ def build_registry(config: ServerConfig, custom_dirs: list[Path], *, compat_sess
     from nodes import register_builtin_nodes
 
     registry = compat_session.registry if compat_session is not None else Registry()
-    packs: list[Any] = []
-    whitelist = list(config.whitelist_custom_nodes)
-    load_packs = not (config.disable_all_custom_nodes and not whitelist)
-    existing = [d for d in custom_dirs if d.is_dir()] if load_packs else []
-    kwargs = {"whitelist": whitelist} if config.disable_all_custom_nodes else {}
+    existing, kwargs = pack_folders(config, custom_dirs)
     if existing and compat_session is not None:
         # ComfyUI's order: prestartup scripts run before torch or any node module is imported.
         compat_session.run_prestartup(existing, **kwargs)
     register_builtin_nodes(registry)
-    if existing:
-        from graph.packs import limits_for_loads, load_custom_nodes
-
-        # how long a pack's import / INPUT_TYPES() may take before it is abandoned (graph/pack_isolation.py)
-        with limits_for_loads(pack_limits(config)):
-            if compat_session is not None:
-                packs = list(compat_session.load_packs(existing, **kwargs))
-            else:
-                packs = list(load_custom_nodes(registry, existing, **kwargs))
-        for pack in packs:
-            mark = "" if pack.ok else " (IMPORT FAILED)"
-            log.info("%8.3f seconds: %s%s", pack.seconds, pack.path, mark)
+    packs = load_packs(config, registry, existing, kwargs, compat_session) if existing else []
     return registry, packs
+
+
+def load_packs(config: ServerConfig, registry: Any, existing: list[Path], kwargs: dict,
+               compat_session: Any = None) -> list[Any]:
+    """Import the packs of `existing` into `registry` (through the compat session when given)."""
+    from graph.packs import limits_for_loads, load_custom_nodes
+
+    # how long a pack's import / INPUT_TYPES() may take before it is abandoned (graph/pack_isolation.py)
+    with limits_for_loads(pack_limits(config)):
+        if compat_session is not None:
+            packs = list(compat_session.load_packs(existing, **kwargs))
+        else:
+            packs = list(load_custom_nodes(registry, existing, **kwargs))
+    for pack in packs:
+        mark = "" if pack.ok else " (IMPORT FAILED)"
+        log.info("%8.3f seconds: %s%s", pack.seconds, pack.path, mark)
+    return packs
+
+
+def deferred_pack_load(config: ServerConfig, custom_dirs: list[Path], session: Any) -> Any:
+    """When the last complete pack load's record is still valid (web/pack_start.py): the built-in
+    nodes registered, prestartup scripts run, and the packs' import handed back as a
+    `DeferredPackLoad` to run once the server listens. Else None (nothing done)."""
+    from nodes import register_builtin_nodes
+    from web.pack_start import DeferredPackLoad, fingerprint, read_record
+
+    existing, kwargs = pack_folders(config, custom_dirs)
+    if not existing:
+        return None
+    whitelist = kwargs.get("whitelist")
+    record = read_record(session.env.user_dir, fingerprint(existing, whitelist))
+    if record is None:
+        return None
+    session.run_prestartup(existing, **kwargs)
+    register_builtin_nodes(session.registry)
+    session.extension_web_dirs.update(record.extension_web_dirs)
+    return DeferredPackLoad(record=record,
+                            load=lambda: load_packs(config, session.registry, existing, kwargs, session),
+                            fingerprint_after=lambda: fingerprint(existing, whitelist),
+                            builtin_names=frozenset(session.registry))
 
 
 def pack_limits(config: ServerConfig) -> Any:
@@ -99,6 +134,18 @@ def pack_limits(config: ServerConfig) -> Any:
     from graph.pack_isolation import PackLimits
 
     return PackLimits(config.custom_node_import_timeout or None, config.custom_node_call_timeout or None)
+
+
+def _record_in_background(state: Any, custom_dirs: list[Path], session: Any) -> None:
+    """Write the next start's pack record for the load just done, in a daemon thread (rendering
+    every pack node's /object_info entry takes a moment; the server is not kept waiting for it)."""
+    import threading
+
+    from web.pack_start import fingerprint, save_record
+
+    existing, kwargs = pack_folders(state.config, custom_dirs)
+    after = fingerprint(existing, kwargs.get("whitelist"))  # now: packs may write files at import
+    threading.Thread(target=save_record, args=(state, after, session), name="pack-record", daemon=True).start()
 
 
 def cache_config(config: ServerConfig) -> Any:
@@ -119,11 +166,14 @@ def build_executor(config: ServerConfig, registry: Any, env: Any, session: Any) 
                     recover=env.memory.recover if env.memory else None)
 
 
-def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] | None = None) -> Any:
+def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] | None = None,
+                defer_packs: bool = False) -> Any:
     """Everything a server needs, ready for `web.app.create_app`; prompts a dead server left
     running are recorded as interrupted, pending ones are queued again.
 
     `registry` (with `packs`) replaces the built-in + custom-node registry (tests, embedders).
+    `defer_packs`: when the pack record of the last start is valid, packs import after the server
+    listens (`state.pack_load`, web/pack_start.py); a load done here writes the record.
     """
     from web.hub import WebSocketHub
     from web.prompt_queue import PromptQueue
@@ -136,10 +186,15 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
 
     started = time.perf_counter()
     env, custom_dirs = build_environment(config)
+    pack_load = None
     if registry is None:
         # ComfyUI's import surface for packs; comfy.cli_args answers for this server while packs import
         session = compat.install(env, Registry(), comfy_args=comfy_args(config))
-        registry, packs = build_registry(config, custom_dirs, compat_session=session)
+        pack_load = deferred_pack_load(config, custom_dirs, session) if defer_packs else None
+        if pack_load is not None:
+            registry, packs = session.registry, pack_load.record.pack_results()
+        else:
+            registry, packs = build_registry(config, custom_dirs, compat_session=session)
     else:
         session = compat.install(env, registry, comfy_args=comfy_args(config))
     packs = list(packs or [])
@@ -155,6 +210,8 @@ def build_state(config: ServerConfig, *, registry: Any = None, packs: list[Any] 
     log.info("state built in %.2f s: %d node types, %d packs, %d prompts pending",
              time.perf_counter() - started, len(registry), len(packs), len(queue.pending()))
     state = AppState(config=config, env=env, registry=registry, executor=executor, store=store, queue=queue,
-                     hub=hub, packs=packs)
+                     hub=hub, packs=packs, pack_load=pack_load)
     session.bind(state)  # packs' routes, on_prompt handlers, send_sync, GET /custom_nodes/status
+    if defer_packs and pack_load is None and packs:
+        _record_in_background(state, custom_dirs, session)
     return state

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from compat.feature_flags import core_features, server_features
 from compat.version import COMFYUI_VERSION
+from web import pack_start
 from web.state import AppState, state_of
 from web.warmup import loaded_module
 
@@ -184,16 +185,13 @@ def info_routes() -> web.RouteTableDef:
 
     @routes.get("/object_info")
     async def object_info(request: web.Request) -> web.Response:
-        state = state_of(request)
-        # Combo callables list model folders; keep that disk work off the event loop.
-        info = await asyncio.to_thread(state.registry.object_info, state.env)
-        return web.json_response(info)
+        # Combo callables list model folders: web/pack_start.py keeps that disk work off the event
+        # loop (and answers the packs' nodes from the last start's record while they import).
+        return web.json_response(await pack_start.object_info(state_of(request)))
 
     @routes.get("/object_info/{node_class}")
     async def object_info_one(request: web.Request) -> web.Response:
-        state = state_of(request)
-        info = await asyncio.to_thread(state.registry.object_info_for, request.match_info["node_class"], state.env)
-        return web.json_response(info)
+        return web.json_response(await pack_start.object_info_for(state_of(request), request.match_info["node_class"]))
 
     @routes.get("/system_stats")
     async def get_system_stats(request: web.Request) -> web.Response:

@@ -46,6 +46,7 @@ from web.bodies import BadRequestBody, read_json
 from web.prompt_queue import PromptStateError, QueueControlError, UnknownPromptError
 from web.queue_item import now_ms
 from web.routes_files import is_active_type
+from web.pack_start import node_definitions
 from web.routes_jobs import job_owner
 from web.state import AppState
 from web.store import DB_NAME
@@ -105,7 +106,7 @@ async def _api_prompt(service: V2Service, workflow: dict) -> tuple[dict, str] | 
     if not is_editor_workflow(workflow):
         return workflow, "api"
     state = service.state
-    node_defs = await asyncio.to_thread(state.registry.object_info, state.env)
+    node_defs = await node_definitions(state)
     try:
         missing = unknown_types(workflow, node_defs)
         if missing:

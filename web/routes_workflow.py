@@ -15,13 +15,13 @@ node types this server lacks, a 400 of type `missing_node_type` naming them
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
 
 from graph.editor_workflow import EditorWorkflowError, editor_to_prompt, is_editor_workflow, unknown_types
 from web.bodies import read_json
+from web.pack_start import node_definitions
 from web.state import state_of
 from web.submission import request_error, submit_prompt
 
@@ -50,7 +50,7 @@ def workflow_routes() -> web.RouteTableDef:
                           "expected the editor's saved workflow: an object with \"nodes\" (a list) and \"links\""
                           + (", or {\"workflow\": {...}}" if not wrapped else ""))
         state = state_of(request)
-        node_defs = await asyncio.to_thread(state.registry.object_info, state.env)
+        node_defs = await node_definitions(state)
         try:
             missing = unknown_types(workflow, node_defs)
             if missing:

@@ -31,6 +31,9 @@ Fields (stable; add, don't rename):
   node_replacements  web.node_replacements.NodeReplacements — old node type -> stand-ins
                (`GET /node_replacements`; applied to every POST /prompt before validation);
                packs' node_replacements.json files are loaded by web/routes_subgraphs.py
+  pack_load    web.pack_start.DeferredPackLoad or None — the packs' import when it runs after the
+               server listens (a start with a valid pack record); `await
+               web.pack_start.packs_ready(state)` before anything that needs a pack's nodes
   auth         web.auth.service.AuthService or None — the users mode (--users; web/auth/), built
                by the app factory: who each request is (web.auth.access), quotas, file owners
   on_prompt_handlers  list of callables `(body: dict) -> dict` that may rewrite every POST
@@ -81,6 +84,8 @@ class AppState:
     on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)
     pack_app: web.Application | None = None
     node_replacements: NodeReplacements = field(default_factory=NodeReplacements)
+    # web.pack_start.DeferredPackLoad while packs import after the server listens (else None)
+    pack_load: Any = None
     # web.auth.service.AuthService with --users (built by web/app.py), else None: one user, as ComfyUI
     auth: Any = None
 

@@ -18,6 +18,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from web.pack_start import packs_ready
 from web.prompt_queue import DuplicatePromptError
 from web.queue_item import DEFAULT_OWNER, QueueItem, now_ms, queue_number_problem
 
@@ -132,6 +133,7 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     logged-in user with --users, web.auth.access.owner_of; else "default"), checked against the
     per-user limits when users are on."""
     log.info("got prompt")  # ComfyUI's terminal line for every submission
+    await packs_ready(state)  # packs importing after the server listened: their nodes and on_prompt handlers
     if not isinstance(body, dict):
         return 400, request_error("invalid_prompt", "Invalid request body",
                                   f"the body must be a JSON object, got {type(body).__name__}")
