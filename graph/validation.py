@@ -236,6 +236,14 @@ class _Validator:
                                      name, {"input_name": name, "input_config": info, "received_value": value}))
                 continue
             allowed = _combo_values(ispec, self.env)
+            if allowed is not None and options.get("multiselect") and isinstance(value, list):
+                # a multi-select combo (io.MultiCombo): every chosen item must be an option
+                unknown = [item for item in value if item not in allowed]
+                if unknown:
+                    errors.append(_error("value_not_in_list", "Value not in list",
+                                         f"{name}: {unknown} not in {allowed if len(allowed) <= 20 else len(allowed)}",
+                                         {"input_name": name, "input_config": info, "received_value": value}))
+                continue
             if allowed is not None and value not in allowed:
                 config: Any = info
                 if len(allowed) > 20:

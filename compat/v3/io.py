@@ -23,6 +23,26 @@ from graph.spec import OPTIONAL, REQUIRED, InputSpec, OutputSpec
 class NumberDisplay(str, Enum):
     number = "number"
     slider = "slider"
+    gradient_slider = "gradientslider"
+
+
+class ControlAfterGenerate(str, Enum):
+    """What the editor does to a seed-like widget after each queued run."""
+
+    fixed = "fixed"
+    increment = "increment"
+    decrement = "decrement"
+    randomize = "randomize"
+
+
+def _wire_value(value: Any) -> Any:
+    """An enum option as the plain value `/object_info` carries."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def _rendered(value: Any) -> Any:
+    """An option object (io.RemoteOptions, ...) as its `/object_info` dict (a dict stays as given)."""
+    return value.as_dict() if hasattr(value, "as_dict") else value
 
 
 class Hidden(str, Enum):
@@ -102,17 +122,22 @@ class ComfyType:
     """A wire type: `Type.Input(...)`, `Type.Output(...)`; `io_type` is its wire name."""
 
     io_type: str = "*"
+    Type: Any = Any  # the Python type of the values (ComfyUI's annotation helper: `io.Model.Type`)
     Input = Input
     Output = Output
 
 
+ComfyTypeIO = ComfyType  # ComfyUI's bases for a pack's own types (`@comfytype(...) class X(io.ComfyTypeIO)`)
+ComfyTypeI = ComfyType
+
+
 def comfytype(io_type: str) -> Any:
     """Class decorator (ComfyUI's `@comfytype(io_type=...)`): binds `io_type` on the class and
-    on its nested Input/Output classes (made if missing)."""
+    on subclasses of its Input/Output classes (its own, inherited, or the plain ones)."""
     def decorate(cls: type) -> type:
         cls.io_type = io_type
-        base_in = cls.__dict__.get("Input", Input)
-        base_out = cls.__dict__.get("Output", Output)
+        base_in = getattr(cls, "Input", Input)  # inherited ones too: a subclass of a widget type keeps its widget
+        base_out = getattr(cls, "Output", Output)
         cls.Input = type(f"{cls.__name__}.Input", (base_in,), {"io_type": io_type, "__qualname__": f"{cls.__name__}.Input"})
         cls.Output = type(f"{cls.__name__}.Output", (base_out,), {"io_type": io_type,
                                                                    "__qualname__": f"{cls.__name__}.Output"})
@@ -131,11 +156,11 @@ class Int(ComfyType):
         def __init__(self, id: str, display_name: str | None = None, optional: bool = False,  # noqa: A002
                      tooltip: str | None = None, lazy: bool | None = None, default: int | None = None,
                      min: int | None = None, max: int | None = None, step: int | None = None,  # noqa: A002
-                     control_after_generate: bool | None = None, display_mode: NumberDisplay | None = None,
-                     **kw: Any) -> None:
+                     control_after_generate: bool | ControlAfterGenerate | None = None,
+                     display_mode: NumberDisplay | None = None, **kw: Any) -> None:
             super().__init__(id, display_name, optional, tooltip, lazy, default, min=min, max=max, step=step,
-                             control_after_generate=control_after_generate,
-                             display=display_mode.value if isinstance(display_mode, Enum) else display_mode, **kw)
+                             control_after_generate=_wire_value(control_after_generate),
+                             display=_wire_value(display_mode), **kw)
 
 
 @comfytype("FLOAT")
@@ -175,19 +200,40 @@ class Boolean(ComfyType):
 @comfytype("COMBO")
 class Combo(ComfyType):
     class Input(WidgetInput):
-        """`options`: a list of values or an Enum class (its values)."""
+        """`options`: a list of values or an Enum class (its values). `upload` (an UploadType)
+        renders as `{"image_upload": true}`; `remote` / `remote_combo` (io.RemoteOptions /
+        io.RemoteComboOptions) let the editor fetch the choices, so `options` may be left out
+        (a `remote_combo` takes none) and the server does not check the value against a list."""
 
         def __init__(self, id: str, options: Any = None, display_name: str | None = None,  # noqa: A002
                      optional: bool = False, tooltip: str | None = None, lazy: bool | None = None,
-                     default: Any = None, control_after_generate: bool | None = None, **kw: Any) -> None:
+                     default: Any = None, control_after_generate: bool | ControlAfterGenerate | None = None,
+                     upload: "UploadType | None" = None, image_folder: "FolderType | None" = None,
+                     remote: Any = None, remote_combo: Any = None, **kw: Any) -> None:
+            if remote is not None and remote_combo is not None:
+                raise SchemaError(f"Combo.Input({id!r}): pass either 'remote' or 'remote_combo', not both")
+            if options is not None and remote_combo is not None:
+                raise SchemaError(f"Combo.Input({id!r}): pass either 'options' or 'remote_combo', not both")
             if isinstance(options, type) and issubclass(options, Enum):
                 options = [m.value for m in options]
-                default = default.value if isinstance(default, Enum) else default
-            if options is None or isinstance(options, (str, bytes)) or not hasattr(options, "__iter__"):
+            if options is None and (remote is not None or remote_combo is not None):
+                self.values: list | None = None  # the editor fetches them: rendered without "options"
+            elif options is None or isinstance(options, (str, bytes)) or not hasattr(options, "__iter__"):
                 raise SchemaError(f"Combo.Input({id!r}): options must be a list or an Enum, got {options!r}")
-            self.values = list(options)
-            super().__init__(id, display_name, optional, tooltip, lazy, default,
-                             control_after_generate=control_after_generate, **kw)
+            else:
+                self.values = list(options)
+            flags = {_wire_value(upload): True} if upload is not None else {}
+            super().__init__(id, display_name, optional, tooltip, lazy, _wire_value(default),
+                             control_after_generate=_wire_value(control_after_generate),
+                             image_folder=_wire_value(image_folder),
+                             remote=_rendered(remote), remote_combo=_rendered(remote_combo),
+                             **flags, **kw)
+
+    class Output(Output):
+        def __init__(self, id: str | None = None, display_name: str | None = None,  # noqa: A002
+                     options: list | None = None, tooltip: str | None = None, is_output_list: bool = False) -> None:
+            super().__init__(id, display_name, tooltip, is_output_list)
+            self.options = list(options) if options is not None else []
 
 
 def _plain(name: str, io_type: str) -> type:
@@ -217,6 +263,8 @@ AnyType = _plain("AnyType", "*")
 
 class MultiType:
     """An input accepting several wire types: `MultiType.Input("x", types=[io.Image, io.Mask])`."""
+
+    Type: Any = Any
 
     class Input(Input):
         def __init__(self, id: str | Input, types: list, display_name: str | None = None,  # noqa: A002
@@ -290,7 +338,8 @@ def input_spec_of(node_id: str, item: Any) -> InputSpec:
     if not isinstance(item, Input):
         raise NodeDefinitionError(f"V3 node {node_id!r}: inputs must be io.*.Input objects, got {item!r}")
     section = OPTIONAL if item.optional else REQUIRED
-    type_: Any = item.values if isinstance(item, Combo.Input) else item.get_io_type()
+    listed = isinstance(item, Combo.Input) and item.values is not None
+    type_: Any = item.values if listed else item.get_io_type()  # a remote combo: "COMBO", no list
     return InputSpec(item.id, type_, section, item.options())
 
 
@@ -438,8 +487,9 @@ ComfyNodeV3 = ComfyNode  # an older spelling some packs use
 # -- more of ComfyUI's io names -------------------------------------------------------------------
 # More of ComfyUI's `comfy_api.latest.io` (comfy_api/latest/_io.py): the folder and upload
 # enums and the remaining plain wire types. The dynamic inputs (`MatchType`, `Autogrow`,
-# `DynamicCombo`, `DynamicSlot`) live in compat/v3/dynamic.py, which builds on this module; packs
-# see both as one `io` (compat/v3/public_io.py).
+# `DynamicCombo`, `DynamicSlot`) live in compat/v3/dynamic.py and the types ComfyUI added since
+# (BoundingBox, Tracks, Color, Curve, ...) in compat/v3/io_types.py, both building on this
+# module; packs see them as one `io` (compat/v3/public_io.py).
 
 
 class FolderType(str, Enum):
@@ -474,6 +524,7 @@ FaceAnalysis = _plain("FaceAnalysis", "FACE_ANALYSIS")
 BBOX = _plain("BBOX", "BBOX")
 SEGS = _plain("SEGS", "SEGS")
 MODEL_PATCH = _plain("MODEL_PATCH", "MODEL_PATCH")
+ModelPatch = MODEL_PATCH  # today's name; MODEL_PATCH is an older one
 AudioEncoder = _plain("AudioEncoder", "AUDIO_ENCODER")
 AudioEncoderOutput = _plain("AudioEncoderOutput", "AUDIO_ENCODER_OUTPUT")
 WanCameraEmbedding = _plain("WanCameraEmbedding", "WAN_CAMERA_EMBEDDING")
