@@ -138,6 +138,15 @@ def get_keyframe_idxs(cond: list, latent_shape: Any = None) -> tuple[Any, int]:
     return keyframe_count(cond, latent_shape)
 
 
+def append_guide_attention_entry(positive: list, negative: list, pre_filter_count: int, latent_shape: Any,
+                                 strength: float = 1.0, attention_mask: Any = None) -> tuple[list, list]:
+    """ComfyUI's `comfy_extras.nodes_lt._append_guide_attention_entry` (packs call it by that
+    name: KJNodes' LTXV guide nodes)."""
+    from nodes.ltxv_nodes import append_guide_attention_entry as append
+
+    return append(positive, negative, pre_filter_count, latent_shape, strength, attention_mask)
+
+
 def get_noise_mask(latent: dict) -> torch.Tensor:
     from nodes.ltxv_nodes import noise_mask_of
 

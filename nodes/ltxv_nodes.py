@@ -229,6 +229,17 @@ def _append_entry(conditioning: list, entry: dict) -> list:
     return set_values(conditioning, {"guide_attention_entries": [*existing, entry]})
 
 
+def append_guide_attention_entry(positive: list, negative: list, pre_filter_count: int, latent_shape: Any,
+                                 strength: float = 1.0, attention_mask: Any = None) -> tuple[list, list]:
+    """Both conditionings with one more guide's attention entry (how many tokens it had before any
+    filtering, its self-attention strength, an optional `[F, H, W]` pixel mask, its latent
+    `[F, H, W]`), each extending its own list (ComfyUI's `_append_guide_attention_entry`)."""
+    entry = {"pre_filter_count": pre_filter_count, "strength": strength,
+             "pixel_mask": attention_mask.unsqueeze(0).unsqueeze(0) if attention_mask is not None else None,
+             "latent_shape": latent_shape}
+    return _append_entry(positive, entry), _append_entry(negative, entry)
+
+
 def _dilate(guide: Any, factor: int) -> tuple[Any, Any]:
     """A guide latent spread onto a grid `factor` times larger (zeros between), with a mask of 1 on
     its tokens and -1 on the padding (the DiT drops those)."""
@@ -269,10 +280,9 @@ def attach_guide(positive: list, negative: list, latent: Any, noise_mask: Any, g
                           max(0.0, 1.0 - strength), dtype=noise_mask.dtype, device=noise_mask.device)
     latent = torch.cat([latent, guide.to(latent)], dim=2)
     noise_mask = torch.cat([noise_mask, mask.to(noise_mask)], dim=2)
-    entry = {"pre_filter_count": guide.shape[2] * guide.shape[3] * guide.shape[4], "strength": strength,
-             "pixel_mask": attention_mask.unsqueeze(0).unsqueeze(0) if attention_mask is not None else None,
-             "latent_shape": shape}
-    return _append_entry(positive, entry), _append_entry(negative, entry), latent, noise_mask
+    positive, negative = append_guide_attention_entry(
+        positive, negative, guide.shape[2] * guide.shape[3] * guide.shape[4], shape, strength, attention_mask)
+    return positive, negative, latent, noise_mask
 
 
 def _downscale_factor(parameters: Any) -> int:

@@ -101,5 +101,15 @@ def test_nodes_lt_module(session):
     cond = [[torch.zeros(1, 2, 4), {"keyframe_idxs": torch.zeros(1, 3, 8, 2)}]]
     assert nodes_lt.get_keyframe_idxs(cond, (1, 128, 5, 2, 2))[1] == 2
     assert nodes_lt.conditioning_get_any_value(cond, "frame_rate", 25) == 25
+    # KJNodes' LTXV guide nodes: one more attention entry on each conditioning, each extending its own list
+    negative = [[torch.zeros(1, 2, 4), {"guide_attention_entries": [{"pre_filter_count": 4}]}]]
+    positive, negative = nodes_lt._append_guide_attention_entry(cond, negative, 12, [1, 3, 4], strength=0.5,
+                                                                attention_mask=torch.ones(1, 24, 32))
+    entry = positive[0][1]["guide_attention_entries"][-1]
+    assert len(positive[0][1]["guide_attention_entries"]) == 1 and len(negative[0][1]["guide_attention_entries"]) == 2
+    assert (entry["pre_filter_count"], entry["strength"], entry["latent_shape"]) == (12, 0.5, [1, 3, 4])
+    assert entry["pixel_mask"].shape == (1, 1, 1, 24, 32)
+    assert negative[0][1]["guide_attention_entries"][-1]["pixel_mask"] is entry["pixel_mask"]
+    assert "guide_attention_entries" not in cond[0][1]  # the inputs are not changed
     (latent_out,) = nodes_lt.EmptyLTXVLatentVideo.execute(64, 64, 9, 1)
     assert latent_out["samples"].shape == (1, 128, 2, 2, 2)
