@@ -12,6 +12,11 @@ process, alternating ours / ComfyUI so that a drift of the machine hits both ali
 - `first_step`: on that cold server, POST /prompt of CheckpointLoaderSimple + two CLIPTextEncode +
   EmptyLatentImage (512x512) + KSampler (euler, cfg 7) + VAEDecode + PreviewImage, to the first
   `progress` message (the first sampler step done): load, encode, sampler set-up and one step;
+- `launch_to_step`: the same run from `python main.py` to that first step (the POST is sent as
+  soon as the server answers): what a user waits who starts the server and queues at once. A
+  server that answers before its runtime has loaded (ours, web/warmup.py) counts that load in
+  `first_step`; one that loads it before answering (ComfyUI) counts it in `start`; this row counts
+  it once on both sides;
 - `load`: the library call that loads the checkpoint at the CPU default precision (ours
   `comfy_core.load_checkpoint`, ComfyUI's `comfy.sd.load_checkpoint_guess_config`);
 - `step`: one KSampler step at 512x512, batch 1, cfg 7, euler (the median interval between step
@@ -51,7 +56,7 @@ from bench.server import _free_port, wait_until_serving  # noqa: E402
 
 CHILD = REPO / "bench" / "vs_comfyui_child.py"
 CHECKPOINT = "sd15_random_fp16.safetensors"
-FIGURES = ("start", "first_step", "load", "step")
+FIGURES = ("start", "first_step", "launch_to_step", "load", "step")
 DEFAULT_COMFY_FLAGS = "--cpu --use-pytorch-cross-attention"
 
 
@@ -79,7 +84,7 @@ def _server_command(impl: str, base: Path, port: int, comfy: tuple[str, str] | N
 
 
 async def _serve_and_prompt(impl: str, checkpoint: Path, comfy: tuple[str, str] | None, flags: list[str]) -> dict:
-    """`start` and `first_step` of one cold server in a fresh base folder."""
+    """`start`, `first_step` and `launch_to_step` of one cold server in a fresh base folder."""
     base = Path(tempfile.mkdtemp(prefix=f"vs_{impl}_"))
     (base / "models" / "checkpoints").mkdir(parents=True)
     (base / "custom_nodes").mkdir()  # ComfyUI lists it at start-up
@@ -115,13 +120,14 @@ async def _serve_and_prompt(impl: str, checkpoint: Path, comfy: tuple[str, str] 
                 if data["type"] == "execution_error":
                     raise SystemExit(f"{impl}: the prompt failed: {data['data'].get('exception_message')}")
             first_step = time.perf_counter() - posted
+            launch_to_step = time.perf_counter() - started
             await ws.close()
     finally:
         proc.kill()
         proc.wait()
         log.close()
         shutil.rmtree(base, ignore_errors=True)
-    return {"start": start, "first_step": first_step}
+    return {"start": start, "first_step": first_step, "launch_to_step": launch_to_step}
 
 
 def _child(impl: str, checkpoint: Path, figure: str, comfy: tuple[str, str] | None, flags: list[str],
@@ -207,6 +213,7 @@ def main() -> None:
               f"{args.threads} threads; ComfyUI: {comfy_dir + ' ' + args.comfyui_flags if comfy else 'not given'}")
         conditions = {"off": ["idle"], "on": ["neighbour"], "both": ["idle", "neighbour"]}[args.neighbour]
         names = {"start": "start to first /object_info", "first_step": "cold POST /prompt to first step",
+                 "launch_to_step": "launch to first step (POST at first answer)",
                  "load": "checkpoint load (library, CPU default)", "step": "one KSampler step 512², cfg 7, fp32"}
         roof = _child("ours", checkpoint, "roofline", comfy, flags, args.threads) if "step" in figures else None
         for condition in conditions:
@@ -214,9 +221,9 @@ def main() -> None:
             with _neighbour(condition == "neighbour"):
                 for run in range(args.runs):
                     for impl in impls if run % 2 == 0 else impls[::-1]:
-                        if "start" in figures or "first_step" in figures:
+                        if {"start", "first_step", "launch_to_step"} & set(figures):
                             served = asyncio.run(_serve_and_prompt(impl, checkpoint, comfy, flags))
-                            for figure in ("start", "first_step"):
+                            for figure in ("start", "first_step", "launch_to_step"):
                                 if figure in figures:
                                     results[impl][figure].append(served[figure])
                         for figure in ("load", "step"):

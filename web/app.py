@@ -197,7 +197,8 @@ def _open_worker_gate(app: web.Application, gate: str | None) -> None:
 def start_pack_load(app: web.Application) -> asyncio.Task:
     """Import the packs in the background (web/pack_start.py); the queue worker waits for it."""
     task = asyncio.get_running_loop().create_task(
-        run_deferred_load(app, app[STATE_KEY], on_done=lambda: _open_worker_gate(app, "packs")),
+        run_deferred_load(app, app[STATE_KEY], on_done=lambda: _open_worker_gate(app, "packs"),
+                          add_routes=add_api_routes),
         name="pack-load")
     app[_WARM_UP_TASK].append(task)
     return task

@@ -361,10 +361,12 @@ def late_pack_routes(state: "AppState", pack_app: web.Application) -> Callable:
     return middleware
 
 
-async def run_deferred_load(app: web.Application, state: "AppState", on_done: Callable[[], None]) -> None:
+async def run_deferred_load(app: web.Application, state: "AppState", on_done: Callable[[], None],
+                            add_routes: Callable[[web.Application, Any], None]) -> None:
     """Import the packs in a worker thread, then (on the loop) serve what they added, replace the
     recorded pack list with the real one, wake the waiters, call `on_done` (the queue worker's gate)
-    and write the next start's record."""
+    and write the next start's record. `add_routes(app, table)`: the app factory's registration
+    (each route bare and under /api)."""
     from web.frontend import WEB_EXTENSIONS_KEY, add_pack_web_directories
 
     load = state.pack_load
@@ -377,11 +379,9 @@ async def run_deferred_load(app: web.Application, state: "AppState", on_done: Ca
         load.error = exc
         packs = []
     try:
-        from web.app import add_api_routes
-
         pack_app = load.pack_app
         if pack_app is not None:
-            add_api_routes(pack_app, session.routes_in_session())  # PromptServer.instance.routes
+            add_routes(pack_app, session.routes_in_session())  # PromptServer.instance.routes
             pack_app.freeze()  # as a served app is: what packs add later is refused, as on ComfyUI
         state.packs[:] = packs
         session.serve_extension_web_dirs(state)
