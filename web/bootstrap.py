@@ -113,8 +113,10 @@ def deferred_pack_load(config: ServerConfig, custom_dirs: list[Path], session: A
     from nodes import register_builtin_nodes
     from web.pack_start import DeferredPackLoad, fingerprint, read_record
 
+    from graph.packs import discover
+
     existing, kwargs = pack_folders(config, custom_dirs)
-    if not existing:
+    if not existing or not discover(existing):
         return None
     whitelist = kwargs.get("whitelist")
     record = read_record(session.env.user_dir, fingerprint(existing, whitelist))

@@ -71,8 +71,9 @@ class SDTokenizer:
         # ComfyUI's SDTokenizer instance attributes (comfy/sd1_clip.py), which packs read from
         # the instance (smZNodes copies `vars(tokenizer)` into its own prompt engines):
         # `tokenizer` is the transformers CLIPTokenizer (`get_vocab`, `__call__`,
-        # `convert_tokens_to_string`); CLIP tokenizers add BOS and EOS, pad every chunk to 77.
-        self.tokenizer = clip_tokenizer.backend
+        # `convert_tokens_to_string`), built when a pack first uses it; CLIP tokenizers add BOS
+        # and EOS, pad every chunk to 77.
+        self.tokenizer = clip_tokenizer.lazy_backend
         self.tokens_start = 1
         self.tokenizer_adds_end_token = True
         self.pad_with_end = spec.pad_token == clip_tokenizer.eos_id

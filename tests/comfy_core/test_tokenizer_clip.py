@@ -106,3 +106,38 @@ def test_not_gzip_is_refused(tmp_path):
     bad.write_bytes(b"not gzip at all")
     with pytest.raises(VocabularyError, match="cannot read"):
         load_vocabulary(bad)
+
+
+SPECIALS = ["hello<|startoftext|>world <|endoftext|> end", "<|endoftext|>", "a<|endoftext|>b"]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS + SPECIALS)
+def test_ids_equal_transformers_clip_tokenizer(tokenizer, prompt):
+    """The pipeline built on `tokenizers` is transformers' CLIPTokenizer (what ComfyUI calls), the
+    special tokens kept whole included; `backend` is that class, for packs."""
+    library = tokenizer.backend
+    assert type(library).__name__ == "CLIPTokenizer"
+    assert tokenizer.encode(prompt) == library(prompt, add_special_tokens=False)["input_ids"]
+    words = prompt.lower().split()
+    assert tokenizer.encode_words(words) == (
+        library(words, is_split_into_words=True, add_special_tokens=False)["input_ids"] if words else [])
+
+
+def test_building_and_encoding_do_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from comfy_core.text_encoders.tokenizer import ClipTokenizer\n"
+            "from comfy_core.text_encoders.sd_tokenizer import SDTokenizer\n"
+            "tokenizer = ClipTokenizer.from_file()\n"
+            "assert tokenizer.encode('a photo of a cat') == [320, 1125, 539, 320, 2368]\n"
+            "lazy = tokenizer.lazy_backend\n"
+            "import copy\n"
+            "assert copy.deepcopy(lazy) is lazy and copy.deepcopy(tokenizer) is tokenizer  # shared, immutable\n"
+            "assert 'transformers' not in sys.modules, 'transformers imported by the tokenizer'\n"
+            "assert lazy('a cat', add_special_tokens=False)['input_ids'] == [320, 2368]  # built on first use\n"
+            "assert 'transformers' in sys.modules and len(lazy) == 49408\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(
+        __import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert done.returncode == 0, done.stderr[-2000:]
