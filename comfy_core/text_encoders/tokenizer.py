@@ -116,7 +116,13 @@ class LazyBackend:
     __slots__ = ("_owner",)
 
     def __init__(self, owner: ClipTokenizer) -> None:
-        self._owner = owner
+        object.__setattr__(self, "_owner", owner)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._owner.backend, name, value)  # packs patch the library tokenizer's methods
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._owner.backend, name)
 
     def __getattr__(self, name: str) -> Any:
         # Only names this object lacks arrive here; dunder lookups (copy, pickle) and a half-built
