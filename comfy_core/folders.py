@@ -177,7 +177,7 @@ class ModelFolders:
         for index, root in enumerate(self.paths(kind)):
             if not root.is_dir():
                 continue
-            for dirpath, files in _walk(root):
+            for dirpath, files in walk_folder(root):
                 for name in sorted(files):
                     if name.startswith("."):
                         continue
@@ -213,7 +213,7 @@ class ModelFolders:
         for root in self.paths(kind):
             if not root.is_dir():
                 continue
-            for dirpath, files in _walk(root):
+            for dirpath, files in walk_folder(root):
                 if marker in files:
                     found.add(os.path.relpath(dirpath, root).replace(os.sep, "/"))
         return sorted(found)
@@ -285,7 +285,7 @@ def load_extra_model_paths(yaml_path: str | os.PathLike) -> tuple[dict[str, list
     return mapping, custom_nodes
 
 
-def _walk(root: Path) -> Iterator[tuple[str, list[str]]]:
+def walk_folder(root: Path) -> Iterator[tuple[str, list[str]]]:
     """`(folder, file names)` under `root`, links followed, hidden folders left out, sorted; a
     link back to a folder already walked is skipped, so a link loop cannot hang a listing."""
     walked: set[str] = set()

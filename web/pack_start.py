@@ -135,19 +135,18 @@ def listings_current(env: Any, recorded: dict[str, dict]) -> bool:
 
 
 def files_under(paths: Iterable[str], *, recursive: bool = True) -> list[str]:
-    """Every file under `paths` (links followed, hidden files and folders left out), relative, sorted."""
+    """Every file under `paths` (links followed, hidden files and folders left out, as the model
+    folders list them: comfy_core.folders.walk_folder), relative with forward slashes, sorted."""
+    from comfy_core.folders import walk_folder
+
     found: set[str] = set()
     for root in paths:
         if not os.path.isdir(root):
             continue
-        walked: set[str] = set()
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-            real = os.path.realpath(dirpath)
-            if real in walked:  # a link back to a folder already walked
-                dirnames[:] = []
-                continue
-            walked.add(real)
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")] if recursive else []
+        if not recursive:
+            found.update(e.name for e in os.scandir(root) if e.is_file() and not e.name.startswith("."))
+            continue
+        for dirpath, filenames in walk_folder(Path(root)):
             relative = os.path.relpath(dirpath, root)
             for name in filenames:
                 if not name.startswith("."):
