@@ -63,6 +63,13 @@ class HiddenHolder:
         for member in Hidden:
             setattr(self, member.name, values.get(member.name))
 
+    def __getattr__(self, name: str) -> Any:
+        # ComfyUI's holder answers None for a hidden value it was not given, so code written for a
+        # newer ComfyUI (`cls.hidden.comfy_usage_source`) reads None rather than failing.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
 
 class SchemaError(TypeError):
     """A V3 schema that cannot become a node (names the node and the problem)."""

@@ -212,6 +212,8 @@ def test_ui_preview_image_embeds_the_prompt_and_workflow_as_comfyui_does(session
     class Node:
         hidden = HiddenHolder(prompt={"1": {"class_type": "X"}}, extra_pnginfo={"workflow": {"nodes": []}})
 
+    assert Node.hidden.unique_id is None and Node.hidden.comfy_usage_source is None  # unknown: None, as ComfyUI's
+
     def written(preview) -> dict:
         record = preview.as_dict()["images"][0]
         with Image.open(tmp_path / "temp" / record["subfolder"] / record["filename"]) as img:
