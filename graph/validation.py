@@ -236,24 +236,24 @@ class _Validator:
                                      name, {"input_name": name, "input_config": info, "received_value": value}))
                 continue
             allowed = _combo_values(ispec, self.env)
-            if allowed is not None and options.get("multiselect") and isinstance(value, list):
+            if allowed is None:
+                continue  # not a combo
+            if options.get("multiselect") and isinstance(value, list):
                 # a multi-select combo (io.MultiCombo): every chosen item must be an option
-                unknown = [item for item in value if item not in allowed]
-                if unknown:
-                    errors.append(_error("value_not_in_list", "Value not in list",
-                                         f"{name}: {unknown} not in {allowed if len(allowed) <= 20 else len(allowed)}",
-                                         {"input_name": name, "input_config": info, "received_value": value}))
-                continue
-            if allowed is not None and value not in allowed:
+                rejected: Any = [item for item in value if item not in allowed]
+                shown = rejected
+            else:
+                rejected = value not in allowed
+                shown = f"'{value}'"
+            if rejected:
                 config: Any = info
                 if len(allowed) > 20:
                     listing = f"(list of length {len(allowed)})"
                     config = None
                 else:
                     listing = str(allowed)
-                errors.append(_error("value_not_in_list", "Value not in list", f"{name}: '{value}' not in {listing}",
+                errors.append(_error("value_not_in_list", "Value not in list", f"{name}: {shown} not in {listing}",
                                      {"input_name": name, "input_config": config, "received_value": value}))
-                continue
 
         if behaviour.validate_inputs is not None:
             errors.extend(await self._custom_validation(node_id, spec, specs, inputs, received_types))

@@ -214,10 +214,7 @@ def make_record(fingerprint_: str, packs: list[Any], extension_web_dirs: dict[st
     folder listings they were rendered against (listed first: a file added while rendering then
     makes the record stale rather than wrong)."""
     listings = folder_listings(env)
-    names = [name for name in list(registry) if not registry.is_builtin(name)]
-    info: dict[str, dict] = {}
-    for name in names:
-        info.update(registry.object_info_for(name, env))
+    info = registry.object_info(env, [name for name in list(registry) if not registry.is_builtin(name)])
     packs_json = [{"name": p.name, "path": str(p.path), "ok": p.ok, "error": p.error, "seconds": p.seconds,
                    "web_directory": str(p.web_directory) if p.web_directory else None, "nodes": list(p.nodes)}
                   for p in packs]
