@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
 MAXIMUM_HISTORY_SIZE = 10000
 _HIDDEN_FROM_EXTRA = {"EXTRA_PNGINFO": "extra_pnginfo", "AUTH_TOKEN_COMFY_ORG": "auth_token_comfy_org",
-                      "API_KEY_COMFY_ORG": "api_key_comfy_org"}
+                      "API_KEY_COMFY_ORG": "api_key_comfy_org", "COMFY_USAGE_SOURCE": "comfy_usage_source"}
 
 
 class ExecutionResult(Enum):
@@ -108,13 +108,25 @@ def _is_link(value: Any) -> bool:
             and isinstance(value[1], int) and not isinstance(value[1], bool))
 
 
+def _cached_outputs(outputs: Any, source_id: str, requester: str) -> Any:
+    """The per-slot outputs of `source_id` from an execution list (`get_cache`) or an output map."""
+    if outputs is None:
+        return None
+    if hasattr(outputs, "get_cache"):
+        entry = outputs.get_cache(source_id, requester)
+        return getattr(entry, "outputs", None) if entry is not None else None
+    return outputs.get(source_id)
+
+
 def get_input_data(inputs: Mapping[str, Any], class_def: type, unique_id: str, outputs: Any = None,
                    dynprompt: Any = None, extra_data: Mapping[str, Any] | None = None
                    ) -> tuple[dict[str, Any], dict[str, bool], dict]:
     """ComfyUI's `execution.get_input_data` for a V1 class: `(input_data_all, missing_keys,
-    hidden_inputs_v3)`. A link's value is `outputs.get(source_id)[index]` (marked missing, as
-    `(None,)`, when `outputs` is None or lacks it); a widget value becomes `[value]`; hidden
-    PROMPT, DYNPROMPT, EXTRA_PNGINFO, UNIQUE_ID and the API-key inputs are filled."""
+    hidden_inputs_v3)`. `outputs` is what ComfyUI passed there, in either of its shapes: today's
+    execution list (`outputs.get_cache(source_id, unique_id).outputs[index]`) or 0.3.64's output
+    map (`outputs.get(source_id)[index]`); a link it cannot answer is marked missing, as `(None,)`.
+    A widget value becomes `[value]`; the hidden PROMPT, DYNPROMPT, EXTRA_PNGINFO, UNIQUE_ID,
+    EXECUTION_LIST (`outputs` itself), API-key and COMFY_USAGE_SOURCE inputs are filled."""
     extra_data = extra_data or {}
     valid = class_def.INPUT_TYPES()
     declared: dict[str, dict] = {}
@@ -127,7 +139,7 @@ def get_input_data(inputs: Mapping[str, Any], class_def: type, unique_id: str, o
     for name, value in inputs.items():
         options = declared.get(name)
         if _is_link(value) and not (options or {}).get("rawLink", False):
-            cached = outputs.get(value[0]) if outputs is not None else None
+            cached = _cached_outputs(outputs, value[0], unique_id)
             if cached is None or value[1] >= len(cached):
                 missing[name] = True
                 input_data_all[name] = (None,)
@@ -142,6 +154,8 @@ def get_input_data(inputs: Mapping[str, Any], class_def: type, unique_id: str, o
             input_data_all[name] = [dynprompt]
         elif kind == "UNIQUE_ID":
             input_data_all[name] = [unique_id]
+        elif kind == "EXECUTION_LIST":
+            input_data_all[name] = [outputs]
         elif kind in _HIDDEN_FROM_EXTRA:
             input_data_all[name] = [extra_data.get(_HIDDEN_FROM_EXTRA[kind])]
     return input_data_all, missing, {}

@@ -23,6 +23,8 @@ from graph.spec import (HIDDEN, HIDDEN_DYNPROMPT, HIDDEN_EXTRA_PNGINFO, HIDDEN_P
 
 HIDDEN_AUTH_TOKEN = "AUTH_TOKEN_COMFY_ORG"
 HIDDEN_API_KEY = "API_KEY_COMFY_ORG"
+HIDDEN_USAGE_SOURCE = "COMFY_USAGE_SOURCE"  # who submitted the prompt (extra_data.comfy_usage_source)
+HIDDEN_EXECUTION_LIST = "EXECUTION_LIST"  # the run's output store, as ComfyUI's ExecutionList.get_cache
 
 
 @dataclass
@@ -34,11 +36,13 @@ class AssembledInputs:
 def assemble_inputs(node_inputs: Mapping[str, Any], specs: Mapping[str, InputSpec], unique_id: str, *,
                     get_output: Callable[[str, int], list | None] | None,
                     original_prompt: Any = None, dynprompt: Any = None,
-                    extra_data: Mapping[str, Any] | None = None) -> AssembledInputs:
+                    extra_data: Mapping[str, Any] | None = None, execution_list: Any = None) -> AssembledInputs:
     """Build the list-valued inputs of one node.
 
     `get_output(source_id, slot)` returns the producer's per-slot list or None when it is not
     available; passing `get_output=None` treats every link as missing (validation, IS_CHANGED).
+    `execution_list`: what a hidden EXECUTION_LIST input receives (an object with ComfyUI's
+    `get_cache(node_id, requester)`; None outside a run).
     """
     extra = extra_data or {}
     out = AssembledInputs()
@@ -69,6 +73,10 @@ def assemble_inputs(node_inputs: Mapping[str, Any], specs: Mapping[str, InputSpe
             out.values[spec.name] = [extra.get("auth_token_comfy_org")]
         elif kind == HIDDEN_API_KEY:
             out.values[spec.name] = [extra.get("api_key_comfy_org")]
+        elif kind == HIDDEN_USAGE_SOURCE:
+            out.values[spec.name] = [extra.get("comfy_usage_source")]
+        elif kind == HIDDEN_EXECUTION_LIST:
+            out.values[spec.name] = [execution_list]
     return out
 
 

@@ -124,6 +124,22 @@ def failure(view: StepView, node_id: str, ex: BaseException, inputs: AssembledIn
                                       "current_inputs": current_inputs}, exception=ex, **kept)
 
 
+class ExecutionListView:
+    """What a node that asks for the hidden EXECUTION_LIST input receives: ComfyUI hands such a
+    node its scheduler, and what nodes call on it is `get_cache(node_id, requester)` (a node's
+    outputs so far, as its own input assembly reads them: an entry with `.outputs`, a list per
+    slot, and `.ui`, or None while the node has not run). Only that reading is offered; the run's
+    scheduling stays the executor's."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view: StepView) -> None:
+        self._view = view
+
+    def get_cache(self, node_id: str, requester: str | None = None) -> CacheEntry | None:
+        return self._view.cached_entry(node_id)
+
+
 async def execute_node(view: StepView, node_id: str) -> StepResult:
     dynprompt = view.dynprompt
     node = dynprompt.get_node(node_id)
@@ -157,7 +173,7 @@ async def execute_node(view: StepView, node_id: str) -> StepResult:
             assembled = assemble_inputs(node.get("inputs") or {}, view.inputs_of(class_type), node_id,
                                         get_output=view.output_slot,
                                         original_prompt=dynprompt.get_original_prompt(), dynprompt=dynprompt,
-                                        extra_data=view.extra_data)
+                                        extra_data=view.extra_data, execution_list=ExecutionListView(view))
             view.emit(ev.executing(view.prompt_id, node_id, display_id))
             if value_key is None:
                 value_key = computed_key = view.value_key(node_id, assembled)

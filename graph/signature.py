@@ -23,7 +23,8 @@ import math
 from typing import Any, Awaitable, Callable, Hashable, Iterable, Mapping
 
 from graph.expansion import ExecutionBlocker
-from graph.inputs import HIDDEN_API_KEY, HIDDEN_AUTH_TOKEN, assemble_inputs, call_slices
+from graph.inputs import (HIDDEN_API_KEY, HIDDEN_AUTH_TOKEN, HIDDEN_EXECUTION_LIST, HIDDEN_USAGE_SOURCE,
+                          assemble_inputs, call_slices)
 from graph.prompt import DynamicPrompt
 from graph.spec import (HIDDEN, HIDDEN_DYNPROMPT, HIDDEN_EXTRA_PNGINFO, HIDDEN_PROMPT, HIDDEN_UNIQUE_ID,
                         InputSpec, NodeSpec)
@@ -49,7 +50,7 @@ _PLAIN = frozenset({int, str, bool, bytes, type(None)})
 _NO_LINKS: dict[str, tuple[str, int]] = {}
 # Hidden inputs through which a node sees more than its inputs: such a node is never keyed by value.
 _READS_BEYOND_INPUTS = frozenset({HIDDEN_PROMPT, HIDDEN_DYNPROMPT, HIDDEN_EXTRA_PNGINFO,
-                                  HIDDEN_AUTH_TOKEN, HIDDEN_API_KEY})
+                                  HIDDEN_AUTH_TOKEN, HIDDEN_API_KEY, HIDDEN_USAGE_SOURCE, HIDDEN_EXECUTION_LIST})
 
 
 def canonical(value: Any) -> Any:

@@ -54,6 +54,8 @@ class Hidden(str, Enum):
     dynprompt = "DYNPROMPT"
     auth_token_comfy_org = "AUTH_TOKEN_COMFY_ORG"
     api_key_comfy_org = "API_KEY_COMFY_ORG"
+    comfy_usage_source = "COMFY_USAGE_SOURCE"  # the client that submitted the prompt
+    execution_list = "EXECUTION_LIST"  # ComfyUI: core-internal; here the run's `get_cache` view
 
 
 class HiddenHolder:
@@ -65,7 +67,7 @@ class HiddenHolder:
 
     def __getattr__(self, name: str) -> Any:
         # ComfyUI's holder answers None for a hidden value it was not given, so code written for a
-        # newer ComfyUI (`cls.hidden.comfy_usage_source`) reads None rather than failing.
+        # newer ComfyUI (a member this one lacks) reads None rather than failing.
         if name.startswith("__"):
             raise AttributeError(name)
         return None
@@ -230,6 +232,8 @@ class Combo(ComfyType):
             else:
                 self.values = list(options)
             flags = {_wire_value(upload): True} if upload is not None else {}
+            # Today's ComfyUI renders every V3 combo with `"multiselect"` (False; MultiCombo: True).
+            kw.setdefault("multiselect", False)
             super().__init__(id, display_name, optional, tooltip, lazy, _wire_value(default),
                              control_after_generate=_wire_value(control_after_generate),
                              image_folder=_wire_value(image_folder),

@@ -63,7 +63,7 @@ async def test_packs_load_and_a_broken_pack_is_listed_with_its_error(packs_serve
         assert name in info
     assert info["CompatCoreNodes"]["display_name"] == "Core Nodes Facade"
     assert info["CompatResult"]["input"]["required"]["sampler"][0][:2] == ["euler", "euler_cfg_pp"]
-    assert info["V3Scale"]["input"]["required"]["mode"] == ["COMBO", {"default": "mul", "options": ["mul", "add"]}]
+    assert info["V3Scale"]["input"]["required"]["mode"] == ["COMBO", {"default": "mul", "multiselect": False, "options": ["mul", "add"]}]
     assert info["V3Scale"]["input"]["hidden"] == {"unique_id": ["UNIQUE_ID"]}  # V3 renders `(kind,)`
     assert info["V3Scale"]["python_module"] == "custom_nodes.compat_v3_pack"
     extensions = await packs_server.get_json("/extensions")

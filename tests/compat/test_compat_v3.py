@@ -73,7 +73,7 @@ def test_schema_becomes_a_node_spec(session):
     assert behaviour.is_changed(factor=2.0, unique_id="9") == 2.0 and behaviour.check_lazy_status is None
 
     info = node_info(spec)
-    assert info["input"]["required"]["mode"] == ["COMBO", {"default": "fast", "options": ["fast", "slow"]}]
+    assert info["input"]["required"]["mode"] == ["COMBO", {"default": "fast", "multiselect": False, "options": ["fast", "slow"]}]
     assert info["input"]["optional"]["note"] == ["STRING", {"multiline": True}]
     assert info["input"]["hidden"] == {"unique_id": ["UNIQUE_ID"], "prompt": ["PROMPT"],
                                        "extra_pnginfo": ["EXTRA_PNGINFO"]}  # V3's `(kind,)`

@@ -214,7 +214,8 @@ def test_combo_variants(session):
     assert dict(multi.options) == {"default": ["a"], "multiselect": True, "multi_select": {"chip": True}}
     upload = io.Combo.Input("image", options=["x.png"], upload=io.UploadType.image,
                             image_folder=io.FolderType.input, control_after_generate=io.ControlAfterGenerate.fixed)
-    assert upload.options() == {"image_upload": True, "image_folder": "input", "control_after_generate": "fixed"}
+    assert upload.options() == {"image_upload": True, "image_folder": "input", "control_after_generate": "fixed",
+                                "multiselect": False}
     assert io.Int.Input("seed", control_after_generate=io.ControlAfterGenerate.randomize).options() == {
         "control_after_generate": "randomize"}
 
@@ -226,7 +227,7 @@ def test_combo_variants(session):
     assert dict(spec.options) == {"remote_combo": {
         "route": "/proxy/voices", "refresh_button": True, "refresh": 0,
         "item_schema": {"value_field": "voice_id", "label_field": "{name} ({labels.accent})",
-                        "preview_url_field": "preview_url", "preview_type": "audio"}}}
+                        "preview_url_field": "preview_url", "preview_type": "audio"}}, "multiselect": False}
     listed = io.Combo.Input("model", options=["m1"], remote=io.RemoteOptions("/models", refresh_button=True))
     assert listed.values == ["m1"] and listed.options()["remote"] == {
         "route": "/models", "refresh_button": True, "control_after_refresh": "first"}
