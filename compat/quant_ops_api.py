@@ -51,14 +51,25 @@ def _kitchen() -> Any:
         import comfy_kitchen
     except ImportError:
         return None
-    from compat.cli_args import args
-
     cuda = torch.version.cuda
-    if cuda is None or tuple(int(part) for part in str(cuda).split(".")[:1]) < (13,):
+    if cuda is None or int(str(cuda).split(".")[0]) < 13:
         comfy_kitchen.registry.disable("cuda")
-    if not (getattr(args, "enable_triton_backend", False) and not getattr(args, "disable_triton_backend", False)):
+    if not _triton_requested():
         comfy_kitchen.registry.disable("triton")
     return comfy_kitchen
+
+
+def _triton_requested() -> bool:
+    """`--enable-triton-backend` without `--disable-triton-backend` (ComfyUI's opt-in); off
+    outside a server session."""
+    from compat.active import CompatNotInstalledError
+
+    try:
+        from compat.cli_args import args
+
+        return bool(getattr(args, "enable_triton_backend", False)) and not getattr(args, "disable_triton_backend", False)
+    except CompatNotInstalledError:
+        return False
 
 
 ck = _kitchen()
