@@ -74,6 +74,8 @@ class FacadeModule(ModuleType):
     def __getattr__(self, name: str) -> Any:  # only called when `name` is not in the namespace
         names = self.__dict__.get("_facade_names", {})
         if name not in names:
+            if name == "__all__":
+                return self._star_names()
             if name.startswith("__"):
                 raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
             # a name ComfyUI's module imported from another one (compat/reexports.py)
@@ -117,6 +119,29 @@ class FacadeModule(ModuleType):
             setattr(active_points(), target.field, None)
             return
         super().__delattr__(name)
+
+    def _star_names(self) -> list[str]:
+        """What `from <module> import *` binds: ComfyUI's modules declare no `__all__`, so there
+        a star import takes every public global, the names re-exported from other ComfyUI modules
+        included. Here most of those are resolved on first read, so they are listed (and resolved,
+        now) explicitly: the facade's names, the module's re-exports (compat/reexports.py) and its
+        own public globals; a name whose home cannot be imported here is left out, as a star
+        import would not have bound a name that ComfyUI's module lacked."""
+        from compat.reexports import reexports
+
+        candidates = [*self.__dict__.get("_facade_names", {}), *reexports().get(self.__name__, {}),
+                      *(n for n, v in list(self.__dict__.items())
+                        if not isinstance(v, ModuleType) and getattr(v, "__module__", None) != __name__)]
+        found: list[str] = []
+        for name in dict.fromkeys(candidates):
+            if name.startswith("_"):
+                continue
+            try:
+                getattr(self, name)
+            except (AttributeError, ImportError):
+                continue
+            found.append(name)
+        return found
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.__dict__.get("_facade_names", {})))

@@ -46,3 +46,32 @@ def test_unknown_names_and_bad_tables_are_errors(modules):
         module.missing
     with pytest.raises(ValueError, match="package.module:attribute"):
         facade(surface.__name__, {"x": "no_colon"})
+
+
+def test_a_star_import_binds_every_name_not_only_those_read_before(modules):
+    home, surface = modules
+    home.absent_at_home = None
+    del home.absent_at_home
+    facade(surface.__name__, {"value": "facade_home_for_test:value", "call": "facade_home_for_test:call",
+                              "gone": "facade_home_for_test:absent_at_home",
+                              "_private": "facade_home_for_test:value"})
+    namespace: dict = {}
+    exec(f"from {surface.__name__} import *", namespace)  # what RES4LYF does with comfy.model_sampling
+    assert namespace["value"] == 1 and namespace["call"] is home.call
+    # a name whose home lacks it is left out (a star import binds what exists), private names too,
+    # and the surface's own helper (`facade`) is not a name of ComfyUI's module
+    assert "gone" not in namespace and "_private" not in namespace and "facade" not in namespace
+
+
+def test_a_star_import_of_a_real_surface_module_binds_comfyuis_names(tmp_path):
+    import compat
+    from graph.registry import Registry
+    from nodes.environment import Environment
+
+    env = Environment.rooted_at(tmp_path)
+    env.ensure_dirs()
+    with compat.install(env, Registry()).activate():
+        namespace: dict = {}
+        exec("from comfy.model_sampling import *", namespace)
+        for name in ("EPS", "V_PREDICTION", "EDM", "X0", "CONST", "ModelSamplingDiscrete", "ModelSamplingFlux"):
+            assert isinstance(namespace[name], type), name
