@@ -14,7 +14,8 @@ Two pieces here finish the job:
   Only torch gates the queue (`runtime_ready`): a prompt needs it whatever it runs, while of the
   rest (150+ modules, most for families a given prompt never touches) it imports what it uses
   itself. The CLIP tokenizer, which nearly every first prompt needs, is built next, beside that
-  prompt's checkpoint read; the rest is then imported only while no prompt runs or waits
+  prompt's checkpoint read; the rest (and every model family's modules, which a checkpoint's
+  detection reads) is then imported only while no prompt runs or waits
   (`busy`), so the warm-up never competes with a prompt for the CPU or the interpreter.
 """
 from __future__ import annotations
@@ -157,6 +158,8 @@ def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bo
     for name in modules:
         when_idle()
         _import_quietly(name)
+    when_idle()
+    _import_families()
     memory = getattr(env, "memory", None)
     if isinstance(memory, DeferredMemoryManager):
         memory.resolve()
@@ -176,6 +179,17 @@ def _import_quietly(name: str) -> None:
         importlib.import_module(name)
     except Exception:  # noqa: BLE001 -- an optional package; its node fails with the real error
         log.debug("warm-up: cannot import %s", name, exc_info=True)
+
+
+def _import_families() -> None:
+    """Every model family's modules (comfy_core.families.default_registry imports ~270 of them,
+    ~0.2 s): what the first checkpoint load's detection would otherwise import."""
+    try:
+        from comfy_core.families import default_registry
+
+        default_registry()
+    except Exception:  # noqa: BLE001 -- the loader that needs it reports the real error
+        log.debug("warm-up: cannot import the model families", exc_info=True)
 
 
 def _build_shared_tokenizer() -> None:

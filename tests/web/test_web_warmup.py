@@ -151,12 +151,13 @@ def test_warm_up_opens_the_queue_after_torch_and_imports_the_rest_only_while_idl
         return answer
     monkeypatch.setattr(warmup, "_import_quietly", lambda name: events.append(name))
     monkeypatch.setattr(warmup, "_build_shared_tokenizer", lambda: events.append("tokenizer"))
+    monkeypatch.setattr(warmup, "_import_families", lambda: events.append("families"))
     warm_up(SimpleNamespace(memory=None), modules=["a", "b"], runtime_ready=lambda: events.append("ready"),
             busy=busy, idle_poll_s=0)
     # torch first, then the queue may start and the CLIP tokenizer is built (a first prompt needs it);
-    # every later piece waits for a False from busy()
+    # every later piece (the modules, the model families, the final collection) waits for a False from busy()
     assert events == ["torch", "ready", "tokenizer", "busy=True", "busy=True", "busy=False", "a", "busy=False",
-                      "b", "busy=True", "busy=False"]
+                      "b", "busy=True", "busy=False", "families", "busy=False"]
 
 
 async def test_a_prompt_runs_while_the_warm_up_still_imports_the_rest(tmp_path, monkeypatch):
