@@ -385,6 +385,11 @@ def _leave(code: int) -> None:
 
 
 if __name__ == "__main__":
+    # As ComfyUI's main.py does when run (its `__main__` block, before prestartup scripts and
+    # packs load), "for custom nodes": packs read them (ComfyUI-Lora-Manager takes
+    # HF_HUB_DISABLE_TELEMETRY=1 to mean it runs inside ComfyUI, not standalone).
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ["DO_NOT_TRACK"] = "1"
     status = main()
     if sys.argv[1:2] == ["run"]:
         _leave(status)

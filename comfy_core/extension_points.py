@@ -81,6 +81,12 @@ class ExtensionPoints:
     model_patcher_class: Optional[Callable[[type], Optional[type]]] = None
     # ComfyUI's `comfy.lora.calculate_weight` (None: ours).
     calculate_weight: Optional[Callable[..., Any]] = None
+    # --- the host's executor (read by the host, never by comfy_core) ---
+    # ComfyUI's `execution.execute` (one node of a prompt) and `execution._async_map_node_over_list`
+    # (one node's calls) as a pack replaced them: the host's executor then leads every node step
+    # and every node call through them (compat/execution_api.py `node_routes`). None: unrouted.
+    node_execute: Optional[Callable[..., Any]] = None
+    map_node_over_list: Optional[Callable[..., Any]] = None
 
 
 BUILT_IN = ExtensionPoints()

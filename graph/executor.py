@@ -27,7 +27,7 @@ from graph.outcome import ExecutionOutcome
 from graph.registry import Registry
 from graph.relay import EventRelay
 from graph.run import Run
-from graph.settings import RunSettings
+from graph.settings import RoutesProvider, RunSettings
 from graph.worker import PromptWorker
 
 Sink = Callable[[Event], Any]
@@ -49,7 +49,8 @@ class Executor:
 
     def __init__(self, registry: Registry, *, cache: CacheConfig = CacheConfig(), env: Any = None,
                  before_node_call: Sequence[BeforeNodeCall] = (), progress_state: str = "all",
-                 recover: Recover | None = None, value_keys: bool = True) -> None:
+                 recover: Recover | None = None, value_keys: bool = True,
+                 routes: RoutesProvider | None = None) -> None:
         """`progress_state`: "all" (ComfyUI's messages) or "active" (linear; see graph/progress.py).
 
         `value_keys`: reuse results of equal input values below model handles
@@ -59,8 +60,13 @@ class Executor:
         True means "I freed what I could, retry": the call runs once more and a second failure
         is reported as usual (graph/invoke.py). The server passes its memory manager's
         `recover`, which unloads models on out-of-memory errors.
+
+        `routes() -> NodeRoutes | None`: asked as each prompt starts; routes that lead each node
+        step and each node's calls through the host (graph/settings.py; compat's, when a pack
+        replaced ComfyUI's `execution.execute` / `_async_map_node_over_list`).
         """
-        self.settings = RunSettings(registry, env, tuple(before_node_call), recover, progress_state, value_keys)
+        self.settings = RunSettings(registry, env, tuple(before_node_call), recover, progress_state, value_keys,
+                                    routes)
         self.cache_config = cache
         self.outputs = make_cache(cache)
         self.objects = ObjectCache()

@@ -6,6 +6,11 @@ still running, or a subgraph to add; the node is staged again later) or FAILURE 
 error details. The step only reads the run's state, through `StepView`; the run (graph/run.py)
 applies the result. What the step does live is what ComfyUI does live: it emits the node's
 events (`executing`, `progress_state`, `executed`, a blocked call's error) and calls the node.
+
+Routes (graph/settings.py `NodeRoutes`, a host's, for one prompt): with a step route the run
+calls `routed_step`, which hands the route this step as a continuation; with a call route a
+node's calls (its main function, its check_lazy_status) are handed to the route as a `CallSite`
+whose `run(values)` makes them. Without routes nothing of this is on the path.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from graph.objects import ObjectCache
 from graph.progress import ProgressState
 from graph.prompt import DynamicPrompt, is_link
 from graph.results import Returns, resolve_expansions, split_returns
-from graph.settings import RunSettings
+from graph.settings import LAZY_CHECK, MAIN_CALL, CallSite, NodeRoutes, RunSettings, StepRoute
 from graph.spec import InputSpec, NodeSpec
 from graph.validation import full_type_name
 from graph.value_keys import holds_handles
@@ -47,6 +52,7 @@ class StepView(Protocol):
     extra_data: Mapping[str, Any]
     objects: ObjectCache
     progress: ProgressState
+    routes: NodeRoutes | None  # the host's routes for this prompt (graph/settings.py)
 
     def spec(self, class_type: str) -> NodeSpec: ...
     def inputs_of(self, class_type: str) -> Mapping[str, InputSpec]: ...
@@ -186,11 +192,24 @@ async def execute_node(view: StepView, node_id: str) -> StepResult:
                 owner_type = class_type if real_id == node_id else dynprompt.get_node(real_id)["class_type"]
                 instance = view.objects.get_or_make(
                     (node_id, class_type), (real_id, owner_type), spec.behaviour.make_instance)
+                routes = view.routes
+                call_route = routes.calls if routes is not None else None
                 if spec.behaviour.check_lazy_status is not None:
-                    needed = await _lazy_inputs(view, node_id, spec, instance, assembled)
+                    if call_route is None:
+                        requested = await _lazy_calls(view, node_id, spec, instance, assembled.values)
+                    else:
+                        requested = await _routed_calls(call_route, CallSite(
+                            view, node_id, spec, instance, assembled.values, LAZY_CHECK,
+                            partial(_lazy_calls, view, node_id, spec, instance)))
+                    needed = await _needed_inputs(requested, assembled)
                     if needed:
                         return StepResult(PENDING, value_key=computed_key, needs=tuple(needed), inputs=assembled)
-                returns = await _map_calls(view, node_id, display_id, spec, instance, assembled)
+                if call_route is None:
+                    returns = await _map_calls(view, node_id, display_id, spec, instance, assembled.values)
+                else:
+                    returns = await _routed_calls(call_route, CallSite(
+                        view, node_id, spec, instance, assembled.values, MAIN_CALL,
+                        partial(_map_calls, view, node_id, display_id, spec, instance)))
                 if any(isinstance(r, asyncio.Task) for r in returns):
                     return StepResult(PENDING, value_key=computed_key, waiting=returns, inputs=assembled)
                 produced = split_returns(spec, node_id, returns)
@@ -214,15 +233,48 @@ async def execute_node(view: StepView, node_id: str) -> StepResult:
     return StepResult(SUCCESS, entry=entry, ui=ui, value_key=computed_key, inputs=assembled)
 
 
-async def _lazy_inputs(view: StepView, node_id: str, spec: NodeSpec, instance: Any,
-                       assembled: AssembledInputs) -> list[str]:
-    """Names of lazy inputs the node still needs, from (repeated) check_lazy_status calls."""
-    requested: list[str] = []
+async def routed_step(view: StepView, node_id: str, route: StepRoute) -> StepResult:
+    """The node's step through the host's step route, which gets `execute_node` as its
+    continuation; whatever the route raises (or a result that is no StepResult) fails the
+    node, as its own error would."""
+    try:
+        result = await route(view, node_id, partial(execute_node, view, node_id))
+        if not isinstance(result, StepResult):
+            raise TypeError(f"the step route of node {node_id} returned {type(result).__name__}, not a StepResult")
+        return result
+    except Exception as ex:  # noqa: BLE001 -- the route's failure is the node's
+        return failure(view, node_id, ex, None)
+
+
+async def _routed_calls(route: Any, site: CallSite) -> list[Any]:
+    """One node's calls through the host's call route (one return value per call)."""
+    returns = await route(site)
+    if isinstance(returns, tuple):
+        returns = list(returns)
+    if not isinstance(returns, list):
+        raise TypeError(f"the call route of node {site.node_id} returned {type(returns).__name__}, "
+                        f"not a list of per-call results")
+    return returns
+
+
+async def _lazy_calls(view: StepView, node_id: str, spec: NodeSpec, instance: Any,
+                      values: Mapping[str, list]) -> list[Any]:
+    """The check_lazy_status result of each call (one per input slice)."""
+    results: list[Any] = []
     check = spec.behaviour.check_lazy_status
-    for index, kwargs in enumerate(call_slices(assembled.values, spec.input_is_list)):
+    for index, kwargs in enumerate(call_slices(values, spec.input_is_list)):
         _check_interrupt(view)
-        result = await call_sync(lambda **kw: check(instance, **kw), kwargs,
-                                 view.node_context(node_id, index))
+        results.append(await call_sync(lambda **kw: check(instance, **kw), kwargs,
+                                       view.node_context(node_id, index)))
+    return results
+
+
+async def _needed_inputs(results: list[Any], assembled: AssembledInputs) -> list[str]:
+    """Names of lazy inputs the node still needs, from its check_lazy_status results."""
+    requested: list[str] = []
+    for result in results:
+        if isinstance(result, asyncio.Task):  # a route's own async call
+            result = await result
         if isinstance(result, list):
             requested.extend(result)
     names: list[str] = []
@@ -239,18 +291,18 @@ def _check_interrupt(view: StepView) -> None:
 
 
 async def _map_calls(view: StepView, node_id: str, display_id: str, spec: NodeSpec, instance: Any,
-                     assembled: AssembledInputs) -> list[Any]:
+                     values: Mapping[str, list]) -> list[Any]:
     """One call per list element (or one call with whole lists); async calls may stay running."""
     behaviour = spec.behaviour
     call = partial(behaviour.call, instance)
     hooks: Sequence[Any] = view.settings.hooks
     recover: Callable[[BaseException], bool] | None = view.settings.recover
     returns: list[Any] = []
-    for index, kwargs in enumerate(call_slices(assembled.values, spec.input_is_list)):
+    for index, kwargs in enumerate(call_slices(values, spec.input_is_list)):
         _check_interrupt(view)
         block = blocker_in(kwargs, spec.input_is_list)
         if block is not None:
-            returns.append(_blocked(view, node_id, block))
+            returns.append(blocked_call(view, node_id, block))
             continue
         ctx = view.node_context(node_id, index, display_id)
         if behaviour.is_coroutine:
@@ -262,7 +314,7 @@ async def _map_calls(view: StepView, node_id: str, display_id: str, spec: NodeSp
     return returns
 
 
-def _blocked(view: StepView, node_id: str, block: ExecutionBlocker) -> ExecutionBlocker:
+def blocked_call(view: StepView, node_id: str, block: ExecutionBlocker) -> ExecutionBlocker:
     """A blocked call: report a message once here; downstream sees a silent blocker."""
     if block.message is None:
         return block

@@ -30,7 +30,7 @@ from graph.errors import DependencyCycleError
 from graph.inputs import AssembledInputs
 from graph.invoke import call_sync
 from graph.node_record import NodeRecord, ValueKey
-from graph.node_step import FAILURE, PENDING, Expansion, StepResult, execute_node, failure
+from graph.node_step import FAILURE, PENDING, Expansion, StepResult, execute_node, failure, routed_step
 from graph.objects import ObjectCache
 from graph.outcome import ExecutionOutcome
 from graph.progress import ProgressState
@@ -67,6 +67,8 @@ class Run:
         self.prompt_id = prompt_id
         self.dynprompt = DynamicPrompt(prompt)
         self.extra_data = extra_data
+        # The host's routes for this prompt (graph/settings.py `NodeRoutes`), None almost always.
+        self.routes = settings.routes() if settings.routes is not None else None
         self._emit = emit
         self.interrupt = interrupt
         self.messages: list[tuple[str, dict]] = []
@@ -261,6 +263,7 @@ class Run:
             self.consumers.add(node_id)
 
         status, error = "success", None
+        step_route = self.routes.step if self.routes is not None else None
         try:
             for output_id in outputs:
                 self.schedule.add_node(output_id)
@@ -274,7 +277,10 @@ class Run:
                     details, ex = self._cycle_error()
                     status, error = self._fail(details, ex, cached_nodes)
                     break
-                step = await self._apply(node_id, await execute_node(self, node_id))
+                if step_route is None:
+                    step = await self._apply(node_id, await execute_node(self, node_id))
+                else:
+                    step = await self._apply(node_id, await routed_step(self, node_id, step_route))
                 if step.status == FAILURE:
                     status, error = self._fail(step.error, step.exception, cached_nodes)
                     break

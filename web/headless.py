@@ -137,6 +137,7 @@ def output_files(env: Any, ui_outputs: dict) -> list[Path]:
 async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err: TextIO,
                        interrupt: threading.Event | None = None) -> int:
     """Run `workflow`; returns the process exit status."""
+    from compat.execution_api import SessionRoutes
     from graph.executor import Executor
     from graph.validation import validate_prompt
 
@@ -166,7 +167,7 @@ async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err
     if result.node_errors:
         err.write("warning: some outputs are skipped:\n" + describe_validation_error(None, result.node_errors) + "\n")
     executor = Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],
-                        recover=env.memory.recover if env.memory else None)
+                        recover=env.memory.recover if env.memory else None, routes=SessionRoutes(session))
     printer = ProgressPrinter(err, prompt, len(prompt))
     stop = interrupt or threading.Event()
     outcome = await executor.execute(prompt, str(uuid.uuid4()), outputs=list(result.outputs), extra_data={},

@@ -1,6 +1,15 @@
 """ComfyUI's top-level `execution` module for node packs (compat/execution_api.py; the queue
-class is compat/pack_queue.py's, what `PromptServer.instance.prompt_queue` is)."""
-from compat.facade import facade
+class is compat/pack_queue.py's, what `PromptServer.instance.prompt_queue` is).
+
+`execute` and `_async_map_node_over_list` are extension points: a pack's assignment (a wrapper
+that records and calls the original, as ComfyUI-Lora-Manager's) is its session's, and that
+session's executor then runs every node step and node call through it (compat/execution_api.py).
+"""
+from compat.facade import facade, point
+
+# ComfyUI's module has this name, set to None ("Don't hook this please"); today's executor maps
+# node calls with `_async_map_node_over_list` only (there is no `_map_node_over_list`).
+map_node_over_list = None
 
 facade(__name__, {
     "PromptExecutor": "compat.execution_api:PromptExecutor",
@@ -15,6 +24,9 @@ facade(__name__, {
     "validate_prompt": "compat.execution_api:validate_prompt",
     "validate_inputs": "compat.execution_api:validate_inputs",
     "get_input_data": "compat.execution_api:get_input_data",
+    "resolve_map_node_over_list_results": "compat.execution_api:resolve_map_node_over_list_results",
+    "_async_map_node_over_list": point("map_node_over_list", "compat.execution_api:_async_map_node_over_list"),
+    "execute": point("node_execute", "compat.execution_api:execute"),
     "ExecutionBlocker": "graph.expansion:ExecutionBlocker",
     "DynamicPrompt": "graph.prompt:DynamicPrompt",
 })
