@@ -5,8 +5,10 @@ network (comfy_core/families/ltxv/dit.py) and VAE (comfy_core/models/ltxv_vae.py
 with `start_end=True`, today's LTXVAddGuide layout)."""
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Sequence
+from enum import Enum
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -28,6 +30,132 @@ def get_timestep_embedding(timesteps: torch.Tensor, embedding_dim: int, flip_sin
     if embedding_dim % 2:
         embedding = torch.nn.functional.pad(embedding, (0, 1))
     return embedding
+
+
+class LTXRopeType(str, Enum):
+    """How an LTX-2 network lays out its RoPE: `interleaved` channel pairs (LTX-Video 0.9) or
+    `split` halves per head; `KEY` is the config key naming it (ComfyUI's enum)."""
+
+    INTERLEAVED = "interleaved"
+    SPLIT = "split"
+    KEY = "rope_type"
+
+    @classmethod
+    def from_dict(cls, kwargs: Mapping[str, Any], default: Any = None) -> "LTXRopeType":
+        """The layout a network config names (`kwargs["rope_type"]`), else `default` (interleaved)."""
+        return cls(kwargs.get(cls.KEY.value, cls.INTERLEAVED if default is None else default))
+
+
+class LTXFrequenciesPrecision(str, Enum):
+    """The precision the RoPE frequency grid is computed in (`float64` through numpy: LTX-2's
+    JAX-compatible grid; else float32 torch); `KEY` is the config key naming it."""
+
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+    KEY = "frequencies_precision"
+
+    @classmethod
+    def from_dict(cls, kwargs: Mapping[str, Any], default: Any = None) -> "LTXFrequenciesPrecision":
+        return cls(kwargs.get(cls.KEY.value, cls.FLOAT32 if default is None else default))
+
+
+@functools.lru_cache(maxsize=5)
+def generate_freq_grid_np(positional_embedding_theta: float, positional_embedding_max_pos_count: int,
+                          inner_dim: int, _: Any = None) -> torch.Tensor:
+    """The RoPE frequency grid `[inner_dim // (2 axes)]` float32 on the CPU, computed in float64:
+    `theta ** linspace(0, 1) * pi / 2` over `axes = positional_embedding_max_pos_count` position
+    axes (the engine's LTX-2 grid, comfy_core/families/ltx2/rope.py; the fourth argument, a
+    device in the float32 twin's signature, is ignored, as ComfyUI's)."""
+    from comfy_core.families.ltx2.rope import frequency_grid
+
+    return frequency_grid(positional_embedding_theta, positional_embedding_max_pos_count, inner_dim,
+                          double_precision=True, device=None)
+
+
+def generate_freq_grid_pytorch(positional_embedding_theta: float, positional_embedding_max_pos_count: int,
+                               inner_dim: int, device: Any) -> torch.Tensor:
+    """`generate_freq_grid_np`'s float32 twin, computed on `device`."""
+    from comfy_core.families.ltx2.rope import frequency_grid
+
+    return frequency_grid(positional_embedding_theta, positional_embedding_max_pos_count, inner_dim,
+                          double_precision=False, device=device)
+
+
+class _EmbeddingClass(type):
+    """`isinstance(m, TimestepEmbedding)` is also true for the LTX-Video network's own time
+    embedder (comfy_core/families/ltxv/dit.py `TimestepEmbedder`, built by our loaders)."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        from comfy_core.families.ltxv.dit import TimestepEmbedder
+
+        return type.__instancecheck__(cls, obj) or isinstance(obj, TimestepEmbedder)
+
+
+class TimestepEmbedding(nn.Module, metaclass=_EmbeddingClass):
+    """ComfyUI's (diffusers') `TimestepEmbedding` with ComfyUI's constructor, for packs that build
+    their own networks from it (RES4LYF's HiDream rebuild): `linear_2(SiLU(linear_1(sample +
+    cond_proj(condition))))`, `linear_1` `in_channels -> time_embed_dim`, `linear_2` to `out_dim`
+    (default `time_embed_dim`), biases per `sample_proj_bias` (ComfyUI's activation is SiLU whatever
+    `act_fn` says, and no post-activation)."""
+
+    def __init__(self, in_channels: int, time_embed_dim: int, act_fn: str = "silu", out_dim: int | None = None,
+                 post_act_fn: str | None = None, cond_proj_dim: int | None = None, sample_proj_bias: bool = True,
+                 dtype: Any = None, device: Any = None, operations: Any = None) -> None:
+        super().__init__()
+        from comfy_core.models.unet_blocks import operations_or_default
+
+        ops = operations_or_default(operations)
+        self.linear_1 = ops.Linear(in_channels, time_embed_dim, sample_proj_bias, dtype=dtype, device=device)
+        self.cond_proj = (None if cond_proj_dim is None else
+                          ops.Linear(cond_proj_dim, in_channels, bias=False, dtype=dtype, device=device))
+        self.act = nn.SiLU()
+        self.linear_2 = ops.Linear(time_embed_dim, out_dim or time_embed_dim, sample_proj_bias, dtype=dtype,
+                                   device=device)
+        self.post_act = None
+
+    def forward(self, sample: torch.Tensor, condition: torch.Tensor | None = None) -> torch.Tensor:
+        if condition is not None:
+            sample = sample + self.cond_proj(condition)
+        return self.linear_2(self.act(self.linear_1(sample)))
+
+
+def interleaved_freqs_cis(freqs: torch.Tensor, pad_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE angles `[B, T, F]` -> the interleaved `(cos, sin)` `[B, T, pad_size + 2F]`: each angle
+    for a channel pair, the first `pad_size` channels unrotated (cos 1, sin 0). ComfyUI's LTX-2
+    helper of early 2026 (since folded into `freqs_cis_matrix`), which ComfyUI-LTXVideo imports."""
+    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+    if pad_size:
+        cos = torch.cat([torch.ones_like(cos[..., :pad_size]), cos], dim=-1)
+        sin = torch.cat([torch.zeros_like(sin[..., :pad_size]), sin], dim=-1)
+    return cos, sin
+
+
+def split_freqs_cis(freqs: torch.Tensor, pad_size: int, num_attention_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE angles `[B, T, F]` -> the split-layout `(cos, sin)` `[B, heads, T, (pad_size + F) / heads]`
+    (the first `pad_size` angles unrotated), as `interleaved_freqs_cis`'s twin."""
+    cos, sin = freqs.cos(), freqs.sin()
+    if pad_size:
+        cos = torch.cat([torch.ones_like(cos[..., :pad_size]), cos], dim=-1)
+        sin = torch.cat([torch.zeros_like(sin[..., :pad_size]), sin], dim=-1)
+    b, t = cos.shape[0], cos.shape[1]
+    return (cos.reshape(b, t, num_attention_heads, -1).transpose(1, 2),
+            sin.reshape(b, t, num_attention_heads, -1).transpose(1, 2))
+
+
+class Timesteps(nn.Module):
+    """ComfyUI's (diffusers') `Timesteps`: `[N]` timesteps -> their sinusoidal embedding `[N,
+    num_channels]` (`get_timestep_embedding` with this module's settings; no weights)."""
+
+    def __init__(self, num_channels: int, flip_sin_to_cos: bool, downscale_freq_shift: float, scale: float = 1) -> None:
+        super().__init__()
+        self.num_channels = num_channels
+        self.flip_sin_to_cos = flip_sin_to_cos
+        self.downscale_freq_shift = downscale_freq_shift
+        self.scale = scale
+
+    def forward(self, timesteps: torch.Tensor) -> torch.Tensor:
+        return get_timestep_embedding(timesteps, self.num_channels, flip_sin_to_cos=self.flip_sin_to_cos,
+                                      downscale_freq_shift=self.downscale_freq_shift, scale=self.scale)
 
 
 def get_fractional_positions(indices_grid: torch.Tensor, max_pos: Sequence[float]) -> torch.Tensor:

@@ -7,7 +7,7 @@ answers `isinstance` from the model's family: true exactly for the families whos
 is that class or a subclass of it (ComfyUI's hierarchy: `SDXL_instructpix2pix(IP2P, SDXL)`, ...).
 `SD3` (SD3 / SD3.5 MMDiTs) and `Flux` (Flux.1 dev, Kontext and schnell; ComfyUI builds schnell
 as a `Flux` too, with flow sampling) answer for our DiT families. A class of a kind we do not load
-(HunyuanVideo, LTXV, ...) matches no model of ours. Pack subclasses of these classes are ordinary
+(CosmosPredict2, AuraFlow, ...) matches no model of ours. Pack subclasses of these classes are ordinary
 classes (plain `isinstance`).
 """
 from __future__ import annotations
@@ -176,6 +176,11 @@ HunyuanVideoI2V = _kind("HunyuanVideoI2V", HunyuanVideo)  # ComfyUI: HunyuanVide
 HunyuanVideoSkyreelsI2V = _kind("HunyuanVideoSkyreelsI2V", HunyuanVideo)
 HunyuanVideo15 = _kind("HunyuanVideo15", HunyuanVideo)  # ComfyUI: a HunyuanVideo subclass
 HunyuanVideo15_SR_Distilled = _kind("HunyuanVideo15_SR_Distilled", HunyuanVideo15)
+# ComfyUI's Anima is a BaseModel of its own (not a CosmosPredict2 subclass: today's model_base.py),
+# though its network is Cosmos-Predict2's MiniTrainDIT with an LLM adapter; CosmosPredict2 (Cosmos
+# Predict2 text/image-to-image and -video) is a family not implemented here: no model of ours is one.
+Anima = _kind("Anima")
+CosmosPredict2 = _kind("CosmosPredict2")
 Kandinsky5 = _kind("Kandinsky5")
 Kandinsky5Image = _kind("Kandinsky5Image", Kandinsky5)  # ComfyUI: a Kandinsky5 subclass
 

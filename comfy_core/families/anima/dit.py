@@ -217,29 +217,46 @@ class Attention(nn.Module):
         self.v_proj = ops.Linear(context_dim, inner, bias=False, **factory)
         self.output_proj = ops.Linear(inner, dim, bias=False, **factory)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None, rope: Any,
-                transformer_options: dict[str, Any]) -> torch.Tensor:
-        """x `[B, S, D]`, context `[B, N, C]` (None: x) -> `[B, S, D]`."""
+    def compute_qkv(self, x: torch.Tensor, context: torch.Tensor | None = None, rope_emb: Any = None,
+                    transformer_options: dict[str, Any] | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x `[B, S, D]`, context `[B, N, C]` (None: x) -> q, k, v `[B, S|N, H, d]`: projected,
+        q / k RMS-normed, RoPE (`rope_emb`, cos / sin) on the self-attention's q / k; the
+        `attn1_patch` / `attn2_patch` hooks of `transformer_options` run first (ComfyUI's split of
+        Cosmos-Predict2's attention into `compute_qkv` and `compute_attention`, which packs patch)."""
+        options = {} if transformer_options is None else transformer_options
         context = x if context is None else context
         q_in, k_in, v_in = x, context, context
-        patches = (transformer_options.get("patches") or {}).get("attn1_patch" if self.is_selfattn else "attn2_patch")
+        rope = rope_emb
+        patches = (options.get("patches") or {}).get("attn1_patch" if self.is_selfattn else "attn2_patch")
         if patches:
-            extra = dict(transformer_options)
+            extra = dict(options)
             extra["n_heads"] = self.n_heads
             extra["dim_head"] = self.head_dim
             for patch in patches:
                 out = patch(q_in, k_in, v_in, pe=rope, attn_mask=None, extra_options=extra)
                 q_in, k_in, v_in = out.get("q", q_in), out.get("k", k_in), out.get("v", v_in)
                 rope = out.get("pe", rope)
-        b, s = x.shape[0], x.shape[1]
+        b, s = q_in.shape[0], q_in.shape[1]
         q = self.q_norm(self.q_proj(q_in).view(b, s, self.n_heads, self.head_dim))  # [B, S, H, d]
-        k = self.k_norm(self.k_proj(k_in).view(b, k_in.shape[1], self.n_heads, self.head_dim))
-        v = self.v_proj(v_in).view(b, v_in.shape[1], self.n_heads, self.head_dim)
+        k = self.k_norm(self.k_proj(k_in).view(k_in.shape[0], k_in.shape[1], self.n_heads, self.head_dim))
+        v = self.v_proj(v_in).view(v_in.shape[0], v_in.shape[1], self.n_heads, self.head_dim)
         if self.is_selfattn and rope is not None:
             q, k = rotate_split_half(q, rope), rotate_split_half(k, rope)
+        return q, k, v
+
+    def compute_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
+        """q, k, v `[B, S|N, H, d]` -> the output projection of their attention `[B, S, D]`."""
         out = calling.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.n_heads, skip_reshape=True,
-                             transformer_options=transformer_options)  # [B, S, H*d]
+                             transformer_options={} if transformer_options is None else transformer_options)
         return self.output_proj(out)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, rope_emb: Any = None,
+                transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
+        """x `[B, S, D]`, context `[B, N, C]` (None: x) -> `[B, S, D]`."""
+        q, k, v = self.compute_qkv(x, context, rope_emb=rope_emb, transformer_options=transformer_options)
+        return self.compute_attention(q, k, v, transformer_options=transformer_options)
 
 
 class FeedForward(nn.Module):

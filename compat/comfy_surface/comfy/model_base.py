@@ -9,6 +9,7 @@ _NAMES = ("BaseModel", "SDXL", "SDXLRefiner", "SD21UNCLIP", "SVD_img2vid", "IP2P
           "QwenImage", "Stable_Zero123", "SV3D_u", "SV3D_p", "StableAudio", "Hunyuan3Dv2", "Lotus",
           # today's classes (after 0.3.64) of families built here
           "ChromaRadiance", "Flux2", "Flux3", "LTXAV", "QwenImage21", "HunyuanVideo15", "HunyuanVideo15_SR_Distilled",
+          "HunyuanVideoI2V", "HunyuanVideoSkyreelsI2V", "Anima", "CosmosPredict2",
           "Kandinsky5", "Kandinsky5Image", "ACEStep15", "StableAudio3", "WAN21_HuMo", "WAN22_WanDancer", "ModelType",
           "model_sampling", "ModelClassError", "convert_tensor")
 facade(__name__, {name: f"compat.mp_model_base:{name}" for name in _NAMES})
