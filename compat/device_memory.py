@@ -18,7 +18,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterable
 
 from compat.devices import (WINDOWS, VRAMState, current_vram_state, dtype_size, flag, get_free_memory,
-                            get_torch_device, get_total_memory, is_device_mps, server_memory, soft_empty_cache)
+                            get_torch_device, get_total_memory, is_device_cuda, is_device_mps, is_device_xpu,
+                            server_memory, soft_empty_cache)
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +28,18 @@ log = logging.getLogger(__name__)
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
+
+
+class _NoFinalizer:
+    """A `weakref.finalize` stand-in that is never alive."""
+
+    alive = False
+
+    def detach(self) -> None:
+        return None
+
+    def __call__(self) -> None:
+        return None
 
 
 class LoadedModel:
@@ -63,6 +76,20 @@ class LoadedModel:
         if device == self.model.current_device():
             return self.model_offloaded_memory()
         return self.model_memory()
+
+    def model_load(self, lowvram_model_memory: int = 0, force_patch_weights: bool = False) -> Any:
+        """Load the model onto its device, patched, as `load_models_gpu` does (the memory manager
+        decides a partial load itself, so `lowvram_model_memory` is not a budget here); returns
+        the module (`real_model`). Packs that replace `load_models_gpu` (ComfyUI-MultiGPU) call it."""
+        load_models_gpu([self.model], force_patch_weights=force_patch_weights)
+        self.real_model = getattr(self.model, "model", None)
+        return self.real_model
+
+    @property
+    def model_finalizer(self) -> "_NoFinalizer":
+        """ComfyUI's finalizer of the loaded module: nothing to finalize here (the memory manager
+        holds patchers weakly), so `detach()` has nothing to cancel."""
+        return _NoFinalizer()
 
     def model_unload(self, memory_to_free: Any = None, unpatch_weights: bool = True) -> bool:
         """Move the model off the compute device (unless it is running); True when it was."""
@@ -230,11 +257,29 @@ def text_encoder_initial_device(load_device: Any, offload_device: Any, model_siz
     return load_device if free_load > free_offload * 0.5 and model_size * 1.2 < free_load else offload_device
 
 
+def current_stream(device: Any) -> Any:
+    """The stream work on `device` is queued on now: the current CUDA stream for a CUDA device,
+    the current XPU stream for an XPU one, None for None and any other device (the CPU)
+    (today's ComfyUI, comfy/model_management.py @02b2b388)."""
+    if device is None:
+        return None
+    import torch
+
+    if is_device_cuda(device):
+        return torch.cuda.current_stream()
+    if is_device_xpu(device):
+        return torch.xpu.current_stream()
+    return None
+
+
 def get_offload_stream(device: Any) -> None:
     """No asynchronous offload streams here (ComfyUI's answer without --async-offload)."""
     return None
 
 
 def sync_stream(device: Any, stream: Any) -> None:
-    """Nothing to wait for: `get_offload_stream` never returns a stream."""
-    return None
+    """Make `device`'s current stream wait for `stream` (a pack's own side stream; ours never
+    makes one); nothing to do for no stream or a device without streams (today's ComfyUI)."""
+    current = current_stream(device) if stream is not None else None
+    if current is not None:
+        current.wait_stream(stream)

@@ -122,15 +122,58 @@ def _finish(model: Any = None, clip: Any = None, vae: Any = None, embedding_dire
 def load_checkpoint_guess_config(ckpt_path: str | Path, output_vae: bool = True, output_clip: bool = True,
                                  output_clipvision: bool = False, embedding_directory: Any = None,
                                  output_model: bool = True, model_options: Mapping | None = None,
-                                 te_model_options: Mapping | None = None) -> tuple[Any, Any, Any, Any]:
+                                 te_model_options: Mapping | None = None,
+                                 disable_dynamic: bool = False) -> tuple[Any, Any, Any, Any]:
     """ComfyUI's loader: `(model, clip, vae, clipvision)` of a single-file checkpoint, the family
     detected from its weights. `clipvision` is the CLIP vision tower the file embeds (unCLIP /
-    SVD checkpoints) when `output_clipvision`, else None."""
+    SVD checkpoints) when `output_clipvision`, else None. `disable_dynamic` (today's: build a
+    plain ModelPatcher rather than a dynamic-VRAM one) changes nothing here: no patcher here is
+    dynamic. The file is read memory-mapped by our loader, not first loaded whole as ComfyUI does
+    before calling `load_state_dict_guess_config`, so a pack's replacement of that function is
+    not called from here (it is when the pack calls it itself)."""
     from comfy_core.loading import load_checkpoint
 
     options = _options(model_options, te_model_options)
     model, clip, vae = load_checkpoint(ckpt_path, options, output_vae=output_vae, output_clip=output_clip)
     clip_vision = _embedded_clip_vision(ckpt_path) if output_clipvision else None
+    if not output_model:
+        model = None
+    _finish(model, clip, vae, embedding_directory)
+    return model, clip, vae, clip_vision
+
+
+def load_state_dict_guess_config(sd: Mapping[str, torch.Tensor], output_vae: bool = True, output_clip: bool = True,
+                                 output_clipvision: bool = False, embedding_directory: Any = None,
+                                 output_model: bool = True, model_options: Mapping | None = None,
+                                 te_model_options: Mapping | None = None, metadata: Mapping[str, str] | None = None,
+                                 disable_dynamic: bool = False) -> tuple[Any, Any, Any, Any]:
+    """Today's ComfyUI's loader of a checkpoint already in memory: `(model, clip, vae, clipvision)`
+    of the state dict `sd`, detected and loaded as `load_checkpoint_guess_config` loads a file.
+
+    As ComfyUI: quantised layers described by the file metadata's `_quantization_metadata` get
+    their `comfy_quant` tensors first (`comfy.utils.convert_old_quants`, unless
+    `model_options["custom_operations"]` is set), and a state dict that is no checkpoint of a
+    known family is loaded as a diffusion model alone: `(model, None, vae, None)`, where ComfyUI's
+    `vae` is a `VAE(sd={})` without weights and ours is None (a VAE with no weights cannot decode).
+    Legacy scaled-fp8 markers are left as they are: our loaders read them directly.
+    `disable_dynamic` changes nothing (no patcher here is dynamic)."""
+    from comfy_core.families.errors import UnknownFamilyError
+    from comfy_core.loading import load_checkpoint
+    from comfy_core.weights.quant_registry import METADATA_KEY
+    from compat.files_utils import convert_old_quants
+
+    if metadata and METADATA_KEY in metadata and (model_options or {}).get("custom_operations") is None:
+        sd, metadata = convert_old_quants(dict(sd), "", metadata=metadata)
+    options = _options(model_options, te_model_options)
+    try:
+        model, clip, vae = load_checkpoint(sd, options, output_vae=output_vae, output_clip=output_clip)
+    except UnknownFamilyError as not_a_checkpoint:
+        try:
+            model = load_diffusion_model_state_dict(sd, model_options, metadata=metadata)
+        except Exception:  # noqa: BLE001 -- neither form: the checkpoint error says what was looked for
+            raise not_a_checkpoint from None
+        return model, None, None, None
+    clip_vision = _embedded_clip_vision(sd) if output_clipvision else None
     if not output_model:
         model = None
     _finish(model, clip, vae, embedding_directory)
@@ -174,13 +217,15 @@ def load_checkpoint(config_path: str | Path | None = None, ckpt_path: str | Path
 # --- diffusion models (UNETLoader) ---
 
 def load_diffusion_model_state_dict(sd: Mapping[str, torch.Tensor], model_options: Mapping | None = None,
-                                    metadata: Mapping[str, str] | None = None) -> Any:
+                                    metadata: Mapping[str, str] | None = None, disable_dynamic: bool = False) -> Any:
     """A diffusion model (LDM, `model.diffusion_model.`-prefixed or diffusers UNet names) from a
-    state dict -> `ModelPatcher`, as UNETLoader loads a file."""
+    state dict -> `ModelPatcher`, as UNETLoader loads a file (`disable_dynamic`: see
+    `load_checkpoint_guess_config`)."""
     return _diffusion_model(sd, model_options)
 
 
-def load_diffusion_model(unet_path: str | Path, model_options: Mapping | None = None) -> Any:
+def load_diffusion_model(unet_path: str | Path, model_options: Mapping | None = None,
+                         disable_dynamic: bool = False) -> Any:
     """A diffusion model file -> `ModelPatcher` (ComfyUI's `load_diffusion_model`)."""
     return _diffusion_model(unet_path, model_options)
 
@@ -283,6 +328,48 @@ def load_lora_for_models(model: Any, clip: Any, lora: Mapping[str, torch.Tensor]
 
 
 # --- style models and GLIGEN (what StyleModelLoader and GLIGENLoader load, by path) ---
+
+def _core_style_model() -> type:
+    from comfy_core.style_models.style_model import StyleModel as Core
+
+    return Core
+
+
+class _StyleModelType(type):
+    """`isinstance(x, comfy.sd.StyleModel)` holds for our style models (what StyleModelLoader
+    returns, comfy_core's class), as it does for ComfyUI's STYLE_MODEL objects."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, _core_style_model())
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return type.__subclasscheck__(cls, subclass) or issubclass(subclass, _core_style_model())
+
+
+class StyleModel(metaclass=_StyleModelType):
+    """ComfyUI's `comfy.sd.StyleModel` (a STYLE_MODEL): built as ComfyUI builds it, `StyleModel(model,
+    device="cpu")` over a T2I-Adapter style network or a Flux Redux encoder, it is our style model
+    (comfy_core/style_models/style_model.py) over that module; `get_cond(input)` gives the style
+    tokens of a CLIP vision output. `device` is accepted and unused, as in ComfyUI."""
+
+    def __new__(cls, model: Any, device: Any = "cpu") -> Any:
+        from comfy_core.style_models.redux import ReduxImageEncoder
+        from comfy_core.style_models.t2i_style import T2IStyleAdapter
+
+        kinds = ((T2IStyleAdapter, "t2i_style"), (ReduxImageEncoder, "redux"))
+        kind = next((name for network, name in kinds if isinstance(model, network)), None)
+        if kind is None:
+            raise TypeError(f"comfy.sd.StyleModel: {type(model).__name__} is not a style model network "
+                            "(a T2I-Adapter style adapter or a Flux Redux encoder)")
+        return _core_style_model()(model, kind)
+
+    def __init__(self, model: Any, device: Any = "cpu") -> None:  # noqa: D107 -- built in __new__
+        pass
+
+    def get_cond(self, input: Any) -> Any:  # noqa: A002 -- ComfyUI's parameter name
+        """The style tokens `[B, T, ctx]` of the CLIP vision output `input`."""
+        return _core_style_model().get_cond(self, input)
+
 
 def load_style_model(ckpt_path: str | Path) -> Any:
     """A T2I-Adapter style model or a Flux Redux file -> STYLE_MODEL (StyleModelLoader's)."""

@@ -344,3 +344,63 @@ def upscale_dit_mask(mask: torch.Tensor, img_size_in: Sequence[int], img_size_ou
     img_img = grid(mask[:, t:, t:])  # keys resized: [b, hi*wi, ho*wo]
     img_img = grid(img_img.transpose(1, 2)).transpose(1, 2)  # queries resized: [b, ho*wo, ho*wo]
     return torch.cat([torch.cat([txt_txt, txt_img], dim=2), torch.cat([img_txt, img_img], dim=2)], dim=1)
+
+
+def convert_old_quants(state_dict: MutableMapping[str, Any], model_prefix: str = "",
+                       metadata: Mapping[str, str] | None = None) -> tuple[MutableMapping[str, Any], Any]:
+    """Today's ComfyUI (comfy/utils.py): `(state_dict, metadata)` with every quantised layer
+    described by a `<layer>.comfy_quant` tensor (uint8 bytes of its JSON description), the form
+    comfy_core/weights/quant_registry.py reads.
+
+    - File metadata holding `_quantization_metadata` (`{"layers": {layer: description}}`): each
+      layer's `comfy_quant` tensor is added to `state_dict` (returned; metadata unchanged).
+    - Else a legacy scaled-fp8 model (a `<model_prefix>scaled_fp8` marker,
+      comfy_core/models/storage_cast.py): the model's tensors are taken out of `state_dict` (as
+      ComfyUI pops them) into the returned dict without the marker, each `scale_weight` renamed
+      `weight_scale` (the layer described as `{"format": <the marker's fp8 dtype, float8_e4m3fn
+      for a float32 marker>}`, plus `"full_precision_matrix_mult": true` for a two-element
+      marker), each `scale_input` renamed `input_scale` unless it is 1; tensors outside the prefix
+      are kept as they are.
+    - Else nothing changes."""
+    import json
+
+    import torch
+
+    from comfy_core.models.storage_cast import (SCALE_INPUT, SCALE_WEIGHT, SCALED_FP8_MARKER, marker_optimizations,
+                                                scaled_storage_dtype)
+    from comfy_core.weights.quant_registry import COMFY_QUANT, METADATA_KEY
+
+    if metadata is None:
+        metadata = {}
+    layers: Mapping[str, Any] | None = None
+    marker_key = model_prefix + SCALED_FP8_MARKER
+    if METADATA_KEY in metadata:
+        layers = json.loads(metadata[METADATA_KEY])["layers"]
+    elif marker_key in state_dict:
+        marker = state_dict[marker_key]
+        conf: dict[str, Any] = {"format": str(scaled_storage_dtype(marker)).removeprefix("torch.")}
+        if not marker_optimizations(marker):  # a two-element marker: ComfyUI's full-precision products
+            conf["full_precision_matrix_mult"] = True
+        converted: dict[str, Any] = {}
+        found: dict[str, Any] = {}
+        for key in list(state_dict.keys()):
+            if key == marker_key:
+                continue
+            if not key.startswith(model_prefix):
+                converted[key] = state_dict[key]
+                continue
+            tensor = state_dict.pop(key)
+            layer, _, part = key.rpartition(".")
+            if part == SCALE_WEIGHT:
+                found[layer] = dict(conf)
+                key = f"{layer}.weight_scale"
+            elif part == SCALE_INPUT:
+                if tensor.item() == 1.0:
+                    continue  # the default: no input scale
+                key = f"{layer}.input_scale"
+            converted[key] = tensor
+        state_dict, layers = converted, found
+    for layer, description in (layers or {}).items():
+        state_dict[f"{layer}.{COMFY_QUANT}"] = torch.tensor(list(json.dumps(description).encode("utf-8")),
+                                                            dtype=torch.uint8)
+    return state_dict, metadata

@@ -14,8 +14,9 @@ own `utils` module or package and import it as `import utils` once their folder 
 here the rule is: a `utils` found on a `sys.path` entry that is not an installed-packages or
 standard-library folder (a pack's folder, the working directory) wins, and ours answers
 otherwise (as ComfyUI's root precedes site-packages). Our own code never imports `utils`.
-It stays installed once a server installed it, because packs also import lazily while nodes
-run. It also remembers the most recently installed `CompatSession`, the fallback of
+`app` (ComfyUI's application package, of which only `app.logger` is here) is as common a name
+and follows the same rule. The finder stays installed once a server installed it, because packs
+also import lazily while nodes run. It also remembers the most recently installed `CompatSession`, the fallback of
 `compat.session.active()`, and answers ComfyUI's names on our `nodes` package
 (`comfy_module_attribute`, which nodes/__init__.py looks for on `sys.meta_path`).
 """
@@ -31,9 +32,9 @@ from typing import Any
 SURFACE = Path(__file__).resolve().parent / "comfy_surface"
 # ComfyUI's module names that packs import (our `nodes` package answers `import nodes` itself).
 TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "comfy_extras",
-                       "latent_preview", "node_helpers", "execution", "utils", "comfyui_version"})
+                       "latent_preview", "node_helpers", "execution", "utils", "comfyui_version", "app"})
 # Names a module of the same name elsewhere on sys.path takes over (see the module docstring).
-YIELDING = frozenset({"utils"})
+YIELDING = frozenset({"utils", "app"})  # `app`: ComfyUI's app.logger here; a pack's own `app` wins
 
 
 class ComfyModuleFinder(importlib.abc.MetaPathFinder):

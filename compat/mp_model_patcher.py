@@ -349,6 +349,48 @@ class ComfyModelPatcherMethods:
         """Compute in `dtype` (weights cast per layer), as ComfyUI: the model's `manual_cast_dtype`."""
         self.add_object_patch("manual_cast_dtype", dtype)
 
+    # --- today's dynamic-VRAM protocol (this runtime has no dynamic VRAM) ---
+
+    def is_dynamic(self) -> bool:
+        """False: weights are loaded and moved by our memory manager, never by comfy-aimdo's
+        dynamic VRAM (ComfyUI's `ModelPatcher.is_dynamic`; its `ModelPatcherDynamic` says True)."""
+        return False
+
+    def partially_load(self, device_to: Any, extra_memory: int = 0, force_patch_weights: bool = False) -> int:
+        """ComfyUI's "load up to `extra_memory` more bytes onto `device_to`": our memory manager
+        places whole models (or plans a partial one itself, comfy_core/memory.py), so the whole
+        model is kept loaded there, patched, as `load_models_gpu` keeps it; returns the bytes
+        that became resident."""
+        before = self.loaded_size()
+        self.keep_loaded(device_to)
+        return max(0, self.loaded_size() - before)
+
+    def partially_unload(self, device_to: Any, memory_to_free: int = 0) -> int:
+        """ComfyUI's "move weights to `device_to` until `memory_to_free` bytes are free": the
+        whole model is released and moved there (see `partially_load`); returns the bytes freed."""
+        before = self.loaded_size()
+        self.unpatch_model(device_to)
+        return max(0, before - self.loaded_size())
+
+    def detach(self, unpatch_all: bool = True) -> Any:
+        """ComfyUI's "this patcher stops being the loaded one": its model patches go to the
+        offload device and, with `unpatch_all`, what `load_models_gpu` left applied comes off and
+        the model moves there; ON_DETACH callbacks run; returns the model."""
+        from comfy_core.wrappers import CallbacksMP
+
+        self.model_patches_to(self.offload_device)
+        if unpatch_all:
+            self.unpatch_model(self.offload_device)
+        for callback in self.get_all_callbacks(CallbacksMP.ON_DETACH):
+            callback(self, unpatch_all)
+        return self.model
+
+    def _load_list(self, for_dynamic: bool = False, default_device: Any = None) -> list[tuple]:
+        """ComfyUI's per-module load list of this patcher's model (compat/mp_load_list.py)."""
+        from compat.mp_load_list import load_list
+
+        return load_list(self, for_dynamic=for_dynamic, default_device=default_device)
+
 
 def _split_patch_key(raw: Any) -> tuple[str, Any, Any]:
     """ComfyUI's patch key: a parameter name, or `(name, offset[, function])`."""
@@ -378,6 +420,20 @@ class ModelPatcher(ComfyModelPatcherMethods, CoreModelPatcher):
 class ClipPatcher(CoreClipPatcher, ModelPatcher):
     """A CLIP's patcher as ComfyUI's: our text-encoder patcher, and a `ModelPatcher` above."""
 
+
+class ModelPatcherDynamic(ModelPatcher):
+    """Today's ComfyUI's dynamic-VRAM patcher class (comfy-aimdo loads its weights on demand),
+    which ComfyUI's loaders build as `CoreModelPatcher` only when dynamic VRAM started. This
+    runtime never starts it, so no loader builds one and `CoreModelPatcher` is `ModelPatcher`; the
+    class is here for packs' `isinstance` checks and method wraps (ComfyUI-MultiGPU wraps its
+    `_load_list`). One built by a pack is an ordinary patcher: `is_dynamic()` stays False, as no
+    weight of it is loaded dynamically."""
+
+
+# Today's `comfy.model_patcher.CoreModelPatcher`: the class ComfyUI's loaders build, ModelPatcher
+# unless dynamic VRAM started. A pack assigning that name sets this; our loaders build patchers
+# by `comfy_class_for`, not by this name.
+LOADER_PATCHER_CLASS: type = ModelPatcher
 
 _COMFY_CLASSES: dict[type, type] = {CoreModelPatcher: ModelPatcher, CoreClipPatcher: ClipPatcher}
 

@@ -71,6 +71,9 @@ class LogBuffer(logging.Handler):
         self._flush_scheduled = False
         self._buffer_lock = threading.Lock()
         self._sending = threading.local()
+        # functions(list of entries) called with each new entry (ComfyUI's app.logger.on_flush)
+        self.listeners: list[Callable[[list[dict]], None]] = []
+        self._notifying = threading.local()
 
     # -- logging.Handler ---------------------------------------------------------------------
     def emit(self, record: logging.LogRecord) -> None:
@@ -87,6 +90,16 @@ class LogBuffer(logging.Handler):
         self._add({"t": datetime.now().isoformat(), "m": text}, overwrite=text.startswith("\r"))
 
     def _add(self, entry: dict, overwrite: bool = False) -> None:
+        self._store(entry, overwrite)
+        if self.listeners and not getattr(self._notifying, "active", False):
+            self._notifying.active = True  # a listener's own output is not fed back to it
+            try:
+                for listener in list(self.listeners):
+                    listener([entry])
+            finally:
+                self._notifying.active = False
+
+    def _store(self, entry: dict, overwrite: bool) -> None:
         forward = not getattr(self._sending, "active", False)
         with self._buffer_lock:
             if overwrite and self.entries and not self.entries[-1]["m"].endswith("\n"):
@@ -190,6 +203,7 @@ def log_routes(app: web.Application) -> web.RouteTableDef:
     root logger, and the console is teed into it, from the app's start-up until its clean-up."""
     buffer = LogBuffer(app[STATE_KEY].hub)
     app[LOG_BUFFER_KEY] = buffer
+    app[STATE_KEY].log_buffer = buffer  # what packs' app.logger reads (compat/app_logger.py)
     undo: list[Callable[[], None]] = []
 
     async def attach(_: web.Application) -> None:

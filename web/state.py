@@ -88,6 +88,8 @@ class AppState:
     pack_load: Any = None
     # web.auth.service.AuthService with --users (built by web/app.py), else None: one user, as ComfyUI
     auth: Any = None
+    # web.routes_logs.LogBuffer: the served app's recent log (/internal/logs; app.logger for packs)
+    log_buffer: Any = None
 
     def send(self, event_type: str | int, data: Any, client_id: str | None = None) -> None:
         """Send an event to `client_id` (None: every socket). Safe from any thread."""

@@ -80,9 +80,8 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.ldm.modules.encoders*": _INTERNALS.format("unCLIP's noise augmentation (comfy_core/models/unclip.py's "
                                                      "functions)", "the unCLIP nodes"),
     # Not for packs: ComfyUI's own application and tooling.
-    "app": "ComfyUI's server application package (settings, users, frontend and model managers, "
-           "logger): the server here is web/; no measured pack imports it (pack-surface.md)",
-    "app.*": "ComfyUI's server application classes: the server here is web/ (see `app`)",
+    "app.*": "ComfyUI's server application classes (settings, users, frontend and model managers): the "
+             "server here is web/; only `app.logger` is provided, over its log store",
     "comfy_api.internal*": "ComfyUI's API-version registry and async-to-sync machinery behind comfy_api's "
                            "versions; packs use the versioned modules (comfy_api.latest, v0_0_2), which exist",
     "comfy_api.version_list": "ComfyUI's list of API versions for its registry (see comfy_api.internal)",
@@ -95,7 +94,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
     "comfy.ldm.modules.ema": "not yet: LitEma, the training-time EMA of latent-diffusion",
-    "comfy.diffusers_load": "not yet: ComfyUI's diffusers-folder loader module",
     "comfy.checkpoint_pickle": "not yet: the unpickler allow-list module (our loaders read .ckpt their own way)",
     "comfy_execution.caching": "ComfyUI's executor caches: the engine's cache is graph/'s",
     "comfy_execution.validation": "ComfyUI's input validation helpers: the engine validates in graph/",
@@ -154,11 +152,10 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'DPMSolver.dpm_solver_3_step', 'DPMSolver.eps', 'deis', 'res_multistep', 'sa_solver', 'sample_deis',
          'sample_dpmpp_2m_sde_gpu', 'sample_dpmpp_3m_sde_gpu', 'sample_dpmpp_sde_gpu',)),
     'comfy.latent_formats': (
-        ('latent formats of families not implemented (Stable Cascade, Mochi, LTXV, Hunyuan, Cosmos, audio, '
-         "...); SD15's constructor parameter name"),
-        ('ChromaRadiance', 'Cosmos1CV8x8x8', 'Hunyuan3Dv2', 'Hunyuan3Dv2_1', 'Hunyuan3Dv2mini',
-         'HunyuanImage21', 'HunyuanImage21Refiner', 'HunyuanVideo', 'Mochi', 'SC_B', 'SC_Prior',
-         'SD15.__init__', 'SDXL_Playground_2_5', 'SD_X4', 'StableAudio1',)),
+        ('latent formats of families not implemented (Stable Cascade, Mochi, HunyuanImage 2.1, Cosmos 1, '
+         "Playground, SD x4 upscaler); SD15's constructor parameter name"),
+        ('Cosmos1CV8x8x8', 'HunyuanImage21', 'HunyuanImage21Refiner', 'Mochi', 'SC_B', 'SC_Prior',
+         'SD15.__init__', 'SDXL_Playground_2_5', 'SD_X4',)),
     'comfy.weight_adapter*': (
         ("LoRA training's side of the adapters (`create_train`, `to_train`, the `*Diff` modules, LoHa's "
          'autograd functions): training is out of this engine\'s scope (see comfy_extras.nodes_train)'),
@@ -172,8 +169,9 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'conditioning helpers (`sdxl_pooled`, `unclip_adm`) and BaseModel members not mapped yet'),
         ('BaseModel.apply_model', 'BaseModel.load_model_weights', 'BaseModel.process_timestep',
          'BaseModel.set_inpaint', 'BaseModel.state_dict_for_saving', 'CLIPEmbeddingNoiseAugmentation',
-         'CosmosPredict2', 'Hunyuan3Dv2_1', 'HunyuanImage21', 'HunyuanImage21Refiner',
-         'HunyuanVideo.scale_latent_inpaint', 'HunyuanVideoI2V', 'HunyuanVideoSkyreelsI2V',
+         'CosmosPredict2.process_timestep', 'Hunyuan3Dv2_1', 'HunyuanImage21', 'HunyuanImage21Refiner',
+         'HunyuanVideo.scale_latent_inpaint', 'HunyuanVideoI2V.scale_latent_inpaint',
+         'HunyuanVideoSkyreelsI2V.scale_latent_inpaint',
          'ImageConcatWithNoiseAugmentation', 'LTXV.process_timestep',
          'StableAudio1.state_dict_for_saving', 'StageB', 'StageC', 'Timestep',
          'WAN22.process_timestep', 'sdxl_pooled', 'unclip_adm',)),
@@ -186,19 +184,18 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'names ComfyUI defines only on ROCm, DirectML or macOS (`arch`, `rocm_version`, `directml_device`, '
          "`device_index`, `mac_ver`) or a leftover loop variable (`temp`); not yet: LoadedModel's partial-"
          'loading steps'),
-        ('LoadedModel.model_load', 'LoadedModel.model_use_more_vram', 'LoadedModel.should_reload_model', 'STREAMS',
+        ('LoadedModel.model_use_more_vram', 'LoadedModel.should_reload_model', 'STREAMS',
          'arch', 'device_index', 'directml_device', 'interrupt_processing_mutex', 'mac_ver', 'rocm_version',
          'stream_counters', 'temp', 'use_more_memory',)),
     'comfy.model_patcher': (
         ('not yet: applying hook weights outside a sampling run (`apply_hooks`, `patch_hooks`, ...: hook '
-         'weights apply per cond group inside our sampler), low-VRAM partial loading (`partially_load`, '
-         '`LowVramPatch`, ...), weight wrappers'),
+         'weights apply per cond group inside our sampler), low-VRAM partial loading (`LowVramPatch`, '
+         '`load`, ...), weight wrappers'),
         ('AutoPatcherEjector', 'LowVramPatch', 'MemoryCounter', 'ModelPatcher.add_weight_wrapper',
          'ModelPatcher.apply_hooks', 'ModelPatcher.clean_hooks', 'ModelPatcher.clear_cached_hook_weights',
-         'ModelPatcher.detach', 'ModelPatcher.load', 'ModelPatcher.partially_load', 'ModelPatcher.partially_unload',
-         'ModelPatcher.patch_cached_hook_weights', 'ModelPatcher.patch_hook_weight_to_device',
-         'ModelPatcher.patch_hooks', 'ModelPatcher.unpatch_hooks', 'ModelPatcher.use_ejected',
-         'UnetWrapperFunction', 'get_key_weight', 'move_weight_functions', 'string_to_seed', 'wipe_lowvram_weight',)),
+         'ModelPatcher.load', 'ModelPatcher.patch_cached_hook_weights',
+         'ModelPatcher.patch_hook_weight_to_device', 'ModelPatcher.patch_hooks', 'ModelPatcher.unpatch_hooks', 'ModelPatcher.use_ejected',
+         'UnetWrapperFunction', 'move_weight_functions', 'string_to_seed', 'wipe_lowvram_weight',)),
     'comfy.model_sampling': (
         ('not yet: the Cosmos and discrete-EDM tables, `make_beta_schedule` (a name the module imports)'),
         ('ModelSamplingCosmosRFlow', 'ModelSamplingDiscreteEDM', 'make_beta_schedule',)),
@@ -222,18 +219,18 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          "`pixel_samples`: comfy_core's classes), 1-D/3-D tiled VAE passes, text-encoder detection helpers, "
          'save_checkpoint, and names imported from modules of families not implemented'),
         ('AutoencodingEngine', 'CLIP.__init__', 'CLIP.add_hooks_to_dict', 'StageA',
-         'StageC_coder', 'StyleModel', 'TEModel', 'VAE.__init__', 'VAE.decode', 'VAE.decode_tiled_',
+         'StageC_coder', 'TEModel', 'VAE.__init__', 'VAE.decode', 'VAE.decode_tiled_',
          'VAE.decode_tiled_1d', 'VAE.decode_tiled_3d', 'VAE.encode', 'VAE.encode_tiled', 'VAE.encode_tiled_',
          'VAE.encode_tiled_1d', 'VAE.encode_tiled_3d', 'VAE.vae_encode_crop_pixels', 'detect_te_model',
-         'llama_detect', 'load_state_dict_guess_config', 'model_detection_error_hint', 'save_checkpoint',
+         'llama_detect', 'model_detection_error_hint', 'save_checkpoint',
          't5xxl_detect',)),
     'comfy.sd1_clip': (
-        ("not yet: tokenizer and encoder constructors with ComfyUI's parameters, `load_sd`, embedding zips, "
+        ("not yet: tokenizer and encoder constructors with ComfyUI's parameters, `load_sd`, "
          'parameter names'),
         ('SD1CheckpointClipModel', 'SD1ClipModel.encode_token_weights', 'SD1ClipModel.load_sd',
          'SD1Tokenizer.__init__', 'SDClipModel.LAYERS', 'SDClipModel.freeze', 'SDClipModel.process_tokens',
          'SDTokenizer.__init__', 'SDTokenizer.tokenize_with_weights', 'bundled_embed', 'parse_parentheses',
-         'safe_load_embed_zip', 'token_weights',)),
+         'token_weights',)),
     'comfy.sdxl_clip': (
         ("not yet: constructors with ComfyUI's parameters, `load_sd`; Stable Cascade's CLIP-G (family not "
          'implemented)'),
@@ -263,7 +260,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'DynamicOutput', 'HiddenHolder.__init__', 'HiddenHolder.from_dict', 'Input.as_dict', 'Latent.LatentDict',
          'LossMap.LossMapDict', 'NodeInfoV1', 'NodeInfoV3', 'NodeOutput.from_dict',
          'Output.as_dict', 'Resources', 'ResourcesLocal', 'Schema.finalize', 'Schema.get_v1_info',
-         'Schema.get_v3_info', 'Schema.validate', 'StyleModel_', 'T', 'WidgetInput.__init__', 'WidgetInput.as_dict',
+         'Schema.get_v3_info', 'Schema.validate', 'T', 'WidgetInput.__init__', 'WidgetInput.as_dict',
          'add_to_dict_v1', 'add_to_dict_v3', 'classproperty', 'comfytype', 'copy_class', 'first_real_override',
          'is_class', 'prune_dict', 'shallow_clone_class',)),
     'comfy_api.latest._ui': (
@@ -287,13 +284,13 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("not yet: Node's parameter names (`id`, `key` there; graph/expansion.py's NodeRef here)"),
         ('Node.__init__', 'Node.get_input', 'Node.set_input', 'Node.set_override_display_id',)),
     'execution': (
-        ("ComfyUI's executor internals (`execute`, cache classes, PromptQueue's constructor): the engine's "
+        ("ComfyUI's executor internals (cache classes, PromptQueue's constructor): the engine's "
          'executor is graph/; `PromptExecutor`, `validate_prompt`, ... exist'),
         ('BasicCache', 'CacheKeySetID', 'CacheKeySetInputSignature', 'CacheSet', 'CacheType.DEPENDENCY_AWARE',
          'DependencyAwareCache', 'ExecutionList', 'HierarchicalCache', 'IsChangedCache', 'LRUCache',
-         'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags', 'execute',
+         'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags',
          'first_real_override', 'format_value', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
-         'map_node_over_list', 'merge_result_data', 'resolve_map_node_over_list_results',
+         'merge_result_data',
          'validate_node_input',)),
     'nodes': (
         ('start-up loaders (`init_*`, `load_custom_node`): the host loads packs (graph/packs.py); helpers '

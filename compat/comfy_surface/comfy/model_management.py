@@ -16,7 +16,8 @@ from compat.device_dtypes import (cast_to, cast_to_device, device_should_use_non
                                   force_channels_last, get_autocast_device, get_supported_float8_types,
                                   pick_weight_dtype, should_use_bf16, should_use_fp16, supports_cast, supports_dtype,
                                   supports_fp8_compute, text_encoder_dtype, unet_dtype, unet_manual_cast, vae_dtype)
-from compat.device_memory import (LoadedModel, cleanup_models, cleanup_models_gc, extra_reserved_memory, free_memory,
+from compat.device_memory import (LoadedModel, cleanup_models, cleanup_models_gc, current_stream,
+                                  extra_reserved_memory, free_memory,
                                   get_offload_stream, load_model_gpu, load_models_gpu, loaded_models,
                                   maximum_vram_for_weights, minimum_inference_memory, module_size, offloaded_memory,
                                   sync_stream, text_encoder_initial_device, unet_inital_load_device,

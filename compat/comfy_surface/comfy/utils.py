@@ -6,8 +6,10 @@ SD3 loaders and LoRA key maps use (comfy_core/families/flux/keys.py, comfy_core/
 Homes: compat/tensors.py (weight files, resizing, batch repeat), compat/files_utils.py (state
 dicts, attribute paths, name tables, masks, progress switches), compat/progress.py
 (`ProgressBar`), comfy_core/upscale/tiling.py (tiled scaling), comfy_core/models/latent_resize.py
-(`bislerp`), comfy_core/image/resize.py (`lanczos`). A pack assigning one of these names
-(`comfy.utils.PROGRESS_BAR_ENABLED = False`, `comfy.utils.UNET_MAP_BASIC = ...`) assigns it there.
+(`bislerp`), comfy_core/image/resize.py (`lanczos`). Today's `convert_old_quants` (legacy
+scaled-fp8 and `_quantization_metadata` files to per-layer `comfy_quant` tensors) is in
+compat/files_utils.py. A pack assigning one of these names (`comfy.utils.PROGRESS_BAR_ENABLED =
+False`, `comfy.utils.UNET_MAP_BASIC = ...`) assigns it there.
 """
 from compat.facade import facade
 from compat.progress import ProgressBar  # noqa: F401 -- torch-free; packs subclass it
@@ -54,5 +56,5 @@ facade(__name__, {
         "transformers_convert", "clip_text_transformers_convert", "UNET_MAP_ATTENTIONS", "TRANSFORMER_BLOCKS",
         "UNET_MAP_RESNET", "UNET_MAP_BASIC", "unet_to_diffusers", "swap_scale_shift", "resize_to_batch_size",
         "resize_list_to_batch_size", "get_attr", "set_attr", "set_attr_param", "copy_to_param", "reshape_mask",
-        "upscale_dit_mask")},
+        "upscale_dit_mask", "convert_old_quants")},
 })
