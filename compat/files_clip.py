@@ -37,51 +37,18 @@ def load_embed(embedding_name: str, embedding_directory: str | os.PathLike | Ite
     None when no such file exists or it cannot be read (logged), as ComfyUI's `load_embed`: a
     `.pt` / `.bin` that `torch.load(weights_only=True)` refuses (an old AUTOMATIC1111 pickle
     holding classes outside the allow-list) is read as a zip of raw float32 data instead
-    (`safe_load_embed_zip`)."""
-    from comfy_core.text_encoders.embedding_files import embedding_vectors, find_embedding_file, read_embedding_file
+    (comfy_core/text_encoders/embedding_files.py `load_embedding`, what prompts use too)."""
+    from comfy_core.text_encoders.embedding_files import find_embedding_file, load_embedding
 
     folders = [embedding_directory] if isinstance(embedding_directory, (str, os.PathLike)) else list(embedding_directory)
     path = find_embedding_file(embedding_name, [Path(f) for f in folders])
     if path is None:
         return None
     try:
-        try:
-            return embedding_vectors(read_embedding_file(path), embed_key, embedding_size)
-        except Exception:  # noqa: BLE001 -- ComfyUI's fallback for pickles torch.load refuses
-            if str(path).lower().endswith(".safetensors"):
-                raise
-            return safe_load_embed_zip(path)
+        return load_embedding(path, embed_key, embedding_size)
     except Exception as exc:  # noqa: BLE001 -- as ComfyUI: a bad file is skipped, not fatal
         log.warning("error loading embedding %s (%s), skipping it: %s", embedding_name, path, exc)
         return None
-
-
-SD1_WIDTH, SD2_WIDTH = 768, 1024
-
-
-def safe_load_embed_zip(embed_path: str | os.PathLike) -> torch.Tensor | None:
-    """The vectors of a textual-inversion `.pt` read as the zip archive it is, without unpickling
-    (ComfyUI's `safe_load_embed_zip`): the archive's `data/` records (PyTorch's storage files),
-    last first; the first holding at least 768 float32 values is the embedding, `[n, 768]` (SD1)
-    when its length divides by 768, else `[n, 1024]` (SD2; a record of neither raises
-    ValueError). None when no record qualifies."""
-    import zipfile
-
-    import torch
-
-    with zipfile.ZipFile(embed_path) as archive:
-        records = [name for name in archive.namelist() if "data/" in name]
-        for name in reversed(records):
-            data = archive.read(name)
-            count = len(data) // 4
-            if count < SD1_WIDTH:
-                continue
-            width = SD1_WIDTH if count % SD1_WIDTH == 0 else SD2_WIDTH
-            if len(data) != count * 4 or count % width:
-                raise ValueError(f"{embed_path}: record {name} holds {len(data)} bytes, not whole "
-                                 f"{SD1_WIDTH}- or {SD2_WIDTH}-wide float32 vectors")
-            return torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(count // width, width)
-    return None
 
 
 def t5_xxl_detect(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -6,7 +6,10 @@ Behaviour re-implemented from ComfyUI 0.3.64's `comfy/sd1_clip.py` (`load_embed`
 - Where: every embeddings folder and every folder below it (links followed). `NAME` is joined to
   each; a path that leaves the folder is skipped; the exact file is taken, else `NAME` plus
   `.safetensors`, `.pt` or `.bin`, first found wins.
-- What: `.safetensors` read with safetensors, anything else with `torch.load(weights_only=True)`.
+- What: `.safetensors` read with safetensors, anything else with `torch.load(weights_only=True)`;
+  a pickle that refuses (an old AUTOMATIC1111 `.pt` holding classes outside torch's allow-list)
+  is read as the zip archive it is, without unpickling (`vectors_from_zip`, ComfyUI's
+  `safe_load_embed_zip`).
   From the dict: the first tensor of `string_to_param` (webui's `.pt`); a list of dicts
   (old diffusers dumps): every tensor of the encoder's width, concatenated; the encoder's key
   (`clip_l`, `clip_g`, `clip_h`: SDXL files carry both halves); a LoRA-bundled embedding
@@ -95,6 +98,43 @@ def embedding_vectors(data: Any, embedding_key: str | None, width: int) -> torch
     return found
 
 
+SD1_WIDTH, SD2_WIDTH = 768, 1024
+
+
+def vectors_from_zip(path: str | os.PathLike) -> torch.Tensor | None:
+    """The vectors of a textual-inversion `.pt` read as the zip archive it is, without unpickling
+    (ComfyUI's `safe_load_embed_zip`): the archive's `data/` records (PyTorch's storage files),
+    last first; the first holding at least 768 float32 values is the embedding, `[n, 768]` (SD1)
+    when its length divides by 768, else `[n, 1024]` (SD2; a record of neither raises
+    ValueError). None when no record qualifies."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        records = [name for name in archive.namelist() if "data/" in name]
+        for name in reversed(records):
+            data = archive.read(name)
+            count = len(data) // 4
+            if count < SD1_WIDTH:
+                continue
+            width = SD1_WIDTH if count % SD1_WIDTH == 0 else SD2_WIDTH
+            if len(data) != count * 4 or count % width:
+                raise ValueError(f"{path}: record {name} holds {len(data)} bytes, not whole "
+                                 f"{SD1_WIDTH}- or {SD2_WIDTH}-wide float32 vectors")
+            return torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(count // width, width)
+    return None
+
+
+def load_embedding(path: str | os.PathLike, embedding_key: str | None, width: int) -> torch.Tensor | None:
+    """The vectors an embedding file gives one encoder (see the module docstring); raises on a
+    file that cannot be read either way."""
+    try:
+        return embedding_vectors(read_embedding_file(path), embedding_key, width)
+    except Exception:
+        if str(path).lower().endswith(".safetensors"):
+            raise
+        return vectors_from_zip(path)  # ComfyUI's fallback for pickles torch.load refuses
+
+
 class FolderEmbeddingLookup:
     """`lookup(name, embedding_key, width)` over embeddings folders, for `CLIP.set_embedding_lookup`.
 
@@ -111,8 +151,7 @@ class FolderEmbeddingLookup:
         if path is None:
             return None
         try:
-            data = read_embedding_file(path)
-            return embedding_vectors(data, embedding_key, width)
+            return load_embedding(path, embedding_key, width)
         except Exception as exc:  # noqa: BLE001 -- as ComfyUI: a bad file is skipped, not fatal
             log.warning("error loading embedding %s (%s), skipping it: %s", name, path, exc)
             return None

@@ -80,3 +80,18 @@ def test_a_vector_of_another_width_is_dropped_and_the_row_padded_at_its_end(capl
     assert "width 6" in caplog.text
     with pytest.raises(TokenizeError, match="width 4"):
         chunks_to_ids([chunk], 4)  # without a pad token it stays an error
+
+
+class _WebuiTrainingState:  # a class outside torch.load's allow-list, as old AUTOMATIC1111 `.pt` files hold
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+
+def test_an_old_webui_pickle_torch_refuses_is_read_as_its_zip(tmp_path):
+    # `embedding:old` in a prompt finds vectors in a file torch.load(weights_only=True) refuses,
+    # as ComfyUI does (its safe_load_embed_zip fallback): the raw float32 record, no unpickling.
+    vectors = torch.randn(2, 768)
+    torch.save({"string_to_param": {"*": vectors}, "step": _WebuiTrainingState(3000)}, str(tmp_path / "old.pt"))
+    with pytest.raises(Exception):
+        torch.load(str(tmp_path / "old.pt"), weights_only=True)
+    assert torch.equal(FolderEmbeddingLookup([tmp_path])("old", "clip_l", 768), vectors)
