@@ -254,3 +254,11 @@ def test_sampling_the_image_to_video_paths(patchers):
     (ref,) = common_ksampler(t2v, 1, 2, 1.0, "euler", "simple", _text(ref_latent=image), _text(), latent)
     (none,) = common_ksampler(t2v, 1, 2, 1.0, "euler", "simple", _text(), _text(), latent)
     assert not torch.allclose(ref["samples"], none["samples"])
+
+
+def test_the_region_a_denoise_mask_keeps_stays_clean():
+    # ComfyUI's HunyuanVideo.scale_latent_inpaint: the kept region is the clean latent at every
+    # sigma (I2V keeps its first frame as given), not the latent re-noised to the step's sigma.
+    latent = torch.randn(1, 16, 3, 4, 4)
+    keep = HunyuanVideoConditions().scale_latent_inpaint
+    assert keep(None, torch.tensor([0.7]), torch.randn_like(latent), latent) is latent

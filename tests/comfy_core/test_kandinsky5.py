@@ -274,3 +274,17 @@ def test_dual_clip_loader_types(text_files, clip_type, system):
             normed = tower.encode_token_weights(tokens["qwen25_7b"])[0]
     assert torch.allclose(cond, hidden[:, user + 3:], atol=1e-5)
     assert not torch.allclose(cond, normed[:, user + 3:], atol=1e-3)
+
+
+def test_hunyuan_video_latents_preview_with_comfyuis_factors():
+    from comfy_core.families.kandinsky5.latent_format import HunyuanVideo
+
+    fmt = HunyuanVideo()
+    assert len(fmt.latent_rgb_factors) == 16 and fmt.latent_rgb_factors_bias == (0.0259, -0.0192, -0.0761)
+    assert fmt.latent_rgb_factors[0] == (-0.0395, -0.0331, 0.0445)
+    assert fmt.latent_rgb_factors[15] == (0.0249, -0.0469, -0.1703)
+    latent = torch.zeros(1, 16, 1, 1)  # one frame's latent: channel 12 at 1
+    latent[0, 12] = 1.0
+    rgb = fmt.latent_to_rgb(latent)[0, 0, 0]
+    expected = (torch.tensor([-0.2315, -0.1920, -0.1355]) + torch.tensor([0.0259, -0.0192, -0.0761]) + 1) / 2
+    torch.testing.assert_close(rgb, expected)

@@ -12,6 +12,8 @@ ComfyUI's `comfy/model_base.py` `HunyuanVideo` / `HunyuanVideoI2V` / `HunyuanVid
   image), resized per frame to the latent, padded with zeros or cut to its frames, resized to the
   batch; then `1 - mask` of `concat_mask` (else the denoise mask; rounded, resized), zeros without
   one. SkyReels' I2V (32 channels): the image latent alone.
+- The region a denoise mask keeps stays the clean latent at every step (ComfyUI's
+  `HunyuanVideo.scale_latent_inpaint`, which its I2V classes keep), not the latent re-noised.
 """
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ class HunyuanVideoConditions(PooledConditions):
     """See the module doc. The concatenated channels follow from the network's input width."""
 
     name = "hunyuan_video"
+
+    @property
+    def scale_latent_inpaint(self) -> Any:
+        return lambda model, sigma, noise, latent_image: latent_image
 
     def concat_cond(self, model: Any, **kwargs: Any) -> torch.Tensor | None:
         noise = kwargs["noise"]  # [B, C, T, h, w]
