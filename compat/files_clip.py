@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
@@ -37,18 +36,11 @@ def load_embed(embedding_name: str, embedding_directory: str | os.PathLike | Ite
     None when no such file exists or it cannot be read (logged), as ComfyUI's `load_embed`: a
     `.pt` / `.bin` that `torch.load(weights_only=True)` refuses (an old AUTOMATIC1111 pickle
     holding classes outside the allow-list) is read as a zip of raw float32 data instead
-    (comfy_core/text_encoders/embedding_files.py `load_embedding`, what prompts use too)."""
-    from comfy_core.text_encoders.embedding_files import find_embedding_file, load_embedding
+    (comfy_core/text_encoders/embedding_files.py, what prompts read embeddings with)."""
+    from comfy_core.text_encoders.embedding_files import FolderEmbeddingLookup
 
     folders = [embedding_directory] if isinstance(embedding_directory, (str, os.PathLike)) else list(embedding_directory)
-    path = find_embedding_file(embedding_name, [Path(f) for f in folders])
-    if path is None:
-        return None
-    try:
-        return load_embedding(path, embed_key, embedding_size)
-    except Exception as exc:  # noqa: BLE001 -- as ComfyUI: a bad file is skipped, not fatal
-        log.warning("error loading embedding %s (%s), skipping it: %s", embedding_name, path, exc)
-        return None
+    return FolderEmbeddingLookup(folders)(embedding_name, embed_key, embedding_size)
 
 
 def t5_xxl_detect(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

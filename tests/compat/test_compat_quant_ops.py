@@ -9,19 +9,6 @@ import pytest
 KITCHEN = importlib.util.find_spec("comfy_kitchen") is not None
 
 
-@pytest.fixture
-def session(tmp_path):
-    import compat
-    from graph.registry import Registry
-    from nodes.environment import Environment
-
-    env = Environment.rooted_at(tmp_path)
-    env.ensure_dirs()
-    sess = compat.install(env, Registry())
-    with sess.activate():
-        yield sess
-
-
 def test_quant_algos_describe_the_formats_the_runtime_loads(session):
     import torch
 
