@@ -52,6 +52,20 @@ def _conditions_of(adm: Any) -> ModelConditions:
         raise ValueError(f"DiffusionModel: unknown ADM kind {adm!r}") from None
 
 
+# The positional arguments DIFFUSION_MODEL wrappers receive: ComfyUI's network `_forward` order,
+# which differs per network (the UNet's is this; Flux puts guidance and reference latents before
+# `control`, Wan its CLIP-vision features, Anima none of `transformer_options`, which then comes as
+# a keyword). A network class states its own as `wrapper_arguments`; names are the model inputs'
+# (an input the call lacks is None there). Packs' wrappers index these, as on ComfyUI.
+UNET_WRAPPER_ARGUMENTS = ("x", "timesteps", "context", "y", "control", "transformer_options")
+_CALL_INPUTS = frozenset(UNET_WRAPPER_ARGUMENTS)
+
+
+def wrapper_arguments(network: Any) -> tuple[str, ...]:
+    """The positional layout of `network`'s DIFFUSION_MODEL wrapper calls (see above)."""
+    return getattr(network, "wrapper_arguments", UNET_WRAPPER_ARGUMENTS)
+
+
 def _cast_extra(value: Any, dtype: torch.dtype) -> Any:
     """An extra model input in the network's dtype (floating tensors, also inside lists), as
     ComfyUI's `_apply_model` casts them; integer tensors and other values unchanged."""
@@ -205,13 +219,29 @@ class DiffusionModel(nn.Module):
         # Further model inputs (Flux's guidance, reference latents, ...) go to the network as
         # keyword arguments in its dtype, as ComfyUI's `_apply_model` passes its extra conds.
         extra = {k: _cast_extra(v, dtype) for k, v in kwargs.items()}
-        # DIFFUSION_MODEL wrappers get ComfyUI's UNet arguments (x, timesteps, context, y, control,
-        # transformer_options) and `executor.class_obj` = the UNet.
+        # DIFFUSION_MODEL wrappers get the network's inputs in ComfyUI's order for it
+        # (`wrapper_arguments`) and `executor.class_obj` = the network.
+        layout = wrapper_arguments(self.diffusion_model)
+        inputs = {"x": xc.to(dtype), "timesteps": t, "context": c_crossattn.to(dtype),
+                  "y": None if y is None else y.to(dtype), "control": control,
+                  "transformer_options": transformer_options, **extra}
+        positional = [inputs.pop(name, None) for name in layout]
+        if inputs.get("y", 0) is None:  # as ComfyUI: `y` only when the model has one (its extra conds)
+            del inputs["y"]
         out = wrappers.run_wrapped(
-            wrappers.WrappersMP.DIFFUSION_MODEL, to, self._run_unet, xc.to(dtype), t, c_crossattn.to(dtype),
-            None if y is None else y.to(dtype), control, transformer_options, class_obj=self.diffusion_model,
-            is_model_options=False, **extra).float()
+            wrappers.WrappersMP.DIFFUSION_MODEL, to, self._run_network, *positional, class_obj=self.diffusion_model,
+            is_model_options=False, **inputs).float()
         return self.model_sampling.calculate_denoised(sigma, out, x)
+
+    def _run_network(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The network call behind the DIFFUSION_MODEL wrappers: their positional arguments named
+        back by the network's layout; an input of the layout that is None and was not one of the
+        call's own (x, timesteps, context, y, control, transformer_options) is left out, as absent."""
+        named = dict(zip(wrapper_arguments(self.diffusion_model), args))
+        named.update(kwargs)
+        extra = {k: v for k, v in named.items() if k not in _CALL_INPUTS and (v is not None or k in kwargs)}
+        return self._run_unet(named["x"], named["timesteps"], named["context"], named.get("y"), named.get("control"),
+                              named.get("transformer_options"), **extra)
 
     def _run_unet(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, y: torch.Tensor | None,
                   control: Any, transformer_options: dict[str, Any] | None, **kwargs: Any) -> torch.Tensor:

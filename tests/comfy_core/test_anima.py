@@ -297,3 +297,28 @@ def test_original_release_net_prefix_loads_to_the_same_network(tmp_path, loaded,
         a = original.model.diffusion_model(x, torch.tensor([0.4]), context)
         b = loaded.model.diffusion_model(x, torch.tensor([0.4]), context)
     assert torch.equal(a, b)
+
+
+def test_diffusion_model_wrappers_get_comfyuis_anima_arguments(loaded):
+    # ComfyUI's Cosmos-Predict2 `_forward` executor passes (x, timesteps, context, fps, padding_mask)
+    # and `transformer_options` among the keywords, which wrappers such as comfyui-tooling-nodes'
+    # regional prompts replace by keyword before calling on.
+    from comfy_core.wrappers import WrappersMP
+
+    seen = []
+
+    def wrapper(executor, *args, **kwargs):
+        seen.append((len(args), sorted(kwargs)))
+        options = dict(kwargs.get("transformer_options", {}))
+        options["marked"] = True
+        kwargs["transformer_options"] = options
+        return executor(*args, **kwargs)
+
+    options = {"wrappers": {WrappersMP.DIFFUSION_MODEL: {"test": [wrapper]}}}  # what sampling hands the model
+    x = torch.randn(1, 16, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    context = torch.randn(1, 6, ADAPTER_WIDTH, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        wrapped = loaded.model.apply_model(x, torch.tensor([0.6]), c_crossattn=context, transformer_options=options)
+        plain = loaded.model.apply_model(x, torch.tensor([0.6]), c_crossattn=context, transformer_options={})
+    assert seen == [(5, ["control", "transformer_options"])]  # ComfyUI's `_apply_model` keywords
+    torch.testing.assert_close(wrapped, plain)

@@ -133,13 +133,20 @@ def test_clip_loader_types_follow_the_families(files):
 
 
 class _Recorder:
-    """A DIFFUSION_MODEL wrapper recording the keyword inputs the network gets."""
+    """A DIFFUSION_MODEL wrapper recording the inputs the network gets, by name (the positional
+    ones named by the network's ComfyUI `_forward` order)."""
 
     def __init__(self) -> None:
         self.seen: list[dict] = []
+        self.calls: list[tuple[tuple, dict]] = []
 
     def __call__(self, executor, *args, **kwargs):
-        self.seen.append(kwargs)
+        from comfy_core.models.diffusion import wrapper_arguments
+
+        self.calls.append((args, kwargs))
+        named = dict(zip(wrapper_arguments(executor.class_obj), args))
+        named.update(kwargs)
+        self.seen.append({k: v for k, v in named.items() if v is not None})
         return executor(*args, **kwargs)
 
 
@@ -163,6 +170,12 @@ def test_flux_guidance_and_reference_latents_reach_the_network(files):
     (negative_run,) = [c for c in recorder.seen if "ref_latents" not in c]
     assert torch.equal(positive_run["guidance"], torch.tensor([2.5])) and "guidance" not in negative_run
     assert torch.allclose(positive_run["ref_latents"][0], model.model.latent_format.process_in(reference))
+    # As ComfyUI's Flux `_forward` executor passes them: (x, timestep, context, y, guidance,
+    # ref_latents, control, transformer_options), positionally.
+    for args, kwargs in recorder.calls:
+        assert len(args) == 8 and isinstance(args[7], dict) and "transformer_options" not in kwargs
+    (positive_args,) = [args for args, _ in recorder.calls if args[5] is not None]
+    assert torch.equal(positive_args[4], torch.tensor([2.5]))
 
 
 def test_flux_default_guidance_is_comfyuis(files):

@@ -380,6 +380,9 @@ class PatchEmbed(nn.Module):
 class AnimaDiT(nn.Module):
     """Cosmos-Predict2's MiniTrainDIT with Anima's LLM adapter (see the module docstring)."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "fps", "padding_mask")  # transformer_options: a keyword
+
     def __init__(self, config: AnimaConfig, dtype: Any = None, device: Any = None, operations: Any = None) -> None:
         super().__init__()
         ops = operations_or_default(operations)

@@ -185,6 +185,9 @@ def _expect(shape: Callable[[str], tuple[int, ...]], key: str, expected: tuple[i
 class Chroma(nn.Module):
     """The Chroma transformer (see the module docstring); `params` are `ChromaConfig`'s fields."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "guidance", "control", "transformer_options")
+
     def __init__(self, image_model: Any = None, final_layer: bool = True, dtype: Any = None, device: Any = None,
                  operations: Any = None, **params: Any) -> None:
         super().__init__()

@@ -373,6 +373,9 @@ def tokens_to_image(out: torch.Tensor, h_len: int, w_len: int, p: int) -> torch.
 class FluxTransformer(nn.Module):
     """The Flux.1 transformer (see the module docstring); `params` are `FluxConfig`'s fields."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "y", "guidance", "ref_latents", "control", "transformer_options")
+
     def __init__(self, image_model: Any = None, final_layer: bool = True, dtype: Any = None, device: Any = None,
                  operations: Any = None, **params: Any) -> None:
         super().__init__()

@@ -415,6 +415,10 @@ class LastLayer(nn.Module):
 class HiDreamTransformer(nn.Module):
     """The HiDream-I1 sparse DiT (see the module docstring); `params` are `HiDreamConfig`'s fields."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "y", "context", "encoder_hidden_states_llama3", "image_cond", "control",
+                         "transformer_options")
+
     def __init__(self, image_model: Any = None, dtype: Any = None, device: Any = None, operations: Any = None,
                  **params: Any) -> None:
         super().__init__()

@@ -236,6 +236,10 @@ class HunyuanFinalLayer(FinalLayer):
 class HunyuanVideoTransformer(nn.Module):
     """The HunyuanVideo 1.0 network (see the module doc)."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "y", "txt_byt5", "guidance", "attention_mask",
+                         "guiding_frame_index", "ref_latent", "disable_time_r", "control", "transformer_options")
+
     def __init__(self, config: HunyuanVideoConfig, dtype: Any = None, device: Any = None,
                  operations: Any = None) -> None:
         super().__init__()

@@ -368,6 +368,10 @@ class BasicTransformerBlock(nn.Module):
 class LTXVModel(nn.Module):
     """ComfyUI's `comfy.ldm.lightricks.model.LTXVModel` for LTX-Video 0.9.x (see the module doc)."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "attention_mask", "frame_rate", "transformer_options",
+                         "keyframe_idxs")
+
     def __init__(self, in_channels: int = 128, cross_attention_dim: int = 2048, attention_head_dim: int = 64,
                  num_attention_heads: int = NUM_HEADS, caption_channels: int = 4096, num_layers: int = 28,
                  positional_embedding_theta: float = 10000.0,

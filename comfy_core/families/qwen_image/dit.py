@@ -414,6 +414,10 @@ def _check_rank(x: torch.Tensor, what: str) -> torch.Tensor:
 class QwenImageTransformer(nn.Module):
     """The Qwen-Image MMDiT (see the module docstring); `params` are `QwenImageConfig`'s fields."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "attention_mask", "guidance", "ref_latents",
+                         "transformer_options")
+
     def __init__(self, image_model: Any = None, final_layer: bool = True, dtype: Any = None, device: Any = None,
                  operations: Any = None, **params: Any) -> None:
         super().__init__()

@@ -303,6 +303,9 @@ def _conv_in(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
 class WanModel(nn.Module):
     """The Wan DiT (see the module docstring); keyword arguments are `WanConfig`'s fields."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "clip_fea", "time_dim_concat", "transformer_options")
+
     def __init__(self, model_type: str = "t2v", patch_size: Sequence[int] = (1, 2, 2), text_len: int = 512,
                  in_dim: int = 16, dim: int = 2048, ffn_dim: int = 8192, freq_dim: int = 256, text_dim: int = 4096,
                  out_dim: int = 16, num_heads: int = 16, num_layers: int = 32, window_size: Sequence[int] = (-1, -1),

@@ -315,6 +315,9 @@ class NextDiT(nn.Module):
     """The NextDiT transformer (see the module docstring), built from a `NextDiTConfig`.
     `lora_keys(config, names)`: the family's LoRA key map (its `keys.lora_key_map`)."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "num_tokens", "attention_mask")  # transformer_options: a keyword
+
     def __init__(self, config: NextDiTConfig, dtype: Any = None, device: Any = None, operations: Any = None,
                  lora_keys: Callable[[NextDiTConfig, list[str]], dict[str, Any]] | None = None) -> None:
         super().__init__()
