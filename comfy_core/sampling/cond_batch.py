@@ -89,6 +89,7 @@ def get_area_and_mult(entry: dict, x: torch.Tensor, sigma: torch.Tensor, slot: i
         _feather(mult, area, x.shape)
     conditioning = {}
     for k, v in entry["model_conds"].items():
+        v = plain_model_input(v)
         if k == "c_concat" and area is not None:  # noise-shaped: cut to the area (ComfyUI's CONDNoiseShape)
             v = v[:, :, area[2]:area[2] + area[0], area[3]:area[3] + area[1]]
         conditioning[k] = _to_batch(v, x.shape[0], x.device)
@@ -123,6 +124,14 @@ def _feather(mult: torch.Tensor, area: tuple[int, int, int, int], full_shape: to
         if size + offset < full:
             for t in range(rr):
                 mult.narrow(2 + dim, size - 1 - t, 1).mul_((1.0 / rr) * (t + 1))
+
+
+def plain_model_input(value: Any) -> Any:
+    """A model input as the runtime holds it: a ComfyUI `comfy.conds` wrapper in an entry's
+    `model_conds` (a pack's own, or what ComfyUI's `process_conds` hands packs) is its `.cond`."""
+    if hasattr(value, "process_cond") and hasattr(value, "cond"):
+        return value.cond
+    return value
 
 
 def _to_batch(value: Any, batch_size: int, device: torch.device) -> Any:

@@ -238,3 +238,27 @@ def test_sampler_helpers(session) -> None:
     with pytest.raises(NotImplementedError, match="prepare_sampling"):
         comfy.sampler_helpers.prepare_sampling(None, (1, 4, 8, 8), conds)
     assert comfy.sample.np.pi > 3
+
+
+def test_process_conds_hands_packs_comfyuis_cond_wrappers_which_batch_as_ours():
+    # comfyui-tooling-nodes reads `process_conds(...)["positive"][i]["model_conds"]["c_crossattn"].cond`
+    import torch
+
+    from comfy_core.sampling.cond_batch import get_area_and_mult
+    from compat import mp_conds
+    from compat.samplers_api import as_comfy_cond
+
+    text = torch.randn(1, 5, 8)
+    wrapped = as_comfy_cond("c_crossattn", text)
+    assert isinstance(wrapped, mp_conds.CONDCrossAttn) and wrapped.cond is text
+    assert isinstance(as_comfy_cond("c_concat", text), mp_conds.CONDNoiseShape)
+    assert isinstance(as_comfy_cond("ref_latents", [text]), mp_conds.CONDList)
+    assert isinstance(as_comfy_cond("y", torch.zeros(1, 4)), mp_conds.CONDRegular)
+    assert as_comfy_cond("num_tokens", 5).cond == 5
+    # an entry holding wrappers batches exactly as one holding the values
+    x = torch.zeros(2, 4, 3, 3)
+    plain = {"model_conds": {"c_crossattn": text, "num_tokens": 5}, "uuid": "u"}
+    comfy = {"model_conds": {k: as_comfy_cond(k, v) for k, v in plain["model_conds"].items()}, "uuid": "u"}
+    a, b = get_area_and_mult(plain, x, torch.tensor([1.0]), 0), get_area_and_mult(comfy, x, torch.tensor([1.0]), 0)
+    assert torch.equal(a.conditioning["c_crossattn"], b.conditioning["c_crossattn"])
+    assert a.conditioning["num_tokens"] == b.conditioning["num_tokens"] == 5
