@@ -43,6 +43,14 @@ def load_embed(embedding_name: str, embedding_directory: str | os.PathLike | Ite
     return FolderEmbeddingLookup(folders)(embedding_name, embed_key, embedding_size)
 
 
+def safe_load_embed_zip(embed_path: str | os.PathLike) -> torch.Tensor | None:
+    """ComfyUI's `comfy.sd1_clip.safe_load_embed_zip`: a textual-inversion `.pt` read as its zip
+    without unpickling (comfy_core/text_encoders/embedding_files.py `vectors_from_zip`)."""
+    from comfy_core.text_encoders.embedding_files import vectors_from_zip
+
+    return vectors_from_zip(embed_path)
+
+
 def t5_xxl_detect(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """ComfyUI's `sd3_clip.t5_xxl_detect`: `{"dtype_t5": dtype}` when a T5 encoder (its final layer
     norm) is under `prefix`, plus `{"t5xxl_scaled_fp8": dtype}` when the file marks scaled fp8."""

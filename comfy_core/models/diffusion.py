@@ -165,6 +165,12 @@ class DiffusionModel(nn.Module):
         return self._reference_weight().dtype
 
     @property
+    def device(self) -> torch.device:
+        """Where the network's weights are now (ComfyUI's `BaseModel.device`, which samplers in
+        packs read to place their tensors: RES4LYF's)."""
+        return self._reference_weight().device
+
+    @property
     def adm_channels(self) -> int:
         config = getattr(self.diffusion_model, "config", None)
         return getattr(config, "adm_in_channels", None) or 0

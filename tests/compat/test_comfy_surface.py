@@ -56,7 +56,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
                                       "reached through comfy.audio_encoders.audio_encoders"),
     "comfy.audio_encoders.whisper": ("network internals: the audio encoders are comfy_core/audio_encoders' networks, "
                                      "reached through comfy.audio_encoders.audio_encoders"),
-    "comfy.ldm.aura.*": _FAMILY.format("AuraFlow"),
     "comfy.text_encoders.aura_t5": _FAMILY.format("AuraFlow"),
     "comfy.ldm.cascade.*": _FAMILY.format("Stable Cascade"),
     "comfy.ldm.chroma_radiance.layers": _INTERNALS.format("Chroma Radiance", "comfy.ldm.chroma_radiance.model"),

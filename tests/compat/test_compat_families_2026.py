@@ -342,3 +342,23 @@ def test_load_diffusers_loads_a_diffusers_folder(session, tmp_path):
     assert vae.decode(vae.encode(pixels)).shape == pixels.shape
     only_unet = comfy.diffusers_load.load_diffusers(str(folder), output_vae=False, output_clip=False)
     assert only_unet[1] is None and only_unet[2] is None and only_unet[0].model.family.name == "sd1"
+
+
+# --- comfy.ldm.aura (AuraFlow: not implemented here) ---------------------------------------------------
+
+def test_aura_mmdit_classes_import_and_subclass_but_refuse_to_build(session):
+    # RES4LYF subclasses these at import; building one names the missing family.
+    from comfy.ldm.aura.mmdit import DiTBlock, MMDiT, find_multiple, modulate
+    from compat.unsupported_networks import UnsupportedNetworkError
+
+    class ReMMDiT(MMDiT):  # what the pack does
+        pass
+
+    assert issubclass(ReMMDiT, torch.nn.Module) and MMDiT.__module__ == "comfy.ldm.aura.mmdit"
+    with pytest.raises(UnsupportedNetworkError, match="AuraFlow"):
+        ReMMDiT(dim=8)
+    with pytest.raises(UnsupportedNetworkError, match="DiTBlock"):
+        DiTBlock()
+    assert find_multiple(10, 4) == 12 and find_multiple(12, 4) == 12
+    x, shift, scale = torch.randn(2, 3, 4), torch.randn(2, 4), torch.randn(2, 4)
+    torch.testing.assert_close(modulate(x, shift, scale), x * (1 + scale[:, None]) + shift[:, None])

@@ -37,6 +37,8 @@ def test_model_attributes_packs_read(session, models) -> None:
     assert dm.model_config.sampling_settings["linear_start"] == 0.00085
     assert not isinstance(models["sd1"].model, comfy.model_base.SDXLRefiner)
     assert dm.memory_required([2, 4, 8, 8]) == 2 * 64 * 4 * 0.01 * 0.8 * 1024 * 1024
+    # `device`: where the weights are (RES4LYF's samplers place their tensors on it)
+    assert dm.device == next(dm.diffusion_model.parameters()).device == torch.device("cpu")
     with pytest.raises(comfy.model_base.ModelClassError, match="loaders"):
         comfy.model_base.BaseModel(dm.model_config)
 

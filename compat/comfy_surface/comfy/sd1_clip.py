@@ -20,5 +20,5 @@ facade(__name__, {
     "gen_empty_tokens": "compat.files_clip:gen_empty_tokens",
     "expand_directory_list": "compat.files_clip:expand_directory_list",
     "load_embed": "compat.files_clip:load_embed",
-    "safe_load_embed_zip": "comfy_core.text_encoders.embedding_files:vectors_from_zip",
+    "safe_load_embed_zip": "compat.files_clip:safe_load_embed_zip",
 })
