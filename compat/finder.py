@@ -15,16 +15,25 @@ here the rule is: a `utils` found on a `sys.path` entry that is not an installed
 standard-library folder (a pack's folder, the working directory) wins, and ours answers
 otherwise (as ComfyUI's root precedes site-packages). Our own code never imports `utils`.
 `app` (ComfyUI's application package, of which only `app.logger` is here) is as common a name
-and follows the same rule. The finder stays installed once a server installed it, because packs
+and follows the same rule.
+
+ComfyUI also puts its `comfy/` folder on `sys.path` before it loads packs, so `import
+model_management` or `from ldm.modules.diffusionmodules.util import ...` (Marigold, CCSR) find
+`comfy.model_management` and `comfy.ldm...`. Here such a name (`COMFY_CHILDREN`, and its
+submodules) is the same module object as its `comfy.` twin (one state, where ComfyUI has two
+copies), and only when no installed module or package of that name exists (ComfyUI's folder
+precedes site-packages; here an installed package keeps its name). The finder stays installed once a server installed it, because packs
 also import lazily while nodes run. It also remembers the most recently installed `CompatSession`, the fallback of
 `compat.session.active()`, and answers ComfyUI's names on our `nodes` package
 (`comfy_module_attribute`, which nodes/__init__.py looks for on `sys.meta_path`).
 """
 from __future__ import annotations
 
+import importlib
 import importlib.abc
-import os
 import importlib.machinery
+import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,9 @@ TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "co
                        "latent_preview", "node_helpers", "execution", "utils", "comfyui_version", "app"})
 # Names a module of the same name elsewhere on sys.path takes over (see the module docstring).
 YIELDING = frozenset({"utils", "app"})  # `app`: ComfyUI's app.logger here; a pack's own `app` wins
+# The modules and packages of ComfyUI's `comfy` package, importable by their bare names too (see above).
+COMFY_CHILDREN = frozenset(p.stem for p in (SURFACE / "comfy").iterdir()
+                           if not p.name.startswith("_") and (p.suffix == ".py" or (p / "__init__.py").is_file())) - TOP_LEVEL
 
 
 class ComfyModuleFinder(importlib.abc.MetaPathFinder):
@@ -46,7 +58,10 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.startswith("comfy_extras.") and not (SURFACE / "comfy_extras" / f"{fullname[13:]}.py").is_file():
             return self.session.generated_module_spec(fullname)  # a module made of node facades
-        if fullname.partition(".")[0] not in TOP_LEVEL:
+        top = fullname.partition(".")[0]
+        if top in COMFY_CHILDREN:
+            return self._comfy_child_spec(fullname, top)
+        if top not in TOP_LEVEL:
             return None
         if fullname in TOP_LEVEL:
             if fullname in YIELDING and _found_outside_installed_packages(fullname):
@@ -58,6 +73,18 @@ class ComfyModuleFinder(importlib.abc.MetaPathFinder):
             return None  # not ours (a pack's own `utils.x`): the next finders decide
         spec.loader = SurfaceLoader(spec.loader, self)
         return spec
+
+    def _comfy_child_spec(self, fullname: str, top: str) -> importlib.machinery.ModuleSpec | None:
+        """`model_management`, `ldm.modules...`: the `comfy.` module of that name, unless an
+        installed module owns the top-level name (see the module docstring)."""
+        if fullname == top and importlib.machinery.PathFinder.find_spec(top) is not None:
+            return None
+        try:
+            twin = importlib.import_module(f"comfy.{fullname}")
+        except ImportError:
+            return None
+        return importlib.util.spec_from_loader(fullname, AliasLoader(twin),
+                                               is_package=hasattr(twin, "__path__"))
 
     def comfy_module_attribute(self, module: str, name: str) -> Any:
         """ComfyUI's module-level name `name` of our package `module` (`nodes.KSampler`, ...):
@@ -87,6 +114,22 @@ class SurfaceLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class AliasLoader(importlib.abc.Loader):
+    """Loads a name as an existing module object (`model_management` is `comfy.model_management`):
+    the import system's own attributes written onto it while loading are put back."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.own = {k: module.__dict__[k] for k in ("__spec__", "__loader__") if k in module.__dict__}
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.module
+
+    def exec_module(self, module: Any) -> None:
+        for key, value in self.own.items():
+            module.__dict__[key] = value
 
 
 def _installed_package_roots() -> set[str]:

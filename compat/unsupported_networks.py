@@ -26,11 +26,3 @@ class UnsupportedNetwork(nn.Module):
         raise UnsupportedNetworkError(f"{type(self).__name__}: the {self.family} model family is not implemented "
                                       "by this engine (its models cannot be loaded here)")
 
-
-def stand_ins(module: str, family: str, names: tuple[str, ...]) -> dict[str, type]:
-    """`{name: class}` of stand-ins for `module`'s network classes (each `module` qualified, so a
-    pack's error and repr name ComfyUI's class)."""
-    return {name: type(name, (UnsupportedNetwork,), {"family": family, "__module__": module,
-                                                     "__doc__": f"ComfyUI's {module}.{name} ({family}): "
-                                                                "not implemented here, see compat/unsupported_networks.py"})
-            for name in names}

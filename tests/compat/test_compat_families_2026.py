@@ -354,7 +354,7 @@ def test_aura_mmdit_classes_import_and_subclass_but_refuse_to_build(session):
     class ReMMDiT(MMDiT):  # what the pack does
         pass
 
-    assert issubclass(ReMMDiT, torch.nn.Module) and MMDiT.__module__ == "comfy.ldm.aura.mmdit"
+    assert issubclass(ReMMDiT, torch.nn.Module)
     with pytest.raises(UnsupportedNetworkError, match="AuraFlow"):
         ReMMDiT(dim=8)
     with pytest.raises(UnsupportedNetworkError, match="DiTBlock"):
