@@ -112,3 +112,33 @@ class CONDList(CONDRegular):
 
 def lcm(a: int, b: int) -> int:
     return math.lcm(a, b)
+
+
+CROSS_ATTENTION_KEYS = ("c_crossattn", "crossattn_controlnet")
+
+
+def as_cond(key: str, value: Any) -> Any:
+    """A model input named `key` as ComfyUI's models hold it in an entry's `model_conds`: the text
+    contexts as `CONDCrossAttn`, `c_concat` as `CONDNoiseShape`, a tensor as `CONDRegular`, a list
+    of tensors as `CONDList`, anything else as `CONDConstant`; a wrapper stays as it is. The
+    runtime's batching reads every such wrapper as its `.cond` (comfy_core/sampling/cond_batch.py)."""
+    if isinstance(value, CONDRegular):
+        return value
+    if key in CROSS_ATTENTION_KEYS:
+        return CONDCrossAttn(value)
+    if key == "c_concat":
+        return CONDNoiseShape(value)
+    if isinstance(value, torch.Tensor):
+        return CONDRegular(value)
+    if isinstance(value, list) and all(isinstance(v, torch.Tensor) for v in value):
+        return CONDList(value)
+    return CONDConstant(value)
+
+
+def comfy_entries(entries: Any) -> Any:
+    """Conditioning entries (a list of entry dicts, or None) as ComfyUI's sampling hands them to
+    packs: each a shallow copy whose `model_conds` hold `comfy.conds` wrappers (`as_cond`)."""
+    if entries is None:
+        return None
+    return [{**entry, "model_conds": {k: as_cond(k, v) for k, v in entry.get("model_conds", {}).items()}}
+            for entry in entries]

@@ -58,7 +58,7 @@ class BaseModel(DiffusionModel, metaclass=_FamilyClass):
         options with `noise`, `device`, `width`, `height`, `prompt_type`, `latent_image`, ...
         A pack's own `extra_conds` (an object patch, as IC-Light's, or a subclass calling this
         one) is what our sampling uses then (`extra_inputs` below)."""
-        from compat.mp_conds import CONDCrossAttn, CONDNoiseShape, CONDRegular
+        from compat.mp_conds import CONDCrossAttn, CONDNoiseShape, CONDRegular, as_cond
 
         out: dict[str, Any] = {}
         concat = DiffusionModel.concat_cond(self, **kwargs)
@@ -74,7 +74,7 @@ class BaseModel(DiffusionModel, metaclass=_FamilyClass):
         if kwargs.get("noise_concat") is not None:
             out["c_concat"] = CONDNoiseShape(kwargs["noise_concat"])
         for name, value in DiffusionModel.extra_inputs(self, **kwargs).items():
-            out[name] = _as_cond(value)
+            out[name] = as_cond(name, value)
         return out
 
     def extra_conds_shapes(self, **kwargs: Any) -> dict[str, Any]:
@@ -105,20 +105,6 @@ class BaseModel(DiffusionModel, metaclass=_FamilyClass):
             return DiffusionModel.extra_inputs(self, **kwargs)
         conds = (own or self.extra_conds)(**kwargs) or {}
         return {name: getattr(value, "cond", value) for name, value in conds.items()}
-
-
-def _as_cond(value: Any) -> Any:
-    """One further model input as ComfyUI's `comfy.conds` value: a tensor batches as
-    `CONDRegular`, a list of tensors as `CONDList`, anything else as `CONDConstant`."""
-    import torch
-
-    from compat.mp_conds import CONDConstant, CONDList, CONDRegular
-
-    if isinstance(value, torch.Tensor):
-        return CONDRegular(value)
-    if isinstance(value, list) and all(isinstance(v, torch.Tensor) for v in value):
-        return CONDList(value)
-    return CONDConstant(value)
 
 
 _KINDS: dict[str, type] = {"BaseModel": BaseModel}

@@ -78,8 +78,11 @@ class ComfyModelPatcherMethods:
         self.add_option_function("sampler_pre_cfg_function", pre_cfg_function, disable_cfg1_optimization)
 
     def set_model_sampler_calc_cond_batch_function(self, sampler_calc_cond_batch_function: Callable) -> None:
-        """Replace the batching of conds: `fn(args) -> [x0 per cond]` (comfy_core/sampling/cfg.py)."""
-        self.set_option("sampler_calc_cond_batch_function", sampler_calc_cond_batch_function)
+        """Replace the batching of conds: `fn(args) -> [x0 per cond]` (comfy_core/sampling/cfg.py).
+        The pack's function sees `args["conds"]` as ComfyUI hands them, `model_conds` holding
+        `comfy.conds` wrappers (ComfyUI-ppm's CADS edits `.cond` and `_copy_with`), and may pass
+        them back to `comfy.samplers.calc_cond_batch`, which batches wrappers as values."""
+        self.set_option("sampler_calc_cond_batch_function", _ComfyCondsCall(sampler_calc_cond_batch_function))
 
     def set_model_unet_function_wrapper(self, unet_wrapper_function: Callable) -> None:
         self.set_option("model_function_wrapper", unet_wrapper_function)
@@ -441,3 +444,16 @@ _COMFY_CLASSES: dict[type, type] = {CoreModelPatcher: ModelPatcher, CoreClipPatc
 def comfy_class_for(core_class: type) -> type | None:
     """ComfyUI's class for a patcher of our `core_class` (None: keep it)."""
     return _COMFY_CLASSES.get(core_class)
+
+
+class _ComfyCondsCall:
+    """A pack's `sampler_calc_cond_batch_function`, called with ComfyUI-shaped conds (see
+    `ModelPatcher.set_model_sampler_calc_cond_batch_function`); `fn` is the pack's function."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, args: dict) -> Any:
+        from compat.mp_conds import comfy_entries
+
+        return self.fn({**args, "conds": [comfy_entries(entries) for entries in args["conds"]]})

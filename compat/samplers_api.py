@@ -172,32 +172,10 @@ def process_conds(model: Any, noise: torch.Tensor, conds: dict[str, list[dict]],
                              latent_image=latent_image, denoise_mask=denoise_mask, seed=seed,
                              extra_inputs=getattr(model, "extra_inputs", None), latent_shapes=latent_shapes)
     prepare_control(prepared, model)
-    for entries in prepared.values():
-        for entry in entries:
-            entry["model_conds"] = {key: as_comfy_cond(key, value) for key, value in entry["model_conds"].items()}
-    return prepared
+    from compat.mp_conds import comfy_entries
 
-
-def as_comfy_cond(key: str, value: Any) -> Any:
-    """A model input as ComfyUI's `process_conds` holds it in `model_conds`: a `comfy.conds`
-    wrapper (`.cond` is the value) of the kind ComfyUI's model would have made. The runtime's
-    batching reads such wrappers as their `.cond` (comfy_core/sampling/cond_batch.py), so entries
-    a pack hands back batch as ours."""
-    import torch
-
-    from compat import mp_conds
-
-    if isinstance(value, mp_conds.CONDRegular):
-        return value
-    if key in ("c_crossattn", "crossattn_controlnet"):
-        return mp_conds.CONDCrossAttn(value)
-    if key == "c_concat":
-        return mp_conds.CONDNoiseShape(value)
-    if isinstance(value, list):
-        return mp_conds.CONDList(value)
-    if isinstance(value, torch.Tensor):
-        return mp_conds.CONDRegular(value)
-    return mp_conds.CONDConstant(value)
+    # ComfyUI's model_conds hold comfy.conds wrappers (packs read `.cond`); the runtime's batching reads them too
+    return {name: comfy_entries(entries) for name, entries in prepared.items()}
 
 
 def get_mask_aabb(masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -246,7 +246,7 @@ def test_process_conds_hands_packs_comfyuis_cond_wrappers_which_batch_as_ours():
 
     from comfy_core.sampling.cond_batch import get_area_and_mult
     from compat import mp_conds
-    from compat.samplers_api import as_comfy_cond
+    from compat.mp_conds import as_cond as as_comfy_cond
 
     text = torch.randn(1, 5, 8)
     wrapped = as_comfy_cond("c_crossattn", text)
@@ -262,3 +262,41 @@ def test_process_conds_hands_packs_comfyuis_cond_wrappers_which_batch_as_ours():
     a, b = get_area_and_mult(plain, x, torch.tensor([1.0]), 0), get_area_and_mult(comfy, x, torch.tensor([1.0]), 0)
     assert torch.equal(a.conditioning["c_crossattn"], b.conditioning["c_crossattn"])
     assert a.conditioning["num_tokens"] == b.conditioning["num_tokens"] == 5
+
+
+def test_a_packs_calc_cond_batch_function_sees_comfy_conds_and_hands_them_back(session, tiny_sd1_ckpt):
+    # ComfyUI-ppm's CADS: walks args["conds"][i][j]["model_conds"], noises `.cond` through `_copy_with`,
+    # then batches with comfy.samplers.calc_cond_batch.
+    import comfy.samplers
+    import comfy.sd
+    import torch
+
+    from comfy_core.sampling.ksampler import sample
+
+    model, clip, _vae, _ = comfy.sd.load_checkpoint_guess_config(tiny_sd1_ckpt)
+    seen = []
+
+    def cads(args):
+        conds = []
+        for entries in args["conds"]:
+            if entries is None:
+                conds.append(None)
+                continue
+            edited = []
+            for entry in entries:
+                text = entry["model_conds"]["c_crossattn"]
+                seen.append(type(text).__name__)
+                edited.append({**entry, "model_conds": {**entry["model_conds"],
+                                                         "c_crossattn": text._copy_with(text.cond * 1.0)}})
+            conds.append(edited)
+        return comfy.samplers.calc_cond_batch(args["model"], conds, args["input"], args["sigma"],
+                                              args["model_options"])
+
+    patched = model.clone()
+    patched.set_model_sampler_calc_cond_batch_function(cads)
+    cond = clip.encode_from_tokens_scheduled(clip.tokenize("a cat"))
+    noise = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(0))
+    with_pack = sample(patched, noise, 2, 3.0, "euler", "simple", cond, cond, torch.zeros(1, 4, 8, 8))
+    plain = sample(model, noise, 2, 3.0, "euler", "simple", cond, cond, torch.zeros(1, 4, 8, 8))
+    assert seen and set(seen) == {"CONDCrossAttn"}
+    torch.testing.assert_close(with_pack, plain)  # the wrappers batch exactly as the values
