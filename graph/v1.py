@@ -46,11 +46,12 @@ def inputs_from_input_types(class_type: str, input_types: Any,
                                   f"{section!r}; the {first_section[name]!r} declaration is used, as in ComfyUI")
                 continue
             first_section[name] = section
-            specs.append(_input_spec(class_type, section, name, entry))
+            specs.append(_input_spec(class_type, section, name, entry, quirks))
     return tuple(specs)
 
 
-def _input_spec(class_type: str, section: str, name: str, entry: Any) -> InputSpec:
+def _input_spec(class_type: str, section: str, name: str, entry: Any,
+                quirks: list[str] | None = None) -> InputSpec:
     if section == HIDDEN and isinstance(entry, str):
         return InputSpec(name, entry, HIDDEN, {})
     if isinstance(entry, (tuple, list)) and entry:
@@ -59,6 +60,18 @@ def _input_spec(class_type: str, section: str, name: str, entry: Any) -> InputSp
         if isinstance(type_, (list, tuple)):
             type_ = list(type_)
         return InputSpec(name, type_, section, options)
+    if isinstance(entry, str) and entry:
+        # A bare type string where a tuple belongs (`"lora_name": AnyType("*")`, prompt-reader-node).
+        # ComfyUI indexes it like the tuple it expects (comfy_execution/graph.py `get_input_info`:
+        # `input_info[0]`, options `input_info[1]` when longer than 1): the type is the string's
+        # first character, as a plain `str` (so `"*"` stays the any-type, a `str` subclass's
+        # `__ne__` is gone, and `"STRING"` is the type `"S"`); the second character, where there
+        # is one, is no dict and gives no options (`"min" in "T"` is never true). /object_info
+        # lists the entry as returned.
+        if quirks is not None and len(entry) > 1:
+            quirks.append(f"input {name!r} is a bare type {str(entry)!r}, not a tuple; as in ComfyUI its type is "
+                          f"its first character, {entry[0]!r}")
+        return InputSpec(name, entry[0], section, {})
     if section == HIDDEN:
         return InputSpec(name, entry, HIDDEN, {})
     raise NodeDefinitionError(

@@ -44,9 +44,10 @@ def composable_positive(uncond_pred: torch.Tensor, terms: list[tuple[torch.Tenso
 
 
 def cfg_function(model: Any, cond_pred: torch.Tensor, uncond_pred: torch.Tensor, cond_scale: float,
-                 x: torch.Tensor, sigma: torch.Tensor, model_options: dict,
+                 x: torch.Tensor, timestep: torch.Tensor, model_options: dict | None = None,
                  cond: Any = None, uncond: Any = None) -> torch.Tensor:
-    """ComfyUI's `cfg_function` (comfy/samplers.py): the custom CFG hook if any, then post-CFG hooks.
+    """ComfyUI's `cfg_function` (comfy/samplers.py, with its parameter names: `timestep` is the
+    sigma): the custom CFG hook if any, then post-CFG hooks.
 
     `sampler_cfg_function(args)` works in noise space: it gets `cond`/`uncond` as `x - x0`
     predictions (plus the x0 ones as `cond_denoised`/`uncond_denoised`, `input` = x, `sigma` and
@@ -54,33 +55,36 @@ def cfg_function(model: Any, cond_pred: torch.Tensor, uncond_pred: torch.Tensor,
     noise prediction, turned back into `x - result`. Each `sampler_post_cfg_function(args)` gets
     the x0-space result so far as `denoised` and returns a new x0 prediction.
     """
+    model_options = {} if model_options is None else model_options
     custom = model_options.get("sampler_cfg_function")
     if custom is not None:
-        args = {"cond": x - cond_pred, "uncond": x - uncond_pred, "cond_scale": cond_scale, "timestep": sigma,
-                "input": x, "sigma": sigma, "cond_denoised": cond_pred, "uncond_denoised": uncond_pred,
+        args = {"cond": x - cond_pred, "uncond": x - uncond_pred, "cond_scale": cond_scale, "timestep": timestep,
+                "input": x, "sigma": timestep, "cond_denoised": cond_pred, "uncond_denoised": uncond_pred,
                 "model": model, "model_options": model_options, "input_cond": cond, "input_uncond": uncond}
         result = x - custom(args)
     else:
         result = cfg_combine(cond_pred, uncond_pred, cond_scale)
     for fn in model_options.get("sampler_post_cfg_function", []):
         args = {"denoised": result, "cond": cond, "uncond": uncond, "cond_scale": cond_scale, "model": model,
-                "uncond_denoised": uncond_pred, "cond_denoised": cond_pred, "sigma": sigma,
+                "uncond_denoised": uncond_pred, "cond_denoised": cond_pred, "sigma": timestep,
                 "model_options": model_options, "input": x}
         result = fn(args)
     return result
 
 
-def sampling_function(model: Any, x: torch.Tensor, sigma: torch.Tensor, uncond: list[dict] | None,
+def sampling_function(model: Any, x: torch.Tensor, timestep: torch.Tensor, uncond: list[dict] | None,
                       cond: list[dict] | None, cond_scale: float, model_options: dict | None = None,
                       seed: int | None = None) -> torch.Tensor:
     """The guided x0 prediction D(x, sigma) for prepared entries (ComfyUI `sampling_function`,
-    same signature; `seed` is accepted and, as there, unused).
+    same signature and parameter names: `timestep` is the sigma; `seed` is accepted and, as there,
+    unused).
 
     `model.apply_model(x, sigma, c_crossattn=..., y=..., transformer_options=...) -> denoised`.
     `calc_cond_batch` and `cfg_function` are the ones of the extension points in force (a pack's
     `comfy.samplers.calc_cond_batch = f` / `cfg_function = f`: AnimateDiff, smZNodes), else ours;
     the guider reads this function itself the same way (`sampling_function` point).
     """
+    sigma = timestep
     points = extension_points.current()
     calc_cond_batch = _cond_batch.calc_cond_batch_in_force()
     cfg = points.cfg_function or cfg_function

@@ -317,9 +317,10 @@ def calc_cond_batch_in_force() -> Callable[..., list[torch.Tensor]]:
     return extension_points.current().calc_cond_batch or calc_cond_batch
 
 
-def calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor,
-                    sigma: torch.Tensor, model_options: dict) -> list[torch.Tensor]:
-    """The weighted-average model output for each conditioning list (ComfyUI `calc_cond_batch`).
+def calc_cond_batch(model: Any, conds: list[list[dict] | None], x_in: torch.Tensor,
+                    timestep: torch.Tensor, model_options: dict) -> list[torch.Tensor]:
+    """The weighted-average model output for each conditioning list (ComfyUI `calc_cond_batch`,
+    its parameter names too: packs call it by keyword, `x_in=`, `timestep=` (the sigmas)).
 
     `model` is the diffusion model (ComfyUI's signature; anything with `apply_model`) or an
     `apply_model` function. `conds[0]` is the positive list, `conds[1]` the negative (None:
@@ -327,9 +328,9 @@ def calc_cond_batch(model: Any, conds: list[list[dict] | None], x: torch.Tensor,
     it (context windows), and the `calc_cond_batch` wrappers of `model_options` run around it.
     """
     handler = model_options.get("context_handler")
-    if handler is not None and handler.should_use_context(model, conds, x, sigma, model_options):
-        return handler.execute(_calc_cond_batch_outer, model, conds, x, sigma, model_options)
-    return _calc_cond_batch_outer(model, conds, x, sigma, model_options)
+    if handler is not None and handler.should_use_context(model, conds, x_in, timestep, model_options):
+        return handler.execute(_calc_cond_batch_outer, model, conds, x_in, timestep, model_options)
+    return _calc_cond_batch_outer(model, conds, x_in, timestep, model_options)
 
 
 def _calc_cond_batch_outer(model: Any, conds: list[list[dict] | None], x: torch.Tensor, sigma: torch.Tensor,

@@ -329,7 +329,8 @@ def test_comfyuis_setters_write_comfyuis_keys_through_the_core_data_methods(sess
     o = p.model_options
     assert o["sampler_cfg_function"] is fn and o["disable_cfg1_optimization"] is True
     assert o["model_function_wrapper"] is fn and o["denoise_mask_function"] is fn
-    assert o["sampler_calc_cond_batch_function"] is fn
+    # the pack's function, called with ComfyUI-shaped conds (compat/mp_model_patcher.py `_ComfyCondsCall`)
+    assert o["sampler_calc_cond_batch_function"].fn is fn
     assert o["sampler_post_cfg_function"] == [fn] and o["sampler_pre_cfg_function"] == [fn]
     patches = o["transformer_options"]["patches"]
     assert set(patches) == {"attn1_patch", "attn2_patch", "attn1_output_patch", "attn2_output_patch",
