@@ -81,6 +81,10 @@ class ExtensionPoints:
     model_patcher_class: Optional[Callable[[type], Optional[type]]] = None
     # ComfyUI's `comfy.lora.calculate_weight` (None: ours).
     calculate_weight: Optional[Callable[..., Any]] = None
+    # ComfyUI's `comfy.sd.save_checkpoint(output_path, model, clip=None, vae=None, clip_vision=None,
+    # metadata=None, extra_keys={})`: how the checkpoint save nodes write their file (packs wrap it,
+    # art-venture to save fp16). None: comfy_core.saving's `save_checkpoint`.
+    save_checkpoint: Optional[Callable[..., Any]] = None
     # --- the host's executor (read by the host, never by comfy_core) ---
     # ComfyUI's `execution.execute` (one node of a prompt) and `execution._async_map_node_over_list`
     # (one node's calls) as a pack replaced them: the host's executor then leads every node step

@@ -179,6 +179,31 @@ def free_memory(memory_required: float, device: Any, keep_loaded: Iterable[Any] 
     return unloaded
 
 
+def _same_base(patcher: Any, other: Any) -> bool:
+    """ComfyUI's "same `clone_base_uuid`": both patch one base module (`Patcher.is_clone`)."""
+    is_clone = getattr(patcher, "is_clone", None)
+    if callable(is_clone):
+        return bool(is_clone(other))
+    return patcher is other
+
+
+def unload_model_and_clones(model: Any, unload_additional_models: bool = True, all_devices: bool = False) -> None:
+    """Offload `model`, every tracked clone of it (a patcher of the same base module) and, with
+    `unload_additional_models`, its nested additional models and their clones: `free_memory(1e30,
+    device, keep_loaded=<every other tracked model>)` on the compute device, or on each device a
+    tracked model is loaded on with `all_devices` (ComfyUI's, today's comfy/model_management.py)."""
+    patcher = getattr(model, "patcher", model)
+    targets = [patcher]
+    if unload_additional_models:
+        nested = getattr(patcher, "get_nested_additional_models", None)
+        targets.extend(nested() if callable(nested) else [])
+    records = current_loaded_models()
+    keep = [r for r in records if r.model is not None and not any(_same_base(t, r.model) for t in targets)]
+    devices = {str(r.device) for r in records if r.device is not None} if all_devices else {str(get_torch_device())}
+    for device in devices:
+        free_memory(1e30, device, keep_loaded=keep)
+
+
 def load_models_gpu(models: Any, memory_required: int = 0, force_patch_weights: bool = False,
                     minimum_memory_required: Any = None, force_full_load: bool = False) -> None:
     """Make room for these patchers on the compute device (the manager's `prepare`) and leave each

@@ -5,6 +5,8 @@
   either), the arithmetic is `comfy_core.image.composite.paste`.
 - `load_upscale_state_dict` (comfy_extras/chainner_models/model_loading.py, deprecated there):
   an upscale model from a state dict through spandrel, as the UpscaleModelLoader node loads one.
+- `gaussian_kernel` (comfy_extras/nodes_post_processing.py, today's signature with `dtype`): the
+  ImageBlur / ImageSharpen kernel, `comfy_core.image.filters.gaussian_kernel`, cast to `dtype`.
 """
 from __future__ import annotations
 
@@ -34,3 +36,13 @@ def load_upscale_state_dict(state_dict: Mapping[str, Any]) -> Any:
 
     log.warning("comfy_extras.chainner_models is deprecated and has been replaced by the spandrel library.")
     return model_from_state_dict(state_dict)
+
+
+def gaussian_kernel(kernel_size: int, sigma: float, device: Any = None, dtype: Any = None) -> "torch.Tensor":
+    """`[kernel_size, kernel_size]` samples of exp(-d^2 / (2 sigma^2)) on the grid linspace(-1, 1)^2,
+    summing to 1, in `dtype` (ComfyUI's default float32)."""
+    import torch
+
+    from comfy_core.image.filters import gaussian_kernel as kernel
+
+    return kernel(kernel_size, sigma, device=device).to(torch.float32 if dtype is None else dtype)

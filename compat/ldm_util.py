@@ -126,3 +126,63 @@ def vae_attention() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torc
         return attention(q, k, v, 1).transpose(1, 2).reshape(shape)
 
     return vae_attention_function
+
+
+# --- DDPM / DDIM schedule helpers (comfy/ldm/modules/diffusionmodules/util.py, from CompVis latent-diffusion) ---
+# `make_beta_schedule` itself is comfy_core.models.beta_schedules' (the schedules models are built on).
+
+def betas_for_alpha_bar(num_diffusion_timesteps: int, alpha_bar: Callable[[float], float],
+                        max_beta: float = 0.999) -> "Any":
+    """The betas `min(1 - alpha_bar(t_{i+1}) / alpha_bar(t_i), max_beta)` that discretise a continuous
+    alpha_bar(t), t in [0, 1] (Nichol & Dhariwal 2021, eq. 17), as a NumPy float64 array (ComfyUI's
+    return type; comfy_core.models.beta_schedules computes them)."""
+    from comfy_core.models.beta_schedules import _alpha_bar_betas
+
+    return _alpha_bar_betas(num_diffusion_timesteps, alpha_bar, max_beta).numpy()
+
+
+def make_ddim_timesteps(ddim_discr_method: str, num_ddim_timesteps: int, num_ddpm_timesteps: int,
+                        verbose: bool = True) -> "Any":
+    """The DDPM steps a DDIM sampler visits, plus one (Song et al. 2020, DDIM): "uniform" takes every
+    `num_ddpm // num_ddim`-th step, "quad" `linspace(0, sqrt(0.8 num_ddpm), num_ddim)^2` truncated;
+    a NumPy int array."""
+    import logging
+
+    import numpy as np
+
+    if ddim_discr_method == "uniform":
+        stride = num_ddpm_timesteps // num_ddim_timesteps
+        steps = np.asarray(list(range(0, num_ddpm_timesteps, stride)))
+    elif ddim_discr_method == "quad":
+        steps = (np.linspace(0, np.sqrt(num_ddpm_timesteps * 0.8), num_ddim_timesteps) ** 2).astype(int)
+    else:
+        raise NotImplementedError(f'There is no ddim discretization method called "{ddim_discr_method}"')
+    out = steps + 1  # the alphas of the first step from noise to data come out right
+    if verbose:
+        logging.getLogger(__name__).info("Selected timesteps for ddim sampler: %s", out)
+    return out
+
+
+def make_ddim_sampling_parameters(alphacums: Any, ddim_timesteps: Any, eta: float, verbose: bool = True) -> tuple:
+    """`(sigmas, alphas, alphas_prev)` of a DDIM schedule: the cumulative alphas at the chosen steps,
+    those one step before (the first: `alphacums[0]`), and `eta sqrt((1 - a_prev) / (1 - a) (1 - a /
+    a_prev))` (DDIM, arXiv 2010.02502, eq. 16); NumPy arrays."""
+    import logging
+
+    import numpy as np
+
+    alphas = alphacums[ddim_timesteps]
+    alphas_prev = np.asarray([alphacums[0]] + alphacums[ddim_timesteps[:-1]].tolist())
+    sigmas = eta * np.sqrt((1 - alphas_prev) / (1 - alphas) * (1 - alphas / alphas_prev))
+    if verbose:
+        logging.getLogger(__name__).info("Selected alphas for ddim sampler: a_t: %s; a_(t-1): %s; sigma_t: %s",
+                                         alphas, alphas_prev, sigmas)
+    return sigmas, alphas, alphas_prev
+
+
+def noise_like(shape: tuple, device: Any, repeat: bool = False) -> torch.Tensor:
+    """Standard normal noise of `shape` on `device` (the global generator); with `repeat`, one sample
+    `[1, *shape[1:]]` repeated over the batch."""
+    if repeat:
+        return torch.randn((1, *shape[1:]), device=device).repeat(shape[0], *((1,) * (len(shape) - 1)))
+    return torch.randn(shape, device=device)

@@ -17,6 +17,10 @@ Metadata as ComfyUI writes it: the prompt and each `extra_pnginfo` entry (the wo
 text, unless the host runs with `--disable-metadata`; CheckpointSave and ModelSave add
 `modelspec.*` (always), CLIPSave `format: pt`. The nodes show nothing in the editor (ComfyUI's
 return `{}`).
+
+CheckpointSave and ModelSave write their file as ComfyUI's do, through `comfy.sd.save_checkpoint`
+when a pack has replaced it (the `save_checkpoint` extension point: `write(path, model, clip, vae,
+clip_vision, metadata=, extra_keys=)`), else with comfy_core.saving's.
 """
 from __future__ import annotations
 
@@ -54,24 +58,37 @@ def prompt_metadata(prompt: Any, extra_pnginfo: Any) -> dict[str, str]:
     return metadata
 
 
-def output_file(filename_prefix: Any) -> tuple[Path, str, int]:
-    """`(path, file name stem, counter)` of the next `<prefix>_<counter>_.safetensors` in the
-    output folder (ComfyUI's get_save_image_path rule, width and height 0)."""
+def output_file(filename_prefix: Any, output_dir: Any = None) -> tuple[Path, str, int]:
+    """`(path, file name stem, counter)` of the next `<prefix>_<counter>_.safetensors` in
+    `output_dir` (default: the output folder; ComfyUI's get_save_image_path rule, width and height 0)."""
     from comfy_core.image.file_names import save_location
 
     checks.text(filename_prefix, "filename_prefix")
+    folder = Path(current_env().output_dir if output_dir is None else output_dir)
     with image_input_errors():
-        folder, filename, counter, _subfolder = save_location(Path(current_env().output_dir), filename_prefix, 0, 0)
+        folder, filename, counter, _subfolder = save_location(folder, filename_prefix, 0, 0)
     return folder / f"{filename}_{counter:05}_{SUFFIX}", filename, counter
 
 
-def _save_checkpoint(model: Any, clip: Any, vae: Any, filename_prefix: str, prompt: Any, extra_pnginfo: Any) -> Path:
-    from comfy_core.saving import SaveLayoutError, checkpoint_metadata, save_checkpoint
+def save_checkpoint_file(model: Any, clip: Any, vae: Any, filename_prefix: str, prompt: Any, extra_pnginfo: Any, *,
+                         clip_vision: Any = None, output_dir: Any = None, write: Any = None) -> Path:
+    """ComfyUI's `comfy_extras.nodes_model_merging.save_checkpoint`: the next
+    `<prefix>_<counter>_.safetensors` with ComfyUI's metadata, written by `write` (ComfyUI's
+    `comfy.sd.save_checkpoint` signature), else by the `save_checkpoint` extension point in force,
+    else by comfy_core.saving (which saves no CLIP_VISION); returns the path."""
+    from comfy_core import extension_points
+    from comfy_core.saving import SaveLayoutError, checkpoint_metadata, marker_tensors, save_checkpoint
 
     text = prompt_metadata(prompt, extra_pnginfo)
-    path, filename, counter = output_file(filename_prefix)
+    path, filename, counter = output_file(filename_prefix, output_dir)
     metadata = {**checkpoint_metadata(model, f"{filename} {counter}"), **text}
+    write = write or extension_points.current().save_checkpoint
     try:
+        if write is not None:
+            write(str(path), model, clip, vae, clip_vision, metadata=metadata, extra_keys=marker_tensors(model))
+            return path
+        if clip_vision is not None:
+            raise NodeInputError("clip_vision", "None (this writer saves MODEL, CLIP and VAE)", describe(clip_vision))
         return save_checkpoint(path, model, clip, vae, metadata)
     except SaveLayoutError as exc:
         raise NodeInputError("clip", "text encoders of a family with a checkpoint layout", str(exc)) from exc
@@ -86,7 +103,7 @@ def checkpoint_save(model: Any, clip: Any, vae: Any, filename_prefix: str, promp
     model = checks.model(model)
     clip = checks.clip(clip, encoders=True)
     vae = checks.vae(vae)
-    _save_checkpoint(model, clip, vae, filename_prefix, prompt, extra_pnginfo)
+    save_checkpoint_file(model, clip, vae, filename_prefix, prompt, extra_pnginfo)
     return {}
 
 
@@ -94,7 +111,7 @@ def checkpoint_save(model: Any, clip: Any, vae: Any, filename_prefix: str, promp
       inputs=[Input("model", "MODEL"), String("filename_prefix", default="diffusion_models/ComfyUI"), *_hidden()])
 def model_save(model: Any, filename_prefix: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """The diffusion model alone, in the checkpoint layout (`model.diffusion_model.*`)."""
-    _save_checkpoint(checks.model(model), None, None, filename_prefix, prompt, extra_pnginfo)
+    save_checkpoint_file(checks.model(model), None, None, filename_prefix, prompt, extra_pnginfo)
     return {}
 
 

@@ -92,7 +92,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.k_diffusion.deis": "not yet: DEIS's coefficient helpers (the sampler itself exists)",
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
-    "comfy.ldm.modules.ema": "not yet: LitEma, the training-time EMA of latent-diffusion",
     "comfy.checkpoint_pickle": "not yet: the unpickler allow-list module (our loaders read .ckpt their own way)",
     "comfy_execution.caching": "ComfyUI's executor caches: the engine's cache is graph/'s",
     "comfy_execution.validation": "ComfyUI's input validation helpers: the engine validates in graph/",
@@ -196,8 +195,8 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'ModelPatcher.patch_hook_weight_to_device', 'ModelPatcher.patch_hooks', 'ModelPatcher.unpatch_hooks', 'ModelPatcher.use_ejected',
          'UnetWrapperFunction', 'move_weight_functions', 'string_to_seed', 'wipe_lowvram_weight',)),
     'comfy.model_sampling': (
-        ('not yet: the Cosmos and discrete-EDM tables, `make_beta_schedule` (a name the module imports)'),
-        ('ModelSamplingCosmosRFlow', 'ModelSamplingDiscreteEDM', 'make_beta_schedule',)),
+        ('not yet: the Cosmos and discrete-EDM tables'),
+        ('ModelSamplingCosmosRFlow', 'ModelSamplingDiscreteEDM',)),
     'comfy.ops': (
         ('defined by ComfyUI only on a CUDA machine (`SDPA_BACKEND_PRIORITY`) or with the cublas_ops package '
          'installed (`cublas_ops`)'),
@@ -207,21 +206,21 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('get_additional_models_from_model_options', 'get_hooks_from_cond', 'prepare_model_patcher',)),
     'comfy.samplers': (
         ('not yet: the hook functions (`preprocess_conds_hooks`, ...), `cond_equal_size`, `add_area_dims`, '
-         '`cast_to_load_options`, `finalize_default_conds`, parameter names of the replaceable functions '
-         '(`timestep` there, `sigma` here)'),
-        ('CFGGuider.__call__', 'KSAMPLER.sample', 'KSamplerX0Inpaint.__init__', 'add_area_dims', 'calc_cond_batch',
-         'cast_to_load_options', 'cfg_function', 'cond_equal_size', 'filter_registered_hooks_on_conds',
-         'finalize_default_conds', 'get_total_hook_groups_in_conds', 'preprocess_conds_hooks', 'sampling_function',
+         '`cast_to_load_options`, `finalize_default_conds`; `KSAMPLER.sample` and `KSamplerX0Inpaint` take our '
+         'guider first (`model_wrap` / `model` there), `CFGGuider.__call__` no `*args`'),
+        ('CFGGuider.__call__', 'KSAMPLER.sample', 'KSamplerX0Inpaint.__init__', 'add_area_dims',
+         'cast_to_load_options', 'cond_equal_size', 'filter_registered_hooks_on_conds',
+         'finalize_default_conds', 'get_total_hook_groups_in_conds', 'preprocess_conds_hooks',
          'uni_pc',)),
     'comfy.sd': (
         ("not yet: CLIP/VAE constructors and VAE methods with ComfyUI's parameter names (`sd`, `samples_in`, "
          "`pixel_samples`: comfy_core's classes), 1-D/3-D tiled VAE passes, text-encoder detection helpers, "
-         'save_checkpoint, and names imported from modules of families not implemented'),
+         'and names imported from modules of families not implemented'),
         ('AutoencodingEngine', 'CLIP.__init__', 'CLIP.add_hooks_to_dict', 'StageA',
          'StageC_coder', 'TEModel', 'VAE.__init__', 'VAE.decode', 'VAE.decode_tiled_',
          'VAE.decode_tiled_1d', 'VAE.decode_tiled_3d', 'VAE.encode', 'VAE.encode_tiled', 'VAE.encode_tiled_',
          'VAE.encode_tiled_1d', 'VAE.encode_tiled_3d', 'VAE.vae_encode_crop_pixels', 'detect_te_model',
-         'llama_detect', 'model_detection_error_hint', 'save_checkpoint',
+         'llama_detect', 'model_detection_error_hint',
          't5xxl_detect',)),
     'comfy.sd1_clip': (
         ("not yet: tokenizer and encoder constructors with ComfyUI's parameters, `load_sd`, "
@@ -647,6 +646,46 @@ def test_every_left_out_entry_is_still_needed(gaps_and_used):
     entries = {(module, name) for module, (_why, names) in LEFT_OUT_NAMES.items() for name in names}
     stale = sorted(set(LEFT_OUT_MODULES) - used) + sorted(entries - used)
     assert not stale, f"allow-list entries that match nothing missing any more (remove them): {stale}"
+
+
+def extension_point_problems(surface: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """`(problems, checked)` for every extension-point name of a surface module (compat/facade.py
+    `point(...)`): its built-in, read from its home (not whatever the session holds), against
+    ComfyUI's recorded signature of that name, or of the function the module imports under it
+    (`comfy.ldm.flux.layers.attention` is `comfy.ldm.flux.math.attention`). The allow-lists do
+    not apply: a pack replacing such a function is called by our runtime, and a pack calling it
+    reaches our built-in, with ComfyUI's parameter names, keywords included."""
+    from compat.facade import ExtensionPoint, _home
+
+    problems: list[str] = []
+    checked: list[str] = []
+    for module_name, record in surface["modules"].items():
+        if not _imports(module_name):
+            continue
+        module = sys.modules[module_name]
+        for name, target in module.__dict__.get("_facade_names", {}).items():
+            if not isinstance(target, ExtensionPoint):
+                continue
+            text = record["functions"].get(name)
+            source = record["imports"].get(name)
+            if text is None and source is not None:
+                home, _, attribute = source.partition(":")
+                text = surface["modules"].get(home, {}).get("functions", {}).get(attribute)
+            if text is None:
+                continue  # a constant there (`optimized_attention`) or not public: no signature recorded
+            home, attribute = _home(target.built_in)
+            built_in = getattr(importlib.import_module(home), attribute)
+            checked.append(f"{module_name}:{name}")
+            if problem := callable_problem(text, built_in):
+                problems.append(f"{module_name}:{name} ({target.built_in}): {problem}")
+    return problems, checked
+
+
+def test_every_extension_points_built_in_has_comfyuis_signature(surface, gaps_and_used):
+    problems, checked = extension_point_problems(surface)
+    assert {"comfy.samplers:calc_cond_batch", "comfy.samplers:sampling_function", "comfy.samplers:cfg_function",
+            "comfy.lora:calculate_weight", "comfy.ldm.flux.layers:attention"} <= set(checked)
+    assert not problems, "\n".join(problems)
 
 
 def test_every_folder_kind_of_0364_and_today_is_known(surface, session):

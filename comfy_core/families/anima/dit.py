@@ -215,6 +215,7 @@ class Attention(nn.Module):
         self.k_proj = ops.Linear(context_dim, inner, bias=False, **factory)
         self.k_norm = RMSNorm(self.head_dim, **factory)
         self.v_proj = ops.Linear(context_dim, inner, bias=False, **factory)
+        self.v_norm = nn.Identity()  # ComfyUI's (no weights): packs re-implementing compute_qkv call it
         self.output_proj = ops.Linear(inner, dim, bias=False, **factory)
 
     def compute_qkv(self, x: torch.Tensor, context: torch.Tensor | None = None, rope_emb: Any = None,
@@ -240,7 +241,7 @@ class Attention(nn.Module):
         b, s = q_in.shape[0], q_in.shape[1]
         q = self.q_norm(self.q_proj(q_in).view(b, s, self.n_heads, self.head_dim))  # [B, S, H, d]
         k = self.k_norm(self.k_proj(k_in).view(k_in.shape[0], k_in.shape[1], self.n_heads, self.head_dim))
-        v = self.v_proj(v_in).view(v_in.shape[0], v_in.shape[1], self.n_heads, self.head_dim)
+        v = self.v_norm(self.v_proj(v_in).view(v_in.shape[0], v_in.shape[1], self.n_heads, self.head_dim))
         if self.is_selfattn and rope is not None:
             q, k = rotate_split_half(q, rope), rotate_split_half(k, rope)
         return q, k, v

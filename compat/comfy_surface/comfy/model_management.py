@@ -21,7 +21,7 @@ from compat.device_memory import (LoadedModel, cleanup_models, cleanup_models_gc
                                   get_offload_stream, load_model_gpu, load_models_gpu, loaded_models,
                                   maximum_vram_for_weights, minimum_inference_memory, module_size, offloaded_memory,
                                   sync_stream, text_encoder_initial_device, unet_inital_load_device,
-                                  unload_all_models)
+                                  unload_all_models, unload_model_and_clones)
 from compat.devices import (NUM_STREAMS, WINDOWS, CPUState, InterruptProcessingException, VRAMState,
                             amd_min_version, cpu_mode, directml_enabled, get_free_memory, get_torch_device,
                             get_torch_device_name, get_total_memory, interrupt_current_processing, intermediate_device,

@@ -3,8 +3,11 @@
 `VAE` is our `VaePatcher` (constructible as `VAE(sd=state_dict)`), `CLIP` our CLIP object, so
 `isinstance(vae, comfy.sd.VAE)` holds for what our loader nodes return, and what a pack builds
 flows into our nodes.
+
+`save_checkpoint` is the `save_checkpoint` extension point (built-in: compat/checkpoint_save.py):
+assigning it (art-venture's fp16 wrapper) changes what CheckpointSave and ModelSave write with.
 """
-from compat.facade import facade
+from compat.facade import facade, point
 
 
 def __getattr__(name: str):
@@ -34,4 +37,5 @@ facade(__name__, {
     "load_lora_for_models": "compat.files_sd:load_lora_for_models",
     "load_style_model": "compat.files_sd:load_style_model",
     "load_gligen": "compat.files_sd:load_gligen",
+    "save_checkpoint": point("save_checkpoint", "compat.checkpoint_save:save_checkpoint"),
 })

@@ -14,6 +14,9 @@ are ours (built from an `AnimaConfig` by our loaders, not from ComfyUI's keyword
 RoPE passed as `rope_emb` is our `(cos, sin)` pair `[S, d/2]`, not ComfyUI's `[S, 1, 1, d/2, 2, 2]`
 rotation tensor; a pack that only passes it on (as the regional-prompt patch does) is unaffected.
 `Timesteps` is the weightless sinusoid `t_embedder.0`; `GPT2FeedForward` the blocks' MLP.
+`Attention` has ComfyUI's `v_norm` (an identity), which packs re-implementing `compute_qkv` call.
+`apply_rotary_pos_emb(t, freqs)` is ComfyUI's function (compat/ldm_anima.py), taking ComfyUI's
+`[..., d/2, 2, 2]` rotation tensor or the `(cos, sin)` pair our blocks pass as `rope_emb`.
 """
 from compat.facade import facade
 
@@ -23,4 +26,5 @@ facade(__name__, {
     **{name: _M + name for name in ("Attention", "Block", "FinalLayer", "PatchEmbed")},
     "GPT2FeedForward": _M + "FeedForward",
     "Timesteps": _M + "_Sinusoid",
+    "apply_rotary_pos_emb": "compat.ldm_anima:cosmos_apply_rotary_pos_emb",
 })
