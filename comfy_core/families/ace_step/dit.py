@@ -264,6 +264,11 @@ class FinalLayer(nn.Module):
 class AceStepTransformer(nn.Module):
     """The whole DiT (module doc); `forward` has ComfyUI's arguments."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "attention_mask", "context", "text_attention_mask", "speaker_embeds",
+                         "lyric_token_idx", "lyric_mask", "block_controlnet_hidden_states", "controlnet_scale",
+                         "lyrics_strength")  # transformer_options: a keyword
+
     def __init__(self, config: AceStepConfig, operations: Any = None, dtype: Any = None, device: Any = None) -> None:
         super().__init__()
         ops = operations_or_default(operations)

@@ -397,6 +397,9 @@ class Flux2Transformer(nn.Module):
     """The Flux.2 transformer (see the module docstring); `params` are `Flux2Config`'s fields.
     ComfyUI runs Flux.2 with its `comfy.ldm.flux.model.Flux` class (image_model "flux2")."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "y", "guidance", "ref_latents", "control", "transformer_options")
+
     reference_kv_key = REFERENCE_KV  # runs a reference K/V cache found under this transformer_options key
 
     def __init__(self, image_model: Any = None, final_layer: bool = True, dtype: Any = None, device: Any = None,

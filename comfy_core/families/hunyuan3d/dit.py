@@ -83,6 +83,9 @@ class Hunyuan3DDiTConfig:
 class Hunyuan3Dv2DiT(nn.Module):
     """See the module docstring. `forward(x [B, C, N], timestep [B], context [B, M, ctx], guidance [B])`."""
 
+    # DIFFUSION_MODEL wrappers' positional arguments, ComfyUI's `_forward` order (comfy_core/models/diffusion.py)
+    wrapper_arguments = ("x", "timesteps", "context", "guidance", "transformer_options")
+
     def __init__(self, config: Hunyuan3DDiTConfig, dtype: Any = None, device: Any = None,
                  operations: Any = None) -> None:
         super().__init__()
