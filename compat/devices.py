@@ -344,6 +344,40 @@ def oom_exception() -> type:
     return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
+def is_oom(error: BaseException) -> bool:
+    """ComfyUI's `is_oom(e)`: torch's out-of-memory error, or an accelerator error saying so."""
+    import torch
+
+    if isinstance(error, oom_exception()):
+        return True
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    return (accelerator_error is not None and isinstance(error, accelerator_error)
+            and (getattr(error, "error_code", None) == 2 or "out of memory" in str(error)))
+
+
+def raise_non_oom(error: BaseException) -> None:
+    """ComfyUI's `raise_non_oom(e)`: re-raise `error` unless it is an out-of-memory error (a pack's
+    tiled fallback then retries with smaller tiles)."""
+    if not is_oom(error):
+        raise error
+
+
+def intermediate_dtype() -> Any:
+    """ComfyUI's `intermediate_dtype()`: the dtype of images and other intermediates between nodes,
+    float16 with `--fp16-intermediates`, else float32 (this runtime's, always float32 on the CPU)."""
+    import torch
+
+    from compat.active import CompatNotInstalledError
+
+    try:
+        from compat.cli_args import args
+
+        half = bool(getattr(args, "fp16_intermediates", False))
+    except CompatNotInstalledError:
+        half = False
+    return torch.float16 if half else torch.float32
+
+
 def torch_version() -> str:
     import torch
 

@@ -497,3 +497,19 @@ def node_routes(session: Any, node_execute: Any, map_node_over_list: Any) -> Any
 
     return NodeRoutes(step=step if node_execute is not None else None,
                       calls=calls if map_node_over_list is not None else None)
+
+
+# -- comfy_execution.validation -------------------------------------------------------------------
+def validate_node_input(received_type: Any, input_type: Any, strict: bool = False) -> bool:
+    """ComfyUI's `comfy_execution.validation.validate_node_input`: whether an output of
+    `received_type` may feed an input of `input_type`: equal (by `!=`, so a pack's `str` subclass
+    overriding `__ne__` decides), or, for strings, comma-separated unions that overlap (`strict`:
+    every received member among the input's). The server's own check is graph/types.py's
+    `types_match` (which also lets `*` and V3 match-types through, as ComfyUI's editor does)."""
+    if not received_type != input_type:  # noqa: SIM202 -- keeps a pack's overridden __ne__ in charge
+        return True
+    if not isinstance(received_type, str) or not isinstance(input_type, str):
+        return False
+    received = {part.strip() for part in received_type.split(",")}
+    accepted = {part.strip() for part in input_type.split(",")}
+    return received <= accepted if strict else bool(received & accepted)

@@ -41,7 +41,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
     broadcastable to `[B, heads, Nq, Nk]`.
     """
     b, nq, _ = q.shape
-    q, k, v = (t.reshape(b, t.shape[1], heads, t.shape[2] // heads).transpose(1, 2)
+    # Every tensor is split by q's batch, the token count following (ComfyUI's `view(b, -1, heads,
+    # d)`): where a pack tiles only q (HyperTile, ComfyUI-bleh's), k and v are spread over the
+    # tiles the same way as on ComfyUI, rather than refused.
+    q, k, v = (t.reshape(b, -1, heads, t.shape[2] // heads).transpose(1, 2)
                for t in (q, k, v))  # [B, H, N, d]
     out = attention_heads(q, k, v, mask)  # [B, H, Nq, dv]
     return out.transpose(1, 2).reshape(b, nq, -1)

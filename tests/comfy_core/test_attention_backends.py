@@ -169,3 +169,15 @@ def test_chunked_backends_agree_for_any_shape_and_chunking(b, heads, nq, nk, qc,
     torch.testing.assert_close(_run("sub_quadratic", q, k, v, heads, mask, query_chunk_size=qc, kv_chunk_size=kc),
                                expected, atol=1e-5, rtol=0)
     torch.testing.assert_close(_run("split", q, k, v, heads, mask, slices=slices), expected, atol=1e-5, rtol=0)
+
+
+def test_k_and_v_are_split_by_qs_batch_as_comfyui_views_them():
+    # HyperTile-style packs tile only q ([B*tiles, N/tiles, C]); ComfyUI views k and v with q's
+    # batch too (`view(b, -1, heads, d)`), spreading their tokens over the tiles.
+    g = torch.Generator().manual_seed(3)
+    heads, d = 2, 4
+    q = torch.randn(4, 3, heads * d, generator=g)  # 4 tiles of 3 tokens
+    k, v = torch.randn(1, 8, heads * d, generator=g), torch.randn(1, 8, heads * d, generator=g)
+    out = attention(q, k, v, heads)
+    kk, vv = k.reshape(4, 2, heads * d), v.reshape(4, 2, heads * d)  # 8 tokens over the 4 tiles
+    assert torch.allclose(out, attention(q, kk, vv, heads), atol=1e-6) and out.shape == (4, 3, heads * d)

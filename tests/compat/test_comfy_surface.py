@@ -94,7 +94,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
     "comfy.checkpoint_pickle": "not yet: the unpickler allow-list module (our loaders read .ckpt their own way)",
     "comfy_execution.caching": "ComfyUI's executor caches: the engine's cache is graph/'s",
-    "comfy_execution.validation": "ComfyUI's input validation helpers: the engine validates in graph/",
     "comfy_api.latest._resources": "not yet: V3 node resources (files bundled with a node)",
 }
 
@@ -288,8 +287,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'DependencyAwareCache', 'ExecutionList', 'HierarchicalCache', 'IsChangedCache', 'LRUCache',
          'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags',
          'first_real_override', 'format_value', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
-         'merge_result_data',
-         'validate_node_input',)),
+         'merge_result_data',)),
     'nodes': (
         ('start-up loaders (`init_*`, `load_custom_node`): the host loads packs (graph/packs.py); helpers '
          "inside node classes (`VAELoader.vae_list`, `LatentBlend.blend_mode`) and EmptyImage's `device`: not "

@@ -422,3 +422,29 @@ def test_nodes_model_merging_save_checkpoint_is_checkpoint_saves_writer(session,
     assert any(k.startswith("first_stage_model.") for k in tensors)
     assert not any(k.startswith("cond_stage_model.") for k in tensors)
     assert "CheckpointSave" in merging.NODE_CLASS_MAPPINGS
+
+
+def test_validate_node_input_is_comfyuis(session):
+    # ComfyUI-sonar probes it to declare union noise types
+    from comfy_execution.validation import validate_node_input
+
+    class AnyType(str):
+        def __ne__(self, other):
+            return False
+
+    assert validate_node_input("IMAGE", "IMAGE") and not validate_node_input("IMAGE", "MASK")
+    assert validate_node_input("SONAR_CUSTOM_NOISE", "SONAR_CUSTOM_NOISE, OCS_NOISE")
+    assert validate_node_input("A,B", "B, C") and not validate_node_input("A,B", "B, C", strict=True)
+    assert validate_node_input("B", "B, C", strict=True)
+    assert validate_node_input(AnyType("*"), "LATENT") and not validate_node_input(["a"], "COMBO")
+
+
+def test_raise_non_oom_and_intermediate_dtype(session):
+    # Comfyui_TTP_Toolset's tiled upscale retries on out-of-memory only
+    import comfy.model_management as mm
+
+    mm.raise_non_oom(torch.OutOfMemoryError("CUDA out of memory"))  # swallowed: the caller retries smaller
+    with pytest.raises(ValueError, match="not memory"):
+        mm.raise_non_oom(ValueError("not memory"))
+    assert mm.is_oom(torch.OutOfMemoryError("x")) and not mm.is_oom(RuntimeError("x"))
+    assert mm.intermediate_dtype() == torch.float32

@@ -25,6 +25,7 @@ from compat.device_memory import (LoadedModel, cleanup_models, cleanup_models_gc
 from compat.devices import (NUM_STREAMS, WINDOWS, CPUState, InterruptProcessingException, VRAMState,
                             amd_min_version, cpu_mode, directml_enabled, get_free_memory, get_torch_device,
                             get_torch_device_name, get_total_memory, interrupt_current_processing, intermediate_device,
+                            intermediate_dtype, is_oom, raise_non_oom,
                             is_amd, is_ascend_npu, is_device_cpu, is_device_cuda, is_device_mps, is_device_type,
                             is_device_xpu, is_directml_enabled, is_intel_xpu, is_ixuca, is_mlu, is_nvidia,
                             ixuca_available, lowvram_available, mac_version, mlu_available, mps_mode, npu_available,
