@@ -72,6 +72,42 @@ class LatentFormat:
         return ((rgb + 1.0) / 2.0).clamp(0.0, 1.0)
 
 
+@dataclass(frozen=True)
+class NormalizedLatentFormat(LatentFormat):
+    """A format normalised per channel: `(z - mean) * scale / std` into the model's space and back
+    (ComfyUI's formats with `latents_mean` / `latents_std`: Wan, Mochi, Playground 2.5)."""
+
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+    # ComfyUI's tensors, `[1, C, 1, 1]` (`[1, C, 1, 1, 1]` for video formats), which node packs read.
+    @property
+    def latents_mean(self) -> torch.Tensor:
+        return torch.tensor(self.mean).view(1, self.channels, *(1,) * self.latent_dimensions)
+
+    @property
+    def latents_std(self) -> torch.Tensor:
+        return torch.tensor(self.std).view(1, self.channels, *(1,) * self.latent_dimensions)
+
+    def _stats(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std shaped to broadcast over `latent`'s channel axis (4-D or 5-D)."""
+        if latent.ndim < 2 or latent.shape[1] != self.channels:
+            raise ValueError(f"{self.name} latent format: expected [B, {self.channels}, ...], "
+                             f"got {tuple(latent.shape)}")
+        shape = (1, self.channels) + (1,) * (latent.ndim - 2)
+        mean = torch.tensor(self.mean, device=latent.device, dtype=latent.dtype).view(shape)
+        std = torch.tensor(self.std, device=latent.device, dtype=latent.dtype).view(shape)
+        return mean, std
+
+    def process_in(self, latent: torch.Tensor) -> torch.Tensor:
+        mean, std = self._stats(latent)
+        return (latent - mean) * self.scale_factor / std
+
+    def process_out(self, latent: torch.Tensor) -> torch.Tensor:
+        mean, std = self._stats(latent)
+        return latent * std / self.scale_factor + mean
+
+
 _SD15_RGB = ((0.3512, 0.2297, 0.3227), (0.3250, 0.4974, 0.2350),
              (-0.2829, 0.1762, 0.2721), (-0.2120, -0.2616, -0.7177))
 

@@ -149,10 +149,9 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'DPMSolver.dpm_solver_3_step', 'DPMSolver.eps', 'deis', 'res_multistep', 'sa_solver', 'sample_deis',
          'sample_dpmpp_2m_sde_gpu', 'sample_dpmpp_3m_sde_gpu', 'sample_dpmpp_sde_gpu',)),
     'comfy.latent_formats': (
-        ('latent formats of families not implemented (Stable Cascade, Mochi, HunyuanImage 2.1, Cosmos 1, '
-         "Playground, SD x4 upscaler); SD15's constructor parameter name"),
-        ('Cosmos1CV8x8x8', 'HunyuanImage21', 'HunyuanImage21Refiner', 'Mochi', 'SC_B', 'SC_Prior',
-         'SD15.__init__', 'SDXL_Playground_2_5', 'SD_X4',)),
+        ('latent formats of families not implemented (Stable Cascade, HunyuanImage 2.1, SD x4 upscaler; Mochi, '
+         "Cosmos 1 and Playground 2.5 are provided as data for packs' tables); SD15's constructor parameter name"),
+        ('HunyuanImage21', 'HunyuanImage21Refiner', 'SC_B', 'SC_Prior', 'SD15.__init__', 'SD_X4',)),
     'comfy.weight_adapter*': (
         ("LoRA training's side of the adapters (`create_train`, `to_train`, the `*Diff` modules, LoHa's "
          'autograd functions): training is out of this engine\'s scope (see comfy_extras.nodes_train)'),

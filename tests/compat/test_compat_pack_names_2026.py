@@ -448,3 +448,18 @@ def test_raise_non_oom_and_intermediate_dtype(session):
         mm.raise_non_oom(ValueError("not memory"))
     assert mm.is_oom(torch.OutOfMemoryError("x")) and not mm.is_oom(RuntimeError("x"))
     assert mm.intermediate_dtype() == torch.float32
+
+
+def test_latent_formats_of_families_not_implemented_are_comfyuis_data(session):
+    # ComfyUI-bleh lists Mochi and Cosmos1CV8x8x8 at import; jankhidiffusion checks SDXL_Playground_2_5
+    import comfy.latent_formats as lf
+
+    mochi, cosmos, playground = lf.Mochi(), lf.Cosmos1CV8x8x8(), lf.SDXL_Playground_2_5()
+    assert (mochi.latent_channels, mochi.latent_dimensions, len(mochi.latent_rgb_factors)) == (12, 3, 12)
+    assert (cosmos.latent_channels, cosmos.latent_dimensions, cosmos.scale_factor) == (16, 3, 1.0)
+    assert playground.latents_mean.shape == (1, 4, 1, 1) and mochi.latents_std.shape == (1, 12, 1, 1, 1)
+    z = torch.randn(1, 4, 2, 2)
+    expected = (z - playground.latents_mean) * 0.5 / playground.latents_std  # ComfyUI's process_in
+    torch.testing.assert_close(playground.process_in(z), expected)
+    torch.testing.assert_close(playground.process_out(playground.process_in(z)), z)
+    assert not isinstance(playground, lf.SDXL) and playground.taesd_decoder_name == "taesdxl_decoder"

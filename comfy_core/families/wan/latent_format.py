@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from comfy_core.models.latent_formats import LatentFormat
+from comfy_core.models.latent_formats import LatentFormat, NormalizedLatentFormat
 
 
 _WAN21_MEAN = (-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
@@ -26,7 +26,7 @@ _WAN21_RGB = (
 
 
 @dataclass(frozen=True)
-class Wan21(LatentFormat):
+class Wan21(NormalizedLatentFormat):
     """Wan 2.1 (and Wan 2.2 A14B, which uses the 2.1 VAE): 16 channels, normalised per channel,
     `(z - mean) * scale / std`, on video latents [B, C, T, h, w] (image latents [B, C, h, w] too)."""
 
@@ -45,33 +45,6 @@ class Wan21(LatentFormat):
     @property
     def temporal_downscale_ratio(self) -> int:
         return 4
-
-    # ComfyUI's tensors [1, C, 1, 1, 1], which node packs read.
-    @property
-    def latents_mean(self) -> torch.Tensor:
-        return torch.tensor(self.mean).view(1, self.channels, 1, 1, 1)
-
-    @property
-    def latents_std(self) -> torch.Tensor:
-        return torch.tensor(self.std).view(1, self.channels, 1, 1, 1)
-
-    def _stats(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and std shaped to broadcast over `latent`'s channel axis (4-D or 5-D)."""
-        if latent.ndim < 2 or latent.shape[1] != self.channels:
-            raise ValueError(f"{self.name} latent format: expected [B, {self.channels}, ...], "
-                             f"got {tuple(latent.shape)}")
-        shape = (1, self.channels) + (1,) * (latent.ndim - 2)
-        mean = torch.tensor(self.mean, device=latent.device, dtype=latent.dtype).view(shape)
-        std = torch.tensor(self.std, device=latent.device, dtype=latent.dtype).view(shape)
-        return mean, std
-
-    def process_in(self, latent: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(latent)
-        return (latent - mean) * self.scale_factor / std
-
-    def process_out(self, latent: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(latent)
-        return latent * std / self.scale_factor + mean
 
     def latent_to_rgb(self, latent: torch.Tensor) -> torch.Tensor:
         """Cheap preview of every frame: [B, C, T, h, w] -> RGB [B, T, h, w, 3] in 0..1 (a 4-D

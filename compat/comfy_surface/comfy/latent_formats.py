@@ -32,4 +32,7 @@ facade(__name__, {"LatentFormat": "comfy_core.models.latent_formats:LatentFormat
                   "MiniMaxMusic3": _F + "minimax_music3.latent_format:MiniMaxMusic3Latent",
                   **{name: _F + f"stable_audio.latent_format:{name}" for name in ("StableAudio1", "StableAudio3")},
                   "ACEAudio": _F + "ace_step.latent_format:ACEAudio",
-                  "ACEAudio15": _F + "ace_step15.latent_format:ACEAudio15"})
+                  "ACEAudio15": _F + "ace_step15.latent_format:ACEAudio15",
+                  # formats of families not implemented here, as data (compat/latent_formats_other.py)
+                  **{name: f"compat.latent_formats_other:{name}"
+                     for name in ("Mochi", "Cosmos1CV8x8x8", "SDXL_Playground_2_5")}})
