@@ -1,5 +1,6 @@
 """The TAESD decoder ("Tiny AutoEncoder for Stable Diffusion", madebyollin/taesd): a small
-convolutional decoder trained to map SD latents to images, used for live previews.
+convolutional decoder trained to map SD latents to images, used for live previews; and its encoder
+and the pair (`TAESDEncoder`, `TAESD`), which packs build.
 
 Architecture and state-dict names as in the published `taesd_decoder.*` / `taesdxl_decoder.*`
 (4 latent channels) and `taesd3_decoder.*` / `taef1_decoder.*` (16, for SD3 and Flux.1) files
@@ -87,6 +88,59 @@ class TAESDDecoder(nn.Sequential):
         """Model-space latent -> image in [-1, 1] ([B, 3, 8h, 8w]), as ComfyUI's `TAESD.decode`
         (whose latent shift 0 and scale 1 are the identity when only a decoder is loaded)."""
         return self(latent).sub(0.5).mul(2)
+
+
+class TAESDEncoder(nn.Sequential):
+    """[B, 3, 8h, 8w] image in [0, 1] -> [B, latent_channels, h, w] model-space latent: the
+    published `taesd_encoder.*` layout (indices are the key prefixes): conv(3, w), Block, then
+    three times a stride-2 conv (no bias) and three Blocks, then conv(w, latent_channels)."""
+
+    def __init__(self, latent_channels: int = 4, width: int = TAESD_WIDTH) -> None:
+        layers: list[nn.Module] = [_conv(3, width), Block(width)]
+        for _stage in range(3):
+            layers += [nn.Conv2d(width, width, 3, stride=2, padding=1, bias=False),
+                       Block(width), Block(width), Block(width)]
+        layers += [_conv(width, latent_channels)]
+        super().__init__(*layers)
+        self.latent_channels = latent_channels
+        self.width = width
+
+
+class TAESD(nn.Module):
+    """The TAESD encoder and decoder together (ComfyUI's `comfy.taesd.taesd.TAESD`): `encode` maps an
+    image in [-1, 1] to a model-space latent, `decode` back; `vae_scale` / `vae_shift` (1 and 0,
+    parameters so a file may set them) map the tiny autoencoder's space onto the model's.
+    `encoder_path` / `decoder_path`: the published files, read into the two halves."""
+
+    latent_magnitude = 3
+    latent_shift = 0.5
+
+    def __init__(self, encoder_path: str | os.PathLike | None = None, decoder_path: str | os.PathLike | None = None,
+                 latent_channels: int = 4) -> None:
+        super().__init__()
+        self.taesd_encoder = TAESDEncoder(latent_channels)
+        self.taesd_decoder = TAESDDecoder(latent_channels)
+        self.vae_scale = nn.Parameter(torch.tensor(1.0))
+        self.vae_shift = nn.Parameter(torch.tensor(0.0))
+        for half, path in ((self.taesd_encoder, encoder_path), (self.taesd_decoder, decoder_path)):
+            if path is not None:
+                half.load_state_dict(_read_state_dict(Path(path)), strict=True)
+
+    @staticmethod
+    def scale_latents(x: torch.Tensor) -> torch.Tensor:
+        """Raw latents -> [0, 1] (for storing them as an image)."""
+        return x.div(2 * TAESD.latent_magnitude).add(TAESD.latent_shift).clamp(0, 1)
+
+    @staticmethod
+    def unscale_latents(x: torch.Tensor) -> torch.Tensor:
+        """[0, 1] -> raw latents."""
+        return x.sub(TAESD.latent_shift).mul(2 * TAESD.latent_magnitude)
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.taesd_decoder((x - self.vae_shift) * self.vae_scale).sub(0.5).mul(2)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.taesd_encoder(x * 0.5 + 0.5) / self.vae_scale + self.vae_shift
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:

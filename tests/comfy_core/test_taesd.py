@@ -76,3 +76,34 @@ def test_a_file_that_is_not_a_taesd_decoder_is_refused_with_its_name(tmp_path):
     save_file(state, str(path))
     with pytest.raises(TAESDError, match="layout"):
         load_taesd_decoder(path)
+
+
+def test_encoder_matches_diffusers_autoencoder_tiny_and_the_pair_round_trips(tmp_path):
+    # Packs build ComfyUI's `TAESD(encoder_path, decoder_path, latent_channels)` (ComfyUI-bleh).
+    from diffusers import AutoencoderTiny
+
+    from comfy_core.models.taesd import TAESD, TAESDEncoder
+
+    torch.manual_seed(1)
+    ours = TAESDEncoder(latent_channels=4, width=8).eval()
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    theirs = AutoencoderTiny(latent_channels=4, decoder_block_out_channels=(8, 8, 8, 8),
+                             encoder_block_out_channels=(8, 8, 8, 8)).encoder.eval()
+    theirs.load_state_dict({f"layers.{k}": v for k, v in ours.state_dict().items()}, strict=True)
+    image = torch.rand(1, 3, 32, 48)  # in [0, 1]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(image), theirs(image * 2 - 1), rtol=1e-5, atol=1e-5)  # diffusers takes [-1, 1]
+    assert {"0.weight", "1.conv.0.weight", "2.weight", "14.weight"} <= set(TAESDEncoder().state_dict())
+    assert "2.bias" not in TAESDEncoder().state_dict()  # the stride-2 convolutions have no bias
+
+    encoder_file, decoder_file = tmp_path / "taesd_encoder.safetensors", tmp_path / "taesd_decoder.safetensors"
+    save_file(TAESDEncoder().state_dict(), str(encoder_file))
+    save_file(random_decoder(width=64).state_dict(), str(decoder_file))
+    pair = TAESD(encoder_file, decoder_file, latent_channels=4).eval()
+    with torch.no_grad():
+        latent = pair.encode(torch.rand(1, 3, 16, 16) * 2 - 1)
+        assert latent.shape == (1, 4, 2, 2) and pair.decode(latent).shape == (1, 3, 16, 16)
+    raw = torch.randn(1, 4, 2, 2)
+    torch.testing.assert_close(TAESD.unscale_latents(TAESD.scale_latents(raw)), raw.clamp(-3, 3))

@@ -312,7 +312,6 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     'comfy.text_encoders.*': ("text-encoder internals: ours are comfy_core's, mapped where packs use them; not yet", ('*',)),
     'comfy.cldm.*': ("ControlNet network internals (ours: comfy_core's ControlNet): not yet", ('*',)),
     'comfy.t2i_adapter.*': ('T2I-Adapter network internals: not yet', ('*',)),
-    'comfy.taesd.*': ('TAESD network internals beyond the preview decoder: not yet', ('*',)),
     'comfy.clip_model': ("CLIP network internals (ours: comfy_core's text encoders): not yet", ('*',)),
     'comfy.diffusers_convert': ('diffusers key converters of families not implemented: not yet', ('*',)),
     'comfy.supported_models': ('model configs of families not implemented, and members detection here does not use', ('*',)),

@@ -1,6 +1,5 @@
-"""ComfyUI's `comfy.taesd.taesd` for node packs: the TAESD building blocks and decoder
-(comfy_core/models/taesd.py). The TAESD encoder and the `TAESD` encoder+decoder pair are not
-provided (previews only decode)."""
+"""ComfyUI's `comfy.taesd.taesd` for node packs: the TAESD building blocks, encoder, decoder and
+the `TAESD` pair (comfy_core/models/taesd.py)."""
 from compat.facade import facade
 
 facade(__name__, {
@@ -8,4 +7,6 @@ facade(__name__, {
     "Clamp": "comfy_core.models.taesd:Clamp",
     "conv": "comfy_core.models.taesd:conv",
     "Decoder": "comfy_core.models.taesd:TAESDDecoder",
+    "Encoder": "comfy_core.models.taesd:TAESDEncoder",
+    "TAESD": "comfy_core.models.taesd:TAESD",
 })
