@@ -118,13 +118,16 @@ class TAESD(nn.Module):
     def __init__(self, encoder_path: str | os.PathLike | None = None, decoder_path: str | os.PathLike | None = None,
                  latent_channels: int = 4) -> None:
         super().__init__()
-        self.taesd_encoder = TAESDEncoder(latent_channels)
-        self.taesd_decoder = TAESDDecoder(latent_channels)
+        self.taesd_encoder = (load_taesd_encoder(encoder_path) if encoder_path is not None
+                              else TAESDEncoder(latent_channels))
+        self.taesd_decoder = (load_taesd_decoder(decoder_path) if decoder_path is not None
+                              else TAESDDecoder(latent_channels))
+        for half, path in ((self.taesd_encoder, encoder_path), (self.taesd_decoder, decoder_path)):
+            if half.latent_channels != latent_channels:
+                raise TAESDError(f"{path}: a TAESD file for {half.latent_channels} latent channels, "
+                                 f"asked for {latent_channels}")
         self.vae_scale = nn.Parameter(torch.tensor(1.0))
         self.vae_shift = nn.Parameter(torch.tensor(0.0))
-        for half, path in ((self.taesd_encoder, encoder_path), (self.taesd_decoder, decoder_path)):
-            if path is not None:
-                half.load_state_dict(_read_state_dict(Path(path)), strict=True)
 
     @staticmethod
     def scale_latents(x: torch.Tensor) -> torch.Tensor:
@@ -154,6 +157,24 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not isinstance(loaded, dict):
         raise TAESDError(f"{path}: expected a state dict, found {type(loaded).__name__}")
     return loaded
+
+
+def load_taesd_encoder(path: str | os.PathLike, device: torch.device | str | None = None) -> TAESDEncoder:
+    """A TAESD encoder from a `taesd_encoder.*` (or `taesdxl_` / `taesd3_` / `taef1_`) file, with
+    the width and latent channels the file has, in fp32 on `device` (default: the CPU)."""
+    path = Path(path)
+    state = _read_state_dict(path)
+    first, last = state.get("0.weight"), state.get("14.weight")
+    if first is None or last is None or first.ndim != 4 or last.ndim != 4:
+        raise TAESDError(f"{path}: not a TAESD encoder (no 4-d '0.weight' / '14.weight'; keys start {sorted(state)[:3]})")
+    with meta_build():
+        encoder = TAESDEncoder(latent_channels=int(last.shape[0]), width=int(first.shape[0]))
+    try:
+        encoder.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise TAESDError(f"{path}: does not match the TAESD encoder layout: {exc}") from exc
+    encoder.requires_grad_(False).eval()
+    return encoder.to(device=device, dtype=torch.float32)
 
 
 def load_taesd_decoder(path: str | os.PathLike, device: torch.device | str | None = None) -> TAESDDecoder:

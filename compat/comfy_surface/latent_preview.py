@@ -1,4 +1,4 @@
-"""ComfyUI's `latent_preview` for node packs (compat/previews.py; `TAESD` is compat/taesd_model.py,
+"""ComfyUI's `latent_preview` for node packs (compat/previews.py; `TAESD` is comfy_core/models/taesd.py's,
 `LatentPreviewMethod` is `comfy.cli_args`')."""
 from compat.facade import facade
 
@@ -12,5 +12,5 @@ facade(__name__, {
     "MAX_PREVIEW_RESOLUTION": "compat.previews:MAX_PREVIEW_RESOLUTION",
     "LatentPreviewMethod": "compat.cli_args:LatentPreviewMethod",
     "args": "compat.cli_args:args",
-    "TAESD": "compat.taesd_model:TAESD",
+    "TAESD": "comfy_core.models.taesd:TAESD",
 })

@@ -91,7 +91,8 @@ def test_impact_packs_own_taesd_previewer_path(session, tmp_path):
 
     from comfy_core.models.taesd import TAESDError, load_taesd_decoder
     from comfy_core.sampling.preview import TAESDPreviewer
-    from compat.taesd_model import TAESDEncoderMissingError
+    from comfy_core.models.taesd import TAESDEncoder
+    from safetensors.torch import save_file
 
     write_taesd(tmp_path / "approx", "taesd_decoder.safetensors", seed=4)
     path = str(tmp_path / "approx" / "taesd_decoder.safetensors")
@@ -100,7 +101,8 @@ def test_impact_packs_own_taesd_previewer_path(session, tmp_path):
     ours = TAESDPreviewer(load_taesd_decoder(path)).preview(x0)[1]
     assert np.array_equal(np.array(TAESDPreviewerImpl(taesd).decode_latent_to_preview(x0)), np.array(ours))
     assert torch.equal(TAESD.unscale_latents(TAESD.scale_latents(torch.zeros(1))), torch.zeros(1))
-    with pytest.raises(TAESDEncoderMissingError):
-        TAESD("encoder.pth", path)
+    encoder_file = str(tmp_path / "taesd_encoder.safetensors")  # the pair encodes too (ComfyUI-bleh builds it)
+    save_file(TAESDEncoder().state_dict(), encoder_file)
+    assert TAESD(encoder_file, path).encode(torch.zeros(1, 3, 16, 16)).shape == (1, 4, 2, 2)
     with pytest.raises(TAESDError, match="asked for 16"):
         TAESD(None, path, latent_channels=16)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from comfy_core.models.comfyui_names import comfyui_name
-from comfy_core.models.latent_formats import LatentFormat
+from comfy_core.models.latent_formats import NormalizedLatentFormat
 
 _MEAN = (
     0.5126, 0.7721, -0.0631, 1.3506, -0.7855, -2.1025, -0.3458, 1.3722,
@@ -55,7 +53,7 @@ _RGB = (
 
 @comfyui_name("QwenImage21")
 @dataclass(frozen=True)
-class QwenImage21LatentFormat(LatentFormat):
+class QwenImage21LatentFormat(NormalizedLatentFormat):
     """64 channels, 16x down, per-channel mean / std (TAESD previews: `taeqi2_1_decoder`)."""
 
     name: str = "QwenImage21"
@@ -70,29 +68,3 @@ class QwenImage21LatentFormat(LatentFormat):
     @property
     def spacial_downscale_ratio(self) -> int:
         return 16
-
-    # ComfyUI's tensors [1, 64, 1, 1], which node packs read.
-    @property
-    def latents_mean(self) -> torch.Tensor:
-        return torch.tensor(self.mean).view(1, self.channels, 1, 1)
-
-    @property
-    def latents_std(self) -> torch.Tensor:
-        return torch.tensor(self.std).view(1, self.channels, 1, 1)
-
-    def _stats(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if latent.ndim < 2 or latent.shape[1] != self.channels:
-            raise ValueError(f"{self.name} latent format: expected [B, {self.channels}, ...], "
-                             f"got {tuple(latent.shape)}")
-        shape = (1, self.channels) + (1,) * (latent.ndim - 2)
-        mean = torch.tensor(self.mean, device=latent.device, dtype=latent.dtype).view(shape)
-        std = torch.tensor(self.std, device=latent.device, dtype=latent.dtype).view(shape)
-        return mean, std
-
-    def process_in(self, latent: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(latent)
-        return (latent - mean) / std
-
-    def process_out(self, latent: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(latent)
-        return latent * std + mean
