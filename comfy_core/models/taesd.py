@@ -159,6 +159,20 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return loaded
 
 
+def _load_half(path: Path, state: dict[str, torch.Tensor], half: type, latent_channels: int, width: int,
+               device: torch.device | str | None) -> Any:
+    """A TAESD encoder or decoder of the file's sizes holding `state`, frozen, in fp32 on `device`
+    (fp32 whatever the file holds, as ComfyUI loads into an fp32 module; the halves are small)."""
+    with meta_build():
+        module = half(latent_channels=latent_channels, width=width)
+    try:
+        module.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise TAESDError(f"{path}: does not match the {half.__name__} layout: {exc}") from exc
+    module.requires_grad_(False).eval()
+    return module.to(device=device, dtype=torch.float32)
+
+
 def load_taesd_encoder(path: str | os.PathLike, device: torch.device | str | None = None) -> TAESDEncoder:
     """A TAESD encoder from a `taesd_encoder.*` (or `taesdxl_` / `taesd3_` / `taef1_`) file, with
     the width and latent channels the file has, in fp32 on `device` (default: the CPU)."""
@@ -167,14 +181,7 @@ def load_taesd_encoder(path: str | os.PathLike, device: torch.device | str | Non
     first, last = state.get("0.weight"), state.get("14.weight")
     if first is None or last is None or first.ndim != 4 or last.ndim != 4:
         raise TAESDError(f"{path}: not a TAESD encoder (no 4-d '0.weight' / '14.weight'; keys start {sorted(state)[:3]})")
-    with meta_build():
-        encoder = TAESDEncoder(latent_channels=int(last.shape[0]), width=int(first.shape[0]))
-    try:
-        encoder.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as exc:
-        raise TAESDError(f"{path}: does not match the TAESD encoder layout: {exc}") from exc
-    encoder.requires_grad_(False).eval()
-    return encoder.to(device=device, dtype=torch.float32)
+    return _load_half(path, state, TAESDEncoder, int(last.shape[0]), int(first.shape[0]), device)
 
 
 def load_taesd_decoder(path: str | os.PathLike, device: torch.device | str | None = None) -> TAESDDecoder:
@@ -186,13 +193,4 @@ def load_taesd_decoder(path: str | os.PathLike, device: torch.device | str | Non
     first = state.get("1.weight")
     if first is None or first.ndim != 4:
         raise TAESDError(f"{path}: not a TAESD decoder (no 4-d '1.weight'; keys start {sorted(state)[:3]})")
-    width, latent_channels = int(first.shape[0]), int(first.shape[1])
-    with meta_build():
-        decoder = TAESDDecoder(latent_channels=latent_channels, width=width)
-    try:
-        decoder.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as exc:
-        raise TAESDError(f"{path}: does not match the TAESD decoder layout: {exc}") from exc
-    decoder.requires_grad_(False).eval()
-    # fp32 whatever the file holds (ComfyUI loads into an fp32 module); previews are small.
-    return decoder.to(device=device, dtype=torch.float32)
+    return _load_half(path, state, TAESDDecoder, int(first.shape[1]), int(first.shape[0]), device)
