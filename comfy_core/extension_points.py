@@ -88,9 +88,12 @@ class ExtensionPoints:
     # --- the host's executor (read by the host, never by comfy_core) ---
     # ComfyUI's `execution.execute` (one node of a prompt) and `execution._async_map_node_over_list`
     # (one node's calls) as a pack replaced them: the host's executor then leads every node step
-    # and every node call through them (compat/execution_api.py `node_routes`). None: unrouted.
+    # and every node call through them (compat/execution_routes.py `node_routes`). None: unrouted.
     node_execute: Optional[Callable[..., Any]] = None
     map_node_over_list: Optional[Callable[..., Any]] = None
+    # ComfyUI's `execution.get_input_data` as a pack replaced it: called with ComfyUI's arguments
+    # before a node's calls, which get what it returns (metadata savers note which node is saving).
+    node_input_data: Optional[Callable[..., Any]] = None
 
 
 BUILT_IN = ExtensionPoints()

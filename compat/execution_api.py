@@ -6,39 +6,36 @@ signatures and return shapes, over our graph engine (graph.validation, graph.exe
   validates one node and its ancestors into `validated` (`{node_id: (ok, errors, node_id)}`);
   both run graph.validation against the active session's registry and environment.
 - `get_input_data(inputs, class_def, unique_id, outputs, dynprompt, extra_data)` is ComfyUI's
-  input resolution for one node: links read from `outputs` (`.get(node_id)` -> the node's output
-  tuple), widget values wrapped in a one-item list, hidden inputs filled.
+  input resolution for one node: links read from `outputs` (an execution list's `get_cache`,
+  today's `caches.outputs.get_local`, or 0.3.64's output map), widget values wrapped in a
+  one-item list, hidden inputs filled.
 - `PromptExecutor(server)` runs prompts on its own `graph.executor.Executor` (its own caches),
   reporting through `add_message` and `handle_execution_error` as ComfyUI's does, so a pack
   that wraps those methods sees each message.
-
 - `_async_map_node_over_list(prompt_id, unique_id, obj, input_data_all, func, ...)` is ComfyUI's
   mapping of `getattr(obj, func)` over the input lists (graph/inputs.py `call_slices`: one call
   with whole lists for INPUT_IS_LIST, else max(len) calls, a shorter list repeating its last
   element; an `ExecutionBlocker` argument skips the call; an async function becomes a task);
   `execute(server, dynprompt, caches, current_item, extra_data, executed, prompt_id,
   execution_list, ...)` runs one node step of the prompt the executor is running.
-  Both are extension points (`ExtensionPoints.node_execute` / `map_node_over_list`): a pack that
-  replaces them (ComfyUI-Lora-Manager's metadata collector wraps both, records the arguments and
-  calls the original) makes the session's executor route every node step through its `execute`
-  and every node's calls (main function, check_lazy_status) through its
-  `_async_map_node_over_list`, with ComfyUI's arguments (`node_routes`, graph/settings.py
-  `NodeRoutes`); the original called from the wrapper runs the executor's own step and calls.
-  Without a replacement the executor runs unrouted.
 
-What a pack replaces of the other names changes what packs calling these names get; the
-server's own queue worker keeps validating and executing with graph.validation and
-graph.executor (it never looks those up), as documented in docs/dev/README-packs.md.
+The executor never calls these names, but packs replace them to watch it: `execute`,
+`_async_map_node_over_list` and `get_input_data` are extension points
+(`ExtensionPoints.node_execute` / `map_node_over_list` / `node_input_data`), and packs assign
+`PromptExecutor.execute` on the class. A session's executor then leads every prompt, node step,
+node call and input reading through the pack's function with ComfyUI's arguments
+(compat/execution_routes.py; ComfyUI-Lora-Manager's collector and the metadata-saving packs
+wrap them, record and call the original), and the built-ins called back from a wrapper run the
+executor's own prompt, step and calls. `validate_prompt` / `validate_inputs` replaced change
+what packs calling them get; the server validates with graph.validation.
 """
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import time
-from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
 MAXIMUM_HISTORY_SIZE = 10000
@@ -131,8 +128,11 @@ def _cached_outputs(outputs: Any, source_id: str, requester: str) -> Any:
         return None
     if hasattr(outputs, "get_cache"):
         entry = outputs.get_cache(source_id, requester)
-        return getattr(entry, "outputs", None) if entry is not None else None
-    return outputs.get(source_id)
+    elif hasattr(outputs, "get_local"):  # today's `caches.outputs` itself, as some packs pass it
+        entry = outputs.get_local(source_id)
+    else:
+        return outputs.get(source_id)
+    return getattr(entry, "outputs", None) if entry is not None else None
 
 
 def get_input_data(inputs: Mapping[str, Any], class_def: type, unique_id: str, outputs: Any = None,
@@ -143,7 +143,15 @@ def get_input_data(inputs: Mapping[str, Any], class_def: type, unique_id: str, o
     execution list (`outputs.get_cache(source_id, unique_id).outputs[index]`) or 0.3.64's output
     map (`outputs.get(source_id)[index]`); a link it cannot answer is marked missing, as `(None,)`.
     A widget value becomes `[value]`; the hidden PROMPT, DYNPROMPT, EXTRA_PNGINFO, UNIQUE_ID,
-    EXECUTION_LIST (`outputs` itself), API-key and COMFY_USAGE_SOURCE inputs are filled."""
+    EXECUTION_LIST (`outputs` itself), API-key and COMFY_USAGE_SOURCE inputs are filled.
+    Called back from a pack's replacement for the node the executor is about to call, it answers
+    the executor's own values for that node (compat/execution_routes.py)."""
+    from compat.execution_routes import routed_inputs
+
+    routed = routed_inputs.get()
+    if routed is not None and routed.unique_id == unique_id and routed.class_def is class_def:
+        # called back from a pack's replacement for the node the executor is about to call
+        return {name: list(values) for name, values in routed.values.items()}, {}, {}
     extra_data = extra_data or {}
     valid = class_def.INPUT_TYPES()
     declared: dict[str, dict] = {}
@@ -202,9 +210,17 @@ class PromptExecutor:
     def reset(self) -> None:
         from graph.executor import Executor
 
+        from compat.execution_routes import CacheSet, SessionRoutes
+
         session = _session()
+        # Its own runs route node steps and calls as the session's, never the prompt: the pack's
+        # PromptExecutor.execute (if any) is what is running around them.
         self._executor = Executor(session.registry, cache=self._cache_config(), env=session.env,
-                                  before_node_call=[session.before_node_call], routes=SessionRoutes(session))
+                                  before_node_call=[session.before_node_call],
+                                  routes=SessionRoutes(session, prompts=False))
+        # ComfyUI's caches, as packs read them (`caches.outputs`) while a prompt of the server's
+        # runs through a pack's `execute` (compat/execution_routes.py); empty otherwise.
+        self.caches = CacheSet()
         self.status_messages: list[tuple[str, dict]] = []
         self.success = True
         self.history_result: dict = {}
@@ -242,8 +258,22 @@ class PromptExecutor:
     async def execute_async(self, prompt: dict, prompt_id: str, extra_data: Mapping[str, Any] | None = None,
                             execute_outputs: Iterable[str] = ()) -> None:
         """Run the nodes `execute_outputs` need; every engine message goes through
-        `add_message` (errors and interrupts through `handle_execution_error`)."""
+        `add_message` (errors and interrupts through `handle_execution_error`).
+
+        Called back from a pack's replacement of `execute` / `execute_async` that the server's
+        prompt is running through (compat/execution_routes.py), it runs that prompt instead,
+        on the server's executor, and takes its outcome."""
+        from compat.execution_routes import routed_prompt
         from graph.context import Interrupted
+
+        routed = routed_prompt.get()
+        if routed is not None and routed.executor is self and not routed.started:
+            routed.started = True
+            outcome = await asyncio.wrap_future(routed.start())
+            self.success = outcome.status == "success"
+            self.status_messages = list(outcome.messages)
+            self.history_result = {"outputs": outcome.ui_outputs, "meta": outcome.meta}
+            return
 
         extra_data = dict(extra_data or {})
         self.client_id = extra_data.get("client_id")
@@ -267,6 +297,17 @@ class PromptExecutor:
         self.history_result = {"outputs": outcome.ui_outputs, "meta": outcome.meta}
 
 
+_BUILT_IN_PROMPT_METHODS = {"execute": PromptExecutor.__dict__["execute"],
+                             "execute_async": PromptExecutor.__dict__["execute_async"]}
+
+
+def prompt_executor_replaced() -> bool:
+    """Whether a pack replaced `PromptExecutor.execute` or `execute_async` (the class is ComfyUI's,
+    one per process, and packs assign its attributes): the server's prompts then run through
+    them (compat/execution_routes.py)."""
+    return any(PromptExecutor.__dict__.get(name) is not method for name, method in _BUILT_IN_PROMPT_METHODS.items())
+
+
 # -- one node's calls and one node step, ComfyUI's way (and the executor's routes) ---------------
 async def resolve_map_node_over_list_results(results: list) -> list:
     """ComfyUI's: the per-call results with every task awaited (the first failed task raises)."""
@@ -279,32 +320,6 @@ async def resolve_map_node_over_list_results(results: list) -> list:
     return [r.result() if isinstance(r, asyncio.Task) else r for r in results]
 
 
-@dataclass
-class _RoutedCalls:
-    """The executor's calls of one node, handed to a pack's `_async_map_node_over_list`: the
-    built-in, called from it with this node, `obj` and `func`, makes them (`run(values)`)."""
-
-    unique_id: str
-    obj: Any
-    func: str
-    run: Callable[[Mapping[str, list]], Awaitable[list]]
-
-
-@dataclass
-class _RoutedStep:
-    """The executor's step of one node, handed to a pack's `execute`: the built-in, called from
-    it for this node, runs it (`run()`) and keeps its StepResult here for the executor."""
-
-    node_id: str
-    run: Callable[[], Awaitable[Any]]
-    results: list = field(default_factory=list)
-
-
-_routed_calls: contextvars.ContextVar[_RoutedCalls | None] = contextvars.ContextVar("compat_routed_calls",
-                                                                                    default=None)
-_routed_step: contextvars.ContextVar[_RoutedStep | None] = contextvars.ContextVar("compat_routed_step", default=None)
-
-
 async def _async_map_node_over_list(prompt_id: str, unique_id: str, obj: Any, input_data_all: Mapping[str, Any],
                                     func: str, allow_interrupt: bool = False, execution_block_cb: Any = None,
                                     pre_execute_cb: Any = None, v3_data: Any = None) -> list:
@@ -314,7 +329,9 @@ async def _async_map_node_over_list(prompt_id: str, unique_id: str, obj: Any, in
     Called (through a pack's wrapper) for the node the executor is routing, with that node's
     `obj` and `func`, it makes the executor's own calls over `input_data_all` (node context,
     hooks, GraphBuilder prefix, blocked calls, out-of-memory retry, as unrouted)."""
-    routed = _routed_calls.get()
+    from compat.execution_routes import routed_calls
+
+    routed = routed_calls.get()
     if routed is not None and routed.unique_id == unique_id and routed.obj is obj and routed.func == func:
         return list(await routed.run({k: list(v) for k, v in input_data_all.items()}))
     from compat.execution_context import CurrentNodeContext
@@ -356,7 +373,9 @@ async def execute(server: Any, dynprompt: Any, caches: Any, current_item: str, e
     answered as `(ExecutionResult, error_details, exception)`; on success the node joins
     `executed`. The step is the executor's (graph/node_step.py): this runs the node the
     executor handed to the session's `execute` (a pack's wrapper calling its original)."""
-    routed = _routed_step.get()
+    from compat.execution_routes import routed_step
+
+    routed = routed_step.get()
     if routed is None or routed.node_id != current_item:
         raise RuntimeError(f"execution.execute: node {current_item!r} is not the node the executor is running "
                            f"through execution.execute; this engine's executor runs prompts "
@@ -370,133 +389,6 @@ async def execute(server: Any, dynprompt: Any, caches: Any, current_item: str, e
     if result.entry is not None and hasattr(executed, "add"):
         executed.add(current_item)
     return ExecutionResult.SUCCESS, None, None
-
-
-class _OutputCacheView:
-    """ComfyUI's `caches.outputs` as a node step reads it: `await get(node_id)`, the node's
-    cache entry (`.outputs`, `.ui`) in the running prompt, or None."""
-
-    def __init__(self, view: Any) -> None:
-        self._view = view
-
-    async def get(self, node_id: str) -> Any:
-        return self._view.cached_entry(node_id)
-
-
-class _CacheSet:
-    """ComfyUI's `CacheSet` over the running prompt, for reading: `outputs` (the node instances,
-    ComfyUI's `objects`, stay the executor's)."""
-
-    def __init__(self, view: Any) -> None:
-        self.outputs = _OutputCacheView(view)
-        self.all = [self.outputs]
-
-
-def _prompt_server(session: Any) -> Any:
-    """The session's `PromptServer.instance`."""
-    from compat.prompt_server import PromptServer
-
-    if session.prompt_server is None:
-        session.prompt_server = PromptServer(session)
-    return session.prompt_server
-
-
-def _comfy_object(site: Any) -> Any:
-    """The node object ComfyUI's executor passes for `site`'s node: the V1 instance kept for
-    the node, else an instance of the class packs see in `nodes.NODE_CLASS_MAPPINGS` (a
-    built-in node's V1 facade, a V3 class); None when there is no such class."""
-    from compat.node_facades import class_for
-
-    if site.instance is not None:
-        return site.instance
-    cls = class_for(site.spec)
-    if cls is None:
-        return None
-    try:
-        return cls()
-    except Exception:  # noqa: BLE001 -- a class that needs arguments: ComfyUI would fail; the class answers
-        return cls
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
-class SessionRoutes:
-    """An executor's `routes` provider for a compat session (graph/settings.py; the hosts pass
-    `Executor(..., routes=SessionRoutes(session))`), asked as each prompt starts: when a pack
-    replaced ComfyUI's `execution.execute` or `execution._async_map_node_over_list` in the
-    session, routes that run every node step / node call through the pack's function
-    (`node_routes`); else None, and the executor runs unrouted."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-
-    def __call__(self) -> Any:
-        points = self.session.extension_points
-        node_execute, map_calls = points.node_execute, points.map_node_over_list
-        # a "replacement" that is the built-in itself changes nothing
-        if node_execute is execute:
-            node_execute = None
-        if map_calls is _async_map_node_over_list:
-            map_calls = None
-        if node_execute is None and map_calls is None:
-            return None
-        return node_routes(self.session, node_execute, map_calls)
-
-
-def node_routes(session: Any, node_execute: Any, map_node_over_list: Any) -> Any:
-    """The executor's routes (graph/settings.py `NodeRoutes`) through a pack's `execute` and
-    `_async_map_node_over_list` (None for a name no pack replaced)."""
-    from graph.node_step import ExecutionListView, blocked_call
-    from graph.settings import MAIN_CALL, NodeRoutes
-
-    async def step(view: Any, node_id: str, run: Callable[[], Awaitable[Any]]) -> Any:
-        routed = _RoutedStep(node_id, run)
-        executed = set(view.executed_ids())
-        args = (_prompt_server(session), view.dynprompt, _CacheSet(view), node_id, view.extra_data, executed,
-                view.prompt_id, ExecutionListView(view), {}, {}, {}, None)
-        token = _routed_step.set(routed)
-        try:
-            with session.activate():
-                returned = await _maybe_await(node_execute(*args))
-        finally:
-            _routed_step.reset(token)
-        if not routed.results:
-            raise RuntimeError(f"execution.execute replacement {getattr(node_execute, '__qualname__', node_execute)} "
-                               f"returned {returned!r} without running node {node_id} (its call of the "
-                               f"original execute runs the node)")
-        return routed.results[-1]
-
-    async def calls(site: Any) -> list:
-        with session.activate():  # a facade's __init__ (SaveImage's) reads this session's folders
-            obj = _comfy_object(site)
-        if obj is None:  # no class packs see for the node: nothing ComfyUI would pass
-            return await site.run(site.values)
-        func = getattr(obj, "FUNCTION", None) if site.kind == MAIN_CALL else site.kind
-        if not isinstance(func, str):
-            return await site.run(site.values)
-        view, node_id = site.view, site.node_id
-
-        def execution_block_cb(block: Any) -> Any:
-            return blocked_call(view, node_id, block)
-
-        def pre_execute_cb(call_index: int) -> None:
-            from compat.graph_builder import GraphBuilder
-
-            GraphBuilder.set_default_prefix(node_id, call_index, 0)
-
-        token = _routed_calls.set(_RoutedCalls(node_id, obj, func, site.run))
-        try:
-            with session.activate():
-                return await _maybe_await(map_node_over_list(
-                    view.prompt_id, node_id, obj, {k: list(v) for k, v in site.values.items()}, func, True,
-                    execution_block_cb, pre_execute_cb, {"hidden_inputs": {}}))
-        finally:
-            _routed_calls.reset(token)
-
-    return NodeRoutes(step=step if node_execute is not None else None,
-                      calls=calls if map_node_over_list is not None else None)
 
 
 # -- comfy_execution.validation -------------------------------------------------------------------

@@ -399,14 +399,87 @@ def class_for(spec: NodeSpec) -> type | None:
     return None
 
 
-def node_class_mappings() -> dict[str, type]:
-    """`nodes.NODE_CLASS_MAPPINGS`: every node type of the active session's registry."""
-    out: dict[str, type] = {}
-    for spec in active().registry.specs():
-        cls = class_for(spec)
-        if cls is not None:
-            out[spec.node_id] = cls
-    return out
+class NodeClassMappings(dict):
+    """`nodes.NODE_CLASS_MAPPINGS` of one session: a dict that follows the session's registry.
+
+    ComfyUI's is one dict that grows as packs load; packs bind it at import (`from nodes import
+    NODE_CLASS_MAPPINGS`) and read it later, while a prompt runs, expecting the nodes of packs
+    loaded after them (the metadata savers look up every node of the prompt there). So every
+    read first adds the node types the registry gained since the last one (the class packs see,
+    `class_for`). An entry is never replaced: what a pack wrote reads back, as in ComfyUI, though
+    the executor keeps running the registered node."""
+
+    def __init__(self, registry: Any) -> None:
+        super().__init__()
+        self._registry = registry
+        self._synced = 0  # the registry's size at the last sync (it only grows)
+
+    def _sync(self) -> None:
+        registry = self._registry
+        if len(registry) == self._synced:
+            return
+        for spec in registry.specs():
+            if not dict.__contains__(self, spec.node_id):
+                cls = class_for(spec)
+                if cls is not None:
+                    dict.__setitem__(self, spec.node_id, cls)
+        self._synced = len(registry)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._sync()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        self._sync()
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Any:
+        self._sync()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._sync()
+        return dict.__len__(self)
+
+    def __repr__(self) -> str:
+        self._sync()
+        return dict.__repr__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._sync()
+        return dict.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment] -- a dict
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._sync()
+        return dict.get(self, key, default)
+
+    def keys(self) -> Any:
+        self._sync()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._sync()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._sync()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, type]:
+        self._sync()
+        return dict(dict.items(self))
+
+
+def node_class_mappings() -> NodeClassMappings:
+    """`nodes.NODE_CLASS_MAPPINGS`: every node type of the active session's registry (the same
+    dict object on every read in a session)."""
+    session = active()
+    mappings = session.node_class_mappings
+    if mappings is None or mappings._registry is not session.registry:
+        mappings = session.node_class_mappings = NodeClassMappings(session.registry)
+    return mappings
 
 
 def node_display_name_mappings() -> dict[str, str]:

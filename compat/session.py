@@ -56,6 +56,7 @@ class CompatSession:
         # folder kinds packs declare (folder_paths.folder_names_and_paths) -> file extensions
         self.extensions: dict[str, set[str]] = {}
         self.prompt_server: Any = None  # compat.prompt_server.PromptServer, made on first use
+        self.node_class_mappings: Any = None  # nodes.NODE_CLASS_MAPPINGS (compat.node_facades), on first read
         self._app: Any = None  # the aiohttp Application packs added to (pack_app), made on first use
         # ComfyUI's `nodes.EXTENSION_WEB_DIRS` ({pack name: web folder}): loaded packs' WEB_DIRECTORY,
         # plus what packs put in it themselves (Impact-Pack does); `bind` serves every entry.

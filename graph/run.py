@@ -248,6 +248,19 @@ class Run:
 
     # -- the loop -----------------------------------------------------------------------------
     async def run(self, outputs: list[str]) -> ExecutionOutcome:
+        """Run the prompt for `outputs`: through the host's prompt route when it has one (which
+        gets the run itself as its continuation; what it returns when that is no outcome is a
+        host error), else directly."""
+        prompt_route = self.routes.prompt if self.routes is not None else None
+        if prompt_route is None:
+            return await self._run(outputs)
+        outcome = await prompt_route(self, list(outputs), partial(self._run, outputs))
+        if not isinstance(outcome, ExecutionOutcome):
+            raise TypeError(f"the prompt route of prompt {self.prompt_id} returned {type(outcome).__name__}, "
+                            f"not an ExecutionOutcome")
+        return outcome
+
+    async def _run(self, outputs: list[str]) -> ExecutionOutcome:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._async_done = asyncio.Event()

@@ -42,16 +42,21 @@ class CallSite:
 StepRoute = Callable[[Any, str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 # `calls(site)`: makes one node's calls; returns one return value per call.
 CallRoute = Callable[[CallSite], Awaitable[list]]
+# `prompt(view, outputs, run)`: runs one whole prompt; `run()` is the executor's own run of it
+# (graph/run.py, returning its ExecutionOutcome), and the route returns the outcome that applies.
+PromptRoute = Callable[[Any, list, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
 class NodeRoutes:
-    """A host's way around node steps and node calls for one prompt (ComfyUI's packs replace
-    `execution.execute` and `execution._async_map_node_over_list` to see every node and every
-    call; compat answers with these). A field left None: the executor's own path."""
+    """A host's way around one prompt, its node steps and its node calls (ComfyUI's packs replace
+    `PromptExecutor.execute`, `execution.execute` and `execution._async_map_node_over_list` to
+    see every prompt, node and call; compat answers with these). A field left None: the
+    executor's own path."""
 
     step: StepRoute | None = None
     calls: CallRoute | None = None
+    prompt: PromptRoute | None = None
 
 
 # Asked once at the start of each prompt: the routes in force for it, or None (the usual case:

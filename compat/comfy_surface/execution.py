@@ -1,9 +1,11 @@
 """ComfyUI's top-level `execution` module for node packs (compat/execution_api.py; the queue
 class is compat/pack_queue.py's, what `PromptServer.instance.prompt_queue` is).
 
-`execute` and `_async_map_node_over_list` are extension points: a pack's assignment (a wrapper
-that records and calls the original, as ComfyUI-Lora-Manager's) is its session's, and that
-session's executor then runs every node step and node call through it (compat/execution_api.py).
+`execute`, `_async_map_node_over_list` and `get_input_data` are extension points: a pack's
+assignment (a wrapper that records and calls the original, as ComfyUI-Lora-Manager's and the
+metadata savers') is its session's, and that session's executor then runs every node step, node
+call and input reading through it; so does a pack's `PromptExecutor.execute` for every prompt
+(compat/execution_routes.py).
 """
 from compat.facade import facade, point
 
@@ -23,7 +25,7 @@ facade(__name__, {
     "full_type_name": "compat.execution_api:full_type_name",
     "validate_prompt": "compat.execution_api:validate_prompt",
     "validate_inputs": "compat.execution_api:validate_inputs",
-    "get_input_data": "compat.execution_api:get_input_data",
+    "get_input_data": point("node_input_data", "compat.execution_api:get_input_data"),
     "resolve_map_node_over_list_results": "compat.execution_api:resolve_map_node_over_list_results",
     "_async_map_node_over_list": point("map_node_over_list", "compat.execution_api:_async_map_node_over_list"),
     "execute": point("node_execute", "compat.execution_api:execute"),

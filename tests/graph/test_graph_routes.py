@@ -1,6 +1,6 @@
-"""Executor(routes=...): a host's routes around node steps and node calls (graph/settings.py
-`NodeRoutes`); what compat builds when a pack replaces ComfyUI's `execution.execute` /
-`_async_map_node_over_list`. Without routes, or with a provider answering None, nothing changes."""
+"""Executor(routes=...): a host's routes around whole prompts, node steps and node calls
+(graph/settings.py `NodeRoutes`); what compat builds when a pack replaces ComfyUI's
+`PromptExecutor.execute`, `execution.execute` / `_async_map_node_over_list`. Without routes, or with a provider answering None, nothing changes."""
 from __future__ import annotations
 
 import uuid
@@ -102,3 +102,40 @@ async def test_a_provider_answering_none_leaves_the_executor_unrouted():
     executor = Executor(make_registry(calls), routes=lambda: None)
     outcome = await run_prompt(executor, PROMPT, str(uuid.uuid4()))
     assert outcome.status == "success" and outcome.ui_outputs["5"] == {"values": [1, 2, 3]}
+
+
+async def test_a_prompt_route_wraps_the_whole_run_and_must_answer_its_outcome():
+    import pytest
+
+    from graph.outcome import ExecutionOutcome
+
+    calls: list = []
+    seen: list = []
+
+    async def around(view, outputs, run):
+        seen.append((view.prompt_id, list(outputs), sorted(view.dynprompt.all_node_ids()), list(calls)))
+        outcome = await run()
+        seen.append(list(calls))
+        return outcome
+
+    executor = Executor(make_registry(calls), routes=lambda: NodeRoutes(prompt=around))
+    prompt_id = str(uuid.uuid4())
+    outcome = await run_prompt(executor, PROMPT, prompt_id)
+    assert isinstance(outcome, ExecutionOutcome) and outcome.ui_outputs["5"] == {"values": [1, 2, 3]}
+    assert seen == [(prompt_id, ["5"], ["1", "2", "3", "4", "5"], []), [0, 1, 2]]
+
+    async def skipping(view, outputs, run):
+        return ExecutionOutcome(status="success")  # a host may decide the prompt does not run
+
+    executor = Executor(make_registry(calls), routes=lambda: NodeRoutes(prompt=skipping))
+    outcome = await run_prompt(executor, PROMPT, str(uuid.uuid4()))
+    assert outcome.executed == [] and calls == [0, 1, 2]
+
+    async def confused(view, outputs, run):
+        await run()
+        return {"status": "success"}
+
+    executor = Executor(make_registry(calls), routes=lambda: NodeRoutes(prompt=confused))
+    with pytest.raises(TypeError, match="not an ExecutionOutcome"):
+        await run_prompt(executor, PROMPT, str(uuid.uuid4()))
+    assert not executor.busy
