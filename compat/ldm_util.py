@@ -129,7 +129,18 @@ def vae_attention() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torc
 
 
 # --- DDPM / DDIM schedule helpers (comfy/ldm/modules/diffusionmodules/util.py, from CompVis latent-diffusion) ---
-# `make_beta_schedule` itself is comfy_core.models.beta_schedules' (the schedules models are built on).
+
+def make_beta_schedule(schedule: str, n_timestep: int, linear_start: float = 1e-4, linear_end: float = 2e-2,
+                       cosine_s: float = 8e-3) -> "Any":
+    """ComfyUI's `make_beta_schedule` (its parameter names): the [T] float64 betas of the named
+    schedule, computed by comfy_core.models.beta_schedules (what our models' sampling tables are
+    built with); a tensor, except "squaredcos_cap_v2", a NumPy array as ComfyUI returns it.
+    An unknown name is a ValueError."""
+    from comfy_core.models.beta_schedules import make_beta_schedule as betas
+
+    table = betas(schedule, n_timestep, linear_start=linear_start, linear_end=linear_end, cosine_s=cosine_s)
+    return table.numpy() if schedule == "squaredcos_cap_v2" else table
+
 
 def betas_for_alpha_bar(num_diffusion_timesteps: int, alpha_bar: Callable[[float], float],
                         max_beta: float = 0.999) -> "Any":

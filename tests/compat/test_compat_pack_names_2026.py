@@ -259,6 +259,13 @@ def test_ldm_schedule_helpers(session):
     assert betas.dtype == torch.float64
     np.testing.assert_allclose(betas.numpy(), expected, rtol=1e-12)
     np.testing.assert_allclose(util.make_beta_schedule("sqrt_linear", 4, 0.1, 0.4).numpy(), [0.1, 0.2, 0.3, 0.4])
+    # ComfyUI's parameter name, and its return type for the unCLIP prior's schedule (a NumPy array)
+    squared = util.make_beta_schedule(schedule="squaredcos_cap_v2", n_timestep=5)
+    assert isinstance(squared, np.ndarray) and squared.dtype == np.float64
+    alpha_bar = [math.cos((i / 5 + 0.008) / 1.008 * math.pi / 2) ** 2 for i in range(6)]
+    np.testing.assert_allclose(squared, [min(1 - alpha_bar[i + 1] / alpha_bar[i], 0.999) for i in range(5)])
+    with pytest.raises(ValueError):
+        util.make_beta_schedule("cubic", 10)
     cap = util.betas_for_alpha_bar(3, lambda t: 1 - t / 2)
     assert isinstance(cap, np.ndarray)
     np.testing.assert_allclose(cap, [1 - (5 / 6), 1 - (4 / 6) / (5 / 6), 1 - (3 / 6) / (4 / 6)])

@@ -1,7 +1,7 @@
 """ComfyUI's `comfy.ldm.modules.diffusionmodules.util` for node packs: the UNet's helpers and
-latent-diffusion's DDPM / DDIM schedule helpers. `make_beta_schedule` is the one our models'
-sampling tables are built with (comfy_core.models.beta_schedules: float64 tensors, also for
-"squaredcos_cap_v2", where ComfyUI's returns a NumPy array); `betas_for_alpha_bar`,
+latent-diffusion's DDPM / DDIM schedule helpers. `make_beta_schedule` computes with the schedules
+our models' sampling tables are built with (comfy_core.models.beta_schedules), returning ComfyUI's
+types (float64 tensors; "squaredcos_cap_v2" a NumPy array); `betas_for_alpha_bar`,
 `make_ddim_timesteps`, `make_ddim_sampling_parameters` return NumPy arrays, as ComfyUI's."""
 from compat.facade import facade
 
@@ -17,7 +17,6 @@ facade(__name__, {
     "checkpoint": "compat.ldm_util:checkpoint",
     "mean_flat": "compat.ldm_util:mean_flat",
     "extract_into_tensor": "compat.ldm_util:extract_into_tensor",
-    "make_beta_schedule": "comfy_core.models.beta_schedules:make_beta_schedule",
     **{name: "compat.ldm_util:" + name for name in (
-        "betas_for_alpha_bar", "make_ddim_timesteps", "make_ddim_sampling_parameters", "noise_like")},
+        "make_beta_schedule", "betas_for_alpha_bar", "make_ddim_timesteps", "make_ddim_sampling_parameters", "noise_like")},
 })
