@@ -210,7 +210,7 @@ class PromptExecutor:
     def reset(self) -> None:
         from graph.executor import Executor
 
-        from compat.execution_routes import CacheSet, SessionRoutes
+        from compat.execution_routes import CacheSet
 
         session = _session()
         # Its own runs route node steps and calls as the session's, never the prompt: the pack's
@@ -389,6 +389,50 @@ async def execute(server: Any, dynprompt: Any, caches: Any, current_item: str, e
     if result.entry is not None and hasattr(executed, "add"):
         executed.add(current_item)
     return ExecutionResult.SUCCESS, None, None
+
+
+# -- the session's routes ---------------------------------------------------------------------
+class SessionRoutes:
+    """An executor's `routes` provider for a compat session (graph/settings.py; the hosts pass
+    `Executor(..., routes=SessionRoutes(session))`), asked as each prompt starts: routes through
+    what packs replaced of ComfyUI's `PromptExecutor.execute` / `execute_async`,
+    `execution.execute`, `execution._async_map_node_over_list` and `execution.get_input_data`
+    (compat/execution_routes.py `node_routes`), or None when nothing is, and the executor runs unrouted.
+
+    `prompts`: whether to route whole prompts; a `PromptExecutor`'s own executor does not (the
+    pack's `execute` is already running around it). The host's `PromptExecutor` object, ComfyUI's
+    prompt worker's one instance that the pack's `execute` receives as `self`, lives here."""
+
+    def __init__(self, session: Any, *, prompts: bool = True) -> None:
+        self.session = session
+        self.prompts = prompts
+        self._prompt_executor: Any = None
+
+    def prompt_executor(self) -> Any:
+        from compat.execution_routes import prompt_server_of
+
+        if self._prompt_executor is None:
+            with self.session.activate():  # it builds its own executor over the session's registry
+                self._prompt_executor = PromptExecutor(prompt_server_of(self.session))
+        return self._prompt_executor
+
+    def __call__(self) -> Any:
+        from compat.execution_routes import node_routes
+
+        points = self.session.extension_points
+        # a "replacement" that is the built-in itself changes nothing
+        node_execute = _replaced(points.node_execute, execute)
+        map_calls = _replaced(points.map_node_over_list, _async_map_node_over_list)
+        input_data = _replaced(points.node_input_data, get_input_data)
+        prompts = self.prompts and prompt_executor_replaced()
+        if node_execute is None and map_calls is None and input_data is None and not prompts:
+            return None
+        return node_routes(self.session, node_execute, map_calls, input_data,
+                           self.prompt_executor if prompts else None)
+
+
+def _replaced(value: Any, built_in: Any) -> Any:
+    return None if value is None or value is built_in else value
 
 
 # -- comfy_execution.validation -------------------------------------------------------------------

@@ -5,10 +5,11 @@ ComfyUI's packs watch the executor by replacing its functions and calling the or
 metadata savers keep `self` to read `self.caches.outputs` while their save node runs, profilers
 time the prompt), `execution.execute` (each node step), `execution._async_map_node_over_list`
 (each node's calls) and `execution.get_input_data` (each node step's inputs, as the step reads
-them). This engine's executor never calls those names; `SessionRoutes`, the executor's routes
-provider (graph/settings.py `NodeRoutes`), asks at the start of each prompt which of them a pack
-replaced in the session and answers routes that lead the prompt, its steps and its calls through
-the pack's functions with ComfyUI's arguments. The built-ins (compat/execution_api.py), called
+them). This engine's executor never calls those names; the session's routes provider
+(compat/execution_api.py `SessionRoutes`, graph/settings.py `NodeRoutes`) asks at the start of
+each prompt which of them a pack replaced in the session, and `node_routes` here answers routes
+that lead the prompt, its steps and its calls through the pack's functions with ComfyUI's
+arguments. The built-ins (compat/execution_api.py), called
 back from a pack's wrapper, run the executor's own prompt, step or calls, which this module hands
 them through context variables. Nothing replaced: no routes, the executor runs unrouted.
 
@@ -25,6 +26,7 @@ import contextvars
 import dataclasses
 import inspect
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -108,7 +110,7 @@ class CacheSet:
         self.outputs = OutputCacheView(view)
         self.all = [self.outputs]
 
-def _prompt_server(session: Any) -> Any:
+def prompt_server_of(session: Any) -> Any:
     """The session's `PromptServer.instance`."""
     from compat.prompt_server import PromptServer
 
@@ -138,48 +140,6 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class SessionRoutes:
-    """An executor's `routes` provider for a compat session (graph/settings.py; the hosts pass
-    `Executor(..., routes=SessionRoutes(session))`), asked as each prompt starts: routes through
-    what packs replaced of ComfyUI's `PromptExecutor.execute` / `execute_async`,
-    `execution.execute`, `execution._async_map_node_over_list` and `execution.get_input_data`
-    (`node_routes`), or None when nothing is, and the executor runs unrouted.
-
-    `prompts`: whether to route whole prompts; a `PromptExecutor`'s own executor does not (the
-    pack's `execute` is already running around it). The host's `PromptExecutor` object, ComfyUI's
-    prompt worker's one instance that the pack's `execute` receives as `self`, lives here."""
-
-    def __init__(self, session: Any, *, prompts: bool = True) -> None:
-        self.session = session
-        self.prompts = prompts
-        self._prompt_executor: Any = None
-
-    def prompt_executor(self) -> Any:
-        from compat.execution_api import PromptExecutor
-
-        if self._prompt_executor is None:
-            self._prompt_executor = PromptExecutor(_prompt_server(self.session))
-        return self._prompt_executor
-
-    def __call__(self) -> Any:
-        from compat import execution_api as built_in
-
-        points = self.session.extension_points
-        # a "replacement" that is the built-in itself changes nothing
-        node_execute = _replaced(points.node_execute, built_in.execute)
-        map_calls = _replaced(points.map_node_over_list, built_in._async_map_node_over_list)
-        input_data = _replaced(points.node_input_data, built_in.get_input_data)
-        prompts = self.prompts and built_in.prompt_executor_replaced()
-        if node_execute is None and map_calls is None and input_data is None and not prompts:
-            return None
-        return node_routes(self.session, node_execute, map_calls, input_data,
-                           self.prompt_executor if prompts else None)
-
-
-def _replaced(value: Any, built_in: Any) -> Any:
-    return None if value is None or value is built_in else value
-
-
 def _name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
@@ -195,7 +155,7 @@ def node_routes(session: Any, node_execute: Any, map_node_over_list: Any, input_
     async def step(view: Any, node_id: str, run: Callable[[], Awaitable[Any]]) -> Any:
         routed = _RoutedStep(node_id, run)
         executed = set(view.executed_ids())
-        args = (_prompt_server(session), view.dynprompt, CacheSet(view), node_id, view.extra_data, executed,
+        args = (prompt_server_of(session), view.dynprompt, CacheSet(view), node_id, view.extra_data, executed,
                 view.prompt_id, ExecutionListView(view), {}, {}, {}, None)
         token = routed_step.set(routed)
         try:
@@ -321,7 +281,7 @@ async def _routed_prompt_run(session: Any, executor: Any, view: Any, outputs: li
 
     token = routed_prompt.set(routed)
     try:
-        await asyncio.to_thread(call_pack)
+        await _on_daemon_thread(call_pack)
     except Exception:  # noqa: BLE001 -- a pack's wrapper failing never loses the prompt
         if finished.done() and not finished.cancelled() and finished.exception() is not None:
             pass  # the run itself failed and the wrapper passed it on: raised below, as unrouted
@@ -340,3 +300,30 @@ async def _routed_prompt_run(session: Any, executor: Any, view: Any, outputs: li
                     "(ComfyUI skips the prompt then, so does this server)", _name(replacement), view.prompt_id)
         return ExecutionOutcome(status="success")
     return await asyncio.wrap_future(finished)
+
+
+async def _on_daemon_thread(fn: Callable[[], Any]) -> Any:
+    """`fn()` on a daemon thread, in a copy of this context, awaited here. Not the loop's thread
+    pool: a pack's wrapper waits there for a run on this loop, and a server shutting down while
+    it waits must not wait for that thread at exit."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not done.done():
+            done.set_exception(error) if error is not None else done.set_result(result)
+
+    def work() -> None:
+        result, error = None, None
+        try:
+            result = context.run(fn)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting coroutine
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=work, name="prompt-executor-route", daemon=True).start()
+    return await done

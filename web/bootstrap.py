@@ -162,7 +162,7 @@ def cache_config(config: ServerConfig) -> Any:
 def build_executor(config: ServerConfig, registry: Any, env: Any, session: Any) -> Any:
     """The executor for `registry` in `env`, with the compat session's hook (shared with the Ray
     worker actors, web/ray_backend/runtime.py)."""
-    from compat.execution_routes import SessionRoutes
+    from compat.execution_api import SessionRoutes
     from graph.executor import Executor
 
     return Executor(registry, cache=cache_config(config), env=env, before_node_call=[session.before_node_call],

@@ -137,7 +137,7 @@ def output_files(env: Any, ui_outputs: dict) -> list[Path]:
 async def run_workflow(config: ServerConfig, workflow: Path, *, out: TextIO, err: TextIO,
                        interrupt: threading.Event | None = None) -> int:
     """Run `workflow`; returns the process exit status."""
-    from compat.execution_routes import SessionRoutes
+    from compat.execution_api import SessionRoutes
     from graph.executor import Executor
     from graph.validation import validate_prompt
 
