@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.models.layers import Linear as HookedLinear, cast_weight_bias, own_hook_lists
 from comfy_core.weights import quant_int8, quant_w4a8
 from comfy_core.weights.quant_registry import INPUT_SCALES, QuantFormatError, QuantizedLayer, int8_group
 
@@ -36,10 +37,11 @@ def _cast(tensor: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | Non
     return None if tensor is None else tensor.to(device=like.device, dtype=like.dtype)
 
 
-class QuantizedLinear(nn.Linear):
+class QuantizedLinear(HookedLinear):
     """`nn.Linear` holding a quantised weight (see the module docstring). Set up by
     `attach_quantized`; `quant_layer` is the file's description, `compute_dtype` the dtype a
-    patched weight is kept in."""
+    patched weight is kept in. ComfyUI's weight hooks (comfy_core/models/layers.py) see the true
+    (dequantised) weight, as its mixed-precision layers give them."""
 
     quant_layer: QuantizedLayer
     compute_dtype: torch.dtype = torch.float32
@@ -71,6 +73,9 @@ class QuantizedLinear(nn.Linear):
         pre = getattr(self, "pre_quant_scale", None)
         if pre is not None:  # ModelOpt AWQ-style smoothing, as ComfyUI applies it
             x = x * pre.to(device=x.device, dtype=x.dtype)
+        if self.weight_function or self.bias_function:
+            true_weight = self.dequantize_weight(self.weight.to(x.device)) if self.holds_quantized() else None
+            return F.linear(x, *cast_weight_bias(self, x, weight=true_weight))
         bias = _cast(self.bias, x)
         if not self.holds_quantized():
             return F.linear(x, _cast(self.weight, x), bias)
@@ -151,6 +156,7 @@ def attach_quantized(module: nn.Module, layers: Mapping[str, QuantizedLayer], na
             except quant_int8.ConvRotError as exc:
                 raise QuantFormatError(f"quantised layer {layer.name!r}: {exc}") from None
         device = linear.bias.device if linear.bias is not None else torch.device("cpu")
+        own_hook_lists(linear)
         linear.__class__ = QuantizedLinear
         linear._stored_shape = expected
         linear.quant_layer = layer

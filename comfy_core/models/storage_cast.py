@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.models import layers
 from comfy_core.weights.stochastic_rounding import stochastic_rounding
 
 log = logging.getLogger(__name__)
@@ -42,40 +43,35 @@ def _cast(tensor: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | Non
     return tensor.to(device=like.device, dtype=like.dtype)
 
 
-class CastLinear(nn.Linear):
-    """`nn.Linear` whose weight and bias are cast to the input's dtype for each call."""
+class CastLinear(layers.Linear):
+    """A linear layer whose weight and bias are cast to the input's dtype for each call (ComfyUI's
+    `manual_cast`: `comfy_cast_weights` set; its weight hooks apply too, comfy_core/models/layers.py)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, _cast(self.weight, x), _cast(self.bias, x))
+    comfy_cast_weights = True
 
 
-class CastConv1d(nn.Conv1d):
+class CastConv1d(layers.Conv1d):
     """Audio encoders inside diffusion models (Wan 2.2 S2V's causal audio encoder)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_forward(x, _cast(self.weight, x), _cast(self.bias, x))
+    comfy_cast_weights = True
 
 
-class CastConv2d(nn.Conv2d):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_forward(x, _cast(self.weight, x), _cast(self.bias, x))
+class CastConv2d(layers.Conv2d):
+    comfy_cast_weights = True
 
 
-class CastConv3d(nn.Conv3d):
+class CastConv3d(layers.Conv3d):
     """Video DiTs' patch embedding (Wan's 1x2x2 `patch_embedding`)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_forward(x, _cast(self.weight, x), _cast(self.bias, x))
+    comfy_cast_weights = True
 
 
-class CastGroupNorm(nn.GroupNorm):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.group_norm(x, self.num_groups, _cast(self.weight, x), _cast(self.bias, x), self.eps)
+class CastGroupNorm(layers.GroupNorm):
+    comfy_cast_weights = True
 
 
-class CastLayerNorm(nn.LayerNorm):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.normalized_shape, _cast(self.weight, x), _cast(self.bias, x), self.eps)
+class CastLayerNorm(layers.LayerNorm):
+    comfy_cast_weights = True
 
 
 def fp8_compute_supported(device: torch.device | str) -> bool:
@@ -119,7 +115,7 @@ class Fp8Linear(CastLinear):
     """`CastLinear` that multiplies in fp8 where the device can (see `fp8_linear`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
+        if not self.training and not self.weight_function and not self.bias_function:
             try:
                 out = fp8_linear(x, self.weight, self.bias)
             except RuntimeError as exc:  # shapes _scaled_mm refuses (not multiples of 16): cast instead
@@ -131,9 +127,10 @@ class Fp8Linear(CastLinear):
 
 
 _CAST_CLASSES: dict[type, type] = {nn.Linear: CastLinear, nn.Conv1d: CastConv1d, nn.Conv2d: CastConv2d,
-                                   nn.Conv3d: CastConv3d,
-                                   nn.GroupNorm: CastGroupNorm,
-                                   nn.LayerNorm: CastLayerNorm}
+                                   nn.Conv3d: CastConv3d, nn.GroupNorm: CastGroupNorm, nn.LayerNorm: CastLayerNorm,
+                                   layers.Linear: CastLinear, layers.Conv1d: CastConv1d,
+                                   layers.Conv2d: CastConv2d, layers.Conv3d: CastConv3d,
+                                   layers.GroupNorm: CastGroupNorm, layers.LayerNorm: CastLayerNorm}
 
 
 def cast_weights_at_run_time(module: nn.Module, *, fp8_matrix_mult: bool = False) -> int:
@@ -142,11 +139,12 @@ def cast_weights_at_run_time(module: nn.Module, *, fp8_matrix_mult: bool = False
     many layers changed. Layers of other classes are left as they are."""
     classes = dict(_CAST_CLASSES)
     if fp8_matrix_mult:
-        classes[nn.Linear] = Fp8Linear
+        classes[nn.Linear] = classes[layers.Linear] = Fp8Linear
     changed = 0
     for layer in module.modules():
         target = classes.get(type(layer))
         if target is not None:
+            layers.own_hook_lists(layer)
             layer.__class__ = target
             changed += 1
     return changed
@@ -194,6 +192,9 @@ class ScaledFp8Linear(CastLinear):
                 out = None
             if out is not None:
                 return out
+        if self.weight_function or self.bias_function:  # the hooks see the true weight, as ComfyUI's
+            true_weight = _cast(self.weight, x) * self.scale_weight.to(device=x.device, dtype=x.dtype)
+            return F.linear(x, *layers.cast_weight_bias(self, x, weight=true_weight))
         weight, bias = _cast(self.weight, x), _cast(self.bias, x)
         scale = self.scale_weight.to(device=x.device, dtype=x.dtype)
         if weight.numel() < x.numel():
@@ -289,6 +290,7 @@ def keep_scaled_fp8(module: nn.Module, names: object, read: Callable[[str], torc
                 tensor = getattr(layer, attr)
                 if tensor is not None and tensor.dtype != storage:
                     setattr(layer, attr, nn.Parameter(tensor.detach().to(storage), requires_grad=False))
+            layers.own_hook_lists(layer)
             layer.__class__ = ScaledFp8Linear
             device = layer.weight.device
             layer.register_buffer(SCALE_WEIGHT, scale.to(device))

@@ -8,7 +8,8 @@ diffusion (Rombach et al. 2022); parameter names follow the CompVis/Stability
 Constructors take ComfyUI's arguments (`comfy/ldm/modules/diffusionmodules/openaimodel.py`),
 including `dtype`, `device` and `operations`: the namespace whose `Linear`, `Conv2d`,
 `conv_nd`, `GroupNorm`, ... build the layers (node packs pass `comfy.ops` classes, e.g.
-ComfyUI-GGUF's quantised layers). Without one the layers are torch.nn's own (`TorchOperations`).
+ComfyUI-GGUF's quantised layers). Without one the layers are torch.nn's with ComfyUI's per-layer
+weight hooks (`TorchOperations`, comfy_core/models/layers.py).
 """
 from __future__ import annotations
 
@@ -19,22 +20,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from comfy_core.models import layers
+
 
 class TorchOperations:
-    """The layer classes models are built from when no `operations` is given: torch.nn's.
+    """The layer classes models are built from when no `operations` is given: torch.nn's, with
+    ComfyUI's per-layer weight hooks (comfy_core/models/layers.py).
 
     Same attribute names as ComfyUI's `comfy.ops.disable_weight_init`, so any of those classes
     (or a pack's subclass of them) can stand in for this one."""
 
-    Linear = nn.Linear
-    Conv1d = nn.Conv1d
-    Conv2d = nn.Conv2d
-    Conv3d = nn.Conv3d
-    GroupNorm = nn.GroupNorm
-    LayerNorm = nn.LayerNorm
-    ConvTranspose1d = nn.ConvTranspose1d
-    ConvTranspose2d = nn.ConvTranspose2d
-    Embedding = nn.Embedding
+    Linear = layers.Linear
+    Conv1d = layers.Conv1d
+    Conv2d = layers.Conv2d
+    Conv3d = layers.Conv3d
+    GroupNorm = layers.GroupNorm
+    LayerNorm = layers.LayerNorm
+    ConvTranspose1d = layers.ConvTranspose1d
+    ConvTranspose2d = layers.ConvTranspose2d
+    Embedding = layers.Embedding
 
     @classmethod
     def conv_nd(cls, dims: int, *args: Any, **kwargs: Any) -> nn.Module:

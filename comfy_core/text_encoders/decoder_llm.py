@@ -294,6 +294,7 @@ def scale_linears(module: nn.Module, scales: Mapping[str, torch.Tensor], key_pre
     """Each linear layer whose weight `scales` names becomes ComfyUI's scaled-fp8 layer
     (`storage_cast.ScaledFp8Linear`: the fp8 weight kept as stored, the true weight weight x scale,
     no fp8 matrix products, as ComfyUI's text encoders); `error` for a scale on anything else."""
+    from comfy_core.models.layers import own_hook_lists
     from comfy_core.models.storage_cast import SCALE_WEIGHT, ScaledFp8Linear
 
     for name, scale in scales.items():
@@ -307,6 +308,7 @@ def scale_linears(module: nn.Module, scales: Mapping[str, torch.Tensor], key_pre
                         "of this encoder")
         if layer.weight.dtype not in FP8_DTYPES:
             raise error(f"{family} key {key_prefix + name!r}: a scaled float8 layer stored as {layer.weight.dtype}")
+        own_hook_lists(layer)
         layer.__class__ = ScaledFp8Linear
         layer.register_buffer(SCALE_WEIGHT, scale.to(layer.weight.device))
         layer.scale_input = None

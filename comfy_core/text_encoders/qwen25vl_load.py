@@ -82,6 +82,7 @@ def _scale_layers(module: nn.Module, scales: Mapping[str, torch.Tensor], key_pre
     """ComfyUI's reading of a legacy scaled-fp8 file (`convert_old_quants`): each linear layer with a
     `scale_weight` is an fp8 layer whose true weight is the stored one times the scale
     (`ScaledFp8Linear`, no fp8 matrix products, as ComfyUI's text encoders); the others run as stored."""
+    from comfy_core.models.layers import own_hook_lists
     from comfy_core.models.storage_cast import SCALE_WEIGHT, ScaledFp8Linear
 
     for name, scale in scales.items():
@@ -96,6 +97,7 @@ def _scale_layers(module: nn.Module, scales: Mapping[str, torch.Tensor], key_pre
         if scale.numel() != 1:
             raise Qwen25VLKeyError(f"Qwen2.5-VL key {key_prefix + layer_name + '.scale_weight'!r}: one scale per "
                                    f"layer expected, got shape {list(scale.shape)}")
+        own_hook_lists(layer)
         layer.__class__ = ScaledFp8Linear
         layer.register_buffer(SCALE_WEIGHT, scale.detach().to(device=layer.weight.device, dtype=torch.float32).reshape(()))
         layer.scale_input = None

@@ -165,3 +165,26 @@ def test_an_all_in_one_files_text_encoder_reads_its_own_quantised_layers(tmp_pat
     assert tower and all(m.weight.dtype == FP8 for m in tower)
     tokens = ref_clip.tokenize("a photo of a cat")
     assert _rel(clip.encode_from_tokens(tokens), ref_clip.encode_from_tokens(tokens)) < 1e-5
+
+
+@pytest.mark.parametrize("form", ["comfy_quant", "scaled"])
+def test_weight_hooks_on_a_quantised_layer_see_its_true_weight(files, form):
+    """ComfyUI's `weight_function` / `bias_function` on a quantised or scaled-fp8 layer get the
+    true (dequantised) weight in the input's dtype, as its mixed-precision layers give them; the
+    stored fp8 weight is left as it was."""
+    model, _clip, _vae = load_checkpoint(files["flux"][form], output_vae=False, output_clip=False)
+    layer = model.model.get_submodule(LAYER["flux"])
+    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(2))
+    if form == "comfy_quant":
+        true_weight = layer.dequantize_weight()
+    else:
+        true_weight = layer.weight.float() * layer.scale_weight.float()
+    stored = layer.weight.clone()
+    seen = []
+    layer.weight_function.append(lambda w: (seen.append((w.dtype, tuple(w.shape))), w * 2)[1])
+    layer.bias_function.append(lambda b: b + 1)
+    out = layer(x)
+    assert seen == [(torch.float32, tuple(true_weight.shape))]
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, 2 * true_weight, layer.bias.float() + 1),
+                               rtol=1e-5, atol=1e-5)
+    assert torch.equal(layer.weight.view(torch.uint8), stored.view(torch.uint8))

@@ -470,3 +470,21 @@ def test_latent_formats_of_families_not_implemented_are_comfyuis_data(session):
     torch.testing.assert_close(playground.process_in(z), expected)
     torch.testing.assert_close(playground.process_out(playground.process_in(z)), z)
     assert not isinstance(playground, lf.SDXL) and playground.taesd_decoder_name == "taesdxl_decoder"
+
+
+def test_a_models_layer_hooks_copy_onto_a_packs_layer(session):
+    """jankhidiffusion's RAUNet: a strided copy of a UNet Downsample's convolution, built with
+    `openaimodel.ops.conv_nd`, takes the model layer's `comfy_cast_weights`, `weight_function`,
+    `bias_function`, weight and bias, and convolves with them."""
+    import torch.nn.functional as F
+    from comfy.ldm.modules.diffusionmodules import openaimodel
+
+    block = openaimodel.Downsample(4, True, dims=2, out_channels=4)
+    tempop = openaimodel.ops.conv_nd(2, 4, 4, 3, stride=(4, 4), padding=(2, 2), dilation=(2, 2))
+    for key in ("comfy_cast_weights", "weight_function", "bias_function", "weight", "bias"):
+        setattr(tempop, key, getattr(block.op, key))
+    x = torch.randn(1, 4, 16, 16)
+    out = tempop(x)
+    torch.testing.assert_close(out, F.conv2d(x, block.op.weight, block.op.bias, stride=4, padding=2, dilation=2))
+    block.op.weight_function.append(lambda w: w * 0)  # the copied list is the model layer's own
+    assert torch.equal(tempop(x), F.conv2d(x, block.op.weight * 0, block.op.bias, stride=4, padding=2, dilation=2))
