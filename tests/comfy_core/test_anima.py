@@ -293,10 +293,14 @@ def test_original_release_net_prefix_loads_to_the_same_network(tmp_path, loaded,
     assert original.model.family.name == "anima"
     x = torch.randn(1, 16, 1, 4, 6, generator=torch.Generator().manual_seed(8))
     context = torch.randn(1, 5, ADAPTER_WIDTH, generator=torch.Generator().manual_seed(9))
+    ours, theirs = original.model.diffusion_model.state_dict(), loaded.model.diffusion_model.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     with torch.no_grad():
         a = original.model.diffusion_model(x, torch.tensor([0.4]), context)
         b = loaded.model.diffusion_model(x, torch.tensor([0.4]), context)
-    assert torch.equal(a, b)
+    # Equal weights; the outputs agree to float32 rounding (two instances' buffers are placed
+    # differently, and some CPU matrix-product builds round by alignment).
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_diffusion_model_wrappers_get_comfyuis_anima_arguments(loaded):

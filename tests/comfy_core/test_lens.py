@@ -113,7 +113,10 @@ def test_network_matches_equations(h, w):
         ours = model(x, sigma, context, attention_mask=mask)
         ref = reference(sd, TINY, x, sigma, context, mask)
     assert ours.shape == x.shape
-    assert torch.allclose(ours, ref.float(), atol=1e-4, rtol=1e-4), (ours - ref).abs().max()
+    # float32 against the equations in float64: the outputs reach ~150, so the tolerance is relative
+    # to that scale (3e-4 differences on values near zero with some CPU builds' matrix products)
+    scale = float(ref.abs().max())
+    assert torch.allclose(ours, ref.float(), atol=1e-5 * scale, rtol=1e-4), (ours - ref).abs().max()
 
 
 def test_masked_text_is_ignored_and_empty_text_runs():

@@ -5,9 +5,10 @@ the 2026 image families' files in tests/fixtures/template_models_2026.py), subgr
 included, or is listed with why it does not: `OUT_OF_SCOPE` (a model family not written here) or
 `NOT_RUNNING` (run, and must fail for the reason given, so a fix shows up as a failure).
 
-The package is not a dependency: it is found installed, or as the wheel bench/template_coverage.py
-fetches into ~/.cache/comfy-engine/templates/ (run it once), or at
-`COMFY_ENGINE_NEWEST_TEMPLATES=<wheel or folder>`; without it these tests are skipped.
+The package is a test dependency (requirements-dev.txt pins the version these tests were written
+for); it is also found as the wheel bench/template_coverage.py fetches into
+~/.cache/comfy-engine/templates/, or at `COMFY_ENGINE_NEWEST_TEMPLATES=<wheel or folder>` (a newer
+one to try); without any of them these tests are skipped.
 
 Image templates run as saved (the editor workflow itself goes to `main.py run`, which converts
 it); video templates (Wan, SVD) and the SDXL ones are converted first and made small as in
