@@ -55,6 +55,10 @@ class ExtensionPoints:
     # `comfy.sample.sample` (the KSampler nodes' entry: steps, sampler and scheduler names).
     ksampler_sample: Optional[Callable[..., Any]] = None
     sample_steps: Optional[Callable[..., Any]] = None
+    # ComfyUI's `latent_preview.prepare_callback(model, steps, x0_output_dict=None)`: the sampling
+    # nodes' step callback `callback(step, x0, x, total_steps)`, called with the live tensors (packs
+    # that edit them in place change the step: diffusion-cg, resharpen). None: the nodes' own.
+    prepare_callback: Optional[Callable[..., Any]] = None
     # --- attention ---
     # ComfyUI's `optimized_attention` / `optimized_attention_masked` (None: the patcher's backend).
     attention: Optional[Callable[..., Any]] = None
@@ -91,6 +95,9 @@ class ExtensionPoints:
     # and every node call through them (compat/execution_routes.py `node_routes`). None: unrouted.
     node_execute: Optional[Callable[..., Any]] = None
     map_node_over_list: Optional[Callable[..., Any]] = None
+    # ComfyUI's `execution.validate_prompt` as a pack replaced it: the server's POST /prompt then
+    # validates through it (packs reset per-prompt state there, as Haoming02's diffusion-cg does).
+    prompt_validation: Optional[Callable[..., Any]] = None
     # ComfyUI's `execution.get_input_data` as a pack replaced it: called with ComfyUI's arguments
     # before a node's calls, which get what it returns (metadata savers note which node is saving).
     node_input_data: Optional[Callable[..., Any]] = None

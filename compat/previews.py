@@ -122,15 +122,15 @@ def get_previewer(device: Any, latent_format: Any) -> LatentPreviewer | None:
 def prepare_callback(model: Any, steps: int, x0_output_dict: dict | None = None
                      ) -> Callable[[int, torch.Tensor, torch.Tensor, int], None]:
     """A `callback(step, x0, x, total_steps)` reporting progress and a live preview to the running
-    node (the built-in KSampler's own callback); `x0_output_dict["x0"]` receives the last x0."""
-    from nodes.sampling import progress_callback
+    node (the built-in sampling nodes' own callback, nodes/sampling.py `recording_callback`);
+    `x0_output_dict["x0"]` receives the last x0. An extension point: a pack's replacement is
+    what the sampling nodes call (`step_callback`), and it may call this one."""
+    from nodes.sampling import recording_callback
 
-    report = progress_callback(model)
+    own = recording_callback(model, x0_output_dict)
 
     def callback(step: int, x0: torch.Tensor, x: torch.Tensor, total_steps: int) -> None:
-        if x0_output_dict is not None:
-            x0_output_dict["x0"] = x0
-        if report is not None:
-            report(step, x0, x, total_steps)
+        if own is not None:
+            own(step, x0, x, total_steps)
 
     return callback

@@ -14,11 +14,12 @@ per server, and the facades look it up with `active()`:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
 from comfy_core import extension_points
 from comfy_core.extension_points import ExtensionPoints
@@ -139,8 +140,11 @@ class CompatSession:
 
     def load_packs(self, dirs: Iterable[str | os.PathLike], *, whitelist: Iterable[str] | None = None
                    ) -> list["PackResult"]:
-        """Prestartup scripts (unless `run_prestartup` ran them for these folders), then every
-        pack (ComfyUI's start-up order); results are kept for GET /custom_nodes/status."""
+        """Prestartup scripts (unless `run_prestartup` ran them for these folders), then the
+        modules ComfyUI has imported by then and the folders as places of `custom_nodes`
+        (compat/startup.py), then every pack (ComfyUI's start-up order); results are kept for
+        GET /custom_nodes/status."""
+        from compat.startup import expose_custom_nodes_package, import_startup_modules
         from graph.packs import load_custom_nodes
 
         dirs = [Path(d) for d in dirs]
@@ -148,6 +152,9 @@ class CompatSession:
         if self._prestartup_ran_for != (tuple(dirs), allowed):
             self.run_prestartup(dirs, whitelist=allowed)  # forgets earlier servers' pack modules first
         self._prestartup_ran_for = None  # a later load_packs (another server's folders) runs them again
+        with self.import_context():
+            import_startup_modules()
+            expose_custom_nodes_package(dirs)
         self.packs = load_custom_nodes(self.registry, dirs, whitelist=allowed, import_context=self.import_context,
                                        module_hooks=[self.module_hook])
         for pack in self.packs:
@@ -196,6 +203,8 @@ class CompatSession:
             pack_load.session = self
         self.serve_extension_web_dirs(state)
         state.extra_routes.append(status_routes(self))
+        if hasattr(state, "prompt_validation"):
+            state.prompt_validation = self.replaced_validate_prompt
         state.on_prompt_handlers.extend(self.on_prompt_handlers)
         self.on_prompt_handlers = state.on_prompt_handlers  # later additions go straight there
         for replacement in self._node_replacements:
@@ -250,6 +259,23 @@ class CompatSession:
             else:  # static folders, class-based views: as they are
                 table._items.append(route)  # noqa: SLF001 -- RouteTableDef has no public add
         return table
+
+    def replaced_validate_prompt(self) -> Callable[[str, dict, Any], Awaitable[Any]] | None:
+        """ComfyUI's `execution.validate_prompt` as a pack replaced it in this session, as the
+        server calls it (`await validate(prompt_id, prompt, partial_targets)`, in this session,
+        answering ComfyUI's `(ok, error, good_outputs, node_errors)`), or None when no pack did."""
+        from compat.execution_api import validate_prompt as built_in
+
+        replacement = self.extension_points.prompt_validation
+        if replacement is None or replacement is built_in:
+            return None
+
+        async def validate(prompt_id: str, prompt: dict, partial_targets: Any) -> Any:
+            with self.activate():
+                result = replacement(prompt_id, prompt, partial_targets)
+                return await result if inspect.isawaitable(result) else result
+
+        return validate
 
     # -- ComfyUI's `nodes` module -------------------------------------------------------------
     def generated_module_spec(self, fullname: str) -> Any:

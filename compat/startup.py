@@ -71,3 +71,49 @@ def _run_scripts(dirs: Iterable[Path], whitelist: Iterable[str] | None) -> list[
             continue
         results.append(PrestartupResult(name, script, True, None, time.perf_counter() - started))
     return results
+
+
+# What ComfyUI's main.py has imported when it starts loading packs (its nodes.py imports the rest
+# of this list): packs read some of them straight from `sys.modules` (ComfyUI-nunchaku's
+# `sys.modules["folder_paths"]`) or use a submodule those imports bring in without importing it
+# (Long-CLIP's `import packaging` then `packaging.version`, which transformers imports there).
+# Our facades of these are light (no torch), so importing them costs milliseconds.
+STARTUP_MODULES = ("folder_paths", "nodes", "execution", "server", "comfy", "comfy.utils", "comfy.model_management",
+                   "comfy.samplers", "comfy.sample", "comfy.sd", "latent_preview", "node_helpers",
+                   "packaging.version")
+
+
+def import_startup_modules() -> None:
+    """Import `STARTUP_MODULES` (through the active session's import hook); one that fails to
+    import is logged, never fatal."""
+    import importlib
+
+    for name in STARTUP_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- a missing optional library must not stop the packs
+            log.warning("could not import %s before the packs", name, exc_info=True)
+
+
+def expose_custom_nodes_package(dirs: Iterable[Path]) -> None:
+    """Make every custom-node folder a place of the `custom_nodes` package, as ComfyUI's folder
+    is: packs import themselves and each other as `custom_nodes.<pack>` (SaveImageWithMetaData
+    its extension modules, Anyline `custom_nodes.comfyui_controlnet_aux`). ComfyUI gets that from
+    its root folder being on `sys.path`; here the folders may be anywhere (`--base-directory`), so
+    they are added to the package's `__path__` (made a package of its own when no `custom_nodes`
+    folder is importable)."""
+    import importlib
+    import sys
+    import types
+
+    try:
+        package = importlib.import_module("custom_nodes")
+    except ImportError:
+        package = sys.modules["custom_nodes"] = types.ModuleType("custom_nodes")
+        package.__path__ = []
+    paths = [str(p) for p in getattr(package, "__path__", [])]
+    for folder in dirs:
+        folder = str(Path(folder).resolve())
+        if folder not in paths:
+            paths.append(folder)
+    package.__path__ = paths

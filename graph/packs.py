@@ -1,8 +1,8 @@
 """Loading custom node packs (ComfyUI's V1 module contract, reference §4.2).
 
-Each `custom_nodes` folder is listed in name order; an entry is a pack when it is a `.py` file or
-a folder with `__init__.py`. Hidden names, `__pycache__` and names ending in `.disabled` are
-skipped. A pack is imported under a module name derived from its path (as ComfyUI does, so
+Each `custom_nodes` folder is listed in name order; every `.py` file and every folder is a pack
+(a folder without `__init__.py` fails to import, as in ComfyUI). Hidden names, `__pycache__` and
+names ending in `.disabled` are skipped. A pack is imported under a module name derived from its path (as ComfyUI does, so
 hyphenated folder names work and relative imports inside packages resolve), then its
 `NODE_CLASS_MAPPINGS` (with `NODE_DISPLAY_NAME_MAPPINGS`) are registered and `WEB_DIRECTORY`
 is resolved. A pack that raises while importing is reported (name, traceback) and skipped;
@@ -103,9 +103,8 @@ def discover(dirs: Iterable[str | os.PathLike]) -> list[Path]:
             name = entry.name
             if name.startswith(".") or name == "__pycache__" or name.endswith(".disabled"):
                 continue
-            if entry.is_file() and name.endswith(".py"):
-                found.append(entry)
-            elif entry.is_dir() and (entry / "__init__.py").is_file():
+            if (entry.is_file() and name.endswith(".py")) or entry.is_dir():
+                # a folder without __init__.py is a pack that fails to import, as in ComfyUI
                 found.append(entry)
     return found
 
@@ -199,6 +198,9 @@ def _load_one(registry: Registry, path: Path, name: str,
 
 
 def _import(path: Path, module_name: str) -> ModuleType:
+    if path.is_dir() and not (path / "__init__.py").is_file():
+        raise ImportError(f"{path} is a folder without __init__.py: not a pack (a pack is a .py file or a "
+                          f"package); a single-file pack inside it goes in the custom_nodes folder itself")
     if path.is_file():
         spec = importlib.util.spec_from_file_location(module_name, path)
     else:

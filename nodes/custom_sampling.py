@@ -10,12 +10,12 @@ the last step's x0 prediction in VAE latent space (the output itself when no ste
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from graph.native import Boolean, Combo, Float, Input, Int, Output, node
 import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
-from nodes.sampling import MAX_SEED, progress_callback
+from nodes.sampling import MAX_SEED, step_callback
 from nodes.scheduler_nodes import sigmas_input
 
 MODULE = "comfy_extras.nodes_custom_sampler"
@@ -36,18 +36,6 @@ def _require(value: Any, attribute: str, input_name: str, expected: str) -> Any:
     if not hasattr(value, attribute):
         raise NodeInputError(input_name, expected, describe(value))
     return value
-
-
-def _x0_recorder(model: Any, store: dict) -> Callable:
-    """A step callback keeping the latest x0 in `store` and reporting progress when in a node."""
-    report = progress_callback(model)
-
-    def callback(step: int, x0: Any, x: Any, total: int) -> None:
-        store["x0"] = x0
-        if report is not None:
-            report(step, x0, x, total)
-
-    return callback
 
 
 def _outputs(model: Any, latent: dict, samples: Any, store: dict) -> tuple[dict, dict]:
@@ -88,7 +76,7 @@ def sampler_custom(model: Any, add_noise: bool, noise_seed: int, cfg: float, pos
     guider = cfg_guider(model, checks.conditioning(positive, "positive"), checks.conditioning(negative, "negative"),
                         cfg)
     out = guider.sample(noise, samples, sampler, sigmas, denoise_mask=latent_image.get("noise_mask"),
-                        callback=_x0_recorder(model, store), disable_pbar=True, seed=noise_seed)
+                        callback=step_callback(model, sigmas.shape[-1] - 1, store), disable_pbar=True, seed=noise_seed)
     return _outputs(model, latent_image, out, store)
 
 
@@ -112,7 +100,7 @@ def sampler_custom_advanced(noise: Any, guider: Any, sampler: Any, sigmas: Any,
     sigmas = sigmas_input(sigmas)
     store: dict = {}
     out = guider.sample(noise.generate_noise(latent_image), samples, sampler, sigmas,
-                        denoise_mask=latent_image.get("noise_mask"), callback=_x0_recorder(model, store),
+                        denoise_mask=latent_image.get("noise_mask"), callback=step_callback(model, sigmas.shape[-1] - 1, store),
                         disable_pbar=True, seed=noise.seed)
     return _outputs(model, latent_image, out.to(samples.device), store)
 

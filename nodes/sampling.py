@@ -72,6 +72,36 @@ def progress_callback(model: Any) -> Callable[[int, torch.Tensor, torch.Tensor, 
     return report
 
 
+def recording_callback(model: Any, x0_output: dict | None = None
+                       ) -> Callable[[int, torch.Tensor, torch.Tensor, int], None] | None:
+    """The sampling nodes' own step callback: `x0_output["x0"]` keeps the latest x0 (SamplerCustom's
+    denoised output), and the running node gets progress and previews (`progress_callback`)."""
+    report = progress_callback(model)
+    if x0_output is None:
+        return report
+
+    def callback(step: int, x0: torch.Tensor, x: torch.Tensor, total: int) -> None:
+        x0_output["x0"] = x0
+        if report is not None:
+            report(step, x0, x, total)
+
+    return callback
+
+
+def step_callback(model: Any, steps: int, x0_output: dict | None = None
+                  ) -> Callable[[int, torch.Tensor, torch.Tensor, int], None] | None:
+    """A sampling node's step callback, as ComfyUI's nodes get it from
+    `latent_preview.prepare_callback(model, steps[, x0_output])`: a pack's replacement of that
+    function when one is in force (the `prepare_callback` extension point; its callback receives
+    the sampler's live x0 and x), else `recording_callback`."""
+    from comfy_core import extension_points
+
+    prepare = extension_points.current().prepare_callback
+    if prepare is None:
+        return recording_callback(model, x0_output)
+    return prepare(model, steps) if x0_output is None else prepare(model, steps, x0_output)
+
+
 def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name: str,
                     scheduler: str, positive: Any, negative: Any, latent: dict, denoise: float = 1.0,
                     disable_noise: bool = False, start_step: int | None = None, last_step: int | None = None,
@@ -93,7 +123,7 @@ def common_ksampler(model: Any, seed: int, steps: int, cfg: float, sampler_name:
     out_samples = sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, samples,
                          denoise=denoise, start_step=start_step, last_step=last_step,
                          force_full_denoise=force_full_denoise, noise_mask=latent.get("noise_mask"),
-                         callback=progress_callback(model), seed=seed)
+                         callback=step_callback(model, steps), seed=seed)
     out = dict(latent)
     out["samples"] = out_samples
     return (out,)

@@ -39,6 +39,8 @@ Fields (stable; add, don't rename):
   on_prompt_handlers  list of callables `(body: dict) -> dict` that may rewrite every POST
                /prompt body before validation (ComfyUI's add_on_prompt_handler); an exception in
                one is logged and that handler skipped
+  prompt_validation  `() -> validate | None`: a pack's replacement of ComfyUI's
+               `execution.validate_prompt`, which POST /prompt then validates through
 
 Thread-safe methods (callable from node worker threads):
   state.send_preview(data, client_id=None)  a preview image frame (packs' unencoded previews)
@@ -82,6 +84,10 @@ class AppState:
     packs: list[Any] = field(default_factory=list)
     extra_routes: list[web.RouteTableDef] = field(default_factory=list)
     on_prompt_handlers: list[Callable[[dict], dict]] = field(default_factory=list)
+    # `() -> validate or None`: the compat session's answer to whether a pack replaced ComfyUI's
+    # `execution.validate_prompt` (then POST /prompt validates through `await validate(prompt_id,
+    # prompt, partial_targets)`, ComfyUI's `(ok, error, good_outputs, node_errors)`); None: no session
+    prompt_validation: Callable[[], Any] | None = None
     pack_app: web.Application | None = None
     node_replacements: NodeReplacements = field(default_factory=NodeReplacements)
     # web.pack_start.DeferredPackLoad while packs import after the server listens (else None)

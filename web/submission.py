@@ -125,6 +125,18 @@ def _user_limits(state: "AppState", owner: str, client_id: Any, prompt: dict) ->
     return None
 
 
+def _validation_result(answer: Any) -> Any:
+    """ComfyUI's `(ok, error, good_outputs, node_errors)` from a pack's `validate_prompt` as the
+    engine's ValidationResult; anything else is the validator's crash (a 400, as any other)."""
+    from graph.validation import ValidationResult
+
+    if not isinstance(answer, (tuple, list)) or len(answer) < 4:
+        raise TypeError(f"execution.validate_prompt as a pack replaced it answered {type(answer).__name__}, "
+                        f"not ComfyUI's (ok, error, good_outputs, node_errors)")
+    ok, error, outputs, node_errors = answer[:4]
+    return ValidationResult(bool(ok), error, dict(node_errors or {}), [str(o) for o in (outputs or [])])
+
+
 async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None = None,
                         usage_source: str | None = None, owner: str = DEFAULT_OWNER) -> tuple[int, dict]:
     """Validate and queue one prompt request. `client_id` (the WebSocket's) overrides the body's;
@@ -161,6 +173,9 @@ async def submit_prompt(state: "AppState", body: Any, *, client_id: str | None =
     async def validate() -> tuple[dict, Any]:
         # Node types that are gone here but have a registered stand-in (web/node_replacements.py).
         replaced = state.node_replacements.apply(prompt, state.registry)
+        by_pack = state.prompt_validation() if state.prompt_validation is not None else None
+        if by_pack is not None:  # a pack replaced ComfyUI's execution.validate_prompt: as ComfyUI, through it
+            return replaced, _validation_result(await by_pack(prompt_id, replaced, targets))
         return replaced, await validate_prompt(replaced, state.registry, env=state.env,
                                                partial_execution_targets=targets)
 

@@ -141,3 +141,15 @@ def test_building_and_encoding_do_not_import_transformers():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(
         __import__("pathlib").Path(__file__).resolve().parents[2]))
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_installed_openai_clip_package_imports():
+    """We install openai-clip for its vocabulary; packs `import clip` (ComfyUI-MotionDiff), which
+    needs setuptools' pkg_resources: requirements.txt keeps a setuptools that has it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pkg_resources announces its own deprecation
+        import clip
+
+    assert "ViT-L/14" in clip.available_models()

@@ -488,3 +488,15 @@ def test_a_models_layer_hooks_copy_onto_a_packs_layer(session):
     torch.testing.assert_close(out, F.conv2d(x, block.op.weight, block.op.bias, stride=4, padding=2, dilation=2))
     block.op.weight_function.append(lambda w: w * 0)  # the copied list is the model layer's own
     assert torch.equal(tempop(x), F.conv2d(x, block.op.weight * 0, block.op.bias, stride=4, padding=2, dilation=2))
+
+
+def test_execution_format_value_and_its_nodes_module(session):
+    """`execution.format_value` (Workflow-Component imports it) reports values as ComfyUI's
+    execution errors do; `execution.nodes` is the `nodes` module packs import (Fill-Nodes reads
+    `execution.nodes.NODE_CLASS_MAPPINGS`)."""
+    import execution
+    import nodes
+
+    assert [execution.format_value(v) for v in (None, 3, 2.5, True, "a")] == [None, 3, 2.5, True, "a"]
+    assert execution.format_value([1, 2]) == "[1, 2]" and execution.format_value(torch.zeros(1)) == str(torch.zeros(1))
+    assert execution.nodes is nodes and execution.nodes.MAX_RESOLUTION == nodes.MAX_RESOLUTION > 8000

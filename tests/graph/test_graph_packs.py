@@ -49,6 +49,7 @@ def packs_dir(tmp_path: Path) -> Path:
     write(root / "old-pack.disabled" / "__init__.py", 'NODE_CLASS_MAPPINGS = {}\n')
     write(root / ".hidden.py", 'raise RuntimeError("hidden files are never imported")\n')
     write(root / "notes.txt", "not a pack")
+    write(root / "no-init" / "clipseg.py", NODE.format(cls="Loose", value=4) + 'NODE_CLASS_MAPPINGS = {"Loose": Loose}\n')
     write(root / "overrides.py", NODE.format(cls="BuiltinNode", value=9) +
           NODE.format(cls="Mine", value=3) + 'NODE_CLASS_MAPPINGS = {"BuiltinNode": BuiltinNode, "Mine": Mine}\n')
     return root
@@ -60,7 +61,10 @@ def test_loads_packs_and_isolates_failures(packs_dir, caplog):
     with caplog.at_level(logging.INFO, logger="graph.packs"):
         results = load_custom_nodes(registry, [packs_dir])
     by_name = {r.name: r for r in results}
-    assert sorted(by_name) == ["broken", "exits", "my-pack", "overrides", "single"]
+    assert sorted(by_name) == ["broken", "exits", "my-pack", "no-init", "overrides", "single"]
+    # a folder without __init__.py is listed as a failed pack (ComfyUI's IMPORT FAILED), not skipped
+    assert not by_name["no-init"].ok and "without __init__.py" in by_name["no-init"].error
+    assert "Loose" not in registry
     assert by_name["single"].ok and by_name["single"].nodes == ["Single"]
     assert by_name["my-pack"].ok and by_name["my-pack"].web_directory == (packs_dir / "my-pack" / "js").resolve()
     assert not by_name["broken"].ok and "this pack is broken" in by_name["broken"].error
