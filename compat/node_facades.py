@@ -425,51 +425,30 @@ class NodeClassMappings(dict):
                     dict.__setitem__(self, spec.node_id, cls)
         self._synced = len(registry)
 
-    def __getitem__(self, key: Any) -> Any:
-        self._sync()
-        return dict.__getitem__(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        self._sync()
-        return dict.__contains__(self, key)
-
-    def __iter__(self) -> Any:
-        self._sync()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        self._sync()
-        return dict.__len__(self)
-
-    def __repr__(self) -> str:
-        self._sync()
-        return dict.__repr__(self)
-
-    def __eq__(self, other: object) -> bool:
-        self._sync()
-        return dict.__eq__(self, other)
-
     __hash__ = None  # type: ignore[assignment] -- a dict
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self._sync()
-        return dict.get(self, key, default)
-
-    def keys(self) -> Any:
-        self._sync()
-        return dict.keys(self)
-
-    def values(self) -> Any:
-        self._sync()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        self._sync()
-        return dict.items(self)
 
     def copy(self) -> dict[str, type]:
         self._sync()
         return dict(dict.items(self))
+
+
+def _synced(name: str) -> Callable[..., Any]:
+    """`dict.<name>` after the mapping caught up with its registry."""
+    method = getattr(dict, name)
+
+    def read(self: NodeClassMappings, *args: Any, **kwargs: Any) -> Any:
+        self._sync()
+        return method(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = name
+    return read
+
+
+# Every way of reading a dict (a C-level reader goes through these too: dict(m), {**m}, json
+# iterate a subclass through __iter__ / keys when those are overridden).
+for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", "__eq__", "get", "keys", "values",
+              "items"):
+    setattr(NodeClassMappings, _name, _synced(_name))
 
 
 def node_class_mappings() -> NodeClassMappings:

@@ -94,19 +94,23 @@ class Linear(WeightHooks, nn.Linear):
         return F.linear(x, weight, bias)
 
 
-class Conv1d(WeightHooks, nn.Conv1d):
+class _Convolution(WeightHooks):
+    """torch's convolutions all run through `_conv_forward(input, weight, bias)`."""
+
     def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self._conv_forward(x, weight, bias)
+        return self._conv_forward(x, weight, bias)  # type: ignore[attr-defined]
 
 
-class Conv2d(WeightHooks, nn.Conv2d):
-    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self._conv_forward(x, weight, bias)
+class Conv1d(_Convolution, nn.Conv1d):
+    pass
 
 
-class Conv3d(WeightHooks, nn.Conv3d):
-    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self._conv_forward(x, weight, bias)
+class Conv2d(_Convolution, nn.Conv2d):
+    pass
+
+
+class Conv3d(_Convolution, nn.Conv3d):
+    pass
 
 
 class ConvTranspose1d(WeightHooks, nn.ConvTranspose1d):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.compat_harness import EXAMPLE_PACKS, start_pack_server
+from tests.compat.compat_harness import EXAMPLE_PACKS, pack_record, run_prompt, start_pack_server
 
 HOOK_PACKS = Path(__file__).resolve().parent / "hook_packs"
 
@@ -29,16 +29,10 @@ EXECUTED = {"1", "2", "3", "4", "5", "6", "7", "9"}  # 8 is the lazy input nobod
 
 
 def _record(server) -> dict:
-    [pack] = [p for p in server.state.packs if p.name == "exec_hooks_pack"]
-    assert pack.ok, pack.error
-    return pack.module.RECORD
+    return pack_record(server, "exec_hooks_pack")
 
 
-async def _run(server, prompt: dict, **extra) -> dict:
-    prompt_id = str(uuid.uuid4())
-    status, body = await server.post_prompt(prompt, prompt_id=prompt_id, **extra)
-    assert status == 200, body
-    return await server.wait_history(prompt_id, timeout=60)
+_run = run_prompt
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ replacement that fails, or skips the prompt, never takes the server down."""
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.compat.compat_harness import start_pack_server
+from tests.compat.compat_harness import pack_record, run_prompt, start_pack_server
 
 META_PACKS = Path(__file__).resolve().parent / "hook_packs_meta"
 
@@ -36,16 +35,10 @@ async def meta_server(tmp_path):
 
 
 def _record(server) -> dict:
-    [pack] = [p for p in server.state.packs if p.name == "metadata_hooks_pack"]
-    assert pack.ok, pack.error
-    return pack.module.RECORD
+    return pack_record(server, "metadata_hooks_pack")
 
 
-async def _run(server, prompt: dict, **extra) -> dict:
-    prompt_id = str(uuid.uuid4())
-    status, body = await server.post_prompt(prompt, prompt_id=prompt_id, **extra)
-    assert status == 200, body
-    return await server.wait_history(prompt_id, timeout=60)
+_run = run_prompt
 
 
 async def test_the_pack_sees_each_prompt_on_one_executor_and_its_save_node_reads_the_run(meta_server):
