@@ -285,6 +285,13 @@ def connect_ray(config: ServerConfig) -> None:
                             f"{exc}") from exc
 
 
+def _keep_an_event_loop_set() -> None:
+    """ComfyUI's main thread keeps its event loop set until the process exits, and packs' exit
+    handlers call `asyncio.get_event_loop()` (comfyui-deploy's), which raises once `asyncio.run`
+    has unset ours: leave a fresh one set for them."""
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def serve(config: ServerConfig) -> int:
     from web.app import serve_forever
     from web.bootstrap import build_state
@@ -311,6 +318,7 @@ def serve(config: ServerConfig) -> int:
         print(f"quick test: {len(state.registry)} node types, {len(state.packs)} packs loaded "
               f"in {time.perf_counter() - started:.2f} s")
         state.store.close()
+        _keep_an_event_loop_set()
         return 0
 
     def ready(urls: list[str]) -> None:
@@ -331,6 +339,7 @@ def serve(config: ServerConfig) -> int:
         print(f"error: cannot listen on {', '.join(config.listen)} port {config.port}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
+    _keep_an_event_loop_set()
     if config.print_server:
         print("Stopped.", flush=True)
     return 0

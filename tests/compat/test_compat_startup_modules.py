@@ -50,3 +50,52 @@ def test_packs_find_comfyuis_startup_modules_and_the_custom_nodes_package(tmp_pa
     assert done.returncode == 0, out[-3000:]
     assert "STARTUP-PROBE True 1.2.3 42" in out, out[-3000:]
     assert "IMPORT FAILED" not in out, out[-3000:]
+
+
+EXIT_HANDLER = """
+import asyncio
+import atexit
+
+
+def at_exit():  # comfyui-deploy's exit handler asks for the main thread's loop
+    loop = asyncio.get_event_loop()
+    print("EXIT-HANDLER", loop.run_until_complete(asyncio.sleep(0, result="ran")), flush=True)
+
+
+atexit.register(at_exit)
+NODE_CLASS_MAPPINGS = {}
+"""
+
+
+def test_packs_exit_handlers_find_an_event_loop(tmp_path):
+    """A server stopped with Ctrl-C (SIGINT), then the pack's exit handler runs."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    pack = tmp_path / "custom_nodes" / "exit_probe"
+    pack.mkdir(parents=True)
+    (pack / "__init__.py").write_text(EXIT_HANDLER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+                               "--base-directory", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/object_info", timeout=5):
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0 and "EXIT-HANDLER ran" in out, out[-3000:]
+    assert "There is no current event loop" not in out, out[-3000:]
