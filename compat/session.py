@@ -263,11 +263,10 @@ class CompatSession:
     def replaced_validate_prompt(self) -> Callable[[str, dict, Any], Awaitable[Any]] | None:
         """ComfyUI's `execution.validate_prompt` as a pack replaced it in this session, as the
         server calls it (`await validate(prompt_id, prompt, partial_targets)`, in this session,
-        answering ComfyUI's `(ok, error, good_outputs, node_errors)`), or None when no pack did."""
-        from compat.execution_api import validate_prompt as built_in
-
+        answering ComfyUI's `(ok, error, good_outputs, node_errors)`), or None when no pack did.
+        (A pack that puts the built-in back routes through it: the same validation.)"""
         replacement = self.extension_points.prompt_validation
-        if replacement is None or replacement is built_in:
+        if replacement is None:
             return None
 
         async def validate(prompt_id: str, prompt: dict, partial_targets: Any) -> Any:
