@@ -255,13 +255,31 @@ def _dilate(guide: Any, factor: int) -> tuple[Any, Any]:
     return dilated, mask
 
 
+def append_guide_frames(latent: Any, noise_mask: Any, guide: Any, guide_mask: Any,
+                        strength: float) -> tuple[Any, Any]:
+    """The guide's frames after the latent's, and the noise mask extended for them (ComfyUI's
+    `LTXVAddGuide.append_keyframe`): `guide_mask - strength` where the guide carries a mask (both
+    masks broadcast to the larger spatial size), else `1 - strength` (at least 0)."""
+    import torch
+
+    if guide_mask is not None:
+        h, w = max(noise_mask.shape[3], guide_mask.shape[3]), max(noise_mask.shape[4], guide_mask.shape[4])
+        if noise_mask.shape[3] == 1 or noise_mask.shape[4] == 1:
+            noise_mask = noise_mask.expand(-1, -1, -1, h, w)
+        if guide_mask.shape[3] == 1 or guide_mask.shape[4] == 1:
+            guide_mask = guide_mask.expand(-1, -1, -1, h, w)
+        mask = guide_mask - strength
+    else:
+        mask = torch.full((noise_mask.shape[0], 1, guide.shape[2], noise_mask.shape[3], noise_mask.shape[4]),
+                          max(0.0, 1.0 - strength), dtype=noise_mask.dtype, device=noise_mask.device)
+    return torch.cat([latent, guide.to(latent)], dim=2), torch.cat([noise_mask, mask.to(noise_mask)], dim=2)
+
+
 def attach_guide(positive: list, negative: list, latent: Any, noise_mask: Any, guide: Any, frame_idx: int,
                  strength: float, scale_factors: tuple[int, int, int], downscale: int = 1,
                  causal_fix: bool | None = None, attention_mask: Any = None) -> tuple[list, list, Any, Any]:
     """Append the guide latent (dilated when `downscale` > 1) after the latent's frames, record its
     positions and attention entry on both conditionings, extend the noise mask."""
-    import torch
-
     if latent.shape[1] != LATENT_CHANNELS or guide.shape[1] != LATENT_CHANNELS:
         raise NodeInputError("latent", f"a {LATENT_CHANNELS}-channel LTX-Video latent", describe(latent))
     shape = list(guide.shape[2:])  # before dilation
@@ -270,16 +288,7 @@ def attach_guide(positive: list, negative: list, latent: Any, noise_mask: Any, g
         causal_fix = frame_idx == 0 or guide.shape[2] == 1
     positive = _add_keyframe_index(positive, frame_idx, guide, scale_factors, downscale, causal_fix)
     negative = _add_keyframe_index(negative, frame_idx, guide, scale_factors, downscale, causal_fix)
-    if guide_mask is not None:
-        h, w = max(noise_mask.shape[3], guide_mask.shape[3]), max(noise_mask.shape[4], guide_mask.shape[4])
-        if noise_mask.shape[3] == 1 or noise_mask.shape[4] == 1:
-            noise_mask = noise_mask.expand(-1, -1, -1, h, w)
-        mask = guide_mask - strength
-    else:
-        mask = torch.full((noise_mask.shape[0], 1, guide.shape[2], noise_mask.shape[3], noise_mask.shape[4]),
-                          max(0.0, 1.0 - strength), dtype=noise_mask.dtype, device=noise_mask.device)
-    latent = torch.cat([latent, guide.to(latent)], dim=2)
-    noise_mask = torch.cat([noise_mask, mask.to(noise_mask)], dim=2)
+    latent, noise_mask = append_guide_frames(latent, noise_mask, guide, guide_mask, strength)
     positive, negative = append_guide_attention_entry(
         positive, negative, guide.shape[2] * guide.shape[3] * guide.shape[4], shape, strength, attention_mask)
     return positive, negative, latent, noise_mask
