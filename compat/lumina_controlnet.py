@@ -22,9 +22,9 @@ Behaviour of ComfyUI's `comfy/ldm/lumina/controlnet.py` (read there, written her
   x_freqs_cis, adaln_input)` embeds the control latent (and runs the plain refiner blocks);
   `forward_noise_refiner_block(layer_id, control_context, x, x_attn_mask, x_freqs_cis,
   adaln_input)` and `forward_control_block(...)` return `(skip or None, control_context)`.
-  `broken` (the 2.1 releases whose `control_noise_refiner.0.after_proj` is all zero) reroutes the
-  refiner steps through `control_layers` as ComfyUI does: refiner block 0 runs control layer 0,
-  refiner block 1 runs control layers 1.. and gives the first one's skip.
+  `broken` (the 2.1 releases whose `control_noise_refiner.0.after_proj` is all zero) is the
+  engine's `ZImageFunControlConfig.broken`: the refiner steps run through `control_layers` as
+  ComfyUI reroutes them (the engine's loader detects those files as ComfyUI does).
 
 The SwiGLU width is ComfyUI's: `multiple_of * ceil(int(ffn_dim_multiplier * dim) / multiple_of)`;
 the modulation input `min(dim, 256)` (Z-Image modulation). The frequencies `x_freqs_cis` are the
@@ -106,7 +106,8 @@ class ZImage_Control(ZImageFunControlNet):  # noqa: N801 - ComfyUI's name
         blocks = block_config(dim, n_heads, n_kv_heads, multiple_of, ffn_dim_multiplier, norm_eps, qk_norm)
         config = ZImageFunControlConfig(n_control_layers=int(n_control_layers), n_refiner_layers=N_REFINER_LAYERS,
                                         refiner_control=bool(refiner_control),
-                                        additional_in_dim=int(additional_in_dim), blocks=blocks)
+                                        additional_in_dim=int(additional_in_dim), blocks=blocks,
+                                        broken=bool(broken))
         super().__init__(config, dtype=dtype, device=device, operations=operations)
         self.broken = bool(broken)
         self.control_in_dim = control_in_dim
@@ -135,19 +136,6 @@ class ZImage_Control(ZImageFunControlNet):  # noqa: N801 - ComfyUI's name
                               x_attn_mask: Any, x_freqs_cis: torch.Tensor,
                               adaln_input: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.control_block(layer_id, control_context, x, x_freqs_cis, adaln_input)
-
-    def refiner_block(self, index: int, control: torch.Tensor, x: torch.Tensor, freqs: torch.Tensor,
-                      vec: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """The engine's step after main refiner block `index`, with ComfyUI's `broken` reroute."""
-        if not (self.broken and self.refiner_control):
-            return super().refiner_block(index, control, x, freqs, vec)
-        if index == 0:
-            return self.control_block(0, control, x, freqs, vec)
-        first = None
-        for layer in range(1, len(self.control_layers)):
-            skip, control = self.control_block(layer, control, x, freqs, vec)
-            first = skip if first is None else first
-        return first, control
 
 
 def z_image_convert(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -26,6 +26,8 @@ as ComfyUI's MODEL_PATCH is a model patcher whose `.model` is the network.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +48,7 @@ from comfy_core.model_patches.diffsynth import (DIFFSYNTH_MARKER, DiffSynthContr
 from comfy_core.model_patches.errors import ModelPatchError
 from comfy_core.model_patches.uso import USO_MARKER, USO_PREFIX, UsoProjectorConfig, UsoStyleProjector
 from comfy_core.model_patches.zimage_fun import (ZIMAGE_FUN_MARKER, ZImageFunControlConfig, ZImageFunControlNet,
-                                                 convert_zimage_fun_keys)
+                                                 convert_zimage_fun_keys, is_broken_release)
 from comfy_core.models.storage_cast import cast_weights_at_run_time
 from comfy_core.patching.patcher import Patcher
 
@@ -171,6 +173,8 @@ def _load_zimage_fun(checkpoint: CheckpointFile, dtype: torch.dtype) -> torch.nn
     try:
         state = convert_zimage_fun_keys(state)
         config = ZImageFunControlConfig.detect_from_weights(state)
+        if config.refiner_control and is_broken_release(state):
+            config = dataclasses.replace(config, broken=True)
     except ModelPatchError as exc:
         raise ModelPatchError(f"{checkpoint.path}: {exc}") from None
     module = build_on_meta(lambda: ZImageFunControlNet(config))

@@ -28,7 +28,8 @@ Files (`model_patches/Z-Image-Turbo-Fun-Controlnet-Union*.safetensors`) in diffu
 names (`attention.to_q/to_k/to_v`, `to_out.0`, `norm_q/norm_k`), fused here to the NextDiT names
 (`attention.qkv`, `out`, `q_norm`, `k_norm`) as ComfyUI converts them. Every width and count is
 read from names and shapes; the 2.1 files with an all-zero `control_noise_refiner.0.after_proj`
-("broken", which ComfyUI detects from tensor data and reroutes) are not told apart here.
+("broken") are told apart by that one tensor's values, as ComfyUI does, and rerouted as it does
+(`is_broken_release`, `ZImageFunControlConfig.broken`).
 """
 from __future__ import annotations
 
@@ -90,6 +91,9 @@ class ZImageFunControlConfig:
     refiner_control: bool = False
     additional_in_dim: int = 0
     blocks: NextDiTConfig = NextDiTConfig()
+    # The 2.1 releases whose `control_noise_refiner.0.after_proj` is all zero: their refiner steps
+    # run the control layers instead (ComfyUI's `broken`; `is_broken_release` tells them apart).
+    broken: bool = False
 
     @classmethod
     def detect_from_weights(cls, tensors: Mapping[str, Any], prefix: str = "") -> "ZImageFunControlConfig":
@@ -138,6 +142,14 @@ class ZImageFunControlConfig:
                                       f"expected {want}")
         return cls(n_control_layers=layers, n_refiner_layers=refiners, refiner_control=refiner_control,
                    additional_in_dim=extra, blocks=blocks)
+
+
+def is_broken_release(state: Mapping[str, Any], prefix: str = "") -> bool:
+    """Whether a 2.x file is one of the 2.1 releases whose first refiner skip is all zero, which
+    ComfyUI tells apart by that tensor's values (as it reads SD2's v-prediction from one tensor:
+    names and shapes cannot show it) and reroutes."""
+    after = state.get(prefix + "control_noise_refiner.0.after_proj.weight")
+    return after is not None and not bool(torch.count_nonzero(after))
 
 
 class ZImageControlBlock(JointTransformerBlock):
@@ -197,9 +209,19 @@ class ZImageFunControlNet(nn.Module):
 
     def refiner_block(self, index: int, control: torch.Tensor, x: torch.Tensor, freqs: torch.Tensor,
                       vec: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """After the main network's noise refiner block `index`: (skip or None, control)."""
+        """After the main network's noise refiner block `index`: (skip or None, control). A
+        `broken` release runs control layer 0 after refiner block 0, and the other control layers
+        after refiner block 1, giving the first one's skip (ComfyUI's reroute)."""
         if not self.config.refiner_control:
             return None, control
+        if self.config.broken:
+            if index == 0:
+                return self.control_block(0, control, x, freqs, vec)
+            first = None
+            for layer in range(1, len(self.control_layers)):
+                skip, control = self.control_block(layer, control, x, freqs, vec)
+                first = skip if first is None else first
+            return first, control
         if not 0 <= index < len(self.control_noise_refiner):
             raise ModelPatchError(f"Z-Image Fun ControlNet: no control refiner block {index} (the patch has "
                                   f"{len(self.control_noise_refiner)})")

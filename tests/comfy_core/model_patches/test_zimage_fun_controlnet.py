@@ -63,6 +63,32 @@ def test_the_release_layouts_are_read_and_fused(files):
     assert not hasattr(network.control_layers[1], "before_proj")
 
 
+def test_a_broken_21_release_is_told_apart_and_rerouted(files, tmp_path):
+    """The 2.1 files whose first refiner skip is all zero ("broken"): told apart by that tensor's
+    values, as ComfyUI does; their refiner steps run the control layers instead (refiner 0: control
+    layer 0; refiner 1: the others, giving the first one's skip)."""
+    _, _, patches = files
+    assert not patches["2.1"].model.config.broken
+    state = zimage_fun_controlnet_state_dict(version="2.1", seed=5)
+    state["control_noise_refiner.0.after_proj.weight"] = torch.zeros_like(state["control_noise_refiner.0.after_proj.weight"])
+    network = load_model_patch(write_patch_file(tmp_path / "broken.safetensors", state)).model
+    assert network.config.broken
+
+    def recorded(index, control, x, freqs, vec):  # stands in for each control layer's step
+        calls.append(index)
+        return torch.full_like(x, float(index)), control + 1
+
+    calls: list[int] = []
+    network.control_block = recorded
+    control, x = torch.zeros(1, 4, 8), torch.zeros(1, 4, 8)
+    skip, control = network.refiner_block(0, control, x, None, None)
+    assert calls == [0] and torch.equal(skip, torch.zeros(1, 4, 8))
+    skip, control = network.refiner_block(1, control, x, None, None)
+    layers = network.config.n_control_layers
+    assert calls == list(range(layers)) and torch.equal(skip, torch.ones(1, 4, 8))  # the first one's skip
+    assert torch.equal(control, torch.full((1, 4, 8), float(layers)))
+
+
 def test_inconsistent_files_are_typed_errors(tmp_path):
     state = zimage_fun_controlnet_state_dict(version="1.0")
     del state["control_layers.2.attention.to_k.weight"]
