@@ -41,7 +41,7 @@ from typing import Any
 SURFACE = Path(__file__).resolve().parent / "comfy_surface"
 # ComfyUI's module names that packs import (our `nodes` package answers `import nodes` itself).
 TOP_LEVEL = frozenset({"folder_paths", "server", "comfy", "comfy_execution", "comfy_api", "comfy_extras",
-                       "latent_preview", "node_helpers", "execution", "utils", "comfyui_version", "app"})
+                       "latent_preview", "node_helpers", "execution", "utils", "comfyui_version", "app", "comfy_api_nodes"})
 # Names a module of the same name elsewhere on sys.path takes over (see the module docstring).
 YIELDING = frozenset({"utils", "app"})  # `app`: ComfyUI's app.logger here; a pack's own `app` wins
 # The modules and packages of ComfyUI's `comfy` package, importable by their bare names too (see above).

@@ -19,7 +19,9 @@ ComfyUI's `PromptServer` is the aiohttp server itself; packs use a few of its me
   `send_progress_text(text, node_id, sid=None)`;
 - `client_id`, `last_prompt_id` (the running prompt's), `last_node_id` (the node running in the
   calling thread), `loop`, `supports`, `sockets_metadata` (each client's feature flags),
-  `add_on_prompt_handler(fn)`, `trigger_on_prompt(body)`.
+  `add_on_prompt_handler(fn)`, `trigger_on_prompt(body)`;
+- `address` and `port`: the first `--listen` host and `--port`, once the server listens (before,
+  an AttributeError, as ComfyUI's server sets them in `start_multi_address`).
 `PromptServer.instance` is the facade of the active `CompatSession` (compat/session.py). Other
 members of ComfyUI's server (`user_manager`, `web_root`, `sockets`, ...) raise an
 AttributeError that names them.
@@ -140,6 +142,9 @@ class PromptServer:
         self.prompt_queue = PackPromptQueue(session)
 
     def __getattr__(self, name: str) -> Any:  # only for names this facade does not define
+        if name in ("address", "port"):  # their properties found no listening server
+            raise AttributeError(f"PromptServer.instance.{name}: set once the server listens (ComfyUI's "
+                                 "start_multi_address); no server is listening in this process yet")
         raise AttributeError(f"PromptServer.instance.{name}: ComfyUI's server has it, this engine's server "
                              "facade does not provide it (compat/prompt_server.py lists what it does)")
 
@@ -176,6 +181,27 @@ class PromptServer:
 
         ctx = current()
         return ctx.display_node_id if ctx is not None else None
+
+    def _listening(self) -> Any:
+        """The server's config once it listens (its app started: the hub has the loop), else
+        raise AttributeError, as ComfyUI's server has no `address` / `port` before then."""
+        state = self._session.state
+        if state is None or getattr(getattr(state, "hub", None), "loop", None) is None:
+            raise AttributeError("not listening")  # __getattr__ answers with the message
+        return state.config
+
+    @property
+    def address(self) -> str:
+        """The first address the server listens on, as given (`--listen`'s first host:
+        "127.0.0.1", "0.0.0.0", "::"), as ComfyUI's `start_multi_address` sets it."""
+        listen = self._listening().listen
+        return listen[0] if listen else "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (`--port`), as ComfyUI sets it (given 0, the
+        configured 0 too, as ComfyUI: the server state does not keep the port it bound)."""
+        return int(self._listening().port)
 
     def _state(self, what: str) -> Any:
         state = self._session.state

@@ -1,0 +1,7 @@
+"""ComfyUI's `comfy_api_nodes.util`: the download helpers (its util/download_helpers.py), the
+image conversion they use and their errors (compat/api_nodes_download.py)."""
+from compat.facade import facade
+
+facade(__name__, {name: f"compat.api_nodes_download:{name}" for name in (
+    "download_url_as_bytesio", "download_url_to_bytesio", "download_url_to_image_tensor",
+    "download_url_to_video_output", "download_url_to_file_3d", "bytesio_to_image_tensor")})
