@@ -84,3 +84,76 @@ class _Unsupported:
 
 class StableCascadeClipModel(_Unsupported):
     family = "Stable Cascade (CLIP-G)"
+
+
+def t5xxl_detect(clip_data: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """ComfyUI's `comfy.sd.t5xxl_detect(clip_data)` (behaviour of comfy/sd.py): `t5_xxl_detect` of
+    the first state dict holding a 24-block T5-XXL's last feed-forward (`wi_1`, or v1.0's `wi`),
+    else `{}`; its keys are `flux_clip`'s / `sd3_clip`'s keyword arguments."""
+    names = ("encoder.block.23.layer.1.DenseReluDense.wi_1.weight", "encoder.block.23.layer.1.DenseReluDense.wi.weight")
+    for state_dict in clip_data:
+        if any(name in state_dict for name in names):
+            return t5_xxl_detect(state_dict)
+    return {}
+
+
+def model_options_long_clip(sd: Mapping[str, Any], tokenizer_data: Mapping[str, Any],
+                            model_options: Mapping[str, Any]) -> tuple[dict, dict]:
+    """ComfyUI's `comfy.text_encoders.long_clipl.model_options_long_clip` (behaviour of
+    comfy/text_encoders/long_clipl.py): when `sd` holds a CLIP text tower's position table, copies
+    of `tokenizer_data` / `model_options` with `<name>_max_length` and
+    `<name>_model_config["max_position_embeddings"]` set to its length (248 for Long-CLIP), so the
+    tokenizer and encoder are built that long; otherwise both unchanged.
+
+    `<name>` is read as ComfyUI reads it: a bare `text_model.*` tower is "clip_g" when it has a
+    31st layer and "clip_l" when it has a 2nd; a `clip_l.`- or `clip_g.`-prefixed one is "clip_l" (ComfyUI's
+    branches name both so). As there, `model_options["model_config"]`, when present, is the dict
+    that gets the length (shared, not copied). A bare tower with neither layer cannot be named
+    (ComfyUI fails there too): ValueError."""
+    w = sd.get("clip_l.text_model.embeddings.position_embedding.weight")
+    if w is None:
+        w = sd.get("clip_g.text_model.embeddings.position_embedding.weight")
+    name = "clip_l" if w is not None else None
+    if w is None:
+        w = sd.get("text_model.embeddings.position_embedding.weight")
+        if w is not None:
+            if "text_model.encoder.layers.30.mlp.fc1.weight" in sd:
+                name = "clip_g"
+            elif "text_model.encoder.layers.1.mlp.fc1.weight" in sd:
+                name = "clip_l"
+            else:
+                raise ValueError("model_options_long_clip: a CLIP text tower with fewer than 2 layers cannot be "
+                                 "named clip_l or clip_g")
+    if w is None:
+        return tokenizer_data, model_options
+    tokenizer_data = dict(tokenizer_data)
+    model_options = dict(model_options)
+    model_config = model_options.get("model_config", {})
+    model_config["max_position_embeddings"] = w.shape[0]
+    model_options[f"{name}_model_config"] = model_config
+    tokenizer_data[f"{name}_max_length"] = w.shape[0]
+    return tokenizer_data, model_options
+
+
+def flux_clip(dtype_t5: Any = None, t5_quantization_metadata: Any = None, t5xxl_scaled_fp8: Any = None) -> type:
+    """ComfyUI's `comfy.text_encoders.flux.flux_clip(...)`: a `FluxClipModel` subclass for a
+    `clip_target` (nunchaku's loader passes it to `comfy.sd.CLIP(clip_target, ...)`). Takes both
+    today's keywords and 0.3.64's `t5xxl_scaled_fp8` (what `t5xxl_detect` returns here).
+
+    Here text-encoder sets are built from the weights by our loaders (`comfy.sd.load_clip`,
+    `load_text_encoder_state_dicts`), not from a class: the class is a subclass of ours (so
+    `issubclass(..., FluxClipModel)` holds) that records the arguments, and building one raises
+    `UnsupportedTextEncoderError` saying so."""
+    from comfy_core.families.flux.clip import FluxClipModel
+
+    class FluxClipModel_(FluxClipModel):
+        detected = {"dtype_t5": dtype_t5, "t5_quantization_metadata": t5_quantization_metadata,
+                    "t5xxl_scaled_fp8": t5xxl_scaled_fp8}
+
+        def __init__(self, device: Any = "cpu", dtype: Any = None, model_options: Any = None) -> None:
+            raise UnsupportedTextEncoderError(
+                "flux_clip(...): building ComfyUI's FluxClipModel from a class is not supported by this engine; "
+                "Flux's CLIP-L + T5-XXL are loaded from their files (comfy.sd.load_clip(paths, "
+                "clip_type=comfy.sd.CLIPType.FLUX) or comfy.sd.load_text_encoder_state_dicts)")
+
+    return FluxClipModel_

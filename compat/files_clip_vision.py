@@ -33,6 +33,36 @@ def load_clipvision_from_sd(sd: Mapping[str, torch.Tensor], prefix: str = "", co
 
 _OUR_FROM_SD = load_clipvision_from_sd
 
+# OpenAI-CLIP visual-tower names (besides the residual blocks) -> transformers' CLIPVisionModel names
+_OPENAI_VISUAL_TOP = (
+    ("class_embedding", "vision_model.embeddings.class_embedding"),
+    ("conv1.weight", "vision_model.embeddings.patch_embedding.weight"),
+    ("positional_embedding", "vision_model.embeddings.position_embedding.weight"),
+    ("ln_post.bias", "vision_model.post_layernorm.bias"),
+    ("ln_post.weight", "vision_model.post_layernorm.weight"),
+    ("ln_pre.bias", "vision_model.pre_layrnorm.bias"),  # transformers' spelling
+    ("ln_pre.weight", "vision_model.pre_layrnorm.weight"),
+)
+
+
+def convert_to_transformers(sd: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """ComfyUI's `comfy.clip_vision.convert_to_transformers(sd, prefix)` (behaviour of
+    comfy/clip_vision.py), in place: an OpenAI/OpenCLIP visual tower under `prefix` (it has
+    `transformer.resblocks.0.attn.in_proj_weight`) gets transformers' `vision_model.*` names, its
+    `proj` [width, out] becoming `visual_projection.weight` [out, width] and its residual blocks
+    renamed by `transformers_convert(sd, prefix, "vision_model.", 48)`; any other layout just has
+    `prefix` stripped. Returns the state dict."""
+    from compat.files_utils import state_dict_prefix_replace, transformers_convert
+
+    if f"{prefix}transformer.resblocks.0.attn.in_proj_weight" in sd:
+        for old, new in _OPENAI_VISUAL_TOP:
+            if prefix + old in sd:
+                sd[new] = sd.pop(prefix + old)
+        if prefix + "proj" in sd:
+            sd["visual_projection.weight"] = sd.pop(prefix + "proj").transpose(0, 1)
+        return transformers_convert(sd, prefix, "vision_model.", 48)
+    return state_dict_prefix_replace(sd, {prefix: ""})
+
 
 def _load(source: Any, prefixes: tuple[str, ...] | None = None) -> Any:
     from comfy_core.clip_vision.config import KNOWN_PREFIXES

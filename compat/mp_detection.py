@@ -136,6 +136,19 @@ def unet_config_from_diffusers_unet(state_dict: Mapping[str, Any], dtype: Any = 
                          "comfy_core.split.load_diffusers, not detected through comfy.model_detection here")
 
 
+def model_config_from_diffusers_unet(state_dict: Mapping[str, Any]) -> mc.BASE | None:
+    """ComfyUI's `model_detection.model_config_from_diffusers_unet`: the config class matching
+    `unet_config_from_diffusers_unet(state_dict)`, or None when that finds no config. Both are read
+    from this module's globals at call time, as ComfyUI reads its own, so a pack that replaced
+    `comfy.model_detection.unet_config_from_diffusers_unet` or `comfy.supported_models.models`
+    (Kolors-MZ's `apply_kolors`) is what answers; unreplaced, the diffusers-layout detection
+    raises `DetectionError` (see `unet_config_from_diffusers_unet`)."""
+    unet_config = unet_config_from_diffusers_unet(state_dict)
+    if unet_config is None:
+        return None
+    return model_config_from_unet_config(unet_config)
+
+
 def convert_diffusers_mmdit(state_dict: Mapping[str, Any], output_prefix: str = "") -> dict[str, Any] | None:
     """A diffusers-layout SD3 (`SD3Transformer2DModel`) or Flux (`FluxTransformer2DModel`) state
     dict in SAI / BFL names under `output_prefix` (q/k/v fused, adaLN halves swapped), or None

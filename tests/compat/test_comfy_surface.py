@@ -73,11 +73,7 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.text_encoders.pixart_t5": _FAMILY.format("PixArt"),
     "comfy.text_encoders.qwen_vl": _INTERNALS.format("the Qwen2.5-VL vision tower (comfy_core/text_encoders')",
                                                      "comfy.text_encoders.qwen_image"),
-    "comfy.text_encoders.long_clipl": _FAMILY.format("Long-CLIP"),
     "comfy.ldm.flux.controlnet": _FAMILY.format("Flux ControlNets (InstantX, XLabs)"),
-    "comfy.ldm.modules.diffusionmodules.upscaling": _FAMILY.format("SD x4 upscaler"),
-    "comfy.ldm.modules.encoders*": _INTERNALS.format("unCLIP's noise augmentation (comfy_core/models/unclip.py's "
-                                                     "functions)", "the unCLIP nodes"),
     # Not for packs: ComfyUI's own application and tooling.
     "app.*": "ComfyUI's server application classes (settings, users, frontend and model managers): the "
              "server here is web/; only `app.logger` is provided, over its log store",
@@ -113,8 +109,8 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'vram_group',)),
     'comfy.clip_vision': (
         ("not yet: ClipVisionModel's ComfyUI constructor `(json_config)` and `load_sd`, "
-         '`convert_to_transformers`, the DINOv2 table `IMAGE_ENCODERS`'),
-        ('ClipVisionModel.__init__', 'ClipVisionModel.load_sd', 'IMAGE_ENCODERS', 'convert_to_transformers',)),
+         'the DINOv2 table `IMAGE_ENCODERS`'),
+        ('ClipVisionModel.__init__', 'ClipVisionModel.load_sd', 'IMAGE_ENCODERS',)),
     'comfy.comfy_types': (
         ('not yet: typing-only protocols of UNet wrappers (`UnetApplyFunction`, `UnetParams`, ...)'),
         ('UnetApplyConds', 'UnetApplyFunction', 'UnetParams', 'UnetWrapperFunction',)),
@@ -161,19 +157,18 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('key conversions of LoRA formats not supported yet (BFL control LoRA, Wan Fun, USO)'),
         ('convert_lora_bfl_control', 'convert_lora_wan_fun', 'convert_uso_lora',)),
     'comfy.model_base': (
-        ('model classes of families not implemented (Hunyuan, Cosmos, Wan HuMo/Animate, ...), their '
-         'conditioning helpers (`sdxl_pooled`, `unclip_adm`) and BaseModel members not mapped yet'),
+        ('model classes of families not implemented (Hunyuan, Cosmos, Wan HuMo/Animate, ...) and BaseModel '
+         'members not mapped yet'),
         ('BaseModel.apply_model', 'BaseModel.load_model_weights', 'BaseModel.process_timestep',
-         'BaseModel.set_inpaint', 'BaseModel.state_dict_for_saving', 'CLIPEmbeddingNoiseAugmentation',
+         'BaseModel.set_inpaint', 'BaseModel.state_dict_for_saving',
          'CosmosPredict2.process_timestep', 'Hunyuan3Dv2_1', 'HunyuanImage21', 'HunyuanImage21Refiner',
          'HunyuanVideo.scale_latent_inpaint', 'HunyuanVideoI2V.scale_latent_inpaint',
          'HunyuanVideoSkyreelsI2V.scale_latent_inpaint',
-         'ImageConcatWithNoiseAugmentation', 'LTXV.process_timestep',
-         'StableAudio1.state_dict_for_saving', 'StageB', 'StageC', 'Timestep',
-         'WAN22.process_timestep', 'sdxl_pooled', 'unclip_adm',)),
+         'LTXV.process_timestep', 'StableAudio1.state_dict_for_saving', 'StageB', 'StageC',
+         'WAN22.process_timestep',)),
     'comfy.model_detection': (
-        ('not yet: `calculate_transformer_depth`, `model_config_from_diffusers_unet`'),
-        ('calculate_transformer_depth', 'model_config_from_diffusers_unet',)),
+        ('not yet: `calculate_transformer_depth`'),
+        ('calculate_transformer_depth',)),
     'comfy.model_management': (
         ('internals left out on purpose (tests/compat/test_compat_model_management.py NOT_PROVIDED: CUDA '
          'stream bookkeeping `STREAMS`/`stream_counters`, `interrupt_processing_mutex`, `use_more_memory`), '
@@ -218,8 +213,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'StageC_coder', 'TEModel', 'VAE.__init__', 'VAE.decode', 'VAE.decode_tiled_',
          'VAE.decode_tiled_1d', 'VAE.decode_tiled_3d', 'VAE.encode', 'VAE.encode_tiled', 'VAE.encode_tiled_',
          'VAE.encode_tiled_1d', 'VAE.encode_tiled_3d', 'VAE.vae_encode_crop_pixels', 'detect_te_model',
-         'llama_detect', 'model_detection_error_hint',
-         't5xxl_detect',)),
+         'llama_detect', 'model_detection_error_hint',)),
     'comfy.sd1_clip': (
         ("not yet: tokenizer and encoder constructors with ComfyUI's parameters, `load_sd`, "
          'parameter names'),
@@ -285,7 +279,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('BasicCache', 'CacheKeySetID', 'CacheKeySetInputSignature', 'CacheSet', 'CacheType.DEPENDENCY_AWARE',
          'DependencyAwareCache', 'ExecutionList', 'HierarchicalCache', 'IsChangedCache', 'LRUCache',
          'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags',
-         'first_real_override', 'format_value', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
+         'first_real_override', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
          'merge_result_data',)),
     'nodes': (
         ('start-up loaders (`init_*`, `load_custom_node`): the host loads packs (graph/packs.py); helpers '

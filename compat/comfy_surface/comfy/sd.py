@@ -6,6 +6,9 @@ flows into our nodes.
 
 `save_checkpoint` is the `save_checkpoint` extension point (built-in: compat/checkpoint_save.py):
 assigning it (art-venture's fp16 wrapper) changes what CheckpointSave and ModelSave write with.
+
+`t5xxl_detect(clip_data)` is ComfyUI's T5-XXL dtype probe over a list of state dicts (compat/files_clip.py),
+whose result is `comfy.text_encoders.flux.flux_clip`'s keyword arguments (nunchaku's loader).
 """
 from compat.facade import facade, point
 
@@ -37,5 +40,6 @@ facade(__name__, {
     "load_lora_for_models": "compat.files_sd:load_lora_for_models",
     "load_style_model": "compat.files_sd:load_style_model",
     "load_gligen": "compat.files_sd:load_gligen",
+    "t5xxl_detect": "compat.files_clip:t5xxl_detect",
     "save_checkpoint": point("save_checkpoint", "compat.checkpoint_save:save_checkpoint"),
 })

@@ -4,6 +4,9 @@ in compat/files_clip.py.
 
 `SD1ClipModel` is the class of an SD1 CLIP's `cond_stage_model`, `SDClipModel` of each tower
 in it, `SD1Tokenizer` of its `tokenizer`, `SDTokenizer` of each per-encoder tokenizer.
+`ClipTokenWeightEncoder` is ComfyUI's base-less mix-in (compat/clip_weights.py), so a pack's
+`class X(torch.nn.Module, ClipTokenWeightEncoder)` gets ComfyUI's `encode_token_weights` over its own
+`encode`; the engine's encoders keep their own class (not subclasses of it).
 """
 from compat.facade import facade
 
@@ -11,7 +14,7 @@ facade(__name__, {
     "SDTokenizer": "comfy_core.text_encoders.sd_tokenizer:SDTokenizer",
     "SD1Tokenizer": "comfy_core.families.sd1.clip:SD1Tokenizer",
     "SDClipModel": "comfy_core.text_encoders.encoder:ClipTextEncoder",
-    "ClipTokenWeightEncoder": "comfy_core.text_encoders.encoder:ClipTextEncoder",
+    "ClipTokenWeightEncoder": "compat.clip_weights:ClipTokenWeightEncoder",
     "SD1ClipModel": "comfy_core.families.sd1.clip:SD1ClipModel",
     "token_weights": "comfy_core.text_encoders.prompt_weights:parse_weights",
     "parse_parentheses": "comfy_core.text_encoders.prompt_weights:split_parentheses",

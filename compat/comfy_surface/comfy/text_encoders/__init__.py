@@ -1,4 +1,4 @@
-"""ComfyUI's `comfy.text_encoders` package for node packs (submodules: sd2_clip, sd3_clip, flux, t5, wan,
+"""ComfyUI's `comfy.text_encoders` package for node packs (submodules: sd2_clip, sd3_clip, flux, t5, wan, long_clipl,
 spiece_tokenizer)."""
 from compat.submodules import submodule_attribute
 

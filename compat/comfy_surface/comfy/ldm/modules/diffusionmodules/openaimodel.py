@@ -12,6 +12,7 @@ facade(__name__, {
     "TimestepEmbedSequential": _U + "TimestepEmbedSequential",
     "forward_timestep_embed": point("forward_timestep_embed", _U + "forward_timestep_embed"),
     "apply_control": point("apply_control", _U + "apply_control"),
+    "Timestep": "compat.noise_aug:Timestep",  # ComfyUI's module over timestep_embedding (Kolors-MZ, unCLIP)
     "TimestepBlock": _B + "TimestepBlock",
     "ResBlock": _B + "ResBlock",
     "Upsample": _B + "Upsample",
