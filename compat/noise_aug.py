@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from comfy_core.models.unet_blocks import timestep_embedding
+from compat.ldm_util import extract_into_tensor
 
 _SCHEDULE_BUFFERS = ("betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod",
                      "sqrt_one_minus_alphas_cumprod", "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod",
@@ -43,12 +44,6 @@ class Timestep(nn.Module):
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         return timestep_embedding(t, self.dim)
-
-
-def _gather(table: torch.Tensor, t: torch.Tensor, x_shape: torch.Size) -> torch.Tensor:
-    """`table[t]` [B] shaped [B, 1, ...] to broadcast over `x_shape` (ComfyUI's `extract_into_tensor`)."""
-    out = table.gather(-1, t)
-    return out.reshape(t.shape[0], *((1,) * (len(x_shape) - 1)))
 
 
 class AbstractLowScaleModel(nn.Module):
@@ -97,8 +92,8 @@ class AbstractLowScaleModel(nn.Module):
                 noise = torch.randn(x_start.size(), dtype=x_start.dtype, layout=x_start.layout,
                                     generator=torch.manual_seed(seed)).to(x_start.device)
         device = x_start.device
-        return (_gather(self.sqrt_alphas_cumprod.to(device), t, x_start.shape) * x_start
-                + _gather(self.sqrt_one_minus_alphas_cumprod.to(device), t, x_start.shape) * noise)
+        return (extract_into_tensor(self.sqrt_alphas_cumprod.to(device), t, x_start.shape) * x_start
+                + extract_into_tensor(self.sqrt_one_minus_alphas_cumprod.to(device), t, x_start.shape) * noise)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         return x, None
