@@ -85,14 +85,6 @@ def full_type_name(klass: type) -> str:
     return name(klass)
 
 
-def format_value(x: Any) -> Any:
-    """ComfyUI's `execution.format_value` (how an execution error reports a node's current
-    inputs): None, numbers, booleans and strings as they are, anything else as `str(x)`."""
-    if x is None or isinstance(x, (int, float, bool, str)):
-        return x
-    return str(x)
-
-
 def _session() -> Any:
     from compat.active import active
 

@@ -283,13 +283,13 @@ async def _routed_prompt_run(session: Any, executor: Any, view: Any, outputs: li
     try:
         await _on_daemon_thread(call_pack)
     except Exception:  # noqa: BLE001 -- a pack's wrapper failing never loses the prompt
-        if finished.done() and not finished.cancelled() and finished.exception() is not None:
-            pass  # the run itself failed and the wrapper passed it on: raised below, as unrouted
-        elif not routed.started:
+        # (the run's own failure, passed on by the wrapper, is raised below as unrouted)
+        run_failed = finished.done() and not finished.cancelled() and finished.exception() is not None
+        if not routed.started:
             log.exception("PromptExecutor.execute as a pack replaced it (%s) failed before running prompt %s; "
                           "running the prompt without it", _name(replacement), view.prompt_id)
             return await run()
-        else:
+        if not run_failed:
             log.exception("PromptExecutor.execute as a pack replaced it (%s) failed after running prompt %s",
                           _name(replacement), view.prompt_id)
     finally:

@@ -128,9 +128,8 @@ def prepare_callback(model: Any, steps: int, x0_output_dict: dict | None = None
     from nodes.sampling import recording_callback
 
     own = recording_callback(model, x0_output_dict)
+    return own if own is not None else _no_report
 
-    def callback(step: int, x0: torch.Tensor, x: torch.Tensor, total_steps: int) -> None:
-        if own is not None:
-            own(step, x0, x, total_steps)
 
-    return callback
+def _no_report(step: int, x0: torch.Tensor, x: torch.Tensor, total_steps: int) -> None:
+    """The step callback outside a running node with nothing to record (ComfyUI's is never None)."""

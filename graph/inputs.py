@@ -151,8 +151,9 @@ def merge_outputs(results: list[tuple], output_is_list: tuple[bool, ...]) -> lis
     return merged
 
 
-def format_value(value: Any) -> Any:
-    """How a current input is shown in `execution_error.current_inputs` (ComfyUI's format_value)."""
-    if value is None or isinstance(value, (int, float, bool, str)):
-        return value
-    return str(value)
+def format_value(x: Any) -> Any:
+    """How a current input is shown in `execution_error.current_inputs`: ComfyUI's
+    `execution.format_value(x)` (packs import it, compat serves this one)."""
+    if x is None or isinstance(x, (int, float, bool, str)):
+        return x
+    return str(x)

@@ -70,12 +70,9 @@ class WeightHooks:
         self.weight_function = []
         self.bias_function = []
 
-    def hooked(self) -> bool:
-        """Whether a call casts or hooks the weights (ComfyUI's test in its layers' `forward`)."""
-        return self.comfy_cast_weights or bool(self.weight_function) or bool(self.bias_function)
-
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if self.hooked():
+        # ComfyUI's test in its layers' forward: inline, this runs for every layer of every step
+        if self.comfy_cast_weights or self.weight_function or self.bias_function:
             return self.forward_comfy_cast_weights(*args, **kwargs)
         return super().forward(*args, **kwargs)  # type: ignore[misc]
 
@@ -113,20 +110,27 @@ class Conv3d(_Convolution, nn.Conv3d):
     pass
 
 
-class ConvTranspose1d(WeightHooks, nn.ConvTranspose1d):
+class _TransposedConvolution(WeightHooks):
+    """torch's transposed convolutions: the output padding for `output_size`, then the functional
+    call of their rank (`_spatial_dims`, `_functional`)."""
+
+    _spatial_dims: int
+    _functional: Callable[..., torch.Tensor]
+
     def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                      output_size: list[int] | None = None) -> torch.Tensor:
-        padding = self._output_padding(x, output_size, self.stride, self.padding, self.kernel_size, 1,
-                                       self.dilation)
-        return F.conv_transpose1d(x, weight, bias, self.stride, self.padding, padding, self.groups, self.dilation)
+        padding = self._output_padding(x, output_size, self.stride, self.padding,  # type: ignore[attr-defined]
+                                       self.kernel_size, self._spatial_dims, self.dilation)  # type: ignore[attr-defined]
+        return self._functional(x, weight, bias, self.stride, self.padding, padding,  # type: ignore[attr-defined]
+                                self.groups, self.dilation)  # type: ignore[attr-defined]
 
 
-class ConvTranspose2d(WeightHooks, nn.ConvTranspose2d):
-    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                     output_size: list[int] | None = None) -> torch.Tensor:
-        padding = self._output_padding(x, output_size, self.stride, self.padding, self.kernel_size, 2,
-                                       self.dilation)
-        return F.conv_transpose2d(x, weight, bias, self.stride, self.padding, padding, self.groups, self.dilation)
+class ConvTranspose1d(_TransposedConvolution, nn.ConvTranspose1d):
+    _spatial_dims, _functional = 1, staticmethod(F.conv_transpose1d)
+
+
+class ConvTranspose2d(_TransposedConvolution, nn.ConvTranspose2d):
+    _spatial_dims, _functional = 2, staticmethod(F.conv_transpose2d)
 
 
 class GroupNorm(WeightHooks, nn.GroupNorm):

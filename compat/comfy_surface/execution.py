@@ -25,7 +25,7 @@ facade(__name__, {
     "SENSITIVE_EXTRA_DATA_KEYS": "compat.execution_api:SENSITIVE_EXTRA_DATA_KEYS",
     "MAXIMUM_HISTORY_SIZE": "compat.execution_api:MAXIMUM_HISTORY_SIZE",
     "full_type_name": "compat.execution_api:full_type_name",
-    "format_value": "compat.execution_api:format_value",
+    "format_value": "graph.inputs:format_value",  # the executor's own, for its errors' current_inputs
     "validate_prompt": point("prompt_validation", "compat.execution_api:validate_prompt"),
     "validate_inputs": "compat.execution_api:validate_inputs",
     "get_input_data": point("node_input_data", "compat.execution_api:get_input_data"),
