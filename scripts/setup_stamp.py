@@ -49,6 +49,10 @@ STAMP_VERSION = 1
 # Input files besides requirements*.txt, relative to the repository root.
 INPUT_FILES = ("pyproject.toml", "scripts/setup.sh", "scripts/torch_build.py", "scripts/setup_stamp.py")
 MODE_FILES = {"runtime": "requirements.txt", "dev": "requirements-dev.txt"}
+# Test data setup.sh --dev installs with `pip install --target TEST_DATA_DIR` rather than into the
+# environment (ComfyUI 0.3.64's templates package, whose name today's package took over).
+TEST_DATA_FILE = "requirements-test-data.txt"
+TEST_DATA_DIR = "test-data"
 # Distributions whose top-level module is not their name with "-" -> "_".
 IMPORT_NAMES = {
     "pillow": "PIL",
@@ -215,8 +219,24 @@ def _torch_choice(flag: str | None) -> str:
     return f"{choice.tag} {choice.spec}"
 
 
+def probe_test_data(root: Path, venv: Path) -> None:
+    """Raises ProbeFailed unless every `name==version` of TEST_DATA_FILE is in the test-data folder
+    (pip's `--target` leaves `<module>-<version>.dist-info` there)."""
+    folder = venv / TEST_DATA_DIR
+    try:
+        lines = (root / TEST_DATA_FILE).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:  # no test data named
+        return
+    for line in lines:
+        pinned = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+        if pinned and not (folder / f"{import_name(pinned.group(1))}-{pinned.group(2)}.dist-info").is_dir():
+            raise ProbeFailed(f"test data {pinned.group(1)}=={pinned.group(2)} is not in {folder}")
+
+
 def _probe(root: Path, mode: str) -> dict | ProbeFailed:
     try:
+        if mode == "dev":
+            probe_test_data(root, root / ".venv")
         return probe_here(requirement_names(root / MODE_FILES[mode]))
     except (ProbeFailed, StampError) as exc:
         return ProbeFailed(str(exc))

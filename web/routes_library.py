@@ -26,7 +26,7 @@ from aiohttp import web
 
 from web.confined_path import find_control_character
 from web.state import AppState
-from web.workflow_templates import TemplateIndex, templates_dir
+from web.workflow_templates import TemplateIndex, templates_source
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,8 @@ def _pack_workflow_folders(state: AppState) -> dict[str, Path]:
 
 def library_routes(state: AppState) -> web.RouteTableDef:
     routes = web.RouteTableDef()
-    folder = templates_dir()
-    index = TemplateIndex(folder, lambda kind: kind in state.registry) if folder is not None else None
+    source = templates_source()
+    index = TemplateIndex(source, lambda kind: kind in state.registry) if source is not None else None
     logged: list[bool] = []  # the coverage line is logged once, on the first index request
 
     @routes.get("/templates/{name:.*}")
@@ -126,10 +126,10 @@ def library_routes(state: AppState) -> web.RouteTableDef:
             return _json_error(400, "bad_name", f"invalid template file name {name!r}")
         if index is None:
             return _json_error(404, "not_installed", "the comfyui-workflow-templates package is not installed")
-        path = index.folder / rel
+        path = await asyncio.to_thread(index.source.path, rel.as_posix())  # the first reads the manifest
         if len(rel.parts) == 1 and rel.name.startswith("index") and rel.suffix == ".json" \
                 and rel.name not in ("index.schema.json", "index_logo.json"):
-            if not path.is_file():
+            if path is None:
                 return _json_error(404, "not_found", f"no template index {name!r}")
             raw = await asyncio.to_thread(path.read_text, encoding="utf-8")
             try:
@@ -140,7 +140,7 @@ def library_routes(state: AppState) -> web.RouteTableDef:
                 logged.append(True)
                 await asyncio.to_thread(_log_coverage, index, parsed)
             return web.json_response(await asyncio.to_thread(index.filtered, parsed if isinstance(parsed, list) else []))
-        if not path.is_file():
+        if path is None:
             if rel.name == "index_logo.json":  # older packages have no logo index: the editor then shows none
                 return web.json_response({})
             return _json_error(404, "not_found", f"no template file {name!r}")

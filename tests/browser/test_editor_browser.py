@@ -371,10 +371,10 @@ async def test_the_library_panels_show_templates_models_and_imported_files(edito
     page = editor.page
     command = "(name) => window.app.extensionManager.command.execute(name)"
 
-    # Templates: the official "Image Generation" template (ComfyUI's default graph) is offered.
+    # Templates: today's official ones that run here, the first of them Z-Image-Turbo's.
     await page.evaluate(command, "Comfy.BrowseTemplates")
     dialog = page.locator('[role="dialog"]:visible').first
-    await dialog.get_by_text("Image Generation").first.wait_for(timeout=UI_TIMEOUT_MS)
+    await dialog.get_by_text("Z-Image-Turbo: Text to Image").first.wait_for(timeout=UI_TIMEOUT_MS)
     assert await dialog.get_by_text("No templates found").count() == 0
     await page.keyboard.press("Escape")
     await dialog.wait_for(state="hidden", timeout=UI_TIMEOUT_MS)

@@ -66,13 +66,20 @@ def _repo(tmp_path: Path) -> Path:
     (root / "requirements.txt").write_text("# runtime\nfakepkg==1.0\n")
     (root / "requirements-dev.txt").write_text("-r requirements.txt\nfake-tool>=2  # tests\n")
     (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (root / "requirements-test-data.txt").write_text("# beside the environment\nfake-data==3.0\n")
     return root
+
+
+def _install_test_data(venv: Path) -> None:
+    """What `pip install --target .venv/test-data` leaves for requirements-test-data.txt."""
+    (venv / "test-data" / "fake_data-3.0.dist-info").mkdir(parents=True)
 
 
 @pytest.fixture
 def repo(tmp_path):
     root = _repo(tmp_path)
     _real_venv(root / ".venv")
+    _install_test_data(root / ".venv")
     return root
 
 
@@ -253,6 +260,7 @@ def scripted(tmp_path):
     root = _repo(tmp_path)
     venv = root / ".venv"
     (venv / "bin").mkdir(parents=True)
+    _install_test_data(venv)  # the stand-in pip only logs its `--target .venv/test-data` call
     real = _real_venv(tmp_path / "real-venv")
     python = venv / "bin" / "python"
     python.write_text(STAND_IN)
@@ -338,7 +346,21 @@ def test_test_sh_skips_the_dev_setup_once_done(scripted):
     done, pip, ran = scripted("test.sh", "-x")
     assert done.returncode == 0, done.stderr
     assert "'runtime', not 'dev'" in done.stdout
-    assert pip[-1].endswith("-r requirements-dev.txt") and ran == [COMPILE, "-m pytest -x"]
+    assert pip[-2].endswith("-r requirements-dev.txt") and ran == [COMPILE, "-m pytest -x"]
+    assert pip[-1].endswith("--no-deps --upgrade --target .venv/test-data -r requirements-test-data.txt")
     done, pip, ran = scripted("test.sh", "-x")
     assert pip == [] and ran == ["-m pytest -x"]
     assert scripted("serve.sh")[1] == []  # and the dev setup covers serving
+
+
+def test_a_dev_stamp_needs_the_test_data_beside_the_environment(repo):
+    _write(repo, "dev")
+    assert _check(repo, "dev") == (True, "")
+    shutil.rmtree(repo / ".venv" / "test-data")
+    ok, why = _check(repo, "dev")
+    assert not ok and "test data fake-data==3.0 is not in" in why
+    assert _check(repo, "runtime") == (True, "")  # the runtime needs no test data
+    (repo / "requirements-test-data.txt").write_text("fake-data==3.1\n")
+    _install_test_data(repo / ".venv")
+    ok, why = _check(repo, "dev")
+    assert not ok and "requirements-test-data.txt changed" in why

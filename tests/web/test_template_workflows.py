@@ -1,6 +1,7 @@
-"""ComfyUI's official SD1.x / SD2.x / SDXL workflow templates and `OTHER_TEMPLATES` (the pinned
-`comfyui-workflow-templates` package) run unchanged through `main.py run`, on tiny random files
-standing in for the checkpoints, LoRAs, ControlNets, upscale models, ... they name."""
+"""ComfyUI's official SD1.x / SD2.x / SDXL workflow templates and `OTHER_TEMPLATES` (ComfyUI
+0.3.64's `comfyui-workflow-templates` 0.1.95, tests/fixtures/template_models.TEMPLATES) run
+unchanged through `main.py run`, on tiny random files standing in for the checkpoints, LoRAs,
+ControlNets, upscale models, ... they name."""
 from __future__ import annotations
 
 import io
@@ -11,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from graph.editor_workflow import editor_to_prompt
-from tests.fixtures.template_models import TEMPLATES, provide_files
+from tests.fixtures.template_models import NO_TEMPLATES, TEMPLATES, provide_files
 from web.config import ServerConfig
 from web.headless import run_workflow
+
+pytestmark = pytest.mark.skipif(not TEMPLATES.is_dir(), reason=NO_TEMPLATES)
 
 OBJECT_INFO = Path(__file__).resolve().parents[1] / "data" / "comfyui_0.3.64_object_info.json"
 

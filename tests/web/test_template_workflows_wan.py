@@ -1,4 +1,4 @@
-"""ComfyUI's official Wan 2.1 / 2.2 workflow templates (the pinned `comfyui-workflow-templates`
+"""ComfyUI's official Wan 2.1 / 2.2 workflow templates (ComfyUI 0.3.64's `comfyui-workflow-templates`
 package) run through `main.py run`'s headless path on tiny random files with the real key layouts
 and storage (tests/fixtures/wan_template_models.py: scaled-fp8 diffusion models and umT5, the
 Wan 2.1 / 2.2 VAEs, `clip_vision_h`, lightx2v-style LoRAs, input videos), and the saved videos are
@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 
 from graph.editor_workflow import editor_to_prompt
-from tests.fixtures.template_models import TEMPLATES, provide_files
+from tests.fixtures.template_models import NO_TEMPLATES, TEMPLATES, provide_files
 from web.config import ServerConfig
 from web.headless import run_workflow
+
+pytestmark = pytest.mark.skipif(not TEMPLATES.is_dir(), reason=NO_TEMPLATES)
 
 OBJECT_INFO = Path(__file__).resolve().parents[1] / "data" / "comfyui_0.3.64_object_info.json"
 SMALL_SIDE, SMALL_LENGTH = 64, 9

@@ -13,7 +13,7 @@ from PIL import Image
 from graph.registry import Registry
 from nodes import register_builtin_nodes
 from tests.web.web_harness import start_test_server
-from web.workflow_templates import TemplateIndex, required_node_types, templates_dir
+from web.workflow_templates import BundledTemplates, FolderTemplates, TemplateIndex, required_node_types, templates_source
 
 
 def _ui_workflow(*types: str, subgraphs: dict[str, list[str]] | None = None) -> dict:
@@ -39,7 +39,7 @@ def test_template_index_lists_only_what_the_registry_can_run(tmp_path: Path):
     index = [{"moduleName": "default", "title": "Image", "templates": [{"name": "runs"}, {"name": "needs_flux"},
                                                                       {"name": "broken"}, {"name": "absent"}]},
              {"moduleName": "default", "title": "Video", "templates": [{"name": "needs_flux"}]}]
-    templates = TemplateIndex(tmp_path, lambda kind: kind == "KSampler")
+    templates = TemplateIndex(FolderTemplates(tmp_path), lambda kind: kind == "KSampler")
     assert templates.filtered(index) == [{"moduleName": "default", "title": "Image", "templates": [{"name": "runs"}]}]
     assert templates.missing("needs_flux") == ["UNETLoader"]
     total, runnable, lacking = templates.summary(index)
@@ -57,30 +57,70 @@ async def builtin_server(tmp_path):
         await server.close()
 
 
-@pytest.mark.skipif(templates_dir() is None, reason="comfyui-workflow-templates is not installed")
-async def test_official_templates_are_served_with_the_index_filtered(builtin_server):
+def test_folder_templates_serve_files_inside_their_folder_only(tmp_path: Path):
+    (tmp_path / "templates" / "logo").mkdir(parents=True)
+    (tmp_path / "templates" / "a.json").write_text("{}")
+    (tmp_path / "templates" / "logo" / "x.png").write_bytes(b"png")
+    (tmp_path / "secret.json").write_text("{}")
+    source = FolderTemplates(tmp_path / "templates")
+    assert source.path("a.json") == tmp_path / "templates" / "a.json"
+    assert source.path("logo/x.png") == tmp_path / "templates" / "logo" / "x.png"
+    assert source.path("../secret.json") is None and source.path("/etc/passwd") is None
+    assert source.path("logo") is None and source.path("absent.json") is None
+
+
+SOURCE = templates_source()
+TODAYS = pytest.mark.skipif(not isinstance(SOURCE, BundledTemplates),
+                            reason="today's comfyui-workflow-templates (requirements.txt) is not installed")
+
+
+@TODAYS
+def test_bundled_templates_find_json_in_the_json_package_and_media_through_the_manifest(monkeypatch):
+    from comfyui_workflow_templates_core import iter_templates, loader
+
+    assert SOURCE.path("index.json").parent == SOURCE.json_folder
+    entry = next(e for e in iter_templates() if any(a.filename.endswith(".webp") for a in e.assets))
+    picture = next(a.filename for a in entry.assets if a.filename.endswith(".webp"))
+    found = SOURCE.path(picture)
+    assert found is not None and found.read_bytes()[:4] == b"RIFF" and found.parent != SOURCE.json_folder
+    assert SOURCE.path("not-in-the-manifest.webp") is None and SOURCE.path("../index.json") is None
+
+    def bundle_not_installed(template_id: str, filename: str) -> str:
+        raise FileNotFoundError(f"Package for {filename!r} is not installed")
+
+    monkeypatch.setattr(loader, "get_asset_path", bundle_not_installed)
+    monkeypatch.setattr("comfyui_workflow_templates_core.get_asset_path", bundle_not_installed)
+    assert BundledTemplates(SOURCE.json_folder).path(picture) is None
+
+
+@TODAYS
+async def test_todays_official_templates_are_served_with_the_index_filtered(builtin_server):
     server = builtin_server
     index = await server.get_json("/templates/index.json")
     names = {t["name"] for module in index for t in module["templates"]}
-    assert "default" in names  # CheckpointLoaderSimple, CLIPTextEncode, KSampler, VAEDecode, SaveImage
-    folder = templates_dir()
-    full = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    full = json.loads(SOURCE.path("index.json").read_text(encoding="utf-8"))
     all_names = {t["name"] for module in full for t in module["templates"]}
-    assert names < all_names  # e.g. the Flux and video templates need nodes we lack
+    assert names < all_names  # the partner (API) templates need nodes that are not built in
+    assert {"sdxl_simple_example", "image_z_image_turbo"} <= names
     for name in names:  # every listed template's nodes exist here
-        workflow = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        workflow = json.loads(SOURCE.path(f"{name}.json").read_text(encoding="utf-8"))
         assert required_node_types(workflow) <= set(server.state.registry.object_info())
-    async with server.session.get(f"{server.url}/templates/default.json") as resp:
+    async with server.session.get(f"{server.url}/templates/sdxl_simple_example.json") as resp:
         assert resp.status == 200 and (await resp.json())["nodes"]
-    async with server.session.get(f"{server.url}/templates/default-1.webp") as resp:
+    listed = next(t for module in index for t in module["templates"] if t["name"] == "sdxl_simple_example")
+    async with server.session.get(f"{server.url}/templates/sdxl_simple_example-1.{listed['mediaSubtype']}") as resp:
         assert resp.status == 200 and (await resp.read())[:4] == b"RIFF"
-    async with server.session.get(f"{server.url}/templates/index_logo.json") as resp:
-        assert resp.status == 200 and "application/json" in resp.headers["Content-Type"]
+    logos = await server.get_json("/templates/index_logo.json")
+    assert logos
+    async with server.session.get(f"{server.url}/templates/{next(iter(logos.values()))}") as resp:
+        assert resp.status == 200 and resp.content_type.startswith("image/")
     async with server.session.get(f"{server.url}/templates/index.ja.json") as resp:
         localized = {t["name"] for module in await resp.json() for t in module["templates"]}
         assert localized == names
     async with server.session.get(f"{server.url}/templates/..%2Fsecret.json") as resp:
         assert resp.status in (400, 404) and "error" in await resp.json()
+    async with server.session.get(f"{server.url}/templates/no_such_template-1.webp") as resp:
+        assert resp.status == 404 and "error" in await resp.json()
 
 
 async def test_model_library_lists_folders_and_files_with_sizes(builtin_server, tmp_path):
