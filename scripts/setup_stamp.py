@@ -24,6 +24,8 @@ It holds:
 - what the import probe saw: the environment's Python (version, implementation, ABI tag,
   `sysconfig.get_platform()`) and the installed version of every distribution the requirement
   files name (following `-r`).
+- in dev mode, that the test data of `requirements-test-data.txt` is in `.venv/test-data/` (setup.sh
+  installs it there with `pip install --target`, beside the environment rather than in it).
 
 The import probe reads each of those distributions' installed version from its metadata and asks
 the import system to locate its top-level module (`importlib.util.find_spec`), without importing

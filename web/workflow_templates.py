@@ -146,7 +146,7 @@ def required_node_types(workflow: dict[str, Any]) -> set[str]:
 
 @dataclass
 class TemplateIndex:
-    """The filtered indexes of one templates folder for one registry.
+    """The filtered indexes of one templates package (its `source`) for one registry.
 
     `available(name)` says whether template `name` runs here; `filtered(index)` is an index
     (the parsed `index*.json`) with only those templates, and modules left empty dropped.
