@@ -42,6 +42,33 @@ V3_FUNCTION = "EXECUTE_NORMALIZED"
 ARGUMENT_ORDER_FILE = Path(__file__).resolve().parent / "comfy_node_arguments.json"
 
 
+# Today's ComfyUI (Comfy-Org/ComfyUI, Dec 2026) declares many more built-in nodes with the V3 schema
+# than 0.3.64 did, keeping their V1 method name as an alias of `execute` (nodes_custom_sampler.py:
+# `get_sigmas = execute`, `sample = execute`, ...; nodes_images.py `stitch = execute`). Recorded from
+# today's files (facts, not code), read with the code index: comfy_extras/nodes_custom_sampler.py
+# @4be318aa1a66, nodes_images.py @015e604679bb, nodes_audio.py @3fa38fd9cc20, nodes_mask.py
+# @d9ac00e2187d, nodes_model_advanced.py @691e82787be2 (still V1 but ModelAttentionBackend),
+# nodes_hunyuan.py @9ca52b464794, nodes_upscale_model.py @30a74432c780, nodes_sd3.py @45e9c52c5ef9,
+# nodes_post_processing.py @0c85348956e6, nodes_latent.py @f35df50186a0 (full commits in the
+# file's "sources"; nodes listed there only): `{node_id: {"schema": "V3", "execute":
+# "(a, b, c=)", "aliases": [...]}}` or `{"schema": "V1"}`. It applies on top of the 0.3.64 record
+# (`_make_facade`): a node it lists as V3 gets `execute` with today's parameter order and its aliases.
+TODAY_FILE = Path(__file__).resolve().parent / "comfy_node_functions_2026.json"
+
+
+@functools.lru_cache(maxsize=1)
+def comfy_nodes_today() -> dict[str, dict[str, Any]]:
+    return json.loads(TODAY_FILE.read_text(encoding="utf-8"))["nodes"]
+
+
+def comfy_function_name(node_id: str) -> str:
+    """The `FUNCTION` of ComfyUI's class for the node today: "EXECUTE_NORMALIZED" for a node
+    declared with the V3 schema (its `FUNCTION` classproperty), else the V1 method's name."""
+    if comfy_nodes_today().get(node_id, {}).get("schema") == "V3":
+        return V3_FUNCTION
+    return comfy_function_names().get(node_id, DEFAULT_FUNCTION)
+
+
 # ComfyUI 0.3.64's built-in node classes, recorded from its files by scripts/comfy_surface.py
 # (names and signatures only): `{node_id: {"class", "module", "methods", "attributes"}}`. The
 # facades take ComfyUI's class name in its module and the members they can answer from the
@@ -68,13 +95,13 @@ class UnsupportedNodeArgumentError(TypeError):
     """A pack passed an argument of ComfyUI's node method that our node does not have."""
 
 
-def positional_binder(node_id: str, method_name: str,
-                      signature: inspect.Signature) -> Callable[..., tuple[tuple, dict]]:
+def positional_binder(node_id: str, method_name: str, signature: inspect.Signature,
+                      order: list[str] | None = None) -> Callable[..., tuple[tuple, dict]]:
     """`bind(*args, **kwargs) -> (args, kwargs)` for a facade method: positional arguments are named by
-    ComfyUI's parameter order for the node (else by the function's own order), so a pack's
-    positional call means what it means on ComfyUI; a ComfyUI parameter our function lacks is
-    refused by name, never dropped."""
-    comfy_order = comfy_argument_orders().get(node_id)
+    ComfyUI's parameter order for the node (`order`, else 0.3.64's V1 method order, else the
+    function's own order), so a pack's positional call means what it means on ComfyUI; a ComfyUI
+    parameter our function lacks is refused by name, never dropped."""
+    comfy_order = order if order is not None else comfy_argument_orders().get(node_id)
     accepted = set(signature.parameters)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
 
@@ -134,6 +161,8 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
     method_name = comfy_function_names().get(spec.node_id, DEFAULT_FUNCTION)
     signature = inspect.signature(fn)
     bind = positional_binder(spec.node_id, method_name, signature)
+    today = comfy_nodes_today().get(spec.node_id)
+    v3_today = today is not None and today.get("schema") == "V3"
 
     def input_types(cls: type) -> dict:
         return node_info(spec, active().env)["input"]
@@ -143,6 +172,17 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         call_args, call_kwargs = bind(*args, **kwargs)
         return fn(*call_args, **call_kwargs)
 
+    if v3_today:
+        # Today's `execute(cls, ...)`: its parameters in today's order (not always the schema's,
+        # e.g. VAEDecodeAudio.execute(vae, samples), DualModelGuider's optional ones last).
+        bind_today = positional_binder(spec.node_id, "execute", signature, _positional_names(today["execute"]))
+
+        def execute_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            call_args, call_kwargs = bind_today(*args, **kwargs)
+            return fn(*call_args, **call_kwargs)
+    else:
+        execute_call = call
+
     attrs: dict[str, Any] = {
         "__doc__": spec.description or f"ComfyUI-style facade of the built-in node {spec.node_id}.",
         "__module__": spec.python_module,
@@ -150,14 +190,23 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
         "RETURN_TYPES": tuple(o.type for o in spec.outputs),
         "RETURN_NAMES": tuple(o.name for o in spec.outputs),
         "OUTPUT_IS_LIST": tuple(o.is_list for o in spec.outputs),
-        "FUNCTION": method_name,
+        "FUNCTION": V3_FUNCTION if v3_today else method_name,
         "CATEGORY": spec.category,
         "DESCRIPTION": spec.description,
         "OUTPUT_NODE": spec.output_node,
         "INPUT_IS_LIST": spec.input_is_list,
         "DISPLAY_NAME": spec.display_name,  # for the NODE_DISPLAY_NAME_MAPPINGS of its module
     }
-    if method_name == V3_FUNCTION:
+    if v3_today:
+        # A V3 class today: `execute` and the V1 names ComfyUI binds to it (`get_sigmas = execute`).
+        attrs.update(_v3_methods(execute_call, today.get("aliases", ())))
+        attrs["define_schema"] = classmethod(lambda cls: schema_of(spec))
+        attrs.update(_v3_checks(spec))
+        if method_name not in attrs and method_name != V3_FUNCTION:
+            # 0.3.64's V1 method that today's class dropped (SaveAudio.save_flac): kept, as it was.
+            call.__name__ = method_name
+            attrs[method_name] = call
+    elif method_name == V3_FUNCTION:
         attrs.update(_v3_methods(call))
     else:
         call.__name__ = method_name
@@ -177,23 +226,43 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
     return type(spec.node_id, bases, attrs)
 
 
-def _v3_methods(call: Callable) -> dict[str, Any]:
+def _v3_methods(call: Callable, aliases: Any = ()) -> dict[str, Any]:
     """The V3 face of a node ComfyUI declares with `comfy_api`'s schema: `execute` (a
     classmethod, as `io.ComfyNode.execute`) answers an `io.NodeOutput`, and
-    `EXECUTE_NORMALIZED` the V1-shaped result (the tuple, or `{"ui", "result"}`)."""
+    `EXECUTE_NORMALIZED` the V1-shaped result (the tuple, or `{"ui", "result"}`). Each name in
+    `aliases` is the same classmethod object as `execute`, as ComfyUI's `get_sigmas = execute`
+    (so it also answers the NodeOutput, and `__name__` is "execute" there too)."""
 
     def execute(cls: type, *args: Any, **kwargs: Any) -> Any:
         from compat.v3.io import NodeOutput
 
         result = call(None, *args, **kwargs)
         if isinstance(result, dict):
-            return NodeOutput(*tuple(result.get("result", ())), ui=result.get("ui"))
+            return NodeOutput(*tuple(result.get("result", ())), ui=result.get("ui"), expand=result.get("expand"))
         return NodeOutput(*(result if isinstance(result, tuple) else (result,)))
 
     def execute_normalized(cls: type, *args: Any, **kwargs: Any) -> Any:
         return call(None, *args, **kwargs)
 
-    return {"execute": classmethod(execute), V3_FUNCTION: classmethod(execute_normalized)}
+    execute_method = classmethod(execute)
+    methods = {"execute": execute_method, V3_FUNCTION: classmethod(execute_normalized)}
+    methods.update({alias: execute_method for alias in aliases})
+    return methods
+
+
+def _v3_checks(spec: NodeSpec) -> dict[str, Any]:
+    """A V3 class's input checks under their V3 names (`fingerprint_inputs`, `validate_inputs`,
+    classmethods over the inputs by name), where the node has them."""
+    out: dict[str, Any] = {}
+    for name, field_name in (("fingerprint_inputs", "is_changed"), ("validate_inputs", "validate_inputs")):
+        check = getattr(spec.behaviour, field_name)
+        if check is None:
+            continue
+        signature = inspect.signature(check)
+        params = [p.name for p in signature.parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        out[name] = _alias(spec.node_id, name, "classmethod", "(" + ", ".join(params) + ")", check, signature)
+    return out
 
 
 # Class attributes of ComfyUI's node classes that hold the options of one of their combo inputs

@@ -71,8 +71,9 @@ def test_usdu_tile_sampling_through_sampler_custom_equals_the_node(pack, sd1) ->
     from nodes.custom_sampling import sampler_custom
 
     model, _clip, _vae, pos, neg = sd1
-    # V1 in ComfyUI 0.3.64: USDU takes its `getattr(SamplerCustom(), FUNCTION)(**kwargs)` branch
-    assert not hasattr(SamplerCustom, "execute") and SamplerCustom.FUNCTION == "sample"
+    # V3 today: USDU takes its `SamplerCustom.execute(...)` branch (`sample` is the same classmethod)
+    assert SamplerCustom.__dict__["sample"] is SamplerCustom.__dict__["execute"]
+    assert SamplerCustom.FUNCTION == "EXECUTE_NORMALIZED"
     sampler = comfy.samplers.sampler_object("euler")
     sigmas = comfy.samplers.calculate_sigmas(model.get_model_object("model_sampling"), "normal", 2)
     (latent,) = pack.UsduLikeTileSampler().sample(model, pos, neg, _latent(), sampler, sigmas, 5, 3.0)

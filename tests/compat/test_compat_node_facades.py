@@ -18,8 +18,9 @@ OUR_OWN_NODES = {"CLIPTextEncodeWeighted", "CLIPTextEncodeWeightedSDXL", "ApplyE
 
 def test_every_comfyui_node_has_comfyuis_method_name_for_packs(session):
     # Packs call built-ins as `nodes.X().<FUNCTION>(...)` (V1) or `X.execute(...)` (V3): each of
-    # ComfyUI's nodes needs ComfyUI's FUNCTION, recorded from ComfyUI 0.3.64's classes.
-    from compat.node_facades import V3_FUNCTION, class_for, comfy_function_names
+    # ComfyUI's nodes needs ComfyUI's FUNCTION, recorded from ComfyUI 0.3.64's classes (today's
+    # where it declares the node V3 now: compat/comfy_node_functions_2026.json).
+    from compat.node_facades import V3_FUNCTION, class_for, comfy_function_name, comfy_function_names
     from nodes import builtin_node_functions
 
     names = comfy_function_names()
@@ -27,7 +28,7 @@ def test_every_comfyui_node_has_comfyuis_method_name_for_packs(session):
     assert set(specs) - set(names) == OUR_OWN_NODES  # every other built-in is one of ComfyUI's nodes
     for node_id, spec in specs.items():
         cls = class_for(spec)
-        assert cls.FUNCTION == names.get(node_id, "execute"), node_id
+        assert cls.FUNCTION == comfy_function_name(node_id), node_id
         assert callable(getattr(cls, cls.FUNCTION)), node_id
         if cls.FUNCTION == V3_FUNCTION:
             assert callable(cls.execute), node_id
@@ -42,7 +43,7 @@ def test_comfy_extras_modules_hold_their_nodes_and_v3_nodes_answer_a_node_output
     assert "GrowMask" in nodes_mask.NODE_CLASS_MAPPINGS and nodes_mask.GrowMask.__module__ == "comfy_extras.nodes_mask"
     from comfy_extras.nodes_mask import GrowMask, SolidMask  # noqa: F401 (as packs import them)
 
-    assert GrowMask.FUNCTION == "expand_mask"  # a V1 node in ComfyUI 0.3.64
+    assert GrowMask.FUNCTION == "EXECUTE_NORMALIZED"  # V3 today; expand_mask is its alias
     assert GrowMask().expand_mask(torch.zeros(1, 5, 5), expand=1, tapered_corners=True)[0].shape == (1, 5, 5)
     from comfy_extras.nodes_latent import LatentAdd  # a V3 node there: `execute` answers a NodeOutput
 
