@@ -35,6 +35,23 @@ def _core_namespaces() -> dict[str, dict[str, object]]:
             if module is not None and (name == "comfy_core" or name.startswith("comfy_core."))}
 
 
+def _core_module_names() -> list[str]:
+    return [name for name, module in list(sys.modules.items())
+            if module is not None and (name == "comfy_core" or name.startswith("comfy_core."))]
+
+
+def _changes_now(before: dict[str, dict[str, object]]) -> list[str]:
+    """`_changes(before, _core_namespaces())` read from the live namespaces, without copying them."""
+    changed = []
+    for module, names in before.items():
+        live = sys.modules.get(module)
+        now = vars(live) if live is not None else {}
+        for name, value in names.items():
+            if now.get(name, _MISSING) is not value:
+                changed.append(f"{module}.{name}")
+    return changed
+
+
 def _changes(before: dict[str, dict[str, object]], after: dict[str, dict[str, object]]) -> list[str]:
     changed = []
     for module, names in before.items():
@@ -67,19 +84,25 @@ def test_assigning_any_surface_name_leaves_comfy_core_alone(session):
     assert len(facades) > 20, "the surface modules were not found"
 
     assigned, wrong = 0, []
+    before, loaded = None, None
     for module in facades:
         names = list(module.__dict__["_facade_names"].items())
         # every comfy_core module the targets' homes need is imported before the snapshot
         saved = [(name, target, module.__dict__.get(name, _MISSING), _home_value(target)) for name, target in names]
-        before = _core_namespaces()
         # One module's names are assigned together and the namespaces compared once (a snapshot of every
         # comfy_core module per name is what made this test slow); a change is then traced name by name.
+        # The snapshot is taken again only when comfy_core's modules changed (a module imported since) or
+        # after a change (traced below); otherwise the live namespaces are compared with the last one.
+        now_loaded = _core_module_names()
+        if before is None or now_loaded != loaded:
+            before, loaded = _core_namespaces(), now_loaded
         for name, _target, _before, _home in saved:
             setattr(module, name, _Sentinel(f"{module.__name__}.{name}"))
         assigned += len(saved)
-        changed = _changes(before, _core_namespaces())
+        changed = _changes_now(before)
         _restore(session, module, saved)
         if changed:
+            before = None  # whatever the tracing finds, the next module compares with a fresh snapshot
             for name, target, before_value, home_value in saved:
                 snapshot = _core_namespaces()
                 setattr(module, name, _Sentinel(f"{module.__name__}.{name}"))
