@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from comfy_core.patching.patcher import Patcher
 
@@ -87,6 +87,9 @@ def merge_into(target: Patcher, source: Patcher, strengths: Strengths, *, prefix
     skip = tuple(skip_suffixes)
     report = MergeReport()
     target_shapes = {k: tuple(t.shape) for k, t in target.model_state_dict(prefix).items()}
+    # One add_patches call per strength pair: each call lists the target's weights once, so a
+    # call per key made merging quadratic in the number of weights (2 500 for SDXL's UNet).
+    by_strengths: dict[tuple[float, float], dict[str, Any]] = {}
     for key, weight in source.weight_references(prefix).items():
         if skip and key.endswith(skip):
             continue
@@ -95,9 +98,10 @@ def merge_into(target: Patcher, source: Patcher, strengths: Strengths, *, prefix
             continue
         if target_shapes[key] != weight.shape:
             report.mismatched.append(key)
-        strength_patch, strength_model = strengths(key)
-        target.add_patches({key: weight}, strength_patch, strength_model)
+        by_strengths.setdefault(tuple(strengths(key)), {})[key] = weight
         report.merged.append(key)
+    for (strength_patch, strength_model), patches in by_strengths.items():
+        target.add_patches(patches, strength_patch, strength_model)
     _log(report)
     return report
 
