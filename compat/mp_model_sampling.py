@@ -13,9 +13,18 @@ As in ComfyUI, whose tables define no prediction maths, a pack's own mixin (or t
 itself) with its own `calculate_denoised` / `calculate_input` / `noise_scaling` /
 `inverse_noise_scaling` is what answers in the combined class (`_ComfyTable`); with our mixins,
 our table does the maths of the named prediction.
+
+As ComfyUI's (`class ModelSamplingDiscrete(torch.nn.Module)`, ...), every table class here is a
+`torch.nn.Module` whose `sigmas` / `log_sigmas` are buffers (`_SamplingModule`), so a pack's
+subclass may `self.register_buffer("alphas_cumprod", ...)` after `super().__init__(model_config)`
+(ComfyUI-TCD's `ModelSamplingDiscreteDistilledTCD`), move it with `.to(device)` and read its
+`state_dict()`. `nn.Module` comes last in their MRO: our tables' own methods, `__init__` chains
+and `__repr__` answer first, and each constructor runs `nn.Module.__init__` before anything is
+set. The engine's classes (comfy_core/models/model_sampling.py) stay plain objects.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -140,6 +149,36 @@ def _ours(klass: type) -> bool:
     return klass.__module__ == __name__ or klass.__module__.startswith("comfy_core.")
 
 
+class _SamplingModule(torch.nn.Module):
+    """The `torch.nn.Module` side of the table classes below (last in their MRO). As ComfyUI's
+    `set_sigmas` / `set_parameters` do with `register_buffer`, a tensor assigned to `sigmas` or
+    `log_sigmas` (our tables assign them) becomes a buffer, so `.to()` moves it and
+    `state_dict()` lists it; other attributes behave as `nn.Module` makes them (a tensor set on
+    a registered buffer's name replaces the buffer)."""
+
+    _BUFFER_NAMES = ("sigmas", "log_sigmas")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        buffers = self.__dict__.get("_buffers")
+        if (buffers is not None and name in self._BUFFER_NAMES and name not in buffers
+                and isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)):
+            self.__dict__.pop(name, None)
+            self.register_buffer(name, value)
+            return
+        super().__setattr__(name, value)
+
+    def __copy__(self) -> "_SamplingModule":
+        """A shallow copy (nodes copy a sampling object and change one setting, ModelNoiseScale)
+        with its own buffer and parameter tables, so installing a table on the copy
+        (`set_sigmas`) leaves the original's alone; the tensors themselves are shared."""
+        new = self.__class__.__new__(self.__class__)
+        new.__dict__.update(self.__dict__)
+        for name in ("_buffers", "_parameters", "_modules", "_non_persistent_buffers_set"):
+            if name in self.__dict__:
+                new.__dict__[name] = copy.copy(self.__dict__[name])
+        return new
+
+
 class _ComfyTable:
     """Base of the table classes below. ComfyUI's tables define no prediction maths: in
     `class X(ModelSamplingDiscrete, PackEPS)` the maths methods come from the mixin. Ours do, so
@@ -158,13 +197,14 @@ class _ComfyTable:
                 break
 
 
-class ModelSamplingDiscrete(_ComfyTable, ms.DiscreteModelSampling):
+class ModelSamplingDiscrete(_ComfyTable, ms.DiscreteModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingDiscrete(model_config=None, zsnr=None)`: the table of the config's
     `sampling_settings` (`beta_schedule`, `linear_start`, `linear_end`, `timesteps`, `zsnr`)."""
 
     allowed_predictions = ("eps", "v", "x0", "img_to_img", "lcm")
 
     def __init__(self, model_config: Any = None, zsnr: bool | None = None) -> None:
+        torch.nn.Module.__init__(self)
         settings = _settings(model_config)
         if zsnr is None:
             zsnr = settings.get("zsnr", False)
@@ -196,10 +236,11 @@ class ModelSamplingDiscreteDistilled(ModelSamplingDiscrete, ms.DistilledModelSam
     original_timesteps = 50
 
 
-class ModelSamplingContinuousEDM(_ComfyTable, ms.ContinuousEDMModelSampling):
+class ModelSamplingContinuousEDM(_ComfyTable, ms.ContinuousEDMModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingContinuousEDM(model_config=None)`."""
 
     def __init__(self, model_config: Any = None) -> None:
+        torch.nn.Module.__init__(self)
         s = _settings(model_config)
         super().__init__(_prediction(type(self), "edm"), s.get("sigma_min", 0.002), s.get("sigma_max", 120.0),
                          s.get("sigma_data", 1.0))
@@ -208,19 +249,21 @@ class ModelSamplingContinuousEDM(_ComfyTable, ms.ContinuousEDMModelSampling):
         ms.ContinuousEDMModelSampling.__init__(self, self.prediction, sigma_min, sigma_max, sigma_data)
 
 
-class ModelSamplingContinuousV(_ComfyTable, ms.ContinuousVModelSampling):
+class ModelSamplingContinuousV(_ComfyTable, ms.ContinuousVModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingContinuousV(model_config=None)`."""
 
     def __init__(self, model_config: Any = None) -> None:
+        torch.nn.Module.__init__(self)
         s = _settings(model_config)
         super().__init__(_prediction(type(self), "v"), s.get("sigma_min", 0.002), s.get("sigma_max", 120.0),
                          s.get("sigma_data", 1.0))
 
 
-class ModelSamplingDiscreteFlow(_ComfyTable, ms.FlowModelSampling):
+class ModelSamplingDiscreteFlow(_ComfyTable, ms.FlowModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingDiscreteFlow(model_config=None)` (with CONST)."""
 
     def __init__(self, model_config: Any = None) -> None:
+        torch.nn.Module.__init__(self)
         s = _settings(model_config)
         super().__init__(s.get("shift", 1.0), s.get("multiplier", 1000))
 
@@ -228,20 +271,22 @@ class ModelSamplingDiscreteFlow(_ComfyTable, ms.FlowModelSampling):
         ms.FlowModelSampling.__init__(self, shift, multiplier, timesteps)
 
 
-class ModelSamplingFlux(_ComfyTable, ms.FluxModelSampling):
+class ModelSamplingFlux(_ComfyTable, ms.FluxModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingFlux(model_config=None)` (with CONST)."""
 
     def __init__(self, model_config: Any = None) -> None:
+        torch.nn.Module.__init__(self)
         super().__init__(_settings(model_config).get("shift", 1.15))
 
     def set_parameters(self, shift: float = 1.15, timesteps: int = 10000) -> None:
         ms.FluxModelSampling.__init__(self, shift, timesteps)
 
 
-class StableCascadeSampling(_ComfyTable, ms.StableCascadeModelSampling):
+class StableCascadeSampling(_ComfyTable, ms.StableCascadeModelSampling, _SamplingModule):
     """ComfyUI's `StableCascadeSampling(model_config=None)`."""
 
     def __init__(self, model_config: Any = None) -> None:
+        torch.nn.Module.__init__(self)
         super().__init__(_settings(model_config).get("shift", 1.0))
 
     def set_parameters(self, shift: float = 1.0, cosine_s: float = 8e-3) -> None:

@@ -80,6 +80,23 @@ class Patcher:
         n._explicit = None
         return n
 
+    def __deepcopy__(self, memo: dict) -> "Patcher":
+        """`copy.deepcopy(patcher)`: an independent patcher over a deep copy of the base module.
+
+        Packs deep-copy the VAE or MODEL they receive and change the copy's layers (seamless
+        tiling sets `padding_mode="circular"` on the copy's `first_stage_model` convolutions), as
+        ComfyUI's `comfy.sd.VAE` / `ModelPatcher` allow. Patches, options and other attributes
+        are deep-copied with the module; the module's patch state is a fresh one
+        (`BaseModuleState.__deepcopy__`), so the copy's module has its own lock and holders. The
+        memory manager (`memory`, a service shared by every model, with its own lock) is shared,
+        not copied; the copy has no parent and no explicit hold."""
+        n = self.__class__.__new__(self.__class__)
+        memo[id(self)] = n
+        shared = {"memory": self.memory, "parent": None, "_explicit": None}
+        for key, value in self.__dict__.items():
+            n.__dict__[key] = shared[key] if key in shared else copy.deepcopy(value, memo)
+        return n
+
     def is_clone(self, other: Any) -> bool:
         """True when `other` patches the same base module."""
         return isinstance(other, Patcher) and other.model is self.model

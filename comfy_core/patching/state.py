@@ -27,6 +27,16 @@ _STATE_ATTR = "_comfy_patch_state"
 _MISSING = object()
 
 
+def _set_attribute(parent: Any, attr: str, value: Any) -> None:
+    """`setattr(parent, attr, value)`, also where an `nn.Module`'s attribute turns from a child
+    module into another object: `nn.Module` refuses to set a non-module over a registered child
+    (an `nn.Module` sampling object patched over the model's plain one, then restored), so that
+    child is unregistered first."""
+    if isinstance(parent, nn.Module) and value is not None and not isinstance(value, nn.Module):
+        parent._modules.pop(attr, None)
+    setattr(parent, attr, value)
+
+
 @dataclass
 class PatchStats:
     """Counters for tests and benchmarks: how much work applying did."""
@@ -307,7 +317,7 @@ class BaseModuleState:
     def set_object(self, parent: Any, attr: str, value: Any) -> None:
         original = getattr(parent, attr, _MISSING)
         self._objects.append((parent, attr, original))
-        setattr(parent, attr, value)
+        _set_attribute(parent, attr, value)
 
     def on_restore(self, callback: Callable[[], None]) -> None:
         """Run `callback()` after the next `restore` (a patcher undoing what it set on the module's
@@ -334,7 +344,7 @@ class BaseModuleState:
             if original is _MISSING:
                 delattr(parent, attr)
             else:
-                setattr(parent, attr, original)
+                _set_attribute(parent, attr, original)
         while self._on_restore:
             self._on_restore.pop()()
 

@@ -2,7 +2,9 @@
 blocks. `forward_timestep_embed` and `apply_control` are extension points (compat/facade.py
 `point`): a pack replacing them here (Advanced-ControlNet's reference mode) sets its session's
 `ExtensionPoints.forward_timestep_embed` / `apply_control`, which our UNet reads at every call;
-read back, they are the session's replacement or `comfy_core.models.unet`'s."""
+read back, they are the session's replacement or `comfy_core.models.unet`'s. `th` is torch, as
+ComfyUI's module does `import torch as th` (MaraScott's kohya_hiresfix imports it from here), read
+on first use so importing this module loads no torch."""
 from compat.facade import facade, point
 
 _U = "comfy_core.models.unet:"
@@ -27,4 +29,5 @@ facade(__name__, {
     "exists": "comfy_core.models.transformer:exists",
     "checkpoint": "compat.ldm_util:checkpoint",
     "ops": "compat.ldm_ops:disable_weight_init",
+    "th": _U + "torch",  # ComfyUI's `import torch as th`
 })
