@@ -16,6 +16,7 @@ pack's own class, as in ComfyUI. `NODE_CLASS_MAPPINGS` lists the active session'
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -500,6 +501,14 @@ class NodeClassMappings(dict):
         self._sync()
         return dict(dict.items(self))
 
+    # Copied, it is ComfyUI's plain dict of classes (classes copy as themselves):
+    # ComfyUI-to-Python-Extension keeps `copy.deepcopy(NODE_CLASS_MAPPINGS)` as its base set.
+    def __deepcopy__(self, memo: dict) -> dict[str, type]:
+        return copy.deepcopy(self.copy(), memo)
+
+    def __reduce__(self) -> tuple:
+        return (dict, (self.copy(),))
+
 
 def _synced(name: str) -> Callable[..., Any]:
     """`dict.<name>` after the mapping caught up with its registry."""
@@ -569,10 +578,20 @@ def before_node_execution() -> None:
     throw_exception_if_processing_interrupted()
 
 
+def pack_loading_functions() -> dict[str, Callable[..., Any]]:
+    """ComfyUI's `load_custom_node`, `init_extra_nodes`, ... (compat/pack_loading_api.py)."""
+    from compat import pack_loading_api as api
+
+    return {name: getattr(api, name) for name in ("load_custom_node", "init_external_custom_nodes",
+                                                   "init_builtin_extra_nodes", "init_builtin_api_nodes",
+                                                   "init_extra_nodes")}
+
+
 # ComfyUI's module-level functions of nodes.py that packs call.
 _MODULE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "common_ksampler": common_ksampler, "interrupt_processing": interrupt_processing,
     "before_node_execution": before_node_execution, "get_module_name": get_module_name,
+    **pack_loading_functions(),
 }
 
 

@@ -22,9 +22,11 @@ ComfyUI's `PromptServer` is the aiohttp server itself; packs use a few of its me
   `add_on_prompt_handler(fn)`, `trigger_on_prompt(body)`;
 - `address` and `port`: the first `--listen` host and `--port`, once the server listens (before,
   an AttributeError, as ComfyUI's server sets them in `start_multi_address`).
+- `user_manager` (ComfyUI's `UserManager`: `get_request_user_id`, `get_request_user_filepath`,
+  `settings.get_settings` / `save_settings`, over the server's user folders) and `web_root` (the
+  served editor's folder).
 `PromptServer.instance` is the facade of the active `CompatSession` (compat/session.py). Other
-members of ComfyUI's server (`user_manager`, `web_root`, `sockets`, ...) raise an
-AttributeError that names them.
+members of ComfyUI's server (`sockets`, ...) raise an AttributeError that names them.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import inspect
 import logging
 import struct
 import traceback
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -142,11 +145,29 @@ class PromptServer:
         self.prompt_queue = PackPromptQueue(session)
 
     def __getattr__(self, name: str) -> Any:  # only for names this facade does not define
+        if name == "web_root":  # its property found no served editor
+            raise AttributeError("PromptServer.instance.web_root: no editor is served (yet) in this process")
         if name in ("address", "port"):  # their properties found no listening server
             raise AttributeError(f"PromptServer.instance.{name}: set once the server listens (ComfyUI's "
                                  "start_multi_address); no server is listening in this process yet")
         raise AttributeError(f"PromptServer.instance.{name}: ComfyUI's server has it, this engine's server "
                              "facade does not provide it (compat/prompt_server.py lists what it does)")
+
+    @property
+    def user_manager(self) -> "UserManager":
+        """ComfyUI's `UserManager`: each request's user folder and settings file."""
+        if "_user_manager" not in vars(self):
+            self._user_manager = UserManager(self._session)
+        return self._user_manager
+
+    @property
+    def web_root(self) -> str:
+        """The served editor's static folder (ComfyUI's frontend dist path); an AttributeError
+        until the server serves one."""
+        root = getattr(self._session.state, "frontend_root", None)
+        if root is None:
+            raise AttributeError("no editor served")  # __getattr__ answers with the message
+        return str(root)
 
     @property
     def app(self) -> Any:
@@ -176,11 +197,11 @@ class PromptServer:
 
     @property
     def last_node_id(self) -> str | None:
-        """The node running in the calling thread (its display id, as ComfyUI sets it), else None."""
-        from graph.context import current
-
-        ctx = current()
-        return ctx.display_node_id if ctx is not None else None
+        """The display id of the node that last started running (ComfyUI's server attribute,
+        which its `execution.execute` sets before each node it does not take from the cache): a
+        pack's `execution.execute` wrapper reads the previous node's before the call and this
+        node's after it. None before the first node."""
+        return self._session.last_node_id
 
     def _listening(self) -> Any:
         """The server's config once it listens (its app started: the hub has the loop), else
@@ -279,3 +300,81 @@ class PromptServer:
             except Exception:  # noqa: BLE001 -- ComfyUI logs and carries on
                 log.warning("an on_prompt handler failed:\n%s", traceback.format_exc())
         return json_data
+
+
+class UserManager:
+    """ComfyUI's `app.user_manager.UserManager` as packs use it, over the server's user folders
+    (web/userdata.py): the request's user is the logged-in one with `--users`, the `Comfy-User`
+    header's with `--multi-user`, else "default", as for the editor's own /userdata routes."""
+
+    def __init__(self, session: CompatSession) -> None:
+        self._session = session
+        self.settings = AppSettings(self)
+
+    def user_data(self) -> Any:
+        routes = getattr(self._session.state, "user_data", None)
+        if routes is None:
+            raise ServerNotStartedError("PromptServer.instance.user_manager: no server is running in this process yet")
+        return routes
+
+    def _root(self, request: web.Request) -> Path:
+        root = self.user_data().user_root(request)
+        if root is None:  # ComfyUI's answer for a Comfy-User header naming no user
+            raise KeyError(f"Unknown user: {request.headers.get('Comfy-User', '')[:80]}")
+        return Path(root)
+
+    def get_request_user_id(self, request: web.Request) -> str:
+        return self._root(request).name
+
+    def get_request_user_filepath(self, request: web.Request, file: str | None, type: str = "userdata",
+                                  create_dir: bool = True) -> str | None:
+        """The path of `file` in the request's user folder (the folder itself for None); None
+        when `file` leaves it, as ComfyUI answers (its callers then refuse with 403)."""
+        if type != "userdata":
+            raise KeyError(f"Unknown filepath type: {type}")
+        root = self._root(request).resolve()
+        if file is None:
+            path = root
+        else:
+            path = (root / file).resolve()
+            if path != root and root not in path.parents:
+                return None
+        if create_dir:
+            (path if file is None else path.parent).mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+
+class AppSettings:
+    """ComfyUI's `app.app_settings.AppSettings`: the request's user's `comfy.settings.json`."""
+
+    def __init__(self, user_manager: UserManager) -> None:
+        self.user_manager = user_manager
+
+    def get_settings(self, request: web.Request) -> dict:
+        """What the user's settings file holds ({} without one)."""
+        return self.user_manager.user_data().settings_for(request).stored()
+
+    def save_settings(self, request: web.Request, settings: dict) -> None:
+        """Store exactly `settings` as the user's settings file."""
+        self.user_manager.user_data().settings_for(request).replace(settings)
+
+
+# The facade's own `send_sync`, to tell a pack's replacement from it.
+OWN_SEND_SYNC = PromptServer.send_sync
+
+
+def replaced_send_sync(session: CompatSession) -> Callable[[str, Any, str | None], Any] | None:
+    """`send_sync` as a pack replaced it, bound to the session's server facade, or None when no
+    pack did. Packs replace it on the class (`server.PromptServer.send_sync = wrapper`, keeping the
+    original to call: progress, timing and notification packs) or on the instance; ComfyUI's
+    executor sends every execution event through it, so the server sends the engine's through
+    the replacement too (web/prompt_routing.py), and the wrapper's call of the original sends."""
+    server = session.prompt_server
+    if server is not None and "send_sync" in vars(server):
+        return vars(server)["send_sync"]
+    on_class = PromptServer.__dict__.get("send_sync")
+    if on_class is None or on_class is OWN_SEND_SYNC:
+        return None
+    if server is None:  # as `PromptServer.instance` makes it, for this session
+        server = session.prompt_server = PromptServer(session)
+    return functools.partial(on_class, server)

@@ -17,6 +17,7 @@ import contextlib
 import inspect
 import logging
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -25,6 +26,7 @@ from comfy_core import extension_points
 from comfy_core.extension_points import ExtensionPoints
 from compat import extras_modules, finder, node_facades
 from compat.active import CompatNotInstalledError, _active, active
+from graph.context import current
 
 __all__ = ["CompatNotInstalledError", "CompatSession", "active"]
 
@@ -57,6 +59,8 @@ class CompatSession:
         # folder kinds packs declare (folder_paths.folder_names_and_paths) -> file extensions
         self.extensions: dict[str, set[str]] = {}
         self.prompt_server: Any = None  # compat.prompt_server.PromptServer, made on first use
+        # ComfyUI's `server.last_node_id`: the display id of the node that last started running
+        self.last_node_id: str | None = None
         self.node_class_mappings: Any = None  # nodes.NODE_CLASS_MAPPINGS (compat.node_facades), on first read
         self._app: Any = None  # the aiohttp Application packs added to (pack_app), made on first use
         # ComfyUI's `nodes.EXTENSION_WEB_DIRS` ({pack name: web folder}): loaded packs' WEB_DIRECTORY,
@@ -109,13 +113,17 @@ class CompatSession:
         as_facade(module)
 
     def before_node_call(self, unique_id: str, call_index: int, graph_index: int) -> None:
-        """The executor's hook before each node call (in the calling task): selects this session
-        and sets ComfyUI's `GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)`."""
+        """The executor's hook before each node call (in the calling task): selects this session,
+        sets ComfyUI's `GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)` and
+        `server.last_node_id` (ComfyUI's executor sets it before each node it runs)."""
         from compat.graph_builder import GraphBuilder
 
         _active.set(self)
         extension_points.set_current(self.extension_points)
         GraphBuilder.set_default_prefix(unique_id, call_index, graph_index)
+        ctx = current()
+        if ctx is not None:
+            self.last_node_id = ctx.display_node_id
 
     # -- loading packs --------------------------------------------------------------------------
     def run_prestartup(self, dirs: Iterable[str | os.PathLike], *, whitelist: Iterable[str] | None = None
@@ -162,6 +170,29 @@ class CompatSession:
                 self.extension_web_dirs.setdefault(pack.name, str(pack.web_directory))
         return self.packs
 
+    def load_custom_node(self, path: Path, *, ignore: Iterable[str] = ()) -> "PackResult":
+        """One pack loaded (or loaded again) while the server runs (ComfyUI's
+        `nodes.load_custom_node`, compat/pack_loading_api.py): its result takes the place of an
+        earlier one of the same pack in the status record, and `nodes.NODE_CLASS_MAPPINGS`
+        holds its classes (ComfyUI assigns them, replacing what a reload replaced)."""
+        from graph.packs import load_custom_node
+
+        with self.activate():
+            result = load_custom_node(self.registry, path, import_context=self.import_context,
+                                      module_hooks=[self.module_hook], ignore=ignore)
+            if result.ok:
+                mappings = node_facades.node_class_mappings()
+                declared = getattr(result.module, "NODE_CLASS_MAPPINGS", None) or {}
+                for class_type in result.nodes:
+                    if class_type in declared:
+                        mappings[class_type] = declared[class_type]
+                if result.web_directory is not None:
+                    self.extension_web_dirs[result.name] = str(result.web_directory)
+        for packs in (self.packs, getattr(self.state, "packs", None)):
+            if isinstance(packs, list):
+                packs[:] = [p for p in packs if p.name != result.name] + [result]
+        return result
+
     def module_hook(self, module: ModuleType, pack_name: str, registry: "Registry") -> None:
         """graph.packs' module hook: registers a V3 pack's `comfy_entrypoint()` nodes."""
         from compat.v3.discovery import register_entrypoint
@@ -205,6 +236,8 @@ class CompatSession:
         state.extra_routes.append(status_routes(self))
         if hasattr(state, "prompt_validation"):
             state.prompt_validation = self.replaced_validate_prompt
+        if hasattr(state, "event_relay"):
+            state.event_relay = self.replaced_send_sync
         state.on_prompt_handlers.extend(self.on_prompt_handlers)
         self.on_prompt_handlers = state.on_prompt_handlers  # later additions go straight there
         for replacement in self._node_replacements:
@@ -259,6 +292,21 @@ class CompatSession:
             else:  # static folders, class-based views: as they are
                 table._items.append(route)  # noqa: SLF001 -- RouteTableDef has no public add
         return table
+
+    def replaced_send_sync(self) -> Callable[[str, Any, str | None], None] | None:
+        """`PromptServer.send_sync` as a pack replaced it, as the server calls it for each
+        execution event (`send(event, data, client_id)`, in this session), or None when no pack
+        did (compat/prompt_server.py `replaced_send_sync`)."""
+        server_module = sys.modules.get("compat.prompt_server")  # not imported: no pack reached the server
+        replacement = server_module.replaced_send_sync(self) if server_module is not None else None
+        if replacement is None:
+            return None
+
+        def send(event: str, data: Any, client_id: str | None) -> None:
+            with self.activate():
+                replacement(event, data, client_id)
+
+        return send
 
     def replaced_validate_prompt(self) -> Callable[[str, dict, Any], Awaitable[Any]] | None:
         """ComfyUI's `execution.validate_prompt` as a pack replaced it in this session, as the

@@ -33,6 +33,10 @@ STATUS_MESSAGE_TYPES = frozenset({EXECUTION_START, EXECUTION_CACHED, EXECUTION_S
 class Event:
     type: str
     data: Any
+    # True once the host has sent it to its client itself, in step with the nodes (a pack's
+    # `send_sync` replacement got it on the run's thread: web/prompt_run.py); later consumers
+    # record it but do not send it again.
+    delivered: bool = False
 
     def as_message(self) -> dict:
         """The JSON WebSocket frame `{"type", "data"}` (not for `preview`, which is binary)."""

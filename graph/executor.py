@@ -96,8 +96,10 @@ class Executor:
 
     async def execute(self, prompt: Mapping[str, dict], prompt_id: str, *, outputs: Iterable[str],
                       extra_data: Mapping[str, Any] | None = None, sink: Sink | None = None,
-                      interrupt: Any = None) -> ExecutionOutcome:
-        """Run the nodes that `outputs` need; see graph/run.py for the semantics."""
+                      interrupt: Any = None, observe: Callable[[Event], Event] | None = None) -> ExecutionOutcome:
+        """Run the nodes that `outputs` need; see graph/run.py for the semantics. `observe(event)`:
+        called on the run's thread as each event is emitted, before it is queued for `sink` (which
+        gets what it returns): a host that must hand events to code in step with the nodes."""
         if self._running:
             raise GraphError("this Executor is already running a prompt; use one executor per worker")
         outputs = list(outputs)
@@ -106,9 +108,15 @@ class Executor:
             raise GraphError(f"outputs {missing} are not nodes of prompt {prompt_id}")
         stop = _Stop(interrupt)
         relay = EventRelay(asyncio.get_running_loop(), sink) if sink is not None else None
+        emit = relay.put if relay is not None else None
+        if emit is not None and observe is not None:
+            queue = emit
+
+            def emit(event: Event) -> None:
+                queue(observe(event))
+
         run = Run(self.settings, self.outputs, self.objects, dict(prompt), prompt_id,
-                  extra_data=dict(extra_data or {}), emit=relay.put if relay is not None else None,
-                  interrupt=stop)
+                  extra_data=dict(extra_data or {}), emit=emit, interrupt=stop)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
 

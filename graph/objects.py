@@ -5,10 +5,11 @@ from typing import Any, Callable
 
 
 class ObjectCache:
-    """V1 node instances, kept per (node id, class_type) across prompts, as ComfyUI does."""
+    """V1 node instances, kept per (node id, class_type) across prompts, as ComfyUI does; made
+    again when the node type's maker changed (its pack was reloaded, so its class is new)."""
 
     def __init__(self) -> None:
-        self._objects: dict[tuple[str, str], Any] = {}
+        self._objects: dict[tuple[str, str], tuple[Callable[[], Any], Any]] = {}
         self._owner: dict[tuple[str, str], tuple[str, str]] = {}
 
     def begin_prompt(self, keys: set[tuple[str, str]]) -> None:
@@ -18,10 +19,11 @@ class ObjectCache:
             self._owner.pop(key, None)
 
     def get_or_make(self, key: tuple[str, str], owner: tuple[str, str], make: Callable[[], Any]) -> Any:
-        if key not in self._objects:
-            self._objects[key] = make()
+        held = self._objects.get(key)
+        if held is None or held[0] is not make:
+            held = self._objects[key] = (make, make())
             self._owner[key] = owner
-        return self._objects[key]
+        return held[1]
 
     def clear(self) -> None:
         self._objects.clear()

@@ -148,9 +148,27 @@ def load_custom_nodes(registry: Registry, dirs: Iterable[str | os.PathLike], *,
     return results
 
 
+def load_custom_node(registry: Registry, path: str | os.PathLike, *,
+                     import_context: Callable[[], ContextManager[Any]] | None = None,
+                     module_hooks: Sequence[ModuleHook] = (), limits: PackLimits | None = None,
+                     ignore: Iterable[str] = ()) -> PackResult:
+    """Import one pack (a `.py` file or a package folder) and register its nodes, while the
+    server runs (ComfyUI's `nodes.load_custom_node`: hot-reload packs re-import an edited pack
+    with it). The pack's own node types registered before are replaced by the new classes
+    (`Registry.replace_spec`), so the next prompt runs the new code; node types in `ignore`, a
+    built-in's or another pack's stay as they are (logged)."""
+    limits = limits or _limits.get() or PackLimits()
+    path = Path(path)
+    loop = caller_event_loop() if limits.import_timeout is not None else None
+    with refuse_exits():
+        return _load_one(registry, path, pack_name(path), import_context, module_hooks, limits, loop,
+                         replace_own=True, ignore=frozenset(ignore))
+
+
 def _load_one(registry: Registry, path: Path, name: str,
               import_context: Callable[[], ContextManager[Any]] | None,
-              module_hooks: Sequence[ModuleHook], limits: PackLimits, loop: Any = None) -> PackResult:
+              module_hooks: Sequence[ModuleHook], limits: PackLimits, loop: Any = None, *,
+              replace_own: bool = False, ignore: frozenset[str] = frozenset()) -> PackResult:
     start = time.perf_counter()
     module_name = _module_name(path)
     result = PackResult(name, path, False, None, 0.0, None, None)
@@ -176,7 +194,7 @@ def _load_one(registry: Registry, path: Path, name: str,
     try:
         result.module = bounded(import_pack, limits.import_timeout, f"import of custom node pack {name}",
                                 on_late=finished_late, loop=loop)
-        _register(registry, result.module, name, result, limits)
+        _register(registry, result.module, name, result, limits, replace_own=replace_own, ignore=ignore)
         if module_hooks:
             bounded(run_hooks, limits.import_timeout, f"registration (comfy_entrypoint) of custom node pack {name}",
                     on_late=finished_late, loop=loop)
@@ -218,7 +236,8 @@ def _import(path: Path, module_name: str) -> ModuleType:
     return module
 
 
-def _register(registry: Registry, module: ModuleType, name: str, result: PackResult, limits: PackLimits) -> None:
+def _register(registry: Registry, module: ModuleType, name: str, result: PackResult, limits: PackLimits, *,
+              replace_own: bool = False, ignore: frozenset[str] = frozenset()) -> None:
     """Register the pack's V1 classes, appending to `result.nodes` / `.skipped` as it goes.
 
     A problem in one node's declaration never refuses the pack (ComfyUI's `nodes.py:
@@ -231,19 +250,25 @@ def _register(registry: Registry, module: ModuleType, name: str, result: PackRes
     nodes, skipped = result.nodes, result.skipped
     mappings = getattr(module, "NODE_CLASS_MAPPINGS", None) or {}
     display = getattr(module, "NODE_DISPLAY_NAME_MAPPINGS", None) or {}
+    python_module = f"custom_nodes.{name}"
     for class_type, cls in mappings.items():
+        if class_type in ignore:  # ComfyUI's load_custom_node skips these without a word
+            skipped.append(class_type)
+            continue
         guard = NodeCallGuard(name, str(class_type), limits.call_timeout, result.node_errors)
         try:
             taken = registry.find(class_type)
-            if taken is not None:
+            own = (replace_own and taken is not None and taken.python_module == python_module
+                   and not registry.is_builtin(class_type))
+            if taken is not None and not own:
                 raise DuplicateNodeTypeError(
                     f"node type {class_type!r} (from custom_nodes.{name}) is already registered by "
                     f"{'a built-in node' if registry.is_builtin(class_type) else 'another node'} "
                     f"(from {taken.python_module})")
             spec = bounded(lambda c=class_type, k=cls: spec_from_v1(c, k, display_name=display.get(c),
-                                                                    python_module=f"custom_nodes.{name}"),
+                                                                    python_module=python_module),
                            limits.call_timeout, f"INPUT_TYPES() of node {class_type!r}")
-            spec = registry.add_spec(_guarded(spec, guard))
+            spec = (registry.replace_spec if own else registry.add_spec)(_guarded(spec, guard))
         except PackTimeoutError as ex:
             result.node_errors[class_type] = str(ex)
             log.error("custom node pack %s: node %r is skipped: %s; the pack's other nodes load", name, class_type, ex)

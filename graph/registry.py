@@ -6,6 +6,8 @@ built-in node (ComfyUI ignores such keys; `graph.packs` logs and skips them).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from typing import Any, Callable, Iterable, Iterator
 
@@ -44,6 +46,19 @@ class Registry:
         self._refuse_duplicate(class_type, python_module)  # before INPUT_TYPES is read
         return self.add_spec(
             spec_from_v1(class_type, cls, display_name=display_name, python_module=python_module), builtin)
+
+    def replace_spec(self, spec: NodeSpec) -> NodeSpec:
+        """Register `spec` in place of the node type of that id its own module registered before
+        (a pack reloaded while the server runs); the stored spec's `revision` is one more than
+        the replaced one's. `DuplicateNodeTypeError` for a built-in node or another module's."""
+        existing = self._specs.get(spec.node_id)
+        if existing is None:
+            return self.add_spec(spec)
+        if spec.node_id in self._builtin or existing.python_module != spec.python_module:
+            self._refuse_duplicate(spec.node_id, spec.python_module)
+        replaced = dataclasses.replace(spec, revision=existing.revision + 1)
+        self._specs[spec.node_id] = replaced
+        return replaced
 
     def _refuse_duplicate(self, class_type: str, python_module: str) -> None:
         existing = self._specs.get(class_type)

@@ -93,6 +93,7 @@ class Signatures:
         self._is_changed: dict[str, Any] = {}
         self._sigs: dict[str, Hashable] = {}
         self._keyed_by_id: dict[str, bool] = {}  # class_type -> its key includes the node id
+        self._revision: dict[str, int] = {}  # class_type -> its spec's revision (0: never reloaded)
         self._keyable: dict[str, bool] = {}  # class_type -> it may be keyed by value
 
     # -- IS_CHANGED ---------------------------------------------------------------------------
@@ -208,10 +209,15 @@ class Signatures:
         parts.append(is_changed)
         by_id = self._keyed_by_id.get(class_type)
         if by_id is None:
-            by_id = self._keyed_by_id[class_type] = self.spec_of(class_type).not_idempotent or any(
+            spec = self.spec_of(class_type)
+            by_id = self._keyed_by_id[class_type] = spec.not_idempotent or any(
                 i.section == HIDDEN and i.type == HIDDEN_UNIQUE_ID for i in self.inputs_of(class_type).values())
+            self._revision[class_type] = spec.revision
         if by_id:
             parts.append(("id", node_id))
+        revision = self._revision.get(class_type, 0)
+        if revision:  # a reloaded pack's node: the replaced code's results never match
+            parts.append(("revision", revision))
         inputs = node["inputs"]
         linked = {name: (source, slot) for name, source, slot in links} if links else _NO_LINKS
         for key in sorted(inputs):

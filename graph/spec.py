@@ -139,6 +139,10 @@ class NodeSpec:
     # SEARCH_ALIASES / ESSENTIALS_CATEGORY); rendered in /object_info, never read by the engine.
     search_aliases: tuple[str, ...] = ()
     essentials_category: str | None = None
+    # How many times its pack re-registered this node type while the server ran (a pack reloaded
+    # through ComfyUI's `nodes.load_custom_node`): part of its cache keys from the first time on,
+    # so results of the replaced code are never reused (graph/signature.py).
+    revision: int = 0
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]

@@ -109,7 +109,7 @@ def create_app(state: AppState, *, extra_routes: Iterable[web.RouteTableDef] = (
         tables.append(auth_routes())  # /auth/login, /auth/logout, /auth/me, /auth/tokens, /auth/users
     for table in [*tables, *state.extra_routes, *extra_routes]:
         add_api_routes(app, table)
-    add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)
+    state.user_data = add_userdata_routes(app, state)  # /users, /settings, /userdata, /i18n (web/userdata.py)
     add_asset_routes(app, state)  # /api/assets*, /api/tags (web/routes_assets.py; 503 without --enable-assets)
     add_v2_routes(app, state)  # Comfy's API v2, /api/v2/jobs*, /api/v2/assets*, /api/v2/health (web/routes_v2.py)
     served_editor = False
@@ -180,6 +180,8 @@ async def _on_startup(app: web.Application) -> None:
     else:
         state.worker = QueueWorker(state.queue, state.hub, state.executor, state.store, memory=state.env.memory,
                                    preview_size=state.config.preview_size, assets=output_assets(app))
+    # a pack's replacement of PromptServer.send_sync sees the prompts' events (web/prompt_routing.py)
+    state.worker.event_relay = lambda: state.event_relay() if state.event_relay is not None else None
     _open_worker_gate(app, None)
 
 

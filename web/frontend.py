@@ -209,6 +209,8 @@ def add_frontend_routes(app: web.Application, state: Any = None, *, root: Path |
     app[WEB_EXTENSIONS_KEY] = extensions
     if state is not None:
         add_pack_web_directories(app, getattr(state, "packs", ()) or ())
+        if hasattr(state, "frontend_root"):
+            state.frontend_root = static  # ComfyUI's `PromptServer.instance.web_root`, for packs
 
     async def index(request: web.Request) -> web.StreamResponse:
         return file_response(static / "index.html")

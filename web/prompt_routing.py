@@ -6,13 +6,24 @@ events go to the owner only, previews become binary frames (type 1, or 4 for cli
 asked for metadata) encoded off the loop but kept in their place, and without an owner only
 `execution_interrupted` is sent (to everyone).
 
-A class using `PromptRouting` sets `self.hub` (web.hub.WebSocketHub) and `self.preview_size`.
+A pack that replaced ComfyUI's `PromptServer.send_sync` (a wrapper that times nodes or forwards
+notifications, then calls the original) sees every JSON event it would see on ComfyUI: the
+events to a client go through `event_relay()`'s answer (web/state.py), whose call of the
+original sends them; a replacement that raises is logged and the event sent as usual. The
+queue worker hands them over on the prompt's thread as they are emitted (PromptRun.observe), so
+they arrive in step with the nodes, and they reach `_route` marked `delivered`; the Ray
+dispatcher's, and the final `executing` None, go through it here. The coalesced
+`progress_state` maps are not relayed: they are built lazily, only for a connected client
+(web/hub.py).
+
+A class using `PromptRouting` sets `self.hub` (web.hub.WebSocketHub) and `self.preview_size`,
+and may set `self.event_relay` (`() -> send | None`).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from graph.events import EXECUTING, EXECUTION_INTERRUPTED, PREVIEW, Event
 from web.protocol import encode_image, preview_frame, preview_frame_with_metadata
@@ -27,6 +38,7 @@ log = logging.getLogger(__name__)
 class PromptRouting:
     hub: "WebSocketHub"
     preview_size: int
+    event_relay: "Callable[[], Callable[[str, Any, str | None], Any] | None] | None" = None
 
     def _route(self, event: Event, item: "QueueItem", client_id: str | None) -> None:
         """Deliver one executor event; may run on a node thread."""
@@ -40,9 +52,23 @@ class PromptRouting:
         if client_id is None:
             # ComfyUI: without a client, only `execution_interrupted` is sent (to everyone).
             if event.type == EXECUTION_INTERRUPTED:
-                hub.send_threadsafe(event.type, event.data, None)
+                self.send_event(event.type, event.data, None)
             return
-        hub.send_threadsafe(event.type, event.data, client_id)
+        if event.delivered:  # a pack's send_sync already sent it, on the prompt's thread
+            return
+        self.send_event(event.type, event.data, client_id)
+
+    def send_event(self, event_type: str, data: Any, client_id: str | None) -> None:
+        """One JSON event of a prompt to `client_id` (None: every client), through a pack's
+        `send_sync` when one replaced it (see the module docstring). Thread-safe."""
+        relay = self.event_relay() if self.event_relay is not None else None
+        if relay is not None:
+            try:
+                relay(event_type, data, client_id)
+                return
+            except Exception:  # noqa: BLE001 -- a pack's wrapper must not cost the client its events
+                log.exception("a pack's PromptServer.send_sync failed on %r; sent as usual", event_type)
+        self.hub.send_threadsafe(event_type, data, client_id)
 
     def _note_executing(self, item: "QueueItem", node: str | None) -> None:
         self.hub.note_executing(item.prompt_id, node)  # for reconnect catch-up

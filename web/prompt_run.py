@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from graph.events import EXECUTED, EXECUTING, PROGRESS_STATE, STATUS_MESSAGE_TYPES, Event, execution_error
+from graph.events import EXECUTED, EXECUTING, PREVIEW, PROGRESS_STATE, STATUS_MESSAGE_TYPES, Event, execution_error
 from graph.progress import FLUSH_BEFORE, ProgressCoalescer, ProgressPacing
 from web.protocol import json_message
 from web.queue_item import QueueItem, now_ms
@@ -58,6 +58,24 @@ class PromptRun:
             # send_event: the map is built and encoded only for a client with a socket (web/hub.py)
             self.progress = ProgressCoalescer(lambda e: hub.send_event(e, client_id),
                                               asyncio.get_running_loop().call_later, pacing=pacing)
+
+    def observe(self, event: Event) -> Event:
+        """On the prompt's own thread, as the executor emits `event`: a pack's replacement of
+        `PromptServer.send_sync` gets each JSON event for the client now, in step with the nodes,
+        as ComfyUI's executor sends them (a timing pack reads the clock when `executing` arrives);
+        its call of the original sends it, so the event comes back marked `delivered`. A
+        replacement that raises is logged and the event goes out as usual."""
+        if self.client_id is None or event.type in (PREVIEW, PROGRESS_STATE) or self.router.event_relay is None:
+            return event
+        relay = self.router.event_relay()
+        if relay is None:
+            return event
+        try:
+            relay(event.type, event.data, self.client_id)
+        except Exception:  # noqa: BLE001 -- a pack's wrapper must not cost the client its events
+            log.exception("a pack's PromptServer.send_sync failed on %r; sent as usual", event.type)
+            return event
+        return Event(event.type, event.data, delivered=True)
 
     def sink(self, event: Event) -> None:
         """Runs on the server's loop (graph/relay.py, or the Ray stream, delivers events there)."""
@@ -149,7 +167,7 @@ class PromptRun:
         item = self.item
         queue.task_done(item.prompt_id)  # broadcasts `status`
         if self.client_id is not None:
-            self.router.hub.send(EXECUTING, {"node": None, "prompt_id": item.prompt_id}, self.client_id)
+            self.router.send_event(EXECUTING, {"node": None, "prompt_id": item.prompt_id}, self.client_id)
 
     def finish(self, result: RunResult, store: "PromptStore", queue: "PromptQueue") -> None:
         entry = self._before_store(result)

@@ -41,6 +41,9 @@ Fields (stable; add, don't rename):
                one is logged and that handler skipped
   prompt_validation  `() -> validate | None`: a pack's replacement of ComfyUI's
                `execution.validate_prompt`, which POST /prompt then validates through
+  event_relay  `() -> send | None`: a pack's replacement of ComfyUI's `PromptServer.send_sync`,
+               which the queue worker then sends each prompt's JSON events through
+               (`send(event_type, data, client_id)`; web/prompt_routing.py)
 
 Thread-safe methods (callable from node worker threads):
   state.send_preview(data, client_id=None)  a preview image frame (packs' unencoded previews)
@@ -53,6 +56,7 @@ Thread-safe methods (callable from node worker threads):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
@@ -88,6 +92,13 @@ class AppState:
     # `execution.validate_prompt` (then POST /prompt validates through `await validate(prompt_id,
     # prompt, partial_targets)`, ComfyUI's `(ok, error, good_outputs, node_errors)`); None: no session
     prompt_validation: Callable[[], Any] | None = None
+    # `() -> send or None`: the compat session's answer to whether a pack replaced ComfyUI's
+    # `PromptServer.send_sync` (then execution events go through `send(event, data, client_id)`)
+    event_relay: Callable[[], Any] | None = None
+    # web.userdata.UserDataRoutes: each request's user folder and settings (ComfyUI's user manager)
+    user_data: Any = None
+    # the served editor's static folder, once served (ComfyUI's `PromptServer.web_root`)
+    frontend_root: Path | None = None
     pack_app: web.Application | None = None
     node_replacements: NodeReplacements = field(default_factory=NodeReplacements)
     # web.pack_start.DeferredPackLoad while packs import after the server listens (else None)

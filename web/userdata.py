@@ -227,6 +227,10 @@ class SettingsStore:
     def set(self, setting_id: str, value: Any) -> None:
         self._save({**self.stored(), setting_id: value})
 
+    def replace(self, values: Mapping[str, Any]) -> None:
+        """Store exactly `values` (ComfyUI's `AppSettings.save_settings`)."""
+        self._save(dict(values))
+
     def _save(self, settings: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.path, json.dumps(settings, indent=4).encode("utf-8"))
@@ -354,6 +358,14 @@ class UserDataRoutes:
 
     def files_for(self, request: web.Request) -> "UserFiles":
         return self._storage(request)[0]
+
+    def user_root(self, request: web.Request) -> Path | None:
+        """The caller's user folder, or None for a `Comfy-User` no POST /users made (packs'
+        `user_manager.get_request_user_filepath`)."""
+        try:
+            return self._storage(request)[0].root
+        except UserDataError:
+            return None
 
     def settings_for(self, request: web.Request) -> "SettingsStore":
         return self._storage(request)[1]

@@ -161,7 +161,7 @@ class QueueWorker(PromptRouting):
         try:
             outcome = await self.executor.execute(
                 item.prompt, item.prompt_id, outputs=list(item.outputs), extra_data=item.extra_data,
-                sink=run.sink, interrupt=item.interrupt)
+                sink=run.sink, interrupt=item.interrupt, observe=run.observe)
             result = run.result_of(outcome)
         except Exception as exc:  # noqa: BLE001 -- an executor bug must not stop the server
             log.exception("prompt %s: executor failed", item.prompt_id)

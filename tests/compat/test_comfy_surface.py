@@ -89,7 +89,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
     "comfy.checkpoint_pickle": "not yet: the unpickler allow-list module (our loaders read .ckpt their own way)",
-    "comfy_execution.caching": "ComfyUI's executor caches: the engine's cache is graph/'s",
     "comfy_api.latest._resources": "not yet: V3 node resources (files bundled with a node)",
 }
 
@@ -274,20 +273,17 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("not yet: Node's parameter names (`id`, `key` there; graph/expansion.py's NodeRef here)"),
         ('Node.__init__', 'Node.get_input', 'Node.set_input', 'Node.set_override_display_id',)),
     'execution': (
-        ("ComfyUI's executor internals (cache classes, PromptQueue's constructor): the engine's "
-         'executor is graph/; `PromptExecutor`, `validate_prompt`, ... exist'),
-        ('BasicCache', 'CacheKeySetID', 'CacheKeySetInputSignature', 'CacheSet', 'CacheType.DEPENDENCY_AWARE',
-         'DependencyAwareCache', 'ExecutionList', 'HierarchicalCache', 'IsChangedCache', 'LRUCache',
+        ("ComfyUI's executor internals (PromptQueue's constructor): the engine's executor is graph/; "
+         '`PromptExecutor`, `validate_prompt`, the cache classes (compat/execution_caching.py), ... exist'),
+        ('CacheSet', 'CacheType.DEPENDENCY_AWARE', 'ExecutionList', 'IsChangedCache',
          'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags',
          'first_real_override', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
          'merge_result_data',)),
     'nodes': (
-        ('start-up loaders (`init_*`, `load_custom_node`): the host loads packs (graph/packs.py); helpers '
-         "inside node classes (`VAELoader.vae_list`, `LatentBlend.blend_mode`) and EmptyImage's `device`: not "
-         'yet'),
+        ('`init_public_apis` (the host registers the API versions); helpers inside node classes '
+         "(`VAELoader.vae_list`, `LatentBlend.blend_mode`) and EmptyImage's `device`: not yet"),
         ('ComfyAPIWithVersion', 'EmptyImage.__init__', 'LatentBlend.blend_mode', 'VAELoader.load_taesd',
-         'VAELoader.vae_list', 'init_builtin_api_nodes', 'init_builtin_extra_nodes', 'init_external_custom_nodes',
-         'init_extra_nodes', 'init_public_apis', 'load_custom_node', 'register_versions', 'supported_versions',)),
+         'VAELoader.vae_list', 'init_public_apis', 'register_versions', 'supported_versions',)),
     'server': (
         ('aiohttp application plumbing (middlewares, `setup`, `start`, `add_routes`) and image-sending '
          'helpers: the server is web/'),

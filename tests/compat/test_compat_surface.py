@@ -304,6 +304,15 @@ def test_nodes_module_facade(session):
     assert mappings["PackNode"] is PackNode and mappings["KSampler"] is nodes.KSampler
     assert nodes.NODE_DISPLAY_NAME_MAPPINGS["PackNode"] == "Pack Node"
 
+    # copied or pickled, ComfyUI's plain dict of the same classes (ComfyUI-to-Python-Extension
+    # deep-copies it as its base node set)
+    import copy
+
+    copied = copy.deepcopy(mappings)
+    assert type(copied) is dict and copied == mappings.copy()
+    assert copied["PackNode"] is PackNode and copied["KSampler"] is nodes.KSampler
+    assert type(copy.copy(mappings)) is dict and copy.copy(mappings) == copied
+
 
 def test_cli_args_answer_for_the_bound_server(session, tmp_path):
     from comfy.cli_args import LatentPreviewMethod, args
