@@ -42,7 +42,6 @@ class PromptRouting:
 
     def _route(self, event: Event, item: "QueueItem", client_id: str | None) -> None:
         """Deliver one executor event; may run on a node thread."""
-        hub = self.hub
         if event.type == PREVIEW:
             if client_id is not None:
                 self._send_preview(event.data, client_id)

@@ -95,7 +95,7 @@ def test_primere_scheduler_calls_on_the_class(sd1):
 def test_primere_custom_sampler_advanced_chain_equals_the_native_nodes(sd1):
     from comfy_extras import nodes_custom_sampler as ncs
 
-    from nodes.custom_sampling import sampler_custom, sampler_custom_advanced
+    from nodes.custom_sampling import sampler_custom_advanced
 
     model, positive, negative = sd1
     sigmas = ncs.BasicScheduler.execute(model, "normal", 2, denoise=1.0)[0]

@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
