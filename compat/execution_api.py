@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from enum import Enum
 from typing import Any, Iterable, Mapping
+
+log = logging.getLogger(__name__)
 
 SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
 MAXIMUM_HISTORY_SIZE = 10000
@@ -62,6 +65,51 @@ class CacheType(Enum):
 
 _CACHE_KINDS = {CacheType.CLASSIC: "classic", CacheType.LRU: "lru", CacheType.NONE: "none",
                 CacheType.RAM_PRESSURE: "ram"}
+
+
+class IsChangedCache:
+    """ComfyUI's `execution.IsChangedCache(prompt_id, dynprompt, outputs_cache)`: each node's
+    `fingerprint_inputs` (a V3 class's own) or `IS_CHANGED` value, computed once from its
+    constant inputs (links are not followed: "only constants in IS_CHANGED", as ComfyUI says),
+    for the key sets of `comfy_execution.caching` (`await cache.get(node_id)`). The value is kept
+    in the prompt's node as `"is_changed"`, which a later cache reads first; a check that raises
+    gives NaN (logged), which keys the node apart, as ComfyUI's does. The engine's own executor
+    keys its cache in graph/signature.py; this is for packs that build ComfyUI's caches."""
+
+    def __init__(self, prompt_id: str, dynprompt: Any, outputs_cache: Any = None) -> None:
+        self.prompt_id = prompt_id
+        self.dynprompt = dynprompt
+        self.outputs_cache = outputs_cache
+        self.is_changed: dict[str, Any] = {}
+
+    async def get(self, node_id: str) -> Any:
+        if node_id in self.is_changed:
+            return self.is_changed[node_id]
+        from compat.node_facades import node_class_mappings
+        from graph.expansion import ExecutionBlocker
+
+        node = self.dynprompt.get_node(node_id)
+        class_def = node_class_mappings()[node["class_type"]]
+        overrides = getattr(class_def, "overrides", None)
+        if callable(overrides) and hasattr(class_def, "define_schema") and overrides("fingerprint_inputs"):
+            method = "fingerprint_inputs"
+        elif hasattr(class_def, "IS_CHANGED"):
+            method = "IS_CHANGED"
+        else:
+            self.is_changed[node_id] = False
+            return False
+        if "is_changed" not in node:
+            input_data_all, _missing, v3_data = get_input_data(node["inputs"], class_def, node_id, None)
+            try:
+                results = await _async_map_node_over_list(self.prompt_id, node_id, class_def, input_data_all,
+                                                          method, v3_data=v3_data)
+                results = await resolve_map_node_over_list_results(results)
+                node["is_changed"] = [None if isinstance(x, ExecutionBlocker) else x for x in results]
+            except Exception as ex:  # noqa: BLE001 -- a failing check keys the node apart, as ComfyUI
+                log.warning("WARNING: %s", ex)
+                node["is_changed"] = float("NaN")
+        self.is_changed[node_id] = node["is_changed"]
+        return node["is_changed"]
 
 
 class DuplicateNodeError(Exception):

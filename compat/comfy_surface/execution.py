@@ -19,6 +19,7 @@ facade(__name__, {
     "PromptExecutor": "compat.execution_api:PromptExecutor",
     "PromptQueue": "compat.pack_queue:PackPromptQueue",
     "ExecutionResult": "compat.execution_api:ExecutionResult",
+    "IsChangedCache": "compat.execution_api:IsChangedCache",
     "CacheType": "compat.execution_api:CacheType",
     "DuplicateNodeError": "compat.execution_api:DuplicateNodeError",
     "NodeExecutionError": "compat.execution_api:NodeExecutionError",

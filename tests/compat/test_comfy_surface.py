@@ -275,7 +275,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     'execution': (
         ("ComfyUI's executor internals (PromptQueue's constructor): the engine's executor is graph/; "
          '`PromptExecutor`, `validate_prompt`, the cache classes (compat/execution_caching.py), ... exist'),
-        ('CacheSet', 'CacheType.DEPENDENCY_AWARE', 'ExecutionList', 'IsChangedCache',
+        ('CacheSet', 'CacheType.DEPENDENCY_AWARE', 'ExecutionList',
          'PromptQueue.ExecutionStatus', 'PromptQueue.__init__', 'PromptQueue.get_flags',
          'first_real_override', 'get_input_info', 'get_output_data', 'get_output_from_returns', 'is_class', 'make_locked_method_func',
          'merge_result_data',)),

@@ -540,3 +540,55 @@ async def test_lg_hotreload_set_prompt_wrapper_drops_reloaded_classes(registered
     assert await outputs.get("2") is None and await outputs.get("1") == "source"
     assert await objects.get("2") is None and await objects.get("1") == "source"
     assert await untouched.get("2") == "mid"
+
+
+class Stamped:
+    """A V1 node whose IS_CHANGED answers from its constant input (a file-stamp node's shape)."""
+
+    RETURN_TYPES = ("INT",)
+    FUNCTION = "run"
+    CATEGORY = "test"
+    calls: list = []
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"name": ("STRING", {"default": ""}), "x": ("INT",)}}
+
+    @classmethod
+    def IS_CHANGED(cls, name, x=None):
+        cls.calls.append((name, x))
+        if name == "boom":
+            raise OSError("no such file")
+        return f"stamp-{name}"
+
+    def run(self, name, x):
+        return (x,)
+
+
+async def test_is_changed_cache_answers_is_changed_from_constants_once_and_feeds_the_key_sets(registered):
+    import execution
+    from comfy_execution import caching
+
+    registered.registry.add_v1("Stamped", Stamped)
+    Stamped.calls.clear()
+    prompt = {"1": {"class_type": "Source", "inputs": {"value": 3}},
+              "2": {"class_type": "Stamped", "inputs": {"name": "a.png", "x": ["1", 0]}},
+              "3": {"class_type": "Stamped", "inputs": {"name": "boom", "x": ["1", 0]}}}
+    dynprompt = dyn(prompt)
+    cache = execution.IsChangedCache("p1", dynprompt, None)
+    assert await cache.get("1") is False  # no IS_CHANGED
+    assert await cache.get("2") == ["stamp-a.png"]
+    assert await cache.get("2") == ["stamp-a.png"] and Stamped.calls == [("a.png", None)]  # once; links not followed
+    failed = await cache.get("3")
+    assert isinstance(failed, float) and failed != failed  # NaN: keyed apart, as ComfyUI
+    assert dynprompt.get_node("2")["is_changed"] == ["stamp-a.png"]  # kept in the prompt, read first later
+
+    keys = caching.CacheKeySetInputSignature(dynprompt, list(prompt), execution.IsChangedCache("p1", dynprompt, None))
+    await keys.add_keys(list(prompt))
+    # the same constants, another IS_CHANGED answer (the file changed): another key for node 2 only
+    touched = {**prompt, "2": {**prompt["2"], "is_changed": ["stamp-a.png, modified"]}}
+    other = caching.CacheKeySetInputSignature(dyn(touched), list(touched),
+                                              execution.IsChangedCache("p2", dyn(touched), None))
+    await other.add_keys(list(touched))
+    assert keys.get_data_key("1") == other.get_data_key("1")
+    assert keys.get_data_key("2") != other.get_data_key("2")
