@@ -453,6 +453,10 @@ class RegistryView:
         self._check()
         return self._registry.add_native(*args, **kwargs)
 
+    def replace_spec(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self._registry.replace_spec(*args, **kwargs)
+
     def __getattr__(self, name: str) -> Any:  # reading: find, get, specs, ...
         return getattr(self._registry, name)
 

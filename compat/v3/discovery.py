@@ -61,6 +61,8 @@ def register_entrypoint(session: Any, module: ModuleType, pack_name: str, regist
     if entrypoint is None:
         return
     added: list[str] = []
+    # loaded again while the server runs (nodes.load_custom_node): its own node types are replaced
+    reloading = pack_name in session.v3_nodes
     try:
         extension = run_sync(entrypoint())
         run_sync(extension.on_load())
@@ -72,7 +74,7 @@ def register_entrypoint(session: Any, module: ModuleType, pack_name: str, regist
     for cls in classes:
         label = getattr(cls, "__name__", cls)
         try:
-            spec = _register_node(registry, cls, pack_name)
+            spec = _register_node(registry, cls, pack_name, replace_own=reloading)
         except Exception as exc:  # noqa: BLE001 -- one node's declaration fails that node only
             log.error("custom node pack %s: V3 node %r not registered: %s", pack_name, label, exc)
             session.v3_errors.setdefault(pack_name, "")
@@ -84,17 +86,29 @@ def register_entrypoint(session: Any, module: ModuleType, pack_name: str, regist
     session.v3_nodes[pack_name] = added
 
 
-def _register_node(registry: Any, cls: Any, pack_name: str) -> Any:
+def _register_node(registry: Any, cls: Any, pack_name: str, *, replace_own: bool = False) -> Any:
     """Register one class of a `get_node_list()`: a V3 `io.ComfyNode`, or a V1 class named by its
-    `GET_SCHEMA()` (ComfyUI reads `GET_SCHEMA().node_id` of whatever the list holds)."""
+    `GET_SCHEMA()` (ComfyUI reads `GET_SCHEMA().node_id` of whatever the list holds). With
+    `replace_own` (the pack is loaded again), a node type the pack itself registered before is
+    replaced (`Registry.replace_spec`), as V1 mappings are (graph/packs.py)."""
     from compat.v3 import io
     from compat.v3.adapter import spec_from_v3
+    from graph.v1 import spec_from_v1
 
     python_module = f"custom_nodes.{pack_name}"
+
+    def own(node_id: str) -> bool:
+        taken = registry.find(node_id)
+        return replace_own and taken is not None and taken.python_module == python_module
+
     if isinstance(cls, type) and issubclass(cls, io.ComfyNode):
-        return registry.add_spec(spec_from_v3(cls, python_module=python_module))
+        spec = spec_from_v3(cls, python_module=python_module)
+        return registry.replace_spec(spec) if own(spec.node_id) else registry.add_spec(spec)
     if isinstance(cls, type) and hasattr(cls, "INPUT_TYPES"):
         node_id, display_name = _v1_schema(cls)
+        if own(node_id):
+            return registry.replace_spec(spec_from_v1(node_id, cls, display_name=display_name,
+                                                      python_module=python_module))
         return registry.add_v1(node_id, cls, display_name=display_name, python_module=python_module)
     raise NodeDefinitionError(f"expected an io.ComfyNode subclass or a V1 node class (with INPUT_TYPES), "
                               f"got {cls!r}")

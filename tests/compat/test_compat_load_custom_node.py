@@ -145,3 +145,43 @@ async def test_new_packs_load_broken_ones_answer_false_and_init_extra_nodes_load
                                       prompt_id=prompt_id)
     assert status == 200
     assert (await srv.wait_history(prompt_id, timeout=60))["outputs"]["2"]["value"] == [5]
+
+
+def _v3_pack(value: int) -> str:
+    return textwrap.dedent(f'''
+        from comfy_api.latest import ComfyExtension, io
+
+
+        class V3Value(io.ComfyNode):
+            @classmethod
+            def define_schema(cls):
+                return io.Schema(node_id="V3Value", category="reload", inputs=[io.Int.Input("scale", default=1)],
+                                 outputs=[io.Int.Output()])
+
+            @classmethod
+            def execute(cls, scale):
+                return io.NodeOutput({value} * scale)
+
+
+        class Extension(ComfyExtension):
+            async def get_node_list(self):
+                return [V3Value]
+
+
+        async def comfy_entrypoint():
+            return Extension()
+        ''')
+
+
+async def test_a_reloaded_v3_pack_runs_its_new_code(hot_server):
+    srv = hot_server
+    pack = srv.packs_dir / "v3_value_pack"
+    pack.mkdir()
+    (pack / "__init__.py").write_text(_v3_pack(2))
+    assert await _load(srv, pack) is True
+    prompt = {"1": {"class_type": "V3Value", "inputs": {"scale": 5}},
+              "2": {"class_type": "ShowInt", "inputs": {"value": ["1", 0]}}}
+    assert (await run_prompt(srv, prompt))["outputs"]["2"]["value"] == [10]
+    (pack / "__init__.py").write_text(_v3_pack(3))
+    assert await _load(srv, pack) is True
+    assert (await run_prompt(srv, prompt))["outputs"]["2"]["value"] == [15]
