@@ -27,6 +27,7 @@ from comfy_core.extension_points import ExtensionPoints
 from compat import extras_modules, finder, node_facades
 from compat.active import CompatNotInstalledError, _active, active
 from graph.context import current
+from nodes.environment import host_env
 
 __all__ = ["CompatNotInstalledError", "CompatSession", "active"]
 
@@ -86,9 +87,11 @@ class CompatSession:
         """This session (and its registry, for `nodes.NODE_CLASS_MAPPINGS`) for the block."""
         token = _active.set(self)
         points_token = extension_points.set_current(self.extension_points)
+        env_token = host_env.set(self.env)
         try:
             yield self
         finally:
+            host_env.reset(env_token)
             extension_points.reset_current(points_token)
             _active.reset(token)
 
@@ -244,8 +247,10 @@ class CompatSession:
             state.node_replacements.register(replacement)
         self._node_replacements.clear()
         # The caller goes on to start the server in this context, so the server's tasks (request
-        # handlers: validation, /object_info's INPUT_TYPES) inherit this session.
+        # handlers: validation, /object_info's INPUT_TYPES, packs' routes calling built-in nodes)
+        # inherit this session and its environment.
         _active.set(self)
+        host_env.set(self.env)
         extension_points.set_current(self.extension_points)
 
     def register_node_replacement(self, replacement: Any) -> None:

@@ -6,6 +6,7 @@ module-level default instance: outside the executor a fresh default is built on 
 """
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,19 @@ class Environment:
             path.mkdir(parents=True, exist_ok=True)
 
 
+# The host's environment where no node is running (a pack's route handler or start-up code calling
+# a built-in node, as ComfyUI's global folder_paths allows): set by the host for its tasks.
+host_env: contextvars.ContextVar["Environment | None"] = contextvars.ContextVar("host_env", default=None)
+
+
 def current_env() -> Environment:
-    """The running node's environment, or a default rooted at the working directory."""
+    """The running node's environment, else the host's (`host_env`), else a default rooted at the
+    working directory."""
     ctx = current()
     env = ctx.env if ctx is not None else None
+    if isinstance(env, Environment):
+        return env
+    env = host_env.get()
     if isinstance(env, Environment):
         return env
     return Environment.rooted_at(Path.cwd())

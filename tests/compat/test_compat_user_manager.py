@@ -96,3 +96,37 @@ async def test_web_root_is_the_served_editors_folder(um_server, caplog):
     add_frontend_routes(web.Application(), um_server.state)  # what the app factory does for the editor
     assert um_server.state.frontend_root == frontend_root()
     assert await um_server.get_json("/um/root") == {"web_root": str(frontend_root())}
+
+
+LOADER_PACK = '''
+from aiohttp import web
+import nodes
+from server import PromptServer
+
+
+@PromptServer.instance.routes.get("/um/load")
+async def load(request):
+    # a built-in node called outside any prompt, as packs' routes and start-up code do on ComfyUI
+    # (whose folder_paths are the server's everywhere)
+    model, clip, vae = nodes.CheckpointLoaderSimple().load_checkpoint(request.query["name"])
+    names = nodes.CheckpointLoaderSimple.INPUT_TYPES()["required"]["ckpt_name"][0]
+    return web.json_response({"model": type(model).__name__, "vae": type(vae).__name__, "listed": names})
+
+NODE_CLASS_MAPPINGS = {}
+'''
+
+
+async def test_built_in_nodes_called_outside_a_prompt_use_the_servers_folders(tmp_path, monkeypatch):
+    from tests.fixtures.checkpoints import write_tiny_checkpoint
+
+    pack = tmp_path / "packs" / "loader_pack"
+    pack.mkdir(parents=True)
+    (pack / "__init__.py").write_text(textwrap.dedent(LOADER_PACK))
+    write_tiny_checkpoint(tmp_path / "base" / "models" / "checkpoints" / "tiny.safetensors", "sd1_fast")
+    monkeypatch.chdir(tmp_path)  # the working directory has no models/ folder of its own
+    srv = await start_pack_server(tmp_path / "base", custom_node_dirs=(tmp_path / "packs",))
+    try:
+        found = await srv.get_json("/um/load?name=tiny.safetensors")
+        assert found["listed"] == ["tiny.safetensors"] and found["model"] and found["vae"]
+    finally:
+        await srv.close()
