@@ -40,7 +40,8 @@ async def init_external_custom_nodes() -> None:
 
     session = active()
     loaded = {Path(pack.path).resolve() for pack in session.packs}
-    builtin = set(session.registry) if session.registry is not None else set()
+    registry = session.registry
+    builtin = {name for name in registry if registry.is_builtin(name)}  # ComfyUI's base_node_names
     for path in discover(session.env.folders.paths("custom_nodes")):
         if path.resolve() not in loaded:
             await load_custom_node(str(path), ignore=builtin)

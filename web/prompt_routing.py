@@ -60,14 +60,21 @@ class PromptRouting:
     def send_event(self, event_type: str, data: Any, client_id: str | None) -> None:
         """One JSON event of a prompt to `client_id` (None: every client), through a pack's
         `send_sync` when one replaced it (see the module docstring). Thread-safe."""
+        if not self.relay_event(event_type, data, client_id):
+            self.hub.send_threadsafe(event_type, data, client_id)
+
+    def relay_event(self, event_type: str, data: Any, client_id: str | None) -> bool:
+        """Hand the event to a pack's `send_sync` replacement (whose call of the original sends
+        it); False when there is none, or it raised (logged): the caller sends it as usual."""
         relay = self.event_relay() if self.event_relay is not None else None
-        if relay is not None:
-            try:
-                relay(event_type, data, client_id)
-                return
-            except Exception:  # noqa: BLE001 -- a pack's wrapper must not cost the client its events
-                log.exception("a pack's PromptServer.send_sync failed on %r; sent as usual", event_type)
-        self.hub.send_threadsafe(event_type, data, client_id)
+        if relay is None:
+            return False
+        try:
+            relay(event_type, data, client_id)
+        except Exception:  # noqa: BLE001 -- a pack's wrapper must not cost the client its events
+            log.exception("a pack's PromptServer.send_sync failed on %r; sent as usual", event_type)
+            return False
+        return True
 
     def _note_executing(self, item: "QueueItem", node: str | None) -> None:
         self.hub.note_executing(item.prompt_id, node)  # for reconnect catch-up

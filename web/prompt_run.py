@@ -65,17 +65,11 @@ class PromptRun:
         as ComfyUI's executor sends them (a timing pack reads the clock when `executing` arrives);
         its call of the original sends it, so the event comes back marked `delivered`. A
         replacement that raises is logged and the event goes out as usual."""
-        if self.client_id is None or event.type in (PREVIEW, PROGRESS_STATE) or self.router.event_relay is None:
+        if self.client_id is None or event.type in (PREVIEW, PROGRESS_STATE):
             return event
-        relay = self.router.event_relay()
-        if relay is None:
-            return event
-        try:
-            relay(event.type, event.data, self.client_id)
-        except Exception:  # noqa: BLE001 -- a pack's wrapper must not cost the client its events
-            log.exception("a pack's PromptServer.send_sync failed on %r; sent as usual", event.type)
-            return event
-        return Event(event.type, event.data, delivered=True)
+        if self.router.relay_event(event.type, event.data, self.client_id):
+            return Event(event.type, event.data, delivered=True)
+        return event
 
     def sink(self, event: Event) -> None:
         """Runs on the server's loop (graph/relay.py, or the Ray stream, delivers events there)."""

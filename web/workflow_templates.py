@@ -50,6 +50,12 @@ class TemplateSource(Protocol):
     def path(self, name: str) -> Path | None: ...
 
 
+def _inside(name: str) -> PurePosixPath | None:
+    """`name` as a path inside a templates folder, or None when it would leave it."""
+    rel = PurePosixPath(name)
+    return None if rel.is_absolute() or ".." in rel.parts or not rel.parts else rel
+
+
 @dataclass(frozen=True)
 class FolderTemplates:
     """The single-folder layout: every file in one `templates/` folder."""
@@ -57,8 +63,8 @@ class FolderTemplates:
     folder: Path
 
     def path(self, name: str) -> Path | None:
-        rel = PurePosixPath(name)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        rel = _inside(name)
+        if rel is None:
             return None
         candidate = self.folder.joinpath(*rel.parts)
         return candidate if candidate.is_file() else None
@@ -75,8 +81,8 @@ class BundledTemplates:
     _owner: dict[str, str] | None = field(default=None, repr=False)
 
     def path(self, name: str) -> Path | None:
-        rel = PurePosixPath(name)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        rel = _inside(name)
+        if rel is None:
             return None
         candidate = self.json_folder.joinpath(*rel.parts)
         if candidate.is_file():

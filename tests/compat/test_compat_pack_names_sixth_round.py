@@ -345,6 +345,7 @@ def test_ace_step15_network_module_raises_a_typed_import_error(session):
     from comfy_core.families.ace_step15.network import AceStep15Model
     from compat.ace_step15_api import AceStep15NetworkNotProvidedError
 
+    forward = AceStep15Model.forward
     module = importlib.import_module("comfy.ldm.ace.ace_step15")  # the module itself imports
     with pytest.raises(AceStep15NetworkNotProvidedError) as caught:
         from comfy.ldm.ace.ace_step15 import AceStepConditionGenerationModel  # noqa: F401
@@ -354,13 +355,7 @@ def test_ace_step15_network_module_raises_a_typed_import_error(session):
     with pytest.raises(AceStep15NetworkNotProvidedError):
         module.AceStepConditionEncoder  # noqa: B018
     assert not hasattr(module, "_private")
-    # the pack's guarded patch (RyanOnTheInside) skips, and our network is left alone
-    forward = AceStep15Model.forward
-    try:
-        from comfy.ldm.ace.ace_step15 import AceStepConditionGenerationModel as patched  # noqa: F401
-        raise AssertionError("the import should have failed")
-    except ImportError:
-        pass
+    # an ImportError: the pack's guarded patch (RyanOnTheInside) skips, and our network is left alone
     assert AceStep15Model.forward is forward
     # why: our network has none of the structure a ComfyUI-shaped forward calls
     assert not hasattr(AceStep15Model, "prepare_condition")
