@@ -20,6 +20,9 @@ import zlib
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from comfy_core.video.encode import check_svt_av1_width
+from comfy_core.video.errors import VideoEncodingError
+
 if TYPE_CHECKING:
     import torch
 
@@ -234,6 +237,10 @@ def write_avif(images: "torch.Tensor", path: str, depth: str, colorspace: str, c
         depth = "10-bit YUV420" if colorspace in ("HDR", "HDR PQ") else "8-bit YUV420"
     ten_bit = depth == "10-bit YUV420"
     pixel_format = "yuv420p10le" if ten_bit else "yuv420p"
+    try:  # before the file is created: narrow frames corrupt SVT-AV1's memory
+        check_svt_av1_width(int(images.shape[2]), "AVIF")
+    except VideoEncodingError as exc:
+        raise EncodeError(str(exc)) from exc
     options = {"loop": str(loop_count)} if loop_count is not None else None
     with av.open(path, mode="w", format="avif", options=options) as container:
         stream = container.add_stream("libsvtav1", rate=Fraction(round(fps * 1000), 1000))

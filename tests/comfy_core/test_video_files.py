@@ -185,6 +185,18 @@ def test_odd_sides_for_h264_are_refused_with_the_sizes(tmp_path):
     assert decoded(tmp_path / "odd.webm")[0].shape == (2, 25, 33, 3)
 
 
+def test_av1_refuses_frames_narrower_than_svt_av1_takes(tmp_path):
+    # SVT-AV1 corrupts the heap below 25 px wide (comfy_core/video/encode.py SVT_AV1_MIN_WIDTH)
+    narrow = gradient_frames(2, 32, 24)
+    with pytest.raises(VideoEncodingError, match="at least 32 pixels wide; these are 24"):
+        VideoFromComponents(VideoComponents(images=narrow, frame_rate=Fraction(8))).save_to(
+            tmp_path / "n.mp4", codec="av1")
+    with pytest.raises(VideoEncodingError, match="at least 32 pixels wide"):
+        write_webm(str(tmp_path / "n.webm"), narrow, "av1", 8.0, 30.0)
+    write_webm(str(tmp_path / "n.webm"), narrow, "vp9", 8.0, 30.0)  # VP9 takes them
+    assert not (tmp_path / "n.mp4").exists()
+
+
 def test_bad_frames_and_audio_are_refused(tmp_path):
     with pytest.raises(VideoEncodingError, match="frames must be"):
         VideoFromComponents(VideoComponents(images=torch.zeros(0, 4, 4, 3), frame_rate=Fraction(1))).save_to(

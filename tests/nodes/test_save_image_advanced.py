@@ -26,8 +26,8 @@ def save(fmt: str, **options) -> dict:
                 **{f"format.{k}": v for k, v in options.items()})
 
 
-def image(batch: int = 2) -> dict:
-    return node("EmptyImage", width=8, height=6, batch_size=batch, color=0x336699)
+def image(batch: int = 2, width: int = 8) -> dict:
+    return node("EmptyImage", width=width, height=6, batch_size=batch, color=0x336699)
 
 
 async def test_png_8_bit_with_metadata(runner, tmp_path):
@@ -80,12 +80,12 @@ async def test_exr_in_a_prompt_and_disable_metadata(runner, tmp_path):
 
 async def test_avif_still_and_animated(runner, tmp_path):
     still = save("avif", bit_depth="auto", input_color_space="sRGB", crf=30, **{"save_mode": "still images"})
-    out = await runner.run({"img": image(2), "s": still})
+    out = await runner.run({"img": image(2, width=32), "s": still})
     assert out.status == "success", out.error
     assert [r["filename"] for r in out.ui_outputs["s"]["images"]] == ["shot_00001.avif", "shot_00002.avif"]
     animated = save("avif", bit_depth="10-bit YUV420", input_color_space="HDR", crf=30,
                     **{"save_mode": "animated", "save_mode.fps": 4.0, "save_mode.loop_count": 0})
-    out = await runner.run({"img": image(3), "s": animated}, prompt_id="p2")
+    out = await runner.run({"img": image(3, width=32), "s": animated}, prompt_id="p2")
     assert out.status == "success", out.error
     assert len(out.ui_outputs["s"]["images"]) == 1 and out.ui_outputs["s"]["animated"] == [True]
     path = tmp_path / "output" / "adv" / out.ui_outputs["s"]["images"][0]["filename"]
@@ -115,4 +115,12 @@ def test_rgba_and_grey_images_and_avif_refuses_alpha(tmp_path):
         data = formats.encode_still(torch.rand(4, 4, channels), "png", "8-bit", "sRGB")
         assert data.startswith(formats.PNG_SIGNATURE)
     with pytest.raises(formats.EncodeError, match="AVIF"):
-        formats.write_avif(torch.rand(1, 8, 8, 4), str(tmp_path / "x.avif"), "auto", "sRGB", 30)
+        formats.write_avif(torch.rand(1, 8, 32, 4), str(tmp_path / "x.avif"), "auto", "sRGB", 30)
+
+
+async def test_avif_refuses_images_narrower_than_svt_av1_takes_before_writing(runner, tmp_path):
+    # SVT-AV1 corrupts the process's heap on frames narrower than 25 px (comfy_core/video/encode.py)
+    still = save("avif", bit_depth="auto", input_color_space="sRGB", crf=30, **{"save_mode": "still images"})
+    out = await runner.run({"img": image(1, width=24), "s": still})
+    assert out.status == "error" and "at least 32 pixels wide; these are 24" in str(out.error)
+    assert not list((tmp_path / "output").rglob("*.avif"))
