@@ -46,13 +46,9 @@ ARGUMENT_ORDER_FILE = Path(__file__).resolve().parent / "comfy_node_arguments.js
 # Today's ComfyUI (Comfy-Org/ComfyUI, Dec 2026) declares many more built-in nodes with the V3 schema
 # than 0.3.64 did, keeping their V1 method name as an alias of `execute` (nodes_custom_sampler.py:
 # `get_sigmas = execute`, `sample = execute`, ...; nodes_images.py `stitch = execute`). Recorded from
-# today's files (facts, not code), read with the code index: comfy_extras/nodes_custom_sampler.py
-# @4be318aa1a66, nodes_images.py @015e604679bb, nodes_audio.py @3fa38fd9cc20, nodes_mask.py
-# @d9ac00e2187d, nodes_model_advanced.py @691e82787be2 (still V1 but ModelAttentionBackend),
-# nodes_hunyuan.py @9ca52b464794, nodes_upscale_model.py @30a74432c780, nodes_sd3.py @45e9c52c5ef9,
-# nodes_post_processing.py @0c85348956e6, nodes_latent.py @f35df50186a0 (full commits in the
-# file's "sources"; nodes listed there only): `{node_id: {"schema": "V3", "execute":
-# "(a, b, c=)", "aliases": [...]}}` or `{"schema": "V1"}`. It applies on top of the 0.3.64 record
+# today's files (facts, not code), read with the code index: 52 comfy_extras modules, each with
+# the commit read under the file's "sources" (nodes listed there only): `{node_id: {"schema":
+# "V3", "execute": "(a, b, c=)", "aliases": [...]}}` or `{"schema": "V1"}`. It applies on top of the 0.3.64 record
 # (`_make_facade`): a node it lists as V3 gets `execute` with today's parameter order and its aliases.
 TODAY_FILE = Path(__file__).resolve().parent / "comfy_node_functions_2026.json"
 
