@@ -1,7 +1,8 @@
 """HiDream's nodes with today's ComfyUI names, V3 schemas and semantics (comfy_extras/nodes_hidream.py):
 
 - QuadrupleCLIPLoader: four text-encoder files (CLIP-L, CLIP-G, T5-XXL, Llama 3.1 8B, in any
-  order: told apart by their weights) as HiDream's CLIP, as ComfyUI's `load_clip` with four files.
+  order: told apart by their weights) as HiDream's CLIP, as ComfyUI's `load_clip` with four files;
+  today's `device` argument ("default" / "cpu") as CLIPLoader's.
 - CLIPTextEncodeHiDream: each of the four encoders its own text: the tokens of `clip_g` for every
   key, then those of `clip_l`, `t5xxl` and `llama` put in their keys, encoded together.
 """
@@ -29,10 +30,14 @@ def _prompt(name: str) -> InputSpec:
          inputs=[InputSpec(f"clip_name{i}", _files("text_encoders"), REQUIRED, {"multiselect": False})
                  for i in range(1, 5)],
          outputs=[Output("CLIP")])
-def quadruple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str, clip_name4: str) -> tuple[Any]:
+def quadruple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str, clip_name4: str,
+                          device: str = "default") -> tuple[Any]:
+    """`device` "cpu" keeps the encoders on the CPU, as CLIPLoader's: today's execute
+    (comfy_extras/nodes_hidream.py@f08c8478) takes `device="default"` (its optional advanced combo
+    ["default", "cpu"]); packs may pass it. The declared widgets stay 0.3.64's for now."""
     names = (clip_name1, clip_name2, clip_name3, clip_name4)
     paths = [model_file("text_encoders", name, f"clip_name{i}") for i, name in enumerate(names, 1)]
-    return (_load_clip_files(paths, "hidream", "default"),)
+    return (_load_clip_files(paths, "hidream", device),)
 
 
 @v3_node("CLIPTextEncodeHiDream", category="advanced/conditioning", python_module=MODULE,

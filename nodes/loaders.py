@@ -293,10 +293,13 @@ def dual_clip_loader(clip_name1: str, clip_name2: str, type: str, device: str = 
       inputs=[Combo("clip_name1", _files("text_encoders")), Combo("clip_name2", _files("text_encoders")),
               Combo("clip_name3", _files("text_encoders"))],
       outputs=[Output("CLIP")])
-def triple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str) -> tuple[Any]:
-    """SD3's three text encoders (CLIP-L, CLIP-G, T5-XXL in any order: told apart by their weights)."""
+def triple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str, device: str = "default") -> tuple[Any]:
+    """SD3's three text encoders (CLIP-L, CLIP-G, T5-XXL in any order: told apart by their weights).
+    `device` "cpu" keeps them on the CPU, as CLIPLoader's: today's ComfyUI's TripleCLIPLoader.execute
+    (comfy_extras/nodes_sd3.py) takes `device="default"`, which packs pass; the socket itself is still
+    0.3.64's set (no `device` widget) until the node's 2026 declaration is recorded."""
     paths = [model_file("text_encoders", name, f"clip_name{i}") for i, name in enumerate((clip_name1, clip_name2, clip_name3), 1)]
-    return (_load_clip_files(paths, "sd3", "default"),)
+    return (_load_clip_files(paths, "sd3", device),)
 
 
 def _diffusers_folders(env: Any = None) -> list[str]:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from comfy_core.image.names import BLEND_MODES, DITHER_MODES
 from graph.native import Combo, Float, Input, Int, Output, node
+import graph.v3_schema as v3
+from graph.v3_schema import v3_node
 import nodes.checks as checks
 from nodes.errors import NodeInputError
 from nodes.image import UPSCALE_METHODS
@@ -141,13 +143,18 @@ def image_quantize(image: torch.Tensor, colors: int, dither: str) -> tuple[torch
     return (torch.stack(out).to(image),)
 
 
-@node("ImageScaleToTotalPixels", display_name=None, category="image/upscaling", python_module=MODULE,
-      inputs=[Input("image", "IMAGE"), Combo("upscale_method", UPSCALE_METHODS),
-              Float("megapixels", default=1.0, min=0.01, max=16.0, step=0.01)],
-      outputs=[Output("IMAGE")])
-def image_scale_to_total_pixels(image: torch.Tensor, upscale_method: str, megapixels: float) -> tuple[torch.Tensor]:
+@v3_node("ImageScaleToTotalPixels", display_name="Scale Image to Total Pixels", category="image/upscaling",
+         python_module=MODULE,
+         inputs=[v3.Socket("image", "IMAGE"), v3.Combo("upscale_method", UPSCALE_METHODS),
+                 v3.Float("megapixels", default=1.0, min=0.01, max=16.0, step=0.01),
+                 v3.Int("resolution_steps", default=1, min=1, max=256, advanced=True)],
+         outputs=[v3.Output("IMAGE")])
+def image_scale_to_total_pixels(image: torch.Tensor, upscale_method: str, megapixels: float,
+                                resolution_steps: int = 1) -> tuple[torch.Tensor]:
     """Resized, keeping the aspect ratio, to about `megapixels` x 1024^2 pixels: each side is
-    multiplied by sqrt(int(megapixels * 1024^2) / (W * H)) and rounded."""
+    multiplied by sqrt(int(megapixels * 1024^2) / (W * H)) and rounded to the nearest multiple of
+    `resolution_steps` (behaviour of today's ComfyUI's comfy_extras/nodes_post_processing.py:
+    round(side * scale / steps) * steps; 1 is plain rounding), declared with today's V3 schema."""
     from comfy_core.image.resize import upscale_samples
 
     image = checks.image_batch(image, "image")
@@ -155,8 +162,11 @@ def image_scale_to_total_pixels(image: torch.Tensor, upscale_method: str, megapi
     if not megapixels > 0:
         raise NodeInputError("megapixels", "a float > 0", repr(megapixels))
     height, width = image.shape[1], image.shape[2]
+    steps = offset(resolution_steps, "resolution_steps")
+    if not 1 <= steps <= 256:
+        raise NodeInputError("resolution_steps", "an int from 1 to 256", repr(resolution_steps))
     scale = math.sqrt(int(megapixels * MEGAPIXEL) / (width * height))
-    new_width, new_height = round(width * scale), round(height * scale)
+    new_width, new_height = round(width * scale / steps) * steps, round(height * scale / steps) * steps
     if new_width < 1 or new_height < 1:
         raise NodeInputError("megapixels", "a size leaving at least one pixel per side",
                              f"{megapixels} on a {width}x{height} image")

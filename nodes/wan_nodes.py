@@ -206,9 +206,14 @@ def wan_fun_control_to_video(positive: list, negative: list, vae: Any, width: in
               Input("control_video", "IMAGE", optional=True)],
       outputs=_OUTPUTS)
 def wan22_fun_control_to_video(positive: list, negative: list, vae: Any, width: int, height: int, length: int,
-                               batch_size: int, ref_image: Any = None, control_video: Any = None) -> tuple:
+                               batch_size: int, ref_image: Any = None, control_video: Any = None,
+                               start_image: Any = None) -> tuple:
     """Wan 2.2 Fun Control (either VAE): control latent and an empty start part, an all-ones
-    `concat_mask` placed after the first `latent_channels` channels, the reference image's latent."""
+    `concat_mask` placed after the first `latent_channels` channels, the reference image's latent.
+
+    `start_image` is an argument of today's ComfyUI's `execute` (comfy_extras/nodes_wan.py@ee54641d,
+    not a socket of its schema; packs pass it): its frames (at most `length`, fitted as the control
+    video) encoded into the start part, and the mask's first `frames + 3` pixel-frame slots zero."""
     import torch
 
     from comfy_core.latent.video import frames_to_mask_slots
@@ -217,12 +222,19 @@ def wan22_fun_control_to_video(positive: list, negative: list, vae: Any, width: 
     vae = wan.video_vae(vae)
     width, height, length, batch_size = wan.video_size(width, height, length, batch_size)
     ref_image, control_video = wan.images(ref_image, "ref_image"), wan.images(control_video, "control_video")
+    start_image = wan.images(start_image, "start_image")
     scale, c = vae.spacial_compression_encode(), int(vae.latent_channels)
     latent = _empty(batch_size, c, length, height, width, scale)
     concat = _format(c).process_out(_empty(batch_size, c, length, height, width, scale)).repeat(1, 2, 1, 1, 1)
     frames = concat.shape[2]
-    # ComfyUI's node has no start image input, so no frame is marked known.
-    mask = frames_to_mask_slots(torch.ones((1, 1, frames * 4, latent.shape[-2], latent.shape[-1])))
+    # ComfyUI's schema has no start image socket: without `start_image` no frame is marked known.
+    slots = torch.ones((1, 1, frames * 4, latent.shape[-2], latent.shape[-1]))
+    if start_image is not None:
+        start = _fit(start_image[:length], width, height)
+        encoded = wan.encode_video(vae, start, c)
+        concat[:, c:, :encoded.shape[2]] = encoded[:, :, :frames]
+        slots[:, :, :start.shape[0] + 3] = 0.0
+    mask = frames_to_mask_slots(slots)
     reference = None
     if ref_image is not None:
         reference = wan.encode_video(vae, _fit(ref_image[:1], width, height), c)

@@ -737,8 +737,8 @@ def shrink_2026(prompt: dict) -> dict:
     for node in prompt.values():  # an input image scaled to a megapixel count (HiDream-E1.1): the least
         megapixels = node["inputs"].get("megapixels")
         if node["class_type"] == "ImageScaleToTotalPixels" and isinstance(megapixels, (int, float)):
-            # MiniMax H3's frames need sides of multiples of 32 (ComfyUI's `resolution_steps` 32, which the
-            # node here lacks): the 96 x 64 test picture doubled
+            # MiniMax H3's frames need sides of multiples of 32 (the template's `resolution_steps`
+            # 32 rounds them so): the 96 x 64 test picture doubled, a small count on its grid
             node["inputs"]["megapixels"] = 192 * 128 / 1024 ** 2 if minimax else min(megapixels, 0.01)
         if node["class_type"] == "ResolutionSelector" and isinstance(megapixels, (int, float)) and minimax:
             node["inputs"]["megapixels"] = min(megapixels, 0.1)  # its least (MiniMax H3's canvases)
