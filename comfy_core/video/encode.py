@@ -94,11 +94,11 @@ def check_even_sides(width: int, height: int, codec: str) -> None:
                                  f"is odd (frames are {width}x{height}): crop or scale the frames first")
 
 
-# SVT-AV1 (the build in PyAV's wheels) writes outside its buffers for frames narrower than 25
-# pixels: measured by encoding stills and sequences under glibc's malloc checking, widths 4-24
-# corrupt the heap (a later, unrelated allocation aborts the process: a server would die), widths
-# 25-48 do not, heights down to 4 do not. Narrower frames are refused before the encoder opens,
-# with a margin to the encoder's 8-pixel blocks.
+# SVT-AV1 (the build in PyAV's wheels) writes outside its buffers for narrow frames: measured by
+# encoding AVIF stills and sequences under glibc's malloc checking, PyAV 18.1.0's build corrupts
+# the heap at widths 4-24 and not at 25-48, 18.1.1's at width 8 and not at 16 (heights down to 4
+# are fine with both). A corrupted heap aborts the process at a later, unrelated allocation: a
+# server would die. Narrower frames are refused before the encoder opens, with a margin.
 SVT_AV1_MIN_WIDTH = 32
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import math
 from fractions import Fraction
+from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -38,12 +39,16 @@ def tone(seconds: float = 0.5, rate: int = 16000, channels: int = 2) -> dict:
     return {"waveform": torch.stack(waves)[None], "sample_rate": rate}
 
 
-def decoded(path) -> tuple[np.ndarray, av.VideoStream, dict]:
-    """Frames (uint8 [T, H, W, 3]), the video stream and the tags, read with PyAV itself."""
+def decoded(path) -> tuple[np.ndarray, SimpleNamespace, dict]:
+    """Frames (uint8 [T, H, W, 3]), the video stream's codec, pixel format and average rate, and
+    the tags, read with PyAV itself (read while the file is open: PyAV 18.1.1 refuses a closed
+    container's stream)."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)])
-        return frames, stream, dict(container.metadata)
+        facts = SimpleNamespace(codec=stream.codec_context.name, pix_fmt=stream.codec_context.pix_fmt,
+                                average_rate=stream.average_rate)
+        return frames, facts, dict(container.metadata)
 
 
 def test_components_save_as_h264_mp4_that_decodes_to_the_same_frames(tmp_path):
@@ -52,7 +57,7 @@ def test_components_save_as_h264_mp4_that_decodes_to_the_same_frames(tmp_path):
     video.save_to(tmp_path / "v.mp4", metadata={"prompt": {"3": {"class_type": "KSampler"}}, "workflow": {"n": 1}})
     frames, stream, tags = decoded(tmp_path / "v.mp4")
     assert frames.shape == (FRAMES, HEIGHT, WIDTH, 3)
-    assert stream.codec_context.name == "h264" and stream.codec_context.pix_fmt == "yuv420p"
+    assert stream.codec == "h264" and stream.pix_fmt == "yuv420p"
     assert stream.average_rate == 24
     assert np.abs(frames.astype(float) - frames_uint8(images).astype(float)).mean() < 3.0
     assert json.loads(tags["prompt"]) == {"3": {"class_type": "KSampler"}} and json.loads(tags["workflow"]) == {"n": 1}
@@ -126,7 +131,7 @@ def test_webm_in_vp9_and_av1(tmp_path, codec, encoder, pix_fmt):
     write_webm(str(tmp_path / "w.webm"), images, codec, 8.0, 20.0, {"prompt": {"p": 1}})
     frames, stream, tags = decoded(tmp_path / "w.webm")
     assert frames.shape == (FRAMES, HEIGHT, WIDTH, 3) and stream.average_rate == 8
-    assert stream.codec_context.name in (encoder, "libdav1d", "libvpx-vp9")
+    assert stream.codec in (encoder, "libdav1d", "libvpx-vp9")
     assert np.abs(frames.astype(float) - frames_uint8(images).astype(float)).mean() < 6.0
     assert json.loads({k.lower(): v for k, v in tags.items()}["prompt"]) == {"p": 1}  # Matroska upper-cases tags
 
