@@ -394,10 +394,14 @@ def module_node_classes(module: str) -> dict[str, type]:
 
 def comfy_class_names(classes: dict[str, type]) -> dict[str, type]:
     """ComfyUI's class names of these facades (by node id) where they differ from the node id:
-    `PrimitiveInt` is class `Int` of comfy_extras.nodes_primitive, `ImageBlend` is `Blend`."""
+    `PrimitiveInt` is class `Int` of comfy_extras.nodes_primitive, `ImageBlend` is `Blend`.
+    Nodes newer than ComfyUI 0.3.64 take theirs from today's record (`comfy_nodes_today`'s
+    "class"): `PrimitiveBoundingBox` is `BoundingBox` of comfy_extras.nodes_images, `ComfyNotNode`
+    is `NotNode` of nodes_logic, `TextToUppercase` is `TextToUppercaseNode` of nodes_dataset."""
     out = {}
     for node_id, facade_class in classes.items():
-        class_name = comfy_node_classes().get(node_id, {}).get("class")
+        class_name = (comfy_node_classes().get(node_id, {}).get("class")
+                      or comfy_nodes_today().get(node_id, {}).get("class"))
         if class_name and class_name != node_id:
             out[class_name] = facade_class
     return out
