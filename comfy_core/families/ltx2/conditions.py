@@ -9,8 +9,9 @@
   (ComfyUI's `utils.pack_latents` convention, `[B, 1, sum of the flattened parts]`), passed on so
   the network unpacks its input and packs its output the same way;
 - `denoise_mask` (`concat_mask` if given): with `latent_shapes` it is packed too and split into
-  the video mask and `audio_denoise_mask`; `keyframe_idxs`, `guide_attention_entries` and
-  `ref_audio` (LTXVReferenceAudio's `{"tokens": [B, R, 128]}`) as they are.
+  the video mask and `audio_denoise_mask`; `keyframe_idxs`, `guide_attention_entries`,
+  `ref_audio` (LTXVReferenceAudio's `{"tokens": [B, R, 128]}`) and `generated_keyframes`
+  (LTXVAddGeneratedKeyframes' record, whose slots the DiT marks) as they are.
 - The region a denoise mask keeps stays the clean latent (ComfyUI's `LTXAV.scale_latent_inpaint`).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ class LTXAVConditions(ModelConditions):
             out["denoise_mask"] = mask
         if shapes is not None:
             out["latent_shapes"] = shapes
-        for key in ("keyframe_idxs", "guide_attention_entries", "ref_audio"):
+        for key in ("keyframe_idxs", "guide_attention_entries", "ref_audio", "generated_keyframes"):
             if kwargs.get(key) is not None:
                 out[key] = kwargs[key]
         return out

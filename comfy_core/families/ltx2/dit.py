@@ -40,7 +40,10 @@ Behaviour:
   the audio stream at timestep 0 and at negative times (ending one latent frame before t = 0);
   their outputs are dropped.
 - `keyframes_abs_pos_embedding` (when the file has it) is added to the video tokens whose latent
-  frame stands for one pixel frame (time start 0) after the input projection.
+  frame stands for one pixel frame after the input projection: the first frame (time start 0)
+  and the generated keyframes (`generated_keyframes`, LTXVAddGeneratedKeyframes' record: latent
+  frames `[first_latent_frame, first_latent_frame + num_keyframes)`), as diffusers'
+  `video_keyframes_mask` marks "causal first frame, generated keyframe slots".
 - The context is the text encoder's output after the connectors (`connector.py`, run by
   `preprocess_text_embeds`): `[B, M, 2 * caption_channels]`, video half then audio half, each
   through its caption projection.
@@ -440,7 +443,8 @@ class LTXAVModel(nn.Module):
         if shapes is not None and isinstance(x, torch.Tensor):  # a sampler's packed [video, audio]
             out = self.forward(unpack_latents(x, shapes), timestep, context, attention_mask, frame_rate,
                                transformer_options, keyframe_idxs, denoise_mask, audio_denoise_mask,
-                               ref_audio=kwargs.get("ref_audio"))
+                               ref_audio=kwargs.get("ref_audio"),
+                               generated_keyframes=kwargs.get("generated_keyframes"))
             return pack_latents(out if isinstance(out, list) else [out])[0]
         vx, ax = self._split(x)
         b, c, f, h, w = vx.shape
@@ -463,6 +467,10 @@ class LTXAVModel(nn.Module):
             marker = v_pos[:, 0, :, 0] == 0
             if guides:
                 marker[:, -guides:] = False
+            generated = kwargs.get("generated_keyframes")
+            if generated:  # LTXVAddGeneratedKeyframes' slots: each latent frame is one pixel frame
+                first = int(generated["first_latent_frame"]) * h * w
+                marker[:, first:first + int(generated["num_keyframes"]) * h * w] = True
             v_tokens = v_tokens + marker.unsqueeze(-1).to(v_tokens.dtype) * self.keyframes_abs_pos_embedding.to(v_tokens)
         a_tokens = self.audio_patchify_proj(a_in)
         times = self._timesteps(v_t, a_t, b, h * w, dtype)
