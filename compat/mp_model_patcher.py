@@ -69,6 +69,11 @@ class ComfyModelPatcherMethods:
         if disable_cfg1_optimization:
             self.set_option("disable_cfg1_optimization", True)
 
+    def disable_model_cfg1_optimization(self) -> None:
+        """ComfyUI's: the sampler runs the negative even at CFG 1 (a patch that reads it, e.g.
+        NAG's, needs both halves of the batch)."""
+        self.set_option("disable_cfg1_optimization", True)
+
     def set_model_sampler_post_cfg_function(self, post_cfg_function: Callable, disable_cfg1_optimization: bool = False) -> None:
         """Append `fn(args) -> x0 prediction`, run after CFG in order (args["denoised"] is the result so far)."""
         self.add_option_function("sampler_post_cfg_function", post_cfg_function, disable_cfg1_optimization)

@@ -306,6 +306,14 @@ def test_loaders_build_comfyuis_model_patcher_in_a_session_and_the_core_one_outs
         session.extension_points.model_patcher_class = comfy_patcher_class
 
 
+def test_disable_model_cfg1_optimization_keeps_the_negative_at_cfg_1(session, model) -> None:  # noqa: ANN001
+    # how packs copying ComfyUI's NAG turn it off: `m.disable_model_cfg1_optimization()`
+    p = model.clone()
+    p.disable_model_cfg1_optimization()
+    assert p.model_options["disable_cfg1_optimization"] is True
+    assert "disable_cfg1_optimization" not in model.model_options  # the clone's option only
+
+
 def test_comfyuis_setters_write_comfyuis_keys_through_the_core_data_methods(session, model) -> None:  # noqa: ANN001
     def fn(*a):  # noqa: ANN002, ANN202
         return a
