@@ -297,3 +297,16 @@ def walk_folder(root: Path) -> Iterator[tuple[str, list[str]]]:
         walked.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         yield dirpath, files
+
+
+def subfolders(root: str | os.PathLike) -> list[str]:
+    """Every folder under `root` (not `root` itself), relative with forward slashes, sorted:
+    ComfyUI's `folder_paths.get_input_subfolders` for the input folder; [] when `root` is no folder."""
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for dirpath, _dirs, _files in os.walk(root):
+        relative = os.path.relpath(dirpath, root)
+        if relative != ".":
+            found.append(relative.replace(os.sep, "/"))
+    return sorted(found)

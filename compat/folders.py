@@ -13,7 +13,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from comfy_core.folders import KIND_EXTENSIONS, MODEL_EXTENSIONS, canonical_kind
+from comfy_core.folders import KIND_EXTENSIONS, MODEL_EXTENSIONS, canonical_kind, subfolders
 
 from compat.session import active
 
@@ -128,15 +128,7 @@ def set_user_directory(user_dir: str) -> None:
 
 def get_input_subfolders() -> list[str]:
     """Every folder under the input folder, relative, forward slashes, sorted (not the root)."""
-    root = get_input_directory()
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for dirpath, _dirs, _files in os.walk(root):
-        relative = os.path.relpath(dirpath, root)
-        if relative != ".":
-            found.append(relative.replace(os.sep, "/"))
-    return sorted(found)
+    return subfolders(get_input_directory())
 
 
 def get_directory_by_type(type_name: str) -> str | None:

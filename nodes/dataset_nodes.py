@@ -1,7 +1,7 @@
 """The image dataset nodes of ComfyUI's comfy_extras/nodes_dataset.py (2026), declared as ComfyUI's
 V3 schema renders them (graph/v3_schema.py); behaviour read from that file, written here. Its
-video nodes are not here; its text nodes are in nodes/dataset_text_nodes.py, its training-set
-nodes (latents + conditioning) in nodes/dataset_training_nodes.py.
+video nodes are in nodes/dataset_video_nodes.py, its text nodes in nodes/dataset_text_nodes.py,
+its training-set nodes (latents + conditioning) in nodes/dataset_training_nodes.py.
 
 Folders:
 * LoadImageDataSetFromFolder / LoadImageTextDataSetFromFolder list a sub-folder of the input
@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comfy_core.folders import subfolders
 from comfy_core.image.file_names import save_location
 from comfy_core.image.pixels import image_to_uint8
 from comfy_core.image.resize import lanczos
@@ -69,15 +70,7 @@ def subfolder(root: Path, name: Any, input_name: str) -> Path:
 def input_subfolders(env: Any = None) -> list[str]:
     """Every folder under the input folder, relative, forward slashes, sorted (ComfyUI's
     `folder_paths.get_input_subfolders`): the options of the folder loaders."""
-    root = (env if env is not None and hasattr(env, "input_dir") else current_env()).input_dir
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for dirpath, _dirs, _files in os.walk(root):
-        relative = os.path.relpath(dirpath, root)
-        if relative != ".":
-            found.append(relative.replace(os.sep, "/"))
-    return sorted(found)
+    return subfolders((env if env is not None and hasattr(env, "input_dir") else current_env()).input_dir)
 
 
 def _folder_combo(tooltip: str) -> InputSpec:
