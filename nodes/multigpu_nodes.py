@@ -55,16 +55,17 @@ def runtime_devices() -> list:
     return [model_devices()[0]]
 
 
-def device_options(env: Any = None) -> list[str]:
+def device_options(env: Any = None, device_count: int = 1) -> list[str]:
     """ComfyUI's `get_gpu_device_options()`: "default", "cpu", then `gpu:i` for each device only
-    when there are several."""
-    devices = runtime_devices()
-    return ["default", "cpu"] + ([f"gpu:{i}" for i in range(len(devices))] if len(devices) > 1 else [])
+    when there are several. This runtime computes on one device (its memory manager's,
+    `runtime_devices`), so the count is 1 unless given: the editor's combo is rendered without
+    asking torch (importing it would cost every server start, and `/object_info` stays torch-free)."""
+    return ["default", "cpu"] + ([f"gpu:{i}" for i in range(device_count)] if device_count > 1 else [])
 
 
-def device_options_no_cpu(env: Any = None) -> list[str]:
+def device_options_no_cpu(env: Any = None, device_count: int = 1) -> list[str]:
     """ComfyUI's `get_gpu_device_options_no_cpu()`: the options without "cpu" (the VAE's)."""
-    return [option for option in device_options(env) if option != "cpu"]
+    return [option for option in device_options(env, device_count) if option != "cpu"]
 
 
 def resolve_device_option(option: Any) -> Any:

@@ -43,6 +43,11 @@ class Architecture:
     # what names and shapes cannot show (LTX-2's `config` entry: RoPE layout and precision, ...),
     # as ComfyUI's `detect_unet_config` merges it; None: `detect` alone.
     detect_with_metadata: Callable[[Mapping[str, Any], str, Mapping[str, str]], Any] | None = None
+    # The `transformer_options["patches"]` slot the network calls on each self-attention output,
+    # which names its calling convention: "attn1_output_patch" (ComfyUI's UNet: `(out,
+    # extra_options) -> out` after the output projection) or "attn1_patch" (ComfyUI's Wan:
+    # `{"x", "q", "k", "transformer_options"} -> x` before it); None: neither is called.
+    self_attention_hook: str | None = None
 
     def present(self, names: Any, prefix: str) -> bool:
         return any(prefix + marker in names for marker in self.markers)
@@ -94,4 +99,5 @@ def _unet_errors() -> tuple[type[Exception], ...]:
 def unet_architecture() -> Architecture:
     return Architecture(name="unet", markers=("input_blocks.0.0.weight",), detect=_unet_detect, facts=unet_facts,
                         build=_unet_build, errors=_unet_errors(), finalize=_unet_finalize,
-                        context_width=lambda config: config.context_dim, head_layout=True)
+                        context_width=lambda config: config.context_dim, head_layout=True,
+                        self_attention_hook="attn1_output_patch")

@@ -25,7 +25,7 @@ paper's reference code does; it uses the negative that CFG already batches with 
 `scale = 1` gives `g = z+`, `r = 1` and (tau >= 1) `out+ = z+`; `alpha = 0` gives `z+`: either is the
 plain model (its negative still evaluated at CFG 1).
 
-Where it runs (`SELF_ATTENTION_HOOKS`): a patch is called only by networks whose blocks call its
+Where it runs (each family's `Architecture.self_attention_hook`): a patch is called only by networks whose blocks call its
 hook, and the hooks' calling conventions differ between families, so the patch is installed
 only under a hook whose convention it speaks:
 
@@ -51,12 +51,9 @@ from comfy_core.model_patches.errors import ModelPatchError
 
 EPS = 1e-6
 
-# Architecture name (Family.architecture.name) -> the `transformer_options["patches"]` slot whose
-# calling convention this module speaks for that network's self-attention output.
-SELF_ATTENTION_HOOKS: dict[str, str] = {
-    "unet": "attn1_output_patch",        # (out, extra_options) -> out, after to_out
-    "wan": "attn1_patch",                # {"x", "q", "k", "transformer_options"} -> x, before o
-}
+# The self-attention hooks (a family's `Architecture.self_attention_hook`) whose calling
+# convention this module speaks.
+SELF_ATTENTION_HOOKS = ("attn1_output_patch", "attn1_patch")
 
 
 class NAGError(ModelPatchError):
@@ -142,8 +139,11 @@ def architecture_name(patcher: Any) -> str | None:
 
 
 def nag_hook(patcher: Any) -> str | None:
-    """The patch slot NAG goes under for this MODEL, or None when its network offers none."""
-    return SELF_ATTENTION_HOOKS.get(architecture_name(patcher) or "")
+    """The patch slot NAG goes under for this MODEL (its architecture's `self_attention_hook`),
+    or None when its network offers none."""
+    family = getattr(getattr(patcher, "model", None), "family", None)
+    hook = getattr(getattr(family, "architecture", None), "self_attention_hook", None)
+    return hook if hook in SELF_ATTENTION_HOOKS else None
 
 
 def apply_nag(patcher: Any, scale: float, alpha: float, tau: float) -> tuple[Any, bool]:

@@ -43,4 +43,6 @@ def test_a_pack_built_handler_runs_in_calc_cond_batch(session):
 def test_comfy_extras_module_holds_the_nodes(session):
     import comfy_extras.nodes_context_windows as module
 
-    assert set(module.NODE_CLASS_MAPPINGS) == {"ContextWindowsManual", "WanContextWindowsManual"}
+    # today's module also holds LTX's (LTXVContextWindows, class LTXVContextWindowsNode)
+    assert set(module.NODE_CLASS_MAPPINGS) == {"ContextWindowsManual", "WanContextWindowsManual", "LTXVContextWindows"}
+    assert module.LTXVContextWindowsNode is module.NODE_CLASS_MAPPINGS["LTXVContextWindows"]

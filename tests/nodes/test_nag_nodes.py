@@ -229,8 +229,12 @@ def test_wan_network_scale_one_is_plain_and_a_scale_moves_only_the_positive(wan)
 
 
 def _patcher_of(architecture: str) -> ModelPatcher:
+    from comfy_core.families import default_registry
+
+    hooks = {family.architecture.name: family.architecture.self_attention_hook for family in default_registry()}
     module = torch.nn.Linear(1, 1)
-    module.family = SimpleNamespace(name=architecture, architecture=SimpleNamespace(name=architecture))
+    module.family = SimpleNamespace(name=architecture, architecture=SimpleNamespace(
+        name=architecture, self_attention_hook=hooks.get(architecture)))
     return ModelPatcher(module)
 
 

@@ -90,7 +90,7 @@ def wan_architecture() -> Architecture:
     return Architecture(name="wan", markers=(MARKER,), detect=_detect, facts=_facts, build=_build, errors=_errors(),
                         context_width=lambda config: config.text_dim, is_diffusers=_is_diffusers,
                         from_diffusers=_from_diffusers, comfy_config=lambda config: config.comfy_unet_config(),
-                        detect_with_metadata=_detect_with_metadata)
+                        detect_with_metadata=_detect_with_metadata, self_attention_hook="attn1_patch")
 
 
 def text_encoders() -> Any:
