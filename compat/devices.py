@@ -96,6 +96,35 @@ def get_torch_device() -> torch.device:
     return memory.device if memory is not None else choose_device(cpu_only=bool(flag("cpu")))
 
 
+def get_all_torch_devices(exclude_current: bool = False) -> list:
+    """ComfyUI's: the devices models may run on. This runtime computes on one device (the
+    server's memory manager's), so the list is that device; `exclude_current` leaves it out."""
+    return [] if exclude_current else [get_torch_device()]
+
+
+def get_gpu_device_options() -> list[str]:
+    """ComfyUI's device choices of the multi-GPU nodes: "default", "cpu", and `gpu:i` only when
+    there are several devices (nodes/multigpu_nodes.py)."""
+    from nodes.multigpu_nodes import device_options
+
+    return device_options(device_count=len(get_all_torch_devices()))
+
+
+def get_gpu_device_options_no_cpu() -> list[str]:
+    """`get_gpu_device_options()` without "cpu" (the VAE's choices)."""
+    from nodes.multigpu_nodes import device_options_no_cpu
+
+    return device_options_no_cpu(device_count=len(get_all_torch_devices()))
+
+
+def resolve_gpu_device_option(option: Any) -> Any:
+    """ComfyUI's: "default" / None -> None, "cpu" -> the CPU, `gpu:i` -> that GPU of this
+    runtime's devices (None when there is no such GPU), anything else -> None."""
+    from nodes.multigpu_nodes import resolve_device_option
+
+    return resolve_device_option(option)
+
+
 def get_torch_device_name(device: Any) -> str:
     """ComfyUI's log name of a device: `"cuda:0 NVIDIA H200 : native"` (device, card name,
     allocator backend), `"cpu"` / `"mps"` for others, `"CUDA 0: <name>"` for a bare index."""

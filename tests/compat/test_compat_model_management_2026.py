@@ -556,3 +556,20 @@ async def test_a_packs_get_logs_is_what_internal_logs_serves(tmp_path):
         assert len(mine) == 1 and mine[0] in ours  # the same entry, time stamp included: one store
     finally:
         await server.close()
+
+
+# -- the multi-GPU device choices (comfy_extras/nodes_multigpu.py's, which packs import) ----------
+
+
+def test_device_options_and_their_resolution_on_this_runtimes_one_device(session):
+    import comfy.model_management as mm
+
+    device = mm.get_torch_device()
+    assert mm.get_all_torch_devices() == [device] and mm.get_all_torch_devices(exclude_current=True) == []
+    assert mm.get_gpu_device_options() == ["default", "cpu"]  # one device: no gpu:i entries, as ComfyUI
+    assert mm.get_gpu_device_options_no_cpu() == ["default"]
+    assert mm.resolve_gpu_device_option("default") is None and mm.resolve_gpu_device_option(None) is None
+    assert mm.resolve_gpu_device_option("cpu") == torch.device("cpu")
+    assert mm.resolve_gpu_device_option("gpu:1") is None and mm.resolve_gpu_device_option("bad") is None
+    # gpu:0 is the one device when it is a GPU; on a CPU-only machine there is none
+    assert mm.resolve_gpu_device_option("gpu:0") == (device if device.type != "cpu" else None)

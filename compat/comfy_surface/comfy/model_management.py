@@ -23,7 +23,9 @@ from compat.device_memory import (LoadedModel, cleanup_models, cleanup_models_gc
                                   sync_stream, text_encoder_initial_device, unet_inital_load_device,
                                   unload_all_models, unload_model_and_clones)
 from compat.devices import (NUM_STREAMS, WINDOWS, CPUState, InterruptProcessingException, VRAMState,
-                            amd_min_version, cpu_mode, directml_enabled, get_free_memory, get_torch_device,
+                            amd_min_version, cpu_mode, directml_enabled, get_all_torch_devices, get_free_memory,
+                            get_gpu_device_options, get_gpu_device_options_no_cpu, get_torch_device,
+                            resolve_gpu_device_option,
                             get_torch_device_name, get_total_memory, interrupt_current_processing, intermediate_device,
                             intermediate_dtype, is_oom, raise_non_oom,
                             is_amd, is_ascend_npu, is_device_cpu, is_device_cuda, is_device_mps, is_device_type,
