@@ -60,7 +60,10 @@ def _patchable(value: Any, input_name: str) -> None:
 
 
 def _apply_lora(model: Any, clip: Any, lora_name: str, strength_model: float,
-                strength_clip: float) -> tuple[Any, Any]:
+                strength_clip: float, apply: Any = None, done: str = "patched") -> tuple[Any, Any]:
+    """The LoRA loaders' work: the file read and matched as ComfyUI's `load_lora_for_models`, its
+    records put on clones by `apply` (merged weight patches unless given: LoraLoaderBypass's
+    bypass), the file's metadata attached; `done` words the log line."""
     _patchable(model, "model")
     _patchable(clip, "clip")
     if strength_model == 0 and strength_clip == 0:
@@ -72,11 +75,11 @@ def _apply_lora(model: Any, clip: Any, lora_name: str, strength_model: float,
     stat = Path(path).stat()
     source = ("lora-file", str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
     tensors = load_lora_file(Path(path))
-    from comfy_core.lora import load_lora_for_models
+    from comfy_core.lora.loader import add_weight_patches, load_lora_for_models
 
     new_model, new_clip, report = load_lora_for_models(model, clip, tensors, strength_model, strength_clip,
-                                                       lora_name, source)
-    log.info("LoRA %s patched %d model and %d clip weights", lora_name, report.model_keys, report.clip_keys)
+                                                       lora_name, source, apply or add_weight_patches)
+    log.info("LoRA %s %s %d model and %d clip weights", lora_name, done, report.model_keys, report.clip_keys)
     metadata = _lora_metadata(Path(path))
     if metadata and new_model is not None and new_model is not model:
         # ComfyUI's LoRA loaders attach the file's metadata (GetICLoRAParameters reads it).
@@ -94,16 +97,22 @@ def _lora_metadata(path: Path) -> dict[str, str]:
         return dict(file.metadata or {})
 
 
+# LoraLoader's inputs, also LoraLoaderBypass's (nodes/lora_bypass.py); the model-only loaders'.
+LORA_INPUTS = (Input("model", "MODEL", tooltip="The diffusion model the LoRA will be applied to."),
+               Input("clip", "CLIP", tooltip="The CLIP model the LoRA will be applied to."),
+               Combo("lora_name", _lora_names, tooltip="The name of the LoRA."),
+               Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01,
+                     tooltip="How strongly to modify the diffusion model. This value can be negative."),
+               Float("strength_clip", default=1.0, min=-100.0, max=100.0, step=0.01,
+                     tooltip="How strongly to modify the CLIP model. This value can be negative."))
+LORA_MODEL_ONLY_INPUTS = (Input("model", "MODEL"), Combo("lora_name", _lora_names),
+                          Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01))
+
+
 @node("LoraLoader", category="loaders", display_name="Load LoRA",
       description="LoRAs modify diffusion and CLIP models, altering the way in which latents are denoised, "
                   "such as applying styles. Multiple LoRA nodes can be linked together.",
-      inputs=[Input("model", "MODEL", tooltip="The diffusion model the LoRA will be applied to."),
-              Input("clip", "CLIP", tooltip="The CLIP model the LoRA will be applied to."),
-              Combo("lora_name", _lora_names, tooltip="The name of the LoRA."),
-              Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01,
-                    tooltip="How strongly to modify the diffusion model. This value can be negative."),
-              Float("strength_clip", default=1.0, min=-100.0, max=100.0, step=0.01,
-                    tooltip="How strongly to modify the CLIP model. This value can be negative.")],
+      inputs=list(LORA_INPUTS),
       outputs=[Output("MODEL", tooltip="The modified diffusion model."),
                Output("CLIP", tooltip="The modified CLIP model.")])
 def lora_loader(model: Any, clip: Any, lora_name: str, strength_model: float, strength_clip: float) -> tuple:
@@ -112,8 +121,7 @@ def lora_loader(model: Any, clip: Any, lora_name: str, strength_model: float, st
 
 @node("LoraLoaderModelOnly", category="loaders", display_name="LoraLoaderModelOnly",
       description="LoRAs modify diffusion models; this loader applies one to the MODEL only.",
-      inputs=[Input("model", "MODEL"), Combo("lora_name", _lora_names),
-              Float("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01)],
+      inputs=list(LORA_MODEL_ONLY_INPUTS),
       outputs=[Output("MODEL")])
 def lora_loader_model_only(model: Any, lora_name: str, strength_model: float) -> tuple:
     return (_apply_lora(model, None, lora_name, strength_model, 0.0)[0],)

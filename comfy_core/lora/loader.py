@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 import torch
 
@@ -198,9 +198,16 @@ class LoraReport:
     skipped: list[str] = field(default_factory=list)  # "parameter: why" for records whose shapes do not fit
 
 
+def add_weight_patches(clone: Any, patches: Mapping[Any, Any], strength: float) -> int:
+    """The default way a LoRA's records go onto a clone: merged weight patches; how many keys."""
+    return len(clone.add_patches(patches, strength))
+
+
 def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tensor],
                          strength_model: float, strength_clip: float, name: str = "",
-                         source: Hashable | None = None) -> tuple[Any, Any, LoraReport]:
+                         source: Hashable | None = None,
+                         apply: Callable[[Any, Mapping[Any, Any], float], int] = add_weight_patches,
+                         ) -> tuple[Any, Any, LoraReport]:
     """Clone `model` (a ModelPatcher) and `clip` (CLIP object or ClipPatcher) with the LoRA added.
 
     ComfyUI's semantics (comfy/sd.py `load_lora_for_models`, comfy/lora.py `load_lora`): either
@@ -215,6 +222,10 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
 
     For a Flux / SD3 model (`comfy_core.lora.dit_keymap`), as ComfyUI: files in the layouts
     ComfyUI converts are converted first (`convert_dit_lora`).
+
+    `apply(clone, records, strength) -> count` puts the matched records on each clone: merged
+    weight patches by default, a forward-time bypass for LoraLoaderBypass
+    (comfy_core/patching/bypass.py `add_bypass`); the matching and its warnings are the same.
     """
     label = name or "(unnamed)"
     dit = dit_kind(model.model) if model is not None else None
@@ -237,10 +248,10 @@ def load_lora_for_models(model: Any, clip: Any, tensors: Mapping[str, torch.Tens
     new_model, new_clip = model, clip
     if model is not None:
         new_model = model.clone()
-        report.model_keys = len(new_model.add_patches(model_parse.patches, strength_model))
+        report.model_keys = apply(new_model, model_parse.patches, strength_model)
     if clip is not None:
         new_clip = clip.clone()
-        report.clip_keys = len(new_clip.add_patches(clip_parse.patches, strength_clip))
+        report.clip_keys = apply(new_clip, clip_parse.patches, strength_clip)
     # A key is unmatched when neither side used it; each is logged once, in the file's order.
     unused = set(model_parse.unmatched) & set(clip_parse.unmatched)
     report.unmatched = [k for k in tensors if k in unused]
