@@ -44,8 +44,9 @@ class Architecture:
     # as ComfyUI's `detect_unet_config` merges it; None: `detect` alone.
     detect_with_metadata: Callable[[Mapping[str, Any], str, Mapping[str, str]], Any] | None = None
     # The `transformer_options["patches"]` slot the network calls on each self-attention output,
-    # which names its calling convention: "attn1_output_patch" (ComfyUI's UNet: `(out,
-    # extra_options) -> out` after the output projection) or "attn1_patch" (ComfyUI's Wan:
+    # which names its calling convention: "attn1_output_patch" (`(out, extra_options) -> out`:
+    # ComfyUI's UNet after the output projection, its Flux-line blocks on the joint attention
+    # before it, `extra_options["img_slice"]` marking the image tokens) or "attn1_patch" (ComfyUI's Wan:
     # `{"x", "q", "k", "transformer_options"} -> x` before it); None: neither is called.
     self_attention_hook: str | None = None
 

@@ -31,6 +31,9 @@ only under a hook whose convention it speaks:
 
 - the UNet (SD1.x, SD2.x, SDXL, SVD; comfy_core/models/transformer.py `BasicTransformerBlock`)
   calls ComfyUI's `attn1_output_patch` exactly as ComfyUI does: the same numbers as ComfyUI;
+- the Flux line's double and single blocks (Flux, Flux.2, Chroma, LongCat; comfy_core/families/
+  flux/blocks.py `patched_self_attention`) call it on the joint attention output before the
+  projection with `img_slice`, as today's ComfyUI's Flux blocks do;
 - Wan's self-attention (comfy_core/families/wan/blocks.py) offers ComfyUI's Wan `attn1_patch`,
   `{"x": attention output, "q", "k", "transformer_options"} -> x`, run BEFORE the output
   projection `o`; NAG is applied there (`NAGSelfAttentionPatch`). ComfyUI's Wan network (at the

@@ -255,3 +255,146 @@ def test_node_puts_nag_under_the_hook_each_network_calls(caplog):
     with caplog.at_level(logging.WARNING, logger="nodes.nag_nodes"):
         na_guidance(wan_model, 5.0, 0.5, 1.5)
     assert caplog.text == ""
+
+
+# -- the Flux line (Flux, Flux.2, Chroma, LongCat: attn1_output_patch on the joint attention) --------
+
+
+def _tiny_flux():
+    from comfy_core.families.flux.dit import FluxConfig, FluxTransformer
+    from tests.fixtures.flux_files import tiny_flux_state_dict
+
+    state = tiny_flux_state_dict(True, seed=5)
+    network = FluxTransformer.from_config(FluxConfig.detect_from_weights(state))
+    network.load_state_dict(state, strict=True)
+    return network.eval()
+
+
+def _tiny_flux2():
+    from comfy_core.families.flux2.dit import Flux2Config, Flux2Transformer
+    from tests.fixtures.flux2_files import tiny_flux2_state_dict
+
+    state = tiny_flux2_state_dict(seed=5)
+    network = Flux2Transformer.from_config(Flux2Config.detect_from_weights(state))
+    network.load_state_dict(state, strict=True)
+    return network.eval()
+
+
+def _flux_run(network, patch=None, record=None):
+    """Rows 0 / 1 the same latent under different prompts: the positive and the negative."""
+    patches = [p for p in (record, patch) if p is not None]
+    options = {"cond_or_uncond": [0, 1], "patches": {"attn1_output_patch": patches}} if patches else {}
+    return _flux_run_with_options(network, options)
+
+
+@pytest.mark.parametrize("build", [_tiny_flux, _tiny_flux2], ids=["flux", "flux2"])
+def test_flux_blocks_call_the_output_patch_on_the_joint_attention_with_the_image_tokens(build):
+    network = build()
+    calls = []
+
+    def record(attn, extra_options):
+        calls.append((extra_options["block_type"], tuple(attn.shape), tuple(extra_options["img_slice"])))
+        return attn
+
+    plain = _flux_run(network)
+    recorded = _flux_run(network, record=record)
+    torch.testing.assert_close(recorded, plain, rtol=0, atol=0)  # an identity patch changes nothing
+    hidden = network.config.hidden_size
+    patch = network.config.patch_size
+    text, image = 5, (4 // patch) * (6 // patch)  # 5 prompt tokens; a 4x6 latent in patches
+    want = [("double", (2, text + image, hidden), (text, text + image))] * len(network.double_blocks)
+    want += [("single", (2, text + image, hidden), (text, text + image))] * len(network.single_blocks)
+    assert calls == want
+
+
+@pytest.mark.parametrize("build", [_tiny_flux, _tiny_flux2], ids=["flux", "flux2"])
+def test_flux_nag_scale_one_keeps_the_positive_and_a_scale_guides_it(build):
+    network = build()
+    plain = _flux_run(network)
+    same = _flux_run(network, NormalizedAttentionGuidance(1.0, 0.5, 1.5))
+    torch.testing.assert_close(same[0], plain[0], atol=1e-6, rtol=1e-6)
+    # a joint stream's guided image tokens go into both slices (ComfyUI's node): the negative's
+    # image tokens attend with the positive's result, so its prediction moves even at scale 1
+    assert (same[1] - plain[1]).abs().max() > 1e-4
+    guided = _flux_run(network, NormalizedAttentionGuidance(5.0, 0.5, 1.5))
+    assert (guided[0] - plain[0]).abs().max() > 1e-4
+
+
+def test_a_zeroed_image_attention_equals_the_block_by_hand():
+    """An independent check of where the patch sits: zeroing the image tokens' attention output
+    leaves the double block's image stream `img + gate * proj(0)` before its MLP."""
+    from comfy_core.families.flux.blocks import apply_mod
+
+    network = _tiny_flux()
+    block = network.double_blocks[0]
+    generator = torch.Generator().manual_seed(11)
+    img = torch.randn(1, 6, network.config.hidden_size, generator=generator)
+    txt = torch.randn(1, 5, network.config.hidden_size, generator=generator)
+    vec = torch.randn(1, network.config.hidden_size, generator=generator)
+
+    def zero_image(attn, extra_options):
+        start, end = extra_options["img_slice"]
+        attn = attn.clone()
+        attn[:, start:end] = 0
+        return attn
+
+    with torch.no_grad():
+        got, _ = block(img, txt, vec, None, transformer_options={"patches": {"attn1_output_patch": [zero_image]}})
+        mod1, mod2 = block.img_mod(vec)
+        want = img + apply_mod(block.img_attn.proj(torch.zeros_like(img)), mod1.gate, None, None)
+        hidden = apply_mod(block.img_norm2(want), 1 + mod2.scale, mod2.shift, None)
+        want = want + apply_mod(block.img_mlp(hidden), mod2.gate, None, None)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_node_installs_nag_on_flux_without_the_no_effect_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="nodes.nag_nodes"):
+        for architecture in ("flux", "flux2", "chroma", "chroma_radiance", "longcat_image"):
+            (patched,) = na_guidance(_patcher_of(architecture), 5.0, 0.5, 1.5)
+            assert list(patched.model_options["transformer_options"]["patches"]) == ["attn1_output_patch"]
+    assert caplog.text == ""
+
+
+@pytest.mark.parametrize("build", [_tiny_flux, _tiny_flux2], ids=["flux", "flux2"])
+def test_flux_blocks_call_the_attn1_patch_before_attention_and_take_its_tensors(build):
+    """Today's ComfyUI's Flux `attn1_patch`: `(q, k, v, pe=, attn_mask=, extra_options=) -> dict`;
+    an empty dict changes nothing, a replaced `v` of zeros zeroes every attention output (so the
+    output patch after it sees zeros)."""
+    network = build()
+    seen, after = [], []
+
+    def observe(q, k, v, pe=None, attn_mask=None, extra_options=None):
+        seen.append((extra_options["block_type"], tuple(q.shape), tuple(extra_options["img_slice"])))
+        return {}
+
+    def zero_values(q, k, v, pe=None, attn_mask=None, extra_options=None):
+        return {"v": torch.zeros_like(v)}
+
+    def record(attn, extra_options):
+        after.append(float(attn.abs().max()))
+        return attn
+
+    plain = _flux_run(network)
+    same = _flux_run_with_options(network, {"cond_or_uncond": [0, 1], "patches": {"attn1_patch": [observe]}})
+    torch.testing.assert_close(same, plain, rtol=0, atol=0)
+    heads, hidden, patch = network.config.num_heads, network.config.hidden_size, network.config.patch_size
+    tokens = 5 + (4 // patch) * (6 // patch)
+    assert [s[0] for s in seen] == ["double"] * len(network.double_blocks) + ["single"] * len(network.single_blocks)
+    assert {s[1] for s in seen} == {(2, heads, tokens, hidden // heads)}
+    assert {s[2] for s in seen} == {(5, tokens)}
+    zeroed = _flux_run_with_options(network, {"patches": {"attn1_patch": [zero_values], "attn1_output_patch": [record]}})
+    assert after and max(after) == 0.0
+    assert not torch.allclose(zeroed, plain)
+
+
+def _flux_run_with_options(network, options):
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(1, network.config.in_channels, 4, 6, generator=generator).repeat(2, 1, 1, 1)
+    context = torch.randn(2, 5, network.config.context_in_dim, generator=generator)
+    kwargs = {}
+    if getattr(network.config, "vec_in_dim", None):
+        kwargs["y"] = torch.randn(2, network.config.vec_in_dim, generator=generator)
+    if getattr(network.config, "guidance_embed", False):
+        kwargs["guidance"] = torch.full((2,), 3.5)
+    with torch.no_grad():
+        return network(x, torch.tensor([0.6, 0.6]), context, transformer_options=options, **kwargs)

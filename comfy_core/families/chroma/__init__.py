@@ -136,7 +136,8 @@ def chroma_architecture() -> Architecture:
     return Architecture(name="chroma", markers=(GUIDANCE_LAYER + "norms.0.scale",), detect=_detect, facts=_facts,
                         build=_build, errors=_errors(), context_width=lambda config: config.context_in_dim,
                         is_diffusers=_is_diffusers, from_diffusers=_from_diffusers,
-                        comfy_config=lambda config: config.comfy_unet_config())
+                        comfy_config=lambda config: config.comfy_unet_config(),
+                        self_attention_hook="attn1_output_patch")
 
 
 def definition() -> Family:

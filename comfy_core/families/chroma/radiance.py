@@ -378,7 +378,8 @@ def _build(config: ChromaRadianceConfig, operations: Any = None) -> ChromaRadian
 def chroma_radiance_architecture() -> Architecture:
     return Architecture(name="chroma_radiance", markers=(NERF_MARKER,), detect=_detect, facts=_facts, build=_build,
                         errors=(ChromaConfigError,), context_width=lambda config: config.context_in_dim,
-                        comfy_config=lambda config: config.comfy_unet_config())
+                        comfy_config=lambda config: config.comfy_unet_config(),
+                        self_attention_hook="attn1_output_patch")
 
 
 def definition() -> Family:

@@ -22,6 +22,12 @@ transformer_options, **kwargs)`), written here:
   `{"original_block": fn}` (fn takes such a dict and returns `{"img", "txt"}` / `{"img"}`), and
   return that dict. `transformer_options["patches"]["post_input"]` functions get and return
   `{"img", "txt", "img_ids", "txt_ids"}` after the input projections.
+- `transformer_options["patches"]["attn1_patch"]` functions get each block's joint q, k, v
+  (`[B, H, Nt+Ni, d]`), `pe=`, `attn_mask=` and `extra_options=` and return a dict that may
+  replace any of them; `["attn1_output_patch"]` functions get the attention output
+  `[B, Nt+Ni, C]` before the projection and `extra_options`, and return it. `extra_options`
+  carries `img_slice` (the image tokens' `[start, end)`; set for the single stack as today's
+  ComfyUI does) (`blocks.py: patched_self_attention`; NAG uses the output patch).
 - `transformer_options["block_type"]` ("double"/"single"), `["block_index"]` and
   `["total_blocks"]` are set for each block (newer ComfyUI does; 0.3.64 does not), on a shallow
   copy of the caller's dict.
@@ -315,6 +321,7 @@ def run_stream_blocks(double_blocks: Sequence[nn.Module], single_blocks: Sequenc
 
         options["total_blocks"] = len(single_blocks)
         options["block_type"] = "single"
+        options["img_slice"] = [n_txt, img.shape[1]]  # the image tokens of the joint stream (ComfyUI's)
         for i, block in enumerate(single_blocks):
             if i in skip_single:
                 continue

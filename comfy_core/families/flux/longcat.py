@@ -127,7 +127,8 @@ def longcat_image_architecture() -> Architecture:
     return Architecture(name="longcat_image", markers=(MARKER,), detect=_detect, facts=_facts, build=_build,
                         errors=_errors(), context_width=lambda config: config.context_in_dim,
                         is_diffusers=is_diffusers_longcat, from_diffusers=from_diffusers,
-                        comfy_config=lambda config: config.comfy_unet_config())
+                        comfy_config=lambda config: config.comfy_unet_config(),
+                        self_attention_hook="attn1_output_patch")
 
 
 def definition() -> Family:

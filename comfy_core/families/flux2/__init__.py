@@ -124,7 +124,8 @@ def flux2_architecture() -> Architecture:
     return Architecture(name="flux2", markers=(MARKER,), detect=_detect, facts=_facts, build=_build,
                         errors=_errors(), context_width=lambda config: config.context_in_dim,
                         is_diffusers=_is_diffusers, from_diffusers=_from_diffusers,
-                        comfy_config=lambda config: config.comfy_unet_config())
+                        comfy_config=lambda config: config.comfy_unet_config(),
+                        self_attention_hook="attn1_output_patch")
 
 
 def flux2_family(name: str, display_name: str, guidance: bool, text_encoders: Any = None) -> Family:
