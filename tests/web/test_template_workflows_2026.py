@@ -100,6 +100,8 @@ RUNNING = {
              "kept as stored, the input rotated by the regular Hadamard (comfy_core/weights/quant_int8.py)"
        for name in ("image_qwen_image_edit_2511_int8", "image_z_image_int8", "image_z_image_turbo_int8")},
     "basic_datatype_conversion": "1 s: ComfyMathExpression, ComfyNumberConvert, PreviewAny (no model)",
+    "basic_image_color_adjustment": "5 s: ten GLSLShader nodes (EGL; llvmpipe on the CPU), CurveEditor, ImageHistogram "
+                                    "(no model)",
     # These feed the prompt through PreviewAny, whose STRING output (today's ComfyUI's PreviewAny passes its
     # text on) nodes/preview_any.py lacks: validation skips TextEncodeQwenImage21 ("tuple index out of
     # range" on the link to output 0) and nothing is written until it has it. Timed with those links
