@@ -22,10 +22,19 @@ The adapter path, per record (`comfy_core.lora.loader.parse_lora`'s adapters):
 A target that is a slice of a fused weight (`(param, (0, start, size))`, q/k/v of a fused qkv) adds
 to those output features only. Numerically the bypass equals merging the same record into the
 weight (up to float rounding), which the tests check.
+
+A LoRA whose `down` is stored flat for a convolution (`[rank, in·kh·kw]`, as ComfyUI's trained
+LoRAs save it) runs as that kernel. With `norms_and_biases=True` (the LoRA trainer's forward-time
+adapters, comfy_core/training; LoraLoaderBypass keeps the default) full `("diff", (t,))` records
+of two more kinds bypass: a bias (`out + t` on the output features) and the 1-D weight of a
+GroupNorm / LayerNorm / RMSNorm (`out + norm(x; weight=t)`, the normalised input times `t`,
+which is what `W + t` adds). The records' tensors may be trainable parameters: the hooks build
+every term from them differentiably, so gradients reach them and never the layer's own weights.
 """
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping
 
@@ -85,10 +94,29 @@ def _target(target: Any) -> tuple[str, tuple[int, int] | None] | None:
     return None
 
 
-def bypass_entries(patches: Mapping[Any, Any], strength: float,
-                   root: nn.Module) -> tuple[list[BypassEntry], list[str]]:
+# torch's normalisation layers (the family test reads `isinstance` targets by name: torch's own
+# classes, held in this table, are not a family's of the same name)
+_NORMS = tuple((kind, cls) for kind, cls in (("group", nn.GroupNorm), ("layer", nn.LayerNorm),
+                                             ("rms", getattr(nn, "RMSNorm", None))) if cls is not None)
+
+
+def _norm_kind(module: nn.Module) -> str | None:
+    """"group", "layer" or "rms" for a normalisation layer with a 1-D weight, else None."""
+    for kind, cls in _NORMS:
+        if isinstance(module, cls):
+            return kind
+    return None
+
+
+def _is_diff(record: Any) -> bool:
+    return isinstance(record, tuple) and len(record) == 2 and record[0] == "diff"
+
+
+def bypass_entries(patches: Mapping[Any, Any], strength: float, root: nn.Module, *,
+                   norms_and_biases: bool = False) -> tuple[list[BypassEntry], list[str]]:
     """The entries for `patches` (target -> record, as `parse_lora` gives), and "target: why" for
-    each record left out (not additive, not a `.weight` of a linear or convolution layer)."""
+    each record left out (not additive, not a `.weight` of a linear or convolution layer; with
+    `norms_and_biases`, a full diff of a bias or of a norm layer's weight bypasses too)."""
     entries: list[BypassEntry] = []
     skipped: list[str] = []
     modules = dict(root.named_modules())
@@ -99,6 +127,11 @@ def bypass_entries(patches: Mapping[Any, Any], strength: float,
             continue
         name, rows = resolved
         why = _is_additive(record)
+        if why is None and norms_and_biases and rows is None and _is_diff(record):
+            extra = _norm_or_bias_entry(name, record, strength, modules)
+            if extra is not None:
+                entries.append(extra)
+                continue
         if why is None and not name.endswith(".weight"):
             why = "not a layer weight (a bias or other tensor)"
         module = modules.get(name[: -len(".weight")]) if why is None else None
@@ -110,6 +143,23 @@ def bypass_entries(patches: Mapping[Any, Any], strength: float,
             continue
         entries.append(BypassEntry(name[: -len(".weight")], record, float(strength), rows))
     return entries, skipped
+
+
+def _norm_or_bias_entry(name: str, record: Any, strength: float,
+                        modules: Mapping[str, nn.Module]) -> BypassEntry | None:
+    """The entry of a full diff on a layer's bias, or on a norm layer's 1-D weight; None otherwise
+    (the caller then judges it as any other record)."""
+    owner, _, attr = name.rpartition(".")
+    module = modules.get(owner)
+    if module is None:
+        return None
+    if attr == "bias" and getattr(module, "bias", None) is not None and (
+            _norm_kind(module) is not None or getattr(module, "weight", None) is not None
+            and module.weight.dim() in (2, 3, 4, 5)):
+        return BypassEntry(owner, ("diff_b", record[1]), float(strength))
+    if attr == "weight" and _norm_kind(module) is not None and getattr(module, "weight", None) is not None:
+        return BypassEntry(owner, ("diff_norm", record[1]), float(strength))
+    return None
 
 
 def _op(module: nn.Module, weight_dim: int):
@@ -128,9 +178,31 @@ def _op(module: nn.Module, weight_dim: int):
     return run
 
 
+def _norm_path(module: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`norm(x)` with weight `scale` and no bias: what adding `scale` to the norm's weight adds."""
+    kind = _norm_kind(module)
+    if kind == "group":
+        return F.group_norm(x, module.num_groups, scale, None, module.eps)
+    shape = tuple(module.normalized_shape)
+    if kind == "layer":
+        return F.layer_norm(x, shape, scale, None, module.eps)
+    return F.rms_norm(x, shape, scale, module.eps)
+
+
+def _bias_path(module: nn.Module, out: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
+    """A bias diff broadcast over the output: the channel axis of a convolution or GroupNorm
+    (axis 1), the last axis of a linear or LayerNorm-like layer."""
+    if _norm_kind(module) == "group" or (getattr(module, "weight", None) is not None and module.weight.dim() > 2
+                                         and _norm_kind(module) is None):
+        return diff.reshape(1, -1, *([1] * (out.dim() - 2)))
+    return diff
+
+
 def _path(entry: BypassEntry, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """`strength * adapter_path(x)` for one entry, in x's dtype and device."""
     record = entry.record
+    if isinstance(record, tuple) and record[0] == "diff_norm":
+        return _norm_path(module, x, record[1][0].to(device=x.device, dtype=x.dtype)) * entry.strength
     weight = module.weight
     dim = weight.dim()
     op = _op(module, dim)
@@ -143,6 +215,9 @@ def _path(entry: BypassEntry, module: nn.Module, x: torch.Tensor) -> torch.Tenso
         if dim == 2:
             h = F.linear(F.linear(x, cast(down.flatten(start_dim=1))), cast(up.flatten(start_dim=1)))
         else:
+            if mid is None and down.dim() == 2 and dim > 2 and down.shape[1] == math.prod(weight.shape[1:]):
+                # ComfyUI's trained LoRAs keep a convolution's `down` flat: [rank, in·kh·kw]
+                down = down.reshape(down.shape[0], *weight.shape[1:])
             down_w = cast(down if down.dim() == dim else down.reshape(down.shape[0], -1, *([1] * (dim - 2))))
             if mid is None:
                 h = op(x, down_w, True)  # down holds the layer's kernel (LoCon)
@@ -165,6 +240,10 @@ def _hook(entries: list[BypassEntry]):
         x = args[0]
         out = output
         for entry in entries:
+            if isinstance(entry.record, tuple) and entry.record[0] == "diff_b":
+                diff = entry.record[1][0].to(device=out.device, dtype=out.dtype)
+                out = out + _bias_path(module, out, diff) * entry.strength
+                continue
             extra = _path(entry, module, x)
             if entry.rows is None:
                 out = out + extra
@@ -206,11 +285,13 @@ class BypassInjection(PatcherInjection):
         return ("lora-bypass", key) if stable else None
 
 
-def add_bypass(patcher: Any, patches: Mapping[Any, Any], strength: float) -> tuple[int, list[str]]:
+def add_bypass(patcher: Any, patches: Mapping[Any, Any], strength: float, *,
+               norms_and_biases: bool = False) -> tuple[int, list[str]]:
     """Add `patches` (target -> record) to the clone `patcher` as a bypass at `strength`: one more
     `BypassInjection` under `INJECTION_KEY` (earlier bypasses kept, so bypass LoRAs chain).
-    Returns (layers bypassed, records left out as "target: why")."""
-    entries, skipped = bypass_entries(patches, strength, patcher.model)
+    Returns (layers bypassed, records left out as "target: why"). `norms_and_biases`: see
+    `bypass_entries`."""
+    entries, skipped = bypass_entries(patches, strength, patcher.model, norms_and_biases=norms_and_biases)
     if entries:
         existing = list(patcher.injections.get(INJECTION_KEY, ()))
         patcher.injections[INJECTION_KEY] = existing + [BypassInjection(entries)]

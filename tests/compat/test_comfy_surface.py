@@ -83,7 +83,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy_api.generate_api_stubs": "a developer script that writes comfy_api's .pyi stubs",
     "comfy.comfy_types.examples.*": "example code of ComfyUI's typing documentation",
     "comfy_config.*": "the pyproject.toml parser of ComfyUI's registry tooling (comfy-cli), not a runtime module",
-    "comfy_extras.nodes_train": "LoRA training nodes: training is out of this engine's scope",
     # Not yet: modules of features this engine has in its own form, without ComfyUI's module.
     "comfy.k_diffusion.deis": "not yet: DEIS's coefficient helpers (the sampler itself exists)",
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
@@ -149,7 +148,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('HunyuanImage21', 'HunyuanImage21Refiner', 'SC_B', 'SC_Prior', 'SD15.__init__', 'SD_X4',)),
     'comfy.weight_adapter*': (
         ("LoRA training's side of the adapters (`create_train`, `to_train`, the `*Diff` modules, LoHa's "
-         'autograd functions): training is out of this engine\'s scope (see comfy_extras.nodes_train)'),
+         "autograd functions): our trainer (comfy_core/training) keeps its own adapter records"),
         ('WeightAdapterTrainBase', '*.create_train', '*.to_train',
          'LoraDiff', 'LohaDiff', 'LokrDiff', 'OFTDiff', 'HadaWeight', 'HadaWeightTucker',)),
     'comfy.lora_convert': (
