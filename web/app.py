@@ -15,6 +15,7 @@ import asyncio
 import functools
 import logging
 import ssl
+import threading
 from typing import Awaitable, Callable, Iterable
 
 from aiohttp import web
@@ -223,11 +224,16 @@ def start_warm_up(app: web.Application) -> asyncio.Task:
         # need themselves; the rest of the runtime would only compete with them for the interpreter)
         return state.queue.remaining > 0 or (state.pack_load is not None and not state.pack_load.done)
 
+    imported = None
+    if state.pack_load is not None and not state.pack_load.done:
+        # the packs' background import (start_pack_load) waits for the warm-up's own imports
+        imported = state.pack_load.runtime_imported = threading.Event()
+
     async def run() -> None:
         try:
             await loop.run_in_executor(None, functools.partial(
                 warm_up, state.env, deterministic=state.config.deterministic,
-                runtime_ready=lambda: loop.call_soon_threadsafe(start_worker), busy=busy))
+                runtime_ready=lambda: loop.call_soon_threadsafe(start_worker), busy=busy, imported=imported))
         except Exception:  # noqa: BLE001 -- nodes then load what they need when they run
             log.exception("loading the runtime in the background failed")
         start_worker()

@@ -256,6 +256,13 @@ class DeferredPackLoad:
     # set when the background task has ended: packs served and the next record written (or not needed)
     settled: threading.Event = field(default_factory=threading.Event)
     _waiters: list[asyncio.Future] = field(default_factory=list)
+    # set by the server's background warm-up (web/warmup.py `warm_up(imported=)`) once it has imported
+    # torch; None when the server warms up nothing. `run` waits for it: CPython imports a submodule
+    # without waiting for its parent package that another thread is still initialising (importlib
+    # only checks that the parent is in sys.modules), so a pack's `import torch.nn.functional`
+    # during the warm-up's `import torch` met a half-built torch ("partially initialized module
+    # 'torch' has no attribute 'types'"). ComfyUI imports packs with nothing else importing.
+    runtime_imported: threading.Event | None = None
 
     @property
     def done(self) -> bool:
@@ -277,8 +284,12 @@ class DeferredPackLoad:
         self._waiters.clear()
 
     def run(self, server_loop: asyncio.AbstractEventLoop) -> list[Any]:
-        """In a worker thread while `server_loop` serves in the main thread."""
+        """In a worker thread while `server_loop` serves in the main thread; first waits for the
+        warm-up's imports (`runtime_imported`)."""
         from graph.pack_isolation import loading_beside_main_loop, main_fallback_loop
+
+        if self.runtime_imported is not None:
+            self.runtime_imported.wait()
 
         # Packs call asyncio.get_event_loop() at import: they get the loop they would get in a start
         # that imports them before listening, in the main thread.

@@ -128,7 +128,7 @@ def use_deterministic_algorithms() -> None:
 
 def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bool = False,
             runtime_ready: Callable[[], None] | None = None, busy: Callable[[], bool] | None = None,
-            idle_poll_s: float = 0.1) -> float:
+            idle_poll_s: float = 0.1, imported: threading.Event | None = None) -> float:
     """Import torch, call `runtime_ready()` (the queue may start), build the shared CLIP tokenizer,
     then import `modules` (default: every lazy import of the built-in nodes and of
     comfy_core.image) and build `env.memory` if it is deferred; returns the seconds it took. Each
@@ -136,23 +136,30 @@ def warm_up(env: Any, modules: Iterable[str] | None = None, *, deterministic: bo
     every `idle_poll_s`).
     A module that fails to import is logged and skipped: the node that needs it reports the
     error when it runs.
-    `deterministic`: switch torch to deterministic algorithms once it is imported."""
+    `deterministic`: switch torch to deterministic algorithms once it is imported.
+    `imported`: set once torch and the tokenizer's packages are imported (or failed to), whatever
+    happens; a pack load in the background waits for it before importing anything (see
+    `DeferredPackLoad.run`: two threads must not import the same package at once)."""
     started = time.perf_counter()
 
     def when_idle() -> None:
         while busy is not None and busy():
             time.sleep(idle_poll_s)
 
-    _import_quietly("torch")
-    if deterministic and loaded_module("torch") is not None:
-        use_deterministic_algorithms()
-    log.info("torch loaded in the background in %.2f s; prompts can run", time.perf_counter() - started)
-    if runtime_ready is not None:
-        runtime_ready()
-    # Not waiting for idle: nearly every first prompt loads a checkpoint with a CLIP, which needs this
-    # tokenizer (~0.15 s once torch is in: it is built on the `tokenizers` library, not transformers);
-    # built here it overlaps that prompt's checkpoint read rather than following it.
-    _build_shared_tokenizer()
+    try:
+        _import_quietly("torch")
+        if deterministic and loaded_module("torch") is not None:
+            use_deterministic_algorithms()
+        log.info("torch loaded in the background in %.2f s; prompts can run", time.perf_counter() - started)
+        if runtime_ready is not None:
+            runtime_ready()
+        # Not waiting for idle: nearly every first prompt loads a checkpoint with a CLIP, which needs this
+        # tokenizer (~0.15 s once torch is in: it is built on the `tokenizers` library, not transformers);
+        # built here it overlaps that prompt's checkpoint read rather than following it.
+        _build_shared_tokenizer()
+    finally:
+        if imported is not None:
+            imported.set()
     if modules is None:  # the nodes' own, and those of the image helpers they call (comfy_core.image)
         modules = [*lazy_imports("nodes"), *lazy_imports("comfy_core.image")]
     for name in modules:

@@ -263,3 +263,46 @@ def test_a_record_of_another_format_or_fingerprint_is_not_read(tmp_path):
     assert pack_start.read_record(tmp_path, "abc") is None
     pack_start.record_path(tmp_path).write_text("{not json")
     assert pack_start.read_record(tmp_path, "abc") is None
+
+
+def test_a_background_pack_load_waits_for_the_warm_ups_imports_before_importing():
+    """Two threads importing one package at once is unsafe in CPython (a submodule's import does
+    not wait for its parent still initialising in the other thread): a pack's import starts only
+    after the warm-up has signalled its own imports done."""
+    import threading
+
+    steps: list[str] = []
+
+    class RecordingEvent(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            steps.append("waited for the warm-up")
+            return super().wait(timeout)
+
+    imported = RecordingEvent()
+    imported.set()
+    load = pack_start.DeferredPackLoad(record=None, load=lambda: steps.append("imported the packs") or [],
+                                       fingerprint_after=lambda: "", builtin_names=frozenset(),
+                                       runtime_imported=imported)
+    loop = asyncio.new_event_loop()
+    try:
+        assert load.run(loop) == []
+    finally:
+        loop.close()
+    assert steps == ["waited for the warm-up", "imported the packs"]
+
+
+async def test_a_warming_server_hands_its_pack_load_the_warm_ups_signal(tmp_path):
+    base = _base(tmp_path)
+    await _first_start_writes_the_record(base)
+    state = build_state(_config(base), defer_packs=True)
+    runner, urls = await start_server(state, frontend=False, warm_up=True)
+    server = TestServer(state, runner, urls[0])
+    server.session = aiohttp.ClientSession()
+    try:
+        load = state.pack_load
+        assert load is not None and load.runtime_imported is not None
+        pack_start_gate.GATE.set()
+        await load.wait()
+        assert load.runtime_imported.is_set() and state.packs[0].ok
+    finally:
+        await server.close()

@@ -8,6 +8,7 @@ import threading
 from types import SimpleNamespace
 
 import aiohttp
+import pytest
 
 from web import warmup
 from web.app import start_server
@@ -186,3 +187,19 @@ async def test_a_prompt_runs_while_the_warm_up_still_imports_the_rest(tmp_path, 
     finally:
         gate.set()
         await runner.cleanup()
+
+
+def test_warm_up_signals_its_imports_done_even_when_opening_the_queue_fails():
+    """`imported` is what a background pack load waits for (web/pack_start.py): it is set once
+    torch and the tokenizer are in, and set all the same when the warm-up fails half-way."""
+    imported = threading.Event()
+    warm_up(SimpleNamespace(), modules=[], imported=imported)
+    assert imported.is_set()
+
+    def broken_gate() -> None:
+        raise RuntimeError("the queue gate failed")
+
+    imported = threading.Event()
+    with pytest.raises(RuntimeError, match="queue gate"):
+        warm_up(SimpleNamespace(), modules=[], runtime_ready=broken_gate, imported=imported)
+    assert imported.is_set()
