@@ -245,9 +245,6 @@ class ModelSamplingContinuousEDM(_ComfyTable, ms.ContinuousEDMModelSampling, _Sa
         super().__init__(_prediction(type(self), "edm"), s.get("sigma_min", 0.002), s.get("sigma_max", 120.0),
                          s.get("sigma_data", 1.0))
 
-    def set_parameters(self, sigma_min: float, sigma_max: float, sigma_data: float) -> None:
-        ms.ContinuousEDMModelSampling.__init__(self, self.prediction, sigma_min, sigma_max, sigma_data)
-
 
 class ModelSamplingContinuousV(_ComfyTable, ms.ContinuousVModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingContinuousV(model_config=None)`."""
@@ -267,9 +264,6 @@ class ModelSamplingDiscreteFlow(_ComfyTable, ms.FlowModelSampling, _SamplingModu
         s = _settings(model_config)
         super().__init__(s.get("shift", 1.0), s.get("multiplier", 1000))
 
-    def set_parameters(self, shift: float = 1.0, timesteps: int = 1000, multiplier: float = 1000) -> None:
-        ms.FlowModelSampling.__init__(self, shift, multiplier, timesteps)
-
 
 class ModelSamplingFlux(_ComfyTable, ms.FluxModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingFlux(model_config=None)` (with CONST)."""
@@ -278,9 +272,6 @@ class ModelSamplingFlux(_ComfyTable, ms.FluxModelSampling, _SamplingModule):
         torch.nn.Module.__init__(self)
         super().__init__(_settings(model_config).get("shift", 1.15))
 
-    def set_parameters(self, shift: float = 1.15, timesteps: int = 10000) -> None:
-        ms.FluxModelSampling.__init__(self, shift, timesteps)
-
 
 class StableCascadeSampling(_ComfyTable, ms.StableCascadeModelSampling, _SamplingModule):
     """ComfyUI's `StableCascadeSampling(model_config=None)`."""
@@ -288,9 +279,6 @@ class StableCascadeSampling(_ComfyTable, ms.StableCascadeModelSampling, _Samplin
     def __init__(self, model_config: Any = None) -> None:
         torch.nn.Module.__init__(self)
         super().__init__(_settings(model_config).get("shift", 1.0))
-
-    def set_parameters(self, shift: float = 1.0, cosine_s: float = 8e-3) -> None:
-        ms.StableCascadeModelSampling.__init__(self, shift, cosine_s)
 
 
 _BY_TYPE = {

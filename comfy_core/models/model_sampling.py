@@ -352,6 +352,11 @@ class FlowModelSampling(_Continuous):
         self.num_timesteps = timesteps
         self.sigmas = self.sigma((torch.arange(1, timesteps + 1, 1) / timesteps) * multiplier)  # [T] float32
 
+    def set_parameters(self, shift: float = 1.0, timesteps: int = 1000, multiplier: float = 1000) -> None:
+        """ComfyUI's `ModelSamplingDiscreteFlow.set_parameters`: the table rebuilt in place, on this
+        object (packs call it on `get_model_object("model_sampling")`, ModelSamplingSD3's way)."""
+        FlowModelSampling.__init__(self, shift, multiplier, timesteps)
+
     def timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(sigma) * self.multiplier
 
@@ -377,6 +382,10 @@ class FluxModelSampling(_Continuous):
         self.shift = shift
         self.num_timesteps = timesteps
         self.sigmas = self.sigma(torch.arange(1, timesteps + 1, 1) / timesteps)  # [T] float32
+
+    def set_parameters(self, shift: float = 1.15, timesteps: int = 10000) -> None:
+        """ComfyUI's `ModelSamplingFlux.set_parameters`: the table rebuilt in place."""
+        FluxModelSampling.__init__(self, shift, timesteps)
 
     def timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(sigma)
@@ -412,6 +421,10 @@ class ContinuousEDMModelSampling(Parametrization):
         self.sigma_data = sigma_data
         self.sigmas = torch.linspace(math.log(sigma_min), math.log(sigma_max), 1000).exp()  # [1000] float32
         self.log_sigmas = self.sigmas.log()
+
+    def set_parameters(self, sigma_min: float, sigma_max: float, sigma_data: float) -> None:
+        """ComfyUI's `ModelSamplingContinuousEDM.set_parameters`: the table rebuilt in place."""
+        ContinuousEDMModelSampling.__init__(self, self.prediction, sigma_min, sigma_max, sigma_data)
 
     def timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return 0.25 * torch.as_tensor(sigma).log()
@@ -484,6 +497,10 @@ class StableCascadeModelSampling(ModelSampling):
         for x in range(self.num_timesteps):
             sigmas[x] = self.sigma((x + 1) / self.num_timesteps)
         self.set_sigmas(sigmas)
+
+    def set_parameters(self, shift: float = 1.0, cosine_s: float = 8e-3) -> None:
+        """ComfyUI's `StableCascadeSampling.set_parameters`: the table rebuilt in place."""
+        StableCascadeModelSampling.__init__(self, shift, cosine_s)
 
     def sigma(self, timestep: Any) -> torch.Tensor:
         alpha_cumprod = torch.cos((timestep + self.cosine_s) / (1 + self.cosine_s) * torch.pi * 0.5) ** 2 \

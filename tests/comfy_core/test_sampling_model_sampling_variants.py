@@ -187,3 +187,35 @@ def test_equal_settings_give_equal_cache_signatures() -> None:
     assert freeze(FlowModelSampling(3.0)) == freeze(FlowModelSampling(3.0)) != freeze(FlowModelSampling(2.0))
     assert freeze(DiscreteModelSampling("x0")) != freeze(DiscreteModelSampling("eps"))
     assert freeze(ContinuousEDMModelSampling("edm", 0.002, 120.0, 0.5)) != freeze(ContinuousVModelSampling("v", 0.002, 120.0))
+
+
+def test_every_table_rebuilds_itself_in_place_with_comfyuis_set_parameters():
+    """ComfyUI's `set_parameters` on the live sampling object (packs call it on
+    `model.get_model_object("model_sampling")`, e.g. WanMoeKSampler on a Wan model): our own
+    tables have it, not only compat's subclasses; checked against the schedules' formulas."""
+    from comfy_core.models.model_sampling import (ContinuousEDMModelSampling, FlowModelSampling,
+                                                  FluxModelSampling, StableCascadeModelSampling)
+
+    flow = FlowModelSampling(shift=1.0)
+    flow.set_parameters(shift=5.0, multiplier=1000)
+    t = torch.arange(1, 1001, dtype=torch.float32) / 1000
+    torch.testing.assert_close(flow.sigmas, 5.0 * t / (1 + 4.0 * t))
+    assert flow.shift == 5.0 and flow.multiplier == 1000 and float(flow.timestep(torch.tensor(0.5))) == 500.0
+    flow.set_parameters(shift=1.0, timesteps=100, multiplier=1)
+    assert flow.sigmas.shape == (100,) and float(flow.timestep(torch.tensor(0.5))) == 0.5
+
+    flux = FluxModelSampling()
+    flux.set_parameters(shift=2.0, timesteps=50)
+    u = torch.arange(1, 51, dtype=torch.float32) / 50
+    torch.testing.assert_close(flux.sigmas, math.exp(2.0) / (math.exp(2.0) + (1 / u - 1)))
+
+    edm = ContinuousEDMModelSampling("v")
+    edm.set_parameters(sigma_min=0.01, sigma_max=50.0, sigma_data=0.5)
+    assert edm.prediction == "v" and edm.sigma_data == 0.5
+    assert float(edm.sigmas[0]) == pytest.approx(0.01) and float(edm.sigmas[-1]) == pytest.approx(50.0)
+
+    cascade = StableCascadeModelSampling()
+    before = cascade.sigmas.clone()
+    cascade.set_parameters(shift=2.0)
+    assert cascade.shift == 2.0 and not torch.equal(cascade.sigmas, before)
+    torch.testing.assert_close(cascade.sigmas, StableCascadeModelSampling(shift=2.0).sigmas)
