@@ -19,7 +19,7 @@ import json
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -100,3 +100,120 @@ def load_conditioning_file(path: str | os.PathLike) -> list[list[Any]]:
     """The CONDITIONING stored in `path` (see the module docstring)."""
     state, metadata = read_tensor_file(path)
     return conditioning_from_state_dict(state, metadata, Path(path).name)
+
+
+# -- `.conditioning` files: SaveConditioning's format -----------------------------------------------
+# Behaviour of today's ComfyUI `SaveConditioning` / `LoadConditioning` (comfy_extras/nodes_cond.py,
+# 2026): a safetensors file whose metadata key `comfy_conditioning` holds a JSON description of the
+# CONDITIONING (`{"version": 1, "entries": [{"cond": ..., "extra": ...}, ...]}`) and whose tensors
+# are `t0`, `t1`, ... in the order the description meets them. A value is described as
+# `{"t": "tensor", "k": "t3"}`, `{"t": "nested", "s": [...]}` (a nested tensor, by its parts),
+# `{"t": "dict" | "list" | "tuple", "v": ...}` or `{"t": "lit", "v": value}`.
+
+SCHEMA_KEY = "comfy_conditioning"
+FORMAT_VERSION = 1
+
+
+class ConditioningPackError(ValueError):
+    """A CONDITIONING value that the file format cannot hold, or a description it cannot read."""
+
+
+def _pack(value: Any, tensors: dict[str, Any], where: str) -> dict:
+    if isinstance(value, torch.Tensor) and not value.is_nested:
+        key = f"t{len(tensors)}"
+        tensors[key] = value
+        return {"t": "tensor", "k": key}
+    if getattr(value, "is_nested", False) is True and callable(getattr(value, "unbind", None)):
+        return {"t": "nested", "s": [_pack(part, tensors, f"{where}[{i}]") for i, part in enumerate(value.unbind())]}
+    if isinstance(value, dict):
+        return {"t": "dict", "v": {str(k): _pack(v, tensors, f"{where}.{k}") for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        kind = "list" if isinstance(value, list) else "tuple"
+        return {"t": kind, "v": [_pack(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"t": "lit", "v": value}
+    raise ConditioningPackError(f"{where} is a {type(value).__name__}, which a conditioning file cannot hold "
+                                f"(tensors, dicts, lists, tuples, numbers, strings, booleans and None only)")
+
+
+def pack_conditioning(conditioning: list) -> tuple[dict[str, torch.Tensor], dict]:
+    """`(tensors, description)` of a CONDITIONING in ComfyUI's `.conditioning` layout (see the
+    module docstring); tensors are contiguous CPU copies, no two sharing memory (safetensors
+    refuses shared storage)."""
+    found: dict[str, Any] = {}
+    entries = [{"cond": _pack(cond, found, f"conditioning[{i}] tensor"),
+                "extra": _pack(extra, found, f"conditioning[{i}] option")}
+               for i, (cond, extra) in enumerate(conditioning)]
+    tensors: dict[str, torch.Tensor] = {}
+    for key, tensor in found.items():
+        tensors[key] = tensor.detach().to("cpu", copy=True).contiguous()
+    if not tensors:
+        tensors["t0"] = torch.empty(0)
+    return tensors, {"version": FORMAT_VERSION, "entries": entries}
+
+
+def _unpack(spec: Any, tensors: dict[str, Any], nested: Callable[[list], Any] | None) -> Any:
+    if not isinstance(spec, dict) or "t" not in spec:
+        raise ConditioningPackError(f"not a value description: {spec!r:.80}")
+    kind = spec["t"]
+    if kind == "tensor":
+        if spec.get("k") not in tensors:
+            raise ConditioningPackError(f"the description names a tensor {spec.get('k')!r} the file does not hold")
+        return tensors[spec["k"]]
+    if kind == "nested":
+        if nested is None:
+            raise ConditioningPackError("the file holds a nested tensor and no nested-tensor type was given to read it")
+        return nested([_unpack(part, tensors, nested) for part in spec["s"]])
+    if kind == "dict":
+        return {k: _unpack(v, tensors, nested) for k, v in spec["v"].items()}
+    if kind == "list":
+        return [_unpack(v, tensors, nested) for v in spec["v"]]
+    if kind == "tuple":
+        return tuple(_unpack(v, tensors, nested) for v in spec["v"])
+    if kind == "lit":
+        return spec["v"]
+    raise ConditioningPackError(f"unknown value kind {kind!r}")
+
+
+def unpack_conditioning(tensors: dict[str, Any], description: dict, nested: Callable[[list], Any] | None = None) -> list:
+    """The CONDITIONING that `pack_conditioning` described; `nested(parts)` builds a nested tensor
+    (the LATENT's NestedTensor, comfy_core.latent.nested, a layer beside this one)."""
+    if not isinstance(description, dict) or description.get("version") != FORMAT_VERSION:
+        version = description.get("version") if isinstance(description, dict) else None
+        raise ConditioningPackError(f"unsupported conditioning file version {version!r} (this reads {FORMAT_VERSION})")
+    entries = description.get("entries")
+    if not isinstance(entries, list):
+        raise ConditioningPackError("the description has no list of entries")
+    return [[_unpack(entry["cond"], tensors, nested), _unpack(entry["extra"], tensors, nested)] for entry in entries]
+
+
+def read_conditioning_file(path: Path, nested: Callable[[list], Any] | None = None) -> list:
+    """The CONDITIONING in a `.conditioning` file (raises ConditioningPackError)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    except Exception as exc:  # noqa: BLE001 -- safetensors raises its own types; name the file
+        raise ConditioningPackError(f"{path.name} is not a readable safetensors file ({exc})") from exc
+    if SCHEMA_KEY not in metadata:
+        raise ConditioningPackError(f"{path.name} is not a ComfyUI conditioning file (no {SCHEMA_KEY!r} metadata)")
+    try:
+        description = json.loads(metadata[SCHEMA_KEY])
+    except ValueError as exc:
+        raise ConditioningPackError(f"{path.name}: its {SCHEMA_KEY!r} metadata is not JSON ({exc})") from None
+    try:
+        return unpack_conditioning(tensors, description, nested)
+    except (KeyError, TypeError) as exc:
+        raise ConditioningPackError(f"{path.name}: a malformed description ({exc!r})") from None
+
+
+def write_conditioning_file(path: str | os.PathLike, conditioning: list, metadata: dict[str, str] | None = None) -> None:
+    """Write `conditioning` to `path` in the `.conditioning` layout, `metadata` (strings: the prompt,
+    the workflow) beside its description; raises ConditioningPackError, before writing anything,
+    for a value the format cannot hold."""
+    from safetensors.torch import save_file
+
+    tensors, description = pack_conditioning(conditioning)
+    save_file(tensors, str(path), metadata={**(metadata or {}), SCHEMA_KEY: json.dumps(description)})
