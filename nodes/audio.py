@@ -109,31 +109,58 @@ def _passed_on(audio: Any, saved: dict) -> dict:
     return {"ui": saved["ui"], "result": (audio,)}
 
 
+# Today's execute methods also take a `format` (not a declared input; comfy_extras/nodes_audio.py@3fa38fd9;
+# here after `quality`, so calls by this module's order keep working; packs' positional calls follow
+# ComfyUI's order through the facade's recorded parameter names):
+# `SaveAudio.execute(audio, filename_prefix="ComfyUI", format="flac")`, SaveAudioMP3's `format="mp3",
+# quality="128k"`, SaveAudioOpus's `format="opus", quality="V3"`, handed to `AudioSaveHelper`, which opens
+# the container of that name and picks its codec (flac, libmp3lame, libopus) and sets a bit rate only
+# for a quality of that format (others keep the encoder's default).
+SAVE_FORMATS_BY_NAME = {"flac": [], "mp3": MP3_QUALITIES, "opus": OPUS_QUALITIES}
+# A quality of some format, or SaveAudioOpus.execute's own default "V3" (a quality of none): for another
+# format it means the encoder's default. Any other value is refused, as before.
+_FOREIGN_QUALITIES = frozenset(MP3_QUALITIES) | frozenset(OPUS_QUALITIES) | {"V3"}
+
+
+def _save_as(audio: Any, filename_prefix: Any, format: Any, quality: Any, prompt: Any,  # noqa: A002
+             extra_pnginfo: Any) -> dict:
+    """The save nodes' body: `format` picks container and codec; a `quality` of another format (or
+    "V3") is left to the encoder's default (ComfyUI's helper sets no bit rate then; here the
+    format's own default quality, mp3 V0 / opus 128k, comfy_core.video.audio_files)."""
+    if format not in SAVE_FORMATS_BY_NAME:
+        raise NodeInputError("format", f"one of {list(SAVE_FORMATS_BY_NAME)}", repr(format))
+    if format == "flac" or (quality not in SAVE_FORMATS_BY_NAME[format] and quality in _FOREIGN_QUALITIES):
+        quality = None  # flac has none; another format's quality: the encoder's default
+    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", format, quality, prompt,
+                                               extra_pnginfo))
+
+
 @v3.v3_node("SaveAudio", display_name="Save Audio (FLAC) (DEPRECATED)", category="audio", python_module=MODULE,
             search_aliases=["export flac"], essentials_category="Audio", deprecated=True, output_node=True,
             inputs=[v3.Socket("audio", "AUDIO"), _PREFIX], outputs=_AUDIO_OUT)
-def save_audio(audio: dict, filename_prefix: str = "ComfyUI", prompt: Any = None, extra_pnginfo: Any = None) -> dict:
-    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", "flac", None, prompt, extra_pnginfo))
+def save_audio(audio: dict, filename_prefix: str = "ComfyUI", format: str = "flac",  # noqa: A002
+               prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+    """Each batch item as a FLAC file, or as `format` (mp3 at 128k, opus at 128k: the helper's
+    default quality) where a caller passes one."""
+    return _save_as(audio, filename_prefix, format, "128k", prompt, extra_pnginfo)
 
 
 @v3.v3_node("SaveAudioMP3", display_name="Save Audio (MP3) (DEPRECATED)", category="audio", python_module=MODULE,
             search_aliases=["export mp3"], essentials_category="Audio", deprecated=True, output_node=True,
             inputs=[v3.Socket("audio", "AUDIO"), _PREFIX, v3.Combo("quality", MP3_QUALITIES, default="V0")],
             outputs=_AUDIO_OUT)
-def save_audio_mp3(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k", prompt: Any = None,
-                   extra_pnginfo: Any = None) -> dict:
-    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", "mp3", quality, prompt,
-                                               extra_pnginfo))
+def save_audio_mp3(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k",
+                   format: str = "mp3", prompt: Any = None, extra_pnginfo: Any = None) -> dict:  # noqa: A002
+    return _save_as(audio, filename_prefix, format, quality, prompt, extra_pnginfo)
 
 
 @v3.v3_node("SaveAudioOpus", display_name="Save Audio (Opus) (DEPRECATED)", category="audio", python_module=MODULE,
             search_aliases=["export opus"], deprecated=True, output_node=True,
             inputs=[v3.Socket("audio", "AUDIO"), _PREFIX, v3.Combo("quality", OPUS_QUALITIES, default="128k")],
             outputs=_AUDIO_OUT)
-def save_audio_opus(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "128k", prompt: Any = None,
-                    extra_pnginfo: Any = None) -> dict:
-    return _passed_on(audio, write_audio_files(audio, filename_prefix, "output", "opus", quality, prompt,
-                                               extra_pnginfo))
+def save_audio_opus(audio: dict, filename_prefix: str = "ComfyUI", quality: str = "V3",
+                    format: str = "opus", prompt: Any = None, extra_pnginfo: Any = None) -> dict:  # noqa: A002
+    return _save_as(audio, filename_prefix, format, quality, prompt, extra_pnginfo)
 
 
 @v3.v3_node("PreviewAudio", display_name="Preview Audio", category="audio", python_module=MODULE,

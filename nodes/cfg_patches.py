@@ -1,4 +1,5 @@
-"""ComfyUI 0.3.64's guidance patch nodes: CFGZeroStar and CFGNorm (comfy_extras/nodes_cfg.py),
+"""ComfyUI 0.3.64's guidance patch nodes: CFGZeroStar and CFGNorm (comfy_extras/nodes_cfg.py; CFGNorm as
+today's V3 declaration, with `pre_cfg`),
 APG (nodes_apg.py), Mahiro (nodes_mahiro.py), TCFG (nodes_tcfg.py) and Epsilon Scaling
 (nodes_eps.py). Each returns a clone of the MODEL with one more CFG hook
 (`comfy_core/sampling/cfg_patches.py`); the input MODEL is never changed.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from graph import v3_schema as v3
 from graph.native import Float, Input, Output, node
 import nodes.checks as checks
 from nodes.errors import NodeInputError
@@ -43,15 +45,32 @@ def cfg_zero_star(model: Any) -> tuple[Any]:
     return _post(model, CFGZeroStar())
 
 
-@node("CFGNorm", display_name=None, category="advanced/guidance", python_module="comfy_extras.nodes_cfg",
-      experimental=True,
-      inputs=[Input("model", "MODEL"), Float("strength", default=1.0, min=0.0, max=100.0, step=0.01)],
-      outputs=[Output("MODEL", "patched_model")])
-def cfg_norm(model: Any, strength: float) -> tuple[Any]:
-    """The guided prediction's channel norm capped at the positive's, times `strength`."""
-    from comfy_core.sampling.cfg_patches import CFGNorm
+# Today's ComfyUI (comfy_extras/nodes_cfg.py@dd2bb6793162a00e7c8cc9b8b463a8cb353eaa17) declares CFGNorm with
+# the V3 schema and an optional `pre_cfg` switch (tooltip quoted from there).
+CFG_NORM_PRE_CFG_TOOLTIP = ("If true, rescale the combined noise BEFORE the sampler's CFG combine, without clamping "
+                            "(can amplify). Matches the norm-scaled CFG used by models like Lens. Default false keeps "
+                            "the original post-CFG x0-space attenuate-only behavior.")
 
-    return _post(model, CFGNorm(_number(strength, "strength")))
+
+@v3.v3_node("CFGNorm", category="advanced/guidance", python_module="comfy_extras.nodes_cfg", experimental=True,
+            inputs=[v3.Socket("model", "MODEL"), v3.Float("strength", default=1.0, min=0.0, max=100.0, step=0.01),
+                    v3.Boolean("pre_cfg", default=False, optional=True, tooltip=CFG_NORM_PRE_CFG_TOOLTIP)],
+            outputs=[v3.Output("MODEL", "patched_model")])
+def cfg_norm(model: Any, strength: float, pre_cfg: bool = False) -> tuple[Any]:
+    """ComfyUI's CFGNorm: by default a post-CFG hook capping the guided x0 prediction's channel
+    norm at the positive's, times `strength`; with `pre_cfg` the MODEL's `sampler_cfg_function`
+    instead, rescaling the combined noise prediction to the positive's norm (unclamped) and
+    blending back to plain CFG by `strength` (comfy_core/sampling/cfg_patches.py)."""
+    from comfy_core.sampling.cfg_patches import CFGNorm, CFGNormPreCFG
+
+    strength = _number(strength, "strength")
+    if not isinstance(pre_cfg, bool):
+        raise NodeInputError("pre_cfg", "a BOOLEAN", repr(pre_cfg))
+    if pre_cfg:
+        patched = checks.model(model).clone()
+        patched.set_option("sampler_cfg_function", CFGNormPreCFG(strength))
+        return (patched,)
+    return _post(model, CFGNorm(strength))
 
 
 @node("APG", display_name="Adaptive Projected Guidance", category="sampling/custom_sampling",

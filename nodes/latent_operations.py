@@ -1,7 +1,8 @@
 """LATENT_OPERATION nodes of ComfyUI's comfy_extras/nodes_latent.py (0.3.64), experimental there:
 LatentOperationTonemapReinhard and LatentOperationSharpen make an operation;
 LatentApplyOperation applies one to a latent and LatentApplyOperationCFG to the guidance
-direction (positive - negative prediction) at every sampling step.
+direction (positive - negative prediction) at every sampling step, or, as today's ComfyUI
+(nodes_latent.py@f35df501, V3 there), at the steps between its `start_percent` and `end_percent`.
 
 A LATENT_OPERATION is a callable `operation(latent=samples) -> samples` (ComfyUI's convention,
 so packs' operations work here and ours in packs); the ones made here are value objects
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from graph import v3_schema as v3
 from graph.native import Float, Input, Int, Output, node
 import nodes.checks as checks
 from nodes.errors import NodeInputError, describe
@@ -50,15 +52,43 @@ def latent_apply_operation(samples: dict, operation: Any) -> tuple[dict]:
     return (out,)
 
 
-@node("LatentApplyOperationCFG", display_name=None, category=CATEGORY, experimental=True, python_module=MODULE,
-      inputs=[Input("model", "MODEL"), Input("operation", "LATENT_OPERATION")], outputs=[Output("MODEL")])
-def latent_apply_operation_cfg(model: Any, operation: Any) -> tuple[Any]:
+# Today's ComfyUI (comfy_extras/nodes_latent.py@f35df50186a06cbfe77ced0cb7de0216d9da5df2) declares
+# LatentApplyOperationCFG with the V3 schema, in its "model/latent/..." category, and a sigma window
+# (optional start_percent / end_percent, tooltips quoted from there).
+START_PERCENT_TOOLTIP = "Start applying the operation at this fraction of the model's denoising schedule. 0 is the beginning."
+END_PERCENT_TOOLTIP = "Stop applying the operation at this fraction of the model's denoising schedule. 1 is the end."
+
+
+@v3.v3_node("LatentApplyOperationCFG", category="model/latent/advanced/operations", experimental=True,
+            python_module=MODULE,
+            inputs=[v3.Socket("model", "MODEL"), v3.Socket("operation", "LATENT_OPERATION"),
+                    v3.Float("start_percent", default=0.0, min=0.0, max=1.0, step=0.001, optional=True,
+                             tooltip=START_PERCENT_TOOLTIP),
+                    v3.Float("end_percent", default=1.0, min=0.0, max=1.0, step=0.001, optional=True,
+                             tooltip=END_PERCENT_TOOLTIP)],
+            outputs=[v3.Output("MODEL")])
+def latent_apply_operation_cfg(model: Any, operation: Any, start_percent: float = 0.0,
+                               end_percent: float = 1.0) -> tuple[Any]:
     """A clone of the model whose sampler applies `operation` to positive - negative before CFG
-    (to the positive prediction alone when the negative is skipped), as a pre-CFG hook."""
+    (to the positive prediction alone when the negative is skipped), as a pre-CFG hook, at the
+    steps whose sigma lies between the sigmas of `start_percent` and `end_percent` of the
+    model's schedule (both ends included; the other steps untouched), as today's ComfyUI."""
     from comfy_core.latent.operations import OperationOnCFG
 
-    patched = checks.model(model).clone()
-    patched.add_option_function("sampler_pre_cfg_function", OperationOnCFG(_operation(operation)))
+    model = checks.model(model)
+    operation = _operation(operation)
+    start = checks.number(start_percent, "start_percent", 0.0, 1.0)
+    end = checks.number(end_percent, "end_percent", 0.0, 1.0)
+    window = {}
+    if (start, end) != (0.0, 1.0):  # the defaults cover every sigma: no model_sampling needed
+        sampling = model.get_model_object("model_sampling")
+        if not hasattr(sampling, "percent_to_sigma"):
+            raise NodeInputError("model", "a MODEL with a sampling table (model_sampling.percent_to_sigma)",
+                                 describe(sampling))
+        window = {"sigma_start": float(sampling.percent_to_sigma(start)),
+                  "sigma_end": float(sampling.percent_to_sigma(end))}
+    patched = model.clone()
+    patched.add_option_function("sampler_pre_cfg_function", OperationOnCFG(operation, **window))
     return (patched,)
 
 

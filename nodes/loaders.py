@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from graph.native import Combo, Output, node
+from graph.spec import REQUIRED, InputSpec
+from graph.v3_schema import Combo as V3Combo, Output as V3Output, v3_node
 from nodes.environment import Environment, current_env, model_file, model_files
 from nodes.errors import NodeInputError
 
@@ -288,16 +290,19 @@ def dual_clip_loader(clip_name1: str, clip_name2: str, type: str, device: str = 
     return (_load_clip_files(paths, type, device),)
 
 
-@node("TripleCLIPLoader", category="advanced/loaders", display_name=None, python_module="comfy_extras.nodes_sd3",
-      description="[Recipes]\n\nsd3: clip-l, clip-g, t5",
-      inputs=[Combo("clip_name1", _files("text_encoders")), Combo("clip_name2", _files("text_encoders")),
-              Combo("clip_name3", _files("text_encoders"))],
-      outputs=[Output("CLIP")])
+# Today's ComfyUI (comfy_extras/nodes_sd3.py@45e9c52c5ef96f95ac2230975e72f6b470e10042) declares
+# TripleCLIPLoader with the V3 schema: "Load CLIP (Triple)" in model/loaders, its recipe text, and an
+# optional advanced `device` combo after the three files.
+@v3_node("TripleCLIPLoader", category="model/loaders", display_name="Load CLIP (Triple)",
+         python_module="comfy_extras.nodes_sd3", description="Recipes:\nsd3: clip-l, clip-g, t5",
+         inputs=[*(InputSpec(f"clip_name{i}", _files("text_encoders"), REQUIRED, {"multiselect": False})
+                   for i in range(1, 4)),
+                 V3Combo("device", CLIP_DEVICES, optional=True, advanced=True)],
+         outputs=[V3Output("CLIP")])
 def triple_clip_loader(clip_name1: str, clip_name2: str, clip_name3: str, device: str = "default") -> tuple[Any]:
     """SD3's three text encoders (CLIP-L, CLIP-G, T5-XXL in any order: told apart by their weights).
-    `device` "cpu" keeps them on the CPU, as CLIPLoader's: today's ComfyUI's TripleCLIPLoader.execute
-    (comfy_extras/nodes_sd3.py) takes `device="default"`, which packs pass; the socket itself is still
-    0.3.64's set (no `device` widget) until the node's 2026 declaration is recorded."""
+    `device` "cpu" keeps them on the CPU, as CLIPLoader's (today's execute: load and offload device
+    the CPU)."""
     paths = [model_file("text_encoders", name, f"clip_name{i}") for i, name in enumerate((clip_name1, clip_name2, clip_name3), 1)]
     return (_load_clip_files(paths, "sd3", device),)
 

@@ -236,10 +236,14 @@ def threshold_mask(mask: torch.Tensor, value: float) -> tuple[torch.Tensor]:
       description=MASK_PREVIEW_DESCRIPTION,
       inputs=[Input("mask", "MASK"), Hidden("prompt", "PROMPT"), Hidden("extra_pnginfo", "EXTRA_PNGINFO")],
       outputs=[Output("MASK", "mask")])
-def mask_preview(mask: torch.Tensor, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+def mask_preview(mask: torch.Tensor, filename_prefix: str = "ComfyUI", prompt: Any = None,
+                 extra_pnginfo: Any = None) -> dict:
     """Shows the mask in the editor as a grey image, written to the temp folder, and passes the mask
     on (today's ComfyUI returns `NodeOutput(mask, ui=PreviewMask(mask))`; its templates link the
-    output `{"name": "mask", "type": "MASK"}`, e.g. image_anima_lllite_image_inpainting)."""
+    output `{"name": "mask", "type": "MASK"}`, e.g. image_anima_lllite_image_inpainting).
+
+    `filename_prefix` is today's execute parameter (comfy_extras/nodes_mask.py@d9ac00e2, not a
+    declared input): accepted and, as there, unused, the preview keeping its temp-file name."""
     from comfy_core.image.png import preview_target, write_image_batch
     from nodes.image import metadata_enabled
 

@@ -19,7 +19,8 @@
 - MiniMaxH3FunControlNetApply: the Fun ControlNet-Union MODEL_PATCH (ModelPatchLoader) as a
   `dit` block replacement at its injection blocks (comfy_core/families/minimax_h3/fun_control.py):
   the control video and / or the mask (1 = regenerate) with its source video, VAE-encoded on the
-  17k + 5 frame grid of the latent being sampled, active between start and end percent.
+  17k + 5 frame grid of the latent being sampled, active between start and end percent, eased in
+  over the output's first `fade_in_frames` frames and out over its last `fade_out_frames`.
 - BlockSparseAttention: ComfyUI's kernels (Sol-Attn, SLA, VSA) are comfy-kitchen CUDA kernels;
   ComfyUI keeps any call they cannot take dense (not on CUDA, under `min_tokens`, outside the
   start / end window, `dense_blocks`). This engine has no such kernel, so every call is dense:
@@ -477,23 +478,32 @@ def block_sparse_attention(model: Any, selection: dict, start_percent: float, en
                  Float("strength", default=1.0, min=0.0, max=10.0, step=0.01),
                  Float("start_percent", default=0.0, min=0.0, max=1.0, step=0.001, advanced=True),
                  Float("end_percent", default=1.0, min=0.0, max=1.0, step=0.001, advanced=True),
+                 Int("fade_in_frames", default=0, min=0, max=3600, step=1, advanced=True,
+                     tooltip="Ease Fun ControlNet from 0 to full strength over this many output-video frames."),
+                 Int("fade_out_frames", default=0, min=0, max=3600, step=1, advanced=True,
+                     tooltip="Ease Fun ControlNet from full strength to 0 over this many output-video frames."),
                  Socket("control_video", "IMAGE", optional=True),
                  Socket("mask", "MASK", optional=True, tooltip="1 marks the regions to regenerate."),
                  Socket("source_video", "IMAGE", optional=True,
                         tooltip="Video behind the mask; only read when a mask is given.")],
          outputs=[Output("MODEL")])
 def minimax_h3_fun_controlnet_apply(model: Any, model_patch: Any, vae: Any, strength: float, start_percent: float,
-                                    end_percent: float, control_video: Any = None, mask: Any = None,
+                                    end_percent: float, fade_in_frames: int = 0, fade_out_frames: int = 0,
+                                    control_video: Any = None, mask: Any = None,
                                     source_video: Any = None) -> tuple[Any]:
     """A clone of the MiniMax H3 MODEL with the Fun ControlNet-Union's control stream beside its
     injection blocks (comfy_core/families/minimax_h3/fun_control.py); the MODEL itself with
-    strength 0 or neither a control video nor a mask (as ComfyUI)."""
+    strength 0 or neither a control video nor a mask (as ComfyUI). `fade_in_frames` /
+    `fade_out_frames` (today's, comfy_extras/nodes_minimax_h3.py@542de101) ease the control in over
+    the output video's first frames and out over its last (`fade_envelope`)."""
     from comfy_core.families.minimax_h3.fun_control import MiniMaxH3FunControl, MiniMaxH3FunControlPatch
 
     model = checks.model(model)
     strength = checks.number(strength, "strength", 0.0, 10.0)
     start = checks.number(start_percent, "start_percent", 0.0, 1.0)
     end = checks.number(end_percent, "end_percent", 0.0, 1.0)
+    fade_in = checks.integer(fade_in_frames, "fade_in_frames", 0, 3600)
+    fade_out = checks.integer(fade_out_frames, "fade_out_frames", 0, 3600)
     if strength == 0 or (control_video is None and mask is None):
         return (model,)
     network = getattr(model_patch, "model", None)
@@ -517,7 +527,8 @@ def minimax_h3_fun_controlnet_apply(model: Any, model_patch: Any, vae: Any, stre
         source_video = None
     sampling = model.get_model_object("model_sampling")
     patch = MiniMaxH3FunControlPatch(model_patch, vae, control_video, mask, source_video, strength,
-                                     float(sampling.percent_to_sigma(start)), float(sampling.percent_to_sigma(end)))
+                                     float(sampling.percent_to_sigma(start)), float(sampling.percent_to_sigma(end)),
+                                     fade_in_frames=fade_in, fade_out_frames=fade_out)
     patched = model.clone()
     replaced = patched.model_options.get("transformer_options", {}).get("patches_replace", {}).get("dit", {})
     for layer in network.injection_layers:

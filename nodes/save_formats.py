@@ -148,9 +148,16 @@ def _location(images: torch.Tensor, filename_prefix: Any) -> tuple[Path, str, in
                     v3.Boolean("lossless", default=True), v3.Int("quality", default=80, min=0, max=100),
                     v3.Combo("method", list(WEBP_METHODS))])
 def save_animated_webp(images: torch.Tensor, filename_prefix: str, fps: float, lossless: bool, quality: int,
-                       method: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
+                       method: str, num_frames: int = 0, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
     """The batch as one animated WEBP, a frame per image at `fps`; one image is a still WEBP
-    (reported with `animated: false`)."""
+    (reported with `animated: false`).
+
+    `num_frames` is today's execute parameter (comfy_extras/nodes_images.py@015e6046: `num_frames=0`,
+    its input commented out of the schema): an int >= 0, accepted and, as there, not passed to the
+    saving helper (`ImageSaveHelper.get_save_animated_webp_ui`), so the whole batch is still one file.
+    (ComfyUI 0.3.64's V1 node cut the animation into files of `num_frames` frames; today's does not.)"""
+    if isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 0:
+        raise NodeInputError("num_frames", "an int >= 0", repr(num_frames))
     images = checks.image_batch(images)
     duration = _frame_duration(fps)
     effort = WEBP_METHODS[checks.choice(method, list(WEBP_METHODS), "method")]

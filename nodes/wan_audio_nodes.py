@@ -210,20 +210,20 @@ def _multitalk_patch(model_patch: Any) -> Any:
     return model_patch
 
 
-def _speaker_masks(mask_1: Any, mask_2: Any, latent_h: int, latent_w: int) -> Any:
+def _speaker_masks(mask_1: Any, mask_2: Any, latent_h: int, latent_w: int, where: str = "mode.") -> Any:
     """The two speakers' masks at the first latent frame's token grid (`[2, h/2 * w/2]` bool):
     nearest-neighbour, nonzero counts (ComfyUI's `token_ref_target_masks`)."""
     import torch
     import torch.nn.functional as F
 
     masks = []
-    for name, mask in (("mode.mask_1", mask_1), ("mode.mask_2", mask_2)):
+    for name, mask in ((f"{where}mask_1", mask_1), (f"{where}mask_2", mask_2)):
         mask = checks.mask_batch(mask, name)
         if mask.shape[0] != 1:
             raise NodeInputError(name, "one mask (the speaker's region in the start image)", describe(mask))
         masks.append(mask.float())
     if masks[0].shape != masks[1].shape:
-        raise NodeInputError("mode.mask_2", f"a mask the size of mask_1 {tuple(masks[0].shape[1:])}",
+        raise NodeInputError(f"{where}mask_2", f"a mask the size of mask_1 {tuple(masks[0].shape[1:])}",
                              describe(masks[1]))
     tokens = F.interpolate(torch.cat(masks)[None], size=(latent_h // 2, latent_w // 2), mode="nearest")[0]
     return (tokens > 0).reshape(2, -1)
@@ -244,8 +244,9 @@ def _speaker_masks(mask_1: Any, mask_2: Any, latent_h: int, latent_w: int) -> An
          outputs=[Output("MODEL", "model"), *_OUTPUTS, Output("INT", "trim_image")])
 def wan_infinite_talk_to_video(mode: dict, model: Any, model_patch: Any, positive: list, negative: list, vae: Any,
                                width: int, height: int, length: int, audio_encoder_output_1: Any,
-                               motion_frame_count: int, audio_scale: float = 1.0, clip_vision_output: Any = None,
-                               start_image: Any = None, previous_frames: Any = None) -> tuple:
+                               motion_frame_count: int, start_image: Any = None, previous_frames: Any = None,
+                               audio_scale: float = 1.0, clip_vision_output: Any = None,
+                               audio_encoder_output_2: Any = None, mask_1: Any = None, mask_2: Any = None) -> tuple:
     """Wan InfiniteTalk (ComfyUI's WanInfiniteTalkToVideo): the empty 16-channel latent (batch 1);
     the start image's latent and mask as Wan 2.1 I2V's (WanImageToVideo's); a clone of the MODEL
     with the MultiTalk patch (comfy_core/model_patches/multitalk.py): the audio of video frames
@@ -254,7 +255,12 @@ def wan_infinite_talk_to_video(mode: dict, model: Any, model_patch: Any, positiv
     the motion frames' latent during sampling: the start image's first latent frame, or, when
     extending, the last `motion_frame_count` of `previous_frames` (encoded; the audio then starts
     where they start, and `trim_image` = motion_frame_count frames are to be cut from the decoded
-    result's front)."""
+    result's front).
+
+    Parameters in today's `execute` order (comfy_extras/nodes_wan.py@ee54641d). The second speaker
+    comes from `mode` "two_speakers" (its `audio_encoder_output_2`, `mask_1`, `mask_2`) or, as
+    today's execute also takes them, from the keyword arguments of those names, which a call with
+    `mode` "single_speaker" (a pack calling `execute`) may pass; "two_speakers" overrides them."""
     import torch
 
     from comfy_core.families.wan.multitalk import MultiTalkError, combine_speakers, encoder_states, project_audio
@@ -288,14 +294,16 @@ def wan_infinite_talk_to_video(mode: dict, model: Any, model_patch: Any, positiv
     choice = (mode or {}).get("mode", "single_speaker")
     if choice not in ("single_speaker", "two_speakers"):
         raise NodeInputError("mode", "'single_speaker' or 'two_speakers'", repr(choice))
-    audio_2 = mask_1 = mask_2 = None
+    audio_2 = audio_encoder_output_2
+    where = ""  # the inputs' names in errors: "mode.<name>" from the mode, else execute's keyword
     if choice == "two_speakers":
         audio_2, mask_1, mask_2 = (mode.get(k) for k in ("audio_encoder_output_2", "mask_1", "mask_2"))
+        where = "mode."
     if audio_2 is not None and (mask_1 is None or mask_2 is None):
-        raise NodeInputError("mode.mask_1", "both speakers' masks when two audio encoder outputs are used",
+        raise NodeInputError(f"{where}mask_1", "both speakers' masks when two audio encoder outputs are used",
                              "mask_1 and mask_2 not both connected")
     if mask_1 is not None and mask_2 is not None and audio_2 is None:
-        raise NodeInputError("mode.audio_encoder_output_2", "the second speaker's audio when two masks are used",
+        raise NodeInputError(f"{where}audio_encoder_output_2", "the second speaker's audio when two masks are used",
                              "None")
 
     latent = empty_video_latent(1, CHANNELS, length, height, width, DOWNSCALE)
@@ -312,7 +320,7 @@ def wan_infinite_talk_to_video(mode: dict, model: Any, model_patch: Any, positiv
         positive, negative = wan.both(positive, negative, {"clip_vision_output": clip_vision_output})
 
     speakers = []
-    for name, output in (("audio_encoder_output_1", audio_encoder_output_1), ("mode.audio_encoder_output_2", audio_2)):
+    for name, output in (("audio_encoder_output_1", audio_encoder_output_1), (f"{where}audio_encoder_output_2", audio_2)):
         if output is None:
             continue
         try:
@@ -320,7 +328,7 @@ def wan_infinite_talk_to_video(mode: dict, model: Any, model_patch: Any, positiv
         except MultiTalkError as error:
             raise NodeInputError(name, "an audio encoder output of one clip", str(error)) from None
     speakers = combine_speakers(speakers)
-    masks = None if mask_1 is None or mask_2 is None else _speaker_masks(mask_1, mask_2, *latent.shape[-2:])
+    masks = None if mask_1 is None or mask_2 is None else _speaker_masks(mask_1, mask_2, *latent.shape[-2:], where)
 
     if previous_frames is not None:
         motion = fit_frames(previous_frames[-motion_frame_count:], width, height)

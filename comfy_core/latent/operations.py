@@ -8,6 +8,7 @@ comfy_core/patching/signature.py). A pack's plain function works as an operation
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
@@ -95,8 +96,17 @@ class OperationOnCFG:
     Everything else in `conds_out` is passed through."""
 
     operation: Callable[..., torch.Tensor]
+    # The sigma window (today's ComfyUI's start_percent / end_percent): a step whose sigma is above
+    # `sigma_start` or below `sigma_end` is passed through untouched.
+    sigma_start: float = math.inf
+    sigma_end: float = -math.inf
 
     def __call__(self, args: dict) -> list:
+        sigma = args.get("sigma")
+        if sigma is not None and (self.sigma_start != math.inf or self.sigma_end != -math.inf):
+            value = float(torch.as_tensor(sigma).reshape(-1)[0])  # the batch's first sigma, as ComfyUI
+            if value > self.sigma_start or value < self.sigma_end:
+                return args["conds_out"]
         conds_out = list(args["conds_out"])
         if len(conds_out) == 2:
             conds_out[0] = self.operation(latent=conds_out[0] - conds_out[1]) + conds_out[1]
@@ -108,4 +118,4 @@ class OperationOnCFG:
         # A pack's function has an identity token while this hook holds it; None (no lasting
         # identity) only for an operation that cannot be weakly referenced.
         key, stable = fingerprint(self.operation)
-        return ("OperationOnCFG", key) if stable else None
+        return ("OperationOnCFG", key, self.sigma_start, self.sigma_end) if stable else None

@@ -90,10 +90,42 @@ class CFGNorm:
         norm_cond = torch.norm(args["cond_denoised"], dim=1, keepdim=True)
         norm_guided = torch.norm(guided, dim=1, keepdim=True)
         scale = (norm_cond / (norm_guided + 1e-8)).clamp(min=0.0, max=1.0)
-        return guided * scale * self.strength
+        out = guided * scale * self.strength
+        # Above 1 the strength amplifies the prediction on every step and can run out of the dtype's
+        # range; today's ComfyUI stops with an error naming the input instead of rendering NaNs.
+        if self.strength > 1.0 and not torch.isfinite(out).all():
+            raise RuntimeError(f"CFGNorm: strength={self.strength} made the denoised prediction non-finite (a "
+                               "strength above 1.0 amplifies the prediction on every sampling step); use a "
+                               "strength of at most 1.0")
+        return out
 
     def cache_signature(self) -> tuple:
         return ("CFGNorm", self.strength)
+
+
+@dataclass(frozen=True)
+class CFGNormPreCFG:
+    """`sampler_cfg_function` of CFGNorm with `pre_cfg` (today's ComfyUI, comfy_extras/nodes_cfg.py
+    `cfg_norm_pre`): plain CFG on the noise predictions, `comb = uncond + s * (cond - uncond)`, then
+    rescaled per pixel so its channel norm (dim 1) is the positive's, `comb * |cond| / |comb|`
+    (a zero `comb` left as is), unclamped, so it may amplify (the norm-scaled CFG of models like
+    Lens); `strength` blends back toward plain CFG: `strength * rescaled + (1 - strength) * comb`."""
+
+    strength: float
+
+    def __call__(self, args: dict) -> torch.Tensor:
+        cond, uncond = args["cond"], args["uncond"]
+        comb = uncond + args["cond_scale"] * (cond - uncond)
+        cond_norm = torch.linalg.vector_norm(cond, dim=1, keepdim=True)
+        comb_norm = torch.linalg.vector_norm(comb, dim=1, keepdim=True)
+        rescale = torch.where(comb_norm > 0, cond_norm / comb_norm.clamp_min(1e-12), torch.ones_like(comb_norm))
+        rescaled = comb * rescale
+        if self.strength != 1.0:
+            rescaled = self.strength * rescaled + (1.0 - self.strength) * comb
+        return rescaled
+
+    def cache_signature(self) -> tuple:
+        return ("CFGNormPreCFG", self.strength)
 
 
 def project(v0: torch.Tensor, v1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

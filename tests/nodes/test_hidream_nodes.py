@@ -1,5 +1,6 @@
-"""QuadrupleCLIPLoader and CLIPTextEncodeHiDream: ComfyUI 0.3.64's object_info entries, the four
-files in any order forming HiDream's encoder set, each encoder getting its own text, typed errors."""
+"""QuadrupleCLIPLoader and CLIPTextEncodeHiDream: object_info entries (CLIPTextEncodeHiDream 0.3.64's,
+QuadrupleCLIPLoader today's, with its `device`), the four files in any order forming HiDream's
+encoder set, each encoder getting its own text, typed errors."""
 from __future__ import annotations
 
 import pytest
@@ -13,19 +14,22 @@ from nodes.errors import NodeInputError
 from nodes.hidream_nodes import clip_text_encode_hidream, quadruple_clip_loader
 from tests.fixtures.object_info_parity import comfyui_object_info, differences
 
-NODES = ("QuadrupleCLIPLoader", "CLIPTextEncodeHiDream")
-
 
 def test_object_info_is_comfyuis(tmp_path):
     registry = Registry()
     register_builtin_nodes(registry)
     ours = registry.object_info(Environment.rooted_at(tmp_path))
     theirs = comfyui_object_info()
-    assert differences({n: ours[n] for n in NODES}, theirs) == {}
-    # ComfyUI 0.3.64's whole entries (V3 nodes) are contained in ours, which add today's V3 fields.
-    for name in NODES:
-        assert {k: v for k, v in ours[name].items() if k in theirs[name]} == theirs[name], name
+    # QuadrupleCLIPLoader follows today's declaration (tests/data/object_info_2026/QuadrupleCLIPLoader.json:
+    # "Load CLIP (Quadruple)", model/loaders, the optional `device`), CLIPTextEncodeHiDream still 0.3.64's.
+    assert differences({"CLIPTextEncodeHiDream": ours["CLIPTextEncodeHiDream"]}, theirs) == {}
+    # ComfyUI 0.3.64's whole entry (a V3 node) is contained in ours, which adds today's V3 fields.
+    name = "CLIPTextEncodeHiDream"
+    assert {k: v for k, v in ours[name].items() if k in theirs[name]} == theirs[name], name
     assert ours["QuadrupleCLIPLoader"]["search_aliases"] is None and ours["CLIPTextEncodeHiDream"]["api_node"] is False
+    loader, old = ours["QuadrupleCLIPLoader"], theirs["QuadrupleCLIPLoader"]
+    assert loader["input"]["required"] == old["input"]["required"]   # the four files as 0.3.64's
+    assert loader["input_order"]["optional"] == ["device"] and loader["category"] == "model/loaders"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,10 @@ source latent):
     after DiT block L_k:  c = control_blocks[k](c; the step's t_emb, adaLN rows, RoPE)
                           h = h + strength * after_proj(c)    (audio rows: no skip)
 
-The control stream runs only at sigmas in [sigma(end_percent), sigma(start_percent)].
+The control stream runs only at sigmas in [sigma(end_percent), sigma(start_percent)]. Today's
+`fade_in_frames` / `fade_out_frames` ease the skip of the target video's rows over the output's
+first / last pixel frames (`fade_envelope`: a smoothstep per frame, averaged over the frames of
+each latent frame), as ComfyUI's `_video_row_scale`.
 `control_proj_in` is float32 (ComfyUI builds it so); the blocks hold the file's dtype (bf16 or
 int8 ConvRot layers kept as stored: comfy_core/models/quant_linear.py) and compute in the DiT's
 dtype. Files whose metadata says `minimax_h3_fun_controlnet: adaln_basis` take the curve-form
@@ -36,7 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.families.minimax_h3.blocks import DiTBlock
-from comfy_core.families.minimax_h3.layout import AUDIO_KINDS, PATCH, VIDEO_KINDS, PackedLayout, patchify_video
+from comfy_core.families.minimax_h3.layout import (AUDIO_KINDS, FRAME_PER_TOKEN, PATCH, VIDEO_KINDS, PackedLayout,
+                                                   patchify_video)
 from comfy_core.models.unet_blocks import operations_or_default
 
 # ComfyUI's `is_minimax_h3_fun_state_dict` keys.
@@ -287,6 +291,31 @@ def load_fun_control(checkpoint: Any) -> MiniMaxH3FunControl:
     return module
 
 
+def fade_envelope(latent_t: int, fade_in: int, fade_out: int) -> torch.Tensor:
+    """The control's weight per latent frame of a `latent_t`-frame video (ComfyUI's MiniMax H3
+    "frame ease", `_video_row_scale`): over the video's pixel frames (`FRAME_PER_TOKEN` per latent
+    frame: 1, 4, 4, 4, 4, ...) a weight of 1 except the first `fade_in` frames, which rise along the
+    smoothstep `3t^2 - 2t^3` from 0 (t = 0 .. 1 over them; one frame: 0), and the last `fade_out`,
+    which fall along `1 - smoothstep` to 0 (where both meet, the smaller); each latent frame takes
+    the mean over its pixel frames. Counts are clamped to 0 .. the pixel frame count. [latent_t]."""
+    spans = [FRAME_PER_TOKEN[k % len(FRAME_PER_TOKEN)] for k in range(latent_t)]
+    frames = sum(spans)
+    fade_in, fade_out = min(max(int(fade_in), 0), frames), min(max(int(fade_out), 0), frames)
+    envelope = torch.ones(frames, dtype=torch.float32)
+    if fade_in == 1:
+        envelope[0] = 0.0
+    elif fade_in > 1:
+        t = torch.linspace(0.0, 1.0, fade_in, dtype=torch.float32)
+        envelope[:fade_in] = torch.minimum(envelope[:fade_in], t * t * (3.0 - 2.0 * t))
+    if fade_out == 1:
+        envelope[-1] = 0.0
+    elif fade_out > 1:
+        t = torch.linspace(0.0, 1.0, fade_out, dtype=torch.float32)
+        envelope[-fade_out:] = torch.minimum(envelope[-fade_out:], 1.0 - t * t * (3.0 - 2.0 * t))
+    starts = [sum(spans[:k]) for k in range(latent_t)]
+    return torch.stack([envelope[a:a + n].mean() for a, n in zip(starts, spans)])
+
+
 class MiniMaxH3FunControlPatch:
     """The Fun ControlNet on one MODEL (ComfyUI's `MiniMaxH3FunControlPatch`): `block_patch(i)` is
     the `patches_replace["dit"][("double_block", i)]` entry of each injection layer. The control
@@ -295,7 +324,8 @@ class MiniMaxH3FunControlPatch:
     `control_video` / `source_video`: [F, H, W, 3] in 0..1; `mask` [F, H, W] (1 = regenerate)."""
 
     def __init__(self, model_patch: Any, vae: Any, control_video: torch.Tensor | None, mask: torch.Tensor | None,
-                 source_video: torch.Tensor | None, strength: float, sigma_start: float, sigma_end: float) -> None:
+                 source_video: torch.Tensor | None, strength: float, sigma_start: float, sigma_end: float,
+                 fade_in_frames: int = 0, fade_out_frames: int = 0) -> None:
         self.model_patch = model_patch
         self.vae = vae
         self.control_video = control_video
@@ -304,6 +334,9 @@ class MiniMaxH3FunControlPatch:
         self.strength = float(strength)
         self.sigma_start = float(sigma_start)
         self.sigma_end = float(sigma_end)
+        self.fade_in_frames = int(fade_in_frames)
+        self.fade_out_frames = int(fade_out_frames)
+        self._row_scale: tuple[tuple[int, int], torch.Tensor] | None = None
         self._latent: tuple[tuple[int, ...], torch.Tensor] | None = None
         self._pristine: torch.Tensor | None = None
         self._stream: torch.Tensor | None = None
@@ -404,9 +437,30 @@ class MiniMaxH3FunControlPatch:
                                           args["rope_freqs"], args["transformer_options"])
         _, _, audio_pos = layout_rows(args["layout"], skip.device)
         skip[audio_pos] = 0
+        if self.fade_in_frames > 0 or self.fade_out_frames > 0:
+            skip = self._eased(skip, args["layout"])
         if index == len(net.injection_layers) - 1:
             self._stream = None
         return {**out, "img": img.add(skip.to(img.dtype), alpha=self.strength)}
+
+    def _eased(self, skip: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        """`skip` with the target video's rows (its last "video" segment) scaled by the fade
+        envelope of their latent frame (rows are frame-major: h * w rows per latent frame)."""
+        video = [(a, b) for a, b, kind in layout.segments if kind == "video"]
+        if not video:
+            raise MiniMaxH3FunControlError("MiniMax H3 Fun ControlNet: the fades found no target video rows")
+        a, b = video[-1]
+        latent_t = int(layout.signature[1])
+        if latent_t <= 0 or (b - a) % latent_t:
+            raise MiniMaxH3FunControlError(f"MiniMax H3 Fun ControlNet: {b - a} target video rows are not "
+                                           f"{latent_t} latent frames")
+        key = (latent_t, b - a)
+        if self._row_scale is None or self._row_scale[0] != key:
+            weights = fade_envelope(latent_t, self.fade_in_frames, self.fade_out_frames)
+            self._row_scale = (key, weights.repeat_interleave((b - a) // latent_t))
+        scale = self._row_scale[1].to(device=skip.device, dtype=skip.dtype)
+        skip[a:b].mul_(scale.unsqueeze(-1))  # in place, as the audio rows' zeroing above
+        return skip
 
     def block_patch(self, layer: int, previous: Any = None) -> "MiniMaxH3FunControlBlockPatch":
         return MiniMaxH3FunControlBlockPatch(self, layer, previous)
@@ -453,6 +507,6 @@ class MiniMaxH3FunControlBlockPatch:
         return models
 
 
-__all__ = ["CONTROL_IN_DIM", "MARKERS", "ControlBlock", "FunControlConfig", "MiniMaxH3FunControl",
+__all__ = ["CONTROL_IN_DIM", "MARKERS", "ControlBlock", "FunControlConfig", "MiniMaxH3FunControl", "fade_envelope",
            "MiniMaxH3FunControlBlockPatch", "MiniMaxH3FunControlError", "MiniMaxH3FunControlPatch", "is_fun_control",
            "layout_rows", "load_fun_control"]
