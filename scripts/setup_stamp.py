@@ -61,6 +61,7 @@ IMPORT_NAMES = {
     "pyyaml": "yaml",
     "openai-clip": "clip",
     "argon2-cffi": "argon2",
+    "pyopengl": "OpenGL",
 }
 
 
