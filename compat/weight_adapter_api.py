@@ -15,12 +15,12 @@ The training-side classes (`create_train`, `to_train`, `*Diff`) are not here
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Callable, Mapping, Optional
 
 import torch
 
 from comfy_core.weights import adapters as core
+from comfy_core.weights.adapters import factorization  # noqa: F401  (comfy.weight_adapter.lokr's)
 from comfy_core.weights.function import identity
 from compat.lora_api import pad_tensor_to_shape, weight_decompose  # noqa: F401  (comfy.weight_adapter.base's)
 
@@ -154,24 +154,6 @@ class BOFTAdapter(WeightAdapterBase):
 adapters: list[type[WeightAdapterBase]] = [LoRAAdapter, LoHaAdapter, LoKrAdapter, GLoRAAdapter, OFTAdapter, BOFTAdapter]
 adapter_maps: dict[str, type[WeightAdapterBase]] = {"LoRA": LoRAAdapter, "LoHa": LoHaAdapter, "LoKr": LoKrAdapter,
                                                     "OFT": OFTAdapter}
-
-
-def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
-    """LyCORIS's split of `dimension` into `(m, n)`, `m * n == dimension`, `m <= n` (LoKr's factor
-    shapes): `(factor, dimension // factor)` when `factor` > 0 divides `dimension` and its square
-    does not exceed it; otherwise the most balanced divisor pair whose smaller part is at most
-    `factor` (any size for -1)."""
-    if factor > 0 and dimension % factor == 0 and dimension >= factor * factor:
-        m, n = factor, dimension // factor
-        return (m, n) if m <= n else (n, m)
-    limit = dimension if factor < 0 else factor
-    best = (1, dimension)
-    for m in range(2, math.isqrt(dimension) + 1):
-        if m > limit:
-            break
-        if dimension % m == 0:
-            best = (m, dimension // m)
-    return best
 
 
 def tucker_weight(wa: torch.Tensor, wb: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from comfy_core.patching.bypass import _norm_kind
-from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter
+from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter, factorization
 
 # ComfyUI's `adapter_maps` keys, in its order (comfy/weight_adapter/__init__.py); the first is the default.
 ALGORITHMS = ("LoRA", "LoHa", "LoKr", "OFT")
@@ -64,24 +64,6 @@ class TrainableLayer:
 
     def parameters(self) -> list[nn.Parameter]:
         return [t for t in self.tensors.values() if isinstance(t, nn.Parameter) and t.requires_grad]
-
-
-def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
-    """LyCORIS's split of `dimension` into `(m, n)`, `m * n == dimension`, `m <= n` (the LoKr
-    factor shapes): `(factor, dimension // factor)` when `factor` divides `dimension` and its
-    square does not exceed it, else the most balanced divisor pair whose smaller part is at most
-    `factor` (any size for -1)."""
-    if factor > 0 and dimension % factor == 0 and dimension >= factor * factor:
-        m, n = factor, dimension // factor
-        return (m, n) if m <= n else (n, m)
-    limit = dimension if factor < 0 else factor
-    best = (1, dimension)
-    for m in range(2, math.isqrt(dimension) + 1):
-        if m > limit:
-            break
-        if dimension % m == 0:
-            best = (m, dimension // m)
-    return best
 
 
 def is_trainable_layer(module: nn.Module) -> bool:

@@ -414,3 +414,21 @@ def _alpha(value: float | torch.Tensor | None) -> float | None:
     if isinstance(value, torch.Tensor):
         return float(value.float().item())
     return None if value is None else float(value)
+
+
+def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
+    """LyCORIS's split of `dimension` into `(m, n)`, `m * n == dimension`, `m <= n` (the LoKr
+    factor shapes): `(factor, dimension // factor)` when `factor` divides `dimension` and its
+    square does not exceed it, else the most balanced divisor pair whose smaller part is at most
+    `factor` (any size for -1)."""
+    if factor > 0 and dimension % factor == 0 and dimension >= factor * factor:
+        m, n = factor, dimension // factor
+        return (m, n) if m <= n else (n, m)
+    limit = dimension if factor < 0 else factor
+    best = (1, dimension)
+    for m in range(2, math.isqrt(dimension) + 1):
+        if m > limit:
+            break
+        if dimension % m == 0:
+            best = (m, dimension // m)
+    return best
