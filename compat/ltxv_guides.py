@@ -18,6 +18,11 @@ guide code (nodes/ltxv_nodes.py: `keyframe_count`, `_add_keyframe_index`, `_dila
   (or `guide_mask - strength`, the noise mask and a 1-wide guide mask expanded to the larger
   grid). `ValueError` when either latent has not `in_channels` channels. No attention entry
   (`attach_guide_latent` adds it).
+- `encode(vae, latent_width, latent_height, images, scale_factors, latent_downscale_factor=1)` ->
+  `(pixels, guide_latent)`: the images cut to `(n - 1) // t * t + 1` frames (`scale_factors` is
+  the VAE's `(time, height, width)`), resized (centre crop, bilinear) to the latent's pixel size
+  over `latent_downscale_factor`, RGB kept and encoded by the VAE: the node's own
+  `nodes/ltxv_nodes.py: encode_guide`.
 - `dilate_latent(guide_latent, latent_downscale_factor)`, `get_reference_downscale_factor(params)`
   and `attach_guide_latent(positive, negative, latent_image, noise_mask, guide_latent, frame_idx,
   strength, scale_factors, latent_downscale_factor=1, causal_fix=None, attention_mask=None)`
@@ -77,6 +82,14 @@ def append_keyframe(cls: Any, positive: list, negative: list, frame_idx: int, la
     return positive, negative, latent_image, noise_mask
 
 
+def encode(cls: Any, vae: Any, latent_width: int, latent_height: int, images: torch.Tensor,
+           scale_factors: Sequence[int], latent_downscale_factor: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    from nodes.ltxv_nodes import encode_guide
+
+    return encode_guide(vae, int(latent_width), int(latent_height), images, tuple(int(s) for s in scale_factors),
+                        int(latent_downscale_factor))
+
+
 def dilate_latent(cls: Any, guide_latent: torch.Tensor,
                   latent_downscale_factor: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     from nodes.ltxv_nodes import _dilate
@@ -101,7 +114,7 @@ def attach_guide_latent(cls: Any, positive: list, negative: list, latent_image: 
                         tuple(int(s) for s in scale_factors), int(latent_downscale_factor), causal_fix, attention_mask)
 
 
-CLASS_METHODS = {fn.__name__: fn for fn in (get_latent_index, add_keyframe_index, append_keyframe, dilate_latent,
+CLASS_METHODS = {fn.__name__: fn for fn in (encode, get_latent_index, add_keyframe_index, append_keyframe, dilate_latent,
                                             get_reference_downscale_factor, attach_guide_latent)}
 
 

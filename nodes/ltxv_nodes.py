@@ -323,11 +323,23 @@ def _downscale_factor(parameters: Any) -> int:
                                 "reference_downscale_factor > 1). When chained, each LTXVAddGuide uses only the "
                                 "parameters connected to it.")],
          outputs=[*_PAIR_OUT, Output("LATENT", "latent")])
+def encode_guide(vae: Any, latent_width: int, latent_height: int, images: Any, scale_factors: Any,
+                 latent_downscale_factor: int = 1) -> tuple[Any, Any]:
+    """LTXVAddGuide's guide frames and their latent (ComfyUI's `LTXVAddGuide.encode`): `images`
+    cut to `(n - 1) // t * t + 1` frames, fitted (centre crop, bilinear) to the latent's pixel size
+    over `latent_downscale_factor`, RGB, encoded; `scale_factors` the VAE's `(time, height, width)`."""
+    from comfy_core.latent.video import fit_frames
+
+    ratio = int(scale_factors[0])
+    images = images[:((images.shape[0] - 1) // ratio) * ratio + 1]
+    pixels = fit_frames(images, int(latent_width * scale_factors[2] / latent_downscale_factor),
+                        int(latent_height * scale_factors[1] / latent_downscale_factor))[..., :3]
+    return pixels, vae.encode(pixels)
+
+
 def ltxv_add_guide(positive: list, negative: list, vae: Any, latent: dict, image: Any, frame_idx: int, strength: float,
                    attention_mask: Any = None, iclora_parameters: Any = None) -> tuple[list, list, dict]:
     import torch
-
-    from comfy_core.latent.video import fit_frames
 
     checks.conditioning(positive, "positive"), checks.conditioning(negative, "negative")
     vae, image, samples = checks.vae(vae), _image(image), _video_latent(latent)
@@ -348,9 +360,7 @@ def ltxv_add_guide(positive: list, negative: list, vae: Any, latent: dict, image
     causal_fix = resolved == 0 or keep == 1
     if not causal_fix:  # a throwaway first frame takes the VAE's one-frame first latent
         image = torch.cat([image[:1], image], dim=0)
-    image = image[:((image.shape[0] - 1) // ratio) * ratio + 1]
-    pixels = fit_frames(image, int(width * scale_factors[2] / factor), int(height * scale_factors[1] / factor))[..., :3]
-    encoded = vae.encode(pixels)
+    pixels, encoded = encode_guide(vae, width, height, image, scale_factors, factor)
     if not causal_fix:
         encoded, pixels = encoded[:, :, 1:], pixels[1:]
     _, guides = keyframe_count(positive, samples.shape)

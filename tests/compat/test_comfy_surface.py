@@ -207,7 +207,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("not yet: CLIP/VAE constructors and VAE methods with ComfyUI's parameter names (`sd`, `samples_in`, "
          "`pixel_samples`: comfy_core's classes), 1-D/3-D tiled VAE passes, text-encoder detection helpers, "
          'and names imported from modules of families not implemented'),
-        ('AutoencodingEngine', 'CLIP.__init__', 'CLIP.add_hooks_to_dict', 'StageA',
+        ('CLIP.__init__', 'CLIP.add_hooks_to_dict', 'StageA',
          'StageC_coder', 'TEModel', 'VAE.__init__', 'VAE.decode', 'VAE.decode_tiled_',
          'VAE.decode_tiled_1d', 'VAE.decode_tiled_3d', 'VAE.encode', 'VAE.encode_tiled', 'VAE.encode_tiled_',
          'VAE.encode_tiled_1d', 'VAE.encode_tiled_3d', 'VAE.vae_encode_crop_pixels', 'detect_te_model',

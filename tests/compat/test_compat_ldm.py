@@ -36,7 +36,9 @@ def test_surface_classes_are_our_model_classes(session) -> None:  # noqa: ANN001
     assert openaimodel.ResBlock is unet_blocks.ResBlock
     assert issubclass(openaimodel.ResBlock, openaimodel.TimestepBlock)
     assert vae_model.ResnetBlock is vae.VAEResBlock
-    assert comfy.ldm.models.autoencoder.AutoencoderKL is vae.AutoencoderKL
+    # ComfyUI's constructor-by-config adapter (compat/ldm_autoencoder.py); our loaders' VAEs are its instances
+    ours = object.__new__(vae.AutoencoderKL)
+    assert isinstance(ours, comfy.ldm.models.autoencoder.AutoencoderKL)
     assert comfy.cldm.cldm.ControlNet is ControlNetModel
 
 

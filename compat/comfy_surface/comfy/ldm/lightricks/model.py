@@ -6,7 +6,8 @@ config enums, the frequency grids `generate_freq_grid_np` / `_pytorch` (the engi
 comfy_core/families/ltx2/rope.py), the weightless `Timesteps` embedding, `TimestepEmbedding` with
 ComfyUI's constructor (`isinstance` also true for our network's time embedder), and early 2026's
 `interleaved_freqs_cis` / `split_freqs_cis` (gone from today's ComfyUI, still imported by
-ComfyUI-LTXVideo)."""
+ComfyUI-LTXVideo). `LTXBaseModel`, today's common base, answers `isinstance` for our LTX-Video and
+LTX-2 networks (compat/ldm_lightricks_base.py)."""
 from compat.facade import facade
 
 _M = "comfy_core.families.ltxv.dit:"
@@ -15,6 +16,7 @@ facade(__name__, {
     **{name: _M + name for name in ("LTXVModel", "BasicTransformerBlock", "FeedForward", "AdaLayerNormSingle")},
     "CrossAttention": _M + "Attention",
     "PixArtAlphaTextProjection": _M + "CaptionProjection",
+    "LTXBaseModel": "compat.ldm_lightricks_base:LTXBaseModel",
     **{name: _A + name for name in ("apply_rotary_emb", "get_fractional_positions", "get_timestep_embedding",
                                     "precompute_freqs_cis", "LTXRopeType", "LTXFrequenciesPrecision",
                                     "generate_freq_grid_np", "generate_freq_grid_pytorch", "Timesteps",

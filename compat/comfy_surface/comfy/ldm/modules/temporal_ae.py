@@ -4,7 +4,7 @@ from compat.facade import facade
 
 _M = "comfy_core.models.video_vae:"
 facade(__name__, {
-    "VideoDecoder": _M + "VideoDecoder",
+    "VideoDecoder": "compat.ldm_autoencoder:VideoDecoder",  # ComfyUI's keyword arguments, over ours
     "AE3DConv": _M + "AE3DConv",
     "VideoResBlock": _M + "VideoVAEResBlock",
 })

@@ -1,0 +1,7 @@
+"""ComfyUI's `comfy.bg_removal_model` for node packs: `load(ckpt_path)` of a BiRefNet file (None for
+any other), the model with `patcher`, `load_sd`, `get_sd` and `encode_image` over our BiRefNet
+(compat/bg_removal_api.py)."""
+from compat.facade import facade
+
+facade(__name__, {name: "compat.bg_removal_api:" + name for name in (
+    "BackgroundRemovalModel", "load", "load_background_removal_model")})

@@ -1,0 +1,4 @@
+"""ComfyUI's `comfy.ldm.genmo.vae` (Mochi's video VAE, not implemented here; compat/ldm_genmo.py)."""
+from compat.submodules import submodule_attribute
+
+__getattr__ = submodule_attribute(__name__)  # submodules as attributes, as after ComfyUI start-up
