@@ -346,6 +346,16 @@ class UNetModel(nn.Module):
     def adm_in_channels(self) -> int | None:
         return self.config.adm_in_channels
 
+    def _forward(self, x: torch.Tensor, timesteps: torch.Tensor | None = None, context: torch.Tensor | None = None,
+                 y: torch.Tensor | None = None, control: dict[str, list] | None = None,
+                 transformer_options: dict[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
+        """ComfyUI's `UNetModel._forward` (its positional order: `control` before
+        `transformer_options`), the network without the DIFFUSION_MODEL wrappers, which our
+        `DiffusionModel` runs: packs that replace `forward` on a subclass call it (ComfyUI-NAG's
+        `NAGUNetModel`). Always this class's `forward`, never an instance's replacement."""
+        return UNetModel.forward(self, x, timesteps, context, y=y, transformer_options=transformer_options,
+                                 control=control, **kwargs)
+
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor,
                 y: torch.Tensor | None = None, transformer_options: dict[str, Any] | None = None,
                 control: dict[str, list] | None = None, **kwargs: Any) -> torch.Tensor:

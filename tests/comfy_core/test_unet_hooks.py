@@ -113,3 +113,22 @@ def test_apply_control_pops_skips_none_and_survives_a_wrong_shape(caplog) -> Non
     assert control["output"] == []
     assert torch.equal(apply_control(h.clone(), control, "output"), h)
     assert torch.equal(apply_control(h.clone(), None, "input"), h)
+
+
+def test_a_replaced_forward_reaches_the_network_through_comfyuis_private_forward(unet: UNetModel) -> None:
+    """ComfyUI's `UNetModel._forward(x, timesteps, context, y, control, transformer_options)`: what
+    a pack's `forward` replacement calls (ComfyUI-NAG's `NAGUNetModel`), positionally, in
+    ComfyUI's order; the same result as the network's own `forward`, also while an instance's
+    `forward` is replaced (no recursion)."""
+    x, t, ctx = _inputs()
+    seen: list[str] = []
+    options = {"patches": {"output_block_patch": [lambda h, hsp, extra: (seen.append("patched") or h, hsp)]}}
+    with torch.no_grad():
+        plain = unet(x, t, ctx, transformer_options=options)
+        count = len(seen)
+        unet.forward = lambda *args, **kwargs: unet._forward(*args, **kwargs)  # a pack's per-instance swap
+        try:
+            swapped = unet(x, t, ctx, None, None, options)
+        finally:
+            del unet.forward
+    assert torch.equal(swapped, plain) and len(seen) == 2 * count > 0  # the options reached the blocks

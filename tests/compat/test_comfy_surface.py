@@ -192,17 +192,11 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('defined by ComfyUI only on a CUDA machine (`SDPA_BACKEND_PRIORITY`) or with the cublas_ops package '
          'installed (`cublas_ops`)'),
         ('SDPA_BACKEND_PRIORITY', 'cublas_ops',)),
-    'comfy.sampler_helpers': (
-        ('not yet: hook and additional-model helpers'),
-        ('get_additional_models_from_model_options', 'get_hooks_from_cond', 'prepare_model_patcher',)),
     'comfy.samplers': (
-        ('not yet: the hook functions (`preprocess_conds_hooks`, ...), `cond_equal_size`, `add_area_dims`, '
-         '`cast_to_load_options`, `finalize_default_conds`; `KSAMPLER.sample` and `KSamplerX0Inpaint` take our '
-         'guider first (`model_wrap` / `model` there), `CFGGuider.__call__` no `*args`'),
+        ('not yet: `cond_equal_size`, `add_area_dims`, `finalize_default_conds`; `KSAMPLER.sample` and '
+         '`KSamplerX0Inpaint` take our guider first (`model_wrap` / `model` there), `CFGGuider.__call__` no `*args`'),
         ('CFGGuider.__call__', 'KSAMPLER.sample', 'KSamplerX0Inpaint.__init__', 'add_area_dims',
-         'cast_to_load_options', 'cond_equal_size', 'filter_registered_hooks_on_conds',
-         'finalize_default_conds', 'get_total_hook_groups_in_conds', 'preprocess_conds_hooks',
-         'uni_pc',)),
+         'cond_equal_size', 'finalize_default_conds', 'uni_pc',)),
     'comfy.sd': (
         ("not yet: CLIP/VAE constructors and VAE methods with ComfyUI's parameter names (`sd`, `samples_in`, "
          "`pixel_samples`: comfy_core's classes), 1-D/3-D tiled VAE passes, text-encoder detection helpers, "

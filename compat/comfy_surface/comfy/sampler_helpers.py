@@ -12,5 +12,6 @@ _HELPERS = "compat.samplers_helpers"
 
 facade(__name__, {name: f"{_HELPERS}:{name}" for name in (
     "prepare_mask", "get_models_from_cond", "convert_cond", "get_additional_models", "cleanup_additional_models",
-    "cleanup_models", "estimate_memory", "prepare_sampling",
+    "cleanup_models", "estimate_memory", "prepare_sampling", "prepare_model_patcher", "get_hooks_from_cond",
+    "get_additional_models_from_model_options",
 )})

@@ -50,5 +50,9 @@ facade(__name__, {
     "beta_scheduler": f"{_API}:beta_scheduler",
     "linear_quadratic_schedule": f"{_API}:linear_quadratic_schedule",
     "kl_optimal_scheduler": f"{_API}:kl_optimal_scheduler",
+    # today's hook helpers (guiders that replace CFGGuider.sample: ComfyUI-NAG)
+    **{name: f"compat.samplers_helpers:{name}" for name in (
+        "preprocess_conds_hooks", "filter_registered_hooks_on_conds", "get_total_hook_groups_in_conds",
+        "cast_to_load_options")},
 })
 sys.modules[__name__].__class__ = SamplersModule
