@@ -48,6 +48,7 @@ def na_guidance(model: Any, nag_scale: float, nag_alpha: float, nag_tau: float) 
         raise NodeInputError("model", "settings NAG can run with", str(exc)) from exc
     if not runs:
         log.warning("NAGuidance: the %s network has no self-attention hook NAG can use (supported: the UNet "
-                    "models SD1.x/SD2.x/SDXL/SVD and Wan); the model is returned with NAG having no effect",
+                    "models SD1.x/SD2.x/SDXL/SVD, the Flux line and Wan); the model is returned with NAG having "
+                    "no effect",
                     architecture_name(model) or "loaded")
     return (patched,)

@@ -100,7 +100,7 @@ _NORMS = tuple((kind, cls) for kind, cls in (("group", nn.GroupNorm), ("layer", 
                                              ("rms", getattr(nn, "RMSNorm", None))) if cls is not None)
 
 
-def _norm_kind(module: nn.Module) -> str | None:
+def norm_kind(module: nn.Module) -> str | None:
     """"group", "layer" or "rms" for a normalisation layer with a 1-D weight, else None."""
     for kind, cls in _NORMS:
         if isinstance(module, cls):
@@ -154,10 +154,10 @@ def _norm_or_bias_entry(name: str, record: Any, strength: float,
     if module is None:
         return None
     if attr == "bias" and getattr(module, "bias", None) is not None and (
-            _norm_kind(module) is not None or getattr(module, "weight", None) is not None
+            norm_kind(module) is not None or getattr(module, "weight", None) is not None
             and module.weight.dim() in (2, 3, 4, 5)):
         return BypassEntry(owner, ("diff_b", record[1]), float(strength))
-    if attr == "weight" and _norm_kind(module) is not None and getattr(module, "weight", None) is not None:
+    if attr == "weight" and norm_kind(module) is not None and getattr(module, "weight", None) is not None:
         return BypassEntry(owner, ("diff_norm", record[1]), float(strength))
     return None
 
@@ -180,7 +180,7 @@ def _op(module: nn.Module, weight_dim: int):
 
 def _norm_path(module: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """`norm(x)` with weight `scale` and no bias: what adding `scale` to the norm's weight adds."""
-    kind = _norm_kind(module)
+    kind = norm_kind(module)
     if kind == "group":
         return F.group_norm(x, module.num_groups, scale, None, module.eps)
     shape = tuple(module.normalized_shape)
@@ -192,8 +192,8 @@ def _norm_path(module: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch
 def _bias_path(module: nn.Module, out: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
     """A bias diff broadcast over the output: the channel axis of a convolution or GroupNorm
     (axis 1), the last axis of a linear or LayerNorm-like layer."""
-    if _norm_kind(module) == "group" or (getattr(module, "weight", None) is not None and module.weight.dim() > 2
-                                         and _norm_kind(module) is None):
+    if norm_kind(module) == "group" or (getattr(module, "weight", None) is not None and module.weight.dim() > 2
+                                         and norm_kind(module) is None):
         return diff.reshape(1, -1, *([1] * (out.dim() - 2)))
     return diff
 

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from comfy_core.patching.bypass import _norm_kind
+from comfy_core.patching.bypass import norm_kind
 from comfy_core.weights.adapters import LohaAdapter, LokrAdapter, LoraAdapter, factorization
 
 # ComfyUI's `adapter_maps` keys, in its order (comfy/weight_adapter/__init__.py); the first is the default.
@@ -70,7 +70,7 @@ def is_trainable_layer(module: nn.Module) -> bool:
     """A linear, (non-transposed) convolution or norm layer that has a weight."""
     if getattr(module, "weight", None) is None or not isinstance(module.weight, torch.Tensor):
         return False
-    return isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) or _norm_kind(module) is not None
+    return isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) or norm_kind(module) is not None
 
 
 def trainable_modules(root: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -27,21 +27,27 @@ from comfy_core.models.unet_blocks import operations_or_default
 from comfy_core.models.unet_blocks import timestep_embedding as _sinusoidal
 
 
+def flux_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: torch.Tensor | None,
+                   mask: torch.Tensor | None, options: dict[str, Any] | None) -> torch.Tensor:
+    """Flux's joint attention (RoPE applied, heads merged): q / k / v `[B, H, L, d]` -> `[B, L, H*d]`."""
+    return flux_math.run_attention(q, k, v, pe=pe, mask=mask, transformer_options=options)
+
+
 def patched_self_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: torch.Tensor | None,
                            mask: torch.Tensor | None, options: dict[str, Any] | None,
-                           attend: Callable[..., torch.Tensor],
-                           img_slice: Sequence[int] | None = None) -> torch.Tensor:
-    """A joint block's self-attention with today's ComfyUI's Flux patch points: each
-    `transformer_options["patches"]["attn1_patch"]` `(q, k, v, pe=, attn_mask=, extra_options=) ->
-    dict` may replace q / k / v (`[B, H, L, d]`), pe and the mask before `attend(q, k, v, pe, mask)`;
-    each `["attn1_output_patch"]` `(attn, extra_options) -> attn` gets the result `[B, L, H*d]`
-    before the output projection. `extra_options` is a copy of the options with `img_slice` (the
-    image tokens' `[start, end)`) the double block's own or, in the single blocks, the one the
-    network set for the stack."""
+                           img_slice: Sequence[int] | None = None,
+                           attend: Callable[..., torch.Tensor] = flux_attention) -> torch.Tensor:
+    """A joint block's self-attention `attend(q, k, v, pe, mask, options)` with today's ComfyUI's
+    Flux patch points: each `transformer_options["patches"]["attn1_patch"]` `(q, k, v, pe=,
+    attn_mask=, extra_options=) -> dict` may replace q / k / v (`[B, H, L, d]`), pe and the mask
+    before the attention; each `["attn1_output_patch"]` `(attn, extra_options) -> attn` gets the
+    result `[B, L, H*d]` before the output projection. `extra_options` is a copy of the options
+    with `img_slice` (the image tokens' `[start, end)`) the double block's own or, in the single
+    blocks, the one the network set for the stack."""
     patches = (options or {}).get("patches") or {}
     before, after = patches.get("attn1_patch"), patches.get("attn1_output_patch")
     if not before and not after:
-        return attend(q, k, v, pe, mask)
+        return attend(q, k, v, pe, mask, options)
     extra = dict(options)
     if img_slice is not None:
         extra["img_slice"] = [int(img_slice[0]), int(img_slice[1])]
@@ -49,14 +55,10 @@ def patched_self_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe
         out = patch(q, k, v, pe=pe, attn_mask=mask, extra_options=extra)
         q, k, v = out.get("q", q), out.get("k", k), out.get("v", v)
         pe, mask = out.get("pe", pe), out.get("attn_mask", mask)
-    attn = attend(q, k, v, pe, mask)
+    attn = attend(q, k, v, pe, mask, options)
     for patch in after or ():
         attn = patch(attn, extra)
     return attn
-
-
-def _flux_attention(options: dict[str, Any] | None) -> Callable[..., torch.Tensor]:
-    return lambda q, k, v, pe, mask: flux_math.run_attention(q, k, v, pe=pe, mask=mask, transformer_options=options)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0,
@@ -262,7 +264,7 @@ class DoubleStreamBlock(nn.Module):
         image_tokens = (0, img.shape[1]) if self.flipped_img_txt else (txt.shape[1], txt.shape[1] + img.shape[1])
         attn = patched_self_attention(torch.cat((first[0], second[0]), dim=2), torch.cat((first[1], second[1]), dim=2),
                                       torch.cat((first[2], second[2]), dim=2), pe, attn_mask, transformer_options,
-                                      _flux_attention(transformer_options), image_tokens)  # [B, Nt+Ni, C]
+                                      image_tokens)  # [B, Nt+Ni, C]
         if self.flipped_img_txt:
             img_attn, txt_attn = attn[:, :img.shape[1]], attn[:, img.shape[1]:]
         else:
@@ -312,7 +314,7 @@ class SingleStreamBlock(nn.Module):
         qkv, mlp = torch.split(self.linear1(modulated), [3 * self.hidden_size, self.mlp_hidden_dim], dim=-1)
         q, k, v = _heads(qkv, self.num_heads)  # each [B, H, N, d]
         q, k = self.norm(q, k, v)
-        attn = patched_self_attention(q, k, v, pe, attn_mask, transformer_options, _flux_attention(transformer_options))
+        attn = patched_self_attention(q, k, v, pe, attn_mask, transformer_options)
         output = self.linear2(torch.cat((attn, self.mlp_act(mlp)), 2))  # [B, N, C]
         return _clamp_fp16(x + apply_mod(output, mod.gate, None, modulation_dims))
 

@@ -272,10 +272,6 @@ def _joint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: torc
     return flux_math.run_attention(q, k, v, pe=None, mask=mask, transformer_options=options)
 
 
-def _joint_attention_in(options: dict[str, Any] | None) -> Any:
-    return lambda q, k, v, pe, mask: _joint_attention(q, k, v, pe, mask, options)
-
-
 def _timestep_zero_tail(mods_t: tuple[ModulationOut, ...], mods_0: tuple[ModulationOut, ...], n_t: int,
                         n_zero: int) -> tuple[ModulationOut, ...]:
     """Per-token modulations: the first `n_t` tokens at timestep t, the last `n_zero` at timestep 0
@@ -321,9 +317,10 @@ class Flux2DoubleBlock(nn.Module):
         iq, ik, iv = self._qkv("img", img, img_mod1)
         tq, tk, tv = self._qkv("txt", txt, txt_mod1)
         n_txt = txt.shape[1]
-        attn = patched_self_attention(torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2), torch.cat((tv, iv), dim=2),
-                                      pe, attn_mask, transformer_options, _joint_attention_in(transformer_options),
-                                      (n_txt, n_txt + img.shape[1]))  # [B, Nt+Ni, C]
+        attn = patched_self_attention(torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2),
+                                      torch.cat((tv, iv), dim=2),
+                                      pe, attn_mask, transformer_options, (n_txt, n_txt + img.shape[1]),
+                                      attend=_joint_attention)  # [B, Nt+Ni, C]
         img = self._residuals("img", img, attn[:, n_txt:], img_mod1, img_mod2)
         txt = self._residuals("txt", txt, attn[:, :n_txt], txt_mod1, txt_mod2)
         if txt.dtype == torch.float16:
@@ -352,8 +349,7 @@ class Flux2SingleBlock(nn.Module):
                                [3 * self.hidden_size, 2 * self.mlp_hidden_dim], dim=-1)
         q, k, v = _heads(qkv, self.num_heads)
         q, k = self.norm(q, k, v)
-        attn = patched_self_attention(q, k, v, pe, attn_mask, transformer_options,
-                                      _joint_attention_in(transformer_options))
+        attn = patched_self_attention(q, k, v, pe, attn_mask, transformer_options, attend=_joint_attention)
         x = x + mod.gate * self.linear2(torch.cat((attn, swiglu(mlp)), dim=2))  # [B, N, C]
         if x.dtype == torch.float16:
             x = torch.nan_to_num(x, nan=0.0, posinf=65504, neginf=-65504)
