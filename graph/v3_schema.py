@@ -29,6 +29,9 @@ What the engine sees is an ordinary native `NodeSpec` (graph/native.py); what th
   against the union of its options' choices, and against the chosen option's when the node runs.
   A dynamic combo may hold another in one of its options (SaveImageAdvanced's `format` ->
   `save_mode`): `format.save_mode.fps` in the prompt, `format={..., "save_mode": {...}}` in the call.
+* A repeating row group (`DynamicGroup`, V3's `_DynamicGroup`: LoadLoraModel's `loras`) is one
+  entry in `/object_info` and `<group>.<row>.<field>` inputs in a prompt (`loras.0.lora_name`);
+  the function receives a list of row dicts as ComfyUI's `execute` does.
 * `input_is_list` (V3's `is_input_list`): the function receives every input as the list of values
   the links carry (CreateList, GetItemFromList); `hidden` adds V3's hidden inputs by name
   (`("unique_id", "UNIQUE_ID")`); `dev_only` marks the helper nodes the editor does not offer.
@@ -48,6 +51,8 @@ MATCHTYPE = "COMFY_MATCHTYPE_V3"
 AUTOGROW = "COMFY_AUTOGROW_V3"
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 DYNAMIC_SLOT = "COMFY_DYNAMICSLOT_V3"
+DYNAMIC_GROUP = "COMFY_DYNAMICGROUP_V3"
+DYNAMIC_GROUP_MAX_ROWS = 20  # V3's `_DynamicGroup._MaxRows`
 
 
 class DynamicInputError(ValueError):
@@ -205,6 +210,67 @@ class Autogrow:
 
 
 @dataclass(frozen=True)
+class DynamicGroup:
+    """Rows of the `fields` widgets (V3's `_DynamicGroup`, rendering and `_expand_schema_for_dynamic`
+    of today's ComfyUI comfy_api/latest/_io.py @04e2a914334246661a77665aa14068a0670e3321).
+
+    `/object_info` shows `["COMFY_DYNAMICGROUP_V3", {"tooltip", "template": {"required": {...}},
+    "min", "max", "group_name"}]`; the editor sends each row's widgets as `<group>.<row>.<field>`.
+    The function receives a list of row dicts up to the highest row sent: a row not sent (a gap) a
+    dict of None, a field a sent row lacks None (no defaults filled in), `[]` when no row was sent.
+    The rows sent must number `min..max` and a sent row must carry the template's required fields
+    (errors name the group). Every field is declared optional for the prompt validator (which
+    checks each sent value against its field: combo choices, ranges); the row rules are checked
+    when the node runs."""
+
+    name: str
+    fields: tuple[InputSpec, ...]
+    min: int = 1
+    max: int = DYNAMIC_GROUP_MAX_ROWS
+    tooltip: str | None = None
+    optional: bool = False
+    group_name: str = "Group"
+
+    def __post_init__(self) -> None:
+        if not self.fields:
+            raise ValueError("DynamicGroup template must have at least one field.")
+        if not 1 <= self.max <= DYNAMIC_GROUP_MAX_ROWS or not 0 <= self.min <= self.max:
+            raise ValueError(f"DynamicGroup {self.name!r}: needs 0 <= min <= max <= {DYNAMIC_GROUP_MAX_ROWS}")
+
+    def flat(self) -> list[InputSpec]:
+        return [InputSpec(f"{self.name}.{row}.{spec.name}", spec.type, OPTIONAL, dict(spec.options))
+                for row in range(self.max) for spec in self.fields]
+
+    def render(self, env: Any = None) -> tuple[str, list]:
+        return _section(self.optional), [DYNAMIC_GROUP, {
+            **_pruned(tooltip=self.tooltip), "template": _input_dict(self.fields, env), "min": self.min,
+            "max": self.max, "group_name": self.group_name}]
+
+    def nest(self, flat: dict[str, Any], listed: bool = False) -> list[dict[str, Any]]:
+        prefix = f"{self.name}."
+        names = {spec.name for spec in self.fields}
+        sent: dict[int, dict[str, Any]] = {}
+        for key in [k for k in flat if k.startswith(prefix)]:
+            row, _, field = key[len(prefix):].partition(".")
+            if not row.isdecimal() or (len(row) > 1 and row.startswith("0")) or field not in names:
+                raise DynamicInputError(f"input {key!r}: not '{self.name}.<row>.<field>' of this group")
+            sent.setdefault(int(row), {})[field] = flat.pop(key)
+        if not self.min <= len(sent) <= self.max:
+            raise DynamicInputError(f"input {self.name!r}: {len(sent)} rows sent, expected {self.min} to {self.max}")
+        empty = [None] if listed else None
+        rows = []
+        for row in range(max(sent, default=-1) + 1):
+            given = sent.get(row)
+            if given is not None:
+                missing = [s.name for s in self.fields if s.section == REQUIRED and s.name not in given]
+                if missing:
+                    raise DynamicInputError(f"input {self.name!r}: row {row} lacks {missing}")
+            rows.append({spec.name: (given or {}).get(spec.name, empty) for spec in self.fields})
+        return rows
+
+
+
+@dataclass(frozen=True)
 class ComboOption:
     key: str
     inputs: tuple[Any, ...] = ()  # InputSpecs, or a DynamicCombo nested in this option
@@ -280,6 +346,9 @@ class DynamicCombo:
         return value
 
 
+_GROUPS = (Autogrow, DynamicCombo, DynamicGroup)  # inputs a prompt sends as several, nested for the call
+
+
 @dataclass(frozen=True)
 class DynamicSlot:
     """A socket whose link brings more inputs (V3's `DynamicSlot`): the editor shows `inputs`
@@ -343,14 +412,14 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
             is_changed: Callable[..., Any] | None = None) -> Callable[[Callable], Callable]:
     """Declare `fn` as a native node rendered as today's ComfyUI renders the V3 node `node_id`.
 
-    `inputs` holds plain `InputSpec`s (the helpers above) and `Autogrow` / `DynamicCombo` groups;
+    `inputs` holds plain `InputSpec`s (the helpers above) and `Autogrow` / `DynamicCombo` / `DynamicGroup` groups;
     `fn` receives each group nested under the group's name. An output node gets V3's hidden
     `prompt` and `extra_pnginfo` (its function takes them, or `**kwargs`)."""
     inputs = tuple(inputs)
-    groups = [i for i in inputs if isinstance(i, (Autogrow, DynamicCombo))]
+    groups = [i for i in inputs if isinstance(i, _GROUPS)]
     flat: list[InputSpec] = []
     for declared in inputs:
-        if isinstance(declared, (Autogrow, DynamicCombo)):
+        if isinstance(declared, _GROUPS):
             flat.extend(declared.flat())
         elif isinstance(declared, FrontendWidget):
             flat.append(InputSpec(declared.name, declared.type, OPTIONAL, declared.options))
@@ -390,7 +459,7 @@ def v3_node(node_id: str, *, inputs: Sequence[Any] = (), outputs: Sequence[V3Out
     def render(env: Any) -> dict:
         rendered: dict[str, dict] = {REQUIRED: {}}
         for declared in inputs:
-            if isinstance(declared, (Autogrow, DynamicCombo)):
+            if isinstance(declared, _GROUPS):
                 section, entry = declared.render(env)
                 rendered.setdefault(section, {})[declared.name] = entry
             else:
