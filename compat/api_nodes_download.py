@@ -16,7 +16,7 @@ uses from util/_helpers.py, util/common_exceptions.py and util/conversions.py:
 - `download_url_to_image_tensor` (`[1, H, W, 4]` float in 0..1, ComfyUI's RGBA conversion),
   `download_url_to_video_output` (a `VideoFromFile` over the downloaded BytesIO: the engine's
   VIDEO, comfy_core/video/), `download_url_as_bytesio`, `download_url_to_file_3d` (a `File3D`,
-  compat/file3d.py; with `task_id` also written to `<output>/<task_id>.<format>`).
+  comfy_core/mesh/file3d.py; with `task_id` also written to `<output>/<task_id>.<format>`).
 
 Errors are ComfyUI's: an HTTP failure raises `DownloadHTTPError` (an `Exception`, as ComfyUI's
 plain one, carrying `status` and `url`, with ComfyUI's message "Failed to download (HTTP n).");
@@ -43,7 +43,7 @@ from urllib.parse import urljoin, urlparse
 import aiohttp
 from yarl import URL
 
-from compat.file3d import File3D
+from comfy_core.mesh.file3d import File3D
 
 log = logging.getLogger(__name__)
 

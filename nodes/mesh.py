@@ -12,7 +12,8 @@ a 12-byte header (`glTF`, version 2, length), a JSON chunk (space-padded to 4 by
 clamped) and used as the base colour when there are UVs. The material is ComfyUI's: double-sided,
 metallic 0, roughness 0.5 over a 0.22 grey, or roughness 1 over white when the mesh carries a texture
 or colours. SaveGLB writes each batch item to `<prefix>_<counter:05>_.glb` in the output folder with
-the prompt / workflow as `asset.extras` (unless metadata is disabled), and reports them under "3d".
+the prompt / workflow as `asset.extras` (unless metadata is disabled), and reports them under "3d";
+a 3-D file input (File3D, comfy_core/mesh/file3d.py) is written unchanged as `<prefix>_<counter:05>_.<format>`.
 """
 from __future__ import annotations
 
@@ -182,10 +183,13 @@ def _mesh(value: Any) -> Mesh:
          inputs=[Socket("mesh", MESH_OR_FILE, tooltip="Mesh or 3D file to save"),
                  String("filename_prefix", default="3d/ComfyUI")])
 def save_glb(mesh: Any, filename_prefix: str, prompt: Any = None, extra_pnginfo: Any = None) -> dict:
-    """See the module docstring (a 3-D file input, ComfyUI's File3D, is not a type here: refused)."""
+    """See the module docstring; a 3-D file (ComfyUI's File3D, MeshToFile3D's output) is written
+    as it is, named with its own format's suffix (`glb` when it has none)."""
     from comfy_core.image.file_names import save_location
+    from comfy_core.mesh.file3d import File3D
 
-    mesh = _mesh(mesh)
+    if not isinstance(mesh, File3D):
+        mesh = _mesh(mesh)
     if not isinstance(filename_prefix, str):
         raise NodeInputError("filename_prefix", "a STRING", describe(filename_prefix))
     env = current_env()
@@ -197,6 +201,10 @@ def save_glb(mesh: Any, filename_prefix: str, prompt: Any = None, extra_pnginfo:
             metadata["prompt"] = json.dumps(prompt)
         if isinstance(extra_pnginfo, dict):
             metadata.update({key: json.dumps(value) for key, value in extra_pnginfo.items()})
+    if isinstance(mesh, File3D):
+        name = f"{filename}_{counter:05}_.{mesh.format or 'glb'}"
+        (folder / name).write_bytes(mesh.get_bytes())
+        return {"ui": {"3d": [{"filename": name, "subfolder": subfolder, "type": "output"}]}}
     results = []
     for index in range(mesh.vertices.shape[0]):
         item = mesh.item(index)

@@ -266,7 +266,7 @@ async def test_the_3d_helper_returns_a_file3d_and_writes_the_task_file(files, ut
 
 
 def test_a_disk_backed_file3d_infers_its_format_and_copies_itself(tmp_path):
-    from compat.file3d import File3D
+    from comfy_core.mesh.file3d import File3D
 
     source = tmp_path / "mesh.OBJ"
     source.write_bytes(b"v 0 0 0\n")

@@ -1,11 +1,8 @@
-"""ComfyUI's `File3D` value (behaviour of ComfyUI's comfy_api/latest/_util/geometry_types.py
-`File3D`, today's `comfy_api.latest.Types.File3D`): a 3-D model file held on disk (a path) or in
-memory (a binary stream), with its format (`glb`, `obj`, ...). `comfy_api_nodes.util`'s
-`download_url_to_file_3d` returns one (compat/api_nodes_download.py).
-
-The engine has no 3-D nodes of its own (nodes/mesh.py refuses a 3-D file input); this class only
-carries what a pack downloaded or made, to a pack node that reads it.
-"""
+"""ComfyUI's `File3D` value (behaviour of today's comfy_api `Types.File3D`,
+comfy_api/latest/_util/geometry_types.py): a 3-D model file held in memory (a binary stream) or
+on disk (a path), with its format (`glb`, `obj`, ...: no dot, lower case; taken from a path's
+suffix when not given). MeshToFile3D makes one in memory; `comfy_api_nodes.util`'s
+`download_url_to_file_3d` returns one to packs (compat/api_nodes_download.py)."""
 from __future__ import annotations
 
 import shutil
@@ -15,10 +12,7 @@ from typing import IO
 
 
 class File3D:
-    """A 3-D file: `source` is a path (disk-backed) or a binary stream (memory-backed);
-    `file_format` without its dot, lower case (inferred from a path's suffix when empty)."""
-
-    def __init__(self, source: str | IO[bytes], file_format: str = "") -> None:
+    def __init__(self, source: "str | IO[bytes]", file_format: str = "") -> None:
         self._source = source
         self._format = ""
         self.format = file_format or (Path(source).suffix if isinstance(source, str) else "")
@@ -35,13 +29,13 @@ class File3D:
     def is_disk_backed(self) -> bool:
         return isinstance(self._source, str)
 
-    def _rewound(self) -> IO[bytes]:
+    def _rewound(self) -> "IO[bytes]":
         stream = self._source
         if hasattr(stream, "seek"):
             stream.seek(0)
         return stream
 
-    def get_source(self) -> str | IO[bytes]:
+    def get_source(self) -> "str | IO[bytes]":
         """The path, or the stream rewound to its start."""
         return self._source if isinstance(self._source, str) else self._rewound()
 
