@@ -67,6 +67,7 @@ def default_registry() -> FamilyRegistry:
     from comfy_core.families import lens
     from comfy_core.families import pixeldit
     from comfy_core.families import newbie
+    from comfy_core.families import ming_image
 
     return FamilyRegistry([
         sd1.definition(),
@@ -103,6 +104,7 @@ def default_registry() -> FamilyRegistry:
         wan22_animate.definition(),
         fibo2.definition(),  # before Z-Image: its diffusers-layout test also fits Fibo 2.0's names
         zimage.definition(),
+        ming_image.definition(),  # Z-Image's NextDiT without pad tokens (split files: its `masked_pad_multiple` fact)
         lumina2.definition(),
         newbie.definition(),
         qwen_image.definition(),

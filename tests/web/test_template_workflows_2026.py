@@ -629,6 +629,14 @@ RUNNING = {
     # warped noise of pass 1 (OpticalFlowLoader, VOIDWarpedNoise, VOIDWarpedNoiseSource). Made small, but at 256 px:
     # RAFT's correlation pyramid needs 128 px after VOIDWarpedNoise halves the frames.
     "utility_void_video_inpainting": "made small at 256 px, 5 frames (2 latent frames)",
+    # Ming-Image 0.1 Design (comfy_core/families/ming_image, tests/fixtures/template_models_ming.py): UNETLoader (int8
+    # ConvRot NextDiT, no pad tokens), the Ling-mini-2.0 MoE encoder with its Qwen2.5-VL tower and connector through
+    # CLIPLoader type "qwen_image" (int8 ConvRot, 3-D int8 expert banks), the RGBA Wan 2.1-style VAE, ModelSamplingFlux,
+    # SamplerCustomAdvanced 12 steps; t2i's prompt expander (switch true): TextGenerate on qwen3.8_27b_w4a8 (FLUX 3's
+    # tiny int4 Qwen3.5 writer); the edit: the Ideogram-JSON subgraphs, TextEncodeMingImageEdit (vision tower +
+    # reference frame), SamplerLCM, ImageStitch.
+    "image_ming_image_01_design_t2i": "34 s made small (TextGenerate at 24 tokens; 1024x1024 from ResolutionSelector)",
+    "image_ming_image_01_design_image_edit": "48 s made small (64 px canvas)",
 }
 # Templates whose outputs are text previews only (PreviewAny): they write no file.
 TEXT_ONLY = ("basic_datatype_conversion", "llm_qwen3_text_gen", "llm_qwen3_5_text_gen", "llm_gemma4_text_gen")
@@ -640,7 +648,6 @@ DEFAULT_TEMPLATES = ("basic_datatype_conversion", "basic_mask_operations_and_com
 # their loaders name files no family here reads, so there is nothing to write tiny files for.
 _FAMILIES_NOT_HERE = {
     "FireRed Image Edit 1.1 (its transformer file is no family here; Qwen2.5-VL 7B)": ("image_firered_image_edit1_1",),
-    "Ming-Image (Ling mini 2.0 text encoder)": ("image_ming_image_01_design_t2i",),
     "MOSS-Image (Qwen3.5 9B text encoder, an int8 ConvRot model)": ("image_moss_image_base_t2i", "image_moss_image_t2i"),
     "TextGenerate's Qwen3-VL 4B (CLIPLoader type ideogram4)": ("llm_qwen3vl_text_gen",),
 }
@@ -700,7 +707,8 @@ def _made_small(name: str) -> bool:
     text generation (a tiny random LLM never says stop: 2048 tokens are minutes; FLUX 3's upsampler asks for 3584,
     and Qwen3-VL then encodes them: over 5 minutes as saved)."""
     return any(part in name.lower() for part in ("wan", "video", "key-frames", "sdxl", "radiance", "hidream", "llm_",
-                                                 "ltx", "flux3_klein", "minimax", "hunyuan3d", "utility_pid"))
+                                                 "ltx", "flux3_klein", "minimax", "hunyuan3d", "utility_pid",
+                                                 "ming_image"))
 
 
 def _reached_inputs(prompt: dict, node_id: str) -> set[str]:
@@ -1102,6 +1110,10 @@ def test_every_covered_template_is_listed(object_info: dict) -> None:
     ("diffusion_models", "lens_bf16.safetensors", "unet_lens"),
     ("diffusion_models", "lens_turbo_bf16.safetensors", "unet_lens"),
     ("text_encoders", "gpt_oss_20b_nvfp4.safetensors", "gpt_oss_20b"),
+    ("diffusion_models", "ming_image_0.1_design_int8_convrot.safetensors", "unet_ming_image"),
+    ("text_encoders", "ming_image_0.1_ling_mini_2.0_int8_convrot.safetensors", "ming_image_text_encoder"),
+    ("vae", "ming_image_vae_bf16.safetensors", "vae_ming_image"),
+    ("text_encoders", "qwen3.8_27b_w4a8.safetensors", "qwen38_27b_prompt_expander"),
     ("diffusion_models", "ideogram4_fp8_scaled.safetensors", "unet_ideogram4_fp8"),
     ("diffusion_models", "ideogram4_unconditional_fp8_scaled.safetensors", "unet_ideogram4_fp8"),
     ("diffusion_models", "ideogram4_int8_convrot.safetensors", "unet_ideogram4_int8"),
