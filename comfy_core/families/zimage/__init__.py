@@ -17,6 +17,11 @@ As today's ComfyUI's `supported_models.ZImage` / `model_base.Lumina2` have it:
   each for other head widths, so tiny files load), axis lengths 1536 / 512 / 512, base 256, timestep
   scale 1000, pad multiple 32 when the file holds pad tokens.
 
+Z-Image Omni (ComfyUI's NextDiT with `siglip_feat_dim`): the same network plus `siglip_embedder`
+(RMSNorm + linear from SigLIP's width), `siglip_refiner` blocks and `siglip_pad_token`, detected by
+`siglip_embedder.0.weight`; TextEncodeZImageOmni's `reference_latents`, their text embeds and
+SigLIP states reach it through `ZImageConditions` and `NextDiT.forward_omni` (nextdit.py).
+
 Files: ComfyUI's names under `model.diffusion_model.` in single files (Qwen3-4B under
 `text_encoders.qwen3_4b.transformer.`, the VAE under `vae.`), bare in split files
 (`z_image_turbo_bf16.safetensors`), or diffusers' / Tongyi-MAI's `ZImageTransformer2DModel` names
@@ -67,6 +72,54 @@ class NextDiTConditions(ModelConditions):
         cross_attn = kwargs.get("cross_attn")
         if cross_attn is not None and "num_tokens" not in out:
             out["num_tokens"] = int(cross_attn.shape[1])
+        return out
+
+
+SIGLIP_PATCH = 16  # ComfyUI's grid of a CLIP vision output: image_sizes' height and width // 16
+
+
+def siglip_grid(output: Any) -> Any:
+    """A CLIP vision output's `last_hidden_state` `[B, T, C]` as the `[B, h, w, C]` grid Z-Image
+    Omni reads (ComfyUI's `model_base.Lumina2.extra_conds`: `h, w` = the output's
+    `image_sizes[0]` height and width // 16). An output without `image_sizes` (this engine's
+    fixed-size SigLIP towers) is taken as a square grid of its T tokens."""
+    states = output["last_hidden_state"]
+    sizes = output.get("image_sizes") if isinstance(output, dict) else getattr(output, "image_sizes", None)
+    if sizes:
+        size = sizes[0]
+        h, w = int(size[1]) // SIGLIP_PATCH, int(size[2]) // SIGLIP_PATCH
+    else:
+        side = int(round(states.shape[1] ** 0.5))
+        if side * side != states.shape[1]:
+            raise ValueError(f"Z-Image Omni: a CLIP vision output of {states.shape[1]} tokens without image_sizes is "
+                             "not a square grid")
+        h = w = side
+    return states.reshape(states.shape[0], h, w, states.shape[-1])
+
+
+class ZImageConditions(NextDiTConditions):
+    """Z-Image's model inputs (ComfyUI's `model_base.Lumina2.extra_conds`): `NextDiTConditions`'
+    plus Z-Image Omni's: the conditioning's `clip_vision_outputs` (else the `clip_vision_output`
+    of each `unclip_conditioning` entry) as `siglip_feats` (`siglip_grid` of each), its
+    `reference_latents` in model space as `ref_latents`, and `reference_latents_text_embeds`
+    as `ref_contexts` (lists; TextEncodeZImageOmni sets all three)."""
+
+    name = "zimage"
+
+    def extra_conds(self, model: Any, **kwargs: Any) -> dict[str, Any]:
+        out = super().extra_conds(model, **kwargs)
+        outputs = kwargs.get("clip_vision_outputs")
+        if outputs is None:
+            outputs = [entry.get("clip_vision_output") for entry in kwargs.get("unclip_conditioning") or ()]
+        feats = [siglip_grid(output) for output in outputs or () if output is not None]
+        if feats:
+            out["siglip_feats"] = feats
+        references = kwargs.get("reference_latents")
+        if references is not None:
+            out["ref_latents"] = [model.process_latent_in(latent) for latent in references]
+        texts = kwargs.get("reference_latents_text_embeds")
+        if texts is not None:
+            out["ref_contexts"] = list(texts)
         return out
 
 
@@ -134,13 +187,14 @@ def definition() -> Family:
         name="zimage",
         display_name="Z-Image",
         signature=Signature(required_prefixes=("model.diffusion_model." + CAP_EMBEDDER,),
-                            unet=(("image_model", "lumina2"), ("z_image_modulation", True))),
+                            unet=(("image_model", "lumina2"), ("z_image_modulation", True),
+                                  ("pad_tokens_multiple", 32))),  # without pad tokens: Ming-Image (ComfyUI)
         latent_format=flux_latent_format(),
         sampling=SamplingPolicy(prediction="flow", schedule="flow", shift=ZIMAGE_SHIFT, multiplier=1.0,
                                 default_scheduler="simple"),
         geometry=Geometry(latent_channels=16),
         vae_prefix="vae.",
-        conditioning=NextDiTConditions(),
+        conditioning=ZImageConditions(),
         key_conversions=(vae_attention_linear_to_conv(),),
         architecture=zimage_architecture(),
         text_encoders=ZIMAGE_TEXT_ENCODERS,

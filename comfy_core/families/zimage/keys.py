@@ -78,6 +78,12 @@ def diffusers_key_map(config: Any, output_prefix: str = "") -> dict[str, Any]:
     if config.pad_tokens_multiple is not None:
         for token in ("x_pad_token", "cap_pad_token"):
             out[token] = output_prefix + token
+    if getattr(config, "siglip_feat_dim", None) is not None:  # Z-Image Omni: named alike in both layouts
+        for i in range(config.n_refiner_layers):
+            block(f"siglip_refiner.{i}", False)
+        for name in ("siglip_embedder.0.weight", "siglip_embedder.1.weight", "siglip_embedder.1.bias",
+                     "siglip_pad_token"):
+            out[name] = output_prefix + name
     return out
 
 

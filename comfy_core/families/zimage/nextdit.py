@@ -33,6 +33,15 @@ attention_mask=None, **kwargs)`), written here, with its behaviour:
   sequence); a returned "img" / "txt" replaces that part. `block_type` "double", `block_index`
   and `total_blocks` are set on a shallow copy of the caller's options.
 
+Z-Image Omni (a file with `siglip_embedder.*`, `siglip_refiner.N.*`, `siglip_pad_token`: ComfyUI's
+NextDiT built with `siglip_feat_dim`) runs `forward_omni` when `ref_latents` are given (ComfyUI's
+`_forward` / `patchify_and_embed` / `embed_all` with reference latents, any NextDiT file): per
+reference a caption (its text embeds, `ref_contexts[i]`), SigLIP tokens (`siglip_feats[i]`, `[B, h,
+w, C]`) and the latent's patches, then the target's, each padded to 32 with its pad token; captions,
+SigLIP tokens and images refined apart, then `[captions, SigLIP, images]` through the blocks, the
+references' tokens modulated by the clean timestep (sigma 0) and the target's by sigma (see
+`omni_layout` for the RoPE ids). Without reference latents an Omni file runs the plain forward.
+
 What the weights cannot show (RoPE split of the head, RoPE base, timestep scale, axis lengths) is
 the family's: `detect_from_weights` takes it from the family package (comfy_core/families/zimage,
 comfy_core/families/lumina2).
@@ -87,6 +96,7 @@ class NextDiTConfig:
     pad_tokens_multiple: int | None = 32
     t_hidden: int = 1024
     adaln_dim: int = 256
+    siglip_feat_dim: int | None = None  # Z-Image Omni: the SigLIP states' width (siglip_embedder), else None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "axes_dims", tuple(int(a) for a in self.axes_dims))
@@ -119,6 +129,8 @@ class NextDiTConfig:
             config.update(z_image_modulation=True, time_scale=self.time_scale)
         if self.pad_tokens_multiple is not None:
             config["pad_tokens_multiple"] = self.pad_tokens_multiple
+        if self.siglip_feat_dim is not None:
+            config["siglip_feat_dim"] = self.siglip_feat_dim
         return config
 
     @classmethod
@@ -129,9 +141,8 @@ class NextDiTConfig:
         what weights cannot show: `axes_split(head_dim)` (RoPE channels per axis), `axes_lens`,
         `rope_theta`, `time_scale`, and the pad multiple used when pad tokens are present."""
         shape = shape_reader(tensors, prefix, NextDiTConfigError, "NextDiT")
-        if any(k.startswith(prefix + "clip_text_pooled_proj.") or k.startswith(prefix + "siglip_embedder.")
-               for k in tensors):
-            raise NextDiTConfigError("NextDiT: pooled-text (NewBie) and SigLIP (Omni) inputs are not supported")
+        if any(k.startswith(prefix + "clip_text_pooled_proj.") for k in tensors):
+            raise NextDiTConfigError("NextDiT: pooled-text (NewBie) inputs are not supported")
         dim, cap_feat_dim = shape("cap_embedder.1.weight")
         x_in = shape("x_embedder.weight")[1]
         head_dim = shape("layers.0.attention.q_norm.weight")[0]
@@ -166,12 +177,37 @@ class NextDiTConfig:
             axes = tuple(axes_split(head_dim))
         except ValueError as exc:
             raise NextDiTConfigError(f"NextDiT: {exc}") from None
+        siglip_feat_dim = _detect_siglip(tensors, prefix, shape, dim, n_refiner, pads)
         return cls(patch_size=patch_size, in_channels=x_in // (patch_size * patch_size), dim=dim, n_layers=n_layers,
                    n_refiner_layers=n_refiner, n_heads=n_heads, n_kv_heads=n_kv_heads,
                    ffn_hidden=shape("layers.0.feed_forward.w1.weight")[0],
                    qk_norm=True, cap_feat_dim=cap_feat_dim, axes_dims=axes, axes_lens=tuple(axes_lens),
                    rope_theta=float(rope_theta), z_image_modulation=z_mod, time_scale=float(time_scale),
-                   pad_tokens_multiple=pad_multiple if pads else None, t_hidden=t_hidden, adaln_dim=adaln_dim)
+                   pad_tokens_multiple=pad_multiple if pads else None, t_hidden=t_hidden, adaln_dim=adaln_dim,
+                   siglip_feat_dim=siglip_feat_dim)
+
+
+SIGLIP_EMBEDDER = "siglip_embedder."
+
+
+def _detect_siglip(tensors: Mapping[str, Any], prefix: str, shape: Callable[[str], tuple[int, ...]], dim: int,
+                   n_refiner: int, pads: bool) -> int | None:
+    """Z-Image Omni's SigLIP width from `siglip_embedder.0.weight` (its RMSNorm; ComfyUI's
+    `model_detection` reads the same key), None without SigLIP weights; the embedder's linear,
+    the `siglip_refiner` blocks (as many as the other refiners) and `siglip_pad_token` checked."""
+    if not any(k.startswith(prefix + SIGLIP_EMBEDDER) for k in tensors):
+        return None
+    feat = shape(SIGLIP_EMBEDDER + "0.weight")[0]
+    linear = shape(SIGLIP_EMBEDDER + "1.weight")
+    if tuple(linear) != (dim, feat):
+        raise NextDiTConfigError(f"NextDiT: siglip_embedder.1.weight has shape {list(linear)}, not [{dim}, {feat}]")
+    n_siglip = count_numbered(tensors, prefix, "siglip_refiner", NextDiTConfigError, "NextDiT")
+    if n_siglip != n_refiner:
+        raise NextDiTConfigError(f"NextDiT: {n_siglip} SigLIP refiner blocks but {n_refiner} noise refiner blocks")
+    if prefix + "siglip_pad_token" not in tensors or not pads:
+        raise NextDiTConfigError("NextDiT: SigLIP (Omni) weights need `siglip_pad_token` and the text / image pad "
+                                 "tokens")
+    return int(feat)
 
 
 def clamp_fp16(x: torch.Tensor) -> torch.Tensor:
@@ -264,14 +300,19 @@ class JointTransformerBlock(nn.Module):
                                      else nn.Sequential(nn.SiLU(), linear))
 
     def forward(self, x: torch.Tensor, freqs: torch.Tensor, vec: torch.Tensor | None = None,
-                transformer_options: dict[str, Any] | None = None) -> torch.Tensor:
-        """x `[B, L, dim]`, freqs `[B, L, 1, D/2, 2, 2]`, vec `[B, adaln_dim]` (modulated blocks)."""
+                transformer_options: dict[str, Any] | None = None, *, vec_zero: torch.Tensor | None = None,
+                real_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """x `[B, L, dim]`, freqs `[B, L, 1, D/2, 2, 2]`, vec `[B, adaln_dim]` (modulated blocks).
+
+        Z-Image Omni: with `vec_zero` (the clean timestep's vector) and `real_tokens` (bool
+        `[1, L, 1]`), the tokens where `real_tokens` holds are modulated by `vec`, the others by
+        `vec_zero` (ComfyUI's `timestep_zero_index`)."""
         options = transformer_options if transformer_options is not None else {}
         if not self.modulation:
             x = x + self.attention_norm2(clamp_fp16(self.attention(self.attention_norm1(x), freqs, options)))
             return x + self.ffn_norm2(clamp_fp16(self.feed_forward(self.ffn_norm1(x))))
-        # [B, 1, dim] each
-        scale_msa, gate_msa, scale_mlp, gate_mlp = self.adaLN_modulation(vec).unsqueeze(1).chunk(4, dim=2)
+        # [B, 1, dim] each (or [B, L, dim] per token)
+        scale_msa, gate_msa, scale_mlp, gate_mlp = _modulations(self.adaLN_modulation, vec, vec_zero, real_tokens, 4)
         attn = self.attention(self.attention_norm1(x) * (1 + scale_msa), freqs, options)
         x = x + gate_msa.tanh() * self.attention_norm2(clamp_fp16(attn))
         ffn = self.feed_forward(self.ffn_norm1(x) * (1 + scale_mlp))
@@ -288,9 +329,22 @@ class FinalLayer(nn.Module):
         self.linear = ops.Linear(config.dim, out, bias=True, **factory)
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), ops.Linear(config.adaln_dim, config.dim, bias=True, **factory))
 
-    def forward(self, x: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
-        scale = self.adaLN_modulation(vec).unsqueeze(1)  # [B, 1, dim]
+    def forward(self, x: torch.Tensor, vec: torch.Tensor, *, vec_zero: torch.Tensor | None = None,
+                real_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        scale, = _modulations(self.adaLN_modulation, vec, vec_zero, real_tokens, 1)  # [B, 1, dim] (or [B, L, dim])
         return self.linear(self.norm_final(x) * (1 + scale))
+
+
+def _modulations(module: nn.Module, vec: torch.Tensor, vec_zero: torch.Tensor | None,
+                 real_tokens: torch.Tensor | None, parts: int) -> tuple[torch.Tensor, ...]:
+    """`module(vec)` split into `parts` vectors `[B, 1, dim]`; with `vec_zero` and `real_tokens`
+    (bool `[1, L, 1]`) per token `[B, L, dim]`: `module(vec)` where `real_tokens` holds, else
+    `module(vec_zero)` (Z-Image Omni's clean reference tokens)."""
+    real = module(vec).unsqueeze(1).chunk(parts, dim=2)
+    if vec_zero is None or real_tokens is None:
+        return real
+    zero = module(vec_zero).unsqueeze(1).chunk(parts, dim=2)
+    return tuple(torch.where(real_tokens, r, z) for r, z in zip(real, zero))
 
 
 class TimestepEmbedder(nn.Module):
@@ -345,6 +399,13 @@ class NextDiT(nn.Module):
         if config.pad_tokens_multiple is not None:
             self.x_pad_token = nn.Parameter(torch.empty((1, config.dim), **factory))
             self.cap_pad_token = nn.Parameter(torch.empty((1, config.dim), **factory))
+        if config.siglip_feat_dim is not None:  # Z-Image Omni (ComfyUI's NextDiT with siglip_feat_dim)
+            width = config.siglip_feat_dim
+            self.siglip_embedder = nn.Sequential(RMSNorm(width, config.norm_eps, **factory),
+                                                 ops.Linear(width, config.dim, bias=True, **factory))
+            self.siglip_refiner = nn.ModuleList(JointTransformerBlock(config, False, factory, ops)
+                                                for _ in range(config.n_refiner_layers))
+            self.siglip_pad_token = nn.Parameter(torch.empty((1, config.dim), **factory))
 
     @classmethod
     def from_config(cls, config: NextDiTConfig, **kwargs: Any) -> "NextDiT":
@@ -396,7 +457,13 @@ class NextDiT(nn.Module):
                 **kwargs: Any) -> torch.Tensor:
         """x `[B, C, H, W]`, timesteps (sigma) `[B]`, context `[B, Lt, cap_feat_dim]` -> `[B, C, H, W]`
         (the negated network output, ComfyUI's convention). `num_tokens` and `attention_mask` are
-        accepted and not applied (as ComfyUI); `y`, `control` and other inputs are ignored."""
+        accepted and not applied (as ComfyUI); `y`, `control` and other inputs are ignored.
+
+        Z-Image Omni (ComfyUI's `ref_latents`, `ref_contexts`, `siglip_feats` keywords): with
+        reference latents the forward is `forward_omni`'s; without, these are ignored."""
+        if kwargs.get("ref_latents"):
+            return self.forward_omni(x, timesteps, context, num_tokens, attention_mask,
+                                     transformer_options=transformer_options, **kwargs)
         to = dict(transformer_options or {})
         patches = to.get("patches", {}) or {}
         config = self.config
@@ -451,3 +518,219 @@ class NextDiT(nn.Module):
         out = out.reshape(bsz, hp, wp, p, p, self.out_channels).permute(0, 5, 1, 3, 2, 4).reshape(
             bsz, self.out_channels, hp * p, wp * p)
         return -out[:, :, :h, :w]
+
+    # -- Z-Image Omni ---------------------------------------------------------------------------------
+
+    def _omni_caption(self, context: torch.Tensor | None, offset: int, dtype: torch.dtype,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """A caption segment: tokens `[b, Lp, dim]` (filled with `cap_pad_token`; without text,
+        `pad_tokens_multiple` pad tokens), position ids `[1, Lp, 3]` `(offset + 1 + i, 0, 0)`, and
+        the unpadded length (0 without text)."""
+        pad_token = getattr(self, "cap_pad_token", None)
+        if context is not None:
+            tokens = self.cap_embedder(context.to(device=device, dtype=dtype))
+            length = tokens.shape[1]
+            tokens = self._pad(tokens, pad_token)
+        else:
+            if pad_token is None:
+                raise ValueError("NextDiT: a reference latent without its text embeds needs the file's cap_pad_token")
+            tokens = pad_token.to(device=device, dtype=dtype).unsqueeze(0).expand(1, self.pad_tokens_multiple, -1)
+            length = 0
+        ids = torch.zeros((1, tokens.shape[1], 3), dtype=torch.float32, device=device)
+        ids[:, :, 0] = torch.arange(tokens.shape[1], dtype=torch.float32, device=device) + 1.0 + offset
+        return tokens, ids, length
+
+    def _omni_siglip(self, feats: torch.Tensor | None, position: int, dtype: torch.dtype,
+                     device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """A SigLIP segment: `feats` `[b, h, w, C]` embedded (`siglip_embedder`) at ids
+        `(position, floor(linspace(0, 8h - 1, h)), floor(linspace(0, 8w - 1, w)))`, filled with
+        `siglip_pad_token` (ids (0, 0, 0)); without features, `pad_tokens_multiple` pad tokens at
+        (0, 0, 0). As ComfyUI, the grid is read channel-first (`permute(0, 3, 1, 2)`) and reshaped
+        to `h*w` rows of `C` values (not a transpose: ComfyUI's `embed_all` does exactly this)."""
+        pad_token = self.siglip_pad_token
+        if feats is None:
+            if self.pad_tokens_multiple is None:
+                return None, None
+            tokens = pad_token.to(device=device, dtype=dtype).unsqueeze(0).expand(1, self.pad_tokens_multiple, -1)
+            return tokens, torch.zeros((1, tokens.shape[1], 3), dtype=torch.float32, device=device)
+        if feats.ndim != 4 or feats.shape[-1] != self.config.siglip_feat_dim:
+            raise ValueError(f"NextDiT: SigLIP features must be [B, h, w, {self.config.siglip_feat_dim}], got "
+                             f"{list(feats.shape)}")
+        b, h, w, c = feats.shape
+        flat = feats.to(device=device, dtype=dtype).permute(0, 3, 1, 2).reshape(b, h * w, c)
+        tokens = self.siglip_embedder(flat)
+        ids = torch.zeros((1, h * w, 3), dtype=torch.float32, device=device)
+        ids[:, :, 0] = position
+        rows = torch.linspace(0, h * 8 - 1, steps=h, dtype=torch.float32, device=device).floor()
+        cols = torch.linspace(0, w * 8 - 1, steps=w, dtype=torch.float32, device=device).floor()
+        ids[:, :, 1] = rows.view(-1, 1).expand(h, w).flatten()
+        ids[:, :, 2] = cols.view(1, -1).expand(h, w).flatten()
+        n = tokens.shape[1]
+        tokens = self._pad(tokens, pad_token)
+        return tokens, F.pad(ids, (0, 0, 0, tokens.shape[1] - n))
+
+    def _omni_image(self, latent: torch.Tensor, start: int, dtype: torch.dtype, device: torch.device,
+                    to: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """An image segment: `latent` `[b, C, H, W]` in 2x2 patches (`x_embedder`) at ids
+        `(start, row, col)`, filled with `x_pad_token` (ids (0, 0, 0)); and its patch count."""
+        if latent.ndim == 5 and latent.shape[2] == 1:
+            latent = latent[:, :, 0]
+        if latent.ndim != 4 or latent.shape[1] != self.in_channels:
+            raise ValueError(f"NextDiT: a reference latent must be [B, {self.in_channels}, H, W], got "
+                             f"{list(latent.shape)}")
+        p = self.patch_size
+        latent = pad_to_patch_size(latent.to(device=device, dtype=dtype), (p, p))
+        b, c, height, width = latent.shape
+        hp, wp = height // p, width // p
+        tokens = self.x_embedder(latent.view(b, c, hp, p, wp, p).permute(0, 2, 4, 3, 5, 1).flatten(3).flatten(1, 2))
+        n = tokens.shape[1]
+        ids = self._image_ids(start, hp, wp, 1, device, to)
+        tokens = self._pad(tokens, getattr(self, "x_pad_token", None))
+        return tokens, F.pad(ids, (0, 0, 0, tokens.shape[1] - n)), n
+
+    def omni_layout(self, x: torch.Tensor, context: torch.Tensor, ref_latents: Sequence[torch.Tensor],
+                    ref_contexts: Sequence[torch.Tensor | None] = (), siglip_feats: Sequence[torch.Tensor | None] = (),
+                    transformer_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Z-Image Omni's token layout (ComfyUI's `patchify_and_embed` with reference latents),
+        before any block: `{"cap": [caption tokens], "cap_ids": [...], "siglip": [...],
+        "siglip_ids": [...], "img": [...], "img_ids": [...], "main_cap_len", "main_img_len"}`
+        (lists of segments; tokens `[B, L, dim]`, ids `[1, L, 3]`).
+
+        One segment per reference `i`, then the target `x` with `context`: a caption (reference
+        `i`'s text embeds `ref_contexts[i]`; pad tokens without), with a SigLIP file its SigLIP
+        tokens (`siglip_feats[i]`; pad tokens without; the target has none), then the latent's
+        patches. With an offset `o` (0, then the previous segment's `end + 2`): caption ids start
+        at `o + 1`; `end` = `o` + the unpadded caption length with a SigLIP file (the padded
+        length without); SigLIP ids at `end + 2`, the image's at `end + 1`. Text embeds beyond
+        the references' count are captions appended after the target's (ids from its `end + 2`,
+        each adding its unpadded length)."""
+        to = transformer_options or {}
+        bsz, dtype, device = x.shape[0], x.dtype, x.device
+        with_siglip = getattr(self, "siglip_embedder", None) is not None
+        contexts, feats = list(ref_contexts or ()), list(siglip_feats or ())
+        out: dict[str, Any] = {key: [] for key in ("cap", "cap_ids", "siglip", "siglip_ids", "img", "img_ids")}
+
+        def segment(latent: torch.Tensor, text: torch.Tensor | None, sig: torch.Tensor | None,
+                    offset: int) -> tuple[int, int, int]:
+            tokens, ids, length = self._omni_caption(text, offset, dtype, device)
+            out["cap"].append(_to_batch(tokens, bsz))
+            out["cap_ids"].append(ids)
+            if with_siglip:
+                end = offset + length
+                sig_tokens, sig_ids = self._omni_siglip(sig, end + 2, dtype, device)
+                if sig_tokens is not None:
+                    out["siglip"].append(_to_batch(sig_tokens, bsz))
+                    out["siglip_ids"].append(sig_ids)
+            else:
+                end = offset + tokens.shape[1]
+            img, img_ids, _ = self._omni_image(latent, end + 1, dtype, device, to)
+            out["img"].append(_to_batch(img, bsz))
+            out["img_ids"].append(img_ids)
+            return end + 2, tokens.shape[1], img.shape[1]
+
+        offset = 0
+        for i, latent in enumerate(ref_latents):
+            offset, _, _ = segment(latent, contexts[i] if i < len(contexts) else None,
+                                   feats[i] if i < len(feats) else None, offset)
+        offset, main_cap_len, main_img_len = segment(x, context, None, offset)
+        for text in contexts[len(ref_latents):]:
+            tokens, ids, length = self._omni_caption(text, offset, dtype, device)
+            out["cap"].append(_to_batch(tokens, bsz))
+            out["cap_ids"].append(ids)
+            main_cap_len += tokens.shape[1]
+            offset += length
+        out["main_cap_len"], out["main_img_len"] = main_cap_len, main_img_len
+        return out
+
+    def forward_omni(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, num_tokens: Any = None,
+                     attention_mask: torch.Tensor | None = None, transformer_options: Mapping[str, Any] | None = None,
+                     ref_latents: Sequence[torch.Tensor] = (), ref_contexts: Sequence[torch.Tensor | None] = (),
+                     siglip_feats: Sequence[torch.Tensor | None] = (), **kwargs: Any) -> torch.Tensor:
+        """Z-Image Omni's forward (ComfyUI's `NextDiT._forward` with `ref_latents`): the tokens of
+        `omni_layout`; captions through `context_refiner`, SigLIP tokens through `siglip_refiner`,
+        every image through `noise_refiner`, then `[captions, SigLIP, images]` through `layers` and
+        the final layer. The target's image tokens (pads included) and, in `layers` and the final
+        layer, the target's caption and the appended captions are modulated by the timestep; every
+        other token (the references') by the clean timestep (sigma 0). Patches as `forward`
+        (`noise_refiner`'s "img" holds every image; `double_block`'s "txt" everything before the
+        target's image)."""
+        to = dict(transformer_options or {})
+        patches = to.get("patches", {}) or {}
+        config = self.config
+        bsz, _, h, w = x.shape
+        p = self.patch_size
+        orig_x = x
+        x = pad_to_patch_size(x, (p, p))
+        hp, wp = x.shape[-2] // p, x.shape[-1] // p
+        vec = self.modulation_input(timesteps, x, kwargs)  # [B, adaln_dim]
+        vec_zero = self.modulation_input(torch.zeros_like(timesteps), x, kwargs)  # the clean references'
+        layout = self.omni_layout(x, context, ref_latents, ref_contexts, siglip_feats, to)
+        main_cap_len, main_img_len = layout["main_cap_len"], layout["main_img_len"]
+
+        cap = torch.cat(layout["cap"], dim=1)
+        cap_freqs = rope(torch.cat(layout["cap_ids"], dim=1), config.axes_dims, config.rope_theta)
+        for block in self.context_refiner:
+            cap = block(cap, cap_freqs, transformer_options=to)
+        parts, freqs_parts = [cap], [cap_freqs]
+        if layout["siglip"]:
+            sig = torch.cat(layout["siglip"], dim=1)
+            sig_freqs = rope(torch.cat(layout["siglip_ids"], dim=1), config.axes_dims, config.rope_theta)
+            for block in self.siglip_refiner:
+                sig = block(sig, sig_freqs, transformer_options=to)
+            parts.append(sig)
+            freqs_parts.append(sig_freqs)
+
+        img = torch.cat(layout["img"], dim=1)
+        img_freqs = rope(torch.cat(layout["img_ids"], dim=1), config.axes_dims, config.rope_theta)
+        n_img = img.shape[1]
+        real = token_spans(n_img, [(n_img - main_img_len, n_img)], x.device)
+        img_input = img
+        for i, block in enumerate(self.noise_refiner):
+            img = block(img, img_freqs, vec, transformer_options=to, vec_zero=vec_zero, real_tokens=real)
+            for patch in patches.get("noise_refiner", ()):
+                out = patch({"img": img, "img_input": img_input, "txt": cap, "pe": img_freqs, "vec": vec, "x": orig_x,
+                             "block_index": i, "transformer_options": to, "block_type": "noise_refiner"})
+                if "img" in out:
+                    img = out["img"]
+
+        seq = torch.cat(parts + [img], dim=1)
+        freqs = torch.cat(freqs_parts + [img_freqs], dim=1)
+        total, n_cap = seq.shape[1], cap.shape[1]
+        real = token_spans(total, [(total - main_img_len, total), (n_cap - main_cap_len, n_cap)], x.device)
+        cap_size = total - main_img_len
+        seq_input = seq
+        to["total_blocks"] = len(self.layers)
+        to["block_type"] = "double"
+        for i, block in enumerate(self.layers):
+            to["block_index"] = i
+            seq = block(seq, freqs, vec, transformer_options=to, vec_zero=vec_zero, real_tokens=real)
+            for patch in patches.get("double_block", ()):
+                out = patch({"img": seq[:, cap_size:], "img_input": seq_input[:, cap_size:], "txt": seq[:, :cap_size],
+                             "pe": freqs[:, cap_size:], "vec": vec, "x": orig_x, "block_index": i,
+                             "transformer_options": to})
+                if "img" in out or "txt" in out:
+                    seq = torch.cat([out.get("txt", seq[:, :cap_size]), out.get("img", seq[:, cap_size:])], dim=1)
+
+        out = self.final_layer(seq, vec, vec_zero=vec_zero, real_tokens=real)[:, cap_size:cap_size + hp * wp]
+        out = out.reshape(bsz, hp, wp, p, p, self.out_channels).permute(0, 5, 1, 3, 2, 4).reshape(
+            bsz, self.out_channels, hp * p, wp * p)
+        return -out[:, :, :h, :w]
+
+
+def token_spans(length: int, spans: Sequence[tuple[int, int]], device: Any = None) -> torch.Tensor:
+    """Bool `[1, length, 1]`: True inside the `(start, end)` spans (Z-Image Omni's timestep-modulated
+    tokens, ComfyUI's `timestep_zero_index` slices)."""
+    mask = torch.zeros((1, length, 1), dtype=torch.bool, device=device)
+    for start, end in spans:
+        mask[:, start:end] = True
+    return mask
+
+
+def _to_batch(tensor: torch.Tensor, batch: int) -> torch.Tensor:
+    """`tensor` cut or tiled along dim 0 to `batch` rows (ComfyUI's `repeat_to_batch_size`)."""
+    if tensor.shape[0] == batch:
+        return tensor
+    if tensor.shape[0] > batch:
+        return tensor[:batch]
+    reps = -(-batch // tensor.shape[0])
+    return tensor.repeat(reps, *([1] * (tensor.ndim - 1)))[:batch]
