@@ -75,6 +75,7 @@ class Run:
         self.executed: dict[str, None] = {}  # insertion-ordered: ComfyUI's `executed` list
         self.ui_outputs: dict[str, dict] = {}  # node -> {"meta", "output"}, in the order shown
         self._records: dict[str, NodeRecord] = {}
+        self._below_custom: dict[str, bool] = {}  # memo of `below_custom_node`
         self.consumers = Consumers(self.dynprompt)
         self.specs = SpecIndex(settings.registry)
         self._node_specs: dict[str, NodeSpec] = {}  # memo: the schedule asks several times per node
@@ -188,7 +189,7 @@ class Run:
             return None, False
 
         def link_part(name: str, source: str, slot: int) -> Any:
-            token = value_token(values.get(name))
+            token = None if self.below_custom_node(source) else value_token(values.get(name))
             if token is not None:
                 return ("v", token)
             entry = self.cached_entry(source)
@@ -199,6 +200,33 @@ class Run:
 
         key = self.signatures.value_key(node_id, link_part)
         return (None, False) if isinstance(key, Unique) else (key, True)
+
+    def below_custom_node(self, node_id: str) -> bool:
+        """True when `node_id` or a node above it in this prompt is not a built-in node. A pack's
+        node may change a MODEL in place and return it (LTXTricks' ModifyLTXModel swaps the
+        diffusion model's class; others assign `diffusion_model.forward`), on the object it was
+        given or on a clone sharing its modules: the handle's `cache_signature()` cannot see that,
+        so values made from it are keyed by their producers' value keys (which name the pack node
+        and its inputs), never by their own signatures (graph/value_keys.py)."""
+        memo = self._below_custom
+        pending = [node_id]
+        while pending:
+            current = pending[-1]
+            if current in memo:
+                pending.pop()
+                continue
+            if not self.settings.registry.is_builtin(self.dynprompt.get_node(current)["class_type"]):
+                memo[current] = True
+                pending.pop()
+                continue
+            sources = [source for _name, source, _slot in self.dynprompt.links(current)]
+            unknown = [source for source in sources if source not in memo]
+            if unknown:
+                pending.extend(unknown)
+                continue
+            memo[current] = any(memo[source] for source in sources)
+            pending.pop()
+        return memo[node_id]
 
     def output_slot(self, node_id: str, slot: int) -> list | None:
         entry = self.cached_entry(node_id)
@@ -327,6 +355,7 @@ class Run:
         reference counting, on the prompt's own thread."""
         self.progress.close()
         self._records = {}
+        self._below_custom = {}
         self._node_specs = {}
         self._waiters = set()
         for name in ("schedule", "signatures", "_computed", "consumers"):

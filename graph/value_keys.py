@@ -18,7 +18,9 @@ keyed by its value where it has a value identity, else by its producer's value k
                                                   | (key, ("s", structural key(source), slot)))
 
 `token` exists when every element of the input's list is a handle whose signature is not None
-or a plain scalar (bool, int, float, str, None). The last form names a producer no handle
+or a plain scalar (bool, int, float, str, None), and no custom (pack) node is at or above the
+producer in the prompt: a pack may change a model in place, which a signature cannot see
+(graph/run.py `below_custom_node`), so below a pack node values are keyed by their producers. The last form names a producer no handle
 reaches. Nodes no handle reaches get no value key: for them it would say what the structural
 key says, and computing it would slow every graph of plain values.
 

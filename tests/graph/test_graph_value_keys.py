@@ -279,3 +279,40 @@ def test_classic_carries_smallest_entries_first_within_its_budget():
     cache.begin_prompt(set())  # nothing is in the new prompt: only carried entries stay
     assert cache.keys() == {"small", "mid"}  # 40 + 100 fit in 250; with 200 more they would not
     assert cache.get_by_value("v-big") is None and cache.get_by_value("v-handle") is None
+
+
+def _with_a_custom_in_place_node(registry: Registry) -> Registry:
+    """A pack's node (not built in) that changes the model in place and returns the same handle,
+    its signature unchanged (LTXTricks' ModifyLTXModel pattern)."""
+
+    @node("PackInPlace", inputs=[Input("model", "MODEL"), Int("scale")], outputs=[Output("MODEL")])
+    def pack_in_place(model, scale):
+        model.changed_in_place = scale  # what the signature cannot see
+        return (model,)
+
+    registry.add_native(pack_in_place, builtin=False)
+    return registry
+
+
+def _through_the_pack(scale: int = 0, strength: int = 0) -> dict:
+    graph = workflow(strength=strength)
+    graph["8"] = {"class_type": "PackInPlace", "inputs": {"model": ["1", 0], "scale": scale}}
+    graph["2"]["inputs"]["model"] = ["8", 0]
+    return graph
+
+
+async def test_values_below_a_custom_node_are_keyed_by_their_producers(calls):
+    executor = Executor(_with_a_custom_in_place_node(build_registry()), cache=CacheConfig("classic"),
+                        before_node_call=[calls.hook])
+    await run_prompt(executor, workflow())
+    calls.clear()
+    # The pack node returns the very handle it got (same signature): below it nothing may be taken
+    # from the run without it, through built-in nodes too (Patch at strength 0 passes it on).
+    await run_prompt(executor, _through_the_pack())
+    assert calls == Counter({"8": 1, "2": 1, "5": 1, "6": 1, "7": 1})
+    calls.clear()
+    await run_prompt(executor, _through_the_pack(scale=1))  # the pack's own input changed
+    assert calls == Counter({"8": 1, "2": 1, "5": 1, "6": 1, "7": 1})
+    calls.clear()
+    await run_prompt(executor, _through_the_pack(scale=1, strength=0))  # the same prompt: all cached
+    assert calls == Counter()
