@@ -45,6 +45,17 @@ def set_progress_bar_global_hook(function: Callable[..., Any] | None) -> None:
     PROGRESS_BAR_HOOK = function
 
 
+def model_trange(*args: Any, **kwargs: Any) -> Any:
+    """ComfyUI's `comfy.utils.model_trange` (today's comfy/utils.py), the step loop of ComfyUI's
+    k-diffusion samplers and of many pack samplers (`for i in model_trange(len(sigmas) - 1,
+    disable=disable)`): tqdm's `trange(*args, **kwargs)`. ComfyUI adds a "Model Initializing"
+    warm-up display only with dynamic VRAM (`comfy.memory_management.aimdo_enabled`), which is
+    never on here."""
+    from tqdm.auto import trange
+
+    return trange(*args, **kwargs)
+
+
 # --- weight files and state dicts ---
 
 def save_torch_file(sd: Mapping[str, torch.Tensor], ckpt: str | Path, metadata: Mapping[str, str] | None = None) -> None:

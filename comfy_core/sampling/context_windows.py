@@ -30,6 +30,10 @@ nodes/context_windows.py), each built here:
 - `freenoise` (FreeNoise, Qiu et al. 2023, as AnimateDiff-Evolved applies it): before sampling, each
   window's frames past the previous window's end are a seeded permutation of the `length - overlap`
   frames starting where the previous window started (a `sampler_sample` wrapper).
+- the RESIZE_COND_ITEM callbacks (`IndexListCallbacks.RESIZE_COND_ITEM`): every model cond is offered
+  to them first, shown as ComfyUI's cond objects (`CondView`: `.cond`, `_copy_with`), and the first
+  non-None answer is the window's value (ComfyUI-WanVaceAdvanced cuts VACE's context and strengths so);
+  VACE's `vace_context` is cut on its own frame axis 3, `audio_embed` on axis 1.
 Not built: ComfyUI's multimodal windows (packed audio-video latents) and LTX guide-frame injection.
 """
 from __future__ import annotations
@@ -55,6 +59,9 @@ log = logging.getLogger(__name__)
 
 # The transformer_options key under which the model sees the window being run (ComfyUI's).
 CONTEXT_WINDOW_OPTION = "context_window"
+# Model conds whose frame axis is their own, not the latent's `dim` (today's ComfyUI cuts these two
+# so): VACE's context [B, n, 96, T, H, W] and the audio embeddings [B, T, ...] of HuMo / S2V.
+_FRAME_AXIS_OF_COND = {"vace_context": 3, "audio_embed": 1}
 
 
 class ContextWindowABC(ABC):
@@ -140,12 +147,43 @@ class IndexListCallbacks:
     COMBINE_CONTEXT_WINDOW_RESULTS = "combine_context_window_results"  # fn(handler, x_in, sub_conds_out, sub_conds, window, window_idx, total_windows, timestep, conds_final, counts_final, biases_final)
     EXECUTE_START = "execute_start"  # fn(handler, model, x_in, conds, timestep, model_options)
     EXECUTE_CLEANUP = "execute_cleanup"  # same arguments, after the fuse (also on error)
+    # fn(cond_key, cond_value, window, x_in, device, new_cond_item) -> the window's value, or None
+    # to leave it to the next callback and then to the handler (today's ComfyUI: a pack's own model
+    # cond, or VACE's, cut its way); `cond_value` has ComfyUI's `.cond` / `_copy_with` (`CondView`)
+    RESIZE_COND_ITEM = "resize_cond_item"
 
     def init_callbacks(self) -> dict:
         return {}
 
 
 ContextResults = collections.namedtuple("ContextResults", ["window_idx", "sub_conds_out", "sub_conds", "window"])
+
+
+class CondView:
+    """A plain model-cond value as ComfyUI's `comfy.conds` objects show it to RESIZE_COND_ITEM
+    callbacks: the value as `.cond`, `_copy_with(new)` a view of `new`. Our model conds are the
+    values themselves (tensors, VACE's strength list); ComfyUI's are CONDRegular / CONDConstant
+    objects, which callbacks read through `.cond` and rebuild with `_copy_with`."""
+
+    __slots__ = ("cond",)
+
+    def __init__(self, cond: Any) -> None:
+        self.cond = cond
+
+    def _copy_with(self, cond: Any) -> "CondView":
+        return CondView(cond)
+
+
+def _as_cond_object(value: Any) -> Any:
+    return value if callable(getattr(value, "_copy_with", None)) else CondView(value)
+
+
+def _from_cond_object(result: Any, original: Any) -> Any:
+    """A callback's result in the form the model cond had: a plain value stays plain."""
+    if isinstance(result, CondView) or (not callable(getattr(original, "_copy_with", None))
+                                        and callable(getattr(result, "_copy_with", None)) and hasattr(result, "cond")):
+        return result.cond
+    return result
 
 
 def match_weights_to_dim(weights: Any, x_in: torch.Tensor, dim: int, device: Any = None) -> torch.Tensor:
@@ -231,11 +269,40 @@ class IndexListContextHandler(ContextHandlerABC):
             return value._copy_with(window.get_tensor(cond, device, retain_index_list=retain))
         return value
 
+    def _resize_by_callbacks(self, key: str, value: Any, window: IndexListContextWindow, x_in: torch.Tensor,
+                             device: Any, new_cond_item: dict) -> Any:
+        """The first RESIZE_COND_ITEM callback's non-None answer for one model cond (today's
+        ComfyUI asks them before its own rules), or None when none handles it."""
+        callbacks = get_all_callbacks(IndexListCallbacks.RESIZE_COND_ITEM, self.callbacks)
+        if not callbacks:
+            return None
+        shown = _as_cond_object(value)
+        for callback in callbacks:
+            result = callback(key, shown, window, x_in, device, new_cond_item)
+            if result is not None:
+                return _from_cond_object(result, value)
+        return None
+
+    def _resize_on_own_axis(self, key: str, value: Any, x_in: torch.Tensor, window: IndexListContextWindow,
+                            device: Any) -> Any:
+        """A model cond whose frames lie on an axis of its own (`_FRAME_AXIS_OF_COND`), cut to the
+        window when that axis has the latent's length (today's ComfyUI; VACE's context keeps
+        `cond_retain_index_list`, the audio does not)."""
+        axis = _FRAME_AXIS_OF_COND[key]
+        cond = getattr(value, "cond", value)
+        if not (isinstance(cond, torch.Tensor) and axis < cond.ndim and cond.size(axis) == x_in.size(self.dim)):
+            return value
+        retain = self.cond_retain_index_list if key == "vace_context" else ()
+        sliced = window.get_tensor(cond, device, dim=axis, retain_index_list=retain)
+        return value._copy_with(sliced) if cond is not value else sliced
+
     def get_resized_cond(self, cond_in: list[dict] | None, x_in: torch.Tensor, window: IndexListContextWindow,
                          device: Any = None) -> list | None:
         """The entries of one conditioning list for a window: a copy of each entry with its
         tensors (mask, ...) and model conds cut to the window where they carry the frame axis;
-        SVD's `num_video_frames` becomes the window's length."""
+        SVD's `num_video_frames` becomes the window's length. Each model cond is first offered to
+        the handler's RESIZE_COND_ITEM callbacks (a pack's own cond, VACE's as a pack cuts it);
+        VACE's `vace_context` is cut on its axis 3 and `audio_embed` on its axis 1."""
         if cond_in is None:
             return None
         if self.split_conds_to_windows and len(cond_in) > 1:  # one combined conditioning per region
@@ -251,8 +318,13 @@ class IndexListContextHandler(ContextHandlerABC):
                 elif isinstance(item, dict):
                     sub = dict(item)
                     for sub_key, value in item.items():
-                        if sub_key == "num_video_frames":
+                        handled = self._resize_by_callbacks(sub_key, value, window, x_in, device, sub)
+                        if handled is not None:
+                            sub[sub_key] = handled
+                        elif sub_key == "num_video_frames":
                             sub[sub_key] = _with_frames(value, window.context_length)
+                        elif sub_key in _FRAME_AXIS_OF_COND:
+                            sub[sub_key] = self._resize_on_own_axis(sub_key, value, x_in, window, device)
                         else:
                             sub[sub_key] = self._resize_model_cond(value, x_in, window, device)
                     out[key] = sub

@@ -84,7 +84,6 @@ LEFT_OUT_MODULES: dict[str, str] = {
     "comfy.comfy_types.examples.*": "example code of ComfyUI's typing documentation",
     "comfy_config.*": "the pyproject.toml parser of ComfyUI's registry tooling (comfy-cli), not a runtime module",
     # Not yet: modules of features this engine has in its own form, without ComfyUI's module.
-    "comfy.k_diffusion.deis": "not yet: DEIS's coefficient helpers (the sampler itself exists)",
     "comfy.k_diffusion.sa_solver": "not yet: SA-Solver's coefficient helpers",
     "comfy.extra_samplers.uni_pc": "not yet: UniPC's module (the uni_pc samplers exist as ours)",
     "comfy.checkpoint_pickle": "not yet: the unpickler allow-list module (our loaders read .ckpt their own way)",
@@ -140,7 +139,7 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          "Solver's parameter names, `res_multistep`, BrownianTree's `cpu` flag"),
         ('BatchedBrownianTree.__init__', 'BatchedBrownianTree.sort', 'BrownianTreeNoiseSampler.__init__',
          'DPMSolver.__init__', 'DPMSolver.dpm_solver_1_step', 'DPMSolver.dpm_solver_2_step',
-         'DPMSolver.dpm_solver_3_step', 'DPMSolver.eps', 'deis', 'res_multistep', 'sa_solver', 'sample_deis',
+         'DPMSolver.dpm_solver_3_step', 'DPMSolver.eps', 'res_multistep', 'sa_solver', 'sample_deis',
          'sample_dpmpp_2m_sde_gpu', 'sample_dpmpp_3m_sde_gpu', 'sample_dpmpp_sde_gpu',)),
     'comfy.latent_formats': (
         ('latent formats of families not implemented (Stable Cascade, HunyuanImage 2.1, SD x4 upscaler; Mochi, '

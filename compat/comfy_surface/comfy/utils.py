@@ -8,7 +8,8 @@ dicts, attribute paths, name tables, masks, progress switches), compat/progress.
 (`ProgressBar`), comfy_core/upscale/tiling.py (tiled scaling), comfy_core/models/latent_resize.py
 (`bislerp`), comfy_core/image/resize.py (`lanczos`). Today's `convert_old_quants` (legacy
 scaled-fp8 and `_quantization_metadata` files to per-layer `comfy_quant` tensors) is in
-compat/files_utils.py. A pack assigning one of these names (`comfy.utils.PROGRESS_BAR_ENABLED =
+compat/files_utils.py, and so is today's `model_trange` (the samplers' step loop: tqdm's `trange`,
+ComfyUI's display without dynamic VRAM). A pack assigning one of these names (`comfy.utils.PROGRESS_BAR_ENABLED =
 False`, `comfy.utils.UNET_MAP_BASIC = ...`) assigns it there.
 """
 from compat.facade import facade
@@ -56,5 +57,5 @@ facade(__name__, {
         "transformers_convert", "clip_text_transformers_convert", "UNET_MAP_ATTENTIONS", "TRANSFORMER_BLOCKS",
         "UNET_MAP_RESNET", "UNET_MAP_BASIC", "unet_to_diffusers", "swap_scale_shift", "resize_to_batch_size",
         "resize_list_to_batch_size", "get_attr", "set_attr", "set_attr_param", "copy_to_param", "reshape_mask",
-        "upscale_dit_mask", "convert_old_quants")},
+        "upscale_dit_mask", "convert_old_quants", "model_trange")},
 })
