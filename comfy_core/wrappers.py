@@ -16,6 +16,7 @@ Pure Python: no torch, so the surface module `comfy.patcher_extension` can name 
 """
 from __future__ import annotations
 
+import contextvars
 from typing import Any, Callable
 
 NestedLists = dict[str, dict[Any, list[Callable]]]
@@ -124,11 +125,31 @@ def get_all_wrappers(wrapper_type: str, transformer_options: dict, is_model_opti
     return _all("wrappers", wrapper_type, transformer_options, is_model_options)
 
 
+# The chains whose wrapped function is running now, innermost last: (class_obj, wrappers) pairs.
+_RUNNING: contextvars.ContextVar[tuple[tuple[Any, tuple[Callable, ...]], ...]] = \
+    contextvars.ContextVar("running_wrapper_chains", default=())
+
+
+def _already_around(class_obj: Any, wrappers: list[Callable]) -> bool:
+    """The same wrappers already surround this call: a chain of them around `class_obj` is running
+    its wrapped function, inside which this one starts."""
+    return class_obj is not None and any(obj is class_obj and list(chain) == wrappers
+                                         for obj, chain in _RUNNING.get())
+
+
 class WrapperExecutor:
     """One position in a chain of wrappers around `original` (ComfyUI's `WrapperExecutor`).
 
     `executor(*args, **kwargs)` (what a wrapper calls) runs the next wrapper or, past the last,
     `original`; `execute(...)` starts the chain at this position.
+
+    Each wrapper runs once around a call, as in ComfyUI, where a point's wrappers are run in one
+    place: ComfyUI runs the DIFFUSION_MODEL wrappers inside the network's `forward`, our
+    `DiffusionModel` around its call, so a pack's replacement `forward` that runs them itself
+    around `_forward` (ComfyUI-NAG's `NAGUNetModel.forward`) would run them a second time inside
+    ours. A chain started (at its first position) while the same wrappers around the same object
+    are running their wrapped function calls its own function directly: those wrappers already
+    surround it (chains with no `class_obj` are never taken for one another).
     """
 
     def __init__(self, original: Callable, class_obj: Any, wrappers: list[Callable], idx: int) -> None:
@@ -142,8 +163,16 @@ class WrapperExecutor:
         return self._next().execute(*args, **kwargs)
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
-        if self.is_last:
+        if self.idx == 0 and self.wrappers and _already_around(self.class_obj, self.wrappers):
             return self.original(*args, **kwargs)
+        if self.is_last:
+            if not self.wrappers:
+                return self.original(*args, **kwargs)
+            token = _RUNNING.set(_RUNNING.get() + ((self.class_obj, tuple(self.wrappers)),))
+            try:
+                return self.original(*args, **kwargs)
+            finally:
+                _RUNNING.reset(token)
         return self.wrappers[self.idx](self, *args, **kwargs)
 
     def _next(self) -> "WrapperExecutor":

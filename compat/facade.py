@@ -168,3 +168,45 @@ def facade(module_name: str, names: Mapping[str, Union[str, ExtensionPoint]]) ->
     module.__class__ = FacadeModule
     module.__dict__["_facade_names"] = merged
     return module
+
+
+_NAMESPACE = ModuleType.__dict__["__dict__"].__get__  # a module's own dictionary, as stored
+
+
+def _torch_loaded() -> bool:
+    """torch imported and done initialising (not mid-import on another thread)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and not getattr(getattr(torch, "__spec__", None), "_initializing", False)
+
+
+class ListedFacadeModule(FacadeModule):
+    """A facade whose dictionary, asked for as a whole (`vars(module)`, `module.__dict__`) once torch
+    is loaded, first reads every one of its names, so it lists what ComfyUI's module, whose globals
+    all exist after its import, lists (packs that walk `vars(comfy.latent_formats)` for classes).
+    Before torch is loaded it is left as it is: reading a name may import torch, which importing a
+    surface module must not (tests/compat/test_compat_startup.py). Extension points are never in a
+    facade's dictionary and stay out; a name whose home cannot be imported is left out. The
+    interpreter's own name lookups (and this module's code above, which only reads the stored
+    dictionary's entries) do not go through this."""
+
+    @property  # type: ignore[misc]
+    def __dict__(self) -> dict:  # type: ignore[override]
+        namespace = _NAMESPACE(self)
+        if not namespace.get("_facade_listed") and _torch_loaded():
+            namespace["_facade_listed"] = True  # first: the reads below come back here
+            for name, target in namespace.get("_facade_names", {}).items():
+                if name not in namespace and not isinstance(target, ExtensionPoint):
+                    try:
+                        getattr(self, name)
+                    except (AttributeError, ImportError):
+                        continue
+        return namespace
+
+
+def listed(module_name: str) -> ModuleType:
+    """Make the facade `module_name` a `ListedFacadeModule` (after `facade(...)`); returns it."""
+    module = sys.modules[module_name]
+    if not isinstance(module, FacadeModule):
+        raise TypeError(f"listed({module_name!r}): make it a facade first")
+    module.__class__ = ListedFacadeModule
+    return module

@@ -11,10 +11,12 @@ import os
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterable, Iterator
 
 from comfy_core.folders import KIND_EXTENSIONS, MODEL_EXTENSIONS, canonical_kind, subfolders
 
+from compat.facade import FacadeModule
 from compat.session import active
 
 # ComfyUI's `supported_pt_extensions`.
@@ -329,6 +331,33 @@ class FolderNamesAndPaths(MutableMapping):
 
     def __len__(self) -> int:
         return len(active().folders.kinds())
+
+
+class FolderPathsModule(FacadeModule):
+    """The `folder_paths` module: its `__file__` is `<base path>/folder_paths.py`.
+
+    In ComfyUI `folder_paths.py` sits in the install root, so packs take
+    `os.path.dirname(folder_paths.__file__)` for that root and keep their files there
+    (ComfyUI-Login's `login/` password folder, workspace-manager's `my_workflows/`, older
+    Custom-Scripts' `web/extensions/`). Here the module's file is in our source tree; the root a
+    ComfyUI user expects is the server's base folder (`--base-directory`, else the folder it was
+    started in: `folder_paths.base_path`), so that is what its folder reads as, per server as
+    `base_path` is. Without a server (tooling reading modules' files) it is the module's own file.
+    The module's spec (`__spec__.origin`, what `importlib.reload` and `inspect.getsource` read
+    the source through) and its code's file names stay the real ones; an assignment to
+    `__file__` (importlib's on reload) is kept as that fallback."""
+
+    @property  # type: ignore[misc]
+    def __file__(self) -> str:  # type: ignore[override]
+        try:
+            base = module_attribute("base_path")
+        except Exception:  # noqa: BLE001 -- no server in force: the module's own file
+            return ModuleType.__dict__["__dict__"].__get__(self)["__file__"]
+        return os.path.join(base, "folder_paths.py")
+
+    @__file__.setter
+    def __file__(self, value: str) -> None:
+        ModuleType.__dict__["__dict__"].__get__(self)["__file__"] = value
 
 
 def module_attribute(name: str) -> Any:

@@ -265,6 +265,33 @@ class ModelSamplingDiscreteFlow(_ComfyTable, ms.FlowModelSampling, _SamplingModu
         super().__init__(s.get("shift", 1.0), s.get("multiplier", 1000))
 
 
+class ModelSamplingAV(ModelSamplingDiscreteFlow):
+    """Today's ComfyUI `ModelSamplingAV(model_config=None)` (comfy/model_sampling.py; with CONST it
+    is `model_sampling(config, ModelType.FLOW_AV)`): the discrete flow table of packed audio-video
+    latents whose audio stream has a flow shift of its own. `audio_shift` comes from the config's
+    `sampling_settings` (None: the video's); `set_parameters(shift, audio_shift=None, timesteps,
+    multiplier)` rebuilds the table as the flow table's does; `audio_scale` is `shift /
+    audio_shift` (1.0 without an audio shift), what the audio part of the latent is scaled by."""
+
+    def __init__(self, model_config: Any = None) -> None:
+        super().__init__(model_config)
+        self.audio_shift = _settings(model_config).get("audio_shift", None)
+
+    def set_parameters(self, shift: float = 1.0, audio_shift: Any = None, timesteps: int = 1000,  # type: ignore[override]
+                       multiplier: float = 1000) -> None:
+        self.audio_shift = audio_shift
+        super().set_parameters(shift=shift, timesteps=timesteps, multiplier=multiplier)
+
+    @property
+    def audio_scale(self) -> float:
+        if self.audio_shift is None:
+            return 1.0
+        return self.shift / self.audio_shift
+
+    def cache_signature(self) -> tuple:
+        return super().cache_signature() + (self.audio_shift,)
+
+
 class ModelSamplingFlux(_ComfyTable, ms.FluxModelSampling, _SamplingModule):
     """ComfyUI's `ModelSamplingFlux(model_config=None)` (with CONST)."""
 
@@ -288,6 +315,7 @@ _BY_TYPE = {
     ModelType.EDM: (ModelSamplingContinuousEDM, EDM),
     ModelType.V_PREDICTION_CONTINUOUS: (ModelSamplingContinuousV, V_PREDICTION),
     ModelType.FLUX: (ModelSamplingFlux, CONST), ModelType.IMG_TO_IMG: (ModelSamplingDiscrete, IMG_TO_IMG),
+    ModelType.FLOW_AV: (ModelSamplingAV, CONST),
 }
 
 

@@ -543,6 +543,7 @@ class ModelType(enum.Enum):
     FLUX = 8
     IMG_TO_IMG = 9
     FLOW_COSMOS = 10
+    FLOW_AV = 13  # today's ComfyUI: packed audio-video flow latents (comfy.model_sampling.ModelSamplingAV)
 
 
 def model_type_of(sampling: Any) -> ModelType:

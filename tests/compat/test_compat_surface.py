@@ -24,7 +24,7 @@ def test_comfyui_module_names_import_through_the_hook(session):
                  "comfy_execution.graph", "comfy_api.latest", "comfy_api.v0_0_2", "comfy_api.v0_0_1",
                  "latent_preview", "node_helpers"):
         module = importlib.import_module(name)
-        assert module.__file__.startswith(str(importlib.import_module("compat.finder").SURFACE))
+        assert module.__spec__.origin.startswith(str(importlib.import_module("compat.finder").SURFACE))
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("comfy.not_a_module")
 

@@ -6,8 +6,14 @@ Ours are frozen dataclasses with ComfyUI's attribute names (`latent_channels`, `
 `latent_rgb_factors`, ...). Packs that set a class attribute (`comfy.latent_formats.HunyuanVideo.
 latent_channels = 16`, HunyuanVideoWrapper and FramePackWrapper) set it on our class, as they do on
 ComfyUI's. Where ComfyUI's classes are siblings and ours subclass one another (Hunyuan3Dv2mini and
-Hunyuan3Dv2_1 are Hunyuan3Dv2 subclasses here) `isinstance` with the parent is true for both."""
+Hunyuan3Dv2_1 are Hunyuan3Dv2 subclasses here) `isinstance` with the parent is true for both.
+
+`vars(comfy.latent_formats)` (and its `__dict__`) lists every format once torch is loaded, as
+ComfyUI's module, whose classes all exist after its import, does (VAE-Utils builds its table of
+formats from `vars()`): names here resolve on first read, to keep the import torch-free, and the
+dictionary asked for as a whole reads them all first (compat/facade.py `listed`)."""
 from compat.facade import facade
+from compat.facade import listed as _listed
 
 _F = "comfy_core.families."
 facade(__name__, {"LatentFormat": "comfy_core.models.latent_formats:LatentFormat",
@@ -36,3 +42,4 @@ facade(__name__, {"LatentFormat": "comfy_core.models.latent_formats:LatentFormat
                   # formats of families not implemented here, as data (compat/latent_formats_other.py)
                   **{name: f"compat.latent_formats_other:{name}"
                      for name in ("Mochi", "Cosmos1CV8x8x8", "SDXL_Playground_2_5")}})
+_listed(__name__)

@@ -4,6 +4,6 @@ from compat.facade import facade
 
 facade(__name__, {name: f"compat.mp_model_sampling:{name}" for name in (
     "EPS", "V_PREDICTION", "EDM", "X0", "IMG_TO_IMG", "CONST", "COSMOS_RFLOW", "ModelSamplingDiscrete",
-    "ModelSamplingContinuousEDM", "ModelSamplingContinuousV", "ModelSamplingDiscreteFlow", "ModelSamplingFlux",
-    "StableCascadeSampling", "time_snr_shift", "flux_time_shift", "reshape_sigma")})
+    "ModelSamplingContinuousEDM", "ModelSamplingContinuousV", "ModelSamplingDiscreteFlow", "ModelSamplingAV",
+    "ModelSamplingFlux", "StableCascadeSampling", "time_snr_shift", "flux_time_shift", "reshape_sigma")})
 facade(__name__, {"rescale_zero_terminal_snr_sigmas": "comfy_core.models.model_sampling:rescale_zero_terminal_snr"})

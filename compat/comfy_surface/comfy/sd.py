@@ -1,8 +1,10 @@
 """ComfyUI's `comfy.sd` for node packs: our VAE and CLIP classes and the loaders (compat/files_sd.py).
 
-`VAE` is our `VaePatcher` (constructible as `VAE(sd=state_dict)`), `CLIP` our CLIP object, so
-`isinstance(vae, comfy.sd.VAE)` holds for what our loader nodes return, and what a pack builds
-flows into our nodes.
+`VAE` is ComfyUI's VAE class over our `VaePatcher` (compat/sd_vae.py): `VAE(sd=state_dict)` builds
+our VAE object, `isinstance(vae, comfy.sd.VAE)` holds for what our loader nodes return, and a
+pack's subclass may set ComfyUI's attributes itself without calling our constructor (VAE-Utils'
+`CustomVAE`) and then encodes and decodes as ComfyUI's VAE; `CLIP` is our CLIP object. What a
+pack builds flows into our nodes.
 
 `save_checkpoint` is the `save_checkpoint` extension point (built-in: compat/checkpoint_save.py):
 assigning it (art-venture's fp16 wrapper) changes what CheckpointSave and ModelSave write with.
@@ -24,7 +26,7 @@ def __getattr__(name: str):
 
 
 facade(__name__, {
-    "VAE": "comfy_core.patching.vae:VaePatcher",
+    "VAE": "compat.sd_vae:VAE",
     "CLIP": "comfy_core.text_encoders.clip:CLIP",
     "CLIPType": "compat.files_sd:CLIPType",
     "StyleModel": "compat.files_sd:StyleModel",
