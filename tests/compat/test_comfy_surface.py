@@ -197,13 +197,10 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         ('CFGGuider.__call__', 'KSAMPLER.sample', 'KSamplerX0Inpaint.__init__', 'add_area_dims',
          'cond_equal_size', 'finalize_default_conds', 'uni_pc',)),
     'comfy.sd': (
-        ("not yet: CLIP/VAE constructors and VAE methods with ComfyUI's parameter names (`sd`, `samples_in`, "
-         "`pixel_samples`: comfy_core's classes), 1-D/3-D tiled VAE passes, text-encoder detection helpers, "
-         'and names imported from modules of families not implemented'),
+        ("not yet: the CLIP constructor with ComfyUI's parameter names (comfy_core's class), text-encoder "
+         'detection helpers, and names imported from modules of families not implemented'),
         ('CLIP.__init__', 'CLIP.add_hooks_to_dict', 'StageA',
-         'StageC_coder', 'TEModel', 'VAE.__init__', 'VAE.decode', 'VAE.decode_tiled_',
-         'VAE.decode_tiled_1d', 'VAE.decode_tiled_3d', 'VAE.encode', 'VAE.encode_tiled', 'VAE.encode_tiled_',
-         'VAE.encode_tiled_1d', 'VAE.encode_tiled_3d', 'VAE.vae_encode_crop_pixels', 'detect_te_model',
+         'StageC_coder', 'TEModel', 'detect_te_model',
          'llama_detect', 'model_detection_error_hint',)),
     'comfy.sd1_clip': (
         ("not yet: tokenizer and encoder constructors with ComfyUI's parameters, `load_sd`, "
