@@ -80,7 +80,6 @@ class MingNextDiT(NextDiT):
         cap_feat_dim]`, direct_context `[B, n, dim]`, ref_frames: latents `[1, C, (1,) h, w]` -> the
         negated prediction, shaped as x."""
         to = dict(transformer_options or {})
-        patches = to.get("patches", {}) or {}
         config = self.config
         frames = x.shape[2] if x.ndim == 5 else None
         h, w = x.shape[-2:]
@@ -117,31 +116,7 @@ class MingNextDiT(NextDiT):
         img = self.x_embedder(torch.cat(tokens, dim=1))
         img_freqs = rope(torch.cat(ids, dim=1), config.axes_dims, config.rope_theta)
 
-        for block in self.context_refiner:
-            cap = block(cap, cap_freqs, transformer_options=to)
-        img_input = img
-        for i, block in enumerate(self.noise_refiner):
-            img = block(img, img_freqs, vec, transformer_options=to)
-            for patch in patches.get("noise_refiner", ()):
-                out = patch({"img": img, "img_input": img_input, "txt": cap, "pe": img_freqs, "vec": vec, "x": orig_x,
-                             "block_index": i, "transformer_options": to, "block_type": "noise_refiner"})
-                if "img" in out:
-                    img = out["img"]
-
-        seq = torch.cat([cap, img], dim=1)
-        freqs = torch.cat([cap_freqs, img_freqs], dim=1)
-        seq_input = seq
-        to["total_blocks"] = len(self.layers)
-        to["block_type"] = "double"
-        for i, block in enumerate(self.layers):
-            to["block_index"] = i
-            seq = block(seq, freqs, vec, transformer_options=to)
-            for patch in patches.get("double_block", ()):
-                out = patch({"img": seq[:, cap_len:], "img_input": seq_input[:, cap_len:], "txt": seq[:, :cap_len],
-                             "pe": freqs[:, cap_len:], "vec": vec, "x": orig_x, "block_index": i,
-                             "transformer_options": to})
-                if "img" in out or "txt" in out:
-                    seq = torch.cat([out.get("txt", seq[:, :cap_len]), out.get("img", seq[:, cap_len:])], dim=1)
+        seq = self.joint_blocks(cap, cap_freqs, img, img_freqs, vec, orig_x, to)
 
         n = nframes * hp * wp
         out = self.final_layer(seq, vec)[:, cap_len:cap_len + n]  # [B, F*hp*wp, p*p*C]

@@ -452,6 +452,40 @@ class NextDiT(nn.Module):
         (NewBie's network adds its pooled text here, comfy_core/families/newbie)."""
         return self.t_embedder((1.0 - timesteps) * self.time_scale, dtype=x.dtype)
 
+    def joint_blocks(self, cap: torch.Tensor, cap_freqs: torch.Tensor, img: torch.Tensor, img_freqs: torch.Tensor,
+                     vec: torch.Tensor, orig_x: torch.Tensor, to: dict) -> torch.Tensor:
+        """The caption through `context_refiner`, the image tokens through `noise_refiner` (its
+        "noise_refiner" patch point), then both as one sequence `[B, Lc + Ni, dim]` through the
+        main blocks (the "double_block" patch point); returns that sequence."""
+        patches = to.get("patches", {}) or {}
+        cap_len = cap.shape[1]
+        for block in self.context_refiner:
+            cap = block(cap, cap_freqs, transformer_options=to)
+        img_input = img
+        for i, block in enumerate(self.noise_refiner):
+            img = block(img, img_freqs, vec, transformer_options=to)
+            for patch in patches.get("noise_refiner", ()):
+                out = patch({"img": img, "img_input": img_input, "txt": cap, "pe": img_freqs, "vec": vec, "x": orig_x,
+                             "block_index": i, "transformer_options": to, "block_type": "noise_refiner"})
+                if "img" in out:
+                    img = out["img"]
+
+        seq = torch.cat([cap, img], dim=1)
+        freqs = torch.cat([cap_freqs, img_freqs], dim=1)
+        seq_input = seq
+        to["total_blocks"] = len(self.layers)
+        to["block_type"] = "double"
+        for i, block in enumerate(self.layers):
+            to["block_index"] = i
+            seq = block(seq, freqs, vec, transformer_options=to)
+            for patch in patches.get("double_block", ()):
+                out = patch({"img": seq[:, cap_len:], "img_input": seq_input[:, cap_len:], "txt": seq[:, :cap_len],
+                             "pe": freqs[:, cap_len:], "vec": vec, "x": orig_x, "block_index": i,
+                             "transformer_options": to})
+                if "img" in out or "txt" in out:
+                    seq = torch.cat([out.get("txt", seq[:, :cap_len]), out.get("img", seq[:, cap_len:])], dim=1)
+        return seq
+
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor, num_tokens: Any = None,
                 attention_mask: torch.Tensor | None = None, transformer_options: Mapping[str, Any] | None = None,
                 **kwargs: Any) -> torch.Tensor:
@@ -465,7 +499,6 @@ class NextDiT(nn.Module):
             return self.forward_omni(x, timesteps, context, num_tokens, attention_mask,
                                      transformer_options=transformer_options, **kwargs)
         to = dict(transformer_options or {})
-        patches = to.get("patches", {}) or {}
         config = self.config
         bsz, channels, h, w = x.shape
         p = self.patch_size
@@ -488,32 +521,7 @@ class NextDiT(nn.Module):
         img_ids = F.pad(img_ids, (0, 0, 0, img.shape[1] - img_len))  # pad tokens at position (0, 0, 0)
         img_freqs = rope(img_ids, config.axes_dims, config.rope_theta)
 
-        for block in self.context_refiner:
-            cap = block(cap, cap_freqs, transformer_options=to)
-        img_input = img
-        for i, block in enumerate(self.noise_refiner):
-            img = block(img, img_freqs, vec, transformer_options=to)
-            for patch in patches.get("noise_refiner", ()):
-                out = patch({"img": img, "img_input": img_input, "txt": cap, "pe": img_freqs, "vec": vec, "x": orig_x,
-                             "block_index": i, "transformer_options": to, "block_type": "noise_refiner"})
-                if "img" in out:
-                    img = out["img"]
-
-        seq = torch.cat([cap, img], dim=1)  # [B, Lc + Ni, dim]
-        freqs = torch.cat([cap_freqs, img_freqs], dim=1)
-        seq_input = seq
-        to["total_blocks"] = len(self.layers)
-        to["block_type"] = "double"
-        for i, block in enumerate(self.layers):
-            to["block_index"] = i
-            seq = block(seq, freqs, vec, transformer_options=to)
-            for patch in patches.get("double_block", ()):
-                out = patch({"img": seq[:, cap_len:], "img_input": seq_input[:, cap_len:], "txt": seq[:, :cap_len],
-                             "pe": freqs[:, cap_len:], "vec": vec, "x": orig_x, "block_index": i,
-                             "transformer_options": to})
-                if "img" in out or "txt" in out:
-                    seq = torch.cat([out.get("txt", seq[:, :cap_len]), out.get("img", seq[:, cap_len:])], dim=1)
-
+        seq = self.joint_blocks(cap, cap_freqs, img, img_freqs, vec, orig_x, to)  # [B, Lc + Ni, dim]
         out = self.final_layer(seq, vec)[:, cap_len:cap_len + hp * wp]  # [B, hp*wp, p*p*C]
         out = out.reshape(bsz, hp, wp, p, p, self.out_channels).permute(0, 5, 1, 3, 2, 4).reshape(
             bsz, self.out_channels, hp * p, wp * p)
