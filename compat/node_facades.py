@@ -203,14 +203,23 @@ def _make_facade(spec: NodeSpec, fn: Callable) -> type:
             # 0.3.64's V1 method that today's class dropped (SaveAudio.save_flac): kept, as it was.
             call.__name__ = method_name
             attrs[method_name] = call
-    elif method_name == V3_FUNCTION:
+    elif method_name == V3_FUNCTION:  # already a V3 class in 0.3.64 (Flux2Scheduler): one today too
         attrs.update(_v3_methods(call))
+        attrs["define_schema"] = classmethod(lambda cls: schema_of(spec))
+        attrs.update(_v3_checks(spec))
     else:
         call.__name__ = method_name
         attrs[method_name] = call
     for name, value in _comfy_members(spec, fn, signature).items():
         attrs.setdefault(name, value)
     bases: tuple[type, ...] = ()
+    if v3_today or method_name == V3_FUNCTION:
+        # Today's class is an `io.ComfyNode` subclass (comfy_extras/nodes_flux.py `class
+        # Flux2Scheduler(io.ComfyNode)`), so a pack's subclass of it (cg-sigmas' `Flux2Sigmas`,
+        # its own `define_schema`, the inherited `execute`) is a V3 node that registers and runs.
+        from compat.v3.io import ComfyNode
+
+        bases = (ComfyNode,)
     if spec.node_id == "SaveImage":
         attrs.update(__init__=_save_image_init, save_images=_save_images)
     elif spec.node_id == "PreviewImage":

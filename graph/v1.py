@@ -54,6 +54,11 @@ def _input_spec(class_type: str, section: str, name: str, entry: Any,
                 quirks: list[str] | None = None) -> InputSpec:
     if section == HIDDEN and isinstance(entry, str):
         return InputSpec(name, entry, HIDDEN, {})
+    if section == HIDDEN and isinstance(entry, (tuple, list)):
+        # `("UNIQUE_ID",)` (RealtimeNodes): ComfyUI compares a hidden entry with "UNIQUE_ID",
+        # "PROMPT", ... as a string, so a tuple matches no kind and nothing is passed for it; kept
+        # as the tuple, it matches none here either and /object_info lists it as declared.
+        return InputSpec(name, tuple(entry), HIDDEN, {})
     if isinstance(entry, (tuple, list)) and entry:
         type_ = entry[0]
         options = entry[1] if len(entry) > 1 and isinstance(entry[1], Mapping) else {}

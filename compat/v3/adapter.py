@@ -58,7 +58,8 @@ def spec_from_v3(cls: type, *, python_module: str = "custom_nodes") -> NodeSpec:
             inputs.append(plain[item.id])
     hidden = schema.all_hidden()
     hidden_names = hidden_names_of(schema)
-    inputs.extend(InputSpec(member.name, member.value, HIDDEN, {}) for member in hidden)
+    kinds = {member.name: member.value for member in hidden}
+    inputs.extend(InputSpec(key, kinds[member], HIDDEN, {}) for key, member in hidden_names.items())
     if schema.accept_all_inputs:  # the prompt's other constant inputs, read from the prompt (not rendered)
         inputs += [InputSpec(_ALL_PROMPT, "PROMPT", HIDDEN, {}), InputSpec(_ALL_ID, "UNIQUE_ID", HIDDEN, {})]
     declared = tuple(inputs)

@@ -377,9 +377,13 @@ def _to_v1(result: Any) -> Any:
     return out
 
 
-def hidden_names_of(schema: Schema) -> list[str]:
-    """The keyword names the node's hidden inputs arrive under (`prompt`, `unique_id`, ...)."""
-    return [h.name for h in schema.all_hidden()]
+def hidden_names_of(schema: Schema) -> dict[str, str]:
+    """The keyword names the node's hidden inputs arrive under, each mapped to its `Hidden`
+    member's name (`prompt`, `unique_id`, ...). ComfyUI keeps hidden values apart from the inputs
+    (`cls.hidden`), so a hidden input may share a real input's name (`String.Input("prompt")`
+    with `Hidden.prompt`): that hidden value then travels under a private keyword."""
+    taken = {getattr(i, "id", None) for i in schema.inputs}
+    return {(f"__hidden_{h.name}" if h.name in taken else h.name): h.name for h in schema.all_hidden()}
 
 
 def execute_v3(cls: type, kwargs: dict, hidden_names: list[str] | None = None) -> Any:
@@ -388,7 +392,9 @@ def execute_v3(cls: type, kwargs: dict, hidden_names: list[str] | None = None) -
     if hidden_names is None:
         hidden_names = hidden_names_of(cls.define_schema())
     kwargs = dict(kwargs)
-    hidden_values = {name: kwargs.pop(name) for name in hidden_names if name in kwargs}
+    if not isinstance(hidden_names, dict):
+        hidden_names = {name: name for name in hidden_names}
+    hidden_values = {member: kwargs.pop(key) for key, member in hidden_names.items() if key in kwargs}
     clone = type(cls.__name__, (cls,), {"hidden": HiddenHolder(**hidden_values), "__module__": cls.__module__})
     result = clone.execute(**kwargs)
     if inspect.isawaitable(result):
@@ -461,6 +467,39 @@ class ComfyNode(metaclass=_ComfyNodeMeta):
     @classmethod
     def INPUT_TYPES(cls) -> dict:  # noqa: N802 -- ComfyUI's V1 name
         return v1_input_types(cls)
+
+    @classmethod
+    def VALIDATE_CLASS(cls) -> None:  # noqa: N802 -- ComfyUI's name
+        """Behaviour of ComfyUI's `_io.py` `VALIDATE_CLASS`: a node class must define
+        `define_schema` and `execute` itself (or inherit them from a node that does)."""
+        for name in ("define_schema", "execute"):
+            if not cls.overrides(name):
+                raise Exception(f"No {name} function was defined for node class {cls.__name__}.")
+
+    @classmethod
+    def FINALIZE_SCHEMA(cls) -> "Schema":  # noqa: N802 -- ComfyUI's name
+        """Behaviour of ComfyUI's `_io.py` `FINALIZE_SCHEMA`: the class's `define_schema()`, made
+        final (this engine's schema needs no finalizing step)."""
+        schema = cls.define_schema()
+        if not isinstance(schema, Schema):
+            raise SchemaError(f"{cls.__name__}.define_schema() must return io.Schema, got {schema!r}")
+        return schema
+
+    @classmethod
+    def GET_SCHEMA(cls) -> "Schema":  # noqa: N802 -- ComfyUI's name
+        """Behaviour of ComfyUI's `_io.py` `GET_SCHEMA`, which its loader and packs' own loaders
+        call on each listed class: checks the class (`VALIDATE_CLASS`), builds the schema
+        (`FINALIZE_SCHEMA`), validates it (raises on a malformed declaration) and returns it."""
+        cls.VALIDATE_CLASS()
+        schema = cls.FINALIZE_SCHEMA()
+        v1_input_types(cls)  # raises on a malformed input, as ComfyUI's schema.validate() does
+        ids = [i.id for i in schema.inputs]
+        outs = [o.id for o in schema.outputs if getattr(o, "id", None)]
+        for label, names in (("input", ids), ("output", outs)):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"Ids must be unique between {label}s, but there are duplicates: {dupes}")
+        return schema
 
     @classmethod
     def EXECUTE_NORMALIZED(cls, **kwargs: Any) -> Any:  # noqa: N802 -- ComfyUI's V1 entry point

@@ -70,7 +70,8 @@ def _png_metadata(cls: Any, env: Any) -> Any:
     return info
 
 
-def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str, cls: Any = None) -> list[SavedResult]:
+def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str, cls: Any = None,
+               compress_level: int = 1) -> list[SavedResult]:
     import numpy as np
     import torch
     from PIL import Image
@@ -86,11 +87,11 @@ def _save_pngs(images: torch.Tensor, folder_type: str, prefix: str, cls: Any = N
     folder, filename, counter, subfolder, _ = get_save_image_path(prefix, root, images.shape[2], images.shape[1])
     metadata = _png_metadata(cls, session.env)
     results = []
-    for image in images:  # [H, W, C]
+    for batch_number, image in enumerate(images):  # [H, W, C]
         pixels = np.clip(255.0 * image.detach().cpu().float().numpy(), 0, 255).astype(np.uint8)
-        name = f"{filename}_{counter:05}_.png"
+        name = f"{filename.replace('%batch_num%', str(batch_number))}_{counter:05}_.png"
         Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(
-            os.path.join(folder, name), pnginfo=metadata, compress_level=1)
+            os.path.join(folder, name), pnginfo=metadata, compress_level=compress_level)
         results.append(SavedResult(name, subfolder, folder_type))
         counter += 1
     return results
@@ -151,3 +152,83 @@ class PreviewAudio(_UIOutput):
 
     def as_dict(self) -> dict:
         return {"audio": self.values}
+
+
+class ImageSaveHelper:
+    """Behaviour of ComfyUI's `comfy_api/latest/_ui.py` `ImageSaveHelper` (PNG stills): V3 save
+    nodes call its static methods to write an IMAGE batch `[B, H, W, C]` as one PNG per image,
+    named `<prefix>_<counter:05>_.png` (`%batch_num%` in the prefix becomes the image's index),
+    with the prompt / extra_pnginfo metadata of `cls.hidden` (none under `--disable-metadata`)."""
+
+    @staticmethod
+    def save_images(images: Any, filename_prefix: str, folder_type: Any, cls: Any,
+                    compress_level: int = 4) -> list[SavedResult]:
+        """The PNGs of `images` in `folder_type` (an `io.FolderType` or its string); their records."""
+        return _save_pngs(images, getattr(folder_type, "value", folder_type), filename_prefix, cls,
+                          compress_level=compress_level)
+
+    @staticmethod
+    def get_save_images_ui(images: Any, filename_prefix: str, cls: Any, compress_level: int = 4) -> SavedImages:
+        """`save_images` into the output folder, as the `ui` a save node returns."""
+        return SavedImages(ImageSaveHelper.save_images(images, filename_prefix, "output", cls, compress_level))
+
+    @staticmethod
+    def _frames(images: Any, filename_prefix: str, folder_type: Any, extension: str) -> tuple:
+        """(PIL frames, file path, SavedResult) of one animated file of an IMAGE batch."""
+        import numpy as np
+        from PIL import Image
+
+        from compat.folders import get_save_image_path
+        from compat.session import active
+
+        folder_type = getattr(folder_type, "value", folder_type)
+        session = active()
+        folder, filename, counter, subfolder, _ = get_save_image_path(
+            filename_prefix, str(session.directory(folder_type)), images[0].shape[1], images[0].shape[0])
+        frames = []
+        for image in images:
+            pixels = np.clip(255.0 * image.detach().cpu().float().numpy(), 0, 255).astype(np.uint8)
+            frames.append(Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels))
+        name = f"{filename}_{counter:05}_.{extension}"
+        return frames, os.path.join(folder, name), SavedResult(name, subfolder, folder_type), session
+
+    @staticmethod
+    def save_animated_png(images: Any, filename_prefix: str, folder_type: Any, cls: Any, fps: float,
+                          compress_level: int) -> SavedResult:
+        """The whole batch as one animated PNG (APNG), `1000 / fps` ms a frame, with metadata."""
+        frames, path, result, session = ImageSaveHelper._frames(images, filename_prefix, folder_type, "png")
+        frames[0].save(path, pnginfo=_png_metadata(cls, session.env), compress_level=compress_level,
+                       save_all=True, duration=int(1000.0 / fps), append_images=frames[1:])
+        return result
+
+    @staticmethod
+    def get_save_animated_png_ui(images: Any, filename_prefix: str, cls: Any, fps: float,
+                                 compress_level: int) -> SavedImages:
+        result = ImageSaveHelper.save_animated_png(images, filename_prefix, "output", cls, fps, compress_level)
+        return SavedImages([result], is_animated=len(images) > 1)
+
+    @staticmethod
+    def save_animated_webp(images: Any, filename_prefix: str, folder_type: Any, cls: Any, fps: float,
+                           lossless: bool, quality: int, method: int) -> SavedResult:
+        """The whole batch as one animated WebP, `1000 / fps` ms a frame, with the prompt and
+        extra_pnginfo in its EXIF (as ComfyUI's SaveAnimatedWEBP), none under --disable-metadata."""
+        frames, path, result, session = ImageSaveHelper._frames(images, filename_prefix, folder_type, "webp")
+        exif = frames[0].getexif()
+        hidden = getattr(cls, "hidden", None) if cls is not None else None
+        if hidden is not None and not getattr(session.env, "disable_metadata", False):
+            if getattr(hidden, "prompt", None) is not None:
+                exif[0x0110] = "prompt:{}".format(json.dumps(hidden.prompt))  # Model
+            tag = 0x010F  # Make, then down the tag numbers, as ComfyUI writes them
+            for key, value in (getattr(hidden, "extra_pnginfo", None) or {}).items():
+                exif[tag] = "{}:{}".format(key, json.dumps(value))
+                tag -= 1
+        frames[0].save(path, save_all=True, duration=int(1000.0 / fps), append_images=frames[1:], exif=exif,
+                       lossless=lossless, quality=quality, method=method)
+        return result
+
+    @staticmethod
+    def get_save_animated_webp_ui(images: Any, filename_prefix: str, cls: Any, fps: float, lossless: bool,
+                                  quality: int, method: int) -> SavedImages:
+        result = ImageSaveHelper.save_animated_webp(images, filename_prefix, "output", cls, fps, lossless,
+                                                    quality, method)
+        return SavedImages([result], is_animated=len(images) > 1)

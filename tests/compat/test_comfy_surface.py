@@ -242,8 +242,8 @@ LEFT_OUT_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
          'add_to_dict_v1', 'add_to_dict_v3', 'classproperty', 'comfytype', 'copy_class', 'first_real_override',
          'is_class', 'prune_dict', 'shallow_clone_class',)),
     'comfy_api.latest._ui': (
-        ('not yet: save helpers of audio and 3-D previews'),
-        ('AudioSaveHelper', 'ImageSaveHelper', 'PreviewUI3D', 'SavedAudios', 'SavedResult.type',
+        ('not yet: the audio save helper and 3-D previews'),
+        ('AudioSaveHelper', 'PreviewUI3D', 'SavedAudios', 'SavedResult.type',
          'TORCH_AUDIO_AVAILABLE',)),
     'comfy_api.v0_0_1': (
         ("ComfyUI's API-version adapters and generated sync stubs: not yet"),
