@@ -386,7 +386,7 @@ def hidden_names_of(schema: Schema) -> dict[str, str]:
     return {(f"__hidden_{h.name}" if h.name in taken else h.name): h.name for h in schema.all_hidden()}
 
 
-def execute_v3(cls: type, kwargs: dict, hidden_names: list[str] | None = None) -> Any:
+def execute_v3(cls: type, kwargs: dict, hidden_names: "dict[str, str] | list[str] | None" = None) -> Any:
     """One call: hidden values go to a per-call subclass's `hidden`, the rest to `execute`;
     the result in the V1 shape (a coroutine of it for async nodes)."""
     if hidden_names is None:
