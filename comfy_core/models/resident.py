@@ -40,12 +40,14 @@ class ResidentModel:
 
 
 def load_exact(network: nn.Module, tensors: dict[str, torch.Tensor], *, what: str, error: type[Exception],
-               optional: set[str] = frozenset(), dtype: torch.dtype | None = None) -> nn.Module:
+               optional: set[str] = frozenset(), dtype: torch.dtype | None = None,
+               assign: bool = False) -> nn.Module:
     """`network` with `tensors` as its weights, every one of its state's names and shapes matched
     (`optional` names may be absent: the network's own value stays), cast to `dtype` if given;
     in eval mode without gradients. A file that does not fit raises `error` naming up to five
     missing and unexpected keys, or the first tensor of the wrong shape (`what`: the file and
-    model, for the message)."""
+    model, for the message). `assign`: the tensors become the parameters as they are (a network
+    built on the meta device; quantised tensors kept)."""
     expected = network.state_dict()
     missing = sorted(set(expected) - set(tensors) - set(optional))
     unused = sorted(set(tensors) - set(expected))
@@ -57,7 +59,7 @@ def load_exact(network: nn.Module, tensors: dict[str, torch.Tensor], *, what: st
     loaded = {k: tensors[k] if k in tensors else v for k, v in expected.items()}
     if dtype is not None:
         loaded = {k: v.to(dtype) for k, v in loaded.items()}
-    network.load_state_dict(loaded, strict=True)
+    network.load_state_dict(loaded, strict=True, assign=assign)
     if dtype is not None:
         network = network.to(dtype)
     return network.eval().requires_grad_(False)

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfy_core.attention.calling import attention_in_force
+from comfy_core.models.resident import load_exact
 from comfy_core.text_encoders.errors import TextEncoderDetectionError, TokenizeError
 
 CAPTURE_LAYERS = (5, 12)  # ComfyUI's MingImageEncoder.capture_layers: inputs of these blocks
@@ -551,18 +552,7 @@ def build_encoder(state: Mapping[str, torch.Tensor]) -> MingImageEncoder:
     config = MingEncoderConfig.detect_from_weights(state)
     with meta_build():
         model = MingImageEncoder(config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise MingEncoderError(f"Ming-Image text encoder weights do not fit: missing {missing[:6]}, "
-                               f"unexpected {unexpected[:6]}")
-    for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise MingEncoderError(f"Ming-Image text encoder key {name!r}: expected shape "
-                                   f"{tuple(expected[name].shape)}, got {tuple(tensor.shape)}")
-    model.load_state_dict(dict(state), assign=True)
-    return model.eval().requires_grad_(False)
+    return load_exact(model, dict(state), what="Ming-Image text encoder", error=MingEncoderError, assign=True)
 
 
 __all__ = ["CAPTURE_LAYERS", "IMAGE_PIXELS", "MingEncoderConfig", "MingEncoderError", "MingImageEncoder",
